@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install what the build needs (deploy/setup.sh), then configure and build
+# kvdock into ./build (or $KVD_BUILD_DIR).  Extra arguments go to cmake's
+# configure step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./deploy/setup.sh
+build=${KVD_BUILD_DIR:-build}
+args=()
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
+fi
+cmake -S . -B "$build" "${args[@]}" "$@"
+cmake --build "$build" -j "$(nproc)"

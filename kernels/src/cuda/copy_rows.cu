@@ -1,0 +1,433 @@
+/*
+ * Indexed row copies: store (tokens -> slots) and transfer (slots -> slots,
+ * one layer or all), MHA (K and V) or MLA (one buffer).  One engine serves
+ * them all: every (pair, buffer, layer) is a task that copies one row.
+ *
+ * Work split: a group of G lanes (a power of two, up to a warp) copies one
+ * row, each lane keeping UNROLL vector loads in flight before it stores;
+ * groups walk the task list with a grid stride, so the grid never needs
+ * more blocks than the device holds at once and a block budget only slows
+ * the copy down.  Task order puts the pair index fastest, so neighbouring
+ * groups read neighbouring index entries.
+ *
+ * The vector width is the largest of 16/8/4/2/1 bytes that divides every
+ * base address, stride and the row size known on the host.  With per-layer
+ * address tables the addresses are only known on the device, so each row
+ * checks its own alignment and falls back to bytes if it must.
+ */
+#include <string.h>
+
+#include "cuda_common.cuh"
+
+namespace {
+
+constexpr int kUnroll = 4;
+
+/* Cache policy of the row copies (a build-time experiment knob): 1 marks
+ * loads and stores evict-first, since every byte is touched once. */
+#ifndef KVD_COPY_STREAMING
+#define KVD_COPY_STREAMING 0
+#endif
+
+template <typename V> __device__ __forceinline__ V load_once(const V *p)
+{
+#if KVD_COPY_STREAMING
+    return __ldcs(p);
+#else
+    return *p;
+#endif
+}
+
+template <typename V> __device__ __forceinline__ void store_once(V *p, const V &v)
+{
+#if KVD_COPY_STREAMING
+    __stcs(p, v);
+#else
+    *p = v;
+#endif
+}
+
+struct RowCopy {
+    const char *src[2]; /* layer-0 base of K and V (identity: token rows) */
+    char *dst[2];
+    const uint64_t *src_tab[2]; /* per-layer addresses, or NULL */
+    const uint64_t *dst_tab[2];
+    int64_t src_layer_stride;
+    int64_t dst_layer_stride;
+    int64_t src_stride[2]; /* bytes between rows */
+    int64_t dst_stride[2];
+    int64_t src_slots; /* bounds; src_idx NULL means src row = pair index */
+    int64_t dst_slots;
+    const void *src_idx;
+    const void *dst_idx;
+    bool idx64;
+    int nbufs;     /* 2: K and V, 1: MLA */
+    int64_t count; /* pairs */
+    int64_t tasks; /* count * nbufs * num_layers */
+    int64_t row_bytes;
+    unsigned long long *oob;
+};
+
+/* Byte-wise copy for a row whose addresses defeat the vector width. */
+__device__ void copy_row_bytes(const char *s, char *d, int64_t n, int lane, int g)
+{
+    for (int64_t b = lane; b < n; b += g)
+        d[b] = s[b];
+}
+
+template <typename V>
+__global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM)
+copy_rows_kernel(const RowCopy p, int gshift)
+{
+    const int g = 1 << gshift;
+    const int lane = threadIdx.x & (g - 1);
+    const int64_t ngroups = ((int64_t)gridDim.x * blockDim.x) >> gshift;
+    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
+
+    for (int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> gshift; t < p.tasks;
+         t += ngroups) {
+        int64_t i, rest;
+        if (p.tasks <= UINT32_MAX) { /* 32-bit division is several times cheaper */
+            i = (uint32_t)t % (uint32_t)p.count;
+            rest = (uint32_t)t / (uint32_t)p.count;
+        } else {
+            i = t % p.count;
+            rest = t / p.count;
+        }
+        const int buf = p.nbufs == 2 ? (int)(rest & 1) : 0;
+        const int64_t layer = p.nbufs == 2 ? rest >> 1 : rest;
+
+        const int64_t d = kvd__load_index(p.dst_idx, p.idx64, i);
+        const int64_t s = p.src_idx ? kvd__load_index(p.src_idx, p.idx64, i) : i;
+        if (d < 0 || s < 0)
+            continue; /* padding */
+        if (d >= p.dst_slots || (p.src_idx && s >= p.src_slots)) {
+            /* never dereferenced; counted once per pair */
+            if (t < p.count && lane == 0 && p.oob)
+                atomicAdd(p.oob, 1ull);
+            continue;
+        }
+
+        const char *sbase = p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][layer]
+                                           : p.src[buf] + layer * p.src_layer_stride;
+        char *dbase = p.dst_tab[buf] ? (char *)(uintptr_t)p.dst_tab[buf][layer]
+                                     : p.dst[buf] + layer * p.dst_layer_stride;
+        const char *srow = sbase + s * p.src_stride[buf];
+        char *drow = dbase + d * p.dst_stride[buf];
+
+        if (sizeof(V) > 1 && (p.src_tab[buf] || p.dst_tab[buf]) &&
+            (((uintptr_t)srow | (uintptr_t)drow) & (sizeof(V) - 1))) {
+            copy_row_bytes(srow, drow, p.row_bytes, lane, g);
+            continue;
+        }
+
+        const V *sv = (const V *)srow;
+        V *dv = (V *)drow;
+        for (int64_t v0 = lane; v0 < vecs; v0 += (int64_t)g * kUnroll) {
+            V r[kUnroll];
+#pragma unroll
+            for (int u = 0; u < kUnroll; u++)
+                if (v0 + u * g < vecs)
+                    r[u] = load_once(sv + v0 + u * g);
+#pragma unroll
+            for (int u = 0; u < kUnroll; u++)
+                if (v0 + u * g < vecs)
+                    store_once(dv + v0 + u * g, r[u]);
+        }
+    }
+}
+
+/* Lanes per row: enough that UNROLL loads each cover the row, at most 32. */
+int group_shift(int64_t vecs)
+{
+    int64_t per_lane = (vecs + kUnroll - 1) / kUnroll;
+    int shift = 0;
+    while (shift < 5 && ((int64_t)1 << shift) < per_lane)
+        shift++;
+    return shift;
+}
+
+template <typename V>
+kvd_status_t launch_width(const RowCopy &p, const kvd_launch_t *launch)
+{
+    const int gshift = group_shift(p.row_bytes / (int64_t)sizeof(V));
+    unsigned blocks;
+    kvd_status_t st = kvd__cuda_grid(kvd__mul_sat(p.tasks, (int64_t)1 << gshift), KVD_MIN_BLOCKS_PER_SM, launch, &blocks);
+    if (st != KVD_OK)
+        return st;
+    copy_rows_kernel<V><<<blocks, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p, gshift);
+    KVD_CUDA_LAUNCHED("copy_rows_kernel");
+    return KVD_OK;
+}
+
+kvd_status_t launch_copy(const RowCopy &p, uint64_t align_bits, const kvd_launch_t *launch)
+{
+    switch (kvd__common_align(align_bits | (uint64_t)p.row_bytes, 16)) {
+    case 16:
+        return launch_width<uint4>(p, launch);
+    case 8:
+        return launch_width<uint2>(p, launch);
+    case 4:
+        return launch_width<uint32_t>(p, launch);
+    case 2:
+        return launch_width<uint16_t>(p, launch);
+    default:
+        return launch_width<uint8_t>(p, launch);
+    }
+}
+
+/* --- copy engines ------------------------------------------------------- */
+
+/* Host scratch for the batch descriptors, reused across calls. */
+struct CeScratch {
+    void **dsts;
+    const void **srcs;
+    size_t *sizes;
+    size_t cap;
+    int side_device; /* device of side/before/after, -1 = none yet */
+    cudaStream_t side;
+    cudaEvent_t before;
+    cudaEvent_t after;
+};
+thread_local CeScratch ce_scratch = {NULL, NULL, NULL, 0, -1, 0, 0, 0};
+
+/* This thread's side stream and events for the current device. */
+kvd_status_t ce_side_stream_ready(void)
+{
+    CeScratch &c = ce_scratch;
+    int dev;
+    KVD_CUDA_TRY(cudaGetDevice(&dev));
+    if (c.side_device == dev)
+        return KVD_OK;
+    if (c.side_device >= 0) { /* the thread moved to another device */
+        int cur = dev;
+        KVD_CUDA_TRY(cudaSetDevice(c.side_device));
+        cudaStreamDestroy(c.side);
+        cudaEventDestroy(c.before);
+        cudaEventDestroy(c.after);
+        c.side_device = -1;
+        KVD_CUDA_TRY(cudaSetDevice(cur));
+    }
+    KVD_CUDA_TRY(cudaStreamCreateWithFlags(&c.side, cudaStreamNonBlocking));
+    KVD_CUDA_TRY(cudaEventCreateWithFlags(&c.before, cudaEventDisableTiming));
+    KVD_CUDA_TRY(cudaEventCreateWithFlags(&c.after, cudaEventDisableTiming));
+    c.side_device = dev;
+    return KVD_OK;
+}
+
+kvd_status_t ce_reserve(size_t n)
+{
+    CeScratch &c = ce_scratch;
+    if (n <= c.cap)
+        return KVD_OK;
+    size_t cap = c.cap ? c.cap : 1024;
+    while (cap < n)
+        cap *= 2;
+    void **d = (void **)realloc(c.dsts, cap * sizeof(*d));
+    if (d)
+        c.dsts = d;
+    const void **s = (const void **)realloc(c.srcs, cap * sizeof(*s));
+    if (s)
+        c.srcs = s;
+    size_t *z = (size_t *)realloc(c.sizes, cap * sizeof(*z));
+    if (z)
+        c.sizes = z;
+    if (!d || !s || !z)
+        return kvd__fail(KVD_ENOMEM, "kv_transfer: no memory for %zu copy descriptors", n);
+    c.cap = cap;
+    return KVD_OK;
+}
+
+/* True when the host may read p directly (host memory, pinned or not). */
+bool host_readable(const void *ptr)
+{
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost ||
+           a.type == cudaMemoryTypeManaged;
+}
+
+int64_t host_index(const void *p, bool is64, int64_t i)
+{
+    return is64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
+}
+
+/*
+ * Every row becomes one copy of a batch; rows that continue the previous
+ * copy on both sides (consecutive slots, packed rows) are merged into it.
+ * Out-of-range pairs are counted on the host, where the counter must then
+ * be host-readable too.
+ */
+kvd_status_t copy_engine(const RowCopy &p, int64_t num_layers, const kvd_launch_t *launch)
+{
+    if ((p.src_idx && !host_readable(p.src_idx)) || !host_readable(p.dst_idx))
+        return kvd__fail(KVD_ENOTSUP, "kv_transfer: the copy-engine path needs host-readable "
+                                      "index arrays");
+    for (int b = 0; b < p.nbufs; b++)
+        if ((p.src_tab[b] && !host_readable(p.src_tab[b])) ||
+            (p.dst_tab[b] && !host_readable(p.dst_tab[b])))
+            return kvd__fail(KVD_ENOTSUP, "kv_transfer: the copy-engine path needs host-readable "
+                                          "layer tables");
+    if (p.oob && !host_readable(p.oob))
+        return kvd__fail(KVD_ENOTSUP, "kv_transfer: the copy-engine path needs a host-readable "
+                                      "oob_count");
+
+    kvd_status_t st = ce_reserve((size_t)p.tasks);
+    if (st != KVD_OK)
+        return st;
+    CeScratch &c = ce_scratch;
+    size_t n = 0;
+    unsigned long long oob = 0;
+    for (int64_t layer = 0; layer < num_layers; layer++) {
+        for (int buf = 0; buf < p.nbufs; buf++) {
+            const char *sbase = p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][layer]
+                                               : p.src[buf] + layer * p.src_layer_stride;
+            char *dbase = p.dst_tab[buf] ? (char *)(uintptr_t)p.dst_tab[buf][layer]
+                                         : p.dst[buf] + layer * p.dst_layer_stride;
+            size_t run_start = n;
+            for (int64_t i = 0; i < p.count; i++) {
+                int64_t d = host_index(p.dst_idx, p.idx64, i);
+                int64_t s = p.src_idx ? host_index(p.src_idx, p.idx64, i) : i;
+                if (d < 0 || s < 0)
+                    continue;
+                if (d >= p.dst_slots || (p.src_idx && s >= p.src_slots)) {
+                    if (layer == 0 && buf == 0)
+                        oob++;
+                    continue;
+                }
+                const char *sr = sbase + s * p.src_stride[buf];
+                char *dr = dbase + d * p.dst_stride[buf];
+                if (n > run_start && (const char *)c.srcs[n - 1] + c.sizes[n - 1] == sr &&
+                    (char *)c.dsts[n - 1] + c.sizes[n - 1] == dr) {
+                    c.sizes[n - 1] += (size_t)p.row_bytes;
+                    continue;
+                }
+                c.dsts[n] = dr;
+                c.srcs[n] = sr;
+                c.sizes[n] = (size_t)p.row_bytes;
+                n++;
+            }
+        }
+    }
+    if (n > 0) {
+        cudaMemcpyAttributes attr;
+        memset(&attr, 0, sizeof(attr));
+        attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+        size_t attr_idx = 0;
+        cudaStream_t stream = kvd__stream(launch);
+        if (stream != 0) {
+            KVD_CUDA_TRY(cudaMemcpyBatchAsync(c.dsts, c.srcs, c.sizes, n, &attr, &attr_idx, 1,
+                                              stream));
+        } else {
+            /* Batches refuse the legacy default stream: run the batch on a
+             * side stream ordered after and before it by events. */
+            kvd_status_t sst = ce_side_stream_ready();
+            if (sst != KVD_OK)
+                return sst;
+            KVD_CUDA_TRY(cudaEventRecord(c.before, 0));
+            KVD_CUDA_TRY(cudaStreamWaitEvent(c.side, c.before, 0));
+            KVD_CUDA_TRY(cudaMemcpyBatchAsync(c.dsts, c.srcs, c.sizes, n, &attr, &attr_idx, 1,
+                                              c.side));
+            KVD_CUDA_TRY(cudaEventRecord(c.after, c.side));
+            KVD_CUDA_TRY(cudaStreamWaitEvent(0, c.after, 0));
+        }
+    }
+    if (p.oob && oob)
+        *p.oob += oob;
+    return KVD_OK;
+}
+
+kvd_status_t run(const RowCopy &p, uint64_t align_bits, int64_t num_layers,
+                 const kvd_launch_t *launch)
+{
+    if (launch && (launch->flags & KVD_LAUNCH_COPY_ENGINE))
+        return copy_engine(p, num_layers, launch);
+    return launch_copy(p, align_bits, launch);
+}
+
+} // namespace
+
+extern "C" kvd_status_t kvd_cuda_kv_store(const kvd_store_args_t *a, const kvd_launch_t *launch)
+{
+    kvd__clear_error();
+    kvd_status_t st = kvd__check_store(a);
+    if (st != KVD_OK || a->num_tokens == 0)
+        return st;
+    if (launch && (launch->flags & KVD_LAUNCH_COPY_ENGINE))
+        return kvd__fail(KVD_ENOTSUP, "kv_store: the copy-engine path is for transfers only");
+
+    RowCopy p;
+    memset(&p, 0, sizeof(p));
+    p.nbufs = a->v_src ? 2 : 1;
+    p.src[0] = (const char *)a->k_src;
+    p.src[1] = (const char *)a->v_src;
+    p.dst[0] = (char *)a->k_dst;
+    p.dst[1] = (char *)a->v_dst;
+    p.src_stride[0] = a->k_src_stride;
+    p.src_stride[1] = a->v_src_stride;
+    p.dst_stride[0] = a->k_dst_stride;
+    p.dst_stride[1] = a->v_dst_stride;
+    p.src_slots = a->num_tokens;
+    p.dst_slots = a->num_slots;
+    p.dst_idx = a->loc;
+    p.idx64 = a->loc_dtype == KVD_DTYPE_I64;
+    p.count = a->num_tokens;
+    p.tasks = a->num_tokens * p.nbufs;
+    p.row_bytes = a->row_bytes;
+    p.oob = a->oob_count;
+
+    uint64_t bits = (uintptr_t)a->k_src | (uintptr_t)a->k_dst | (uint64_t)a->k_src_stride |
+                    (uint64_t)a->k_dst_stride;
+    if (p.nbufs == 2)
+        bits |= (uintptr_t)a->v_src | (uintptr_t)a->v_dst | (uint64_t)a->v_src_stride |
+                (uint64_t)a->v_dst_stride;
+    return launch_copy(p, bits, launch);
+}
+
+extern "C" kvd_status_t kvd_cuda_kv_transfer(const kvd_transfer_args_t *a,
+                                             const kvd_launch_t *launch)
+{
+    kvd__clear_error();
+    kvd_status_t st = kvd__check_transfer(a);
+    if (st != KVD_OK || a->count == 0)
+        return st;
+
+    const kvd_kv_side_t *src = &a->src, *dst = &a->dst;
+    RowCopy p;
+    memset(&p, 0, sizeof(p));
+    p.nbufs = (src->v || src->v_layers) ? 2 : 1;
+    p.src[0] = (const char *)src->k;
+    p.src[1] = (const char *)src->v;
+    p.dst[0] = (char *)dst->k;
+    p.dst[1] = (char *)dst->v;
+    p.src_tab[0] = src->k_layers;
+    p.src_tab[1] = p.nbufs == 2 ? src->v_layers : NULL;
+    p.dst_tab[0] = dst->k_layers;
+    p.dst_tab[1] = p.nbufs == 2 ? dst->v_layers : NULL;
+    p.src_layer_stride = a->num_layers > 1 ? src->layer_stride : 0;
+    p.dst_layer_stride = a->num_layers > 1 ? dst->layer_stride : 0;
+    p.src_stride[0] = p.src_stride[1] = src->slot_stride;
+    p.dst_stride[0] = p.dst_stride[1] = dst->slot_stride;
+    p.src_slots = src->num_slots;
+    p.dst_slots = dst->num_slots;
+    p.src_idx = a->src_idx;
+    p.dst_idx = a->dst_idx;
+    p.idx64 = a->idx_dtype == KVD_DTYPE_I64;
+    p.count = a->count;
+    p.tasks = a->count * p.nbufs * a->num_layers; /* checked against overflow */
+    p.row_bytes = a->row_bytes;
+    p.oob = a->oob_count;
+
+    uint64_t bits = (uint64_t)src->slot_stride | (uint64_t)dst->slot_stride;
+    for (int b = 0; b < p.nbufs; b++) {
+        if (!p.src_tab[b])
+            bits |= (uintptr_t)p.src[b] | (uint64_t)p.src_layer_stride;
+        if (!p.dst_tab[b])
+            bits |= (uintptr_t)p.dst[b] | (uint64_t)p.dst_layer_stride;
+    }
+    return run(p, bits, a->num_layers, launch);
+}

@@ -1,0 +1,69 @@
+/*
+ * Shared by the CUDA translation units of the kernel library.
+ */
+#ifndef KVDOCK_CUDA_COMMON_CUH
+#define KVDOCK_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+#define KVD_BLOCK_THREADS 256
+/* Blocks of KVD_BLOCK_THREADS that every kernel keeps resident per SM (its
+ * register cap follows from it); grids are sized to this many per SM. */
+#define KVD_MIN_BLOCKS_PER_SM 4
+
+/* Map a CUDA error to KVD_ECUDA, record where it happened, and clear the
+ * error so the next call starts clean. */
+kvd_status_t kvd__cuda_fail(cudaError_t err, const char *what, const char *file, int line);
+
+#define KVD_CUDA_TRY(call)                                                     \
+    do {                                                                       \
+        cudaError_t kvd_err_ = (call);                                         \
+        if (kvd_err_ != cudaSuccess)                                           \
+            return kvd__cuda_fail(kvd_err_, #call, __FILE__, __LINE__);       \
+    } while (0)
+
+/* Check that the launch just made was accepted. */
+#define KVD_CUDA_LAUNCHED(name) KVD_CUDA_TRY(cudaGetLastError())
+
+/* Multiprocessors of the current device (cached per device). */
+kvd_status_t kvd__cuda_sm_count(int *sm_count);
+
+/*
+ * Blocks for a grid-stride kernel: enough to give every one of
+ * threads_needed threads its own work, at most what the device holds at
+ * once (blocks_per_sm per SM), and at most the caller's budget.
+ */
+kvd_status_t kvd__cuda_grid(int64_t threads_needed, int blocks_per_sm,
+                            const kvd_launch_t *launch, unsigned *blocks);
+
+static inline cudaStream_t kvd__stream(const kvd_launch_t *launch)
+{
+    return launch ? (cudaStream_t)launch->stream : (cudaStream_t)0;
+}
+
+/* Largest power of two, at most max_bytes, dividing every value given. */
+static inline int kvd__common_align(uint64_t bits, int max_bytes)
+{
+    int a = max_bytes;
+    while (a > 1 && (bits & (uint64_t)(a - 1)))
+        a >>= 1;
+    return a;
+}
+
+/* a * b, saturated at INT64_MAX (both non-negative). */
+static inline int64_t kvd__mul_sat(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+/* Load one index of an int32 or int64 array (a uniform branch). */
+__device__ __forceinline__ int64_t kvd__load_index(const void *p, bool is64, int64_t i)
+{
+    return is64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
+}
+
+#endif /* KVDOCK_CUDA_COMMON_CUH */

@@ -1,0 +1,305 @@
+/*
+ * FP8 quantize-and-set: K/V rows of bf16, f16 or f32 are scaled, converted
+ * to e4m3 or e5m2 by the hardware (cvt.rn.satfinite: round to nearest
+ * even, saturate to the largest finite value, NaN to 0x7f) and scattered
+ * into a flat or paged cache.
+ *
+ * Work split as in copy_rows.cu: a group of lanes per (token, K or V) row,
+ * each lane converting vectors of VE elements (16 bytes of input when the
+ * layout allows it), UNROLL vectors loaded before the first is converted.
+ */
+#include <cuda_fp8.h>
+#include <string.h>
+
+#include "cuda_common.cuh"
+
+namespace {
+
+constexpr int kUnroll = 4;
+
+enum SrcKind { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+struct Fp8Set {
+    const char *src[2];
+    int64_t src_token_stride[2];
+    int64_t src_head_stride[2];
+    char *cache[2];
+    int64_t page_stride[2];
+    int64_t slot_stride[2];
+    int64_t head_stride[2];
+    int64_t page_size;
+    int64_t num_slots;
+    int64_t num_tokens;
+    int64_t tasks; /* num_tokens * nbufs */
+    int vecs_per_head;
+    int64_t vecs_per_row;
+    const void *loc;
+    bool idx64;
+    int nbufs;
+    int scale_mode;
+    float inv_host[2];
+    const float *scale_ptr[2];
+    unsigned long long *oob;
+};
+
+template <int KIND> __device__ __forceinline__ float to_float(uint32_t bits);
+template <> __device__ __forceinline__ float to_float<kF32>(uint32_t bits)
+{
+    return __uint_as_float(bits);
+}
+template <> __device__ __forceinline__ float to_float<kF16>(uint32_t bits)
+{
+    return __half2float(__ushort_as_half((unsigned short)bits));
+}
+template <> __device__ __forceinline__ float to_float<kBF16>(uint32_t bits)
+{
+    return __uint_as_float(bits << 16);
+}
+
+/* VE input elements as raw bits: one 16-byte vector or one element. */
+template <int KIND, int VE> struct Raw {
+    static constexpr int kBytes = VE * (KIND == kF32 ? 4 : 2);
+    using T = typename std::conditional<
+        kBytes == 16, uint4,
+        typename std::conditional<kBytes == 4, uint32_t, uint16_t>::type>::type;
+};
+
+template <int KIND, int VE>
+__device__ __forceinline__ float element(const typename Raw<KIND, VE>::T &r, int j)
+{
+    if constexpr (Raw<KIND, VE>::kBytes == 16) {
+        const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+        if constexpr (KIND == kF32)
+            return to_float<KIND>(w[j]);
+        else
+            return to_float<KIND>((w[j >> 1] >> ((j & 1) * 16)) & 0xffffu);
+    } else {
+        return to_float<KIND>((uint32_t)r);
+    }
+}
+
+/* VE output bytes. */
+template <int VE> struct Out {
+    using T = typename std::conditional<
+        VE == 8, uint2, typename std::conditional<VE == 4, uint32_t, uint8_t>::type>::type;
+};
+
+template <bool E5M2> __device__ __forceinline__ uint32_t cvt2(float a, float b)
+{
+    /* the low byte holds a */
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE,
+                                              E5M2 ? __NV_E5M2 : __NV_E4M3);
+}
+
+template <int KIND, int VE, bool E5M2>
+__device__ __forceinline__ typename Out<VE>::T convert(const typename Raw<KIND, VE>::T &r,
+                                                       float inv, bool scaled)
+{
+    float f[VE];
+#pragma unroll
+    for (int j = 0; j < VE; j++) {
+        f[j] = element<KIND, VE>(r, j);
+        if (scaled)
+            f[j] = __fmul_rn(f[j], inv);
+    }
+    if constexpr (VE == 1) {
+        return (uint8_t)__nv_cvt_float_to_fp8(f[0], __NV_SATFINITE, E5M2 ? __NV_E5M2 : __NV_E4M3);
+    } else if constexpr (VE == 4) {
+        return cvt2<E5M2>(f[0], f[1]) | (cvt2<E5M2>(f[2], f[3]) << 16);
+    } else {
+        uint2 o;
+        o.x = cvt2<E5M2>(f[0], f[1]) | (cvt2<E5M2>(f[2], f[3]) << 16);
+        o.y = cvt2<E5M2>(f[4], f[5]) | (cvt2<E5M2>(f[6], f[7]) << 16);
+        return o;
+    }
+}
+
+template <int KIND, int VE, bool E5M2>
+__global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) fp8_set_kernel(const Fp8Set p, int gshift)
+{
+    using RawT = typename Raw<KIND, VE>::T;
+    using OutT = typename Out<VE>::T;
+    const int g = 1 << gshift;
+    const int lane = threadIdx.x & (g - 1);
+    const int64_t ngroups = ((int64_t)gridDim.x * blockDim.x) >> gshift;
+    const int vph = p.vecs_per_head;
+
+    for (int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> gshift; t < p.tasks;
+         t += ngroups) {
+        int64_t i;
+        int buf;
+        if (p.tasks <= UINT32_MAX) {
+            i = (uint32_t)t % (uint32_t)p.num_tokens;
+            buf = (int)((uint32_t)t / (uint32_t)p.num_tokens);
+        } else {
+            i = t % p.num_tokens;
+            buf = (int)(t / p.num_tokens);
+        }
+
+        const int64_t slot = kvd__load_index(p.loc, p.idx64, i);
+        if (slot < 0)
+            continue; /* padding */
+        if (slot >= p.num_slots) {
+            if (buf == 0 && lane == 0 && p.oob)
+                atomicAdd(p.oob, 1ull);
+            continue;
+        }
+        int64_t page = slot, off = 0;
+        if (p.page_size > 1) {
+            page = slot / p.page_size;
+            off = slot - page * p.page_size;
+        }
+        const char *srow = p.src[buf] + i * p.src_token_stride[buf];
+        char *drow = p.cache[buf] + page * p.page_stride[buf] + off * p.slot_stride[buf];
+        const int64_t sh = p.src_head_stride[buf], dh = p.head_stride[buf];
+
+        const bool scaled = p.scale_mode != KVD_SCALE_NONE;
+        float inv = 1.0f;
+        if (p.scale_mode == KVD_SCALE_HOST)
+            inv = p.inv_host[buf];
+        else if (p.scale_mode == KVD_SCALE_DEVICE)
+            inv = __fdiv_rn(1.0f, p.scale_ptr[buf][0]);
+
+        for (int64_t v0 = lane; v0 < p.vecs_per_row; v0 += (int64_t)g * kUnroll) {
+            RawT r[kUnroll];
+#pragma unroll
+            for (int u = 0; u < kUnroll; u++) {
+                const int64_t v = v0 + u * g;
+                if (v < p.vecs_per_row) {
+                    const int h = (int)(v / vph);
+                    const int e = (int)(v - (int64_t)h * vph) * VE;
+                    r[u] = *(const RawT *)(srow + h * sh + (int64_t)e * (KIND == kF32 ? 4 : 2));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < kUnroll; u++) {
+                const int64_t v = v0 + u * g;
+                if (v < p.vecs_per_row) {
+                    const int h = (int)(v / vph);
+                    const int e = (int)(v - (int64_t)h * vph) * VE;
+                    const float hinv = p.scale_mode == KVD_SCALE_PER_HEAD
+                                           ? __fdiv_rn(1.0f, p.scale_ptr[buf][h])
+                                           : inv;
+                    *(OutT *)(drow + h * dh + e) = convert<KIND, VE, E5M2>(r[u], hinv, scaled);
+                }
+            }
+        }
+    }
+}
+
+int group_shift(int64_t vecs)
+{
+    int64_t per_lane = (vecs + kUnroll - 1) / kUnroll;
+    int shift = 0;
+    while (shift < 5 && ((int64_t)1 << shift) < per_lane)
+        shift++;
+    return shift;
+}
+
+template <int KIND, int VE, bool E5M2>
+kvd_status_t launch_vec(Fp8Set &p, int64_t head_dim, const kvd_launch_t *launch)
+{
+    p.vecs_per_head = (int)(head_dim / VE);
+    p.vecs_per_row = p.vecs_per_row * p.vecs_per_head; /* caller put num_heads there */
+    const int gshift = group_shift(p.vecs_per_row);
+    unsigned blocks;
+    kvd_status_t st = kvd__cuda_grid(kvd__mul_sat(p.tasks, (int64_t)1 << gshift), KVD_MIN_BLOCKS_PER_SM, launch, &blocks);
+    if (st != KVD_OK)
+        return st;
+    fp8_set_kernel<KIND, VE, E5M2><<<blocks, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p, gshift);
+    KVD_CUDA_LAUNCHED("fp8_set_kernel");
+    return KVD_OK;
+}
+
+template <int KIND, bool E5M2>
+kvd_status_t launch_kind(Fp8Set &p, int64_t head_dim, bool wide, const kvd_launch_t *l)
+{
+    constexpr int kWide = KIND == kF32 ? 4 : 8;
+    return wide ? launch_vec<KIND, kWide, E5M2>(p, head_dim, l)
+                : launch_vec<KIND, 1, E5M2>(p, head_dim, l);
+}
+
+template <bool E5M2>
+kvd_status_t launch_fmt(Fp8Set &p, int kind, int64_t head_dim, bool wide, const kvd_launch_t *l)
+{
+    switch (kind) {
+    case kF32:
+        return launch_kind<kF32, E5M2>(p, head_dim, wide, l);
+    case kF16:
+        return launch_kind<kF16, E5M2>(p, head_dim, wide, l);
+    default:
+        return launch_kind<kBF16, E5M2>(p, head_dim, wide, l);
+    }
+}
+
+} // namespace
+
+extern "C" kvd_status_t kvd_cuda_fp8_set(const kvd_fp8_set_args_t *a, const kvd_launch_t *launch)
+{
+    kvd__clear_error();
+    kvd_status_t st = kvd__check_fp8_set(a);
+    if (st != KVD_OK || a->num_tokens == 0)
+        return st;
+
+    Fp8Set p;
+    memset(&p, 0, sizeof(p));
+    p.nbufs = a->v_src ? 2 : 1;
+    p.src[0] = (const char *)a->k_src;
+    p.src[1] = (const char *)a->v_src;
+    p.src_token_stride[0] = a->k_src_token_stride;
+    p.src_token_stride[1] = a->v_src_token_stride;
+    p.src_head_stride[0] = a->k_src_head_stride;
+    p.src_head_stride[1] = a->v_src_head_stride;
+    p.cache[0] = (char *)a->k_cache;
+    p.cache[1] = (char *)a->v_cache;
+    p.page_stride[0] = a->k_page_stride;
+    p.page_stride[1] = a->v_page_stride;
+    p.slot_stride[0] = a->k_slot_stride;
+    p.slot_stride[1] = a->v_slot_stride;
+    p.head_stride[0] = a->k_head_stride;
+    p.head_stride[1] = a->v_head_stride;
+    p.page_size = a->page_size;
+    p.num_slots = a->num_slots;
+    p.num_tokens = a->num_tokens;
+    p.tasks = a->num_tokens * p.nbufs;
+    p.vecs_per_row = a->num_heads; /* times vectors per head, set at launch */
+    p.loc = a->loc;
+    p.idx64 = a->loc_dtype == KVD_DTYPE_I64;
+    p.scale_mode = a->scale_mode;
+    if (a->scale_mode == KVD_SCALE_HOST) {
+        /* float division, correctly rounded, as the device would do it */
+        volatile float one = 1.0f;
+        p.inv_host[0] = one / a->k_scale;
+        p.inv_host[1] = one / a->v_scale;
+    }
+    p.scale_ptr[0] = a->k_scale_ptr;
+    p.scale_ptr[1] = a->v_scale_ptr;
+    p.oob = a->oob_count;
+
+    const int kind = a->src_dtype == KVD_DTYPE_F32 ? kF32 : a->src_dtype == KVD_DTYPE_F16 ? kF16 : kBF16;
+    const int wide_elems = kind == kF32 ? 4 : 8;
+    /* Wide vectors need whole vectors per head and every address aligned:
+     * 16 bytes on the input side, wide_elems bytes on the cache side. */
+    uint64_t in_bits = (uintptr_t)a->k_src | (uint64_t)a->k_src_token_stride;
+    uint64_t out_bits = (uintptr_t)a->k_cache | (uint64_t)a->k_page_stride |
+                        (uint64_t)a->k_slot_stride;
+    if (a->num_heads > 1) { /* head strides are only used with several heads */
+        in_bits |= (uint64_t)a->k_src_head_stride;
+        out_bits |= (uint64_t)a->k_head_stride;
+    }
+    if (p.nbufs == 2) {
+        in_bits |= (uintptr_t)a->v_src | (uint64_t)a->v_src_token_stride;
+        out_bits |= (uintptr_t)a->v_cache | (uint64_t)a->v_page_stride |
+                    (uint64_t)a->v_slot_stride;
+        if (a->num_heads > 1) {
+            in_bits |= (uint64_t)a->v_src_head_stride;
+            out_bits |= (uint64_t)a->v_head_stride;
+        }
+    }
+    const bool wide = a->head_dim % wide_elems == 0 && (in_bits & 15) == 0 &&
+                      (out_bits & (uint64_t)(wide_elems - 1)) == 0;
+
+    if (a->cache_dtype == KVD_DTYPE_E5M2)
+        return launch_fmt<true>(p, kind, a->head_dim, wide, launch);
+    return launch_fmt<false>(p, kind, a->head_dim, wide, launch);
+}

@@ -1,0 +1,146 @@
+/*
+ * Page-table gather with padding: row r of out is row req_pool_indices[r]
+ * of req_to_page up to ceil(seq_lens[r] / page_size) columns, dummy_slot
+ * after.  One block per output row (grid-stride over rows); a row moves in
+ * 16-byte vectors when every row start is 16-byte aligned.
+ */
+#include <string.h>
+
+#include "cuda_common.cuh"
+
+namespace {
+
+constexpr int kUnroll = 4;
+
+struct Gather {
+    const char *table;
+    int64_t table_rows;
+    int64_t table_cols;
+    int64_t table_stride;
+    const void *req;
+    bool req64;
+    const void *seq;
+    bool seq64;
+    char *out;
+    int64_t out_stride;
+    int64_t bs;
+    int64_t max_pages;
+    int64_t page_size;
+    int64_t dummy;
+    unsigned long long *oob;
+};
+
+template <typename T, int VEC> struct Vec;
+template <typename T> struct Vec<T, 1> {
+    T v[1];
+};
+template <> struct alignas(16) Vec<int32_t, 4> {
+    int32_t v[4];
+};
+template <> struct alignas(16) Vec<int64_t, 2> {
+    int64_t v[2];
+};
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gather_kernel(const Gather p)
+{
+    using V = Vec<T, VEC>;
+    const T dummy = (T)p.dummy;
+    const int64_t nvec = (p.max_pages + VEC - 1) / VEC;
+
+    for (int64_t r = blockIdx.x; r < p.bs; r += gridDim.x) {
+        const int64_t req = kvd__load_index(p.req, p.req64, r);
+        const int64_t len = kvd__load_index(p.seq, p.seq64, r);
+        int64_t n = len > 0 ? len / p.page_size + (len % p.page_size != 0) : 0;
+        if (req < 0) {
+            n = 0; /* padding row */
+        } else if (req >= p.table_rows) {
+            n = 0;
+            if (threadIdx.x == 0 && p.oob)
+                atomicAdd(p.oob, 1ull);
+        }
+        if (n > p.table_cols)
+            n = p.table_cols;
+        const T *src = (const T *)(p.table + (n > 0 ? req * p.table_stride : 0));
+        T *dst = (T *)(p.out + r * p.out_stride);
+
+        for (int64_t c0 = threadIdx.x; c0 < nvec; c0 += (int64_t)blockDim.x * kUnroll) {
+            V val[kUnroll];
+#pragma unroll
+            for (int u = 0; u < kUnroll; u++) {
+                const int64_t c = (c0 + (int64_t)u * blockDim.x) * VEC;
+                if (c + VEC <= n) {
+                    val[u] = *(const V *)(src + c); /* whole vector valid */
+                } else {
+#pragma unroll
+                    for (int j = 0; j < VEC; j++)
+                        val[u].v[j] = c + j < n ? src[c + j] : dummy;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < kUnroll; u++) {
+                const int64_t c = (c0 + (int64_t)u * blockDim.x) * VEC;
+                if (c >= p.max_pages)
+                    continue;
+                if (c + VEC <= p.max_pages) {
+                    *(V *)(dst + c) = val[u];
+                } else {
+#pragma unroll
+                    for (int j = 0; j < VEC; j++)
+                        if (c + j < p.max_pages)
+                            dst[c + j] = val[u].v[j];
+                }
+            }
+        }
+    }
+}
+
+template <typename T, int VEC>
+kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
+{
+    /* one block per row, as many rows at once as the device holds */
+    unsigned blocks;
+    kvd_status_t st = kvd__cuda_grid(kvd__mul_sat(p.bs, KVD_BLOCK_THREADS), KVD_MIN_BLOCKS_PER_SM, launch,
+                                     &blocks);
+    if (st != KVD_OK)
+        return st;
+    gather_kernel<T, VEC><<<blocks, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p);
+    KVD_CUDA_LAUNCHED("gather_kernel");
+    return KVD_OK;
+}
+
+} // namespace
+
+extern "C" kvd_status_t kvd_cuda_page_table_gather(const kvd_gather_args_t *a,
+                                                   const kvd_launch_t *launch)
+{
+    kvd__clear_error();
+    kvd_status_t st = kvd__check_gather(a);
+    if (st != KVD_OK || a->bs == 0 || a->max_num_pages == 0)
+        return st;
+
+    Gather p;
+    memset(&p, 0, sizeof(p));
+    p.table = (const char *)a->req_to_page;
+    p.table_rows = a->table_rows;
+    p.table_cols = a->table_cols;
+    p.table_stride = a->table_stride;
+    p.req = a->req_pool_indices;
+    p.req64 = a->req_dtype == KVD_DTYPE_I64;
+    p.seq = a->seq_lens;
+    p.seq64 = a->seq_lens_dtype == KVD_DTYPE_I64;
+    p.out = (char *)a->out;
+    p.out_stride = a->out_stride;
+    p.bs = a->bs;
+    p.max_pages = a->max_num_pages;
+    p.page_size = a->page_size;
+    p.dummy = a->dummy_slot;
+    p.oob = a->oob_count;
+
+    /* Vectors need every row start 16-byte aligned on both sides. */
+    const bool wide = (((uintptr_t)a->req_to_page | (uint64_t)a->table_stride |
+                        (uintptr_t)a->out | (uint64_t)a->out_stride) & 15) == 0;
+    if (a->table_dtype == KVD_DTYPE_I64)
+        return wide ? launch_rows<int64_t, 2>(p, launch) : launch_rows<int64_t, 1>(p, launch);
+    return wide ? launch_rows<int32_t, 4>(p, launch) : launch_rows<int32_t, 1>(p, launch);
+}
