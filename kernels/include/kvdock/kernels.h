@@ -66,8 +66,10 @@ const char *kvd_last_error_detail(void);
 
 enum {
     /* Transfers only: move rows with the copy engines (no SM is used).
-     * Needs host-readable index arrays and layer addresses; every row is
-     * one copy, runs of consecutive slots are merged. */
+     * The index arrays, layer tables and oob_count must be host-readable
+     * (else KVD_ENOTSUP): the call reads the indices when it is made, not
+     * in stream order, and adds to oob_count before returning.  Every row
+     * is one copy of a batch; runs of consecutive slots are merged. */
     KVD_LAUNCH_COPY_ENGINE = 1u << 0,
 };
 

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# One round on the GPU machine, run from the repository root:
+#
+#   tests/bench/gpu_round.sh [BUILD_DIR] [STAGE...]
+#
+# BUILD_DIR (default build-gpu) was configured and built on the CPU machine
+# (cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release && cmake --build
+# build-gpu) and carried over; nothing is built here.  Stages, in order:
+#
+#   info      nvidia-smi -L, driver and CUDA versions, torch and triton
+#   test      ctest -L gpu: the CUDA Check suites against the CPU reference
+#   memcheck  the CUDA test binary once under compute-sanitizer memcheck,
+#             with KVD_TEST_QUICK=1 (smaller counts); skipped, saying so,
+#             when compute-sanitizer is not installed
+#   bench     tests/bench/bench_kernels.py: kvdock against the seed,
+#             rows in $OUT/kvdock_vs_seed.json
+#
+# Pick stages as arguments after BUILD_DIR or with STAGES="test bench"
+# (default: info test memcheck bench).  Each stage's output is tee'd to
+# $OUT/<stage>.log (OUT defaults to /tmp/kvdock-gpu-round); a summary with
+# every stage's exit code ends the run, and the script exits non-zero when
+# any stage failed.  Per-stage time limits (seconds): TEST_TIMEOUT (420),
+# MEMCHECK_TIMEOUT (480), BENCH_TIMEOUT (540).  The bench needs the seed at
+# .peer (a copy of shared/peer) unless PEER names another folder.
+# The stage functions are called through run_stage.
+# shellcheck disable=SC2317
+set -u
+
+BUILD=build-gpu
+if [ $# -gt 0 ]; then
+    case "$1" in
+    info | test | memcheck | bench) ;;
+    *) BUILD=$1; shift ;;
+    esac
+fi
+if [ $# -gt 0 ]; then
+    STAGES="$*"
+fi
+STAGES=${STAGES:-"info test memcheck bench"}
+OUT=${OUT:-/tmp/kvdock-gpu-round}
+PEER=${PEER:-.peer}
+TEST_TIMEOUT=${TEST_TIMEOUT:-420}
+MEMCHECK_TIMEOUT=${MEMCHECK_TIMEOUT:-480}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-540}
+export OUT
+mkdir -p "$OUT"
+
+if [ ! -f CMakeLists.txt ] || [ ! -d kernels ]; then
+    echo "gpu_round: run this from the repository root" >&2
+    exit 2
+fi
+if [ ! -d "$BUILD" ]; then
+    echo "gpu_round: no build folder $BUILD (build it on the CPU machine and carry it)" >&2
+    exit 2
+fi
+
+declare -a NAMES=() CODES=() SECS=()
+
+# run_stage NAME COMMAND...: runs the command, output tee'd to $OUT/NAME.log.
+run_stage() {
+    local name=$1
+    shift
+    local log="$OUT/$name.log" t0=$SECONDS
+    echo
+    echo "=== $name: $* ($(date -u +%H:%M:%S) UTC)" | tee "$log"
+    "$@" 2>&1 | tee -a "$log"
+    local rc=${PIPESTATUS[0]}
+    echo "=== $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$log"
+    NAMES+=("$name")
+    CODES+=("$rc")
+    SECS+=("$((SECONDS - t0))")
+}
+
+stage_info() {
+    nvidia-smi -L || return 1
+    nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+    nvidia-smi | sed -n 's/.*\(Driver Version:.*CUDA Version: *[0-9.]*\).*/\1/p'
+    if command -v nvcc >/dev/null; then nvcc --version | tail -n 2; fi
+    cmake --version | head -n 1
+    python3 -c 'import torch, triton; print("torch", torch.__version__, "CUDA", torch.version.cuda, "| triton", triton.__version__)' ||
+        echo "(torch/triton not importable)"
+    echo "build: $BUILD ($(grep -m1 CMAKE_BUILD_TYPE: "$BUILD/CMakeCache.txt" 2>/dev/null))"
+    return 0
+}
+
+# ctest counts a skipped test as passed; on the GPU machine a skip means
+# the GPU was not usable, so it fails the stage.
+stage_test() {
+    local tmp="$OUT/.ctest.out" rc
+    timeout --kill-after=15 "$TEST_TIMEOUT" \
+        ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout "$TEST_TIMEOUT" 2>&1 | tee "$tmp"
+    rc=${PIPESTATUS[0]}
+    if grep -q "(Skipped)" "$tmp"; then
+        echo "gpu_round: GPU tests were SKIPPED (no usable GPU?): failing the stage"
+        [ "$rc" = 0 ] && rc=1
+    fi
+    if grep -q "No tests were found" "$tmp"; then
+        echo "gpu_round: no tests labelled gpu in $BUILD (configured without CUDA?)"
+        [ "$rc" = 0 ] && rc=1
+    fi
+    rm -f "$tmp"
+    return "$rc"
+}
+
+find_sanitizer() {
+    if command -v compute-sanitizer >/dev/null; then
+        command -v compute-sanitizer
+        return 0
+    fi
+    local d
+    for d in /usr/local/cuda/bin /usr/local/cuda-*/bin /opt/nvidia/*/compute-sanitizer; do
+        if [ -x "$d/compute-sanitizer" ]; then
+            echo "$d/compute-sanitizer"
+            return 0
+        fi
+    done
+    return 1
+}
+
+stage_memcheck() {
+    local san bin="$BUILD/tests/kernels/check_kernels_cuda"
+    if ! san=$(find_sanitizer); then
+        echo "SKIP: compute-sanitizer not found (PATH, /usr/local/cuda*/bin)"
+        return 0
+    fi
+    if [ ! -x "$bin" ]; then
+        echo "no test binary $bin"
+        return 1
+    fi
+    "$san" --version | head -n 2
+    # KVD_TEST_NO_GATE: streams are not held during launches, in case the
+    # tool serialises them; asynchrony is checked by the plain test stage.
+    local rc
+    KVD_TEST_QUICK=1 KVD_TEST_NO_GATE=1 timeout --kill-after=15 "$MEMCHECK_TIMEOUT" \
+        "$san" --tool memcheck --error-exitcode 86 --print-limit 100 "$bin"
+    rc=$?
+    case $rc in
+    77) echo "gpu_round: the test binary skipped itself (no usable GPU): failing the stage" ;;
+    86) echo "gpu_round: compute-sanitizer reported memory errors" ;;
+    esac
+    return "$rc"
+}
+
+stage_bench() {
+    local lib="$BUILD/kernels/libkvdock_kernels.so"
+    if [ ! -f "$lib" ]; then
+        echo "no library $lib"
+        return 1
+    fi
+    PYTHONUNBUFFERED=1 timeout --kill-after=15 "$BENCH_TIMEOUT" \
+        python3 tests/bench/bench_kernels.py --lib "$lib" --peer "$PEER"
+}
+
+for s in $STAGES; do
+    case "$s" in
+    info) run_stage info stage_info ;;
+    test) run_stage test stage_test ;;
+    memcheck) run_stage memcheck stage_memcheck ;;
+    bench) run_stage bench stage_bench ;;
+    *)
+        echo "gpu_round: unknown stage '$s' (info test memcheck bench)" >&2
+        NAMES+=("$s")
+        CODES+=(2)
+        SECS+=(0)
+        ;;
+    esac
+done
+
+echo
+echo "=== summary (logs in $OUT)" | tee "$OUT/summary.log"
+fail=0
+for i in "${!NAMES[@]}"; do
+    rc=${CODES[$i]}
+    what=ok
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+        what="TIMED OUT"
+    elif [ "$rc" != 0 ]; then
+        what=FAILED
+    elif grep -q '^SKIP:' "$OUT/${NAMES[$i]}.log" 2>/dev/null; then
+        what="skipped (see its log)"
+    fi
+    [ "$rc" != 0 ] && fail=1
+    printf '%-9s exit %-3s %5ss  %s\n' "${NAMES[$i]}" "$rc" "${SECS[$i]}" "$what" | tee -a "$OUT/summary.log"
+done
+exit $fail
