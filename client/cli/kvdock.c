@@ -1,0 +1,1043 @@
+/*
+ * kvdock: the admin CLI of kvdockd, on libkvdock.
+ *
+ *   kvdock [--socket PATH] [--json] COMMAND [ARGS]
+ *
+ * Human-readable tables by default, one JSON object with --json.  Exit
+ * status: 0 on success, 1 when the daemon (or the connection) reports an
+ * error, 2 on a usage error.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvdock/client.h"
+#include "kvdock/wire.h"
+
+#define EXIT_DAEMON 1
+#define EXIT_USAGE 2
+
+typedef struct opts {
+    const char *socket;
+    bool json;
+    bool help;
+    int argc; /* what is left: the command and its arguments */
+    char **argv;
+} opts_t;
+
+typedef int (*cmd_fn)(opts_t *o);
+
+typedef struct cmd {
+    const char *name;
+    const char *usage;
+    const char *help;
+    cmd_fn run;
+} cmd_t;
+
+static const cmd_t *find_cmd(const char *name);
+static void print_usage(FILE *f);
+
+/* ------------------------------------------------------------------------ */
+/* Errors and output helpers                                                 */
+
+static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    const cmd_t *c = cmd != NULL ? find_cmd(cmd) : NULL;
+
+    fputs("kvdock: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    if (c != NULL)
+        fprintf(stderr, "usage: kvdock %s\n", c->usage);
+    else
+        fprintf(stderr, "run 'kvdock --help' for the commands\n");
+    return EXIT_USAGE;
+}
+
+static int daemon_error(kvd_client_t *cli, kvd_status_t st, const char *what)
+{
+    const char *msg = kvd_client_last_error(cli);
+
+    fprintf(stderr, "kvdock: %s: %s: %s\n", what, kvd_err_name(st),
+            msg[0] != '\0' ? msg : kvd_strerror(st));
+    return EXIT_DAEMON;
+}
+
+static int connect_or_fail(const opts_t *o, kvd_client_t **cli)
+{
+    kvd_status_t st = kvd_client_create(o->socket, "kvdock-cli", cli);
+
+    if (st != KVD_OK) {
+        fprintf(stderr, "kvdock: %s: %s\n", kvd_err_name(st), kvd_client_last_error(NULL));
+        return EXIT_DAEMON;
+    }
+    return 0;
+}
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", stdout);
+        else if (c == '\t')
+            fputs("\\t", stdout);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static void human_bytes(char *buf, size_t cap, uint64_t b)
+{
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)b;
+    int u = 0;
+
+    while (v >= 1024.0 && u < 5) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%" PRIu64 " B", b);
+    else
+        snprintf(buf, cap, "%.1f %s", v, unit[u]);
+}
+
+static void human_duration_ms(char *buf, size_t cap, uint64_t ms)
+{
+    uint64_t s = ms / 1000;
+
+    if (s >= 86400)
+        snprintf(buf, cap, "%" PRIu64 "d %02" PRIu64 "h %02" PRIu64 "m", s / 86400,
+                 s % 86400 / 3600, s % 3600 / 60);
+    else if (s >= 3600)
+        snprintf(buf, cap, "%" PRIu64 "h %02" PRIu64 "m %02" PRIu64 "s", s / 3600, s % 3600 / 60,
+                 s % 60);
+    else if (s >= 60)
+        snprintf(buf, cap, "%" PRIu64 "m %02" PRIu64 "s", s / 60, s % 60);
+    else
+        snprintf(buf, cap, "%" PRIu64 ".%03" PRIu64 " s", s, ms % 1000);
+}
+
+/* A table of strings, printed with aligned columns. */
+#define TABLE_MAX_COLS 16
+#define CELL_MAX 96
+
+typedef struct table {
+    int ncols;
+    const char *head[TABLE_MAX_COLS];
+    bool right[TABLE_MAX_COLS];
+    char (*cells)[TABLE_MAX_COLS][CELL_MAX];
+    size_t nrows;
+    size_t cap;
+} table_t;
+
+static void table_init(table_t *t, const char *spec)
+{
+    /* spec: "NAME,>COUNT,..."; '>' marks a right-aligned column. */
+    static char buf[512];
+    char *save = NULL, *tok;
+
+    memset(t, 0, sizeof(*t));
+    snprintf(buf, sizeof(buf), "%s", spec);
+    for (tok = strtok_r(buf, ",", &save); tok != NULL && t->ncols < TABLE_MAX_COLS;
+         tok = strtok_r(NULL, ",", &save)) {
+        t->right[t->ncols] = tok[0] == '>';
+        t->head[t->ncols++] = tok[0] == '>' ? tok + 1 : tok;
+    }
+}
+
+static void table_row(table_t *t, ...)
+{
+    va_list ap;
+
+    if (t->nrows == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 16;
+        void *n = realloc(t->cells, cap * sizeof(*t->cells));
+
+        if (n == NULL) {
+            fprintf(stderr, "kvdock: out of memory\n");
+            exit(EXIT_DAEMON);
+        }
+        t->cells = n;
+        t->cap = cap;
+    }
+    va_start(ap, t);
+    for (int c = 0; c < t->ncols; c++) {
+        const char *s = va_arg(ap, const char *);
+
+        snprintf(t->cells[t->nrows][c], CELL_MAX, "%s", s != NULL ? s : "");
+    }
+    va_end(ap);
+    t->nrows++;
+}
+
+static void table_print(table_t *t)
+{
+    size_t w[TABLE_MAX_COLS];
+
+    for (int c = 0; c < t->ncols; c++) {
+        w[c] = strlen(t->head[c]);
+        for (size_t r = 0; r < t->nrows; r++)
+            if (strlen(t->cells[r][c]) > w[c])
+                w[c] = strlen(t->cells[r][c]);
+    }
+    for (int c = 0; c < t->ncols; c++)
+        printf(c + 1 < t->ncols || t->right[c] ? "%s%*s" : "%s%-*s", c ? "  " : "",
+               t->right[c] ? (int)w[c] : -(int)w[c], t->head[c]);
+    putchar('\n');
+    for (size_t r = 0; r < t->nrows; r++) {
+        for (int c = 0; c < t->ncols; c++) {
+            if (c + 1 == t->ncols && !t->right[c])
+                printf("%s%s", c ? "  " : "", t->cells[r][c]);
+            else
+                printf("%s%*s", c ? "  " : "", t->right[c] ? (int)w[c] : -(int)w[c],
+                       t->cells[r][c]);
+        }
+        putchar('\n');
+    }
+    free(t->cells);
+    t->cells = NULL;
+}
+
+/* Parse a count with an optional binary suffix (k, m, g, t). */
+static bool parse_u64(const char *s, uint64_t *out, bool suffix)
+{
+    char *end;
+    unsigned long long v;
+    uint64_t mul = 1;
+
+    if (s == NULL || s[0] == '\0' || s[0] == '-')
+        return false;
+    errno = 0;
+    v = strtoull(s, &end, 0);
+    if (errno != 0 || end == s)
+        return false;
+    if (suffix && *end != '\0') {
+        switch (*end) {
+        case 'k':
+        case 'K': mul = 1ull << 10; break;
+        case 'm':
+        case 'M': mul = 1ull << 20; break;
+        case 'g':
+        case 'G': mul = 1ull << 30; break;
+        case 't':
+        case 'T': mul = 1ull << 40; break;
+        default: return false;
+        }
+        end++;
+        if (*end == 'i' || *end == 'I')
+            end++;
+        if (*end == 'b' || *end == 'B')
+            end++;
+    }
+    if (*end != '\0' || (mul > 1 && v > UINT64_MAX / mul))
+        return false;
+    *out = (uint64_t)v * mul;
+    return true;
+}
+
+/* The value of option argv[*i] ("--x V" or "--x=V"); NULL if missing. */
+static const char *opt_value(opts_t *o, int *i, const char *name)
+{
+    const char *a = o->argv[*i];
+    size_t n = strlen(name);
+
+    if (strncmp(a, name, n) == 0 && a[n] == '=')
+        return a + n + 1;
+    if (*i + 1 >= o->argc)
+        return NULL;
+    (*i)++;
+    return o->argv[*i];
+}
+
+static bool opt_is(const char *a, const char *name)
+{
+    size_t n = strlen(name);
+
+    return strncmp(a, name, n) == 0 && (a[n] == '\0' || a[n] == '=');
+}
+
+/* ------------------------------------------------------------------------ */
+/* status                                                                    */
+
+#define MAX_CLIENTS_SHOWN 1024
+
+static int cmd_status(opts_t *o)
+{
+    kvd_client_t *cli = NULL;
+    kvd_daemon_status_t s;
+    kvd_client_entry_t *cl = NULL;
+    const kvd_hello_info_t *h;
+    kvd_status_t st;
+    int rc;
+
+    if (o->argc > 1)
+        return usage_error("status", "unexpected argument '%s'", o->argv[1]);
+    rc = connect_or_fail(o, &cli);
+    if (rc != 0)
+        return rc;
+    cl = calloc(MAX_CLIENTS_SHOWN, sizeof(*cl));
+    if (cl == NULL) {
+        kvd_client_destroy(&cli);
+        fprintf(stderr, "kvdock: out of memory\n");
+        return EXIT_DAEMON;
+    }
+    st = kvd_daemon_status(cli, &s, cl, MAX_CLIENTS_SHOWN);
+    if (st != KVD_OK) {
+        rc = daemon_error(cli, st, "status");
+        goto out;
+    }
+    h = kvd_client_info(cli);
+    size_t shown = s.num_clients < MAX_CLIENTS_SHOWN ? s.num_clients : MAX_CLIENTS_SHOWN;
+
+    if (o->json) {
+        printf("{\"daemon_version\":");
+        json_str(s.daemon_version);
+        printf(",\"protocol_version\":%u,\"backend\":", h->protocol_version);
+        json_str(kvd_backend_name(s.backend));
+        printf(",\"device_name\":");
+        json_str(s.device_name);
+        printf(",\"device_ordinal\":%d,\"daemon_pid\":%u,\"socket_path\":", h->device_ordinal,
+               h->daemon_pid);
+        json_str(s.socket_path[0] ? s.socket_path : kvd_client_socket_path(cli));
+        printf(",\"uptime_ms\":%" PRIu64 ",\"clients\":%u,\"pools\":%u,\"pool_bytes\":%" PRIu64
+               ",\"buffers\":%u,\"events\":%u,\"inflight\":%u,\"shutting_down\":%s",
+               s.uptime_ms, s.clients, s.pools, s.pool_bytes, s.buffers, s.events, s.inflight,
+               s.shutting_down ? "true" : "false");
+        printf(",\"limits\":{\"max_frame_bytes\":%" PRIu64 ",\"max_inflight\":%u,\"max_pools\":%u,"
+               "\"max_pool_bytes\":%" PRIu64 ",\"max_total_pool_bytes\":%" PRIu64
+               ",\"max_inline_bytes\":%u}",
+               h->limits.max_frame_bytes, h->limits.max_inflight, h->limits.max_pools,
+               h->limits.max_pool_bytes, h->limits.max_total_pool_bytes,
+               h->limits.max_inline_bytes);
+        printf(",\"client_list\":[");
+        for (size_t i = 0; i < shown; i++) {
+            printf("%s{\"id\":%" PRIu64 ",\"name\":", i ? "," : "", cl[i].id);
+            json_str(cl[i].name);
+            printf(",\"pid\":%u,\"uid\":%u,\"inflight\":%u,\"pools\":%u,\"requests\":%" PRIu64 "}",
+                   cl[i].pid, cl[i].uid, cl[i].inflight, cl[i].pools, cl[i].requests);
+        }
+        printf("]}\n");
+    } else {
+        char up[64], pb[64], lim[64], num[64];
+        table_t t;
+
+        human_duration_ms(up, sizeof(up), s.uptime_ms);
+        human_bytes(pb, sizeof(pb), s.pool_bytes);
+        human_bytes(lim, sizeof(lim), h->limits.max_frame_bytes);
+        printf("kvdockd %s  pid %u  backend %s  device %s%s\n", s.daemon_version, h->daemon_pid,
+               kvd_backend_name(s.backend), s.device_name,
+               s.shutting_down ? "  (shutting down)" : "");
+        printf("  socket      %s\n",
+               s.socket_path[0] ? s.socket_path : kvd_client_socket_path(cli));
+        printf("  uptime      %s\n", up);
+        printf("  clients     %u\n", s.clients);
+        printf("  pools       %u (%s)\n", s.pools, pb);
+        printf("  buffers     %u\n", s.buffers);
+        printf("  events      %u\n", s.events);
+        printf("  in flight   %u\n", s.inflight);
+        printf("  max frame   %s, %u in flight per client\n", lim, h->limits.max_inflight);
+        if (shown > 0) {
+            putchar('\n');
+            table_init(&t, ">ID,NAME,>PID,>UID,>INFLIGHT,>POOLS,>REQUESTS");
+            for (size_t i = 0; i < shown; i++) {
+                char id[24], pid[16], uid[16], inf[16], pools[16];
+
+                snprintf(id, sizeof(id), "%" PRIu64, cl[i].id);
+                snprintf(pid, sizeof(pid), "%u", cl[i].pid);
+                snprintf(uid, sizeof(uid), "%u", cl[i].uid);
+                snprintf(inf, sizeof(inf), "%u", cl[i].inflight);
+                snprintf(pools, sizeof(pools), "%u", cl[i].pools);
+                snprintf(num, sizeof(num), "%" PRIu64, cl[i].requests);
+                table_row(&t, id, cl[i].name, pid, uid, inf, pools, num);
+            }
+            table_print(&t);
+        }
+    }
+    rc = 0;
+out:
+    free(cl);
+    kvd_client_destroy(&cli);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* pools, pool create, pool drop                                             */
+
+static void pool_json(const kvd_pool_info_t *p)
+{
+    printf("{\"id\":%" PRIu64 ",\"name\":", p->id);
+    json_str(p->name);
+    printf(",\"kind\":");
+    json_str(kvd_mem_kind_name(p->kind));
+    printf(",\"num_layers\":%u,\"num_slots\":%" PRIu64 ",\"slot_bytes\":%" PRIu64
+           ",\"mla\":%s,\"page_size\":%u,\"shared\":%s,\"imported\":%s,\"bytes\":%" PRIu64
+           ",\"layer_stride\":%" PRIu64 ",\"v_offset\":%" PRIu64 ",\"slot_stride\":%" PRIu64
+           ",\"owner\":%" PRIu64 "}",
+           p->num_layers, p->num_slots, p->slot_bytes, p->mla ? "true" : "false", p->page_size,
+           p->shared ? "true" : "false", p->imported ? "true" : "false", p->bytes, p->layer_stride,
+           p->v_offset, p->slot_stride, p->owner);
+}
+
+static void pools_table(const kvd_pool_info_t *p, size_t n)
+{
+    table_t t;
+
+    table_init(&t, ">ID,NAME,KIND,>LAYERS,>SLOTS,>SLOT_BYTES,LAYOUT,>PAGE,>BYTES,>OWNER,FLAGS");
+    for (size_t i = 0; i < n; i++) {
+        char id[24], layers[16], slots[24], sb[24], page[16], bytes[32], owner[24], flags[32];
+
+        snprintf(id, sizeof(id), "%" PRIu64, p[i].id);
+        snprintf(layers, sizeof(layers), "%u", p[i].num_layers);
+        snprintf(slots, sizeof(slots), "%" PRIu64, p[i].num_slots);
+        snprintf(sb, sizeof(sb), "%" PRIu64, p[i].slot_bytes);
+        snprintf(page, sizeof(page), "%u", p[i].page_size > 1 ? p[i].page_size : 1);
+        human_bytes(bytes, sizeof(bytes), p[i].bytes);
+        snprintf(owner, sizeof(owner), "%" PRIu64, p[i].owner);
+        snprintf(flags, sizeof(flags), "%s%s%s", p[i].shared ? "shared" : "",
+                 p[i].shared && p[i].imported ? "," : "", p[i].imported ? "imported" : "");
+        table_row(&t, id, p[i].name, kvd_mem_kind_name(p[i].kind), layers, slots, sb,
+                  p[i].mla ? "mla" : "mha", page, bytes, owner, flags[0] ? flags : "-");
+    }
+    table_print(&t);
+}
+
+static int cmd_pools(opts_t *o)
+{
+    kvd_client_t *cli = NULL;
+    kvd_pool_info_t *pools = NULL;
+    size_t cap = 64, n = 0;
+    kvd_status_t st;
+    int rc;
+
+    if (o->argc > 1)
+        return usage_error("pools", "unexpected argument '%s'", o->argv[1]);
+    rc = connect_or_fail(o, &cli);
+    if (rc != 0)
+        return rc;
+    for (;;) {
+        pools = calloc(cap, sizeof(*pools));
+        if (pools == NULL) {
+            fprintf(stderr, "kvdock: out of memory\n");
+            rc = EXIT_DAEMON;
+            goto out;
+        }
+        st = kvd_pool_list(cli, pools, cap, &n);
+        if (st != KVD_OK) {
+            rc = daemon_error(cli, st, "pools");
+            goto out;
+        }
+        if (n <= cap)
+            break;
+        free(pools);
+        cap = n;
+    }
+    if (o->json) {
+        printf("{\"pools\":[");
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                putchar(',');
+            pool_json(&pools[i]);
+        }
+        printf("]}\n");
+    } else if (n == 0) {
+        printf("no pools\n");
+    } else {
+        pools_table(pools, n);
+    }
+    rc = 0;
+out:
+    free(pools);
+    kvd_client_destroy(&cli);
+    return rc;
+}
+
+static int cmd_pool_create(opts_t *o)
+{
+    kvd_client_t *cli = NULL;
+    kvd_pool_spec_t spec;
+    kvd_pool_info_t info;
+    bool have_layers = false, have_slots = false, have_sb = false;
+    kvd_status_t st;
+    uint64_t v;
+    int rc;
+
+    memset(&spec, 0, sizeof(spec));
+    spec.kind = KVD_MEM_HOST;
+    for (int i = 2; i < o->argc; i++) {
+        const char *a = o->argv[i];
+        const char *val;
+
+        if (opt_is(a, "--kind")) {
+            if ((val = opt_value(o, &i, "--kind")) == NULL)
+                return usage_error("pool create", "--kind needs a value");
+            if (strcmp(val, "host") == 0)
+                spec.kind = KVD_MEM_HOST;
+            else if (strcmp(val, "device") == 0)
+                spec.kind = KVD_MEM_DEVICE;
+            else if (strcmp(val, "device-vmm") == 0 || strcmp(val, "vmm") == 0)
+                spec.kind = KVD_MEM_DEVICE_VMM;
+            else
+                return usage_error("pool create",
+                                   "--kind must be host, device or device-vmm, not '%s'", val);
+        } else if (opt_is(a, "--layers")) {
+            if ((val = opt_value(o, &i, "--layers")) == NULL || !parse_u64(val, &v, false) ||
+                v == 0 || v > UINT32_MAX)
+                return usage_error("pool create", "--layers needs a count from 1 to %u",
+                                   UINT32_MAX);
+            spec.num_layers = (uint32_t)v;
+            have_layers = true;
+        } else if (opt_is(a, "--slots")) {
+            if ((val = opt_value(o, &i, "--slots")) == NULL || !parse_u64(val, &v, true) || v == 0)
+                return usage_error("pool create", "--slots needs a positive count");
+            spec.num_slots = v;
+            have_slots = true;
+        } else if (opt_is(a, "--slot-bytes")) {
+            if ((val = opt_value(o, &i, "--slot-bytes")) == NULL || !parse_u64(val, &v, true) ||
+                v == 0)
+                return usage_error("pool create", "--slot-bytes needs a positive size");
+            spec.slot_bytes = v;
+            have_sb = true;
+        } else if (opt_is(a, "--page-size")) {
+            if ((val = opt_value(o, &i, "--page-size")) == NULL || !parse_u64(val, &v, false) ||
+                v > UINT32_MAX)
+                return usage_error("pool create", "--page-size needs a count");
+            spec.page_size = (uint32_t)v;
+        } else if (strcmp(a, "--mla") == 0) {
+            spec.mla = true;
+        } else if (strcmp(a, "--shared") == 0) {
+            spec.shared = true;
+        } else if (a[0] == '-') {
+            return usage_error("pool create", "unknown option '%s'", a);
+        } else if (spec.name == NULL) {
+            spec.name = a;
+        } else {
+            return usage_error("pool create", "unexpected argument '%s'", a);
+        }
+    }
+    if (spec.name == NULL)
+        return usage_error("pool create", "a pool NAME is needed");
+    if (!have_layers || !have_slots || !have_sb)
+        return usage_error("pool create", "--layers, --slots and --slot-bytes are required");
+
+    rc = connect_or_fail(o, &cli);
+    if (rc != 0)
+        return rc;
+    st = kvd_pool_create(cli, &spec, &info);
+    if (st != KVD_OK) {
+        rc = daemon_error(cli, st, "pool create");
+        kvd_client_destroy(&cli);
+        return rc;
+    }
+    if (o->json) {
+        printf("{\"pool\":");
+        pool_json(&info);
+        printf("}\n");
+    } else {
+        char b[32];
+
+        human_bytes(b, sizeof(b), info.bytes);
+        printf("created pool %s (id %" PRIu64 "): %s, %u layers x %" PRIu64 " slots x %" PRIu64
+               " bytes, %s, %s\n",
+               info.name, info.id, kvd_mem_kind_name(info.kind), info.num_layers, info.num_slots,
+               info.slot_bytes, info.mla ? "mla" : "mha", b);
+    }
+    if (!spec.shared)
+        fprintf(stderr,
+                "kvdock: note: pool %s is private to this kvdock connection and is "
+                "dropped when kvdock exits; --shared makes a pool other clients "
+                "can use\n",
+                info.name);
+    kvd_client_destroy(&cli);
+    return 0;
+}
+
+static int cmd_pool_drop(opts_t *o)
+{
+    kvd_client_t *cli = NULL;
+    const char *name = NULL;
+    uint64_t id = 0;
+    kvd_status_t st;
+    int rc;
+
+    for (int i = 2; i < o->argc; i++) {
+        const char *a = o->argv[i];
+
+        if (opt_is(a, "--id")) {
+            const char *val = opt_value(o, &i, "--id");
+
+            if (val == NULL || !parse_u64(val, &id, false) || id == 0)
+                return usage_error("pool drop", "--id needs a pool id");
+        } else if (a[0] == '-') {
+            return usage_error("pool drop", "unknown option '%s'", a);
+        } else if (name == NULL) {
+            name = a;
+        } else {
+            return usage_error("pool drop", "unexpected argument '%s'", a);
+        }
+    }
+    if (name == NULL && id == 0)
+        return usage_error("pool drop", "a pool NAME (or --id ID) is needed");
+    rc = connect_or_fail(o, &cli);
+    if (rc != 0)
+        return rc;
+    st = kvd_pool_drop(cli, id, name);
+    if (st != KVD_OK) {
+        rc = daemon_error(cli, st, "pool drop");
+        kvd_client_destroy(&cli);
+        return rc;
+    }
+    if (o->json) {
+        printf("{\"dropped\":");
+        if (name != NULL)
+            json_str(name);
+        else
+            printf("%" PRIu64, id);
+        printf("}\n");
+    } else if (name != NULL) {
+        printf("dropped pool %s\n", name);
+    } else {
+        printf("dropped pool %" PRIu64 "\n", id);
+    }
+    kvd_client_destroy(&cli);
+    return 0;
+}
+
+static int cmd_pool(opts_t *o)
+{
+    if (o->argc < 2)
+        return usage_error("pool", "a subcommand is needed: create or drop");
+    if (strcmp(o->argv[1], "create") == 0)
+        return cmd_pool_create(o);
+    if (strcmp(o->argv[1], "drop") == 0)
+        return cmd_pool_drop(o);
+    return usage_error("pool", "unknown subcommand '%s' (create or drop)", o->argv[1]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* stats                                                                     */
+
+/* Upper bound (us) of the bucket holding quantile q; < 0 past the last. */
+static double hist_quantile(const kvd_op_stats_t *s, double q)
+{
+    uint64_t total = 0, acc = 0;
+
+    for (uint32_t i = 0; i <= s->num_bounds; i++)
+        total += s->counts[i];
+    if (total == 0)
+        return 0;
+    for (uint32_t i = 0; i <= s->num_bounds; i++) {
+        acc += s->counts[i];
+        if ((double)acc >= q * (double)total)
+            return i < s->num_bounds ? s->bounds_us[i] : -1;
+    }
+    return -1;
+}
+
+static void fmt_quantile(char *buf, size_t cap, const kvd_op_stats_t *s, double q)
+{
+    double v = hist_quantile(s, q);
+
+    if (s->requests == 0)
+        snprintf(buf, cap, "-");
+    else if (v < 0)
+        snprintf(buf, cap, ">%.0f", s->num_bounds ? s->bounds_us[s->num_bounds - 1] : 0.0);
+    else
+        snprintf(buf, cap, v >= 10 ? "<=%.0f" : "<=%g", v);
+}
+
+#define MAX_OPS 64
+#define MAX_STREAMS 16
+
+static int cmd_stats(opts_t *o)
+{
+    kvd_client_t *cli = NULL;
+    kvd_daemon_stats_t s;
+    kvd_op_stats_t *ops = NULL;
+    kvd_stream_stats_t streams[MAX_STREAMS];
+    kvd_status_t st;
+    size_t nops, nstreams;
+    int rc;
+
+    if (o->argc > 1)
+        return usage_error("stats", "unexpected argument '%s'", o->argv[1]);
+    ops = calloc(MAX_OPS, sizeof(*ops));
+    if (ops == NULL) {
+        fprintf(stderr, "kvdock: out of memory\n");
+        return EXIT_DAEMON;
+    }
+    rc = connect_or_fail(o, &cli);
+    if (rc != 0) {
+        free(ops);
+        return rc;
+    }
+    st = kvd_daemon_stats(cli, &s, ops, MAX_OPS, streams, MAX_STREAMS);
+    if (st != KVD_OK) {
+        rc = daemon_error(cli, st, "stats");
+        goto out;
+    }
+    nops = s.num_ops < MAX_OPS ? s.num_ops : MAX_OPS;
+    nstreams = s.num_streams < MAX_STREAMS ? s.num_streams : MAX_STREAMS;
+    if (o->json) {
+        printf("{\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"connections\":%" PRIu64
+               ",\"ops\":[",
+               s.bytes_in, s.bytes_out, s.connections);
+        for (size_t i = 0; i < nops; i++) {
+            const kvd_op_stats_t *p = &ops[i];
+
+            printf("%s{\"op\":", i ? "," : "");
+            json_str(p->op);
+            printf(",\"requests\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"bytes\":%" PRIu64
+                   ",\"sum_us\":%.3f,\"bounds_us\":[",
+                   p->requests, p->errors, p->bytes, p->sum_us);
+            for (uint32_t b = 0; b < p->num_bounds; b++)
+                printf("%s%g", b ? "," : "", p->bounds_us[b]);
+            printf("],\"counts\":[");
+            for (uint32_t b = 0; b <= p->num_bounds; b++)
+                printf("%s%" PRIu64, b ? "," : "", p->counts[b]);
+            printf("]}");
+        }
+        printf("],\"streams\":[");
+        for (size_t i = 0; i < nstreams; i++) {
+            const kvd_stream_stats_t *p = &streams[i];
+
+            printf("%s{\"name\":", i ? "," : "");
+            json_str(p->name);
+            printf(",\"priority\":%d,\"max_blocks\":%u,\"launches\":%" PRIu64 ",\"bytes\":%" PRIu64
+                   ",\"busy_ns\":%" PRIu64 ",\"queue_depth\":%u}",
+                   p->priority, p->max_blocks, p->launches, p->bytes, p->busy_ns, p->queue_depth);
+        }
+        printf("]}\n");
+    } else {
+        char in[32], out_b[32];
+        table_t t;
+
+        human_bytes(in, sizeof(in), s.bytes_in);
+        human_bytes(out_b, sizeof(out_b), s.bytes_out);
+        printf("connections %" PRIu64 "  socket in %s  out %s\n\n", s.connections, in, out_b);
+        table_init(&t, "OP,>REQUESTS,>ERRORS,>BYTES,>MEAN_US,>P50_US,>P99_US");
+        for (size_t i = 0; i < nops; i++) {
+            const kvd_op_stats_t *p = &ops[i];
+            char req[24], err[24], b[32], mean[32], p50[32], p99[32];
+
+            snprintf(req, sizeof(req), "%" PRIu64, p->requests);
+            snprintf(err, sizeof(err), "%" PRIu64, p->errors);
+            human_bytes(b, sizeof(b), p->bytes);
+            if (p->requests > 0)
+                snprintf(mean, sizeof(mean), "%.1f", p->sum_us / (double)p->requests);
+            else
+                snprintf(mean, sizeof(mean), "-");
+            fmt_quantile(p50, sizeof(p50), p, 0.50);
+            fmt_quantile(p99, sizeof(p99), p, 0.99);
+            table_row(&t, p->op, req, err, b, mean, p50, p99);
+        }
+        table_print(&t);
+        if (nstreams > 0) {
+            putchar('\n');
+            table_init(&t, "STREAM,>PRIORITY,>MAX_BLOCKS,>LAUNCHES,>BYTES,>BUSY_MS,>QUEUED");
+            for (size_t i = 0; i < nstreams; i++) {
+                const kvd_stream_stats_t *p = &streams[i];
+                char pr[16], mb[16], la[24], b[32], busy[32], q[16];
+
+                snprintf(pr, sizeof(pr), "%d", p->priority);
+                if (p->max_blocks)
+                    snprintf(mb, sizeof(mb), "%u", p->max_blocks);
+                else
+                    snprintf(mb, sizeof(mb), "-");
+                snprintf(la, sizeof(la), "%" PRIu64, p->launches);
+                human_bytes(b, sizeof(b), p->bytes);
+                snprintf(busy, sizeof(busy), "%.1f", (double)p->busy_ns / 1e6);
+                snprintf(q, sizeof(q), "%u", p->queue_depth);
+                table_row(&t, p->name, pr, mb, la, b, busy, q);
+            }
+            table_print(&t);
+        }
+    }
+    rc = 0;
+out:
+    free(ops);
+    kvd_client_destroy(&cli);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* ping                                                                      */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+static double now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmd_ping(opts_t *o)
+{
+    kvd_client_t *cli = NULL;
+    uint64_t count = 1, size = 0;
+    uint8_t *payload = NULL;
+    double *rtt = NULL, sum = 0;
+    kvd_status_t st;
+    int rc;
+
+    for (int i = 1; i < o->argc; i++) {
+        const char *a = o->argv[i];
+        const char *val;
+
+        if (opt_is(a, "--count") || strcmp(a, "-c") == 0) {
+            val = opt_value(o, &i, strcmp(a, "-c") == 0 ? "-c" : "--count");
+            if (val == NULL || !parse_u64(val, &count, true) || count == 0 || count > 100000000)
+                return usage_error("ping", "--count needs a count from 1 to 100000000");
+        } else if (opt_is(a, "--size")) {
+            val = opt_value(o, &i, "--size");
+            if (val == NULL || !parse_u64(val, &size, true) || size > (64u << 20))
+                return usage_error("ping", "--size needs a payload size up to 64 MiB");
+        } else {
+            return usage_error("ping", "unexpected argument '%s'", a);
+        }
+    }
+    rtt = calloc((size_t)count, sizeof(*rtt));
+    payload = size ? malloc((size_t)size) : NULL;
+    if (rtt == NULL || (size && payload == NULL)) {
+        free(rtt);
+        free(payload);
+        fprintf(stderr, "kvdock: out of memory\n");
+        return EXIT_DAEMON;
+    }
+    for (uint64_t i = 0; i < size; i++)
+        payload[i] = (uint8_t)(i * 131u + 7u);
+    rc = connect_or_fail(o, &cli);
+    if (rc != 0)
+        goto out;
+    if (!o->json)
+        printf("PING kvdockd %s (pid %u): %" PRIu64 " bytes of payload\n",
+               kvd_client_socket_path(cli), kvd_client_info(cli)->daemon_pid, size);
+    for (uint64_t i = 0; i < count; i++) {
+        double t0 = now_us();
+
+        st = kvd_ping(cli, payload, (size_t)size);
+        rtt[i] = now_us() - t0;
+        if (st != KVD_OK) {
+            rc = daemon_error(cli, st, "ping");
+            goto out;
+        }
+        sum += rtt[i];
+        if (!o->json && count <= 100)
+            printf("reply from kvdockd: seq=%" PRIu64 " time=%.1f us\n", i + 1, rtt[i]);
+    }
+    {
+        double *sorted = malloc((size_t)count * sizeof(*sorted));
+        double mn, mx, p50, p99;
+
+        if (sorted == NULL) {
+            fprintf(stderr, "kvdock: out of memory\n");
+            rc = EXIT_DAEMON;
+            goto out;
+        }
+        memcpy(sorted, rtt, (size_t)count * sizeof(*sorted));
+        qsort(sorted, (size_t)count, sizeof(*sorted), cmp_double);
+        mn = sorted[0];
+        mx = sorted[count - 1];
+        p50 = sorted[(count - 1) / 2];
+        p99 = sorted[(size_t)((double)(count - 1) * 0.99)];
+        free(sorted);
+        if (o->json) {
+            printf("{\"count\":%" PRIu64 ",\"payload_bytes\":%" PRIu64
+                   ",\"min_us\":%.3f,\"avg_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,"
+                   "\"max_us\":%.3f,\"rtt_us\":[",
+                   count, size, mn, sum / (double)count, p50, p99, mx);
+            for (uint64_t i = 0; i < count && i < 10000; i++)
+                printf("%s%.3f", i ? "," : "", rtt[i]);
+            printf("]}\n");
+        } else {
+            printf("--- %" PRIu64 " pings: rtt min/avg/p50/p99/max = %.1f/%.1f/%.1f/%.1f/%.1f us\n",
+                   count, mn, sum / (double)count, p50, p99, mx);
+        }
+    }
+    rc = 0;
+out:
+    free(rtt);
+    free(payload);
+    kvd_client_destroy(&cli);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* shutdown                                                                  */
+
+static int cmd_shutdown(opts_t *o)
+{
+    kvd_client_t *cli = NULL;
+    bool drain = true;
+    kvd_status_t st;
+    int rc;
+
+    for (int i = 1; i < o->argc; i++) {
+        if (strcmp(o->argv[i], "--no-drain") == 0)
+            drain = false;
+        else
+            return usage_error("shutdown", "unexpected argument '%s'", o->argv[i]);
+    }
+    rc = connect_or_fail(o, &cli);
+    if (rc != 0)
+        return rc;
+    st = kvd_daemon_shutdown(cli, drain);
+    if (st != KVD_OK) {
+        rc = daemon_error(cli, st, "shutdown");
+        kvd_client_destroy(&cli);
+        return rc;
+    }
+    if (o->json)
+        printf("{\"shutdown\":true,\"drain\":%s}\n", drain ? "true" : "false");
+    else
+        printf("kvdockd is shutting down%s\n", drain ? " (draining in-flight work)" : "");
+    kvd_client_destroy(&cli);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Command table and main                                                    */
+
+static const cmd_t cmds[] = {
+    {"status", "status [--json]", "Show the daemon: version, backend, device, limits, clients.",
+     cmd_status},
+    {"pools", "pools [--json]", "List the pools this client may see.", cmd_pools},
+    {"pool",
+     "pool create NAME --kind host|device|device-vmm --layers N --slots N --slot-bytes N "
+     "[--mla] [--page-size N] [--shared] [--json]\n"
+     "       kvdock pool drop NAME|--id ID [--json]",
+     "Create or drop a pool.  Sizes take k, m, g suffixes (binary).", cmd_pool},
+    {"stats", "stats [--json]", "Show per-operation counters and latencies, and per-stream load.",
+     cmd_stats},
+    {"ping", "ping [--count N] [--size BYTES] [--json]",
+     "Round-trip a ping through the daemon and print the times.", cmd_ping},
+    {"shutdown", "shutdown [--no-drain] [--json]",
+     "Ask the daemon to exit, finishing in-flight work first (admin only).", cmd_shutdown},
+};
+
+static const cmd_t *find_cmd(const char *name)
+{
+    char first[32];
+    size_t n = strcspn(name, " ");
+
+    if (n >= sizeof(first))
+        return NULL;
+    memcpy(first, name, n);
+    first[n] = '\0';
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+        if (strcmp(cmds[i].name, first) == 0)
+            return &cmds[i];
+    return NULL;
+}
+
+static void print_usage(FILE *f)
+{
+    char path[256];
+
+    if (kvd_default_socket_path(path, sizeof(path)) != KVD_OK)
+        snprintf(path, sizeof(path), "(too long)");
+    fprintf(f, "usage: kvdock [--socket PATH] [--json] COMMAND [ARGS]\n\n"
+               "Admin CLI of kvdockd, the KV-cache daemon.\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+        fprintf(f, "  %-9s %s\n", cmds[i].name, cmds[i].help);
+    fprintf(f,
+            "\noptions:\n"
+            "  --socket PATH  daemon socket (default %s:\n"
+            "                 $KVDOCK_SOCKET, else $XDG_RUNTIME_DIR/kvdock/kvdockd.sock,\n"
+            "                 else /tmp/kvdock-<uid>/kvdockd.sock)\n"
+            "  --json         print one JSON object instead of tables\n"
+            "  --help         this help; 'kvdock COMMAND --help' for a command\n\n"
+            "exit status: 0 ok, 1 daemon or connection error, 2 usage error\n",
+            path);
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o;
+    char **rest;
+    int n = 0;
+    const cmd_t *c;
+
+    memset(&o, 0, sizeof(o));
+    rest = calloc((size_t)argc + 1, sizeof(*rest));
+    if (rest == NULL)
+        return EXIT_DAEMON;
+    /* Global options may come anywhere; the rest is the command line. */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+
+        if (strcmp(a, "--json") == 0) {
+            o.json = true;
+        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            o.help = true;
+        } else if (strcmp(a, "--socket") == 0 || strcmp(a, "-s") == 0) {
+            if (i + 1 >= argc) {
+                free(rest);
+                return usage_error(NULL, "%s needs a PATH", a);
+            }
+            o.socket = argv[++i];
+        } else if (strncmp(a, "--socket=", 9) == 0) {
+            o.socket = a + 9;
+        } else {
+            rest[n++] = argv[i];
+        }
+    }
+    o.argc = n;
+    o.argv = rest;
+    if (n == 0) {
+        print_usage(o.help ? stdout : stderr);
+        free(rest);
+        return o.help ? 0 : EXIT_USAGE;
+    }
+    c = find_cmd(rest[0]);
+    if (c == NULL) {
+        int rc = usage_error(NULL, "unknown command '%s'", rest[0]);
+
+        free(rest);
+        return rc;
+    }
+    if (o.help) {
+        printf("usage: kvdock %s\n\n%s\n", c->usage, c->help);
+        if (c->run == cmd_pool)
+            printf("\npool create options:\n"
+                   "  --kind K         host (default), device or device-vmm\n"
+                   "  --layers N       layers, >= 1\n"
+                   "  --slots N        slots per layer\n"
+                   "  --slot-bytes N   bytes per slot row\n"
+                   "  --mla            one latent buffer per layer instead of K and V\n"
+                   "  --page-size N    slots per page (0 or 1: unpaged)\n"
+                   "  --shared         other clients may use it\n");
+        free(rest);
+        return 0;
+    }
+    {
+        int rc = c->run(&o);
+
+        free(rest);
+        return rc;
+    }
+}

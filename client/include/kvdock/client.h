@@ -1,0 +1,543 @@
+/*
+ * libkvdock: the C client of kvdockd.
+ *
+ * Plain C on purpose (opaque handle, structs of plain fields, no protobuf
+ * types): C programs, the admin CLI and Python's ctypes all call it.
+ *
+ * Calls
+ * - Every call returns a kvd_status_t: KVD_OK, the daemon's status code for
+ *   the request, or a local code (KVD_EINVAL for bad arguments, KVD_ECONN
+ *   when the connection is lost, ...).  kvd_client_last_error() then says
+ *   what exactly went wrong: the daemon's message, or a local one.
+ * - Every operation exists twice: kvd_X() sends the request and blocks
+ *   until its reply; kvd_X_submit() sends it and returns at once with a
+ *   request id, and kvd_client_wait() collects the reply later.  Several
+ *   requests may be in flight; replies that arrive for other ids are kept
+ *   until they are asked for, in any order.  The output pointers given to
+ *   a _submit call must stay valid until its kvd_client_wait() returns;
+ *   they are written only by that wait.  Input arrays are copied at submit.
+ * - A client may be shared by threads: sending and receiving are
+ *   serialised inside.  kvd_client_last_error() is per thread.
+ * - When the connection is lost, every call returns KVD_ECONN; replies that
+ *   had already arrived can still be collected.  Reconnect by destroying
+ *   the client and creating a new one.
+ *
+ * Memory
+ * - A pool export or a buffer registration maps the shared memory into
+ *   the calling process: host memory (MEM_HOST) through mmap of the memfd
+ *   passed over the socket; device memory (MEM_DEVICE) through
+ *   cudaIpcOpenMemHandle; VMM device memory (MEM_DEVICE_VMM) through the
+ *   CUDA virtual memory API.  Device mappings need a library built with
+ *   CUDA (kvd_client_has_cuda()); otherwise they are KVD_ENOTSUP.
+ * - The caller's own memory becomes a pool with kvd_pool_import(), its
+ *   regions described with the kvd_import_region_from_*() helpers.
+ */
+#ifndef KVDOCK_CLIENT_H
+#define KVDOCK_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvdock/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVD_CLIENT_ABI_VERSION 1
+
+#define KVD_NAME_MAX 64         /* pool, client and device names, with NUL */
+#define KVD_IPC_HANDLE_BYTES 64 /* cudaIpcMemHandle_t / cudaIpcEventHandle_t */
+#define KVD_HIST_MAX 64         /* latency histogram bounds kept per op */
+
+/* Where memory lives (the proto's MemKind). */
+typedef enum kvd_mem_kind {
+    KVD_MEM_UNSPECIFIED = 0,
+    KVD_MEM_HOST = 1,       /* memfd pages */
+    KVD_MEM_DEVICE = 2,     /* cudaMalloc, legacy CUDA IPC handle */
+    KVD_MEM_DEVICE_VMM = 3, /* cuMemCreate, POSIX file descriptor */
+} kvd_mem_kind_t;
+
+/* The daemon's backend (the proto's Backend). */
+typedef enum kvd_backend {
+    KVD_BACKEND_UNSPECIFIED = 0,
+    KVD_BACKEND_CPU = 1,
+    KVD_BACKEND_CUDA = 2,
+} kvd_backend_t;
+
+/* Stream classes (the proto's StreamClass). */
+typedef enum kvd_stream_class {
+    KVD_STREAM_DEFAULT = 0,
+    KVD_STREAM_RELOAD = 1,
+    KVD_STREAM_WRITE = 2,
+    KVD_STREAM_OFFLOAD = 3,
+    KVD_STREAM_D2D = 4,
+} kvd_stream_class_t;
+
+/* FP8 set scaling (the proto's ScaleMode). */
+typedef enum kvd_fp8_scale {
+    KVD_FP8_SCALE_NONE = 0,
+    KVD_FP8_SCALE_TENSOR = 1,   /* k_scale, v_scale */
+    KVD_FP8_SCALE_PER_HEAD = 2, /* k_head_scales, v_head_scales */
+} kvd_fp8_scale_t;
+
+/* Element types: the numbers of kvd_dtype_t in kvdock/kernels.h and of the
+ * proto's DType (KVD_DTYPE_I32 = 1, KVD_DTYPE_I64 = 2, ...). */
+
+/* "host", "device", "device-vmm"; "unknown" otherwise. */
+const char *kvd_mem_kind_name(int kind);
+/* "cpu", "cuda"; "unknown" otherwise. */
+const char *kvd_backend_name(int backend);
+/* True when this library was built with CUDA (device mappings work). */
+bool kvd_client_has_cuda(void);
+
+/* ------------------------------------------------------------------------ */
+/* Connection                                                                */
+
+typedef struct kvd_client kvd_client_t;
+
+typedef struct kvd_limits {
+    uint64_t max_frame_bytes;
+    uint32_t max_inflight;
+    uint32_t max_pools;
+    uint64_t max_pool_bytes;
+    uint64_t max_total_pool_bytes;
+    uint32_t max_inline_bytes;
+} kvd_limits_t;
+
+/* What the daemon said at hello. */
+typedef struct kvd_hello_info {
+    uint32_t protocol_version;
+    char daemon_version[KVD_NAME_MAX];
+    int32_t backend; /* kvd_backend_t */
+    char device_name[KVD_NAME_MAX];
+    int32_t device_ordinal; /* -1 on cpu */
+    kvd_limits_t limits;
+    uint64_t client_id;
+    uint32_t daemon_pid;
+    bool admin;
+} kvd_hello_info_t;
+
+/*
+ * Connect to the daemon at socket_path (NULL: kvd_default_socket_path(),
+ * which is $KVDOCK_SOCKET, else $XDG_RUNTIME_DIR/kvdock/kvdockd.sock, else
+ * /tmp/kvdock-<uid>/kvdockd.sock) and say hello as client_name (NULL:
+ * "kvdock-client").  On failure *out is NULL and kvd_client_last_error(NULL)
+ * says why.
+ */
+kvd_status_t kvd_client_create(const char *socket_path, const char *client_name,
+                               kvd_client_t **out);
+/* Close the connection and free the client; NULL and *p == NULL are fine.
+ * Mappings made through the client stay valid (destroy them separately). */
+void kvd_client_destroy(kvd_client_t **p);
+
+/* The hello reply (valid as long as the client). */
+const kvd_hello_info_t *kvd_client_info(const kvd_client_t *cli);
+/* The socket path this client connected to. */
+const char *kvd_client_socket_path(const kvd_client_t *cli);
+/* The socket descriptor (readable when a reply is waiting); -1 if NULL. */
+int kvd_client_fd(const kvd_client_t *cli);
+/* False once the connection is lost. */
+bool kvd_client_connected(const kvd_client_t *cli);
+
+/*
+ * Message of this thread's last failed call on cli (cli NULL: of the last
+ * failed kvd_client_create and the helpers that take no client); "" when
+ * there was none.  Valid until this thread's next call on cli.
+ */
+const char *kvd_client_last_error(const kvd_client_t *cli);
+
+/* Timeout of the blocking calls in milliseconds (0, the default: none).
+ * A blocking call that times out returns KVD_ETIMEDOUT; its reply is
+ * discarded when it comes. */
+void kvd_client_set_timeout(kvd_client_t *cli, int timeout_ms);
+
+/* Collect the reply to a submitted request, blocking until it comes. */
+kvd_status_t kvd_client_wait(kvd_client_t *cli, uint64_t req_id);
+/* The same with a timeout (ms; < 0: none).  KVD_ETIMEDOUT leaves the
+ * request pending: wait for it again later. */
+kvd_status_t kvd_client_wait_timeout(kvd_client_t *cli, uint64_t req_id, int timeout_ms);
+/* Whether the reply to req_id has arrived (reads what is waiting on the
+ * socket without blocking).  KVD_ENOENT for an unknown id. */
+kvd_status_t kvd_client_poll(kvd_client_t *cli, uint64_t req_id, bool *done);
+/* Requests submitted and not yet collected. */
+size_t kvd_client_pending(const kvd_client_t *cli);
+/* Forget a pending request: its reply is discarded when it comes (its
+ * output pointers are never written). */
+kvd_status_t kvd_client_abandon(kvd_client_t *cli, uint64_t req_id);
+
+/* ------------------------------------------------------------------------ */
+/* Session operations                                                        */
+
+/* Send payload (may be NULL with len 0) and check that it comes back. */
+kvd_status_t kvd_ping(kvd_client_t *cli, const void *payload, size_t len);
+kvd_status_t kvd_ping_submit(kvd_client_t *cli, const void *payload, size_t len, uint64_t *req_id);
+
+typedef struct kvd_client_entry {
+    uint64_t id;
+    char name[KVD_NAME_MAX];
+    uint32_t pid;
+    uint32_t uid;
+    uint32_t inflight;
+    uint32_t pools;
+    uint64_t requests;
+} kvd_client_entry_t;
+
+typedef struct kvd_daemon_status {
+    char daemon_version[KVD_NAME_MAX];
+    int32_t backend;
+    char device_name[KVD_NAME_MAX];
+    uint64_t uptime_ms;
+    uint32_t clients;
+    uint32_t pools;
+    uint64_t pool_bytes;
+    uint32_t buffers;
+    uint32_t events;
+    uint32_t inflight;
+    char socket_path[256];
+    bool shutting_down;
+    size_t num_clients; /* entries in the reply (may exceed the array) */
+} kvd_daemon_status_t;
+
+/* Daemon status; the connected clients go to clients[0..cap) (may be NULL
+ * with cap 0), out->num_clients says how many there were. */
+kvd_status_t kvd_daemon_status(kvd_client_t *cli, kvd_daemon_status_t *out,
+                               kvd_client_entry_t *clients, size_t cap);
+kvd_status_t kvd_daemon_status_submit(kvd_client_t *cli, kvd_daemon_status_t *out,
+                                      kvd_client_entry_t *clients, size_t cap, uint64_t *req_id);
+
+typedef struct kvd_op_stats {
+    char op[32];
+    uint64_t requests;
+    uint64_t errors;
+    uint64_t bytes;
+    uint32_t num_bounds; /* histogram bounds kept (<= KVD_HIST_MAX) */
+    double bounds_us[KVD_HIST_MAX];
+    uint64_t counts[KVD_HIST_MAX + 1]; /* num_bounds + 1 counts; the last one
+                                        * has no upper bound */
+    double sum_us;
+} kvd_op_stats_t;
+
+typedef struct kvd_stream_stats {
+    char name[32];
+    int32_t priority;
+    uint32_t max_blocks;
+    uint64_t launches;
+    uint64_t bytes;
+    uint64_t busy_ns;
+    uint32_t queue_depth;
+} kvd_stream_stats_t;
+
+typedef struct kvd_daemon_stats {
+    uint64_t bytes_in;
+    uint64_t bytes_out;
+    uint64_t connections;
+    size_t num_ops; /* entries in the reply (may exceed the arrays) */
+    size_t num_streams;
+} kvd_daemon_stats_t;
+
+kvd_status_t kvd_daemon_stats(kvd_client_t *cli, kvd_daemon_stats_t *out, kvd_op_stats_t *ops,
+                              size_t ops_cap, kvd_stream_stats_t *streams, size_t streams_cap);
+kvd_status_t kvd_daemon_stats_submit(kvd_client_t *cli, kvd_daemon_stats_t *out,
+                                     kvd_op_stats_t *ops, size_t ops_cap,
+                                     kvd_stream_stats_t *streams, size_t streams_cap,
+                                     uint64_t *req_id);
+
+/* Ask the daemon to exit (admin only); drain: finish in-flight work first. */
+kvd_status_t kvd_daemon_shutdown(kvd_client_t *cli, bool drain);
+kvd_status_t kvd_daemon_shutdown_submit(kvd_client_t *cli, bool drain, uint64_t *req_id);
+
+/* ------------------------------------------------------------------------ */
+/* Pools                                                                     */
+
+typedef struct kvd_pool_spec {
+    const char *name; /* 1..63 of [A-Za-z0-9._-] */
+    int32_t kind;     /* KVD_MEM_HOST, KVD_MEM_DEVICE or KVD_MEM_DEVICE_VMM */
+    uint32_t num_layers;
+    uint64_t num_slots;
+    uint64_t slot_bytes;
+    bool mla;
+    uint32_t page_size; /* 0 or 1: unpaged */
+    bool shared;
+} kvd_pool_spec_t;
+
+typedef struct kvd_pool_info {
+    uint64_t id;
+    char name[KVD_NAME_MAX];
+    int32_t kind;
+    uint32_t num_layers;
+    uint64_t num_slots;
+    uint64_t slot_bytes;
+    bool mla;
+    uint32_t page_size;
+    bool shared;
+    bool imported;
+    uint64_t bytes;
+    uint64_t layer_stride;
+    uint64_t v_offset;
+    uint64_t slot_stride;
+    uint64_t owner;
+} kvd_pool_info_t;
+
+kvd_status_t kvd_pool_create(kvd_client_t *cli, const kvd_pool_spec_t *spec, kvd_pool_info_t *out);
+kvd_status_t kvd_pool_create_submit(kvd_client_t *cli, const kvd_pool_spec_t *spec,
+                                    kvd_pool_info_t *out, uint64_t *req_id);
+
+/* Drop a pool by id, or by name when pool is 0. */
+kvd_status_t kvd_pool_drop(kvd_client_t *cli, uint64_t pool, const char *name);
+kvd_status_t kvd_pool_drop_submit(kvd_client_t *cli, uint64_t pool, const char *name,
+                                  uint64_t *req_id);
+
+/* The pools this client may see: the first cap go to out, *count says how
+ * many there were. */
+kvd_status_t kvd_pool_list(kvd_client_t *cli, kvd_pool_info_t *out, size_t cap, size_t *count);
+kvd_status_t kvd_pool_list_submit(kvd_client_t *cli, kvd_pool_info_t *out, size_t cap,
+                                  size_t *count, uint64_t *req_id);
+
+/* Shared memory mapped into this process: an exported pool, a registered
+ * buffer, or host memory made here for an import. */
+typedef struct kvd_mapping {
+    void *base;                               /* address of byte 0 (host, or device) */
+    uint64_t bytes;                           /* bytes mapped */
+    int32_t kind;                             /* kvd_mem_kind_t */
+    int32_t device_ordinal;                   /* device memory: the daemon's device */
+    int fd;                                   /* descriptor kept open (memfd, VMM fd); -1 if none */
+    uint8_t ipc_handle[KVD_IPC_HANDLE_BYTES]; /* MEM_DEVICE: the handle */
+    kvd_pool_info_t pool;                     /* pool exports: the pool */
+    uint64_t buffer;                          /* buffer registrations: the buffer id */
+} kvd_mapping_t;
+
+enum {
+    /* Export: fetch the handle or descriptor but do not map it (base NULL);
+     * for callers that open it themselves (PyTorch, another process). */
+    KVD_EXPORT_NO_MAP = 1u << 0,
+};
+
+/* Export a daemon-owned pool (by id, or by name when pool is 0) and map
+ * it; *out is then destroyed with kvd_mapping_destroy(). */
+kvd_status_t kvd_pool_export(kvd_client_t *cli, uint64_t pool, const char *name, uint32_t flags,
+                             kvd_mapping_t **out);
+kvd_status_t kvd_pool_export_submit(kvd_client_t *cli, uint64_t pool, const char *name,
+                                    uint32_t flags, kvd_mapping_t **out, uint64_t *req_id);
+
+/* Unmap and free; NULL and *p == NULL are fine. */
+void kvd_mapping_destroy(kvd_mapping_t **p);
+
+/* Address of layer's K (v false) or V (v true) in a daemon-owned pool's
+ * mapping (pool.layer_stride, pool.v_offset); NULL when out of range. */
+void *kvd_mapping_layer(const kvd_mapping_t *m, uint32_t layer, bool v);
+
+/* New shared host memory for an import: a memfd of bytes, mapped here,
+ * sealed against shrinking and growing (the daemon requires a memfd it
+ * maps to be sealed with F_SEAL_SHRINK). */
+kvd_status_t kvd_mapping_create_host(uint64_t bytes, kvd_mapping_t **out);
+
+/* One region of the caller's memory, for kvd_pool_import(). */
+typedef struct kvd_import_region {
+    int32_t kind; /* KVD_MEM_DEVICE, KVD_MEM_DEVICE_VMM or KVD_MEM_HOST */
+    uint8_t ipc_handle[KVD_IPC_HANDLE_BYTES]; /* MEM_DEVICE: the allocation's */
+    int fd;                                   /* MEM_DEVICE_VMM, MEM_HOST: descriptor to send */
+    uint64_t bytes;                           /* size of the allocation or mapping */
+} kvd_import_region_t;
+
+/* Where one layer's K, V or latent starts. */
+typedef struct kvd_memref {
+    uint32_t region; /* index into kvd_pool_import_t.regions */
+    uint64_t offset; /* bytes from the region's start */
+} kvd_memref_t;
+
+typedef struct kvd_pool_import {
+    const char *name;
+    uint32_t num_layers;
+    uint64_t num_slots;
+    uint64_t slot_bytes;
+    uint64_t slot_stride; /* 0: slot_bytes */
+    bool mla;
+    uint32_t page_size;
+    bool shared;
+    const kvd_import_region_t *regions;
+    uint32_t num_regions;
+    const kvd_memref_t *k_layers; /* num_layers (the latent for MLA) */
+    const kvd_memref_t *v_layers; /* num_layers for MHA, NULL for MLA */
+} kvd_pool_import_t;
+
+/* Make the caller's memory a pool.  Descriptors in the regions are sent
+ * (duplicated by the kernel) and stay the caller's. */
+kvd_status_t kvd_pool_import(kvd_client_t *cli, const kvd_pool_import_t *spec,
+                             kvd_pool_info_t *out);
+kvd_status_t kvd_pool_import_submit(kvd_client_t *cli, const kvd_pool_import_t *spec,
+                                    kvd_pool_info_t *out, uint64_t *req_id);
+
+/* A host mapping (kvd_mapping_create_host, or an exported MEM_HOST pool or
+ * buffer) as an import region; the descriptor stays the mapping's. */
+kvd_status_t kvd_import_region_from_mapping(const kvd_mapping_t *m, kvd_import_region_t *region);
+
+/*
+ * The cudaMalloc allocation that holds dptr, as a legacy IPC region: finds
+ * the allocation's base and size (cuMemGetAddressRange), takes the base's
+ * IPC handle, and sets *offset to dptr's offset in it.  KVD_ENOTSUP without
+ * CUDA.
+ */
+kvd_status_t kvd_import_region_from_device_ptr(const void *dptr, kvd_import_region_t *region,
+                                               uint64_t *offset);
+
+/*
+ * The cuMemCreate allocation mapped at dptr, as a VMM region: exports it as
+ * a POSIX descriptor (region->fd, which the caller closes after the
+ * import), sets *offset to dptr's offset in the allocation's mapping.
+ * KVD_ENOTSUP without CUDA; KVD_EINVAL when dptr is not VMM memory.
+ */
+kvd_status_t kvd_import_region_from_vmm_ptr(const void *dptr, kvd_import_region_t *region,
+                                            uint64_t *offset);
+
+/* ------------------------------------------------------------------------ */
+/* Buffers and events                                                        */
+
+/* Register a buffer of bytes (KVD_MEM_HOST or KVD_MEM_DEVICE).  *id gets
+ * its id.  map, when not NULL, gets the buffer mapped here (destroy it
+ * with kvd_mapping_destroy).  If the mapping fails after the daemon made
+ * the buffer, *id is set, the buffer stays registered, and the error is
+ * returned. */
+kvd_status_t kvd_buffer_register(kvd_client_t *cli, uint64_t bytes, int32_t kind, const char *name,
+                                 uint64_t *id, kvd_mapping_t **map);
+kvd_status_t kvd_buffer_register_submit(kvd_client_t *cli, uint64_t bytes, int32_t kind,
+                                        const char *name, uint64_t *id, kvd_mapping_t **map,
+                                        uint64_t *req_id);
+
+kvd_status_t kvd_buffer_drop(kvd_client_t *cli, uint64_t buffer);
+kvd_status_t kvd_buffer_drop_submit(kvd_client_t *cli, uint64_t buffer, uint64_t *req_id);
+
+/* Register an interprocess event by its cudaIpcEventHandle_t bytes. */
+kvd_status_t kvd_event_register(kvd_client_t *cli, const void *ipc_event_handle, uint64_t *id);
+kvd_status_t kvd_event_register_submit(kvd_client_t *cli, const void *ipc_event_handle,
+                                       uint64_t *id, uint64_t *req_id);
+
+kvd_status_t kvd_event_drop(kvd_client_t *cli, uint64_t event);
+kvd_status_t kvd_event_drop_submit(kvd_client_t *cli, uint64_t event, uint64_t *req_id);
+
+/* The IPC handle of a cudaEvent_t created with cudaEventInterprocess |
+ * cudaEventDisableTiming.  KVD_ENOTSUP without CUDA. */
+kvd_status_t kvd_event_ipc_handle(void *cuda_event, uint8_t out[KVD_IPC_HANDLE_BYTES]);
+
+/* ------------------------------------------------------------------------ */
+/* Data operations                                                           */
+
+/* An index array: inline (values non-NULL: count values of dtype, I32 or
+ * I64) or count values of dtype at offset in registered buffer. */
+typedef struct kvd_indices {
+    const void *values;
+    uint64_t count;
+    int32_t dtype; /* KVD_DTYPE_I32 or KVD_DTYPE_I64; 0 (U8) means I64 */
+    uint64_t buffer;
+    uint64_t offset;
+} kvd_indices_t;
+
+/* Operand bytes: inline (data non-NULL) or bytes at offset in buffer. */
+typedef struct kvd_data {
+    const void *data;
+    uint64_t bytes;
+    uint64_t buffer;
+    uint64_t offset;
+} kvd_data_t;
+
+/* A byte range of a registered buffer. */
+typedef struct kvd_bufref {
+    uint64_t buffer;
+    uint64_t offset;
+    uint64_t bytes;
+} kvd_bufref_t;
+
+/* Ordering and completion of a data operation (NULL: all defaults). */
+typedef struct kvd_sync {
+    uint64_t wait_event;   /* registered event waited on first (0: none) */
+    uint64_t record_event; /* registered event recorded when done (0: none) */
+    bool reply_at_enqueue; /* reply once enqueued */
+    int32_t stream;        /* kvd_stream_class_t; 0: the op's class */
+    uint32_t max_blocks;   /* thread-block budget; 0: the class default */
+    bool copy_engine;      /* transfers: use the copy engines */
+} kvd_sync_t;
+
+/* What a data operation did. */
+typedef struct kvd_op_result {
+    uint64_t rows;
+    uint64_t skipped_oob;
+    uint64_t bytes;
+    bool enqueued;
+} kvd_op_result_t;
+
+typedef struct kvd_kv_store {
+    uint64_t pool;
+    uint32_t layer;
+    kvd_indices_t loc; /* num_tokens slots */
+    kvd_data_t k;
+    kvd_data_t v;        /* MHA only */
+    uint64_t src_stride; /* bytes between token rows (0: slot_bytes) */
+} kvd_kv_store_t;
+
+typedef struct kvd_kv_fp8_set {
+    uint64_t pool;
+    uint32_t layer;
+    kvd_indices_t loc;
+    kvd_data_t k; /* num_tokens x num_heads x head_dim of src_dtype */
+    kvd_data_t v;
+    int32_t src_dtype;   /* KVD_DTYPE_F32, F16 or BF16 */
+    int32_t cache_dtype; /* KVD_DTYPE_E4M3 or E5M2 */
+    uint32_t num_heads;
+    uint32_t head_dim;
+    int32_t scale_mode; /* kvd_fp8_scale_t */
+    float k_scale;
+    float v_scale;
+    const float *k_head_scales; /* num_heads each, SCALE_PER_HEAD */
+    const float *v_head_scales;
+} kvd_kv_fp8_set_t;
+
+typedef struct kvd_page_table_gather {
+    kvd_bufref_t req_to_page; /* table_rows x table_cols of table_dtype */
+    int32_t table_dtype;      /* I32 or I64; out has the same dtype */
+    uint64_t table_rows;
+    uint64_t table_cols;
+    uint64_t table_stride; /* bytes (0: table_cols * size) */
+    kvd_indices_t req_pool_indices;
+    kvd_indices_t seq_lens;
+    kvd_bufref_t out; /* bs x max_num_pages */
+    uint64_t out_stride;
+    uint64_t max_num_pages;
+    uint32_t page_size;
+    int64_t dummy_slot;
+} kvd_page_table_gather_t;
+
+typedef struct kvd_kv_transfer {
+    uint64_t src_pool;
+    uint64_t dst_pool;
+    kvd_indices_t src;
+    kvd_indices_t dst; /* as many as src */
+    bool all_layers;
+    uint32_t layer_begin;
+    uint32_t layer_count; /* 0 with all_layers false: one layer */
+} kvd_kv_transfer_t;
+
+/* out may be NULL; sync may be NULL. */
+kvd_status_t kvd_kv_store(kvd_client_t *cli, const kvd_kv_store_t *args, const kvd_sync_t *sync,
+                          kvd_op_result_t *out);
+kvd_status_t kvd_kv_store_submit(kvd_client_t *cli, const kvd_kv_store_t *args,
+                                 const kvd_sync_t *sync, kvd_op_result_t *out, uint64_t *req_id);
+kvd_status_t kvd_kv_fp8_set(kvd_client_t *cli, const kvd_kv_fp8_set_t *args, const kvd_sync_t *sync,
+                            kvd_op_result_t *out);
+kvd_status_t kvd_kv_fp8_set_submit(kvd_client_t *cli, const kvd_kv_fp8_set_t *args,
+                                   const kvd_sync_t *sync, kvd_op_result_t *out, uint64_t *req_id);
+kvd_status_t kvd_page_table_gather(kvd_client_t *cli, const kvd_page_table_gather_t *args,
+                                   const kvd_sync_t *sync, kvd_op_result_t *out);
+kvd_status_t kvd_page_table_gather_submit(kvd_client_t *cli, const kvd_page_table_gather_t *args,
+                                          const kvd_sync_t *sync, kvd_op_result_t *out,
+                                          uint64_t *req_id);
+kvd_status_t kvd_kv_transfer(kvd_client_t *cli, const kvd_kv_transfer_t *args,
+                             const kvd_sync_t *sync, kvd_op_result_t *out);
+kvd_status_t kvd_kv_transfer_submit(kvd_client_t *cli, const kvd_kv_transfer_t *args,
+                                    const kvd_sync_t *sync, kvd_op_result_t *out, uint64_t *req_id);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVDOCK_CLIENT_H */

@@ -1,0 +1,140 @@
+/*
+ * The backend: where pools live and how operations run.  Two
+ * implementations behind one table of functions:
+ *
+ * - cpu  (backend_cpu.c): host pools as sealed memfds, the reference
+ *   kernels (kvd_cpu_*) on one worker thread per stream class;
+ * - cuda (backend_cuda.c): device pools (cudaMalloc, or cuMemCreate
+ *   exported as a POSIX fd), pinned host pools, the CUDA kernels on one
+ *   stream per class.
+ *
+ * Every function is called on the loop thread.  A job's completion comes
+ * back on the loop thread too: the backend calls job->done(job) from its
+ * uv_async_t.  If submit returns an error, done never runs.
+ */
+#ifndef KVD_DAEMON_BACKEND_H
+#define KVD_DAEMON_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "kvdock/kernels.h"
+#include "kvdock/status.h"
+#include "options.h"
+
+#define KVD_IPC_HANDLE_BYTES 64
+
+/* Memory kinds: the proto's MemKind numbers. */
+enum kvd_mem_kind {
+    KVD_MEM_HOST = 1,
+    KVD_MEM_DEVICE = 2,
+    KVD_MEM_DEVICE_VMM = 3,
+};
+
+/* One region of memory the daemon can address: allocated by it (exportable)
+ * or imported from a client. */
+typedef struct kvd_mem {
+    int kind;        /* enum kvd_mem_kind */
+    int imported;
+    void *ptr;       /* the daemon's address (device or host, unified) */
+    uint64_t bytes;  /* usable bytes from ptr */
+    uint64_t map_bytes; /* bytes a client maps from fd (page-rounded) */
+    int fd;          /* memfd or VMM fd to export, -1 if none */
+    int has_ipc;
+    unsigned char ipc[KVD_IPC_HANDLE_BYTES]; /* cudaIpcMemHandle_t */
+    void *priv;      /* the backend's */
+} kvd_mem_t;
+
+typedef enum kvd_job_kind {
+    KVD_JOB_STORE = 0,
+    KVD_JOB_FP8_SET = 1,
+    KVD_JOB_GATHER = 2,
+    KVD_JOB_TRANSFER = 3,
+} kvd_job_kind_t;
+
+typedef struct kvd_job kvd_job_t;
+typedef struct kvd_backend kvd_backend_t;
+struct kvd_job {
+    kvd_job_kind_t kind;
+    union {
+        kvd_store_args_t store;
+        kvd_fp8_set_args_t fp8;
+        kvd_gather_args_t gather;
+        kvd_transfer_args_t transfer;
+    } a;
+    int sclass;          /* enum kvd_stream_class */
+    uint32_t max_blocks; /* 0: the class's budget */
+    uint32_t flags;      /* KVD_LAUNCH_* */
+    void *wait_event;    /* backend event (kvd_backend_ops.event_open), or NULL */
+    void *record_event;
+    /* filled by the backend */
+    kvd_status_t status;
+    unsigned long long skipped_oob;
+    char detail[160];
+    /* the submitter's */
+    void (*done)(kvd_job_t *job);
+    void *ctx;
+    /* the backend's */
+    kvd_backend_t *be;
+    kvd_job_t *next;
+    unsigned long long *oob; /* device-accessible counter */
+    uint32_t oob_slot;
+    void *done_event; /* cuda: recorded after the work, polled for completion */
+};
+
+struct kvd_backend {
+    const char *name;     /* "cpu" or "cuda" */
+    int proto_backend;    /* Kvdock__Backend */
+    char device_name[128];
+    int device_ordinal;   /* -1 on cpu */
+    int priority[KVD_SC_COUNT]; /* stream priority used (CUDA numbers on cuda) */
+    uint32_t blocks[KVD_SC_COUNT];
+
+    kvd_status_t (*mem_create)(kvd_backend_t *be, int kind, uint64_t bytes, const char *label,
+                               kvd_mem_t **out, char *why, size_t why_len);
+    /* Import a client's region: ipc (MEM_DEVICE) or fd (MEM_HOST,
+     * MEM_DEVICE_VMM; the backend dups what it keeps, the caller closes fd). */
+    kvd_status_t (*mem_import)(kvd_backend_t *be, int kind, const unsigned char *ipc,
+                               size_t ipc_len, int fd, uint64_t bytes, kvd_mem_t **out, char *why,
+                               size_t why_len);
+    void (*mem_destroy)(kvd_backend_t *be, kvd_mem_t **mem);
+    /* n uint64 values copied to memory the kernels can read (device tables). */
+    kvd_status_t (*table_create)(kvd_backend_t *be, const uint64_t *vals, size_t n, void **out);
+    void (*table_destroy)(kvd_backend_t *be, void *table);
+    /* Operand staging the kernels can read (pinned on cuda). */
+    void *(*staging_alloc)(kvd_backend_t *be, size_t bytes);
+    void (*staging_free)(kvd_backend_t *be, void *p, size_t bytes);
+
+    kvd_status_t (*event_open)(kvd_backend_t *be, const unsigned char *handle, size_t len,
+                               void **ev, char *why, size_t why_len);
+    void (*event_close)(kvd_backend_t *be, void *ev);
+
+    /* Queue a job on its class's stream.  KVD_OK: job->done will run (on
+     * the loop thread) once the job has completed. */
+    kvd_status_t (*submit)(kvd_backend_t *be, kvd_job_t *job);
+    /* Complete every job that has not started with KVD_ESHUTDOWN. */
+    void (*cancel_pending)(kvd_backend_t *be);
+    /* Jobs submitted and not yet handed back through done. */
+    uint32_t (*pending)(kvd_backend_t *be);
+    /* Stops the workers (the caller has waited for pending() == 0), closes
+     * the uv handles; cb runs once they are closed and the backend freed. */
+    void (*destroy)(kvd_backend_t *be, void (*cb)(void *arg), void *arg);
+};
+
+kvd_status_t kvd_backend_cpu_create(uv_loop_t *loop, const kvd_options_t *opts,
+                                    kvd_backend_t **out, char *why, size_t why_len);
+/* KVD_ENOTSUP when built without CUDA. */
+kvd_status_t kvd_backend_cuda_create(uv_loop_t *loop, const kvd_options_t *opts,
+                                     kvd_backend_t **out, char *why, size_t why_len);
+
+/* Shared by both: a sealed memfd of bytes, mapped; KVD_ENOMEM when the
+ * pages cannot be reserved. */
+kvd_status_t kvd__memfd_create(const char *label, uint64_t bytes, int *fd, void **ptr,
+                               uint64_t *map_bytes, char *why, size_t why_len);
+/* Map a client's memfd: it must be sealed against shrinking and hold at
+ * least bytes. */
+kvd_status_t kvd__memfd_map(int fd, uint64_t bytes, void **ptr, uint64_t *map_bytes, char *why,
+                            size_t why_len);
+
+#endif

@@ -1,0 +1,11 @@
+/* Built without the CUDA toolkit: the cuda backend does not exist. */
+#include <stdio.h>
+
+#include "backend.h"
+
+kvd_status_t kvd_backend_cuda_create(uv_loop_t *loop, const kvd_options_t *opts,
+                                     kvd_backend_t **out, char *why, size_t why_len)
+{
+    snprintf(why, why_len, "kvdockd was built without CUDA");
+    return KVD_ENOTSUP;
+}

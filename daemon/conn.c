@@ -1,0 +1,505 @@
+/* One client connection: see conn.h. */
+#include "conn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+#include "log.h"
+
+#define READ_CHUNK (64u << 10)
+#define MAX_PENDING_FDS (2 * KVD_MAX_FDS_PER_FRAME)
+
+static void on_poll(uv_poll_t *h, int status, int events);
+
+static int paused(const kvd_conn_t *c)
+{
+    const kvd_options_t *o = &c->srv->opts;
+
+    return c->inflight >= o->max_inflight || c->wq_bytes >= o->max_write_queue_bytes;
+}
+
+static void update_poll(kvd_conn_t *c)
+{
+    int ev = 0;
+
+    if (c->closing)
+        return;
+    if (!c->close_after_flush && !paused(c))
+        ev |= UV_READABLE;
+    if (c->wq != NULL)
+        ev |= UV_WRITABLE;
+    if (ev == c->poll_events)
+        return;
+    if (ev != 0)
+        uv_poll_start(&c->poll, ev, on_poll);
+    else
+        uv_poll_stop(&c->poll);
+    c->poll_events = ev;
+}
+
+static int has_frame(const kvd_conn_t *c)
+{
+    size_t plen;
+
+    return kvd_frame_parse(c->rbuf + c->rstart, c->rlen - c->rstart, c->srv->opts.max_frame_bytes,
+                           &plen) != KVD_PARSE_NEED_MORE;
+}
+
+static void close_cb(uv_handle_t *h)
+{
+    kvd_conn_t *c = h->data;
+
+    kvd__server_conn_gone(c->srv, c);
+    close(c->fd);
+    free(c);
+}
+
+static void maybe_finish(kvd_conn_t *c)
+{
+    if (c->closing && c->inflight == 0 && !c->handle_closing) {
+        c->handle_closing = 1;
+        uv_close((uv_handle_t *)&c->poll, close_cb);
+    }
+}
+
+static void free_fdgroups(kvd_conn_t *c)
+{
+    while (c->fdq) {
+        kvd_fdgroup_t *g = c->fdq;
+        int i;
+        c->fdq = g->next;
+        for (i = 0; i < g->n; i++)
+            close(g->fds[i]);
+        free(g);
+    }
+    c->fdq_tail = NULL;
+}
+
+static void free_wbuf(kvd_wbuf_t *w)
+{
+    int i;
+
+    for (i = 0; i < w->nfds; i++)
+        close(w->fds[i]);
+    free(w->buf);
+    free(w);
+}
+
+void kvd_conn_close(kvd_conn_t *c, const char *reason)
+{
+    kvd_server_t *srv = c->srv;
+
+    if (c->closing)
+        return;
+    c->closing = 1;
+    kvd_log(KVD_LOG_INFO,
+            "event=conn_close client=%" PRIu64 " pid=%d reason=\"%s\" inflight=%u pools=%u "
+            "buffers=%u",
+            c->id, (int)c->pid, reason, c->inflight, c->owner.pools, c->owner.buffers);
+    if (c->poll_events != 0)
+        uv_poll_stop(&c->poll);
+    c->poll_events = 0;
+    shutdown(c->fd, SHUT_RDWR); /* the peer sees the end now */
+    while (c->wq) {
+        kvd_wbuf_t *w = c->wq;
+        c->wq = w->next;
+        free_wbuf(w);
+    }
+    c->wq_tail = NULL;
+    c->wq_bytes = 0;
+    free_fdgroups(c);
+    free(c->rbuf);
+    c->rbuf = NULL;
+    c->rcap = c->rlen = c->rstart = 0;
+    /* What it owns leaves the registry now; the memory goes once the
+     * operations that use it have completed. */
+    kvd_registry_drop_owner(&srv->reg, &c->owner);
+    maybe_finish(c);
+    kvd__server_check_drained(srv);
+}
+
+void kvd_conn_close_after_flush(kvd_conn_t *c)
+{
+    if (c->closing)
+        return;
+    c->close_after_flush = 1;
+    if (c->wq == NULL)
+        kvd_conn_close(c, "closed after error reply");
+    else
+        update_poll(c);
+}
+
+static void flush(kvd_conn_t *c)
+{
+    int was_paused = paused(c);
+
+    while (c->wq != NULL) {
+        kvd_wbuf_t *w = c->wq;
+        struct msghdr mh;
+        struct iovec iov;
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(int) * 2)];
+        } ctl;
+        ssize_t n;
+
+        memset(&mh, 0, sizeof(mh));
+        iov.iov_base = w->buf + w->off;
+        iov.iov_len = w->len - w->off;
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        if (w->nfds > 0) {
+            struct cmsghdr *cm;
+            memset(&ctl, 0, sizeof(ctl));
+            mh.msg_control = ctl.buf;
+            mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)w->nfds);
+            cm = CMSG_FIRSTHDR(&mh);
+            cm->cmsg_level = SOL_SOCKET;
+            cm->cmsg_type = SCM_RIGHTS;
+            cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)w->nfds);
+            memcpy(CMSG_DATA(cm), w->fds, sizeof(int) * (size_t)w->nfds);
+        }
+        n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            kvd_conn_close(c, errno == EPIPE || errno == ECONNRESET ? "peer gone" : "write error");
+            return;
+        }
+        if (w->nfds > 0) { /* they went with the first byte */
+            int i;
+            for (i = 0; i < w->nfds; i++)
+                close(w->fds[i]);
+            w->nfds = 0;
+        }
+        w->off += (size_t)n;
+        c->wq_bytes -= (size_t)n;
+        c->srv->stats.bytes_out += (uint64_t)n;
+        if (w->off == w->len) {
+            c->wq = w->next;
+            if (c->wq == NULL)
+                c->wq_tail = NULL;
+            free_wbuf(w);
+        }
+    }
+    if (c->wq == NULL && c->close_after_flush) {
+        kvd_conn_close(c, "closed after error reply");
+        return;
+    }
+    update_poll(c);
+    if (was_paused && !paused(c) && has_frame(c))
+        kvd__server_kick(c->srv, c);
+}
+
+kvd_status_t kvd__conn_send(kvd_conn_t *c, const ProtobufCMessage *msg, const int *fds, int nfds)
+{
+    kvd_wbuf_t *w;
+    kvd_status_t st;
+    int i;
+
+    if (c->closing)
+        return KVD_OK; /* the client is gone: nobody to answer */
+    if (nfds < 0 || nfds > 2)
+        return KVD_EINTERNAL;
+    w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return KVD_ENOMEM;
+    st = kvd_frame_pack(msg, &w->buf, &w->len);
+    if (st != KVD_OK) {
+        free(w);
+        return st;
+    }
+    for (i = 0; i < nfds; i++) {
+        w->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+        if (w->fds[i] < 0) {
+            w->nfds = i;
+            free_wbuf(w);
+            return KVD_EIO;
+        }
+    }
+    w->nfds = nfds;
+    if (c->wq_tail)
+        c->wq_tail->next = w;
+    else
+        c->wq = w;
+    c->wq_tail = w;
+    c->wq_bytes += w->len;
+    if (c->wq == w)
+        flush(c); /* the common case: out at once, no loop iteration */
+    else
+        update_poll(c);
+    return KVD_OK;
+}
+
+void kvd__conn_op_begin(kvd_conn_t *c)
+{
+    c->inflight++;
+    c->srv->inflight++;
+    update_poll(c);
+}
+
+void kvd__conn_op_end(kvd_conn_t *c)
+{
+    int was_paused = paused(c);
+
+    c->inflight--;
+    c->srv->inflight--;
+    if (c->closing) {
+        maybe_finish(c);
+    } else {
+        update_poll(c);
+        if (was_paused && !paused(c) && has_frame(c))
+            kvd__server_kick(c->srv, c);
+    }
+    kvd__server_check_drained(c->srv);
+}
+
+/* Descriptors for the frame [s, e) of the stream: those of reads that
+ * ended inside it.  Those of reads that ended before it belong to no frame
+ * and are closed. */
+static int take_fds(kvd_conn_t *c, uint64_t s, uint64_t e, int *fds)
+{
+    int n = 0, i;
+
+    while (c->fdq != NULL && c->fdq->end <= e) {
+        kvd_fdgroup_t *g = c->fdq;
+        c->fdq = g->next;
+        for (i = 0; i < g->n; i++) {
+            if (g->end > s && n < KVD_MAX_FDS_PER_FRAME)
+                fds[n++] = g->fds[i];
+            else
+                close(g->fds[i]);
+        }
+        free(g);
+    }
+    if (c->fdq == NULL)
+        c->fdq_tail = NULL;
+    return n;
+}
+
+static int pending_fds(const kvd_conn_t *c)
+{
+    const kvd_fdgroup_t *g;
+    int n = 0;
+
+    for (g = c->fdq; g; g = g->next)
+        n += g->n;
+    return n;
+}
+
+/* Handle whole frames in the buffer.  0: need more bytes; 1: stopped (the
+ * cap, or back-pressure); -1: the connection is closing. */
+static int process_frames(kvd_conn_t *c, unsigned *handled)
+{
+    const kvd_options_t *o = &c->srv->opts;
+
+    while (!c->closing && !c->close_after_flush) {
+        size_t plen = 0;
+        kvd_parse_t pr;
+        uint64_t s;
+        int fds[KVD_MAX_FDS_PER_FRAME], nfds;
+        uint8_t *payload;
+
+        if (paused(c) || *handled >= o->reqs_per_event)
+            return 1;
+        pr = kvd_frame_parse(c->rbuf + c->rstart, c->rlen - c->rstart, o->max_frame_bytes, &plen);
+        if (pr == KVD_PARSE_NEED_MORE)
+            return 0;
+        if (pr == KVD_PARSE_ERROR) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "frame of %zu bytes exceeds the maximum of %" PRIu64, plen,
+                     o->max_frame_bytes);
+            kvd_log(KVD_LOG_WARN, "event=frame_too_big client=%" PRIu64 " bytes=%zu", c->id, plen);
+            kvd__reply_error(c, 0, KVD_ETOOBIG, msg);
+            kvd_conn_close_after_flush(c);
+            return -1;
+        }
+        s = c->rabs + c->rstart;
+        nfds = take_fds(c, s, s + KVD_FRAME_HEADER_BYTES + plen, fds);
+        payload = c->rbuf + c->rstart + KVD_FRAME_HEADER_BYTES;
+        c->rstart += KVD_FRAME_HEADER_BYTES + plen;
+        (*handled)++;
+        if (kvd__dispatch_frame(c, payload, plen, fds, nfds) < 0) {
+            kvd_log(KVD_LOG_WARN, "event=bad_frame client=%" PRIu64 " bytes=%zu", c->id, plen);
+            kvd_conn_close_after_flush(c);
+            return -1;
+        }
+    }
+    return -1;
+}
+
+/* Room for the next read: compact, and grow to hold a whole frame. */
+static int make_room(kvd_conn_t *c)
+{
+    size_t plen = 0, want, avail = c->rlen - c->rstart;
+    uint8_t *nb;
+
+    if (c->rstart > 0 && (c->rstart == c->rlen || c->rcap - c->rlen < READ_CHUNK / 4)) {
+        memmove(c->rbuf, c->rbuf + c->rstart, avail);
+        c->rabs += c->rstart;
+        c->rlen = avail;
+        c->rstart = 0;
+    }
+    want = c->rlen + READ_CHUNK;
+    if (kvd_frame_parse(c->rbuf + c->rstart, avail, UINT64_MAX, &plen) != KVD_PARSE_NEED_MORE ||
+        avail >= KVD_FRAME_HEADER_BYTES) {
+        /* the header is checked against the maximum before we get here */
+        size_t frame_end = c->rstart + KVD_FRAME_HEADER_BYTES + plen;
+        if (frame_end > want)
+            want = frame_end;
+    }
+    if (want <= c->rcap)
+        return 0;
+    nb = realloc(c->rbuf, want);
+    if (nb == NULL)
+        return -1;
+    c->rbuf = nb;
+    c->rcap = want;
+    return 0;
+}
+
+static void shrink_buffer(kvd_conn_t *c)
+{
+    size_t avail = c->rlen - c->rstart;
+    uint8_t *nb;
+
+    if (c->rcap <= 4 * READ_CHUNK || avail > READ_CHUNK)
+        return;
+    memmove(c->rbuf, c->rbuf + c->rstart, avail);
+    c->rabs += c->rstart;
+    c->rlen = avail;
+    c->rstart = 0;
+    nb = realloc(c->rbuf, READ_CHUNK);
+    if (nb != NULL) {
+        c->rbuf = nb;
+        c->rcap = READ_CHUNK;
+    }
+}
+
+static void read_and_process(kvd_conn_t *c)
+{
+    unsigned handled = 0;
+
+    for (;;) {
+        int fds[KVD_MAX_FDS_PER_FRAME], nfds = 0, r;
+        ssize_t n;
+
+        r = process_frames(c, &handled);
+        if (r < 0)
+            return;
+        if (r > 0)
+            break;
+        if (make_room(c) != 0) {
+            kvd_conn_close(c, "out of memory");
+            return;
+        }
+        n = kvd_sock_recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, fds, &nfds,
+                          KVD_MAX_FDS_PER_FRAME);
+        if (n == -EAGAIN || n == -EWOULDBLOCK)
+            break;
+        if (n <= 0) {
+            kvd_conn_close(c, n == 0 ? "client gone (end of stream)" : "read error");
+            return;
+        }
+        c->rlen += (size_t)n;
+        c->srv->stats.bytes_in += (uint64_t)n;
+        if (nfds > 0) {
+            kvd_fdgroup_t *g = NULL;
+            int i;
+
+            if (pending_fds(c) + nfds <= MAX_PENDING_FDS)
+                g = calloc(1, sizeof(*g));
+            if (g == NULL) {
+                for (i = 0; i < nfds; i++)
+                    close(fds[i]);
+            } else {
+                g->end = c->rabs + c->rlen;
+                g->n = nfds;
+                memcpy(g->fds, fds, sizeof(int) * (size_t)nfds);
+                if (c->fdq_tail)
+                    c->fdq_tail->next = g;
+                else
+                    c->fdq = g;
+                c->fdq_tail = g;
+            }
+        }
+    }
+    if (!c->closing) {
+        if (has_frame(c) && !paused(c))
+            kvd__server_kick(c->srv, c);
+        else
+            shrink_buffer(c);
+    }
+}
+
+void kvd__conn_process(kvd_conn_t *c)
+{
+    unsigned handled = 0;
+
+    if (c->closing || c->close_after_flush)
+        return;
+    if (process_frames(c, &handled) > 0 && !c->closing && has_frame(c) && !paused(c))
+        kvd__server_kick(c->srv, c);
+}
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+    kvd_conn_t *c = h->data;
+
+    if (c->closing)
+        return;
+    if (status < 0) {
+        kvd_conn_close(c, uv_strerror(status));
+        return;
+    }
+    if (events & UV_WRITABLE) {
+        flush(c);
+        if (c->closing)
+            return;
+    }
+    if (events & UV_READABLE)
+        read_and_process(c);
+}
+
+kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, kvd_conn_t **out)
+{
+    kvd_conn_t *c = calloc(1, sizeof(*c));
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+
+    if (c == NULL)
+        return KVD_ENOMEM;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        free(c);
+        return KVD_EIO;
+    }
+    if (uv_poll_init(srv->loop, &c->poll, fd) != 0) {
+        free(c);
+        return KVD_EIO;
+    }
+    c->poll.data = c;
+    c->fd = fd;
+    c->srv = srv;
+    c->id = srv->next_client_id++;
+    c->pid = cred.pid;
+    c->uid = cred.uid;
+    c->gid = cred.gid;
+    c->admin = kvd__server_peer_admin(srv, cred.uid);
+    c->owner.client_id = c->id;
+    c->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = c;
+    srv->conns = c;
+    srv->nconns++;
+    update_poll(c);
+    *out = c;
+    return KVD_OK;
+}

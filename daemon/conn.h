@@ -1,0 +1,92 @@
+/*
+ * One client connection: a uv_poll_t on the socket; reads with
+ * kvd_sock_recv so SCM_RIGHTS descriptors arrive with their frame; a
+ * write queue flushed when the socket is writable.  The connection is
+ * freed only in its close callback, which runs once it is closing and no
+ * request of it is in flight.
+ */
+#ifndef KVD_DAEMON_CONN_H
+#define KVD_DAEMON_CONN_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "kvdock/wire.h"
+#include "registry.h"
+#include "server.h"
+
+/* Descriptors delivered by one read: they belong to the frame in which
+ * that read ended (the kernel ends a read right after the data that
+ * carried them, and a sender attaches them to a frame's first byte). */
+typedef struct kvd_fdgroup {
+    uint64_t end; /* stream offset just past the read */
+    int n;
+    int fds[KVD_MAX_FDS_PER_FRAME];
+    struct kvd_fdgroup *next;
+} kvd_fdgroup_t;
+
+typedef struct kvd_wbuf {
+    uint8_t *buf;
+    size_t len;
+    size_t off;
+    int nfds;
+    int fds[2];
+    struct kvd_wbuf *next;
+} kvd_wbuf_t;
+
+struct kvd_conn {
+    uv_poll_t poll;
+    int fd;
+    kvd_server_t *srv;
+    uint64_t id;
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    char name[64];
+    int hello_done;
+    int admin;
+    int closing;           /* no more I/O; waits for its in-flight work */
+    int close_after_flush; /* stop reading; close once the replies are out */
+    int handle_closing;    /* uv_close called */
+    int poll_events;       /* what the poll handle waits for now */
+    /* read side */
+    uint8_t *rbuf;
+    size_t rcap;
+    size_t rstart; /* first unconsumed byte */
+    size_t rlen;   /* bytes in rbuf */
+    uint64_t rabs; /* stream offset of rbuf[0] */
+    kvd_fdgroup_t *fdq, *fdq_tail;
+    /* write side */
+    kvd_wbuf_t *wq, *wq_tail;
+    size_t wq_bytes;
+    /* accounting */
+    uint32_t inflight; /* requests deferred to the backend, not completed */
+    uint64_t requests;
+    kvd_owner_t owner;
+    kvd_conn_t *next, *prev;
+    kvd_conn_t *ready_next;
+    int in_ready;
+};
+
+/* Take over an accepted, non-blocking socket. */
+kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, kvd_conn_t **out);
+
+/* The client is gone or must go: release what it owns (memory goes once
+ * its in-flight work has completed) and close the socket. */
+void kvd_conn_close(kvd_conn_t *c, const char *reason);
+/* Read nothing more; close once every queued reply is written. */
+void kvd_conn_close_after_flush(kvd_conn_t *c);
+
+/* Queue msg as a frame, with descriptors (duplicated; the caller keeps its
+ * own).  Dropped silently when the connection is closing. */
+kvd_status_t kvd__conn_send(kvd_conn_t *c, const ProtobufCMessage *msg, const int *fds, int nfds);
+
+/* A request was deferred to the backend / completed. */
+void kvd__conn_op_begin(kvd_conn_t *c);
+void kvd__conn_op_end(kvd_conn_t *c);
+
+/* Handle buffered frames (up to the per-event cap). */
+void kvd__conn_process(kvd_conn_t *c);
+
+#endif

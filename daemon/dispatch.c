@@ -1,0 +1,214 @@
+/* The dispatch table and the checks every operation shares: see dispatch.h. */
+#include "dispatch.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define OP(c, n, h, f) {KVDOCK__REQUEST__OP_##c, n, h, f}
+#define H KVD_OPF_HELLO
+
+/* One row per operation: existence, hello-first, permission and Sync are
+ * checked from these flags before the handler runs. */
+const kvd_op_def_t kvd__op_table[] = {
+    OP(HELLO, "hello", kvd__op_hello, 0),
+    OP(PING, "ping", kvd__op_ping, H),
+    OP(STATUS, "status", kvd__op_status, H),
+    OP(STATS, "stats", kvd__op_stats, H),
+    OP(POOL_CREATE, "pool_create", kvd__op_pool_create, H | KVD_OPF_MUTATING),
+    OP(POOL_EXPORT, "pool_export", kvd__op_pool_export, H),
+    OP(POOL_IMPORT, "pool_import", kvd__op_pool_import, H | KVD_OPF_MUTATING),
+    OP(POOL_DROP, "pool_drop", kvd__op_pool_drop, H | KVD_OPF_MUTATING),
+    OP(POOL_LIST, "pool_list", kvd__op_pool_list, H),
+    OP(BUFFER_REGISTER, "buffer_register", kvd__op_buffer_register, H | KVD_OPF_MUTATING),
+    OP(BUFFER_DROP, "buffer_drop", kvd__op_buffer_drop, H | KVD_OPF_MUTATING),
+    OP(EVENT_REGISTER, "event_register", kvd__op_event_register, H | KVD_OPF_MUTATING),
+    OP(EVENT_DROP, "event_drop", kvd__op_event_drop, H | KVD_OPF_MUTATING),
+    OP(STORE, "store", kvd__op_store, H | KVD_OPF_DATA | KVD_OPF_MUTATING),
+    OP(FP8_SET, "fp8_set", kvd__op_fp8_set, H | KVD_OPF_DATA | KVD_OPF_MUTATING),
+    OP(GATHER, "gather", kvd__op_gather, H | KVD_OPF_DATA | KVD_OPF_MUTATING),
+    OP(TRANSFER, "transfer", kvd__op_transfer, H | KVD_OPF_DATA | KVD_OPF_MUTATING),
+    OP(SHUTDOWN, "shutdown", kvd__op_shutdown, H | KVD_OPF_ADMIN),
+};
+const size_t kvd__op_count = sizeof(kvd__op_table) / sizeof(kvd__op_table[0]);
+
+static size_t find_op(int op_case)
+{
+    size_t i;
+
+    for (i = 0; i < kvd__op_count; i++)
+        if (kvd__op_table[i].op_case == op_case)
+            return i;
+    return kvd__op_count;
+}
+
+kvd_status_t kvd__req_fail(kvd_req_t *r, kvd_status_t st, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(r->msg, sizeof(r->msg), fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+void *kvd__req_alloc(kvd_req_t *r, size_t bytes)
+{
+    void *p;
+
+    if (r->nallocs == r->capallocs) {
+        size_t cap = r->capallocs ? r->capallocs * 2 : 8;
+        void **a = realloc(r->allocs, cap * sizeof(*a));
+        if (a == NULL)
+            return NULL;
+        r->allocs = a;
+        r->capallocs = cap;
+    }
+    p = calloc(1, bytes ? bytes : 1);
+    if (p != NULL)
+        r->allocs[r->nallocs++] = p;
+    return p;
+}
+
+static void send_and_count(kvd_conn_t *c, Kvdock__Response *resp, size_t op_index,
+                           uint64_t t_start_ns, uint64_t bytes, const int *fds, int nfds)
+{
+    kvd_server_t *srv = c->srv;
+
+    if (kvd__conn_send(c, &resp->base, fds, nfds) != KVD_OK && resp->status == KVD_OK) {
+        /* the reply did not fit in memory: say so in a smaller one */
+        Kvdock__Response err = KVDOCK__RESPONSE__INIT;
+        err.id = resp->id;
+        err.status = KVD_ENOMEM;
+        err.message = (char *)"reply could not be built";
+        (void)kvd__conn_send(c, &err.base, NULL, 0);
+        resp->status = KVD_ENOMEM;
+    }
+    kvd_stats_op(&srv->stats, op_index, (int)resp->status, bytes, kvd_now_ns() - t_start_ns);
+}
+
+void kvd__reply_error(kvd_conn_t *c, uint64_t id, kvd_status_t st, const char *msg)
+{
+    Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
+
+    resp.id = id;
+    resp.status = (uint32_t)st;
+    resp.message = (char *)(msg ? msg : kvd_strerror(st));
+    (void)kvd__conn_send(c, &resp.base, NULL, 0);
+    kvd_stats_op(&c->srv->stats, kvd__op_count, (int)st, 0, 0);
+}
+
+void kvd__reply_deferred(kvd_conn_t *c, uint64_t id, size_t op_index, uint64_t t_start_ns,
+                         kvd_status_t st, const char *msg, Kvdock__OpReply *op, uint64_t bytes)
+{
+    Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
+
+    resp.id = id;
+    resp.status = (uint32_t)st;
+    if (st != KVD_OK) {
+        resp.message = (char *)(msg && msg[0] ? msg : kvd_strerror(st));
+    } else if (op != NULL) {
+        resp.result_case = KVDOCK__RESPONSE__RESULT_OP;
+        resp.op = op;
+    }
+    send_and_count(c, &resp, op_index, t_start_ns, bytes, NULL, 0);
+}
+
+/* Sync carries something (a client may send an empty one anywhere). */
+static int sync_set(const Kvdock__Sync *s)
+{
+    return s != NULL && (s->wait_event || s->record_event || s->reply_at_enqueue ||
+                         s->stream != KVDOCK__STREAM_CLASS__STREAM_DEFAULT || s->max_blocks ||
+                         s->copy_engine);
+}
+
+static kvd_status_t precheck(kvd_req_t *r, const kvd_op_def_t *op)
+{
+    kvd_conn_t *c = r->conn;
+
+    if (r->srv->shutting_down)
+        return kvd__req_fail(r, KVD_ESHUTDOWN, "the daemon is shutting down");
+    if ((op->flags & KVD_OPF_HELLO) && !c->hello_done)
+        return kvd__req_fail(r, KVD_EPROTO, "%s before hello: the first request must be hello",
+                         op->name);
+    if ((op->flags & KVD_OPF_ADMIN) && !c->admin)
+        return kvd__req_fail(r, KVD_EPERM, "%s needs an admin peer (uid %u is not)", op->name,
+                         (unsigned)c->uid);
+    if (!(op->flags & KVD_OPF_DATA) && sync_set(r->req->sync))
+        return kvd__req_fail(r, KVD_EINVAL, "sync applies to data operations only, not %s",
+                         op->name);
+    return KVD_OK;
+}
+
+int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds)
+{
+    kvd_server_t *srv = c->srv;
+    Kvdock__Request *req;
+    kvd_req_t r;
+    const kvd_op_def_t *op;
+    kvd_status_t st;
+    int i;
+
+    req = kvdock__request__unpack(NULL, len, payload);
+    if (req == NULL) {
+        for (i = 0; i < nfds; i++)
+            close(fds[i]);
+        kvd__reply_error(c, 0, KVD_EPROTO, "request frame does not decode");
+        return -1;
+    }
+    c->requests++;
+
+    memset(&r, 0, sizeof(r));
+    r.srv = srv;
+    r.conn = c;
+    r.req = req;
+    r.fds = fds;
+    r.nfds = nfds;
+    r.t_start_ns = kvd_now_ns();
+    r.op_index = find_op((int)req->op_case);
+    kvdock__response__init(&r.resp);
+    r.resp.id = req->id;
+
+    if (r.op_index == kvd__op_count) {
+        st = kvd__req_fail(&r, KVD_EUNKNOWNOP, "unknown operation (field %d)", (int)req->op_case);
+    } else {
+        op = &kvd__op_table[r.op_index];
+        st = precheck(&r, op);
+        if (st == KVD_OK)
+            st = op->handler(&r);
+    }
+
+    for (i = 0; i < nfds; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+
+    if (st != KVD_OK || !r.deferred) {
+        if (st != KVD_OK) {
+            r.resp.status = (uint32_t)st;
+            r.resp.message = r.msg[0] ? r.msg : (char *)kvd_strerror(st);
+            if (r.resp.result_case != KVDOCK__RESPONSE__RESULT_HELLO)
+                r.resp.result_case = KVDOCK__RESPONSE__RESULT__NOT_SET;
+            r.n_reply_fds = 0;
+            if (kvd__log_level >= KVD_LOG_DEBUG) {
+                char q[300];
+                kvd_log(KVD_LOG_DEBUG, "event=request_error client=%" PRIu64 " id=%" PRIu64
+                        " op=%s status=%s msg=%s", c->id, req->id,
+                        r.op_index < kvd__op_count ? kvd__op_table[r.op_index].name : "unknown",
+                        kvd_err_name(st), kvd_log_quote(r.msg, q, sizeof(q)));
+            }
+        }
+        send_and_count(c, &r.resp, r.op_index, r.t_start_ns, r.bytes, r.reply_fds,
+                       r.n_reply_fds);
+    }
+    kvdock__request__free_unpacked(req, NULL);
+    for (size_t k = 0; k < r.nallocs; k++)
+        free(r.allocs[k]);
+    free(r.allocs);
+    if (r.close_after)
+        kvd_conn_close_after_flush(c);
+    return 0;
+}

@@ -1,0 +1,101 @@
+/*
+ * Dispatch: ONE table, a row per operation (name, handler, flags).  The
+ * checks every operation shares (a known operation, hello first,
+ * permission, Sync only on data operations, not shutting down) happen here
+ * before any handler runs; the unpacked request is freed right after the
+ * handler returns.
+ */
+#ifndef KVD_DAEMON_DISPATCH_H
+#define KVD_DAEMON_DISPATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conn.h"
+#include "kvdock/wire.h"
+
+enum kvd_op_flags {
+    KVD_OPF_HELLO = 1u << 0, /* needs a hello first */
+    KVD_OPF_ADMIN = 1u << 1, /* admin peers only */
+    KVD_OPF_DATA = 1u << 2,  /* a data operation: Sync applies, work goes to the backend */
+    KVD_OPF_MUTATING = 1u << 3,
+};
+
+typedef struct kvd_req kvd_req_t;
+typedef kvd_status_t (*kvd_op_handler_t)(kvd_req_t *r);
+
+typedef struct kvd_op_def {
+    int op_case; /* Kvdock__Request__OpCase */
+    const char *name;
+    kvd_op_handler_t handler;
+    unsigned flags;
+} kvd_op_def_t;
+
+/* One request being handled (on the stack of the dispatcher). */
+struct kvd_req {
+    kvd_server_t *srv;
+    kvd_conn_t *conn;
+    const Kvdock__Request *req;
+    size_t op_index; /* row of the dispatch table */
+    uint64_t t_start_ns;
+    int *fds;        /* descriptors that came with the frame; a handler that */
+    int nfds;        /* keeps one sets its slot to -1 */
+    Kvdock__Response resp; /* the handler sets result_case and the result */
+    char msg[256];         /* the error message, when the handler fails */
+    int deferred;          /* the handler replies later (kvd__reply_deferred) */
+    int reply_fds[2];      /* descriptors to send with the reply (not owned) */
+    int n_reply_fds;
+    int close_after;       /* close the connection once the reply is out */
+    uint64_t bytes;        /* for the counters */
+    void **allocs;         /* freed once the reply is packed */
+    size_t nallocs, capallocs;
+};
+
+/* The table. */
+extern const kvd_op_def_t kvd__op_table[];
+extern const size_t kvd__op_count; /* stats row kvd__op_count is "unknown" */
+
+/* Decode and handle one frame's payload.  fds: descriptors that came with
+ * it (closed unless a handler keeps them).  Returns -1 when the frame does
+ * not decode (the connection must close). */
+int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds);
+
+/* Answer a frame that cannot be handled (ETOOBIG, EPROTO): request id 0. */
+void kvd__reply_error(kvd_conn_t *c, uint64_t id, kvd_status_t st, const char *msg);
+
+/* Reply for a deferred request (data operations). */
+void kvd__reply_deferred(kvd_conn_t *c, uint64_t id, size_t op_index, uint64_t t_start_ns,
+                         kvd_status_t st, const char *msg, Kvdock__OpReply *op, uint64_t bytes);
+
+/* Set the error message of r; returns st (for `return kvd__req_fail(r, ...)`). */
+kvd_status_t kvd__req_fail(kvd_req_t *r, kvd_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* calloc'd memory freed with the request (after the reply is packed). */
+void *kvd__req_alloc(kvd_req_t *r, size_t bytes);
+
+/* Would bytes more of pools or buffers pass this client's or the daemon's
+ * limit?  KVD_OK or KVD_ELIMIT (with the message set). */
+kvd_status_t kvd__check_mem_limits(kvd_req_t *r, uint64_t bytes);
+
+/* Handlers, one file per group. */
+kvd_status_t kvd__op_hello(kvd_req_t *r);
+kvd_status_t kvd__op_ping(kvd_req_t *r);
+kvd_status_t kvd__op_status(kvd_req_t *r);
+kvd_status_t kvd__op_stats(kvd_req_t *r);
+kvd_status_t kvd__op_shutdown(kvd_req_t *r);
+kvd_status_t kvd__op_pool_create(kvd_req_t *r);
+kvd_status_t kvd__op_pool_export(kvd_req_t *r);
+kvd_status_t kvd__op_pool_import(kvd_req_t *r);
+kvd_status_t kvd__op_pool_drop(kvd_req_t *r);
+kvd_status_t kvd__op_pool_list(kvd_req_t *r);
+kvd_status_t kvd__op_buffer_register(kvd_req_t *r);
+kvd_status_t kvd__op_buffer_drop(kvd_req_t *r);
+kvd_status_t kvd__op_event_register(kvd_req_t *r);
+kvd_status_t kvd__op_event_drop(kvd_req_t *r);
+kvd_status_t kvd__op_store(kvd_req_t *r);
+kvd_status_t kvd__op_fp8_set(kvd_req_t *r);
+kvd_status_t kvd__op_gather(kvd_req_t *r);
+kvd_status_t kvd__op_transfer(kvd_req_t *r);
+
+#endif

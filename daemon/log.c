@@ -1,0 +1,92 @@
+/* Structured logging to stderr: see log.h. */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+int kvd__log_level = KVD_LOG_INFO;
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+int kvd_log_level_parse(const char *name)
+{
+    int i;
+
+    for (i = 0; i < 4; i++)
+        if (strcmp(name, level_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *kvd_log_level_name(int level)
+{
+    return level >= 0 && level < 4 ? level_names[level] : "unknown";
+}
+
+void kvd__log_write(int level, const char *fmt, ...)
+{
+    char line[1024];
+    struct timeval tv;
+    struct tm tm;
+    size_t n;
+    int m;
+    va_list ap;
+
+    gettimeofday(&tv, NULL);
+    gmtime_r(&tv.tv_sec, &tm);
+    n = strftime(line, sizeof(line), "ts=%Y-%m-%dT%H:%M:%S", &tm);
+    m = snprintf(line + n, sizeof(line) - n, ".%03dZ level=%s ", (int)(tv.tv_usec / 1000),
+                 kvd_log_level_name(level));
+    if (m > 0)
+        n += (size_t)m;
+    va_start(ap, fmt);
+    m = vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
+    va_end(ap);
+    if (m < 0)
+        m = 0;
+    n += (size_t)m;
+    if (n > sizeof(line) - 2)
+        n = sizeof(line) - 2; /* truncated: still one line */
+    line[n++] = '\n';
+    fwrite(line, 1, n, stderr); /* one write per line: lines never interleave */
+}
+
+const char *kvd_log_quote(const char *s, char *buf, size_t len)
+{
+    size_t i = 0;
+    int quote = 0;
+    const char *p;
+
+    if (len < 3) {
+        if (len > 0)
+            buf[0] = '\0';
+        return buf;
+    }
+    if (s == NULL)
+        s = "";
+    for (p = s; *p; p++)
+        if (*p == ' ' || *p == '=' || *p == '"' || (unsigned char)*p < 0x20)
+            quote = 1;
+    if (*s == '\0')
+        quote = 1;
+    if (quote)
+        buf[i++] = '"';
+    for (p = s; *p && i + 4 < len; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"' || c == '\\') {
+            buf[i++] = '\\';
+            buf[i++] = (char)c;
+        } else if (c < 0x20 || c == 0x7f) {
+            buf[i++] = '?';
+        } else {
+            buf[i++] = (char)c;
+        }
+    }
+    if (quote)
+        buf[i++] = '"';
+    buf[i] = '\0';
+    return buf;
+}

@@ -1,0 +1,40 @@
+/*
+ * Structured logging: one line per event, key=value fields, to stderr.
+ *
+ *   kvd_log(KVD_LOG_INFO, "event=conn_open client=%" PRIu64, id);
+ *
+ * prints "ts=2026-12-02T10:00:00.123Z level=info event=conn_open client=7".
+ * The level is checked before anything is formatted.
+ */
+#ifndef KVD_DAEMON_LOG_H
+#define KVD_DAEMON_LOG_H
+
+#include <inttypes.h>
+#include <stddef.h>
+
+typedef enum kvd_log_level {
+    KVD_LOG_ERROR = 0,
+    KVD_LOG_WARN = 1,
+    KVD_LOG_INFO = 2,
+    KVD_LOG_DEBUG = 3,
+} kvd_log_level_t;
+
+extern int kvd__log_level;
+
+#define kvd_log(level, ...)                                                     \
+    do {                                                                        \
+        if ((int)(level) <= kvd__log_level)                                     \
+            kvd__log_write((level), __VA_ARGS__);                               \
+    } while (0)
+
+void kvd__log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* "error", "warn", "info", "debug"; -1 for anything else. */
+int kvd_log_level_parse(const char *name);
+const char *kvd_log_level_name(int level);
+
+/* Copy s into buf (len bytes) as a log value: quoted when it holds spaces,
+ * '=' or quotes, with control characters and quotes escaped. */
+const char *kvd_log_quote(const char *s, char *buf, size_t len);
+
+#endif

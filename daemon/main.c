@@ -1,0 +1,66 @@
+/* kvdockd: arguments, process set-up, run. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <uv.h>
+
+#include "log.h"
+#include "options.h"
+#include "server.h"
+
+/* Descriptors: each client can hold several (exports in flight). */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    kvd_options_t opts;
+    kvd_server_t *srv = NULL;
+    uv_loop_t loop;
+    char err[512] = "";
+    int rc;
+
+    switch (kvd_options_parse_args(&opts, argc, argv, err, sizeof(err))) {
+    case KVD_OPTS_HELP:
+        kvd_options_help(stdout, argv[0]);
+        return 0;
+    case KVD_OPTS_VERSION:
+        printf("kvdockd %s (protocol %u)\n", KVD_DAEMON_VERSION, 1u);
+        return 0;
+    case KVD_OPTS_PRINT:
+        kvd_options_print(&opts, stdout);
+        return 0;
+    case KVD_OPTS_ERROR:
+        fprintf(stderr, "kvdockd: %s\n", err);
+        return 2;
+    case KVD_OPTS_RUN:
+        break;
+    }
+    kvd__log_level = opts.log_level;
+    signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
+
+    if (uv_loop_init(&loop) != 0) {
+        kvd_log(KVD_LOG_ERROR, "event=start_failed reason=\"uv_loop_init\"");
+        return 1;
+    }
+    if (kvd_server_create(&loop, &opts, &srv, err, sizeof(err)) != KVD_OK) {
+        kvd_log(KVD_LOG_ERROR, "event=start_failed reason=\"%s\"", err);
+        uv_loop_close(&loop);
+        return 1;
+    }
+    rc = kvd_server_run(srv);
+    kvd_server_destroy(&srv);
+    if (uv_loop_close(&loop) != 0)
+        kvd_log(KVD_LOG_WARN, "event=loop_not_empty");
+    kvd_log(KVD_LOG_INFO, "event=exit status=%d", rc);
+    return rc;
+}

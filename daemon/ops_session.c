@@ -1,0 +1,194 @@
+/* Session operations: hello, ping, status, stats, shutdown. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+#include "log.h"
+
+kvd_status_t kvd__op_hello(kvd_req_t *r)
+{
+    const Kvdock__Hello *h = r->req->hello;
+    kvd_conn_t *c = r->conn;
+    kvd_server_t *srv = r->srv;
+    const kvd_options_t *o = &srv->opts;
+    Kvdock__HelloReply *rep = kvd__req_alloc(r, sizeof(*rep));
+    Kvdock__Limits *lim = kvd__req_alloc(r, sizeof(*lim));
+    char name[96];
+
+    if (rep == NULL || lim == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    kvdock__hello_reply__init(rep);
+    kvdock__limits__init(lim);
+    lim->max_frame_bytes = o->max_frame_bytes;
+    lim->max_inflight = (uint32_t)o->max_inflight;
+    lim->max_pools = (uint32_t)o->max_pools;
+    lim->max_pool_bytes = o->max_pool_bytes;
+    lim->max_total_pool_bytes = o->max_total_pool_bytes;
+    lim->max_inline_bytes = (uint32_t)o->max_inline_bytes;
+    rep->protocol_version = KVD_PROTOCOL_VERSION;
+    rep->daemon_version = (char *)KVD_DAEMON_VERSION;
+    rep->backend = (Kvdock__Backend)srv->backend->proto_backend;
+    rep->device_name = srv->backend->device_name;
+    rep->device_ordinal = srv->backend->device_ordinal;
+    rep->limits = lim;
+    rep->client_id = c->id;
+    rep->daemon_pid = (uint32_t)getpid();
+    rep->admin = c->admin;
+    /* the reply carries the daemon's version even when refusing */
+    r->resp.result_case = KVDOCK__RESPONSE__RESULT_HELLO;
+    r->resp.hello = rep;
+
+    if (c->hello_done)
+        return kvd__req_fail(r, KVD_EPROTO, "hello was already done on this connection");
+    if (h->protocol_version != KVD_PROTOCOL_VERSION) {
+        r->close_after = 1;
+        kvd_log(KVD_LOG_WARN, "event=version_mismatch client=%" PRIu64 " theirs=%u ours=%u",
+                c->id, h->protocol_version, KVD_PROTOCOL_VERSION);
+        return kvd__req_fail(r, KVD_EVERSION,
+                         "protocol version %u is not supported: this daemon speaks version %u",
+                         h->protocol_version, KVD_PROTOCOL_VERSION);
+    }
+    if (strlen(h->client_name) >= sizeof(c->name))
+        return kvd__req_fail(r, KVD_EINVAL, "client_name is longer than %zu bytes",
+                         sizeof(c->name) - 1);
+    snprintf(c->name, sizeof(c->name), "%s", h->client_name);
+    c->hello_done = 1;
+    kvd_log(KVD_LOG_INFO, "event=hello client=%" PRIu64 " name=%s", c->id,
+            kvd_log_quote(c->name, name, sizeof(name)));
+    return KVD_OK;
+}
+
+kvd_status_t kvd__op_ping(kvd_req_t *r)
+{
+    Kvdock__Pong *p = kvd__req_alloc(r, sizeof(*p));
+
+    if (p == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    kvdock__pong__init(p);
+    p->payload = r->req->ping->payload; /* lives until the reply is packed */
+    r->resp.result_case = KVDOCK__RESPONSE__RESULT_PONG;
+    r->resp.pong = p;
+    return KVD_OK;
+}
+
+kvd_status_t kvd__op_status(kvd_req_t *r)
+{
+    kvd_server_t *srv = r->srv;
+    Kvdock__StatusReply *s = kvd__req_alloc(r, sizeof(*s));
+    kvd_conn_t *c;
+    size_t n = 0;
+
+    if (s == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    kvdock__status_reply__init(s);
+    s->daemon_version = (char *)KVD_DAEMON_VERSION;
+    s->backend = (Kvdock__Backend)srv->backend->proto_backend;
+    s->device_name = srv->backend->device_name;
+    s->uptime_ms = (kvd_now_ns() - srv->start_ns) / 1000000ull;
+    s->pools = srv->reg.npools;
+    s->pool_bytes = srv->reg.live_bytes;
+    s->buffers = srv->reg.nbuffers;
+    s->events = srv->reg.nevents;
+    s->inflight = srv->inflight;
+    s->socket_path = srv->socket_path;
+    s->shutting_down = srv->shutting_down != 0;
+    for (c = srv->conns; c; c = c->next)
+        if (!c->closing)
+            n++;
+    s->clients = (uint32_t)n;
+    /* admins see every client; others see themselves */
+    s->client_list = kvd__req_alloc(r, sizeof(*s->client_list) * (n ? n : 1));
+    if (s->client_list == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    for (c = srv->conns; c; c = c->next) {
+        Kvdock__ClientInfo *ci;
+        if (c->closing || (!r->conn->admin && c != r->conn))
+            continue;
+        ci = kvd__req_alloc(r, sizeof(*ci));
+        if (ci == NULL)
+            return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+        kvdock__client_info__init(ci);
+        ci->id = c->id;
+        ci->name = c->name;
+        ci->pid = (uint32_t)c->pid;
+        ci->uid = (uint32_t)c->uid;
+        ci->inflight = c->inflight;
+        ci->pools = c->owner.pools;
+        ci->requests = c->requests;
+        s->client_list[s->n_client_list++] = ci;
+    }
+    r->resp.result_case = KVDOCK__RESPONSE__RESULT_STATUS_REPLY;
+    r->resp.status_reply = s;
+    return KVD_OK;
+}
+
+kvd_status_t kvd__op_stats(kvd_req_t *r)
+{
+    kvd_server_t *srv = r->srv;
+    Kvdock__StatsReply *s = kvd__req_alloc(r, sizeof(*s));
+    uint64_t now = kvd_now_ns();
+    size_t i, nops = srv->stats.nops;
+
+    if (s == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    kvdock__stats_reply__init(s);
+    s->ops = kvd__req_alloc(r, sizeof(*s->ops) * nops);
+    s->streams = kvd__req_alloc(r, sizeof(*s->streams) * KVD_SC_COUNT);
+    if (s->ops == NULL || s->streams == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    for (i = 0; i < nops; i++) {
+        const kvd_op_counters_t *k = &srv->stats.ops[i];
+        Kvdock__OpStats *o = kvd__req_alloc(r, sizeof(*o));
+        if (o == NULL)
+            return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+        kvdock__op_stats__init(o);
+        o->op = (char *)(i < kvd__op_count ? kvd__op_table[i].name : "unknown");
+        o->requests = k->requests;
+        o->errors = k->errors;
+        o->bytes = k->bytes;
+        o->n_bounds_us = KVD_HIST_BOUNDS;
+        o->bounds_us = (double *)kvd__hist_bounds_us;
+        o->n_counts = KVD_HIST_BOUNDS + 1;
+        o->counts = (uint64_t *)k->counts;
+        o->sum_us = k->sum_us;
+        s->ops[s->n_ops++] = o;
+    }
+    for (i = 0; i < KVD_SC_COUNT; i++) {
+        const kvd_stream_counters_t *k = &srv->stats.streams[i];
+        Kvdock__StreamStats *t = kvd__req_alloc(r, sizeof(*t));
+        if (t == NULL)
+            return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+        kvdock__stream_stats__init(t);
+        t->name = (char *)kvd_stream_class_name((int)i);
+        t->priority = srv->backend->priority[i];
+        t->max_blocks = srv->backend->blocks[i];
+        t->launches = k->launches;
+        t->bytes = k->bytes;
+        t->busy_ns = kvd_stats_stream_busy(&srv->stats, (int)i, now);
+        t->queue_depth = k->depth;
+        s->streams[s->n_streams++] = t;
+    }
+    s->bytes_in = srv->stats.bytes_in;
+    s->bytes_out = srv->stats.bytes_out;
+    s->connections = srv->stats.connections;
+    r->resp.result_case = KVDOCK__RESPONSE__RESULT_STATS;
+    r->resp.stats = s;
+    return KVD_OK;
+}
+
+kvd_status_t kvd__op_shutdown(kvd_req_t *r)
+{
+    /* the reply goes out first: the drain answers everything else */
+    kvd_conn_t *c = r->conn;
+    Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
+
+    resp.id = r->req->id;
+    (void)kvd__conn_send(c, &resp.base, NULL, 0);
+    kvd_stats_op(&r->srv->stats, r->op_index, 0, 0, kvd_now_ns() - r->t_start_ns);
+    r->deferred = 1; /* answered above */
+    kvd_log(KVD_LOG_INFO, "event=shutdown_request client=%" PRIu64 " drain=%d", c->id,
+            r->req->shutdown->drain);
+    kvd__server_begin_shutdown(r->srv, r->req->shutdown->drain, "shutdown request");
+    return KVD_OK;
+}

@@ -1,0 +1,547 @@
+/* kvdockd's option table and its parsers: see options.h. */
+#include "options.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+#define OFF(field) offsetof(kvd_options_t, field)
+
+/* name, type, field, default, min, max, choices, description */
+const kvd_option_def_t kvd__option_table[] = {
+    {"socket", KVD_OPT_STR, OFF(socket), "", 0, 0, NULL,
+     "socket path (default: $KVDOCK_SOCKET, else $XDG_RUNTIME_DIR/kvdock/kvdockd.sock, else "
+     "/tmp/kvdock-UID/kvdockd.sock)"},
+    {"socket-group", KVD_OPT_STR, OFF(socket_group), "", 0, 0, NULL,
+     "group that may also connect (socket directory 0750, socket 0660); empty: owner only "
+     "(directory 0700)"},
+    {"backend", KVD_OPT_ENUM, OFF(backend), "auto", 0, 0, "cpu|cuda|auto",
+     "cuda: GPU pools and kernels; cpu: host pools and the reference kernels; auto: cuda when a "
+     "GPU is usable"},
+    {"config", KVD_OPT_STR, OFF(config), "", 0, 0, NULL,
+     "config file of `key = value` lines (command-line options override it)"},
+    {"log-level", KVD_OPT_ENUM, OFF(log_level), "info", 0, 0, "error|warn|info|debug",
+     "least severe level logged"},
+    {"device", KVD_OPT_INT, OFF(device), "0", 0, 1023, NULL, "CUDA device ordinal"},
+    {"max-frame-bytes", KVD_OPT_SIZE, OFF(max_frame_bytes), "16M", 4096, 1 << 30, NULL,
+     "largest request frame accepted (ETOOBIG and close past it)"},
+    {"max-inflight", KVD_OPT_UINT, OFF(max_inflight), "1024", 1, 1 << 20, NULL,
+     "requests in flight per client; past it the daemon stops reading from that client"},
+    {"max-clients", KVD_OPT_UINT, OFF(max_clients), "1024", 1, 1 << 20, NULL,
+     "connections at once; more are refused (ELIMIT)"},
+    {"max-pools", KVD_OPT_UINT, OFF(max_pools), "256", 1, 1 << 20, NULL,
+     "pools per client (ELIMIT past it)"},
+    {"max-buffers", KVD_OPT_UINT, OFF(max_buffers), "1024", 1, 1 << 20, NULL,
+     "registered buffers per client (ELIMIT past it)"},
+    {"max-pool-bytes", KVD_OPT_SIZE, OFF(max_pool_bytes), "0", 0, INT64_MAX, NULL,
+     "bytes of pools and buffers per client; 0: no limit"},
+    {"max-total-pool-bytes", KVD_OPT_SIZE, OFF(max_total_pool_bytes), "0", 0, INT64_MAX, NULL,
+     "bytes of pools and buffers in the daemon; 0: no limit"},
+    {"max-inline-bytes", KVD_OPT_SIZE, OFF(max_inline_bytes), "4M", 0, 1 << 30, NULL,
+     "largest inline Data or Indices payload of one request (ELIMIT past it)"},
+    {"reqs-per-event", KVD_OPT_UINT, OFF(reqs_per_event), "32", 1, 1 << 16, NULL,
+     "requests handled per read event of one connection, so a busy client cannot starve others"},
+    {"max-write-queue-bytes", KVD_OPT_SIZE, OFF(max_write_queue_bytes), "64M", 4096, INT64_MAX,
+     NULL, "replies queued for a client that does not read; past it the daemon stops reading "
+           "from that client"},
+    {"shutdown-timeout-ms", KVD_OPT_UINT, OFF(shutdown_timeout_ms), "30000", 0, 3600000, NULL,
+     "on SIGTERM, how long to wait for in-flight work before cancelling what has not started"},
+    {"allow-uids", KVD_OPT_STR, OFF(allow_uids), "", 0, 0, NULL,
+     "comma-separated user ids that may connect besides the daemon's user and root"},
+    {"allow-gids", KVD_OPT_STR, OFF(allow_gids), "", 0, 0, NULL,
+     "comma-separated group ids whose members (primary group) may connect"},
+    {"admin-uids", KVD_OPT_STR, OFF(admin_uids), "", 0, 0, NULL,
+     "comma-separated user ids that are admins besides the daemon's user and root"},
+    {"reload-blocks", KVD_OPT_UINT, OFF(blocks[KVD_SC_RELOAD]), "0", 0, 1 << 20, NULL,
+     "thread-block budget of the reload stream (host to device); 0: no limit"},
+    {"write-blocks", KVD_OPT_UINT, OFF(blocks[KVD_SC_WRITE]), "0", 0, 1 << 20, NULL,
+     "thread-block budget of the write stream (store, fp8 set, gather); 0: no limit"},
+    {"offload-blocks", KVD_OPT_UINT, OFF(blocks[KVD_SC_OFFLOAD]), "32", 0, 1 << 20, NULL,
+     "thread-block budget of the offload stream (device to host); 0: no limit"},
+    {"d2d-blocks", KVD_OPT_UINT, OFF(blocks[KVD_SC_D2D]), "32", 0, 1 << 20, NULL,
+     "thread-block budget of the device-to-device stream; 0: no limit"},
+    {"reload-priority", KVD_OPT_INT, OFF(priority[KVD_SC_RELOAD]), "1", 0, 16, NULL,
+     "urgency of the reload stream: 0 lowest, higher runs first (clamped to the device's range)"},
+    {"write-priority", KVD_OPT_INT, OFF(priority[KVD_SC_WRITE]), "1", 0, 16, NULL,
+     "urgency of the write stream"},
+    {"offload-priority", KVD_OPT_INT, OFF(priority[KVD_SC_OFFLOAD]), "0", 0, 16, NULL,
+     "urgency of the offload stream"},
+    {"d2d-priority", KVD_OPT_INT, OFF(priority[KVD_SC_D2D]), "0", 0, 16, NULL,
+     "urgency of the device-to-device stream"},
+    {"cuda-completion", KVD_OPT_ENUM, OFF(cuda_completion), "poll", 0, 0, "poll|hostfunc",
+     "how the cuda backend learns that work is done: poll (a thread polls an event per "
+     "operation while work is in flight; lowest latency, uses a core while busy) or hostfunc "
+     "(cudaLaunchHostFunc; no polling)"},
+};
+const size_t kvd__option_count = sizeof(kvd__option_table) / sizeof(kvd__option_table[0]);
+
+static void seterr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err == NULL || len == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+}
+
+static const kvd_option_def_t *find(const char *name, size_t name_len)
+{
+    size_t i;
+
+    for (i = 0; i < kvd__option_count; i++) {
+        const char *n = kvd__option_table[i].name;
+        if (strlen(n) == name_len && strncmp(n, name, name_len) == 0)
+            return &kvd__option_table[i];
+    }
+    return NULL;
+}
+
+/* Index of value in "a|b|c", or -1. */
+static int choice_index(const char *choices, const char *value)
+{
+    const char *p = choices;
+    size_t vlen = strlen(value);
+    int i = 0;
+
+    while (*p) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        if (n == vlen && strncmp(p, value, n) == 0)
+            return i;
+        if (!bar)
+            break;
+        p = bar + 1;
+        i++;
+    }
+    return -1;
+}
+
+static void choice_name(const char *choices, int idx, char *buf, size_t len)
+{
+    const char *p = choices;
+    int i;
+
+    for (i = 0; i < idx && p; i++) {
+        p = strchr(p, '|');
+        if (p)
+            p++;
+    }
+    if (!p) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    snprintf(buf, len, "%.*s", (int)(strchr(p, '|') ? (size_t)(strchr(p, '|') - p) : strlen(p)),
+             p);
+}
+
+/* A whole decimal number with an optional size suffix; no sign for unsigned. */
+static int parse_number(const char *s, int is_signed, int allow_suffix, int64_t *out_s,
+                        uint64_t *out_u)
+{
+    char *end;
+    uint64_t mult = 1;
+
+    if (*s == '\0' || isspace((unsigned char)*s))
+        return -1;
+    errno = 0;
+    if (is_signed) {
+        long long v = strtoll(s, &end, 10);
+        if (errno || end == s || *end != '\0')
+            return -1;
+        *out_s = v;
+        return 0;
+    }
+    if (*s == '-' || *s == '+')
+        return -1;
+    {
+        unsigned long long v = strtoull(s, &end, 10);
+        if (errno || end == s)
+            return -1;
+        if (*end != '\0') {
+            if (!allow_suffix || end[1] != '\0')
+                return -1;
+            switch (*end) {
+            case 'K': case 'k': mult = 1ull << 10; break;
+            case 'M': case 'm': mult = 1ull << 20; break;
+            case 'G': case 'g': mult = 1ull << 30; break;
+            case 'T': case 't': mult = 1ull << 40; break;
+            default: return -1;
+            }
+        }
+        if (v > UINT64_MAX / mult)
+            return -1;
+        *out_u = v * mult;
+    }
+    return 0;
+}
+
+static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const char *value,
+                            char *err, size_t err_len)
+{
+    char *field = (char *)o + d->offset;
+    int64_t sv = 0;
+    uint64_t uv = 0;
+    int idx;
+
+    switch (d->type) {
+    case KVD_OPT_STR:
+        if (strlen(value) >= KVD_OPT_STR_MAX) {
+            seterr(err, err_len, "%s: value longer than %d bytes", d->name, KVD_OPT_STR_MAX - 1);
+            return KVD_ERANGE;
+        }
+        snprintf(field, KVD_OPT_STR_MAX, "%s", value);
+        return KVD_OK;
+    case KVD_OPT_ENUM:
+        idx = choice_index(d->choices, value);
+        if (idx < 0) {
+            seterr(err, err_len, "%s: '%s' is not one of %s", d->name, value, d->choices);
+            return KVD_EINVAL;
+        }
+        *(int *)field = idx;
+        return KVD_OK;
+    case KVD_OPT_INT:
+        if (parse_number(value, 1, 0, &sv, &uv) != 0) {
+            seterr(err, err_len, "%s: '%s' is not a whole number", d->name, value);
+            return KVD_EINVAL;
+        }
+        if (sv < d->min || sv > d->max) {
+            seterr(err, err_len, "%s: %" PRId64 " is outside [%" PRId64 ", %" PRId64 "]",
+                   d->name, sv, d->min, d->max);
+            return KVD_ERANGE;
+        }
+        *(int64_t *)field = sv;
+        return KVD_OK;
+    case KVD_OPT_UINT:
+    case KVD_OPT_SIZE:
+        if (parse_number(value, 0, d->type == KVD_OPT_SIZE, &sv, &uv) != 0) {
+            seterr(err, err_len, "%s: '%s' is not a %s", d->name, value,
+                   d->type == KVD_OPT_SIZE ? "size (a number with an optional K, M, G or T)"
+                                           : "non-negative whole number");
+            return KVD_EINVAL;
+        }
+        if (uv < (uint64_t)d->min || uv > (uint64_t)d->max) {
+            seterr(err, err_len, "%s: %" PRIu64 " is outside [%" PRId64 ", %" PRId64 "]",
+                   d->name, uv, d->min, d->max);
+            return KVD_ERANGE;
+        }
+        *(uint64_t *)field = uv;
+        return KVD_OK;
+    }
+    seterr(err, err_len, "%s: bad option type", d->name);
+    return KVD_EINTERNAL;
+}
+
+void kvd_options_init(kvd_options_t *o)
+{
+    size_t i;
+
+    memset(o, 0, sizeof(*o));
+    for (i = 0; i < kvd__option_count; i++)
+        (void)set_def(o, &kvd__option_table[i], kvd__option_table[i].def, NULL, 0);
+}
+
+kvd_status_t kvd_options_set(kvd_options_t *o, const char *name, const char *value, char *err,
+                             size_t err_len)
+{
+    const kvd_option_def_t *d;
+
+    if (o == NULL || name == NULL || value == NULL)
+        return KVD_ENULL;
+    d = find(name, strlen(name));
+    if (d == NULL) {
+        seterr(err, err_len, "unknown option '%s'", name);
+        return KVD_EINVAL;
+    }
+    return set_def(o, d, value, err, err_len);
+}
+
+static char *trim(char *s)
+{
+    char *e;
+
+    while (isspace((unsigned char)*s))
+        s++;
+    e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+kvd_status_t kvd_options_load_file(kvd_options_t *o, const char *path, char *err, size_t err_len)
+{
+    FILE *f;
+    char line[1024];
+    int lineno = 0;
+    kvd_status_t st = KVD_OK;
+    kvd_options_t tmp;
+
+    if (o == NULL || path == NULL)
+        return KVD_ENULL;
+    f = fopen(path, "re");
+    if (f == NULL) {
+        seterr(err, err_len, "%s: %s", path, strerror(errno));
+        return KVD_EIO;
+    }
+    tmp = *o; /* all or nothing */
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *s, *eq, *key, *val, *hash;
+        char sub[512];
+
+        lineno++;
+        if (strchr(line, '\n') == NULL && !feof(f)) {
+            seterr(err, err_len, "%s:%d: line too long", path, lineno);
+            st = KVD_EINVAL;
+            goto out;
+        }
+        hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        s = trim(line);
+        if (*s == '\0')
+            continue;
+        eq = strchr(s, '=');
+        if (eq == NULL) {
+            seterr(err, err_len, "%s:%d: expected `key = value`", path, lineno);
+            st = KVD_EINVAL;
+            goto out;
+        }
+        *eq = '\0';
+        key = trim(s);
+        val = trim(eq + 1);
+        if (strcmp(key, "config") == 0) {
+            seterr(err, err_len, "%s:%d: 'config' cannot be set in a config file", path, lineno);
+            st = KVD_EINVAL;
+            goto out;
+        }
+        st = kvd_options_set(&tmp, key, val, sub, sizeof(sub));
+        if (st != KVD_OK) {
+            seterr(err, err_len, "%s:%d: %s", path, lineno, sub);
+            goto out;
+        }
+    }
+    if (ferror(f)) {
+        seterr(err, err_len, "%s: read error", path);
+        st = KVD_EIO;
+        goto out;
+    }
+    *o = tmp;
+out:
+    fclose(f);
+    return st;
+}
+
+/* A comma-separated list of decimal ids ("" is an empty list). */
+static int id_list_valid(const char *list)
+{
+    const char *p = list;
+
+    while (*p) {
+        if (*p == ',' || *p == ' ') {
+            p++;
+            continue;
+        }
+        if (!isdigit((unsigned char)*p))
+            return 0;
+        while (isdigit((unsigned char)*p))
+            p++;
+        if (*p != '\0' && *p != ',' && *p != ' ')
+            return 0;
+    }
+    return 1;
+}
+
+kvd_status_t kvd_options_check(const kvd_options_t *o, char *err, size_t err_len)
+{
+    if (!id_list_valid(o->allow_uids) || !id_list_valid(o->allow_gids) ||
+        !id_list_valid(o->admin_uids)) {
+        seterr(err, err_len, "allow-uids, allow-gids and admin-uids take comma-separated numbers");
+        return KVD_EINVAL;
+    }
+    if (o->max_inline_bytes > o->max_frame_bytes) {
+        seterr(err, err_len, "max-inline-bytes (%" PRIu64 ") exceeds max-frame-bytes (%" PRIu64 ")",
+               o->max_inline_bytes, o->max_frame_bytes);
+        return KVD_EINVAL;
+    }
+    if (o->max_total_pool_bytes != 0 && o->max_pool_bytes > o->max_total_pool_bytes) {
+        seterr(err, err_len, "max-pool-bytes exceeds max-total-pool-bytes");
+        return KVD_EINVAL;
+    }
+    return KVD_OK;
+}
+
+kvd_opts_action_t kvd_options_parse_args(kvd_options_t *o, int argc, char **argv, char *err,
+                                         size_t err_len)
+{
+    kvd_options_t tmp;
+    int i, pass;
+    char sub[512];
+
+    kvd_options_init(&tmp);
+    /* pass 0 finds --config (and the flags without values); pass 1 sets
+     * the rest, so the command line overrides the file. */
+    for (pass = 0; pass < 2; pass++) {
+        for (i = 1; i < argc; i++) {
+            const char *arg = argv[i], *name, *value, *eq;
+            const kvd_option_def_t *d;
+            size_t name_len;
+
+            if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)
+                return KVD_OPTS_HELP;
+            if (strcmp(arg, "--version") == 0)
+                return KVD_OPTS_VERSION;
+            if (strcmp(arg, "--print-config") == 0)
+                continue;
+            if (strncmp(arg, "--", 2) != 0) {
+                seterr(err, err_len, "unexpected argument '%s' (options are --name value)", arg);
+                return KVD_OPTS_ERROR;
+            }
+            name = arg + 2;
+            eq = strchr(name, '=');
+            name_len = eq ? (size_t)(eq - name) : strlen(name);
+            d = find(name, name_len);
+            if (d == NULL) {
+                seterr(err, err_len, "unknown option '%.*s' (see --help)", (int)name_len, arg);
+                return KVD_OPTS_ERROR;
+            }
+            if (eq) {
+                value = eq + 1;
+            } else {
+                if (i + 1 >= argc) {
+                    seterr(err, err_len, "option '--%s' needs a value", d->name);
+                    return KVD_OPTS_ERROR;
+                }
+                value = argv[++i];
+            }
+            if ((pass == 0) != (strcmp(d->name, "config") == 0))
+                continue;
+            if (set_def(&tmp, d, value, sub, sizeof(sub)) != KVD_OK) {
+                seterr(err, err_len, "%s", sub);
+                return KVD_OPTS_ERROR;
+            }
+            if (pass == 0 && tmp.config[0] != '\0' &&
+                kvd_options_load_file(&tmp, tmp.config, sub, sizeof(sub)) != KVD_OK) {
+                seterr(err, err_len, "%s", sub);
+                return KVD_OPTS_ERROR;
+            }
+        }
+    }
+    if (kvd_options_check(&tmp, sub, sizeof(sub)) != KVD_OK) {
+        seterr(err, err_len, "%s", sub);
+        return KVD_OPTS_ERROR;
+    }
+    *o = tmp;
+    for (i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--print-config") == 0)
+            return KVD_OPTS_PRINT;
+    return KVD_OPTS_RUN;
+}
+
+void kvd_options_format(const kvd_options_t *o, const kvd_option_def_t *d, char *buf, size_t len)
+{
+    const char *field = (const char *)o + d->offset;
+
+    switch (d->type) {
+    case KVD_OPT_STR:
+        snprintf(buf, len, "%s", field);
+        break;
+    case KVD_OPT_ENUM:
+        choice_name(d->choices, *(const int *)field, buf, len);
+        break;
+    case KVD_OPT_INT:
+        snprintf(buf, len, "%" PRId64, *(const int64_t *)field);
+        break;
+    case KVD_OPT_UINT:
+    case KVD_OPT_SIZE:
+        snprintf(buf, len, "%" PRIu64, *(const uint64_t *)field);
+        break;
+    }
+}
+
+static const char *type_word(const kvd_option_def_t *d)
+{
+    switch (d->type) {
+    case KVD_OPT_STR: return "TEXT";
+    case KVD_OPT_INT: return "N";
+    case KVD_OPT_UINT: return "N";
+    case KVD_OPT_SIZE: return "SIZE";
+    case KVD_OPT_ENUM: return d->choices;
+    }
+    return "?";
+}
+
+void kvd_options_help(FILE *f, const char *prog)
+{
+    size_t i;
+
+    fprintf(f,
+            "usage: %s [--name VALUE | --name=VALUE]... [--help] [--version] [--print-config]\n"
+            "\n"
+            "kvdockd owns KV-cache pools and moves KV data on request over a Unix socket.\n"
+            "Every option can also be set in the --config file as `name = value`.\n"
+            "SIZE takes an optional K, M, G or T suffix (powers of 1024).\n\n",
+            prog);
+    for (i = 0; i < kvd__option_count; i++) {
+        const kvd_option_def_t *d = &kvd__option_table[i];
+        char head[128];
+
+        snprintf(head, sizeof(head), "--%s %s", d->name, type_word(d));
+        fprintf(f, "  %-34s %s", head, d->help);
+        if (d->def[0] != '\0')
+            fprintf(f, " [default: %s]", d->def);
+        if (d->type == KVD_OPT_INT || d->type == KVD_OPT_UINT || d->type == KVD_OPT_SIZE)
+            fprintf(f, " [range: %" PRId64 "..%" PRId64 "]", d->min, d->max);
+        fputc('\n', f);
+    }
+}
+
+void kvd_options_print(const kvd_options_t *o, FILE *f)
+{
+    size_t i;
+    char buf[KVD_OPT_STR_MAX + 32];
+
+    for (i = 0; i < kvd__option_count; i++) {
+        const kvd_option_def_t *d = &kvd__option_table[i];
+        kvd_options_format(o, d, buf, sizeof(buf));
+        /* a config file cannot name another one: keep it as a comment */
+        fprintf(f, "%s%s = %s\n", strcmp(d->name, "config") == 0 ? "# " : "", d->name, buf);
+    }
+}
+
+const char *kvd_stream_class_name(int sc)
+{
+    static const char *const names[KVD_SC_COUNT] = {"reload", "write", "offload", "d2d"};
+
+    return sc >= 0 && sc < KVD_SC_COUNT ? names[sc] : "unknown";
+}
+
+int kvd_options_id_listed(const char *list, uint64_t id)
+{
+    const char *p = list;
+
+    while (p && *p) {
+        char *end;
+        unsigned long long v;
+
+        while (*p == ',' || *p == ' ')
+            p++;
+        if (*p == '\0')
+            break;
+        errno = 0;
+        v = strtoull(p, &end, 10);
+        if (end == p || errno)
+            return 0;
+        if (v == id)
+            return 1;
+        p = end;
+    }
+    return 0;
+}

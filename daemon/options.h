@@ -1,0 +1,130 @@
+/*
+ * kvdockd's options: ONE table (options.c) from which the command-line
+ * parser, the config-file parser (`key = value` lines) and --help are all
+ * generated.  Command-line values override the config file's.
+ */
+#ifndef KVD_DAEMON_OPTIONS_H
+#define KVD_DAEMON_OPTIONS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kvdock/status.h"
+
+#define KVD_OPT_STR_MAX 256
+
+/* Stream classes: the index into the per-class option arrays. */
+enum kvd_stream_class {
+    KVD_SC_RELOAD = 0,
+    KVD_SC_WRITE = 1,
+    KVD_SC_OFFLOAD = 2,
+    KVD_SC_D2D = 3,
+    KVD_SC_COUNT = 4,
+};
+
+enum kvd_backend_choice {
+    KVD_BACKEND_CPU = 0,
+    KVD_BACKEND_CUDA = 1,
+    KVD_BACKEND_AUTO = 2,
+};
+
+enum kvd_cuda_completion {
+    KVD_COMPLETION_POLL = 0,     /* a thread polls an event per operation */
+    KVD_COMPLETION_HOSTFUNC = 1, /* cudaLaunchHostFunc */
+};
+
+typedef struct kvd_options {
+    char socket[KVD_OPT_STR_MAX];       /* "" = kvd_default_socket_path() */
+    char socket_group[KVD_OPT_STR_MAX]; /* "" = no group */
+    int backend;                        /* enum kvd_backend_choice */
+    char config[KVD_OPT_STR_MAX];
+    int log_level; /* kvd_log_level_t */
+    int64_t device;
+    uint64_t max_frame_bytes;
+    uint64_t max_inflight;
+    uint64_t max_clients;
+    uint64_t max_pools;
+    uint64_t max_buffers;
+    uint64_t max_pool_bytes;
+    uint64_t max_total_pool_bytes;
+    uint64_t max_inline_bytes;
+    uint64_t reqs_per_event;
+    uint64_t max_write_queue_bytes;
+    uint64_t shutdown_timeout_ms;
+    char allow_uids[KVD_OPT_STR_MAX];
+    char allow_gids[KVD_OPT_STR_MAX];
+    char admin_uids[KVD_OPT_STR_MAX];
+    uint64_t blocks[KVD_SC_COUNT];  /* per-class block budget, 0 = no limit */
+    int64_t priority[KVD_SC_COUNT]; /* per-class urgency, higher runs first */
+    int cuda_completion;            /* enum kvd_cuda_completion */
+} kvd_options_t;
+
+typedef enum kvd_opt_type {
+    KVD_OPT_STR,
+    KVD_OPT_INT,  /* int64_t */
+    KVD_OPT_UINT, /* uint64_t */
+    KVD_OPT_SIZE, /* uint64_t, with an optional K, M, G or T suffix (powers of 1024) */
+    KVD_OPT_ENUM, /* int: index into choices ("a|b|c") */
+} kvd_opt_type_t;
+
+typedef struct kvd_option_def {
+    const char *name;
+    kvd_opt_type_t type;
+    size_t offset;
+    const char *def;     /* default, as it would be written in the config file */
+    int64_t min, max;    /* bounds for numbers (inclusive); unused otherwise */
+    const char *choices; /* "cpu|cuda|auto" for KVD_OPT_ENUM */
+    const char *help;
+} kvd_option_def_t;
+
+/* The table, and its number of rows. */
+extern const kvd_option_def_t kvd__option_table[];
+extern const size_t kvd__option_count;
+
+/* Every option at its default. */
+void kvd_options_init(kvd_options_t *o);
+
+/* Set one option from its text; KVD_EINVAL (unknown name, bad value) or
+ * KVD_ERANGE (out of bounds), with a message in err.  On error *o is
+ * unchanged. */
+kvd_status_t kvd_options_set(kvd_options_t *o, const char *name, const char *value, char *err,
+                             size_t err_len);
+
+/* Read `key = value` lines ('#' starts a comment; blank lines are fine). */
+kvd_status_t kvd_options_load_file(kvd_options_t *o, const char *path, char *err,
+                                   size_t err_len);
+
+/* Checks across options (e.g. max-inline-bytes <= max-frame-bytes). */
+kvd_status_t kvd_options_check(const kvd_options_t *o, char *err, size_t err_len);
+
+typedef enum kvd_opts_action {
+    KVD_OPTS_RUN = 0,
+    KVD_OPTS_HELP = 1,
+    KVD_OPTS_VERSION = 2,
+    KVD_OPTS_PRINT = 3, /* --print-config */
+    KVD_OPTS_ERROR = -1,
+} kvd_opts_action_t;
+
+/* Defaults, then --config FILE (if given), then the other arguments
+ * (--name value or --name=value).  Also --help, --version, --print-config. */
+kvd_opts_action_t kvd_options_parse_args(kvd_options_t *o, int argc, char **argv, char *err,
+                                         size_t err_len);
+
+/* --help text generated from the table. */
+void kvd_options_help(FILE *f, const char *prog);
+
+/* One option's current value as text. */
+void kvd_options_format(const kvd_options_t *o, const kvd_option_def_t *d, char *buf,
+                        size_t len);
+
+/* Every option as a config file would hold it. */
+void kvd_options_print(const kvd_options_t *o, FILE *f);
+
+/* Name of stream class i ("reload", ...). */
+const char *kvd_stream_class_name(int sc);
+
+/* Is id in a comma-separated list of numbers ("1000,1001")? */
+int kvd_options_id_listed(const char *list, uint64_t id);
+
+#endif

@@ -1,0 +1,208 @@
+/* The registry of pools, buffers and events: see registry.h. */
+#include "registry.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void kvd_registry_init(kvd_registry_t *reg, kvd_backend_t *be)
+{
+    memset(reg, 0, sizeof(*reg));
+    reg->be = be;
+    reg->next_id = 1;
+    kvd_idmap_init(&reg->objs);
+}
+
+static void free_obj(kvd_registry_t *reg, kvd_obj_t *obj)
+{
+    kvd_backend_t *be = reg->be;
+
+    reg->live_bytes -= obj->bytes;
+    switch (obj->type) {
+    case KVD_OBJ_POOL: {
+        kvd_pool_t *p = (kvd_pool_t *)obj;
+        uint32_t i;
+
+        be->mem_destroy(be, &p->mem);
+        for (i = 0; i < p->n_regions; i++)
+            be->mem_destroy(be, &p->regions[i]);
+        if (p->k_table)
+            be->table_destroy(be, p->k_table);
+        if (p->v_table)
+            be->table_destroy(be, p->v_table);
+        free(p->regions);
+        free(p->k_addr);
+        free(p->v_addr);
+        free(p);
+        break;
+    }
+    case KVD_OBJ_BUFFER: {
+        kvd_buffer_t *b = (kvd_buffer_t *)obj;
+        be->mem_destroy(be, &b->mem);
+        free(b);
+        break;
+    }
+    case KVD_OBJ_EVENT: {
+        kvd_event_t *e = (kvd_event_t *)obj;
+        if (e->ev)
+            be->event_close(be, e->ev);
+        free(e);
+        break;
+    }
+    }
+}
+
+void kvd_obj_ref(kvd_obj_t *obj)
+{
+    obj->refs++;
+}
+
+void kvd_obj_unref(kvd_registry_t *reg, kvd_obj_t *obj)
+{
+    if (obj == NULL)
+        return;
+    if (--obj->refs == 0)
+        free_obj(reg, obj);
+}
+
+kvd_status_t kvd_registry_add(kvd_registry_t *reg, kvd_obj_t *obj, kvd_owner_t *owner)
+{
+    uint64_t id = reg->next_id;
+
+    if (kvd_idmap_put(&reg->objs, id, obj) != 0)
+        return KVD_ENOMEM;
+    reg->next_id++;
+    obj->id = id;
+    obj->refs = 1;
+    obj->owner = owner;
+    obj->owner_id = owner->client_id;
+    obj->oprev = NULL;
+    obj->onext = owner->head;
+    if (owner->head)
+        owner->head->oprev = obj;
+    owner->head = obj;
+    owner->bytes += obj->bytes;
+    reg->live_bytes += obj->bytes;
+    switch (obj->type) {
+    case KVD_OBJ_POOL: {
+        kvd_pool_t *p = (kvd_pool_t *)obj;
+        owner->pools++;
+        reg->npools++;
+        p->prev = NULL;
+        p->next = reg->pools;
+        if (reg->pools)
+            reg->pools->prev = p;
+        reg->pools = p;
+        break;
+    }
+    case KVD_OBJ_BUFFER:
+        owner->buffers++;
+        reg->nbuffers++;
+        break;
+    case KVD_OBJ_EVENT:
+        owner->events++;
+        reg->nevents++;
+        break;
+    }
+    return KVD_OK;
+}
+
+kvd_obj_t *kvd_registry_get(kvd_registry_t *reg, uint64_t id, kvd_obj_type_t type)
+{
+    kvd_obj_t *obj = kvd_idmap_get(&reg->objs, id);
+
+    return obj != NULL && obj->type == type ? obj : NULL;
+}
+
+kvd_pool_t *kvd_registry_pool_by_name(kvd_registry_t *reg, const char *name)
+{
+    kvd_pool_t *p;
+
+    for (p = reg->pools; p; p = p->next)
+        if (strcmp(p->name, name) == 0)
+            return p;
+    return NULL;
+}
+
+void kvd_registry_drop(kvd_registry_t *reg, kvd_obj_t *obj)
+{
+    kvd_owner_t *owner = obj->owner;
+
+    if (owner == NULL)
+        return; /* already dropped */
+    kvd_idmap_del(&reg->objs, obj->id);
+    if (obj->oprev)
+        obj->oprev->onext = obj->onext;
+    else
+        owner->head = obj->onext;
+    if (obj->onext)
+        obj->onext->oprev = obj->oprev;
+    obj->onext = obj->oprev = NULL;
+    obj->owner = NULL;
+    owner->bytes -= obj->bytes;
+    switch (obj->type) {
+    case KVD_OBJ_POOL: {
+        kvd_pool_t *p = (kvd_pool_t *)obj;
+        owner->pools--;
+        reg->npools--;
+        if (p->prev)
+            p->prev->next = p->next;
+        else
+            reg->pools = p->next;
+        if (p->next)
+            p->next->prev = p->prev;
+        p->next = p->prev = NULL;
+        break;
+    }
+    case KVD_OBJ_BUFFER:
+        owner->buffers--;
+        reg->nbuffers--;
+        break;
+    case KVD_OBJ_EVENT:
+        owner->events--;
+        reg->nevents--;
+        break;
+    }
+    kvd_obj_unref(reg, obj);
+}
+
+void kvd_registry_drop_owner(kvd_registry_t *reg, kvd_owner_t *owner)
+{
+    while (owner->head)
+        kvd_registry_drop(reg, owner->head);
+}
+
+void kvd_registry_deinit(kvd_registry_t *reg)
+{
+    while (reg->pools)
+        kvd_registry_drop(reg, &reg->pools->obj);
+    kvd_idmap_deinit(&reg->objs);
+}
+
+kvd_status_t kvd_obj_may_use(const kvd_obj_t *obj, uint64_t client_id, int admin)
+{
+    if (obj->owner_id == client_id || obj->shared)
+        return KVD_OK;
+    return KVD_EPERM;
+}
+
+kvd_status_t kvd_obj_may_drop(const kvd_obj_t *obj, uint64_t client_id, int admin)
+{
+    if (obj->owner_id == client_id || (obj->shared && admin))
+        return KVD_OK;
+    return KVD_EPERM;
+}
+
+int kvd_pool_name_valid(const char *name)
+{
+    size_t n = name ? strlen(name) : 0, i;
+
+    if (n == 0 || n >= KVD_NAME_MAX)
+        return 0;
+    for (i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}

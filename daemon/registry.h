@@ -1,0 +1,123 @@
+/*
+ * The registry of pools, buffers and events.
+ *
+ * Every object has a daemon-wide id (never reused), belongs to the
+ * connection that made it (its owner), and is reference-counted: the
+ * registry holds one reference while the object is live, and every
+ * operation that uses it holds one more until the operation has
+ * completed.  Dropping an object (by request, or when its owner goes away)
+ * removes it from the registry at once; its memory is released when the
+ * last reference goes.
+ */
+#ifndef KVD_DAEMON_REGISTRY_H
+#define KVD_DAEMON_REGISTRY_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "idmap.h"
+
+#define KVD_NAME_MAX 64
+
+typedef enum kvd_obj_type {
+    KVD_OBJ_POOL = 1,
+    KVD_OBJ_BUFFER = 2,
+    KVD_OBJ_EVENT = 3,
+} kvd_obj_type_t;
+
+typedef struct kvd_obj kvd_obj_t;
+
+/* What one connection owns; embedded in the connection. */
+typedef struct kvd_owner {
+    uint64_t client_id;
+    kvd_obj_t *head; /* objects owned, newest first */
+    uint32_t pools, buffers, events;
+    uint64_t bytes; /* bytes of live pools and buffers */
+} kvd_owner_t;
+
+struct kvd_obj {
+    uint64_t id;
+    kvd_obj_type_t type;
+    uint32_t refs;
+    uint64_t owner_id;
+    kvd_owner_t *owner; /* NULL once dropped */
+    int shared;
+    uint64_t bytes;     /* counted against the limits */
+    kvd_obj_t *onext, *oprev;
+};
+
+typedef struct kvd_pool {
+    kvd_obj_t obj;
+    char name[KVD_NAME_MAX];
+    int kind; /* enum kvd_mem_kind */
+    uint32_t num_layers;
+    uint64_t num_slots;
+    uint64_t slot_bytes;
+    uint64_t slot_stride;
+    int mla;
+    uint32_t page_size;
+    int imported;
+    uint64_t layer_stride; /* daemon-owned pools */
+    uint64_t v_offset;
+    kvd_mem_t *mem;        /* daemon-owned pools */
+    /* imported pools: regions, and per-layer addresses (host copies for
+     * the daemon, device-readable tables for the kernels) */
+    kvd_mem_t **regions;
+    uint32_t n_regions;
+    uint64_t *k_addr, *v_addr;   /* host arrays of num_layers */
+    void *k_table, *v_table;     /* backend tables */
+    struct kvd_pool *next, *prev; /* the registry's list of live pools */
+} kvd_pool_t;
+
+typedef struct kvd_buffer {
+    kvd_obj_t obj;
+    char name[KVD_NAME_MAX];
+    int kind;
+    uint64_t bytes;
+    kvd_mem_t *mem;
+} kvd_buffer_t;
+
+typedef struct kvd_event {
+    kvd_obj_t obj;
+    unsigned char handle[KVD_IPC_HANDLE_BYTES];
+    void *ev; /* the backend's */
+} kvd_event_t;
+
+typedef struct kvd_registry {
+    kvd_backend_t *be;
+    kvd_idmap_t objs;
+    uint64_t next_id;
+    kvd_pool_t *pools; /* live pools, newest first */
+    uint32_t npools, nbuffers, nevents;
+    uint64_t live_bytes;  /* bytes of pools and buffers not yet released */
+} kvd_registry_t;
+
+void kvd_registry_init(kvd_registry_t *reg, kvd_backend_t *be);
+/* Drops everything left; memory still referenced is released by the last
+ * kvd_obj_unref. */
+void kvd_registry_deinit(kvd_registry_t *reg);
+
+/* Add a new object (refs = 1) owned by owner; KVD_ENOMEM on failure (the
+ * object is not added and still belongs to the caller). */
+kvd_status_t kvd_registry_add(kvd_registry_t *reg, kvd_obj_t *obj, kvd_owner_t *owner);
+kvd_obj_t *kvd_registry_get(kvd_registry_t *reg, uint64_t id, kvd_obj_type_t type);
+kvd_pool_t *kvd_registry_pool_by_name(kvd_registry_t *reg, const char *name);
+
+/* Remove obj from the registry and its owner; releases the registry's
+ * reference. */
+void kvd_registry_drop(kvd_registry_t *reg, kvd_obj_t *obj);
+/* Drop everything owner owns. */
+void kvd_registry_drop_owner(kvd_registry_t *reg, kvd_owner_t *owner);
+
+void kvd_obj_ref(kvd_obj_t *obj);
+void kvd_obj_unref(kvd_registry_t *reg, kvd_obj_t *obj);
+
+/* May this client use obj (read, write, export)?  KVD_OK, or KVD_EPERM. */
+kvd_status_t kvd_obj_may_use(const kvd_obj_t *obj, uint64_t client_id, int admin);
+/* May this client drop obj?  Only its owner, or an admin for a shared one. */
+kvd_status_t kvd_obj_may_drop(const kvd_obj_t *obj, uint64_t client_id, int admin);
+
+/* Is name a valid pool name (1..63 of [A-Za-z0-9._-])? */
+int kvd_pool_name_valid(const char *name);
+
+#endif

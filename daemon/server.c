@@ -1,0 +1,522 @@
+/*
+ * The server: the listening socket (created safely), accepting and
+ * authenticating peers, signals, and the drain on shutdown.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "dispatch.h"
+#include "kvdock/wire.h"
+#include "log.h"
+
+#define ACCEPTS_PER_EVENT 64
+#define FLUSH_GRACE_NS (2ull * 1000000000ull)
+
+/* ---- peers ------------------------------------------------------------- */
+
+int kvd__server_peer_allowed(const kvd_server_t *srv, uid_t uid, gid_t gid)
+{
+    return uid == srv->uid || uid == 0 || kvd_options_id_listed(srv->opts.allow_uids, uid) ||
+           kvd_options_id_listed(srv->opts.allow_gids, gid);
+}
+
+int kvd__server_peer_admin(const kvd_server_t *srv, uid_t uid)
+{
+    return uid == srv->uid || uid == 0 || kvd_options_id_listed(srv->opts.admin_uids, uid);
+}
+
+/* Best effort: one error frame to a peer we will not serve, then close. */
+static void refuse(int fd, kvd_status_t st, const char *msg)
+{
+    Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
+    uint8_t *frame;
+    size_t len;
+
+    resp.status = (uint32_t)st;
+    resp.message = (char *)msg;
+    if (kvd_frame_pack(&resp.base, &frame, &len) == KVD_OK) {
+        ssize_t n = send(fd, frame, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)n;
+        free(frame);
+    }
+    close(fd);
+}
+
+static void on_accept(uv_poll_t *h, int status, int events)
+{
+    kvd_server_t *srv = h->data;
+    int i;
+
+    if (status < 0 || srv->shutting_down)
+        return;
+    for (i = 0; i < ACCEPTS_PER_EVENT; i++) {
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        kvd_conn_t *c;
+        int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                errno != ECONNABORTED)
+                kvd_log(KVD_LOG_WARN, "event=accept_error error=\"%s\"", strerror(errno));
+            break;
+        }
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+            close(fd);
+            continue;
+        }
+        if (!kvd__server_peer_allowed(srv, cred.uid, cred.gid)) {
+            kvd_log(KVD_LOG_WARN, "event=peer_refused pid=%d uid=%u gid=%u", (int)cred.pid,
+                    (unsigned)cred.uid, (unsigned)cred.gid);
+            refuse(fd, KVD_EPERM, "this user may not connect to kvdockd (allow-uids/allow-gids)");
+            continue;
+        }
+        if (srv->nconns >= srv->opts.max_clients) {
+            kvd_log(KVD_LOG_WARN, "event=peer_refused pid=%d reason=max_clients",
+                    (int)cred.pid);
+            refuse(fd, KVD_ELIMIT, "too many clients (max-clients)");
+            continue;
+        }
+        if (kvd_conn_create(srv, fd, &c) != KVD_OK) {
+            close(fd);
+            continue;
+        }
+        srv->stats.connections++;
+        kvd_log(KVD_LOG_INFO, "event=conn_open client=%" PRIu64 " pid=%d uid=%u admin=%d", c->id,
+                (int)c->pid, (unsigned)c->uid, c->admin);
+    }
+}
+
+/* ---- the socket -------------------------------------------------------- */
+
+static kvd_status_t prepare_dir(const char *path, gid_t gid, int have_group, char *why,
+                                size_t why_len)
+{
+    char copy[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    const char *dir;
+    struct stat st;
+    mode_t mode = have_group ? 0750 : 0700;
+
+    snprintf(copy, sizeof(copy), "%s", path);
+    dir = dirname(copy);
+    if (mkdir(dir, mode) == 0) {
+        /* ours: the mode exactly as wanted, whatever the umask */
+        if (chmod(dir, mode) != 0 || (have_group && chown(dir, (uid_t)-1, gid) != 0)) {
+            snprintf(why, why_len, "%s: %s", dir, strerror(errno));
+            return KVD_EIO;
+        }
+        return KVD_OK;
+    }
+    if (errno != EEXIST) {
+        snprintf(why, why_len, "cannot create socket directory %s: %s", dir, strerror(errno));
+        return KVD_EIO;
+    }
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(why, why_len, "%s is not a directory", dir);
+        return KVD_EINVAL;
+    }
+    if (st.st_uid != getuid() && st.st_uid != 0) {
+        snprintf(why, why_len, "socket directory %s belongs to uid %u, not to us", dir,
+                 (unsigned)st.st_uid);
+        return KVD_EPERM;
+    }
+    if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+        snprintf(why, why_len, "socket directory %s is world-writable", dir);
+        return KVD_EPERM;
+    }
+    if (st.st_mode & (S_IXOTH | S_IWOTH))
+        kvd_log(KVD_LOG_WARN, "event=socket_dir_open dir=%s mode=%04o hint=\"others can enter "
+                "it; the socket itself is 0660\"", dir, (unsigned)(st.st_mode & 07777));
+    return KVD_OK;
+}
+
+/* A socket already at path: replace it only if nothing answers on it. */
+static kvd_status_t clear_stale(const char *path, char *why, size_t why_len)
+{
+    struct stat st;
+    struct sockaddr_un sa;
+    int fd, rc;
+
+    if (lstat(path, &st) != 0)
+        return KVD_OK; /* nothing there */
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(why, why_len, "%s exists and is not a socket", path);
+        return KVD_EEXIST;
+    }
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(why, why_len, "socket: %s", strerror(errno));
+        return KVD_EIO;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    close(fd);
+    if (rc == 0) {
+        snprintf(why, why_len, "another daemon is answering on %s", path);
+        return KVD_EBUSY;
+    }
+    if (errno != ECONNREFUSED) {
+        snprintf(why, why_len, "cannot tell whether %s is in use: %s", path, strerror(errno));
+        return KVD_EBUSY;
+    }
+    kvd_log(KVD_LOG_INFO, "event=stale_socket_removed path=%s", path);
+    if (unlink(path) != 0 && errno != ENOENT) {
+        snprintf(why, why_len, "cannot remove stale %s: %s", path, strerror(errno));
+        return KVD_EIO;
+    }
+    return KVD_OK;
+}
+
+static kvd_status_t open_listener(kvd_server_t *srv, char *why, size_t why_len)
+{
+    struct sockaddr_un sa;
+    gid_t gid = (gid_t)-1;
+    int have_group = srv->opts.socket_group[0] != '\0';
+    kvd_status_t st;
+    mode_t old;
+    int fd;
+
+    if (srv->opts.socket[0] != '\0') {
+        if (strlen(srv->opts.socket) >= sizeof(srv->socket_path)) {
+            snprintf(why, why_len, "socket path longer than %zu bytes",
+                     sizeof(srv->socket_path) - 1);
+            return KVD_ERANGE;
+        }
+        snprintf(srv->socket_path, sizeof(srv->socket_path), "%s", srv->opts.socket);
+    } else if (kvd_default_socket_path(srv->socket_path, sizeof(srv->socket_path)) != KVD_OK) {
+        snprintf(why, why_len, "default socket path does not fit");
+        return KVD_ERANGE;
+    }
+    if (have_group) {
+        char *end;
+        struct group *gr = getgrnam(srv->opts.socket_group);
+        if (gr != NULL) {
+            gid = gr->gr_gid;
+        } else {
+            unsigned long v = strtoul(srv->opts.socket_group, &end, 10);
+            if (*end != '\0') {
+                snprintf(why, why_len, "no group '%s'", srv->opts.socket_group);
+                return KVD_EINVAL;
+            }
+            gid = (gid_t)v;
+        }
+    }
+    if ((st = prepare_dir(srv->socket_path, gid, have_group, why, why_len)) != KVD_OK)
+        return st;
+    if ((st = clear_stale(srv->socket_path, why, why_len)) != KVD_OK)
+        return st;
+
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(why, why_len, "socket: %s", strerror(errno));
+        return KVD_EIO;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", srv->socket_path);
+    old = umask(0177); /* never reachable by others, not even briefly */
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        umask(old);
+        snprintf(why, why_len, "bind %s: %s", srv->socket_path, strerror(errno));
+        close(fd);
+        return errno == EADDRINUSE ? KVD_EBUSY : KVD_EIO;
+    }
+    umask(old);
+    if ((have_group && chown(srv->socket_path, (uid_t)-1, gid) != 0) ||
+        chmod(srv->socket_path, 0660) != 0 || listen(fd, 512) != 0) {
+        snprintf(why, why_len, "%s: %s", srv->socket_path, strerror(errno));
+        unlink(srv->socket_path);
+        close(fd);
+        return KVD_EIO;
+    }
+    srv->listen_fd = fd;
+    return KVD_OK;
+}
+
+/* ---- shutdown ---------------------------------------------------------- */
+
+static void handle_closed_cb(uv_handle_t *h)
+{
+    kvd_server_t *srv = h->data;
+
+    srv->handles_open--;
+}
+
+static void backend_gone_cb(void *arg)
+{
+    kvd_server_t *srv = arg;
+
+    srv->backend = NULL;
+}
+
+static void close_handle(kvd_server_t *srv, uv_handle_t *h)
+{
+    if (!uv_is_closing(h)) {
+        h->data = srv;
+        srv->handles_open++;
+        uv_close(h, handle_closed_cb);
+    }
+}
+
+static void stop_listening(kvd_server_t *srv)
+{
+    if (!srv->listening)
+        return;
+    srv->listening = 0;
+    close_handle(srv, (uv_handle_t *)&srv->listen_poll);
+    close(srv->listen_fd);
+    srv->listen_fd = -1;
+    if (unlink(srv->socket_path) != 0 && errno != ENOENT)
+        kvd_log(KVD_LOG_WARN, "event=unlink_failed path=%s error=\"%s\"", srv->socket_path,
+                strerror(errno));
+}
+
+static void finish(kvd_server_t *srv)
+{
+    kvd_conn_t *c, *next;
+
+    srv->shutting_down = 2; /* finishing: no re-entry */
+    for (c = srv->conns; c; c = next) {
+        next = c->next;
+        kvd_conn_close(c, "daemon shutting down");
+    }
+    uv_timer_stop(&srv->drain_timer);
+    close_handle(srv, (uv_handle_t *)&srv->drain_timer);
+    close_handle(srv, (uv_handle_t *)&srv->sig_term);
+    close_handle(srv, (uv_handle_t *)&srv->sig_int);
+    close_handle(srv, (uv_handle_t *)&srv->idle);
+    if (srv->conns == NULL && srv->backend != NULL)
+        srv->backend->destroy(srv->backend, backend_gone_cb, srv);
+    kvd_log(KVD_LOG_INFO, "event=shutdown_done");
+}
+
+static int writes_pending(const kvd_server_t *srv)
+{
+    const kvd_conn_t *c;
+
+    for (c = srv->conns; c; c = c->next)
+        if (!c->closing && c->wq != NULL)
+            return 1;
+    return 0;
+}
+
+void kvd__server_check_drained(kvd_server_t *srv)
+{
+    uint64_t now;
+
+    if (srv->shutting_down != 1)
+        return;
+    if (srv->inflight > 0)
+        return;
+    now = kvd_now_ns();
+    if (writes_pending(srv) && now - srv->shutdown_ns < FLUSH_GRACE_NS +
+                                   srv->opts.shutdown_timeout_ms * 1000000ull)
+        return;
+    finish(srv);
+}
+
+static void drain_timer_cb(uv_timer_t *t)
+{
+    kvd_server_t *srv = t->data;
+    uint64_t elapsed = kvd_now_ns() - srv->shutdown_ns;
+
+    if (!srv->cancelled && elapsed >= srv->opts.shutdown_timeout_ms * 1000000ull) {
+        srv->cancelled = 1;
+        kvd_log(KVD_LOG_WARN, "event=drain_timeout inflight=%u action=cancel_not_started",
+                srv->inflight);
+        srv->backend->cancel_pending(srv->backend);
+    }
+    kvd__server_check_drained(srv);
+}
+
+void kvd__server_begin_shutdown(kvd_server_t *srv, int drain, const char *why)
+{
+    if (srv->shutting_down) {
+        if (!drain && !srv->cancelled) {
+            srv->cancelled = 1;
+            srv->backend->cancel_pending(srv->backend);
+        }
+        return;
+    }
+    kvd_log(KVD_LOG_INFO, "event=shutdown_begin reason=\"%s\" drain=%d inflight=%u", why, drain,
+            srv->inflight);
+    srv->shutting_down = 1;
+    srv->drain = drain;
+    srv->shutdown_ns = kvd_now_ns();
+    stop_listening(srv);
+    if (!drain) {
+        srv->cancelled = 1;
+        srv->backend->cancel_pending(srv->backend);
+    }
+    srv->drain_timer.data = srv;
+    uv_timer_start(&srv->drain_timer, drain_timer_cb, 5, 5);
+    kvd__server_check_drained(srv);
+}
+
+static void signal_cb(uv_signal_t *h, int signum)
+{
+    kvd_server_t *srv = h->data;
+
+    /* a second signal stops waiting for queued work */
+    kvd__server_begin_shutdown(srv, srv->shutting_down ? 0 : 1,
+                               signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* ---- connections with frames left -------------------------------------- */
+
+static void idle_cb(uv_idle_t *h)
+{
+    kvd_server_t *srv = h->data;
+    kvd_conn_t *list = srv->ready;
+
+    srv->ready = NULL;
+    while (list) {
+        kvd_conn_t *c = list;
+        list = c->ready_next;
+        c->ready_next = NULL;
+        c->in_ready = 0;
+        kvd__conn_process(c);
+    }
+    if (srv->ready == NULL)
+        uv_idle_stop(&srv->idle);
+}
+
+void kvd__server_kick(kvd_server_t *srv, kvd_conn_t *c)
+{
+    if (c->in_ready || srv->shutting_down == 2)
+        return;
+    c->in_ready = 1;
+    c->ready_next = srv->ready;
+    srv->ready = c;
+    uv_idle_start(&srv->idle, idle_cb);
+}
+
+void kvd__server_conn_gone(kvd_server_t *srv, kvd_conn_t *c)
+{
+    kvd_conn_t **pp;
+
+    if (c->in_ready) {
+        for (pp = &srv->ready; *pp; pp = &(*pp)->ready_next) {
+            if (*pp == c) {
+                *pp = c->ready_next;
+                break;
+            }
+        }
+    }
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    srv->nconns--;
+    if (srv->shutting_down == 2 && srv->conns == NULL && srv->backend != NULL &&
+        srv->backend->pending(srv->backend) == 0)
+        srv->backend->destroy(srv->backend, backend_gone_cb, srv);
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+static kvd_status_t pick_backend(kvd_server_t *srv, char *why, size_t why_len)
+{
+    const kvd_options_t *o = &srv->opts;
+    char probe[256] = "";
+
+    if (o->backend == KVD_BACKEND_CPU)
+        return kvd_backend_cpu_create(srv->loop, o, &srv->backend, why, why_len);
+    if (o->backend == KVD_BACKEND_CUDA)
+        return kvd_backend_cuda_create(srv->loop, o, &srv->backend, why, why_len);
+    if (kvd_cuda_probe(probe, sizeof(probe)) == KVD_OK &&
+        kvd_backend_cuda_create(srv->loop, o, &srv->backend, why, why_len) == KVD_OK)
+        return KVD_OK;
+    kvd_log(KVD_LOG_INFO, "event=backend_auto choice=cpu reason=\"%s\"",
+            probe[0] ? probe : why);
+    return kvd_backend_cpu_create(srv->loop, o, &srv->backend, why, why_len);
+}
+
+kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_server_t **out,
+                               char *why, size_t why_len)
+{
+    kvd_server_t *srv = calloc(1, sizeof(*srv));
+    kvd_status_t st;
+
+    if (srv == NULL)
+        return KVD_ENOMEM;
+    srv->loop = loop;
+    srv->opts = *opts;
+    srv->listen_fd = -1;
+    srv->uid = getuid();
+    srv->next_client_id = 1;
+    srv->start_ns = kvd_now_ns();
+    if (kvd_stats_init(&srv->stats, kvd__op_count + 1) != 0) {
+        free(srv);
+        return KVD_ENOMEM;
+    }
+    st = pick_backend(srv, why, why_len);
+    if (st != KVD_OK)
+        goto fail;
+    kvd_registry_init(&srv->reg, srv->backend);
+    st = open_listener(srv, why, why_len);
+    if (st != KVD_OK)
+        goto fail_backend;
+    uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);
+    srv->listen_poll.data = srv;
+    uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);
+    srv->listening = 1;
+    uv_signal_init(loop, &srv->sig_term);
+    uv_signal_init(loop, &srv->sig_int);
+    srv->sig_term.data = srv->sig_int.data = srv;
+    uv_signal_start(&srv->sig_term, signal_cb, SIGTERM);
+    uv_signal_start(&srv->sig_int, signal_cb, SIGINT);
+    uv_idle_init(loop, &srv->idle);
+    srv->idle.data = srv;
+    uv_timer_init(loop, &srv->drain_timer);
+    srv->drain_timer.data = srv;
+    *out = srv;
+    return KVD_OK;
+
+fail_backend:
+    kvd_registry_deinit(&srv->reg);
+    srv->backend->destroy(srv->backend, NULL, NULL);
+    uv_run(loop, UV_RUN_NOWAIT); /* let the backend's handles close */
+fail:
+    kvd_stats_deinit(&srv->stats);
+    free(srv);
+    return st;
+}
+
+int kvd_server_run(kvd_server_t *srv)
+{
+    kvd_log(KVD_LOG_INFO,
+            "event=ready socket=%s backend=%s device=\"%s\" pid=%d max_frame_bytes=%" PRIu64,
+            srv->socket_path, srv->backend->name, srv->backend->device_name, (int)getpid(),
+            srv->opts.max_frame_bytes);
+    uv_run(srv->loop, UV_RUN_DEFAULT);
+    return srv->exit_code;
+}
+
+void kvd_server_destroy(kvd_server_t **sp)
+{
+    kvd_server_t *srv = sp ? *sp : NULL;
+
+    if (srv == NULL)
+        return;
+    kvd_registry_deinit(&srv->reg);
+    kvd_stats_deinit(&srv->stats);
+    free(srv);
+    *sp = NULL;
+}

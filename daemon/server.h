@@ -1,0 +1,74 @@
+/*
+ * The server: one libuv loop that owns all socket I/O, the listening
+ * socket, the connections, the backend, the registry and the counters;
+ * signals and the drain on shutdown.
+ */
+#ifndef KVD_DAEMON_SERVER_H
+#define KVD_DAEMON_SERVER_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <uv.h>
+
+#include "backend.h"
+#include "options.h"
+#include "registry.h"
+#include "stats.h"
+
+#define KVD_DAEMON_VERSION "0.1.0"
+
+typedef struct kvd_conn kvd_conn_t;
+
+typedef struct kvd_server {
+    uv_loop_t *loop;
+    kvd_options_t opts;
+    char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    int listen_fd;
+    int listening;
+    uv_poll_t listen_poll;
+    uv_signal_t sig_term;
+    uv_signal_t sig_int;
+    uv_idle_t idle;        /* runs connections with buffered frames */
+    uv_timer_t drain_timer;
+    kvd_backend_t *backend;
+    kvd_registry_t reg;
+    kvd_stats_t stats;
+    kvd_conn_t *conns;     /* open connections */
+    uint32_t nconns;
+    kvd_conn_t *ready;     /* connections with frames left to handle */
+    uint64_t next_client_id;
+    uint64_t start_ns;
+    uint32_t inflight;     /* requests submitted to the backend, not completed */
+    uid_t uid;
+    int shutting_down;
+    int drain;             /* finish queued work (SIGTERM) or cancel it */
+    int cancelled;
+    uint64_t shutdown_ns;
+    int handles_open;      /* handles still to close before the loop ends */
+    int exit_code;
+} kvd_server_t;
+
+/* Set up everything (backend, socket) without running; on error nothing
+ * is left behind and why says what failed. */
+kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_server_t **out,
+                               char *why, size_t why_len);
+/* Run until shut down; returns the process exit status. */
+int kvd_server_run(kvd_server_t *srv);
+void kvd_server_destroy(kvd_server_t **srv);
+
+/* Stop accepting, answer what is pending, then stop the loop.  drain:
+ * let queued work finish (else it is cancelled with ESHUTDOWN). */
+void kvd__server_begin_shutdown(kvd_server_t *srv, int drain, const char *why);
+/* conn has frames buffered: handle them on the next loop iteration. */
+void kvd__server_kick(kvd_server_t *srv, kvd_conn_t *conn);
+/* Called by a connection in its close callback, before it is freed. */
+void kvd__server_conn_gone(kvd_server_t *srv, kvd_conn_t *conn);
+/* A request finished (completion or reply): check for the end of a drain. */
+void kvd__server_check_drained(kvd_server_t *srv);
+
+/* Peer permission from the config: may connect, is admin. */
+int kvd__server_peer_allowed(const kvd_server_t *srv, uid_t uid, gid_t gid);
+int kvd__server_peer_admin(const kvd_server_t *srv, uid_t uid);
+
+#endif

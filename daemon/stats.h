@@ -1,0 +1,58 @@
+/*
+ * Counters: per operation (requests, errors, bytes, latency histogram) and
+ * per stream class (launches, bytes, busy time, queue depth).  Loop thread
+ * only.
+ */
+#ifndef KVD_DAEMON_STATS_H
+#define KVD_DAEMON_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "options.h"
+
+#define KVD_HIST_BOUNDS 14
+
+/* Upper bounds (microseconds) of the latency buckets; one more bucket
+ * holds everything slower. */
+extern const double kvd__hist_bounds_us[KVD_HIST_BOUNDS];
+
+typedef struct kvd_op_counters {
+    uint64_t requests;
+    uint64_t errors;
+    uint64_t bytes;
+    uint64_t counts[KVD_HIST_BOUNDS + 1];
+    double sum_us;
+} kvd_op_counters_t;
+
+typedef struct kvd_stream_counters {
+    uint64_t launches;
+    uint64_t bytes;
+    uint64_t busy_ns;
+    uint64_t busy_since;
+    uint32_t depth;
+} kvd_stream_counters_t;
+
+typedef struct kvd_stats {
+    kvd_op_counters_t *ops; /* one per dispatch-table row, plus "unknown" */
+    size_t nops;
+    kvd_stream_counters_t streams[KVD_SC_COUNT];
+    uint64_t bytes_in;
+    uint64_t bytes_out;
+    uint64_t connections;
+} kvd_stats_t;
+
+int kvd_stats_init(kvd_stats_t *s, size_t nops);
+void kvd_stats_deinit(kvd_stats_t *s);
+
+/* A reply sent: op row, its status, bytes moved, latency. */
+void kvd_stats_op(kvd_stats_t *s, size_t op, int status, uint64_t bytes, uint64_t latency_ns);
+void kvd_stats_stream_enter(kvd_stats_t *s, int sclass, uint64_t now_ns);
+void kvd_stats_stream_leave(kvd_stats_t *s, int sclass, uint64_t bytes, uint64_t now_ns);
+/* Busy time including the current busy period. */
+uint64_t kvd_stats_stream_busy(const kvd_stats_t *s, int sclass, uint64_t now_ns);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t kvd_now_ns(void);
+
+#endif

@@ -1,0 +1,75 @@
+/*
+ * kvdock wire helpers, shared by the daemon and the client library:
+ * framing (4-byte little-endian length + one protobuf message), socket I/O
+ * with SCM_RIGHTS descriptor passing, and the default socket path.
+ *
+ * The message types come from kvdock.pb-c.h, generated from
+ * proto/kvdock.proto at build time.
+ */
+#ifndef KVDOCK_WIRE_H
+#define KVDOCK_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kvdock.pb-c.h"
+#include "kvdock/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVD_PROTOCOL_VERSION 1u
+#define KVD_FRAME_HEADER_BYTES 4u
+#define KVD_DEFAULT_MAX_FRAME_BYTES (16u << 20)
+/* Descriptors accepted with one frame; more are closed and refused. */
+#define KVD_MAX_FDS_PER_FRAME 16
+
+typedef enum kvd_parse {
+    KVD_PARSE_ERROR = -1,    /* length past max_frame: ETOOBIG */
+    KVD_PARSE_NEED_MORE = 0, /* not a whole frame yet */
+    KVD_PARSE_FRAME = 1,     /* a whole frame: payload at buf + 4 */
+} kvd_parse_t;
+
+/*
+ * Look at len buffered bytes.  Sets *payload_len as soon as the header is
+ * there (so a reader can reserve room), before checking it against
+ * max_frame: the length is checked before anything is allocated.
+ */
+kvd_parse_t kvd_frame_parse(const uint8_t *buf, size_t len, uint64_t max_frame,
+                            size_t *payload_len);
+
+/* Serialize msg into a new malloc'd frame (header + payload). */
+kvd_status_t kvd_frame_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *out_len);
+
+/*
+ * Send all len bytes on a blocking socket, the descriptors (if any)
+ * attached to the first byte.  Retries on EINTR and partial writes.
+ * KVD_OK, or KVD_ECONN when the peer is gone, KVD_EIO otherwise.
+ */
+kvd_status_t kvd_sock_send_all(int sock, const void *buf, size_t len, const int *fds, int nfds);
+
+/*
+ * One recvmsg of at most cap bytes.  Descriptors that arrive are appended
+ * to fds (up to max_fds; extra ones are closed) and *nfds is increased,
+ * marked close-on-exec.  Returns the bytes read, 0 at end of stream, or
+ * -errno (-EAGAIN on a non-blocking socket with nothing to read).
+ */
+ssize_t kvd_sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int max_fds);
+
+/*
+ * The socket path used when none is given: $KVDOCK_SOCKET, else
+ * $XDG_RUNTIME_DIR/kvdock/kvdockd.sock, else /tmp/kvdock-<uid>/kvdockd.sock.
+ * KVD_OK, or KVD_ERANGE if it does not fit in len.
+ */
+kvd_status_t kvd_default_socket_path(char *buf, size_t len);
+
+/* The operation's name ("transfer", "pool_create", ...), "unknown" if none. */
+const char *kvd_op_name(int op_case);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVDOCK_WIRE_H */

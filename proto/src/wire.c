@@ -1,0 +1,233 @@
+/*
+ * kvdock wire helpers: framing, socket I/O with SCM_RIGHTS descriptor
+ * passing, the default socket path and operation names.  See
+ * kvdock/wire.h for the contract.
+ */
+#include "kvdock/wire.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* The kernel never passes more than SCM_MAX_FD (253) descriptors in one
+ * message; room for all of them means none is dropped silently before we
+ * get the chance to close the extras ourselves. */
+#define KERNEL_MAX_FDS 253
+
+kvd_parse_t kvd_frame_parse(const uint8_t *buf, size_t len, uint64_t max_frame,
+                            size_t *payload_len)
+{
+    uint32_t n;
+
+    if (buf == NULL || len < KVD_FRAME_HEADER_BYTES)
+        return KVD_PARSE_NEED_MORE;
+    n = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 |
+        (uint32_t)buf[3] << 24;
+    if (payload_len != NULL)
+        *payload_len = n;
+    if ((uint64_t)n > max_frame)
+        return KVD_PARSE_ERROR;
+    if (len - KVD_FRAME_HEADER_BYTES < (size_t)n)
+        return KVD_PARSE_NEED_MORE;
+    return KVD_PARSE_FRAME;
+}
+
+kvd_status_t kvd_frame_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *out_len)
+{
+    size_t n;
+    uint8_t *buf;
+
+    if (msg == NULL || out == NULL || out_len == NULL)
+        return KVD_ENULL;
+    n = protobuf_c_message_get_packed_size(msg);
+    if (n > UINT32_MAX)
+        return KVD_ETOOBIG;
+    buf = malloc(KVD_FRAME_HEADER_BYTES + n);
+    if (buf == NULL)
+        return KVD_ENOMEM;
+    buf[0] = (uint8_t)(n & 0xff);
+    buf[1] = (uint8_t)((n >> 8) & 0xff);
+    buf[2] = (uint8_t)((n >> 16) & 0xff);
+    buf[3] = (uint8_t)((n >> 24) & 0xff);
+    if (protobuf_c_message_pack(msg, buf + KVD_FRAME_HEADER_BYTES) != n) {
+        free(buf);
+        return KVD_EINTERNAL;
+    }
+    *out = buf;
+    *out_len = KVD_FRAME_HEADER_BYTES + n;
+    return KVD_OK;
+}
+
+/* Wait until sock is writable (a non-blocking socket given to send_all). */
+static int wait_writable(int sock)
+{
+    struct pollfd p = {.fd = sock, .events = POLLOUT};
+    int rc;
+
+    do {
+        rc = poll(&p, 1, -1);
+    } while (rc < 0 && errno == EINTR);
+    return rc < 0 ? -1 : 0;
+}
+
+kvd_status_t kvd_sock_send_all(int sock, const void *buf, size_t len, const int *fds, int nfds)
+{
+    const uint8_t *p = buf;
+    size_t done = 0;
+    int first = 1;
+
+    if (sock < 0 || (buf == NULL && len > 0))
+        return KVD_EINVAL;
+    if (nfds < 0 || nfds > KVD_MAX_FDS_PER_FRAME || (nfds > 0 && fds == NULL))
+        return KVD_EINVAL;
+    if (nfds > 0 && len == 0)
+        return KVD_EINVAL; /* descriptors ride on a byte */
+
+    while (done < len) {
+        struct msghdr mh;
+        struct iovec iov;
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(int) * KVD_MAX_FDS_PER_FRAME)];
+        } ctl;
+        ssize_t n;
+
+        memset(&mh, 0, sizeof(mh));
+        iov.iov_base = (void *)(p + done);
+        iov.iov_len = len - done;
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        if (first && nfds > 0) {
+            struct cmsghdr *c;
+
+            memset(&ctl, 0, sizeof(ctl));
+            mh.msg_control = ctl.buf;
+            mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+            c = CMSG_FIRSTHDR(&mh);
+            c->cmsg_level = SOL_SOCKET;
+            c->cmsg_type = SCM_RIGHTS;
+            c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+            memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+        }
+        n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (wait_writable(sock) < 0)
+                    return KVD_EIO;
+                continue;
+            }
+            if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)
+                return KVD_ECONN;
+            return KVD_EIO;
+        }
+        first = 0; /* the descriptors went with the first byte sent */
+        done += (size_t)n;
+    }
+    return KVD_OK;
+}
+
+ssize_t kvd_sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int max_fds)
+{
+    struct msghdr mh;
+    struct iovec iov;
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * KERNEL_MAX_FDS)];
+    } ctl;
+    struct cmsghdr *c;
+    ssize_t n;
+
+    if (sock < 0 || buf == NULL || cap == 0)
+        return -EINVAL;
+    if (nfds != NULL && (*nfds < 0 || max_fds < 0 || (max_fds > 0 && fds == NULL)))
+        return -EINVAL;
+
+    memset(&mh, 0, sizeof(mh));
+    iov.iov_base = buf;
+    iov.iov_len = cap;
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = sizeof(ctl.buf);
+    do {
+        n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+
+    for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
+        const unsigned char *data;
+        size_t count, i;
+
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        data = CMSG_DATA(c);
+        count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (i = 0; i < count; i++) {
+            int fd;
+
+            memcpy(&fd, data + i * sizeof(int), sizeof(int));
+            if (nfds != NULL && *nfds < max_fds)
+                fds[(*nfds)++] = fd;
+            else
+                close(fd);
+        }
+    }
+    return n;
+}
+
+kvd_status_t kvd_default_socket_path(char *buf, size_t len)
+{
+    const char *env;
+    int n;
+
+    if (buf == NULL || len == 0)
+        return KVD_ENULL;
+    env = getenv("KVDOCK_SOCKET");
+    if (env != NULL && env[0] != '\0') {
+        n = snprintf(buf, len, "%s", env);
+    } else {
+        env = getenv("XDG_RUNTIME_DIR");
+        if (env != NULL && env[0] == '/')
+            n = snprintf(buf, len, "%s/kvdock/kvdockd.sock", env);
+        else
+            n = snprintf(buf, len, "/tmp/kvdock-%u/kvdockd.sock", (unsigned)getuid());
+    }
+    if (n < 0 || (size_t)n >= len) {
+        buf[0] = '\0';
+        return KVD_ERANGE;
+    }
+    return KVD_OK;
+}
+
+const char *kvd_op_name(int op_case)
+{
+    switch (op_case) {
+    case KVDOCK__REQUEST__OP_HELLO: return "hello";
+    case KVDOCK__REQUEST__OP_PING: return "ping";
+    case KVDOCK__REQUEST__OP_STATUS: return "status";
+    case KVDOCK__REQUEST__OP_STATS: return "stats";
+    case KVDOCK__REQUEST__OP_POOL_CREATE: return "pool_create";
+    case KVDOCK__REQUEST__OP_POOL_EXPORT: return "pool_export";
+    case KVDOCK__REQUEST__OP_POOL_IMPORT: return "pool_import";
+    case KVDOCK__REQUEST__OP_POOL_DROP: return "pool_drop";
+    case KVDOCK__REQUEST__OP_POOL_LIST: return "pool_list";
+    case KVDOCK__REQUEST__OP_BUFFER_REGISTER: return "buffer_register";
+    case KVDOCK__REQUEST__OP_BUFFER_DROP: return "buffer_drop";
+    case KVDOCK__REQUEST__OP_EVENT_REGISTER: return "event_register";
+    case KVDOCK__REQUEST__OP_EVENT_DROP: return "event_drop";
+    case KVDOCK__REQUEST__OP_STORE: return "store";
+    case KVDOCK__REQUEST__OP_FP8_SET: return "fp8_set";
+    case KVDOCK__REQUEST__OP_GATHER: return "gather";
+    case KVDOCK__REQUEST__OP_TRANSFER: return "transfer";
+    case KVDOCK__REQUEST__OP_SHUTDOWN: return "shutdown";
+    default: return "unknown";
+    }
+}

@@ -1,0 +1,63 @@
+/*
+ * Test harness of the client suites: start the real kvdockd on a
+ * temporary socket, stop it, and small helpers for data and processes.
+ */
+#ifndef KVDOCK_TEST_CLIENT_HARNESS_H
+#define KVDOCK_TEST_CLIENT_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kvdock/client.h"
+
+typedef struct kvt_daemon {
+    pid_t pid;
+    char dir[256];    /* temporary directory, removed at stop */
+    char socket[300]; /* dir/run/kvdockd.sock */
+    char log[300];    /* the daemon's stderr */
+} kvt_daemon_t;
+
+/* The kvdockd binary: $KVDOCKD_PATH, else the one built with the tests. */
+const char *kvt_daemon_path(void);
+
+/*
+ * Start kvdockd (kvt_daemon_path()) with --socket in a new temporary directory,
+ * --backend backend and any extra arguments (NULL-terminated), and wait
+ * until it accepts connections (at most timeout_ms).  0 on success; on
+ * failure, prints why with the daemon's log and returns -1.
+ */
+int kvt_daemon_start(kvt_daemon_t *d, const char *backend, const char *const *extra,
+                     int timeout_ms);
+/* SIGTERM, wait (SIGKILL after timeout_ms), remove the directory.  Returns
+ * the daemon's exit status as waitpid gives it, or -1. */
+int kvt_daemon_stop(kvt_daemon_t *d, int timeout_ms);
+/* SIGKILL and reap (the directory stays). */
+void kvt_daemon_kill(kvt_daemon_t *d);
+/* Print the daemon's log to stderr (for failures). */
+void kvt_daemon_dump_log(const kvt_daemon_t *d);
+
+/* The suite's daemon, started by kvt_suite_setup (an unchecked fixture). */
+extern kvt_daemon_t kvt_d;
+void kvt_suite_setup(void);
+void kvt_suite_teardown(void);
+
+/* Connect to kvt_d with a 20 s timeout on blocking calls; fails the test
+ * on error. */
+kvd_client_t *kvt_connect(const char *name);
+
+/* Deterministic pseudo-random bytes. */
+void kvt_fill(void *buf, size_t n, uint64_t seed);
+
+/*
+ * Run a program with arguments (NULL-terminated), capturing its stdout and
+ * stderr into malloc'd strings (*out, *err; free them).  Returns the exit
+ * status (0..255), or -1 if it did not exit normally within timeout_ms.
+ */
+int kvt_run(const char *const *argv, char **out, char **err, int timeout_ms);
+
+/* True when s is exactly one JSON object (with surrounding whitespace). */
+bool kvt_json_object_valid(const char *s);
+
+#endif /* KVDOCK_TEST_CLIENT_HARNESS_H */

@@ -1,0 +1,351 @@
+/*
+ * check_options: the daemon's option table and its three consumers (the
+ * command line, the config file, --help), with good and bad values.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "options.h"
+
+static char err[512];
+
+START_TEST(test_defaults)
+{
+    kvd_options_t o;
+    size_t i;
+
+    kvd_options_init(&o);
+    ck_assert_str_eq(o.socket, "");
+    ck_assert_int_eq(o.backend, KVD_BACKEND_AUTO);
+    ck_assert_int_eq(o.log_level, 2);
+    ck_assert_uint_eq(o.max_frame_bytes, 16u << 20);
+    ck_assert_uint_eq(o.max_inline_bytes, 4u << 20);
+    ck_assert_uint_eq(o.blocks[KVD_SC_OFFLOAD], 32);
+    ck_assert_int_eq(o.priority[KVD_SC_RELOAD], 1);
+    ck_assert_int_eq(kvd_options_check(&o, err, sizeof(err)), KVD_OK);
+    /* every default is itself a valid value of its option */
+    for (i = 0; i < kvd__option_count; i++)
+        ck_assert_msg(kvd_options_set(&o, kvd__option_table[i].name, kvd__option_table[i].def,
+                                      err, sizeof(err)) == KVD_OK,
+                      "%s: %s", kvd__option_table[i].name, err);
+}
+END_TEST
+
+START_TEST(test_set_values)
+{
+    kvd_options_t o;
+    char buf[64];
+
+    kvd_options_init(&o);
+    ck_assert_int_eq(kvd_options_set(&o, "backend", "cpu", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(o.backend, KVD_BACKEND_CPU);
+    ck_assert_int_eq(kvd_options_set(&o, "max-frame-bytes", "1M", err, sizeof(err)), KVD_OK);
+    ck_assert_uint_eq(o.max_frame_bytes, 1u << 20);
+    ck_assert_int_eq(kvd_options_set(&o, "max-pool-bytes", "2g", err, sizeof(err)), KVD_OK);
+    ck_assert_uint_eq(o.max_pool_bytes, 2ull << 30);
+    ck_assert_int_eq(kvd_options_set(&o, "max-total-pool-bytes", "1T", err, sizeof(err)), KVD_OK);
+    ck_assert_uint_eq(o.max_total_pool_bytes, 1ull << 40);
+    ck_assert_int_eq(kvd_options_set(&o, "d2d-blocks", "8", err, sizeof(err)), KVD_OK);
+    ck_assert_uint_eq(o.blocks[KVD_SC_D2D], 8);
+    ck_assert_int_eq(kvd_options_set(&o, "log-level", "debug", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(o.log_level, 3);
+    ck_assert_int_eq(kvd_options_set(&o, "socket", "/run/x.sock", err, sizeof(err)), KVD_OK);
+    ck_assert_str_eq(o.socket, "/run/x.sock");
+    kvd_options_format(&o, &kvd__option_table[2], buf, sizeof(buf)); /* backend */
+    ck_assert_str_eq(buf, "cpu");
+}
+END_TEST
+
+static const struct {
+    const char *name, *value;
+    kvd_status_t want;
+} bad_values[] = {
+    {"no-such-option", "1", KVD_EINVAL},
+    {"backend", "gpu", KVD_EINVAL},
+    {"backend", "", KVD_EINVAL},
+    {"log-level", "verbose", KVD_EINVAL},
+    {"max-inflight", "0", KVD_ERANGE},
+    {"max-inflight", "-1", KVD_EINVAL},
+    {"max-inflight", "12abc", KVD_EINVAL},
+    {"max-inflight", "", KVD_EINVAL},
+    {"max-inflight", " 5", KVD_EINVAL},
+    {"max-inflight", "99999999999999999999999", KVD_EINVAL},
+    {"max-frame-bytes", "1K", KVD_ERANGE}, /* below 4096 */
+    {"max-frame-bytes", "2G", KVD_ERANGE},
+    {"max-frame-bytes", "16Q", KVD_EINVAL},
+    {"max-frame-bytes", "16MB", KVD_EINVAL},
+    {"max-pool-bytes", "99999999999T", KVD_EINVAL}, /* overflows */
+    {"device", "-1", KVD_ERANGE},
+    {"device", "x", KVD_EINVAL},
+    {"reload-priority", "17", KVD_ERANGE},
+    {"offload-blocks", "1.5", KVD_EINVAL},
+};
+
+START_TEST(test_bad_values)
+{
+    kvd_options_t o, before;
+
+    kvd_options_init(&o);
+    before = o;
+    err[0] = '\0';
+    ck_assert_int_eq(kvd_options_set(&o, bad_values[_i].name, bad_values[_i].value, err,
+                                     sizeof(err)),
+                     bad_values[_i].want);
+    ck_assert_msg(err[0] != '\0', "no message for %s", bad_values[_i].name);
+    ck_assert_mem_eq(&o, &before, sizeof(o)); /* unchanged */
+}
+END_TEST
+
+START_TEST(test_long_string)
+{
+    kvd_options_t o;
+    char big[KVD_OPT_STR_MAX + 10];
+
+    kvd_options_init(&o);
+    memset(big, 'a', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    ck_assert_int_eq(kvd_options_set(&o, "socket", big, err, sizeof(err)), KVD_ERANGE);
+}
+END_TEST
+
+START_TEST(test_cross_checks)
+{
+    kvd_options_t o;
+
+    kvd_options_init(&o);
+    o.max_inline_bytes = o.max_frame_bytes + 1;
+    ck_assert_int_eq(kvd_options_check(&o, err, sizeof(err)), KVD_EINVAL);
+    kvd_options_init(&o);
+    o.max_pool_bytes = 100;
+    o.max_total_pool_bytes = 50;
+    ck_assert_int_eq(kvd_options_check(&o, err, sizeof(err)), KVD_EINVAL);
+    kvd_options_init(&o);
+    snprintf(o.allow_uids, sizeof(o.allow_uids), "1000,abc");
+    ck_assert_int_eq(kvd_options_check(&o, err, sizeof(err)), KVD_EINVAL);
+    snprintf(o.allow_uids, sizeof(o.allow_uids), "1000, 1001");
+    ck_assert_int_eq(kvd_options_check(&o, err, sizeof(err)), KVD_OK);
+    ck_assert(kvd_options_id_listed(o.allow_uids, 1001));
+    ck_assert(!kvd_options_id_listed(o.allow_uids, 100));
+    ck_assert(!kvd_options_id_listed("", 0));
+}
+END_TEST
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+START_TEST(test_config_file)
+{
+    char path[] = "/tmp/kvdt-conf-XXXXXX";
+    int fd = mkstemp(path);
+    kvd_options_t o;
+
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    write_file(path, "# kvdockd config\n"
+                     "\n"
+                     "backend = cpu\n"
+                     "  max-inflight=7   # trailing comment\n"
+                     "socket = /run/kvdock/test.sock\n"
+                     "offload-blocks = 4\n");
+    kvd_options_init(&o);
+    ck_assert_int_eq(kvd_options_load_file(&o, path, err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(o.backend, KVD_BACKEND_CPU);
+    ck_assert_uint_eq(o.max_inflight, 7);
+    ck_assert_str_eq(o.socket, "/run/kvdock/test.sock");
+    ck_assert_uint_eq(o.blocks[KVD_SC_OFFLOAD], 4);
+    unlink(path);
+}
+END_TEST
+
+static const struct {
+    const char *text;
+    const char *in_msg;
+} bad_files[] = {
+    {"backend = cpu\nnot a pair\n", ":2:"},
+    {"no-such-key = 1\n", "unknown option"},
+    {"max-inflight = zero\n", ":1:"},
+    {"config = /etc/other.conf\n", "config"},
+    {"backend = cpu\nmax-frame-bytes = 1\n", ":2:"},
+};
+
+START_TEST(test_config_file_bad)
+{
+    char path[] = "/tmp/kvdt-conf-XXXXXX";
+    int fd = mkstemp(path);
+    kvd_options_t o, before;
+
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    write_file(path, bad_files[_i].text);
+    kvd_options_init(&o);
+    before = o;
+    ck_assert_int_ne(kvd_options_load_file(&o, path, err, sizeof(err)), KVD_OK);
+    ck_assert_msg(strstr(err, bad_files[_i].in_msg) != NULL, "message '%s' lacks '%s'", err,
+                  bad_files[_i].in_msg);
+    ck_assert_mem_eq(&o, &before, sizeof(o)); /* all or nothing */
+    unlink(path);
+    ck_assert_int_eq(kvd_options_load_file(&o, "/nonexistent/kvdockd.conf", err, sizeof(err)),
+                     KVD_EIO);
+}
+END_TEST
+
+START_TEST(test_args)
+{
+    char path[] = "/tmp/kvdt-conf-XXXXXX";
+    int fd = mkstemp(path);
+    kvd_options_t o;
+
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    write_file(path, "max-inflight = 7\nmax-pools = 3\n");
+    {
+        /* the command line overrides the file, wherever --config stands */
+        char *argv[] = {"kvdockd", "--max-inflight", "9", "--config", path,
+                        "--backend=cpu", NULL};
+        ck_assert_int_eq(kvd_options_parse_args(&o, 6, argv, err, sizeof(err)), KVD_OPTS_RUN);
+        ck_assert_uint_eq(o.max_inflight, 9);
+        ck_assert_uint_eq(o.max_pools, 3);
+        ck_assert_int_eq(o.backend, KVD_BACKEND_CPU);
+    }
+    {
+        char *argv[] = {"kvdockd", "--help", NULL};
+        ck_assert_int_eq(kvd_options_parse_args(&o, 2, argv, err, sizeof(err)), KVD_OPTS_HELP);
+    }
+    {
+        char *argv[] = {"kvdockd", "--version", NULL};
+        ck_assert_int_eq(kvd_options_parse_args(&o, 2, argv, err, sizeof(err)),
+                         KVD_OPTS_VERSION);
+    }
+    {
+        char *argv[] = {"kvdockd", "--print-config", "--max-pools", "5", NULL};
+        ck_assert_int_eq(kvd_options_parse_args(&o, 4, argv, err, sizeof(err)), KVD_OPTS_PRINT);
+        ck_assert_uint_eq(o.max_pools, 5);
+    }
+    {
+        char *argv[] = {"kvdockd", "--max-pools", NULL};
+        ck_assert_int_eq(kvd_options_parse_args(&o, 2, argv, err, sizeof(err)), KVD_OPTS_ERROR);
+        ck_assert_ptr_nonnull(strstr(err, "needs a value"));
+    }
+    {
+        char *argv[] = {"kvdockd", "stray", NULL};
+        ck_assert_int_eq(kvd_options_parse_args(&o, 2, argv, err, sizeof(err)), KVD_OPTS_ERROR);
+    }
+    {
+        char *argv[] = {"kvdockd", "--bogus=1", NULL};
+        ck_assert_int_eq(kvd_options_parse_args(&o, 2, argv, err, sizeof(err)), KVD_OPTS_ERROR);
+        ck_assert_ptr_nonnull(strstr(err, "unknown option"));
+    }
+    {
+        char *argv[] = {"kvdockd", "--config", "/nonexistent.conf", NULL};
+        ck_assert_int_eq(kvd_options_parse_args(&o, 3, argv, err, sizeof(err)), KVD_OPTS_ERROR);
+    }
+    {
+        char *argv[] = {"kvdockd", "--max-inline-bytes", "32M", NULL};
+        ck_assert_int_eq(kvd_options_parse_args(&o, 3, argv, err, sizeof(err)), KVD_OPTS_ERROR);
+        ck_assert_ptr_nonnull(strstr(err, "max-inline-bytes"));
+    }
+    unlink(path);
+}
+END_TEST
+
+START_TEST(test_help_lists_every_option)
+{
+    char *text = NULL;
+    size_t len = 0, i;
+    FILE *f = open_memstream(&text, &len);
+
+    kvd_options_help(f, "kvdockd");
+    fclose(f);
+    for (i = 0; i < kvd__option_count; i++) {
+        char want[80];
+        snprintf(want, sizeof(want), "--%s ", kvd__option_table[i].name);
+        ck_assert_msg(strstr(text, want) != NULL, "--help lacks %s", want);
+        ck_assert_msg(kvd__option_table[i].help[0] != '\0', "%s has no description",
+                      kvd__option_table[i].name);
+    }
+    free(text);
+    /* --print-config writes a file the config parser reads back */
+    {
+        char path[] = "/tmp/kvdt-conf-XXXXXX";
+        int fd = mkstemp(path);
+        kvd_options_t o, back;
+        FILE *out = fdopen(fd, "w");
+
+        kvd_options_init(&o);
+        o.max_pools = 77;
+        kvd_options_print(&o, out);
+        fclose(out);
+        kvd_options_init(&back);
+        ck_assert_int_eq(kvd_options_load_file(&back, path, err, sizeof(err)), KVD_OK);
+        ck_assert_uint_eq(back.max_pools, 77);
+        ck_assert_mem_eq(&back, &o, sizeof(o));
+        unlink(path);
+    }
+}
+END_TEST
+
+START_TEST(test_example_config)
+{
+    /* deploy/kvdockd.example.conf parses, and names every option */
+    kvd_options_t o;
+    FILE *f = fopen(KVD_EXAMPLE_CONF, "r");
+    char *text = NULL;
+    size_t cap = 0, i;
+    ssize_t n;
+    char all[16384] = "";
+
+    ck_assert_ptr_nonnull(f);
+    while ((n = getline(&text, &cap, f)) > 0)
+        strncat(all, text, sizeof(all) - strlen(all) - 1);
+    fclose(f);
+    free(text);
+    for (i = 0; i < kvd__option_count; i++) {
+        char want[80];
+        if (strcmp(kvd__option_table[i].name, "config") == 0)
+            continue;
+        snprintf(want, sizeof(want), "\n# %s =", kvd__option_table[i].name);
+        ck_assert_msg(strstr(all, want) != NULL, "example config lacks %s", want);
+    }
+    kvd_options_init(&o);
+    ck_assert_int_eq(kvd_options_load_file(&o, KVD_EXAMPLE_CONF, err, sizeof(err)), KVD_OK);
+}
+END_TEST
+
+static Suite *options_suite(void)
+{
+    Suite *s = suite_create("options");
+    TCase *tc = tcase_create("options");
+
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_set_values);
+    tcase_add_loop_test(tc, test_bad_values, 0, sizeof(bad_values) / sizeof(bad_values[0]));
+    tcase_add_test(tc, test_long_string);
+    tcase_add_test(tc, test_cross_checks);
+    tcase_add_test(tc, test_config_file);
+    tcase_add_loop_test(tc, test_config_file_bad, 0, sizeof(bad_files) / sizeof(bad_files[0]));
+    tcase_add_test(tc, test_args);
+    tcase_add_test(tc, test_help_lists_every_option);
+    tcase_add_test(tc, test_example_config);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(options_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
