@@ -75,6 +75,74 @@ __device__ void copy_row_bytes(const char *s, char *d, int64_t n, int lane, int 
         d[b] = s[b];
 }
 
+/* Task t's pair index, buffer (0 = K, 1 = V) and layer: pair fastest. */
+struct Task {
+    int64_t i;
+    int64_t layer;
+    int buf;
+};
+
+__device__ __forceinline__ Task decode(const RowCopy &p, int64_t t)
+{
+    int64_t i, rest;
+    if (p.tasks <= UINT32_MAX) { /* 32-bit division is several times cheaper */
+        i = (uint32_t)t % (uint32_t)p.count;
+        rest = (uint32_t)t / (uint32_t)p.count;
+    } else {
+        i = t % p.count;
+        rest = t / p.count;
+    }
+    Task k;
+    k.i = i;
+    k.buf = p.nbufs == 2 ? (int)(rest & 1) : 0;
+    k.layer = p.nbufs == 2 ? rest >> 1 : rest;
+    return k;
+}
+
+template <typename V>
+__device__ __forceinline__ void copy_task(const RowCopy &p, int64_t t, const Task &k, int64_t d,
+                                          int64_t s, int lane, int g)
+{
+    if (d < 0 || s < 0)
+        return; /* padding */
+    if (d >= p.dst_slots || (p.src_idx && s >= p.src_slots)) {
+        /* never dereferenced; counted once per pair */
+        if (t < p.count && lane == 0 && p.oob)
+            atomicAdd(p.oob, 1ull);
+        return;
+    }
+    const int buf = k.buf;
+    const char *sbase = p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][k.layer]
+                                       : p.src[buf] + k.layer * p.src_layer_stride;
+    char *dbase = p.dst_tab[buf] ? (char *)(uintptr_t)p.dst_tab[buf][k.layer]
+                                 : p.dst[buf] + k.layer * p.dst_layer_stride;
+    const char *srow = sbase + s * p.src_stride[buf];
+    char *drow = dbase + d * p.dst_stride[buf];
+
+    if (sizeof(V) > 1 && (p.src_tab[buf] || p.dst_tab[buf]) &&
+        (((uintptr_t)srow | (uintptr_t)drow) & (sizeof(V) - 1))) {
+        copy_row_bytes(srow, drow, p.row_bytes, lane, g);
+        return;
+    }
+
+    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
+    const V *sv = (const V *)srow;
+    V *dv = (V *)drow;
+    for (int64_t v0 = lane; v0 < vecs; v0 += (int64_t)g * kUnroll) {
+        V r[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; u++)
+            if (v0 + u * g < vecs)
+                r[u] = load_once(sv + v0 + u * g);
+#pragma unroll
+        for (int u = 0; u < kUnroll; u++)
+            if (v0 + u * g < vecs)
+                store_once(dv + v0 + u * g, r[u]);
+    }
+}
+
+/* Each group walks its tasks with the next task's indices already loading
+ * while the current row is copied, so the index latency is paid once. */
 template <typename V>
 __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM)
 copy_rows_kernel(const RowCopy p, int gshift)
@@ -82,58 +150,29 @@ copy_rows_kernel(const RowCopy p, int gshift)
     const int g = 1 << gshift;
     const int lane = threadIdx.x & (g - 1);
     const int64_t ngroups = ((int64_t)gridDim.x * blockDim.x) >> gshift;
-    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
 
-    for (int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> gshift; t < p.tasks;
-         t += ngroups) {
-        int64_t i, rest;
-        if (p.tasks <= UINT32_MAX) { /* 32-bit division is several times cheaper */
-            i = (uint32_t)t % (uint32_t)p.count;
-            rest = (uint32_t)t / (uint32_t)p.count;
-        } else {
-            i = t % p.count;
-            rest = t / p.count;
+    int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> gshift;
+    if (t >= p.tasks)
+        return;
+    Task k = decode(p, t);
+    int64_t d = kvd__load_index(p.dst_idx, p.idx64, k.i);
+    int64_t s = p.src_idx ? kvd__load_index(p.src_idx, p.idx64, k.i) : k.i;
+    for (;;) {
+        const int64_t tn = t + ngroups;
+        Task kn = {0, 0, 0};
+        int64_t dn = -1, sn = -1;
+        if (tn < p.tasks) {
+            kn = decode(p, tn);
+            dn = kvd__load_index(p.dst_idx, p.idx64, kn.i);
+            sn = p.src_idx ? kvd__load_index(p.src_idx, p.idx64, kn.i) : kn.i;
         }
-        const int buf = p.nbufs == 2 ? (int)(rest & 1) : 0;
-        const int64_t layer = p.nbufs == 2 ? rest >> 1 : rest;
-
-        const int64_t d = kvd__load_index(p.dst_idx, p.idx64, i);
-        const int64_t s = p.src_idx ? kvd__load_index(p.src_idx, p.idx64, i) : i;
-        if (d < 0 || s < 0)
-            continue; /* padding */
-        if (d >= p.dst_slots || (p.src_idx && s >= p.src_slots)) {
-            /* never dereferenced; counted once per pair */
-            if (t < p.count && lane == 0 && p.oob)
-                atomicAdd(p.oob, 1ull);
-            continue;
-        }
-
-        const char *sbase = p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][layer]
-                                           : p.src[buf] + layer * p.src_layer_stride;
-        char *dbase = p.dst_tab[buf] ? (char *)(uintptr_t)p.dst_tab[buf][layer]
-                                     : p.dst[buf] + layer * p.dst_layer_stride;
-        const char *srow = sbase + s * p.src_stride[buf];
-        char *drow = dbase + d * p.dst_stride[buf];
-
-        if (sizeof(V) > 1 && (p.src_tab[buf] || p.dst_tab[buf]) &&
-            (((uintptr_t)srow | (uintptr_t)drow) & (sizeof(V) - 1))) {
-            copy_row_bytes(srow, drow, p.row_bytes, lane, g);
-            continue;
-        }
-
-        const V *sv = (const V *)srow;
-        V *dv = (V *)drow;
-        for (int64_t v0 = lane; v0 < vecs; v0 += (int64_t)g * kUnroll) {
-            V r[kUnroll];
-#pragma unroll
-            for (int u = 0; u < kUnroll; u++)
-                if (v0 + u * g < vecs)
-                    r[u] = load_once(sv + v0 + u * g);
-#pragma unroll
-            for (int u = 0; u < kUnroll; u++)
-                if (v0 + u * g < vecs)
-                    store_once(dv + v0 + u * g, r[u]);
-        }
+        copy_task<V>(p, t, k, d, s, lane, g);
+        if (tn >= p.tasks)
+            break;
+        t = tn;
+        k = kn;
+        d = dn;
+        s = sn;
     }
 }
 
