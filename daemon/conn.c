@@ -43,11 +43,18 @@ static void update_poll(kvd_conn_t *c)
     c->poll_events = ev;
 }
 
+/* The bytes not yet handled; NULL before the first read (NULL + 0 is
+ * undefined behaviour, and UBSan says so). */
+static const uint8_t *unread(const kvd_conn_t *c)
+{
+    return c->rbuf != NULL ? c->rbuf + c->rstart : NULL;
+}
+
 static int has_frame(const kvd_conn_t *c)
 {
     size_t plen;
 
-    return kvd_frame_parse(c->rbuf + c->rstart, c->rlen - c->rstart, c->srv->opts.max_frame_bytes,
+    return kvd_frame_parse(unread(c), c->rlen - c->rstart, c->srv->opts.max_frame_bytes,
                            &plen) != KVD_PARSE_NEED_MORE;
 }
 
@@ -310,7 +317,7 @@ static int process_frames(kvd_conn_t *c, unsigned *handled)
 
         if (paused(c) || *handled >= o->reqs_per_event)
             return 1;
-        pr = kvd_frame_parse(c->rbuf + c->rstart, c->rlen - c->rstart, o->max_frame_bytes, &plen);
+        pr = kvd_frame_parse(unread(c), c->rlen - c->rstart, o->max_frame_bytes, &plen);
         if (pr == KVD_PARSE_NEED_MORE)
             return 0;
         if (pr == KVD_PARSE_ERROR) {
@@ -349,7 +356,7 @@ static int make_room(kvd_conn_t *c)
         c->rstart = 0;
     }
     want = c->rlen + READ_CHUNK;
-    if (kvd_frame_parse(c->rbuf + c->rstart, avail, UINT64_MAX, &plen) != KVD_PARSE_NEED_MORE ||
+    if (kvd_frame_parse(unread(c), avail, UINT64_MAX, &plen) != KVD_PARSE_NEED_MORE ||
         avail >= KVD_FRAME_HEADER_BYTES) {
         /* the header is checked against the maximum before we get here */
         size_t frame_end = c->rstart + KVD_FRAME_HEADER_BYTES + plen;

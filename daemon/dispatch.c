@@ -174,7 +174,13 @@ int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *
     r.resp.id = req->id;
 
     if (r.op_index == kvd__op_count) {
-        st = kvd__req_fail(&r, KVD_EUNKNOWNOP, "unknown operation (field %d)", (int)req->op_case);
+        if (req->op_case == KVDOCK__REQUEST__OP__NOT_SET)
+            st = kvd__req_fail(&r, KVD_EUNKNOWNOP, "the request names no operation this daemon "
+                               "knows (none set, or one newer than protocol version %u)",
+                               KVD_PROTOCOL_VERSION);
+        else
+            st = kvd__req_fail(&r, KVD_EUNKNOWNOP, "unknown operation (field %d)",
+                               (int)req->op_case);
     } else {
         op = &kvd__op_table[r.op_index];
         st = precheck(&r, op);

@@ -206,9 +206,12 @@ static kvd_status_t get_indices(kvd_req_t *r, dataop_t *d, const Kvdock__Indices
     }
 }
 
-/* Operand bytes: need bytes, inline or in a buffer. */
+/* Operand bytes: need bytes, inline or in a buffer.  Inline bytes must be
+ * need to most (whole rows at the source stride): more is a client's
+ * mismatch between its data and its indices, refused (ESHAPE) rather than
+ * silently cut. */
 static kvd_status_t get_data(kvd_req_t *r, dataop_t *d, const Kvdock__Data *dd, uint64_t need,
-                             uint64_t align, const char *what, const void **ptr)
+                             uint64_t most, uint64_t align, const char *what, const void **ptr)
 {
     *ptr = NULL;
     if (dd == NULL || (dd->inline_.len == 0 && dd->buffer == NULL)) {
@@ -225,6 +228,9 @@ static kvd_status_t get_data(kvd_req_t *r, dataop_t *d, const Kvdock__Data *dd, 
         if (dd->inline_.len < need)
             return kvd__req_fail(r, KVD_ESHAPE, "%s: %zu bytes given, %" PRIu64 " needed", what,
                              dd->inline_.len, need);
+        if (dd->inline_.len > most)
+            return kvd__req_fail(r, KVD_ESHAPE, "%s: %zu inline bytes given for %" PRIu64
+                             " (the rows its indices name)", what, dd->inline_.len, most);
         *ptr = stage(r, d, dd->inline_.data, (size_t)need);
         if (*ptr == NULL && need > 0)
             return kvd__req_fail(r, KVD_ENOMEM, "out of memory staging %s", what);
@@ -389,7 +395,7 @@ static kvd_status_t do_store(kvd_req_t *r, dataop_t *d)
     kvd_pool_t *p = NULL;
     idx_t loc;
     const void *k, *v = NULL;
-    uint64_t stride, need;
+    uint64_t stride, need, most;
     kvd_status_t st;
 
     if ((st = get_pool(r, d, s->pool, "pool", &p)) != KVD_OK)
@@ -405,12 +411,14 @@ static kvd_status_t do_store(kvd_req_t *r, dataop_t *d)
                          p->slot_bytes);
     if (rows_extent((uint64_t)loc.count, stride, p->slot_bytes, &need) != 0)
         return kvd__req_fail(r, KVD_EOVERFLOW, "source size overflows");
-    if ((st = get_data(r, d, s->k, need, 1, "k", &k)) != KVD_OK)
+    if (__builtin_mul_overflow((uint64_t)loc.count, stride, &most) || most < need)
+        most = need;
+    if ((st = get_data(r, d, s->k, need, most, 1, "k", &k)) != KVD_OK)
         return st;
     if (p->mla) {
         if (data_given(s->v))
             return kvd__req_fail(r, KVD_EINVAL, "pool %" PRIu64 " is MLA: it takes no v", p->obj.id);
-    } else if ((st = get_data(r, d, s->v, need, 1, "v", &v)) != KVD_OK) {
+    } else if ((st = get_data(r, d, s->v, need, most, 1, "v", &v)) != KVD_OK) {
         return st;
     }
     if ((st = get_sync(r, d, KVD_SC_WRITE, 0)) != KVD_OK)
@@ -489,12 +497,12 @@ static kvd_status_t do_fp8_set(kvd_req_t *r, dataop_t *d)
     row = (uint64_t)f->num_heads * f->head_dim * esize;
     if (rows_extent((uint64_t)loc.count, row, row, &need) != 0)
         return kvd__req_fail(r, KVD_EOVERFLOW, "source size overflows");
-    if ((st = get_data(r, d, f->k, need, esize, "k", &k)) != KVD_OK)
+    if ((st = get_data(r, d, f->k, need, need, esize, "k", &k)) != KVD_OK)
         return st;
     if (p->mla) {
         if (data_given(f->v))
             return kvd__req_fail(r, KVD_EINVAL, "pool %" PRIu64 " is MLA: it takes no v", p->obj.id);
-    } else if ((st = get_data(r, d, f->v, need, esize, "v", &v)) != KVD_OK) {
+    } else if ((st = get_data(r, d, f->v, need, need, esize, "v", &v)) != KVD_OK) {
         return st;
     }
 

@@ -48,6 +48,7 @@ static void fill_info(const kvd_pool_t *p, Kvdock__PoolInfo *pi)
     pi->v_offset = p->v_offset;
     pi->slot_stride = p->slot_stride;
     pi->owner = p->obj.owner_id;
+    pi->orphaned = p->obj.orphaned;
 }
 
 /* A pool named by id, or by name when the id is 0. */
@@ -134,6 +135,9 @@ kvd_status_t kvd__op_pool_create(kvd_req_t *r)
     if (r->conn->owner.pools >= r->srv->opts.max_pools)
         return kvd__req_fail(r, KVD_ELIMIT, "this client has %u pools already (max-pools)",
                          r->conn->owner.pools);
+    if (r->srv->reg.npools >= r->srv->opts.max_total_pools)
+        return kvd__req_fail(r, KVD_ELIMIT, "the daemon holds %u pools already (max-total-pools)",
+                         r->srv->reg.npools);
     if ((st = kvd__check_mem_limits(r, total)) != KVD_OK)
         return st;
 
@@ -316,6 +320,9 @@ kvd_status_t kvd__op_pool_import(kvd_req_t *r)
     if (r->conn->owner.pools >= r->srv->opts.max_pools)
         return kvd__req_fail(r, KVD_ELIMIT, "this client has %u pools already (max-pools)",
                          r->conn->owner.pools);
+    if (r->srv->reg.npools >= r->srv->opts.max_total_pools)
+        return kvd__req_fail(r, KVD_ELIMIT, "the daemon holds %u pools already (max-total-pools)",
+                         r->srv->reg.npools);
 
     p = calloc(1, sizeof(*p));
     if (p == NULL || (p->regions = calloc(pi->n_regions, sizeof(*p->regions))) == NULL) {
@@ -374,9 +381,15 @@ kvd_status_t kvd__op_pool_drop(kvd_req_t *r)
 
     if ((st = find_pool(r, pd->pool, pd->name, &p)) != KVD_OK)
         return st;
-    if (kvd_obj_may_drop(&p->obj, r->conn->id, r->conn->admin) != KVD_OK)
+    if (kvd_obj_may_drop(&p->obj, r->conn->id, r->conn->admin) != KVD_OK) {
+        if (p->obj.orphaned)
+            return kvd__req_fail(r, KVD_EPERM,
+                             "pool %" PRIu64 " outlived its creator (client %" PRIu64
+                             "); only an admin may drop it",
+                             p->obj.id, p->obj.owner_id);
         return kvd__req_fail(r, KVD_EPERM, "pool %" PRIu64 " belongs to client %" PRIu64, p->obj.id,
                          p->obj.owner_id);
+    }
     kvd_log(KVD_LOG_INFO, "event=pool_drop client=%" PRIu64 " pool=%" PRIu64 " name=%s refs=%u",
             r->conn->id, p->obj.id, p->name, p->obj.refs);
     kvd_registry_drop(&r->srv->reg, &p->obj);

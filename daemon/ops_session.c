@@ -26,6 +26,8 @@ kvd_status_t kvd__op_hello(kvd_req_t *r)
     lim->max_pool_bytes = o->max_pool_bytes;
     lim->max_total_pool_bytes = o->max_total_pool_bytes;
     lim->max_inline_bytes = (uint32_t)o->max_inline_bytes;
+    lim->max_total_pools = (uint32_t)o->max_total_pools;
+    lim->max_buffers = (uint32_t)o->max_buffers;
     rep->protocol_version = KVD_PROTOCOL_VERSION;
     rep->daemon_version = (char *)KVD_DAEMON_VERSION;
     rep->backend = (Kvdock__Backend)srv->backend->proto_backend;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "metrics.h"
 
 #define OFF(field) offsetof(kvd_options_t, field)
 
@@ -37,6 +38,8 @@ const kvd_option_def_t kvd__option_table[] = {
      "connections at once; more are refused (ELIMIT)"},
     {"max-pools", KVD_OPT_UINT, OFF(max_pools), "256", 1, 1 << 20, NULL,
      "pools per client (ELIMIT past it)"},
+    {"max-total-pools", KVD_OPT_UINT, OFF(max_total_pools), "4096", 1, 1 << 20, NULL,
+     "pools in the daemon, all clients together (ELIMIT past it)"},
     {"max-buffers", KVD_OPT_UINT, OFF(max_buffers), "1024", 1, 1 << 20, NULL,
      "registered buffers per client (ELIMIT past it)"},
     {"max-pool-bytes", KVD_OPT_SIZE, OFF(max_pool_bytes), "0", 0, INT64_MAX, NULL,
@@ -78,6 +81,11 @@ const kvd_option_def_t kvd__option_table[] = {
      "how the cuda backend learns that work is done: poll (a thread polls an event per "
      "operation while work is in flight; lowest latency, uses a core while busy) or hostfunc "
      "(cudaLaunchHostFunc; no polling)"},
+    {"metrics", KVD_OPT_STR, OFF(metrics), "", 0, 0, NULL,
+     "serve Prometheus metrics over HTTP at [HOST:]PORT (GET /metrics); a bare PORT listens on "
+     "127.0.0.1, 0 picks a free port (logged); empty: off"},
+    {"metrics-allow-remote", KVD_OPT_ENUM, OFF(metrics_allow_remote), "no", 0, 0, "no|yes",
+     "allow a non-loopback metrics address (the endpoint has no authentication)"},
 };
 const size_t kvd__option_count = sizeof(kvd__option_table) / sizeof(kvd__option_table[0]);
 
@@ -374,6 +382,12 @@ kvd_status_t kvd_options_check(const kvd_options_t *o, char *err, size_t err_len
     if (o->max_total_pool_bytes != 0 && o->max_pool_bytes > o->max_total_pool_bytes) {
         seterr(err, err_len, "max-pool-bytes exceeds max-total-pool-bytes");
         return KVD_EINVAL;
+    }
+    if (o->metrics[0] != '\0') {
+        kvd_metrics_addr_t ma;
+        if (kvd_metrics_parse_addr(o->metrics, o->metrics_allow_remote, &ma, err, err_len) !=
+            KVD_OK)
+            return KVD_EINVAL;
     }
     return KVD_OK;
 }

@@ -45,6 +45,7 @@ typedef struct kvd_options {
     uint64_t max_inflight;
     uint64_t max_clients;
     uint64_t max_pools;
+    uint64_t max_total_pools;
     uint64_t max_buffers;
     uint64_t max_pool_bytes;
     uint64_t max_total_pool_bytes;
@@ -58,6 +59,8 @@ typedef struct kvd_options {
     uint64_t blocks[KVD_SC_COUNT];  /* per-class block budget, 0 = no limit */
     int64_t priority[KVD_SC_COUNT]; /* per-class urgency, higher runs first */
     int cuda_completion;            /* enum kvd_cuda_completion */
+    char metrics[KVD_OPT_STR_MAX];  /* Prometheus endpoint [HOST:]PORT; "" = off */
+    int metrics_allow_remote;       /* 1: a non-loopback metrics address is allowed */
 } kvd_options_t;
 
 typedef enum kvd_opt_type {

@@ -4,11 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
+
 void kvd_registry_init(kvd_registry_t *reg, kvd_backend_t *be)
 {
     memset(reg, 0, sizeof(*reg));
     reg->be = be;
     reg->next_id = 1;
+    reg->orphans.client_id = 0; /* the daemon itself: no connection has id 0 */
     kvd_idmap_init(&reg->objs);
 }
 
@@ -64,6 +67,41 @@ void kvd_obj_unref(kvd_registry_t *reg, kvd_obj_t *obj)
         free_obj(reg, obj);
 }
 
+/* Put obj at the head of owner's list and count it there. */
+static void owner_link(kvd_owner_t *owner, kvd_obj_t *obj)
+{
+    obj->owner = owner;
+    obj->oprev = NULL;
+    obj->onext = owner->head;
+    if (owner->head)
+        owner->head->oprev = obj;
+    owner->head = obj;
+    owner->bytes += obj->bytes;
+    switch (obj->type) {
+    case KVD_OBJ_POOL: owner->pools++; break;
+    case KVD_OBJ_BUFFER: owner->buffers++; break;
+    case KVD_OBJ_EVENT: owner->events++; break;
+    }
+}
+
+/* Take obj off its owner's list and counts (obj->owner is left as it was). */
+static void owner_unlink(kvd_owner_t *owner, kvd_obj_t *obj)
+{
+    if (obj->oprev)
+        obj->oprev->onext = obj->onext;
+    else
+        owner->head = obj->onext;
+    if (obj->onext)
+        obj->onext->oprev = obj->oprev;
+    obj->onext = obj->oprev = NULL;
+    owner->bytes -= obj->bytes;
+    switch (obj->type) {
+    case KVD_OBJ_POOL: owner->pools--; break;
+    case KVD_OBJ_BUFFER: owner->buffers--; break;
+    case KVD_OBJ_EVENT: owner->events--; break;
+    }
+}
+
 kvd_status_t kvd_registry_add(kvd_registry_t *reg, kvd_obj_t *obj, kvd_owner_t *owner)
 {
     uint64_t id = reg->next_id;
@@ -73,19 +111,13 @@ kvd_status_t kvd_registry_add(kvd_registry_t *reg, kvd_obj_t *obj, kvd_owner_t *
     reg->next_id++;
     obj->id = id;
     obj->refs = 1;
-    obj->owner = owner;
     obj->owner_id = owner->client_id;
-    obj->oprev = NULL;
-    obj->onext = owner->head;
-    if (owner->head)
-        owner->head->oprev = obj;
-    owner->head = obj;
-    owner->bytes += obj->bytes;
+    obj->orphaned = 0;
+    owner_link(owner, obj);
     reg->live_bytes += obj->bytes;
     switch (obj->type) {
     case KVD_OBJ_POOL: {
         kvd_pool_t *p = (kvd_pool_t *)obj;
-        owner->pools++;
         reg->npools++;
         p->prev = NULL;
         p->next = reg->pools;
@@ -95,11 +127,9 @@ kvd_status_t kvd_registry_add(kvd_registry_t *reg, kvd_obj_t *obj, kvd_owner_t *
         break;
     }
     case KVD_OBJ_BUFFER:
-        owner->buffers++;
         reg->nbuffers++;
         break;
     case KVD_OBJ_EVENT:
-        owner->events++;
         reg->nevents++;
         break;
     }
@@ -130,19 +160,11 @@ void kvd_registry_drop(kvd_registry_t *reg, kvd_obj_t *obj)
     if (owner == NULL)
         return; /* already dropped */
     kvd_idmap_del(&reg->objs, obj->id);
-    if (obj->oprev)
-        obj->oprev->onext = obj->onext;
-    else
-        owner->head = obj->onext;
-    if (obj->onext)
-        obj->onext->oprev = obj->oprev;
-    obj->onext = obj->oprev = NULL;
+    owner_unlink(owner, obj);
     obj->owner = NULL;
-    owner->bytes -= obj->bytes;
     switch (obj->type) {
     case KVD_OBJ_POOL: {
         kvd_pool_t *p = (kvd_pool_t *)obj;
-        owner->pools--;
         reg->npools--;
         if (p->prev)
             p->prev->next = p->next;
@@ -154,21 +176,43 @@ void kvd_registry_drop(kvd_registry_t *reg, kvd_obj_t *obj)
         break;
     }
     case KVD_OBJ_BUFFER:
-        owner->buffers--;
         reg->nbuffers--;
         break;
     case KVD_OBJ_EVENT:
-        owner->events--;
         reg->nevents--;
         break;
     }
     kvd_obj_unref(reg, obj);
 }
 
+int kvd_obj_outlives_owner(const kvd_obj_t *obj)
+{
+    /* An imported pool's memory is its client's: it cannot outlive it. */
+    return obj->type == KVD_OBJ_POOL && obj->shared && !((const kvd_pool_t *)obj)->imported;
+}
+
 void kvd_registry_drop_owner(kvd_registry_t *reg, kvd_owner_t *owner)
 {
-    while (owner->head)
-        kvd_registry_drop(reg, owner->head);
+    kvd_obj_t *obj = owner->head;
+
+    if (owner == &reg->orphans)
+        return; /* the daemon's own: dropped one by one, or at deinit */
+    while (obj != NULL) {
+        kvd_obj_t *next = obj->onext;
+
+        if (kvd_obj_outlives_owner(obj)) {
+            owner_unlink(owner, obj);
+            owner_link(&reg->orphans, obj);
+            obj->orphaned = 1;
+            kvd_log(KVD_LOG_INFO,
+                    "event=pool_orphaned pool=%" PRIu64 " name=%s creator=%" PRIu64
+                    " bytes=%" PRIu64,
+                    obj->id, ((kvd_pool_t *)obj)->name, obj->owner_id, obj->bytes);
+        } else {
+            kvd_registry_drop(reg, obj);
+        }
+        obj = next;
+    }
 }
 
 void kvd_registry_deinit(kvd_registry_t *reg)
@@ -187,7 +231,7 @@ kvd_status_t kvd_obj_may_use(const kvd_obj_t *obj, uint64_t client_id, int admin
 
 kvd_status_t kvd_obj_may_drop(const kvd_obj_t *obj, uint64_t client_id, int admin)
 {
-    if (obj->owner_id == client_id || (obj->shared && admin))
+    if ((!obj->orphaned && obj->owner_id == client_id) || (obj->shared && admin))
         return KVD_OK;
     return KVD_EPERM;
 }

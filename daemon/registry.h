@@ -8,6 +8,13 @@
  * completed.  Dropping an object (by request, or when its owner goes away)
  * removes it from the registry at once; its memory is released when the
  * last reference goes.
+ *
+ * The exception: a shared pool of daemon-owned memory outlives its
+ * creator.  When the creator's connection goes, the pool passes to the
+ * registry's own owner (client id 0) and is marked orphaned; it keeps
+ * owner_id, its creator's id, which is never given to another connection,
+ * so from then on only an admin may drop it.  Imported pools (memory that
+ * a client owns) and buffers and events always go with their connection.
  */
 #ifndef KVD_DAEMON_REGISTRY_H
 #define KVD_DAEMON_REGISTRY_H
@@ -42,6 +49,7 @@ struct kvd_obj {
     uint64_t owner_id;
     kvd_owner_t *owner; /* NULL once dropped */
     int shared;
+    int orphaned;       /* creator gone; owner is the registry's own */
     uint64_t bytes;     /* counted against the limits */
     kvd_obj_t *onext, *oprev;
 };
@@ -88,6 +96,7 @@ typedef struct kvd_registry {
     kvd_idmap_t objs;
     uint64_t next_id;
     kvd_pool_t *pools; /* live pools, newest first */
+    kvd_owner_t orphans; /* shared pools whose creator has gone (client id 0) */
     uint32_t npools, nbuffers, nevents;
     uint64_t live_bytes;  /* bytes of pools and buffers not yet released */
 } kvd_registry_t;
@@ -106,15 +115,19 @@ kvd_pool_t *kvd_registry_pool_by_name(kvd_registry_t *reg, const char *name);
 /* Remove obj from the registry and its owner; releases the registry's
  * reference. */
 void kvd_registry_drop(kvd_registry_t *reg, kvd_obj_t *obj);
-/* Drop everything owner owns. */
+/* The owner is going away: drop everything it owns, except shared pools
+ * of daemon-owned memory, which pass to reg->orphans (see above). */
 void kvd_registry_drop_owner(kvd_registry_t *reg, kvd_owner_t *owner);
+/* Does obj outlive its creator's connection? */
+int kvd_obj_outlives_owner(const kvd_obj_t *obj);
 
 void kvd_obj_ref(kvd_obj_t *obj);
 void kvd_obj_unref(kvd_registry_t *reg, kvd_obj_t *obj);
 
 /* May this client use obj (read, write, export)?  KVD_OK, or KVD_EPERM. */
 kvd_status_t kvd_obj_may_use(const kvd_obj_t *obj, uint64_t client_id, int admin);
-/* May this client drop obj?  Only its owner, or an admin for a shared one. */
+/* May this client drop obj?  Only its creator (while connected: a
+ * creator's id is never reused), or an admin for a shared one. */
 kvd_status_t kvd_obj_may_drop(const kvd_obj_t *obj, uint64_t client_id, int admin);
 
 /* Is name a valid pool name (1..63 of [A-Za-z0-9._-])? */

@@ -20,6 +20,8 @@
 #include "dispatch.h"
 #include "kvdock/wire.h"
 #include "log.h"
+#include "metrics.h"
+#include "systemd.h"
 
 #define ACCEPTS_PER_EVENT 64
 #define FLUSH_GRACE_NS (2ull * 1000000000ull)
@@ -280,7 +282,7 @@ static void stop_listening(kvd_server_t *srv)
     close_handle(srv, (uv_handle_t *)&srv->listen_poll);
     close(srv->listen_fd);
     srv->listen_fd = -1;
-    if (unlink(srv->socket_path) != 0 && errno != ENOENT)
+    if (!srv->activated && unlink(srv->socket_path) != 0 && errno != ENOENT)
         kvd_log(KVD_LOG_WARN, "event=unlink_failed path=%s error=\"%s\"", srv->socket_path,
                 strerror(errno));
 }
@@ -299,8 +301,13 @@ static void finish(kvd_server_t *srv)
     close_handle(srv, (uv_handle_t *)&srv->sig_term);
     close_handle(srv, (uv_handle_t *)&srv->sig_int);
     close_handle(srv, (uv_handle_t *)&srv->idle);
-    if (srv->conns == NULL && srv->backend != NULL)
+    kvd_metrics_close(srv->metrics);
+    if (srv->conns == NULL && srv->backend != NULL) {
+        /* shared pools outlive their creators: release them while the
+         * backend that made their memory still exists */
+        kvd_registry_deinit(&srv->reg);
         srv->backend->destroy(srv->backend, backend_gone_cb, srv);
+    }
     kvd_log(KVD_LOG_INFO, "event=shutdown_done");
 }
 
@@ -355,6 +362,7 @@ void kvd__server_begin_shutdown(kvd_server_t *srv, int drain, const char *why)
     kvd_log(KVD_LOG_INFO, "event=shutdown_begin reason=\"%s\" drain=%d inflight=%u", why, drain,
             srv->inflight);
     srv->shutting_down = 1;
+    (void)kvd_sd_notify("STOPPING=1\nSTATUS=draining in-flight work");
     srv->drain = drain;
     srv->shutdown_ns = kvd_now_ns();
     stop_listening(srv);
@@ -425,8 +433,10 @@ void kvd__server_conn_gone(kvd_server_t *srv, kvd_conn_t *c)
         c->next->prev = c->prev;
     srv->nconns--;
     if (srv->shutting_down == 2 && srv->conns == NULL && srv->backend != NULL &&
-        srv->backend->pending(srv->backend) == 0)
+        srv->backend->pending(srv->backend) == 0) {
+        kvd_registry_deinit(&srv->reg); /* as in finish() */
         srv->backend->destroy(srv->backend, backend_gone_cb, srv);
+    }
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
@@ -466,11 +476,28 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
         free(srv);
         return KVD_ENOMEM;
     }
+    /* systemd's socket, if any: taken before the backend starts threads */
+    st = kvd_sd_listen_socket(&srv->listen_fd, srv->socket_path, sizeof(srv->socket_path), why,
+                              why_len);
+    if (st != KVD_OK)
+        goto fail;
+    srv->activated = srv->listen_fd >= 0;
     st = pick_backend(srv, why, why_len);
     if (st != KVD_OK)
         goto fail;
     kvd_registry_init(&srv->reg, srv->backend);
-    st = open_listener(srv, why, why_len);
+    if (srv->opts.metrics[0] != '\0' &&
+        (st = kvd_metrics_create(srv, &srv->metrics, why, why_len)) != KVD_OK)
+        goto fail_backend;
+    if (srv->activated) {
+        kvd_log(KVD_LOG_INFO, "event=socket_activated socket=%s fd=%d", srv->socket_path,
+                srv->listen_fd);
+        if (srv->opts.socket[0] != '\0' && strcmp(srv->opts.socket, srv->socket_path) != 0)
+            kvd_log(KVD_LOG_WARN, "event=socket_option_ignored socket=%s reason=\"socket "
+                    "activation: serving the socket systemd passed\"", srv->opts.socket);
+    } else {
+        st = open_listener(srv, why, why_len);
+    }
     if (st != KVD_OK)
         goto fail_backend;
     uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);
@@ -490,10 +517,14 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     return KVD_OK;
 
 fail_backend:
+    kvd_metrics_close(srv->metrics);
     kvd_registry_deinit(&srv->reg);
     srv->backend->destroy(srv->backend, NULL, NULL);
     uv_run(loop, UV_RUN_NOWAIT); /* let the backend's handles close */
+    kvd_metrics_destroy(&srv->metrics);
 fail:
+    if (srv->activated)
+        close(srv->listen_fd);
     kvd_stats_deinit(&srv->stats);
     free(srv);
     return st;
@@ -505,6 +536,12 @@ int kvd_server_run(kvd_server_t *srv)
             "event=ready socket=%s backend=%s device=\"%s\" pid=%d max_frame_bytes=%" PRIu64,
             srv->socket_path, srv->backend->name, srv->backend->device_name, (int)getpid(),
             srv->opts.max_frame_bytes);
+    {
+        char state[400];
+        snprintf(state, sizeof(state), "READY=1\nSTATUS=serving on %s (backend %s)\nMAINPID=%d",
+                 srv->socket_path, srv->backend->name, (int)getpid());
+        (void)kvd_sd_notify(state);
+    }
     uv_run(srv->loop, UV_RUN_DEFAULT);
     return srv->exit_code;
 }
@@ -515,6 +552,7 @@ void kvd_server_destroy(kvd_server_t **sp)
 
     if (srv == NULL)
         return;
+    kvd_metrics_destroy(&srv->metrics);
     kvd_registry_deinit(&srv->reg);
     kvd_stats_deinit(&srv->stats);
     free(srv);

@@ -34,6 +34,8 @@ typedef struct kvd_server {
     kvd_backend_t *backend;
     kvd_registry_t reg;
     kvd_stats_t stats;
+    struct kvd_metrics *metrics; /* the Prometheus endpoint (--metrics), or NULL */
+    int activated;         /* the listening socket came from systemd: not ours to unlink */
     kvd_conn_t *conns;     /* open connections */
     uint32_t nconns;
     kvd_conn_t *ready;     /* connections with frames left to handle */

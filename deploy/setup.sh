@@ -10,7 +10,11 @@ packages=(
   libuv1-dev                          # event loop (static libuv_a.a)
   libprotobuf-c-dev protobuf-c-compiler  # wire format (static libprotobuf-c.a, protoc-c)
   check libsubunit-dev                # unit tests (static libcheck.a)
+  clang libclang-rt-dev               # libFuzzer target (-fsanitize=fuzzer: libclang_rt.fuzzer)
+  valgrind                            # the daemon's integration test under valgrind
   python3
+  python3-numpy python3-venv python3-pip  # Python client (client/python) and its tests
+  python3-torch                       # its PyTorch paths (CPU tensors in CI; ~600 MiB installed)
 )
 
 missing=()

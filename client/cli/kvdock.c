@@ -16,6 +16,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
+#include "top.h"
 #include "kvdock/client.h"
 #include "kvdock/wire.h"
 
@@ -562,8 +564,8 @@ static int cmd_pool_create(opts_t *o)
     if (!spec.shared)
         fprintf(stderr,
                 "kvdock: note: pool %s is private to this kvdock connection and is "
-                "dropped when kvdock exits; --shared makes a pool other clients "
-                "can use\n",
+                "dropped when kvdock exits; --shared makes a pool that outlives "
+                "kvdock and that other clients can use\n",
                 info.name);
     kvd_client_destroy(&cli);
     return 0;
@@ -920,6 +922,22 @@ static int cmd_shutdown(opts_t *o)
 }
 
 /* ------------------------------------------------------------------------ */
+/* bench (client/cli/bench.c)                                                */
+
+static int cmd_bench(opts_t *o)
+{
+    return kvd__cli_bench(o->socket, o->json, o->argc, o->argv);
+}
+
+/* ------------------------------------------------------------------------ */
+/* top (client/cli/top.c)                                                    */
+
+static int cmd_top(opts_t *o)
+{
+    return kvd__cli_top(o->socket, o->json, o->argc, o->argv);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Command table and main                                                    */
 
 static const cmd_t cmds[] = {
@@ -937,6 +955,8 @@ static const cmd_t cmds[] = {
      "Round-trip a ping through the daemon and print the times.", cmd_ping},
     {"shutdown", "shutdown [--no-drain] [--json]",
      "Ask the daemon to exit, finishing in-flight work first (admin only).", cmd_shutdown},
+    {"bench", KVD_BENCH_USAGE, KVD_BENCH_HELP, cmd_bench},
+    {"top", KVD_TOP_USAGE, KVD_TOP_HELP, cmd_top},
 };
 
 static const cmd_t *find_cmd(const char *name)
@@ -1030,7 +1050,12 @@ int main(int argc, char **argv)
                    "  --slot-bytes N   bytes per slot row\n"
                    "  --mla            one latent buffer per layer instead of K and V\n"
                    "  --page-size N    slots per page (0 or 1: unpaged)\n"
-                   "  --shared         other clients may use it\n");
+                   "  --shared         other clients may use it, and it outlives this\n"
+                   "                   kvdock: the daemon keeps it until an admin drops it\n");
+        if (c->run == cmd_bench)
+            kvd__cli_bench_help();
+        if (c->run == cmd_top)
+            kvd__cli_top_help();
         free(rest);
         return 0;
     }

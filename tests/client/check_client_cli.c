@@ -6,6 +6,7 @@
 #include "testutil.h"
 
 #include <stdarg.h>
+#include <sys/stat.h>
 
 #ifndef KVDOCK_CLI_PATH
 #error "KVDOCK_CLI_PATH must name the kvdock binary"
@@ -96,9 +97,10 @@ END_TEST
 
 /*
  * A pool belongs to the connection that made it, and kvdockd frees a
- * connection's pools when it closes; a one-shot `kvdock pool create`
- * therefore says what it made, and the listing and dropping are checked on
- * a shared pool that this test's own connection holds.
+ * connection's private pools when it closes; a one-shot `kvdock pool
+ * create` therefore says what it made (a shared one outlives it: see
+ * test_cli_shared_pool_outlives_creator), and the listing and dropping are
+ * checked on a shared pool that this test's own connection holds.
  */
 START_TEST(test_cli_pool_create)
 {
@@ -124,6 +126,280 @@ START_TEST(test_cli_pool_create)
     ck_assert_ptr_nonnull(strstr(r.out, "\"num_slots\":8"));
     ck_assert_ptr_nonnull(strstr(r.err, "note:")); /* private: dropped at exit */
     result_free(&r);
+    r = cli("pools", "--json", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_msg(strstr(r.out, name) == NULL, "private pool %s outlived kvdock:\n%s", name, r.out);
+    result_free(&r);
+
+    /* the shared one is still there; drop it (an admin may) */
+    snprintf(name, sizeof(name), "cli-pool-%d", (int)getpid());
+    r = cli("pool", "drop", name, NULL);
+    EXPECT_RC(r, 0);
+    result_free(&r);
+}
+END_TEST
+
+/* The ids of the pools named name that c lists (0 when none). */
+static uint64_t listed(kvd_client_t *c, const char *name)
+{
+    kvd_pool_info_t list[64];
+    size_t n = 0;
+
+    KVT_OK(c, kvd_pool_list(c, list, 64, &n));
+    for (size_t i = 0; i < n && i < 64; i++)
+        if (strcmp(list[i].name, name) == 0)
+            return list[i].id;
+    return 0;
+}
+
+/*
+ * A shared pool outlives its creator: `kvdock pool create --shared` exits,
+ * and the pool is still listed by a new kvdock and usable by another
+ * client; a private pool goes when its creator disconnects.
+ */
+START_TEST(test_cli_shared_pool_outlives_creator)
+{
+    kvd_client_t *other = kvt_connect("other"), *maker;
+    kvd_pool_spec_t spec;
+    kvd_pool_info_t info;
+    kvd_mapping_t *m = NULL;
+    char name[64], priv[64];
+    result_t r;
+
+    snprintf(name, sizeof(name), "cli-outlive-%d", (int)getpid());
+    r = cli("pool", "create", name, "--layers", "2", "--slots", "16", "--slot-bytes", "64",
+            "--shared", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_null(strstr(r.err, "note:")); /* shared: no warning that it goes */
+    result_free(&r);
+
+    /* a new kvdock process lists it */
+    r = cli("pools", "--json", NULL);
+    EXPECT_RC(r, 0);
+    {
+        char *at = strstr(r.out, name);
+
+        ck_assert_msg(at != NULL, "shared pool %s did not outlive kvdock:\n%s", name, r.out);
+        ck_assert_ptr_nonnull(strstr(at, "\"shared\":true"));
+    }
+    result_free(&r);
+    r = cli("pools", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, name));
+    result_free(&r);
+
+    /* another client may still use it: export and map it */
+    ck_assert_uint_ne(listed(other, name), 0);
+    KVT_OK(other, kvd_pool_export(other, 0, name, 0, &m));
+    ck_assert_str_eq(m->pool.name, name);
+    ck_assert(m->pool.shared);
+    kvd_mapping_destroy(&m);
+
+    /* a private pool goes with its creator; a shared one stays */
+    maker = kvt_connect("maker");
+    snprintf(priv, sizeof(priv), "cli-private-%d", (int)getpid());
+    memset(&spec, 0, sizeof(spec));
+    spec.name = priv;
+    spec.kind = KVD_MEM_HOST;
+    spec.num_layers = 1;
+    spec.num_slots = 8;
+    spec.slot_bytes = 32;
+    KVT_OK(maker, kvd_pool_create(maker, &spec, &info));
+    ck_assert_uint_eq(listed(other, priv), info.id); /* an admin sees every pool */
+    kvd_client_destroy(&maker);
+    for (int i = 0; i < 200 && listed(other, priv) != 0; i++)
+        usleep(10000); /* the daemon sees the end of the stream soon */
+    ck_assert_uint_eq(listed(other, priv), 0);
+    ck_assert_uint_ne(listed(other, name), 0);
+
+    /* the name stays taken while the pool lives */
+    r = cli("pool", "create", name, "--layers", "1", "--slots", "1", "--slot-bytes", "1", NULL);
+    EXPECT_RC(r, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "EEXIST"));
+    result_free(&r);
+
+    /* an admin drops it; then it is gone */
+    r = cli("pool", "drop", name, NULL);
+    EXPECT_RC(r, 0);
+    result_free(&r);
+    ck_assert_uint_eq(listed(other, name), 0);
+    kvd_client_destroy(&other);
+}
+END_TEST
+
+/* An imported pool is its importer's memory: it goes with the importer,
+ * shared or not. */
+START_TEST(test_cli_imported_shared_pool_dies_with_importer)
+{
+    kvd_client_t *imp_cli = kvt_connect("importer"), *other = kvt_connect("other");
+    kvd_mapping_t *m = NULL;
+    kvd_import_region_t reg;
+    kvd_memref_t k[1] = {{0, 0}}, v[1] = {{0, 1024}};
+    kvd_pool_import_t imp;
+    kvd_pool_info_t info;
+    char name[64];
+
+    snprintf(name, sizeof(name), "cli-imported-%d", (int)getpid());
+    KVT_OK(NULL, kvd_mapping_create_host(4096, &m));
+    KVT_OK(NULL, kvd_import_region_from_mapping(m, &reg));
+    memset(&imp, 0, sizeof(imp));
+    imp.name = name;
+    imp.num_layers = 1;
+    imp.num_slots = 16;
+    imp.slot_bytes = 64;
+    imp.shared = true;
+    imp.regions = &reg;
+    imp.num_regions = 1;
+    imp.k_layers = k;
+    imp.v_layers = v;
+    KVT_OK(imp_cli, kvd_pool_import(imp_cli, &imp, &info));
+    ck_assert(info.shared && info.imported);
+    ck_assert_uint_eq(listed(other, name), info.id);
+    kvd_client_destroy(&imp_cli);
+    for (int i = 0; i < 200 && listed(other, name) != 0; i++)
+        usleep(10000);
+    ck_assert_uint_eq(listed(other, name), 0);
+    kvd_mapping_destroy(&m);
+    kvd_client_destroy(&other);
+}
+END_TEST
+
+/* Run kvdock as user nobody (65534) with setpriv. */
+static result_t cli_as_nobody(const char *socket, const char *a1, const char *a2, const char *a3)
+{
+    const char *argv[] = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                          "--", cli_path(), "--socket", socket, a1, a2, a3, NULL};
+    result_t r;
+
+    r.rc = kvt_run(argv, &r.out, &r.err, 20000);
+    return r;
+}
+
+static result_t cli_at(const char *socket, const char *a1, const char *a2, const char *a3,
+                       const char *a4)
+{
+    const char *argv[] = {cli_path(), "--socket", socket, a1, a2, a3, a4, NULL};
+    result_t r;
+
+    r.rc = kvt_run(argv, &r.out, &r.err, 20000);
+    return r;
+}
+
+/*
+ * Who may drop a shared pool: its creator while connected, or an admin.  A
+ * non-admin peer takes root (to run kvdock as nobody) and a daemon that
+ * lets nobody connect (allow-uids, socket-group) without making it an
+ * admin; elsewhere the test says why it skips.
+ */
+START_TEST(test_cli_shared_pool_drop_needs_admin)
+{
+    static const char *const extra[] = {"--allow-uids", "65534", "--socket-group", "65534", NULL};
+    kvt_daemon_t d;
+    kvd_client_t *holder;
+    kvd_pool_spec_t spec;
+    kvd_pool_info_t info;
+    char orphan[64], held[64], own[64];
+    result_t r;
+
+    if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0 ||
+        access(cli_path(), R_OK | X_OK) != 0) {
+        printf("SKIP test_cli_shared_pool_drop_needs_admin: needs root and /usr/bin/setpriv to "
+               "run kvdock as a non-admin user (every peer of the daemon's own uid is an "
+               "admin)\n");
+        return;
+    }
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, 10000), 0);
+    /* let nobody reach the socket: through the test's directory (mode
+     * 0700 from mkdtemp) to run/, which the daemon made for the group */
+    ck_assert_int_eq(chmod(d.dir, 0711), 0);
+
+    r = cli_as_nobody(d.socket, "status", NULL, NULL);
+    if (r.rc != 0) {
+        /* e.g. the build tree is not readable by nobody */
+        printf("SKIP test_cli_shared_pool_drop_needs_admin: kvdock cannot run as nobody here "
+               "(exit %d: %s)\n",
+               r.rc, r.err);
+        result_free(&r);
+        kvt_daemon_stop(&d, 10000);
+        return;
+    }
+    result_free(&r);
+
+    /* an orphaned shared pool: its creator, kvdock, has exited */
+    snprintf(orphan, sizeof(orphan), "orphan-%d", (int)getpid());
+    r = cli_at(d.socket, "pool", "create", orphan, "--shared");
+    EXPECT_RC(r, 2); /* the sizes are required */
+    result_free(&r);
+    {
+        const char *argv[] = {cli_path(), "--socket", d.socket, "pool", "create", orphan,
+                              "--layers", "1", "--slots", "4", "--slot-bytes", "16", "--shared",
+                              NULL};
+
+        r.rc = kvt_run(argv, &r.out, &r.err, 20000);
+        EXPECT_RC(r, 0);
+        result_free(&r);
+    }
+    /* a shared pool whose creator is still connected */
+    ck_assert_int_eq(kvd_client_create(d.socket, "holder", &holder), KVD_OK);
+    snprintf(held, sizeof(held), "held-%d", (int)getpid());
+    memset(&spec, 0, sizeof(spec));
+    spec.name = held;
+    spec.kind = KVD_MEM_HOST;
+    spec.num_layers = 1;
+    spec.num_slots = 4;
+    spec.slot_bytes = 16;
+    spec.shared = true;
+    KVT_OK(holder, kvd_pool_create(holder, &spec, &info));
+
+    /* nobody sees both (shared), and may drop neither */
+    r = cli_as_nobody(d.socket, "pools", "--json", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, orphan));
+    ck_assert_ptr_nonnull(strstr(r.out, held));
+    result_free(&r);
+    r = cli_as_nobody(d.socket, "pool", "drop", orphan);
+    EXPECT_RC(r, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "EPERM"));
+    ck_assert_ptr_nonnull(strstr(r.err, "only an admin"));
+    result_free(&r);
+    r = cli_as_nobody(d.socket, "pool", "drop", held);
+    EXPECT_RC(r, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "EPERM"));
+    result_free(&r);
+
+    /* a non-admin's own shared pool outlives it too, and then only an
+     * admin may drop it: its creator is gone */
+    snprintf(own, sizeof(own), "nobodys-%d", (int)getpid());
+    {
+        const char *argv[] = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                              "--clear-groups", "--", cli_path(), "--socket", d.socket, "pool",
+                              "create", own, "--layers", "1", "--slots", "4", "--slot-bytes", "16",
+                              "--shared", NULL};
+
+        r.rc = kvt_run(argv, &r.out, &r.err, 20000);
+        EXPECT_RC(r, 0);
+        result_free(&r);
+    }
+    r = cli_as_nobody(d.socket, "pool", "drop", own);
+    EXPECT_RC(r, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "EPERM"));
+    result_free(&r);
+
+    /* the creator may drop its own while connected; an admin may drop the
+     * orphans */
+    KVT_OK(holder, kvd_pool_drop(holder, info.id, NULL));
+    r = cli_at(d.socket, "pool", "drop", orphan, NULL);
+    EXPECT_RC(r, 0);
+    result_free(&r);
+    r = cli_at(d.socket, "pool", "drop", own, NULL);
+    EXPECT_RC(r, 0);
+    result_free(&r);
+    r = cli_at(d.socket, "pools", "--json", NULL, NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_str_eq(r.out, "{\"pools\":[]}\n");
+    result_free(&r);
+    kvd_client_destroy(&holder);
+    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
 }
 END_TEST
 
@@ -323,6 +599,9 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_cli_status);
     tcase_add_test(tc, test_cli_pool_create);
     tcase_add_test(tc, test_cli_pools_and_drop);
+    tcase_add_test(tc, test_cli_shared_pool_outlives_creator);
+    tcase_add_test(tc, test_cli_shared_pool_drop_needs_admin);
+    tcase_add_test(tc, test_cli_imported_shared_pool_dies_with_importer);
     tcase_add_test(tc, test_cli_unknown_pool);
     tcase_add_test(tc, test_cli_ping);
     tcase_add_test(tc, test_cli_stats);

@@ -129,7 +129,13 @@ START_TEST(test_requests_after_sigterm)
 
     send_transfers(fd, a, b, N);
     kill(D.pid, SIGTERM);
-    usleep(5000);
+    /* the drain has begun once the socket is gone (a fixed sleep was too
+     * short for a loaded machine or a sanitizer build) */
+    {
+        struct stat sst;
+        for (i = 0; i < 5000 && stat(D.sock, &sst) == 0; i++)
+            usleep(1000);
+    }
     kvdt_req_init(&req, 100 + N);
     req.op_case = KVDOCK__REQUEST__OP_PING;
     req.ping = &p;

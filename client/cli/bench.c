@@ -1,0 +1,1317 @@
+/*
+ * kvdock bench: the daemon benchmark of issue 3, run against a running
+ * kvdockd.
+ *
+ * Cases
+ *   ping       ping round trip (empty payload), p50 / p99 / mean
+ *   transfer   round trip of a one-slot, one-layer transfer between two
+ *              daemon pools (device pools on the cuda backend, host pools
+ *              on cpu), p50 / p99 / mean
+ *   pipelined  requests per second of one-slot transfers with 1 and with N
+ *              clients, each a thread with its own connection and its own
+ *              pools, keeping a window of requests in flight
+ *   all-layer  one all-layer transfer of S slots (a random permutation on
+ *              both sides) through the daemon, against the same kernel
+ *              (kvd_cuda_kv_transfer on cuda, kvd_cpu_kv_transfer on cpu)
+ *              called here on memory of the same shape, and their ratio
+ *
+ * Every pool the bench makes is private to the connection that made it and
+ * named bench-<pid>-<nonce>-...: it is dropped at the end, and the daemon
+ * drops it anyway when the connection closes, so a bench that dies leaves
+ * nothing behind.  Progress bars go to stderr on a terminal; the summary
+ * table to stdout (to stderr with --json, where stdout is one JSON object).
+ */
+#define _GNU_SOURCE
+#include "bench.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvdock/client.h"
+#include "kvdock/kernels.h"
+
+#ifdef KVD_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define EXIT_DAEMON 1
+#define EXIT_USAGE 2
+
+/* Issue 3's targets. */
+#define TARGET_P50_US 25.0
+#define TARGET_P99_US 60.0
+#define TARGET_RPS 100000.0
+#define TARGET_RPS_CLIENTS 8
+#define TARGET_RATIO 1.1
+
+#define SMALL_SLOTS 256 /* slots of the pools of the one-slot cases */
+#define MAX_CLIENTS 256
+#define MAX_WINDOW 1024
+#define POOL_ALIGN 256u /* the daemon's layout: K and V blocks start on 256 bytes */
+
+typedef struct bench_opts {
+    const char *socket;
+    bool json;
+    uint64_t iterations; /* samples of the round-trip cases */
+    double duration;     /* seconds of each pipelined run */
+    uint32_t clients;
+    uint32_t window;
+    uint32_t layers; /* all-layer case */
+    uint64_t slots;
+    uint64_t slot_bytes;
+    uint32_t max_blocks; /* 0: the daemon's default of the stream class */
+    int32_t kind;        /* 0: by backend */
+} bench_opts_t;
+
+/* Latency figures of one case, microseconds. */
+typedef struct lat {
+    uint64_t count;
+    double p50, p99, mean, min, max;
+} lat_t;
+
+typedef struct tput {
+    uint32_t clients;
+    uint64_t requests;
+    double seconds;
+    double rps;
+} tput_t;
+
+typedef struct results {
+    lat_t ping;
+    lat_t xfer;
+    tput_t one, many;
+    /* all-layer */
+    uint64_t al_iterations;
+    uint64_t al_bytes; /* bytes written per transfer */
+    uint32_t al_max_blocks;
+    const char *al_stream;
+    lat_t al_daemon;
+    lat_t al_inproc;      /* device-resident (cuda) / host (cpu) indices */
+    lat_t al_inproc_pinned; /* cuda: indices in pinned host memory, as the daemon stages them */
+    bool have_inproc, have_inproc_pinned;
+    char inproc_why[160]; /* when there is no in-process figure */
+    double ratio;
+} results_t;
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                             */
+
+static double now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank quantile of sorted values. */
+static double quantile(const double *s, uint64_t n, double q)
+{
+    uint64_t k = (uint64_t)ceil(q * (double)n);
+
+    if (n == 0)
+        return 0;
+    if (k < 1)
+        k = 1;
+    if (k > n)
+        k = n;
+    return s[k - 1];
+}
+
+/* Sorts v in place. */
+static void lat_from(lat_t *l, double *v, uint64_t n)
+{
+    double sum = 0;
+
+    memset(l, 0, sizeof(*l));
+    if (n == 0)
+        return;
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    for (uint64_t i = 0; i < n; i++)
+        sum += v[i];
+    l->count = n;
+    l->p50 = quantile(v, n, 0.50);
+    l->p99 = quantile(v, n, 0.99);
+    l->mean = sum / (double)n;
+    l->min = v[0];
+    l->max = v[n - 1];
+}
+
+static uint64_t rng_next(uint64_t *x)
+{
+    /* xorshift64* */
+    *x ^= *x >> 12;
+    *x ^= *x << 25;
+    *x ^= *x >> 27;
+    return *x * 0x2545F4914F6CDD1Dull;
+}
+
+/* A random permutation of 0..n-1. */
+static void permutation(int64_t *p, uint64_t n, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+
+    for (uint64_t i = 0; i < n; i++)
+        p[i] = (int64_t)i;
+    for (uint64_t i = n; i > 1; i--) {
+        uint64_t j = rng_next(&x) % i;
+        int64_t t = p[i - 1];
+
+        p[i - 1] = p[j];
+        p[j] = t;
+    }
+}
+
+static uint64_t align_up(uint64_t v, uint64_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+static int fail(kvd_client_t *cli, kvd_status_t st, const char *what)
+{
+    const char *msg = kvd_client_last_error(cli);
+
+    fprintf(stderr, "\nkvdock: bench: %s: %s: %s\n", what, kvd_err_name(st),
+            msg[0] != '\0' ? msg : kvd_strerror(st));
+    return EXIT_DAEMON;
+}
+
+static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("kvdock: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nusage: kvdock %s\n", KVD_BENCH_USAGE);
+    return EXIT_USAGE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Progress bars (stderr, on a terminal only)                                */
+
+typedef struct progress {
+    bool on;
+    const char *label;
+    int last;
+} progress_t;
+
+#define BAR_WIDTH 30
+
+static void progress_start(progress_t *p, bool on, const char *label)
+{
+    p->on = on;
+    p->label = label;
+    p->last = -1;
+}
+
+static void progress_set(progress_t *p, double frac)
+{
+    static const char hashes[] = "##############################";
+    static const char dots[] = "..............................";
+    int pct, fill;
+
+    if (!p->on)
+        return;
+    if (frac < 0)
+        frac = 0;
+    if (frac > 1)
+        frac = 1;
+    pct = (int)(frac * 100.0);
+    if (pct == p->last)
+        return;
+    p->last = pct;
+    fill = (int)(frac * BAR_WIDTH);
+    fprintf(stderr, "\r%-34s [%.*s%.*s] %3d%%", p->label, fill, hashes, BAR_WIDTH - fill, dots,
+            pct);
+    fflush(stderr);
+}
+
+static void progress_end(progress_t *p, const char *summary)
+{
+    if (!p->on)
+        return;
+    fprintf(stderr, "\r\033[K%-34s %s\n", p->label, summary);
+    fflush(stderr);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pools                                                                     */
+
+typedef struct pool_pair {
+    kvd_pool_info_t a, b;
+    bool have_a, have_b;
+} pool_pair_t;
+
+static kvd_status_t pair_create(kvd_client_t *cli, const char *prefix, const char *tag,
+                                int32_t kind, uint32_t layers, uint64_t slots, uint64_t slot_bytes,
+                                pool_pair_t *pp)
+{
+    kvd_pool_spec_t spec;
+    char name[KVD_NAME_MAX];
+    kvd_status_t st;
+
+    memset(pp, 0, sizeof(*pp));
+    memset(&spec, 0, sizeof(spec));
+    spec.name = name;
+    spec.kind = kind;
+    spec.num_layers = layers;
+    spec.num_slots = slots;
+    spec.slot_bytes = slot_bytes;
+    spec.shared = false; /* private: gone with this connection, whatever happens */
+    snprintf(name, sizeof(name), "%s-%s-src", prefix, tag);
+    st = kvd_pool_create(cli, &spec, &pp->a);
+    if (st != KVD_OK)
+        return st;
+    pp->have_a = true;
+    snprintf(name, sizeof(name), "%s-%s-dst", prefix, tag);
+    st = kvd_pool_create(cli, &spec, &pp->b);
+    if (st != KVD_OK)
+        return st;
+    pp->have_b = true;
+    return KVD_OK;
+}
+
+/* Drop what pair_create made; the first error is returned. */
+static kvd_status_t pair_drop(kvd_client_t *cli, pool_pair_t *pp)
+{
+    kvd_status_t st = KVD_OK, s2;
+
+    if (pp->have_a) {
+        st = kvd_pool_drop(cli, pp->a.id, NULL);
+        pp->have_a = false;
+    }
+    if (pp->have_b) {
+        s2 = kvd_pool_drop(cli, pp->b.id, NULL);
+        if (st == KVD_OK)
+            st = s2;
+        pp->have_b = false;
+    }
+    return st;
+}
+
+/* A one-slot, one-layer transfer from a to b. */
+static void one_slot(const pool_pair_t *pp, uint64_t i, int64_t *s, int64_t *d,
+                     kvd_kv_transfer_t *t)
+{
+    *s = (int64_t)(i % SMALL_SLOTS);
+    *d = (int64_t)((i * 7 + 3) % SMALL_SLOTS);
+    memset(t, 0, sizeof(*t));
+    t->src_pool = pp->a.id;
+    t->dst_pool = pp->b.id;
+    t->src.values = s;
+    t->src.count = 1;
+    t->src.dtype = KVD_DTYPE_I64;
+    t->dst.values = d;
+    t->dst.count = 1;
+    t->dst.dtype = KVD_DTYPE_I64;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Cases a and b: round trips                                                */
+
+static int run_ping(kvd_client_t *cli, const bench_opts_t *o, bool bars, lat_t *out)
+{
+    uint64_t n = o->iterations, warm = n / 20 + 1;
+    double *v = malloc((size_t)n * sizeof(*v));
+    progress_t p;
+    char sum[96];
+    kvd_status_t st;
+
+    if (v == NULL) {
+        fprintf(stderr, "kvdock: out of memory\n");
+        return EXIT_DAEMON;
+    }
+    progress_start(&p, bars, "ping round trip");
+    for (uint64_t i = 0; i < warm; i++) {
+        if ((st = kvd_ping(cli, NULL, 0)) != KVD_OK) {
+            free(v);
+            return fail(cli, st, "ping");
+        }
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        double t0 = now_us();
+
+        st = kvd_ping(cli, NULL, 0);
+        v[i] = now_us() - t0;
+        if (st != KVD_OK) {
+            free(v);
+            return fail(cli, st, "ping");
+        }
+        if ((i & 63) == 0)
+            progress_set(&p, (double)i / (double)n);
+    }
+    lat_from(out, v, n);
+    free(v);
+    snprintf(sum, sizeof(sum), "p50 %.1f us  p99 %.1f us", out->p50, out->p99);
+    progress_end(&p, sum);
+    return 0;
+}
+
+static int run_xfer(kvd_client_t *cli, const bench_opts_t *o, const pool_pair_t *pp, bool bars,
+                    lat_t *out)
+{
+    uint64_t n = o->iterations, warm = n / 20 + 1;
+    double *v = malloc((size_t)n * sizeof(*v));
+    progress_t p;
+    char sum[96];
+    kvd_status_t st;
+
+    if (v == NULL) {
+        fprintf(stderr, "kvdock: out of memory\n");
+        return EXIT_DAEMON;
+    }
+    progress_start(&p, bars, "one-slot transfer round trip");
+    for (uint64_t i = 0; i < warm + n; i++) {
+        kvd_kv_transfer_t t;
+        kvd_op_result_t r;
+        int64_t s, d;
+        double t0;
+
+        one_slot(pp, i, &s, &d, &t);
+        t0 = now_us();
+        st = kvd_kv_transfer(cli, &t, NULL, &r);
+        if (i >= warm)
+            v[i - warm] = now_us() - t0;
+        if (st != KVD_OK) {
+            free(v);
+            return fail(cli, st, "one-slot transfer");
+        }
+        if (r.rows != 1) {
+            free(v);
+            fprintf(stderr, "\nkvdock: bench: one-slot transfer covered %" PRIu64 " rows\n",
+                    r.rows);
+            return EXIT_DAEMON;
+        }
+        if (i >= warm && ((i - warm) & 63) == 0)
+            progress_set(&p, (double)(i - warm) / (double)n);
+    }
+    lat_from(out, v, n);
+    free(v);
+    snprintf(sum, sizeof(sum), "p50 %.1f us  p99 %.1f us  mean %.1f us", out->p50, out->p99,
+             out->mean);
+    progress_end(&p, sum);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Case c: pipelined requests per second                                     */
+
+/* What the clients of one run share with the main thread. */
+typedef struct start_line {
+    int ready;      /* clients set up (or failed); atomic */
+    int go;         /* 0: wait; 1: run; -1: stop (atomic) */
+    double t_start; /* written before go is set */
+} start_line_t;
+
+typedef struct worker {
+    pthread_t th;
+    const bench_opts_t *o;
+    const char *prefix;
+    int32_t kind;
+    uint32_t index;
+    start_line_t *line;
+    /* out */
+    uint64_t done;
+    double t_end;
+    kvd_status_t st;
+    char err[256];
+    int finished; /* atomic */
+} worker_t;
+
+static void worker_fail(worker_t *w, kvd_client_t *cli, kvd_status_t st, const char *what)
+{
+    if (w->st != KVD_OK)
+        return;
+    w->st = st;
+    snprintf(w->err, sizeof(w->err), "client %u: %s: %s: %s", w->index, what, kvd_err_name(st),
+             cli != NULL ? kvd_client_last_error(cli) : kvd_client_last_error(NULL));
+}
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    kvd_client_t *cli = NULL;
+    pool_pair_t pp;
+    char name[32], tag[32];
+    uint64_t ids[MAX_WINDOW];
+    kvd_op_result_t res[MAX_WINDOW];
+    uint32_t head = 0, n = 0, win = w->o->window;
+    uint64_t i = 0;
+    double end;
+    kvd_status_t st;
+    int go;
+
+    memset(&pp, 0, sizeof(pp));
+    snprintf(name, sizeof(name), "kvdock-bench-%u", w->index);
+    snprintf(tag, sizeof(tag), "c%u", w->index);
+    st = kvd_client_create(w->o->socket, name, &cli);
+    if (st != KVD_OK)
+        worker_fail(w, NULL, st, "connect");
+    else if ((st = pair_create(cli, w->prefix, tag, w->kind, 1, SMALL_SLOTS, w->o->slot_bytes,
+                               &pp)) != KVD_OK)
+        worker_fail(w, cli, st, "pool create");
+    __atomic_fetch_add(&w->line->ready, 1, __ATOMIC_ACQ_REL);
+    while ((go = __atomic_load_n(&w->line->go, __ATOMIC_ACQUIRE)) == 0)
+        usleep(100);
+    if (go != 1 || w->st != KVD_OK)
+        goto out;
+    end = w->line->t_start + w->o->duration * 1e6;
+    for (;;) {
+        bool stop = now_us() >= end;
+
+        if (!stop && n < win) {
+            uint32_t slot = (head + n) % win;
+            kvd_kv_transfer_t t;
+            int64_t s, d;
+
+            one_slot(&pp, i++, &s, &d, &t);
+            st = kvd_kv_transfer_submit(cli, &t, NULL, &res[slot], &ids[slot]);
+            if (st != KVD_OK) {
+                worker_fail(w, cli, st, "transfer submit");
+                break;
+            }
+            n++;
+            continue;
+        }
+        if (n == 0)
+            break;
+        st = kvd_client_wait(cli, ids[head]);
+        if (st != KVD_OK) {
+            worker_fail(w, cli, st, "transfer");
+            break;
+        }
+        w->done++;
+        head = (head + 1) % win;
+        n--;
+    }
+    w->t_end = now_us();
+out:
+    if (cli != NULL) {
+        /* collect what is still in flight after an error, then drop */
+        while (n > 0 && kvd_client_connected(cli)) {
+            (void)kvd_client_wait(cli, ids[head]);
+            head = (head + 1) % win;
+            n--;
+        }
+        st = pair_drop(cli, &pp);
+        if (st != KVD_OK && kvd_client_connected(cli))
+            worker_fail(w, cli, st, "pool drop");
+    }
+    kvd_client_destroy(&cli);
+    __atomic_store_n(&w->finished, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int run_tput(const bench_opts_t *o, const char *prefix, int32_t kind, uint32_t nclients,
+                    bool bars, tput_t *out)
+{
+    worker_t *w = calloc(nclients, sizeof(*w));
+    start_line_t line = {0, 0, 0};
+    double t_end = 0;
+    uint32_t started = 0;
+    int go = 1;
+    char label[64], sum[96];
+    progress_t p;
+    int rc = 0;
+
+    if (w == NULL) {
+        fprintf(stderr, "kvdock: out of memory\n");
+        return EXIT_DAEMON;
+    }
+    snprintf(label, sizeof(label), "pipelined transfers, %u client%s", nclients,
+             nclients == 1 ? "" : "s");
+    progress_start(&p, bars, label);
+    progress_set(&p, 0);
+    for (uint32_t c = 0; c < nclients; c++) {
+        w[c].o = o;
+        w[c].prefix = prefix;
+        w[c].kind = kind;
+        w[c].index = c;
+        w[c].line = &line;
+        if (pthread_create(&w[c].th, NULL, worker_main, &w[c]) != 0) {
+            fprintf(stderr, "\nkvdock: bench: cannot start client thread %u of %u\n", c + 1,
+                    nclients);
+            rc = EXIT_DAEMON;
+            break;
+        }
+        started++;
+    }
+    /* every client set up (or failed), then all start at once */
+    while ((uint32_t)__atomic_load_n(&line.ready, __ATOMIC_ACQUIRE) < started)
+        usleep(1000);
+    for (uint32_t c = 0; c < started; c++)
+        if (w[c].st != KVD_OK || rc != 0)
+            go = -1;
+    line.t_start = now_us();
+    __atomic_store_n(&line.go, go, __ATOMIC_RELEASE);
+    for (;;) {
+        uint32_t fin = 0;
+
+        for (uint32_t c = 0; c < started; c++)
+            fin += __atomic_load_n(&w[c].finished, __ATOMIC_ACQUIRE) ? 1u : 0u;
+        if (fin == started)
+            break;
+        progress_set(&p, (now_us() - line.t_start) / (o->duration * 1e6));
+        usleep(20000);
+    }
+    memset(out, 0, sizeof(*out));
+    out->clients = nclients;
+    for (uint32_t c = 0; c < started; c++) {
+        pthread_join(w[c].th, NULL);
+        if (w[c].st != KVD_OK && rc == 0) {
+            fprintf(stderr, "\nkvdock: bench: %s\n", w[c].err);
+            rc = EXIT_DAEMON;
+        }
+        out->requests += w[c].done;
+        if (w[c].t_end > t_end)
+            t_end = w[c].t_end;
+    }
+    free(w);
+    if (rc != 0)
+        return rc;
+    out->seconds = (t_end - line.t_start) / 1e6;
+    out->rps = out->seconds > 0 ? (double)out->requests / out->seconds : 0;
+    snprintf(sum, sizeof(sum), "%.0f req/s (%" PRIu64 " in %.2f s)", out->rps, out->requests,
+             out->seconds);
+    progress_end(&p, sum);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Case d: all-layer transfer, daemon against in-process                     */
+
+/* The in-process side: memory of the daemon pools' shape, and the kernel. */
+typedef struct inproc {
+    bool cuda;
+    bool pinned; /* cuda: src and dst in pinned host memory (host pools) */
+    void *src, *dst;        /* layers x layer_stride each */
+    int64_t *idx_src, *idx_dst; /* where the kernel reads them */
+    unsigned long long *oob;
+    void *stream;
+    uint64_t layer_stride, v_offset;
+} inproc_t;
+
+static kvd_status_t inproc_call(const bench_opts_t *o, const inproc_t *ip, uint32_t max_blocks)
+{
+    kvd_transfer_args_t a;
+    kvd_launch_t l;
+
+    memset(&a, 0, sizeof(a));
+    a.src.k = ip->src;
+    a.src.v = (char *)ip->src + ip->v_offset;
+    a.src.layer_stride = (int64_t)ip->layer_stride;
+    a.src.slot_stride = (int64_t)o->slot_bytes;
+    a.src.num_slots = (int64_t)o->slots;
+    a.dst = a.src;
+    a.dst.k = ip->dst;
+    a.dst.v = (char *)ip->dst + ip->v_offset;
+    a.num_layers = o->layers;
+    a.src_idx = ip->idx_src;
+    a.dst_idx = ip->idx_dst;
+    a.idx_dtype = KVD_DTYPE_I64;
+    a.count = (int64_t)o->slots;
+    a.row_bytes = (int64_t)o->slot_bytes;
+    a.oob_count = ip->oob;
+    l.stream = ip->stream;
+    l.max_blocks = max_blocks;
+    l.flags = 0;
+#ifdef KVD_HAVE_CUDA
+    if (ip->cuda) {
+        kvd_status_t st = kvd_cuda_kv_transfer(&a, &l);
+
+        if (st != KVD_OK)
+            return st;
+        return cudaStreamSynchronize((cudaStream_t)ip->stream) == cudaSuccess ? KVD_OK
+                                                                               : KVD_ECUDA;
+    }
+#endif
+    return kvd_cpu_kv_transfer(&a, &l);
+}
+
+/* Time iters in-process calls after warm ones. */
+static int inproc_time(const bench_opts_t *o, const inproc_t *ip, uint32_t max_blocks,
+                       uint64_t warm, uint64_t iters, progress_t *p, double p0, double p1,
+                       lat_t *out)
+{
+    double *v = malloc((size_t)iters * sizeof(*v));
+    kvd_status_t st;
+
+    if (v == NULL) {
+        fprintf(stderr, "kvdock: out of memory\n");
+        return EXIT_DAEMON;
+    }
+    for (uint64_t i = 0; i < warm + iters; i++) {
+        double t0 = now_us();
+
+        st = inproc_call(o, ip, max_blocks);
+        if (i >= warm)
+            v[i - warm] = now_us() - t0;
+        if (st != KVD_OK) {
+            fprintf(stderr, "\nkvdock: bench: in-process transfer: %s: %s\n", kvd_err_name(st),
+                    kvd_last_error_detail());
+            free(v);
+            return EXIT_DAEMON;
+        }
+        progress_set(p, p0 + (p1 - p0) * (double)(i + 1) / (double)(warm + iters));
+    }
+    lat_from(out, v, iters);
+    free(v);
+    return 0;
+}
+
+static void inproc_free(inproc_t *ip)
+{
+#ifdef KVD_HAVE_CUDA
+    if (ip->cuda) {
+        if (ip->pinned) {
+            cudaFreeHost(ip->src);
+            cudaFreeHost(ip->dst);
+        } else {
+            cudaFree(ip->src);
+            cudaFree(ip->dst);
+        }
+        cudaFree(ip->idx_src);
+        cudaFree(ip->idx_dst);
+        cudaFreeHost(ip->oob);
+        if (ip->stream)
+            cudaStreamDestroy((cudaStream_t)ip->stream);
+        (void)cudaGetLastError();
+        memset(ip, 0, sizeof(*ip));
+        return;
+    }
+#endif
+    free(ip->src);
+    free(ip->dst);
+    free(ip->idx_src);
+    free(ip->idx_dst);
+    free(ip->oob);
+    memset(ip, 0, sizeof(*ip));
+}
+
+/* Memory for the in-process side; *why says why when there is none. */
+static kvd_status_t inproc_alloc(const bench_opts_t *o, bool cuda, bool host, int device,
+                                 const int64_t *ps, const int64_t *pd, uint64_t bytes, inproc_t *ip,
+                                 char *why, size_t why_len)
+{
+    size_t ib = (size_t)o->slots * sizeof(int64_t);
+
+    memset(ip, 0, sizeof(*ip));
+    ip->cuda = cuda;
+    ip->pinned = cuda && host;
+    ip->v_offset = align_up(o->slots * o->slot_bytes, POOL_ALIGN);
+    ip->layer_stride = 2 * ip->v_offset;
+    if (cuda) {
+#ifdef KVD_HAVE_CUDA
+        cudaStream_t s = NULL;
+        unsigned hf = cudaHostAllocPortable | cudaHostAllocMapped;
+
+        if (cudaSetDevice(device) != cudaSuccess ||
+            (host ? cudaHostAlloc(&ip->src, (size_t)bytes, hf)
+                  : cudaMalloc(&ip->src, (size_t)bytes)) != cudaSuccess ||
+            (host ? cudaHostAlloc(&ip->dst, (size_t)bytes, hf)
+                  : cudaMalloc(&ip->dst, (size_t)bytes)) != cudaSuccess ||
+            cudaMalloc((void **)&ip->idx_src, ib) != cudaSuccess ||
+            cudaMalloc((void **)&ip->idx_dst, ib) != cudaSuccess ||
+            cudaHostAlloc((void **)&ip->oob, sizeof(*ip->oob), cudaHostAllocMapped) !=
+                cudaSuccess ||
+            cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+            cudaMemcpy(ip->idx_src, ps, ib, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemcpy(ip->idx_dst, pd, ib, cudaMemcpyHostToDevice) != cudaSuccess ||
+            (host ? (memset(ip->src, 0x5a, (size_t)bytes), cudaSuccess)
+                  : cudaMemset(ip->src, 0x5a, (size_t)bytes)) != cudaSuccess ||
+            (host ? (memset(ip->dst, 0, (size_t)bytes), cudaSuccess)
+                  : cudaMemset(ip->dst, 0, (size_t)bytes)) != cudaSuccess ||
+            cudaDeviceSynchronize() != cudaSuccess) {
+            snprintf(why, why_len, "CUDA: %s", cudaGetErrorString(cudaGetLastError()));
+            ip->stream = s;
+            inproc_free(ip);
+            return KVD_ECUDA;
+        }
+        ip->stream = s;
+        *ip->oob = 0;
+        return KVD_OK;
+#else
+        (void)device;
+        (void)host;
+        snprintf(why, why_len, "this kvdock was built without CUDA: no in-process kernel");
+        return KVD_ENOTSUP;
+#endif
+    }
+    ip->src = malloc((size_t)bytes);
+    ip->dst = malloc((size_t)bytes);
+    ip->idx_src = malloc(ib);
+    ip->idx_dst = malloc(ib);
+    ip->oob = calloc(1, sizeof(*ip->oob));
+    if (ip->src == NULL || ip->dst == NULL || ip->idx_src == NULL || ip->idx_dst == NULL ||
+        ip->oob == NULL) {
+        snprintf(why, why_len, "out of memory for %" PRIu64 " bytes", 2 * bytes);
+        inproc_free(ip);
+        return KVD_ENOMEM;
+    }
+    memset(ip->src, 0x5a, (size_t)bytes); /* touch every page before timing */
+    memset(ip->dst, 0, (size_t)bytes);
+    memcpy(ip->idx_src, ps, ib);
+    memcpy(ip->idx_dst, pd, ib);
+    return KVD_OK;
+}
+
+#ifdef KVD_HAVE_CUDA
+/* The same call with the indices in pinned host memory, which is where the
+ * daemon stages inline indices: the difference to the device-index call is
+ * what reading them over the bus costs the kernel. */
+static int inproc_pinned(const bench_opts_t *o, inproc_t *ip, uint32_t max_blocks, uint64_t warm,
+                         uint64_t iters, const int64_t *ps, const int64_t *pd, progress_t *p,
+                         lat_t *out)
+{
+    size_t ib = (size_t)o->slots * sizeof(int64_t);
+    int64_t *hs = NULL, *hd = NULL, *ds = ip->idx_src, *dd = ip->idx_dst;
+    int rc;
+
+    if (cudaHostAlloc((void **)&hs, ib, cudaHostAllocMapped) != cudaSuccess ||
+        cudaHostAlloc((void **)&hd, ib, cudaHostAllocMapped) != cudaSuccess) {
+        cudaFreeHost(hs);
+        (void)cudaGetLastError();
+        return -1; /* not a failure of the bench: that figure is left out */
+    }
+    memcpy(hs, ps, ib);
+    memcpy(hd, pd, ib);
+    ip->idx_src = hs;
+    ip->idx_dst = hd;
+    rc = inproc_time(o, ip, max_blocks, warm, iters, p, 0.9, 1.0, out);
+    ip->idx_src = ds;
+    ip->idx_dst = dd;
+    cudaFreeHost(hs);
+    cudaFreeHost(hd);
+    return rc;
+}
+#endif
+
+/* The budget of thread blocks the daemon gives the stream class that runs
+ * a transfer between two pools of this kind (0: no limit). */
+static kvd_status_t class_budget(kvd_client_t *cli, const char **name, uint32_t *blocks)
+{
+    kvd_daemon_stats_t s;
+    kvd_stream_stats_t streams[16];
+    kvd_status_t st;
+
+    /* host to host and device to device both run on d2d */
+    *name = "d2d";
+    *blocks = 0;
+    st = kvd_daemon_stats(cli, &s, NULL, 0, streams, 16);
+    if (st != KVD_OK)
+        return st;
+    for (size_t i = 0; i < s.num_streams && i < 16; i++)
+        if (strcmp(streams[i].name, *name) == 0)
+            *blocks = streams[i].max_blocks;
+    return KVD_OK;
+}
+
+static int run_all_layer(kvd_client_t *cli, const bench_opts_t *o, const char *prefix,
+                         int32_t kind, bool cuda, int device, bool bars, results_t *res)
+{
+    uint64_t iters = o->iterations / 100, warm = 2;
+    uint64_t bytes = 0;
+    int64_t *ps = NULL, *pd = NULL;
+    double *v = NULL;
+    pool_pair_t pp;
+    inproc_t ip;
+    kvd_sync_t sync;
+    progress_t p;
+    char label[96], sum[160];
+    kvd_status_t st;
+    bool have_ip = false;
+    int rc = 0;
+
+    if (iters < 5)
+        iters = 5;
+    memset(&pp, 0, sizeof(pp));
+    memset(&ip, 0, sizeof(ip));
+    snprintf(label, sizeof(label), "all-layer transfer, %" PRIu64 " slots", o->slots);
+    progress_start(&p, bars, label);
+    progress_set(&p, 0);
+    res->al_iterations = iters;
+    res->al_bytes = o->slots * o->slot_bytes * 2 * o->layers;
+    if ((st = class_budget(cli, &res->al_stream, &res->al_max_blocks)) != KVD_OK)
+        return fail(cli, st, "stats");
+    if (o->max_blocks != 0)
+        res->al_max_blocks = o->max_blocks;
+    ps = malloc((size_t)o->slots * sizeof(*ps));
+    pd = malloc((size_t)o->slots * sizeof(*pd));
+    v = malloc((size_t)iters * sizeof(*v));
+    if (ps == NULL || pd == NULL || v == NULL) {
+        fprintf(stderr, "kvdock: out of memory\n");
+        rc = EXIT_DAEMON;
+        goto out;
+    }
+    permutation(ps, o->slots, 1);
+    permutation(pd, o->slots, 2);
+
+    st = pair_create(cli, prefix, "all", kind, o->layers, o->slots, o->slot_bytes, &pp);
+    if (st != KVD_OK) {
+        rc = fail(cli, st, "all-layer pool create");
+        goto out;
+    }
+    bytes = (uint64_t)o->layers * pp.a.layer_stride;
+    if (pp.a.layer_stride != 2 * align_up(o->slots * o->slot_bytes, POOL_ALIGN) ||
+        pp.a.v_offset != align_up(o->slots * o->slot_bytes, POOL_ALIGN))
+        fprintf(stderr, "kvdock: bench: note: the daemon's pool layout differs from the "
+                        "in-process one (layer_stride %" PRIu64 ", v_offset %" PRIu64 ")\n",
+                pp.a.layer_stride, pp.a.v_offset);
+
+    /* through the daemon */
+    memset(&sync, 0, sizeof(sync));
+    sync.max_blocks = res->al_max_blocks;
+    for (uint64_t i = 0; i < warm + iters; i++) {
+        kvd_kv_transfer_t t;
+        kvd_op_result_t r;
+        double t0;
+
+        memset(&t, 0, sizeof(t));
+        t.src_pool = pp.a.id;
+        t.dst_pool = pp.b.id;
+        t.src.values = ps;
+        t.src.count = o->slots;
+        t.src.dtype = KVD_DTYPE_I64;
+        t.dst.values = pd;
+        t.dst.count = o->slots;
+        t.dst.dtype = KVD_DTYPE_I64;
+        t.all_layers = true;
+        t0 = now_us();
+        st = kvd_kv_transfer(cli, &t, &sync, &r);
+        if (i >= warm)
+            v[i - warm] = now_us() - t0;
+        if (st != KVD_OK) {
+            rc = fail(cli, st, "all-layer transfer");
+            goto out;
+        }
+        if (r.rows != o->slots) {
+            fprintf(stderr, "\nkvdock: bench: all-layer transfer covered %" PRIu64 " rows\n",
+                    r.rows);
+            rc = EXIT_DAEMON;
+            goto out;
+        }
+        progress_set(&p, 0.45 * (double)(i + 1) / (double)(warm + iters));
+    }
+    lat_from(&res->al_daemon, v, iters);
+
+    /* the same kernel here */
+    st = inproc_alloc(o, cuda, kind == KVD_MEM_HOST, device, ps, pd, bytes, &ip,
+                      res->inproc_why, sizeof(res->inproc_why));
+    if (st == KVD_OK) {
+        have_ip = true;
+        rc = inproc_time(o, &ip, res->al_max_blocks, warm, iters, &p, 0.45, cuda ? 0.9 : 1.0,
+                         &res->al_inproc);
+        if (rc != 0)
+            goto out;
+        res->have_inproc = true;
+#ifdef KVD_HAVE_CUDA
+        if (cuda) {
+            rc = inproc_pinned(o, &ip, res->al_max_blocks, warm, iters, ps, pd, &p,
+                               &res->al_inproc_pinned);
+            if (rc > 0)
+                goto out;
+            res->have_inproc_pinned = rc == 0;
+            rc = 0;
+        }
+#endif
+        res->ratio = res->al_inproc.p50 > 0 ? res->al_daemon.p50 / res->al_inproc.p50 : 0;
+    } else if (bars) {
+        fprintf(stderr, "\nkvdock: bench: note: no in-process figure: %s\n", res->inproc_why);
+    }
+    if (res->have_inproc)
+        snprintf(sum, sizeof(sum), "daemon %.1f us  in-process %.1f us  ratio %.3f",
+                 res->al_daemon.p50, res->al_inproc.p50, res->ratio);
+    else
+        snprintf(sum, sizeof(sum), "daemon %.1f us  (no in-process figure)", res->al_daemon.p50);
+    progress_end(&p, sum);
+out:
+    if (have_ip)
+        inproc_free(&ip);
+    st = pair_drop(cli, &pp);
+    if (st != KVD_OK && rc == 0)
+        rc = fail(cli, st, "all-layer pool drop");
+    free(ps);
+    free(pd);
+    free(v);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Output                                                                    */
+
+static const char *verdict(bool have, bool pass)
+{
+    return !have ? "n/a" : pass ? "PASS" : "MISS";
+}
+
+static void row(FILE *f, const char *c, const char *fig, const char *val, const char *target,
+                const char *res)
+{
+    fprintf(f, "%-44s %-13s %14s  %-12s %s\n", c, fig, val, target, res);
+}
+
+static void print_table(FILE *f, const bench_opts_t *o, const kvd_hello_info_t *h, int32_t kind,
+                        const results_t *r)
+{
+    char v[64], c[96], t[32], blocks[32];
+    bool have_many = r->many.clients > 0;
+
+    if (h->backend != KVD_BACKEND_CUDA)
+        snprintf(blocks, sizeof(blocks), "n/a (cpu)");
+    else if (r->al_max_blocks)
+        snprintf(blocks, sizeof(blocks), "%u", r->al_max_blocks);
+    else
+        snprintf(blocks, sizeof(blocks), "unlimited");
+
+    fprintf(f, "\nkvdock bench: kvdockd %s (pid %u), backend %s, device %s, %s pools\n",
+            h->daemon_version, h->daemon_pid, kvd_backend_name(h->backend), h->device_name,
+            kvd_mem_kind_name(kind));
+    fprintf(f, "  %" PRIu64 " round trips per latency case; %.2f s per pipelined run, window %u; "
+               "all-layer: %u layers x %" PRIu64 " slots x %" PRIu64 " bytes (MHA), %" PRIu64
+               " runs, thread blocks %s\n\n",
+            o->iterations, o->duration, o->window, o->layers, o->slots, o->slot_bytes,
+            r->al_iterations, blocks);
+    row(f, "CASE", "FIGURE", "VALUE", "TARGET", "RESULT");
+    snprintf(v, sizeof(v), "%.1f us", r->ping.p50);
+    row(f, "ping round trip", "p50", v, "-", "-");
+    snprintf(v, sizeof(v), "%.1f us", r->ping.p99);
+    row(f, "ping round trip", "p99", v, "-", "-");
+    snprintf(v, sizeof(v), "%.1f us", r->xfer.p50);
+    snprintf(t, sizeof(t), "<= %.0f us", TARGET_P50_US);
+    row(f, "one-slot transfer round trip", "p50", v, t, verdict(true, r->xfer.p50 <= TARGET_P50_US));
+    snprintf(v, sizeof(v), "%.1f us", r->xfer.p99);
+    snprintf(t, sizeof(t), "<= %.0f us", TARGET_P99_US);
+    row(f, "one-slot transfer round trip", "p99", v, t, verdict(true, r->xfer.p99 <= TARGET_P99_US));
+    snprintf(v, sizeof(v), "%.1f us", r->xfer.mean);
+    row(f, "one-slot transfer round trip", "mean", v, "-", "-");
+    snprintf(v, sizeof(v), "%.0f", r->one.rps);
+    row(f, "pipelined one-slot transfers, 1 client", "req/s", v, "-", "-");
+    if (have_many) {
+        snprintf(c, sizeof(c), "pipelined one-slot transfers, %u clients", r->many.clients);
+        snprintf(v, sizeof(v), "%.0f", r->many.rps);
+        snprintf(t, sizeof(t), ">= %.0f", TARGET_RPS);
+        row(f, c, "req/s", v, t,
+            r->many.clients == TARGET_RPS_CLIENTS ? verdict(true, r->many.rps >= TARGET_RPS)
+                                                 : "(8 clients)");
+    }
+    snprintf(c, sizeof(c), "all-layer transfer, %" PRIu64 " slots, daemon", o->slots);
+    snprintf(v, sizeof(v), "%.1f us", r->al_daemon.p50);
+    row(f, c, "p50", v, "-", "-");
+    snprintf(c, sizeof(c), "all-layer transfer, %" PRIu64 " slots, in-process", o->slots);
+    if (r->have_inproc)
+        snprintf(v, sizeof(v), "%.1f us", r->al_inproc.p50);
+    else
+        snprintf(v, sizeof(v), "n/a");
+    row(f, c, "p50", v, "-", "-");
+    if (r->have_inproc_pinned) {
+        snprintf(c, sizeof(c), "  (in-process, indices in pinned host memory)");
+        snprintf(v, sizeof(v), "%.1f us", r->al_inproc_pinned.p50);
+        row(f, c, "p50", v, "-", "-");
+    }
+    snprintf(v, sizeof(v), r->have_inproc ? "%.3f" : "n/a", r->ratio);
+    snprintf(t, sizeof(t), "<= %.1f", TARGET_RATIO);
+    row(f, "all-layer transfer, daemon / in-process", "ratio", v, t,
+        verdict(r->have_inproc, r->ratio <= TARGET_RATIO));
+    if (!r->have_inproc && r->inproc_why[0])
+        fprintf(f, "\n(no in-process figure: %s)\n", r->inproc_why);
+}
+
+static void json_lat(const char *key, const lat_t *l)
+{
+    printf("\"%s\":{\"count\":%" PRIu64 ",\"p50_us\":%.3f,\"p99_us\":%.3f,\"mean_us\":%.3f,"
+           "\"min_us\":%.3f,\"max_us\":%.3f}",
+           key, l->count, l->p50, l->p99, l->mean, l->min, l->max);
+}
+
+static void json_esc(const char *s)
+{
+    putchar('"');
+    for (; *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static void print_json(const bench_opts_t *o, const kvd_hello_info_t *h, int32_t kind,
+                       const results_t *r)
+{
+    bool p50 = r->xfer.p50 <= TARGET_P50_US, p99 = r->xfer.p99 <= TARGET_P99_US;
+    bool rps = r->many.clients == TARGET_RPS_CLIENTS && r->many.rps >= TARGET_RPS;
+    bool ratio = r->have_inproc && r->ratio <= TARGET_RATIO;
+
+    printf("{\"bench\":\"kvdock\",\"version\":1,\"daemon_version\":");
+    json_esc(h->daemon_version);
+    printf(",\"backend\":");
+    json_esc(kvd_backend_name(h->backend));
+    printf(",\"device\":");
+    json_esc(h->device_name);
+    printf(",\"device_ordinal\":%d,\"pool_kind\":", h->device_ordinal);
+    json_esc(kvd_mem_kind_name(kind));
+    printf(",\"iterations\":%" PRIu64 ",\"duration_s\":%.3f,\"clients\":%u,\"window\":%u,",
+           o->iterations, o->duration, o->clients, o->window);
+    json_lat("ping", &r->ping);
+    printf(",\"transfer_1slot\":{\"count\":%" PRIu64 ",\"p50_us\":%.3f,\"p99_us\":%.3f,"
+           "\"mean_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"slot_bytes\":%" PRIu64
+           ",\"target_p50_us\":%.1f,\"target_p99_us\":%.1f,\"p50_pass\":%s,\"p99_pass\":%s}",
+           r->xfer.count, r->xfer.p50, r->xfer.p99, r->xfer.mean, r->xfer.min, r->xfer.max,
+           o->slot_bytes, TARGET_P50_US, TARGET_P99_US, p50 ? "true" : "false",
+           p99 ? "true" : "false");
+    printf(",\"pipelined\":{\"window\":%u,\"one_client\":{\"clients\":%u,\"requests\":%" PRIu64
+           ",\"seconds\":%.6f,\"req_per_s\":%.1f},\"n_clients\":{\"clients\":%u,\"requests\":%" PRIu64
+           ",\"seconds\":%.6f,\"req_per_s\":%.1f},\"target_req_per_s\":%.0f,\"target_clients\":%d,"
+           "\"pass\":%s}",
+           o->window, r->one.clients, r->one.requests, r->one.seconds, r->one.rps, r->many.clients,
+           r->many.requests, r->many.seconds, r->many.rps, TARGET_RPS, TARGET_RPS_CLIENTS,
+           rps ? "true" : "false");
+    printf(",\"all_layer\":{\"layers\":%u,\"slots\":%" PRIu64 ",\"slot_bytes\":%" PRIu64
+           ",\"mla\":false,\"bytes\":%" PRIu64 ",\"iterations\":%" PRIu64
+           ",\"max_blocks\":%u,\"stream\":",
+           o->layers, o->slots, o->slot_bytes, r->al_bytes, r->al_iterations, r->al_max_blocks);
+    json_esc(r->al_stream != NULL ? r->al_stream : "");
+    printf(",");
+    json_lat("daemon", &r->al_daemon);
+    printf(",");
+    if (r->have_inproc) {
+        json_lat("in_process", &r->al_inproc);
+    } else {
+        printf("\"in_process\":null,\"in_process_why\":");
+        json_esc(r->inproc_why);
+    }
+    if (r->have_inproc_pinned) {
+        printf(",");
+        json_lat("in_process_pinned_indices", &r->al_inproc_pinned);
+    }
+    if (r->have_inproc)
+        printf(",\"ratio\":%.4f", r->ratio);
+    else
+        printf(",\"ratio\":null");
+    printf(",\"target_ratio\":%.2f,\"pass\":%s}", TARGET_RATIO, ratio ? "true" : "false");
+    printf(",\"targets_met\":%s}\n", p50 && p99 && rps && ratio ? "true" : "false");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Options and main                                                          */
+
+void kvd__cli_bench_help(void)
+{
+    printf("\nbench options:\n"
+           "  --iterations N   round trips per latency case (default 10000; the all-layer\n"
+           "                   case runs N/100 transfers, at least 5)\n"
+           "  --duration S     seconds of each pipelined run (default 2)\n"
+           "  --clients N      clients of the second pipelined run (default 8)\n"
+           "  --window N       requests each client keeps in flight (default 32)\n"
+           "  --layers N       all-layer case: layers (default 32)\n"
+           "  --slots N        all-layer case: slots moved (default 1024)\n"
+           "  --slot-bytes N   bytes per slot row, every case (default 2048)\n"
+           "  --max-blocks N   all-layer thread-block budget, daemon and in-process alike\n"
+           "                   (default: the daemon's budget of the d2d stream)\n"
+           "  --kind K         pool kind: host or device (default: device on the cuda\n"
+           "                   backend, host on cpu)\n"
+           "\ntargets (issue 3): one-slot transfer p50 <= %.0f us and p99 <= %.0f us;\n"
+           ">= %.0f req/s with %d clients; all-layer daemon / in-process <= %.1f.\n"
+           "Every pool the bench makes is private to its connection and dropped at the end.\n",
+           TARGET_P50_US, TARGET_P99_US, TARGET_RPS, TARGET_RPS_CLIENTS, TARGET_RATIO);
+}
+
+static bool parse_count(const char *s, uint64_t *out, uint64_t lo, uint64_t hi)
+{
+    char *end;
+    unsigned long long v;
+    uint64_t mul = 1;
+
+    if (s == NULL || s[0] == '\0' || s[0] == '-')
+        return false;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s)
+        return false;
+    if (*end == 'k' || *end == 'K')
+        mul = 1000, end++;
+    else if (*end == 'm' || *end == 'M')
+        mul = 1000000, end++;
+    if (*end != '\0' || v > hi / mul)
+        return false;
+    *out = (uint64_t)v * mul;
+    return *out >= lo && *out <= hi;
+}
+
+/* "--x V" or "--x=V": the value, or NULL when missing. */
+static const char *value_of(int argc, char **argv, int *i, const char *name)
+{
+    size_t n = strlen(name);
+
+    if (strncmp(argv[*i], name, n) == 0 && argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (*i + 1 >= argc)
+        return NULL;
+    return argv[++*i];
+}
+
+static bool is_opt(const char *a, const char *name)
+{
+    size_t n = strlen(name);
+
+    return strncmp(a, name, n) == 0 && (a[n] == '\0' || a[n] == '=');
+}
+
+int kvd__cli_bench(const char *socket, bool json, int argc, char **argv)
+{
+    bench_opts_t o;
+    results_t res;
+    kvd_client_t *cli = NULL;
+    const kvd_hello_info_t *h;
+    pool_pair_t small;
+    char prefix[48];
+    int32_t kind;
+    bool bars = isatty(STDERR_FILENO) != 0, cuda;
+    kvd_status_t st;
+    uint64_t v;
+    int rc = 0;
+
+    memset(&o, 0, sizeof(o));
+    memset(&res, 0, sizeof(res));
+    memset(&small, 0, sizeof(small));
+    o.socket = socket;
+    o.json = json;
+    o.iterations = 10000;
+    o.duration = 2.0;
+    o.clients = TARGET_RPS_CLIENTS;
+    o.window = 32;
+    o.layers = 32;
+    o.slots = 1024;
+    o.slot_bytes = 2048;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val;
+
+        if (is_opt(a, "--iterations")) {
+            if (!parse_count(value_of(argc, argv, &i, "--iterations"), &v, 1, 100000000))
+                return usage("--iterations needs a count from 1 to 100000000");
+            o.iterations = v;
+        } else if (is_opt(a, "--duration")) {
+            char *end;
+            double d;
+
+            val = value_of(argc, argv, &i, "--duration");
+            if (val == NULL)
+                return usage("--duration needs seconds");
+            errno = 0;
+            d = strtod(val, &end);
+            if (errno != 0 || end == val || *end != '\0' || !(d >= 0.01 && d <= 3600))
+                return usage("--duration needs seconds from 0.01 to 3600");
+            o.duration = d;
+        } else if (is_opt(a, "--clients")) {
+            if (!parse_count(value_of(argc, argv, &i, "--clients"), &v, 1, MAX_CLIENTS))
+                return usage("--clients needs a count from 1 to %d", MAX_CLIENTS);
+            o.clients = (uint32_t)v;
+        } else if (is_opt(a, "--window")) {
+            if (!parse_count(value_of(argc, argv, &i, "--window"), &v, 1, MAX_WINDOW))
+                return usage("--window needs a count from 1 to %d", MAX_WINDOW);
+            o.window = (uint32_t)v;
+        } else if (is_opt(a, "--layers")) {
+            if (!parse_count(value_of(argc, argv, &i, "--layers"), &v, 1, 4096))
+                return usage("--layers needs a count from 1 to 4096");
+            o.layers = (uint32_t)v;
+        } else if (is_opt(a, "--slots")) {
+            if (!parse_count(value_of(argc, argv, &i, "--slots"), &v, 1, 1u << 20))
+                return usage("--slots needs a count from 1 to 1048576");
+            o.slots = v;
+        } else if (is_opt(a, "--slot-bytes")) {
+            if (!parse_count(value_of(argc, argv, &i, "--slot-bytes"), &v, 1, 1u << 20))
+                return usage("--slot-bytes needs a size from 1 to 1048576");
+            o.slot_bytes = v;
+        } else if (is_opt(a, "--max-blocks")) {
+            if (!parse_count(value_of(argc, argv, &i, "--max-blocks"), &v, 1, 1u << 20))
+                return usage("--max-blocks needs a count from 1 to 1048576");
+            o.max_blocks = (uint32_t)v;
+        } else if (is_opt(a, "--kind")) {
+            val = value_of(argc, argv, &i, "--kind");
+            if (val != NULL && strcmp(val, "host") == 0)
+                o.kind = KVD_MEM_HOST;
+            else if (val != NULL && strcmp(val, "device") == 0)
+                o.kind = KVD_MEM_DEVICE;
+            else
+                return usage("--kind must be host or device");
+        } else {
+            return usage("bench: unexpected argument '%s'", a);
+        }
+    }
+    st = kvd_client_create(o.socket, "kvdock-bench", &cli);
+    if (st != KVD_OK) {
+        fprintf(stderr, "kvdock: %s: %s\n", kvd_err_name(st), kvd_client_last_error(NULL));
+        return EXIT_DAEMON;
+    }
+    h = kvd_client_info(cli);
+    if (h->limits.max_inline_bytes != 0 &&
+        o.slots * sizeof(int64_t) > h->limits.max_inline_bytes) {
+        kvd_client_destroy(&cli);
+        return usage("--slots: the all-layer case sends its indices inline, and this daemon "
+                     "takes at most %u bytes of them (max-inline-bytes)",
+                     h->limits.max_inline_bytes);
+    }
+    cuda = h->backend == KVD_BACKEND_CUDA;
+    kind = o.kind != 0 ? o.kind : cuda ? KVD_MEM_DEVICE : KVD_MEM_HOST;
+    {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(prefix, sizeof(prefix), "bench-%d-%06lx", (int)getpid(),
+                 (unsigned long)((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20)) & 0xffffffUL);
+    }
+
+    st = pair_create(cli, prefix, "rt", kind, 1, SMALL_SLOTS, o.slot_bytes, &small);
+    if (st != KVD_OK) {
+        rc = fail(cli, st, "pool create");
+        goto out;
+    }
+    if ((rc = run_ping(cli, &o, bars, &res.ping)) != 0 ||
+        (rc = run_xfer(cli, &o, &small, bars, &res.xfer)) != 0)
+        goto out;
+    st = pair_drop(cli, &small);
+    if (st != KVD_OK) {
+        rc = fail(cli, st, "pool drop");
+        goto out;
+    }
+    if ((rc = run_tput(&o, prefix, kind, 1, bars, &res.one)) != 0 ||
+        (rc = run_tput(&o, prefix, kind, o.clients, bars, &res.many)) != 0)
+        goto out;
+    if ((rc = run_all_layer(cli, &o, prefix, kind, cuda, h->device_ordinal, bars, &res)) != 0)
+        goto out;
+
+    if (json) {
+        print_json(&o, h, kind, &res);
+        print_table(stderr, &o, h, kind, &res);
+    } else {
+        print_table(stdout, &o, h, kind, &res);
+    }
+out:
+    if (rc != 0 && kvd_client_connected(cli))
+        (void)pair_drop(cli, &small);
+    kvd_client_destroy(&cli);
+    return rc;
+}

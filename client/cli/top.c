@@ -1,0 +1,689 @@
+/*
+ * kvdock top: a live terminal view of kvdockd.
+ *
+ * Every interval it asks the daemon for its status (clients, in flight),
+ * its counters (per operation, per stream class) and its pools, and shows
+ * rates from the difference with the previous sample.  Plain ANSI escape
+ * sequences, no curses: the alternate screen, the cursor hidden, each
+ * frame drawn from the top-left corner; the terminal in non-canonical
+ * mode without echo so that one key ('q') quits.  Everything is undone on
+ * the way out, whether by 'q', Ctrl-C (SIGINT), SIGTERM or SIGHUP.
+ *
+ * --once prints one frame without any terminal control (two samples
+ * --interval apart, so the rates are real) for scripts; when stdout is
+ * not a terminal, frames are printed one after the other the same way
+ * (like `top -b`), until --count frames or a signal.
+ */
+#include "top.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvdock/client.h"
+
+#define MAX_OPS 64
+#define MAX_STREAMS 16
+#define MAX_CLIENTS 4096
+#define MAX_POOLS 4096
+#define MAX_LINES 512
+#define LINE_MAX_BYTES 512
+
+/* ---- samples ------------------------------------------------------------- */
+
+typedef struct sample {
+    uint64_t t_ns;
+    kvd_daemon_status_t status;
+    kvd_client_entry_t *clients;
+    size_t nclients;
+    kvd_daemon_stats_t stats;
+    kvd_op_stats_t *ops;
+    size_t nops;
+    kvd_stream_stats_t streams[MAX_STREAMS];
+    size_t nstreams;
+    kvd_pool_info_t *pools;
+    size_t npools;
+    int valid;
+} sample_t;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int sample_alloc(sample_t *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->clients = calloc(MAX_CLIENTS, sizeof(*s->clients));
+    s->ops = calloc(MAX_OPS, sizeof(*s->ops));
+    s->pools = calloc(MAX_POOLS, sizeof(*s->pools));
+    return s->clients && s->ops && s->pools ? 0 : -1;
+}
+
+static void sample_free(sample_t *s)
+{
+    free(s->clients);
+    free(s->ops);
+    free(s->pools);
+    memset(s, 0, sizeof(*s));
+}
+
+static void sample_swap(sample_t *a, sample_t *b)
+{
+    sample_t t = *a;
+
+    *a = *b;
+    *b = t;
+}
+
+/* One sample; KVD_OK or the failing call's status (*what says which). */
+static kvd_status_t take_sample(kvd_client_t *cli, sample_t *s, const char **what)
+{
+    kvd_status_t st;
+    size_t n = 0;
+
+    s->valid = 0;
+    *what = "status";
+    st = kvd_daemon_status(cli, &s->status, s->clients, MAX_CLIENTS);
+    if (st != KVD_OK)
+        return st;
+    s->nclients = s->status.num_clients < MAX_CLIENTS ? s->status.num_clients : MAX_CLIENTS;
+    *what = "stats";
+    st = kvd_daemon_stats(cli, &s->stats, s->ops, MAX_OPS, s->streams, MAX_STREAMS);
+    if (st != KVD_OK)
+        return st;
+    s->nops = s->stats.num_ops < MAX_OPS ? s->stats.num_ops : MAX_OPS;
+    s->nstreams = s->stats.num_streams < MAX_STREAMS ? s->stats.num_streams : MAX_STREAMS;
+    *what = "pools";
+    st = kvd_pool_list(cli, s->pools, MAX_POOLS, &n);
+    if (st != KVD_OK)
+        return st;
+    s->npools = n < MAX_POOLS ? n : MAX_POOLS;
+    s->t_ns = now_ns();
+    s->valid = 1;
+    return KVD_OK;
+}
+
+/* ---- the frame: lines of text, some styled ------------------------------ */
+
+enum { STYLE_PLAIN = 0, STYLE_TITLE = 1, STYLE_HEAD = 2, STYLE_WARN = 3 };
+
+typedef struct frame {
+    char line[MAX_LINES][LINE_MAX_BYTES];
+    int style[MAX_LINES];
+    int n;
+} frame_t;
+
+static void fline(frame_t *f, int style, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fline(frame_t *f, int style, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (f->n >= MAX_LINES)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(f->line[f->n], LINE_MAX_BYTES, fmt, ap);
+    va_end(ap);
+    f->style[f->n++] = style;
+}
+
+static void human_bytes(char *buf, size_t cap, double b)
+{
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+
+    while (b >= 1024.0 && u < 5) {
+        b /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%.0f B", b);
+    else
+        snprintf(buf, cap, "%.1f %s", b, unit[u]);
+}
+
+static void human_rate(char *buf, size_t cap, double per_s)
+{
+    char b[32];
+
+    human_bytes(b, sizeof(b), per_s);
+    snprintf(buf, cap, "%s/s", b);
+}
+
+static void human_uptime(char *buf, size_t cap, uint64_t ms)
+{
+    uint64_t s = ms / 1000;
+
+    if (s >= 86400)
+        snprintf(buf, cap, "%" PRIu64 "d %02" PRIu64 ":%02" PRIu64 ":%02" PRIu64, s / 86400,
+                 s % 86400 / 3600, s % 3600 / 60, s % 60);
+    else
+        snprintf(buf, cap, "%02" PRIu64 ":%02" PRIu64 ":%02" PRIu64, s / 3600, s % 3600 / 60,
+                 s % 60);
+}
+
+static double rate(uint64_t cur, uint64_t prev, double dt)
+{
+    return dt > 0 && cur >= prev ? (double)(cur - prev) / dt : 0;
+}
+
+static const kvd_op_stats_t *find_op(const sample_t *s, const char *name)
+{
+    size_t i;
+
+    for (i = 0; s->valid && i < s->nops; i++)
+        if (strcmp(s->ops[i].op, name) == 0)
+            return &s->ops[i];
+    return NULL;
+}
+
+static const kvd_stream_stats_t *find_stream(const sample_t *s, const char *name)
+{
+    size_t i;
+
+    for (i = 0; s->valid && i < s->nstreams; i++)
+        if (strcmp(s->streams[i].name, name) == 0)
+            return &s->streams[i];
+    return NULL;
+}
+
+static const kvd_client_entry_t *find_client(const sample_t *s, uint64_t id)
+{
+    size_t i;
+
+    for (i = 0; s->valid && i < s->nclients; i++)
+        if (s->clients[i].id == id)
+            return &s->clients[i];
+    return NULL;
+}
+
+/*
+ * Build the frame of cur (rates against prev when it is valid).  rows:
+ * the terminal's height (0: no limit); the tables of pools and clients
+ * are cut to fit, saying how many are not shown.
+ */
+static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, const sample_t *prev,
+                        int rows, const char *error)
+{
+    const kvd_hello_info_t *h = kvd_client_info(cli);
+    double dt = prev->valid ? (double)(cur->t_ns - prev->t_ns) / 1e9 : 0;
+    char a[48], b[48], c[48], d[48], e[112];
+    uint64_t kind_bytes[4] = {0}, kind_pools[4] = {0};
+    size_t i;
+    int left;
+    time_t wall = time(NULL);
+    struct tm tm;
+
+    f->n = 0;
+    localtime_r(&wall, &tm);
+    human_uptime(a, sizeof(a), cur->status.uptime_ms);
+    fline(f, STYLE_TITLE, "kvdock top - kvdockd %s pid %u, backend %s, device %s, up %s%s  %02d:%02d:%02d",
+          cur->status.daemon_version, h ? h->daemon_pid : 0,
+          kvd_backend_name(cur->status.backend), cur->status.device_name, a,
+          cur->status.shutting_down ? " (SHUTTING DOWN)" : "", tm.tm_hour, tm.tm_min, tm.tm_sec);
+    if (error != NULL)
+        fline(f, STYLE_WARN, "%s", error);
+    human_bytes(a, sizeof(a), (double)cur->status.pool_bytes);
+    human_rate(b, sizeof(b), rate(cur->stats.bytes_in, prev->stats.bytes_in, dt));
+    human_rate(c, sizeof(c), rate(cur->stats.bytes_out, prev->stats.bytes_out, dt));
+    fline(f, STYLE_PLAIN,
+          "clients %u   in flight %u   pools %u (%s)   buffers %u   events %u   socket in %s out %s",
+          cur->status.clients, cur->status.inflight, cur->status.pools, a, cur->status.buffers,
+          cur->status.events, prev->valid ? b : "-", prev->valid ? c : "-");
+    if (!prev->valid)
+        fline(f, STYLE_PLAIN, "(rates from the next refresh on)");
+    fline(f, STYLE_PLAIN, "%s", "");
+
+    /* streams */
+    fline(f, STYLE_HEAD, "%-8s %5s %6s %6s %9s %12s %10s %12s", "STREAM", "PRIO", "QUEUED",
+          "BUSY%", "OPS/S", "BYTES/S", "LAUNCHES", "BYTES");
+    for (i = 0; i < cur->nstreams; i++) {
+        const kvd_stream_stats_t *s = &cur->streams[i], *p = find_stream(prev, s->name);
+        double busy = 0, ops = 0, bps = 0;
+
+        if (p != NULL && dt > 0) {
+            busy = s->busy_ns >= p->busy_ns ? (double)(s->busy_ns - p->busy_ns) / (dt * 1e9) * 100
+                                            : 0;
+            if (busy > 100)
+                busy = 100;
+            ops = rate(s->launches, p->launches, dt);
+            bps = rate(s->bytes, p->bytes, dt);
+        }
+        human_rate(a, sizeof(a), bps);
+        human_bytes(b, sizeof(b), (double)s->bytes);
+        if (p != NULL && dt > 0)
+            fline(f, STYLE_PLAIN, "%-8s %5d %6u %5.1f%% %9.1f %12s %10" PRIu64 " %12s", s->name,
+                  s->priority, s->queue_depth, busy, ops, a, s->launches, b);
+        else
+            fline(f, STYLE_PLAIN, "%-8s %5d %6u %6s %9s %12s %10" PRIu64 " %12s", s->name,
+                  s->priority, s->queue_depth, "-", "-", "-", s->launches, b);
+    }
+    fline(f, STYLE_PLAIN, "%s", "");
+
+    /* operations with traffic */
+    fline(f, STYLE_HEAD, "%-16s %9s %8s %12s %10s %12s %10s", "OP", "REQ/S", "ERR/S", "BYTES/S",
+          "MEAN_US", "REQUESTS", "ERRORS");
+    for (i = 0; i < cur->nops; i++) {
+        const kvd_op_stats_t *o = &cur->ops[i], *p = find_op(prev, o->op);
+        double mean;
+
+        if (o->requests == 0)
+            continue;
+        if (p != NULL && dt > 0 && o->requests > p->requests)
+            mean = (o->sum_us - p->sum_us) / (double)(o->requests - p->requests);
+        else
+            mean = o->sum_us / (double)o->requests;
+        human_rate(a, sizeof(a), p ? rate(o->bytes, p->bytes, dt) : 0);
+        if (p != NULL && dt > 0)
+            fline(f, STYLE_PLAIN, "%-16s %9.1f %8.1f %12s %10.1f %12" PRIu64 " %10" PRIu64,
+                  o->op, rate(o->requests, p->requests, dt), rate(o->errors, p->errors, dt), a,
+                  mean, o->requests, o->errors);
+        else
+            fline(f, STYLE_PLAIN, "%-16s %9s %8s %12s %10.1f %12" PRIu64 " %10" PRIu64, o->op,
+                  "-", "-", "-", mean, o->requests, o->errors);
+    }
+    fline(f, STYLE_PLAIN, "%s", "");
+
+    /* pools: totals by kind, then the biggest first */
+    for (i = 0; i < cur->npools; i++) {
+        int k = cur->pools[i].kind >= 1 && cur->pools[i].kind <= 3 ? cur->pools[i].kind : 0;
+        kind_bytes[k] += cur->pools[i].bytes;
+        kind_pools[k]++;
+    }
+    human_bytes(a, sizeof(a), (double)kind_bytes[KVD_MEM_HOST]);
+    human_bytes(b, sizeof(b), (double)kind_bytes[KVD_MEM_DEVICE]);
+    human_bytes(c, sizeof(c), (double)kind_bytes[KVD_MEM_DEVICE_VMM]);
+    if (h != NULL && h->limits.max_total_pool_bytes > 0) {
+        human_bytes(d, sizeof(d), (double)h->limits.max_total_pool_bytes);
+        snprintf(e, sizeof(e), ", %.1f%% of %s", 100.0 * (double)cur->status.pool_bytes /
+                                                  (double)h->limits.max_total_pool_bytes, d);
+    } else {
+        e[0] = '\0';
+    }
+    fline(f, STYLE_PLAIN, "pools: host %" PRIu64 " (%s)   device %" PRIu64 " (%s)   device-vmm %" PRIu64
+          " (%s)%s", kind_pools[KVD_MEM_HOST], a, kind_pools[KVD_MEM_DEVICE], b,
+          kind_pools[KVD_MEM_DEVICE_VMM], c, e);
+    {
+        /* room: what is left once the client table has a few rows */
+        size_t shown = cur->npools, order[MAX_POOLS], j, k;
+        left = rows > 0 ? rows - f->n - 6 - (int)(cur->nclients < 4 ? cur->nclients : 4) : 1 << 30;
+        if (left < 1)
+            left = 1;
+        for (j = 0; j < cur->npools; j++)
+            order[j] = j;
+        for (j = 1; j < cur->npools; j++) /* by bytes, descending (insertion sort) */
+            for (k = j; k > 0 && cur->pools[order[k]].bytes > cur->pools[order[k - 1]].bytes; k--) {
+                size_t t = order[k];
+                order[k] = order[k - 1];
+                order[k - 1] = t;
+            }
+        if (cur->npools > 0) {
+            fline(f, STYLE_HEAD, "%6s %-20s %-10s %6s %10s %10s %12s %6s %s", "ID", "NAME", "KIND",
+                  "LAYERS", "SLOTS", "SLOT_B", "BYTES", "OWNER", "FLAGS");
+            if ((int)shown > left)
+                shown = (size_t)(left > 1 ? left - 1 : 0);
+            for (j = 0; j < shown; j++) {
+                const kvd_pool_info_t *p = &cur->pools[order[j]];
+                human_bytes(a, sizeof(a), (double)p->bytes);
+                fline(f, STYLE_PLAIN, "%6" PRIu64 " %-20.20s %-10s %6u %10" PRIu64 " %10" PRIu64
+                      " %12s %6" PRIu64 " %s%s%s%s", p->id, p->name, kvd_mem_kind_name(p->kind),
+                      p->num_layers, p->num_slots, p->slot_bytes, a, p->owner,
+                      p->mla ? "mla" : "mha", p->shared ? ",shared" : "",
+                      p->imported ? ",imported" : "", p->page_size > 1 ? ",paged" : "");
+            }
+            if (shown < cur->npools)
+                fline(f, STYLE_PLAIN, "  ... %zu more pools", cur->npools - shown);
+        }
+    }
+    fline(f, STYLE_PLAIN, "%s", "");
+
+    /* clients */
+    fline(f, STYLE_HEAD, "%6s %-24s %8s %6s %8s %6s %9s %12s", "ID", "CLIENT", "PID", "UID",
+          "INFLIGHT", "POOLS", "REQ/S", "REQUESTS");
+    left = rows > 0 ? rows - f->n : 1 << 30;
+    for (i = 0; i < cur->nclients; i++) {
+        const kvd_client_entry_t *cl = &cur->clients[i], *p = find_client(prev, cl->id);
+        char name[KVD_NAME_MAX + 16];
+
+        if ((int)i >= left - 1 && i + 1 < cur->nclients) {
+            fline(f, STYLE_PLAIN, "  ... %zu more clients", cur->nclients - i);
+            break;
+        }
+        snprintf(name, sizeof(name), "%s%s", cl->name,
+                 h != NULL && cl->id == h->client_id ? " (this top)" : "");
+        if (p != NULL && dt > 0)
+            snprintf(a, sizeof(a), "%.1f", rate(cl->requests, p->requests, dt));
+        else
+            snprintf(a, sizeof(a), "-");
+        fline(f, STYLE_PLAIN, "%6" PRIu64 " %-24.24s %8u %6u %8u %6u %9s %12" PRIu64, cl->id,
+              name, cl->pid, cl->uid, cl->inflight, cl->pools, a, cl->requests);
+    }
+}
+
+/* ---- the terminal -------------------------------------------------------- */
+
+static volatile sig_atomic_t g_quit, g_winch;
+static struct termios g_saved;
+static int g_raw, g_screen;
+
+static void on_signal(int sig)
+{
+    if (sig == SIGWINCH)
+        g_winch = 1;
+    else
+        g_quit = sig;
+}
+
+static void term_restore(void)
+{
+    if (g_screen) {
+        /* cursor shown, attributes reset, main screen back */
+        static const char seq[] = "\x1b[0m\x1b[?25h\x1b[?1049l";
+        ssize_t n = write(STDOUT_FILENO, seq, sizeof(seq) - 1);
+        (void)n;
+        g_screen = 0;
+    }
+    if (g_raw) {
+        tcsetattr(STDIN_FILENO, TCSAFLUSH, &g_saved);
+        g_raw = 0;
+    }
+}
+
+static void term_setup(void)
+{
+    struct termios t;
+
+    if (isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &g_saved) == 0) {
+        t = g_saved;
+        /* one key at a time, no echo; Ctrl-C still raises SIGINT */
+        t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+        t.c_cc[VMIN] = 0;
+        t.c_cc[VTIME] = 0;
+        if (tcsetattr(STDIN_FILENO, TCSAFLUSH, &t) == 0)
+            g_raw = 1;
+    }
+    fputs("\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J", stdout);
+    fflush(stdout);
+    g_screen = 1;
+    atexit(term_restore);
+}
+
+static void term_size(int *rows, int *cols)
+{
+    struct winsize ws;
+
+    *rows = 24;
+    *cols = 80;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0 && ws.ws_col > 0) {
+        *rows = ws.ws_row;
+        *cols = ws.ws_col;
+    }
+}
+
+static void draw_screen(const frame_t *f, int rows, int cols)
+{
+    int i;
+
+    fputs("\x1b[H", stdout);
+    for (i = 0; i < f->n && i < rows; i++) {
+        const char *on = f->style[i] == STYLE_TITLE  ? "\x1b[1m"
+                         : f->style[i] == STYLE_HEAD ? "\x1b[7m"
+                         : f->style[i] == STYLE_WARN ? "\x1b[1;31m"
+                                                     : "";
+        fprintf(stdout, "%s%.*s%s\x1b[K%s", on, cols, f->line[i], on[0] ? "\x1b[0m" : "",
+                i + 1 < rows ? "\r\n" : "");
+    }
+    fputs("\x1b[J", stdout);
+    fflush(stdout);
+}
+
+static void print_plain(const frame_t *f)
+{
+    int i;
+
+    for (i = 0; i < f->n; i++) {
+        /* trailing blanks of the fixed-width columns are of no use here */
+        size_t n = strlen(f->line[i]);
+        while (n > 0 && f->line[i][n - 1] == ' ')
+            n--;
+        printf("%.*s\n", (int)n, f->line[i]);
+    }
+    fflush(stdout);
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+void kvd__cli_top_help(void)
+{
+    printf("\ntop options:\n"
+           "  --once            print one frame and exit: two samples --interval apart\n"
+           "                    (so rates are real), plain text without terminal control\n"
+           "  --interval S      seconds between refreshes (default 1; 0.1 to 3600)\n"
+           "  --count N         exit after N frames\n"
+           "\n"
+           "On a terminal: a full-screen view refreshed every interval; q (or Ctrl-C)\n"
+           "quits and restores the terminal, any other key refreshes at once.  When\n"
+           "stdout is not a terminal, frames are printed one after another as with\n"
+           "--once (like `top -b`) until --count frames or a signal.  If the daemon goes\n"
+           "away, the view says so and reconnects every interval.\n"
+           "\n"
+           "Columns: STREAM per stream class (QUEUED operations queued or running now,\n"
+           "BUSY%% of the interval with work queued, OPS/S and BYTES/S completed);\n"
+           "OP per operation that has had requests (MEAN_US: mean latency over the\n"
+           "interval); pools by memory kind and the largest pools; clients with their\n"
+           "requests in flight.\n");
+}
+
+static int usage(const char *fmt, const char *arg)
+{
+    fputs("kvdock: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nusage: kvdock %s\n", KVD_TOP_USAGE);
+    return 2;
+}
+
+/* Wait up to ms for a key (on a terminal) or a signal; 1 when the user
+ * asked to quit, 0 otherwise. */
+static int wait_key(int ms)
+{
+    uint64_t end = now_ns() + (uint64_t)ms * 1000000ull;
+
+    while (!g_quit && !g_winch) {
+        uint64_t t = now_ns();
+        struct pollfd p = {STDIN_FILENO, POLLIN, 0};
+        int left = t >= end ? 0 : (int)((end - t) / 1000000ull);
+        int r;
+
+        if (t >= end)
+            return 0;
+        r = poll(&p, g_raw ? 1 : 0, left);
+        if (r < 0 && errno != EINTR)
+            return 0;
+        if (r > 0 && (p.revents & POLLIN)) {
+            char key[16];
+            ssize_t n = read(STDIN_FILENO, key, sizeof(key));
+            ssize_t i;
+            for (i = 0; i < n; i++)
+                if (key[i] == 'q' || key[i] == 'Q' || key[i] == 3 /* Ctrl-C */)
+                    return 1;
+            if (n > 0)
+                return 0; /* any other key: refresh now */
+            if (n == 0)
+                g_raw = 0; /* end of input: no more keys */
+        }
+    }
+    return g_quit != 0;
+}
+
+int kvd__cli_top(const char *socket, bool json, int argc, char **argv)
+{
+    bool once = false, screen;
+    double interval = 1.0;
+    long count = 0, frames = 0;
+    int i, rc = 0;
+    kvd_client_t *cli = NULL;
+    sample_t cur, prev;
+    frame_t *f;
+    kvd_status_t st;
+    const char *what = "";
+    char err[600] = "";
+    struct sigaction sa;
+
+    if (json)
+        return usage("%s", "top has no --json: use `kvdock stats --json` and `kvdock status --json`");
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        char *end;
+
+        if (strcmp(a, "--once") == 0) {
+            once = true;
+            continue;
+        }
+        if (strncmp(a, "--interval", 10) == 0 && (a[10] == '\0' || a[10] == '=')) {
+            v = a[10] == '=' ? a + 11 : (i + 1 < argc ? argv[++i] : NULL);
+            if (v == NULL)
+                return usage("%s", "--interval needs seconds");
+            errno = 0;
+            interval = strtod(v, &end);
+            if (errno || end == v || *end != '\0' || !(interval >= 0.1 && interval <= 3600))
+                return usage("--interval '%s': seconds from 0.1 to 3600", v);
+            continue;
+        }
+        if (strncmp(a, "--count", 7) == 0 && (a[7] == '\0' || a[7] == '=')) {
+            v = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
+            if (v == NULL)
+                return usage("%s", "--count needs a number");
+            errno = 0;
+            count = strtol(v, &end, 10);
+            if (errno || end == v || *end != '\0' || count < 1)
+                return usage("--count '%s': a number of frames, >= 1", v);
+            continue;
+        }
+        return usage("unexpected argument '%s'", a);
+    }
+    if (once)
+        count = 1;
+    screen = !once && isatty(STDOUT_FILENO);
+
+    f = malloc(sizeof(*f));
+    if (f == NULL || sample_alloc(&cur) != 0 || sample_alloc(&prev) != 0) {
+        fprintf(stderr, "kvdock: out of memory\n");
+        free(f);
+        sample_free(&cur);
+        sample_free(&prev);
+        return 1;
+    }
+    st = kvd_client_create(socket, "kvdock-top", &cli);
+    if (st != KVD_OK) {
+        fprintf(stderr, "kvdock: %s: %s\n", kvd_err_name(st), kvd_client_last_error(NULL));
+        rc = 1;
+        goto out;
+    }
+    kvd_client_set_timeout(cli, 10000);
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal; /* no SA_RESTART: poll returns at once */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGWINCH, &sa, NULL);
+    if (screen)
+        term_setup();
+
+    /* the first sample gives the rates of the first frame */
+    st = take_sample(cli, &prev, &what);
+    if (st != KVD_OK) {
+        term_restore();
+        fprintf(stderr, "kvdock: %s: %s: %s\n", what, kvd_err_name(st),
+                kvd_client_last_error(cli));
+        rc = 1;
+        goto out;
+    }
+    if (screen) { /* something on the screen at once */
+        int rows, cols;
+        term_size(&rows, &cols);
+        {
+            sample_t none;
+            memset(&none, 0, sizeof(none));
+            build_frame(f, cli, &prev, &none, rows, NULL);
+        }
+        draw_screen(f, rows, cols);
+    }
+    while (!g_quit) {
+        int rows = 0, cols = 0;
+
+        if (wait_key((int)(interval * 1000)) != 0)
+            break;
+        if (g_winch) {
+            g_winch = 0;
+            if (!prev.valid)
+                continue;
+        }
+        if (cli == NULL || !kvd_client_connected(cli)) {
+            kvd_client_destroy(&cli);
+            st = kvd_client_create(socket, "kvdock-top", &cli);
+            if (st != KVD_OK) {
+                snprintf(err, sizeof(err), "kvdockd unreachable (%s: %s); retrying every %.1f s",
+                         kvd_err_name(st), kvd_client_last_error(NULL), interval);
+                cli = NULL;
+                if (!screen) {
+                    fprintf(stderr, "kvdock: %s\n", err);
+                    rc = 1;
+                    break;
+                }
+                fputs("\x1b[H\x1b[1;31m", stdout);
+                fputs(err, stdout);
+                fputs("\x1b[0m\x1b[K", stdout);
+                fflush(stdout);
+                continue;
+            }
+            kvd_client_set_timeout(cli, 10000);
+            prev.valid = 0;
+        }
+        st = take_sample(cli, &cur, &what);
+        if (st != KVD_OK) {
+            snprintf(err, sizeof(err), "%s: %s: %s", what, kvd_err_name(st),
+                     kvd_client_last_error(cli));
+            if (!screen) {
+                fprintf(stderr, "kvdock: %s\n", err);
+                rc = 1;
+                break;
+            }
+            continue;
+        }
+        err[0] = '\0';
+        if (screen)
+            term_size(&rows, &cols);
+        build_frame(f, cli, &cur, &prev, rows, NULL);
+        if (screen) {
+            draw_screen(f, rows, cols);
+        } else {
+            if (frames > 0)
+                putchar('\n');
+            print_plain(f);
+        }
+        sample_swap(&cur, &prev);
+        if (count > 0 && ++frames >= count)
+            break;
+    }
+    term_restore();
+out:
+    kvd_client_destroy(&cli);
+    sample_free(&cur);
+    sample_free(&prev);
+    free(f);
+    return rc;
+}

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The daemon benchmark of issue 3: start kvdockd on a temporary socket, run
+# `kvdock bench --json` against it, keep the figures, stop the daemon.
+#
+#   tests/bench/bench_daemon.sh [KVDOCKD] [--kvdock PATH] [--backend cuda|cpu|auto]
+#                               [--out DIR] [-- BENCH-OPTIONS...]
+#
+#   KVDOCKD          the daemon (default: build/daemon/kvdockd of this tree)
+#   --kvdockd PATH   the same, as an option
+#   --kvdock PATH    the CLI (default: client/kvdock beside the daemon's build)
+#   --backend B      the daemon's backend (default auto: cuda when a GPU is usable)
+#   --out DIR        where the results go (default $OUT, else the current folder)
+#   -- ...           options for `kvdock bench` (--iterations, --duration, ...)
+#
+# Writes DIR/bench_daemon.json (one JSON object: every figure, with the
+# targets and PASS/MISS as booleans), DIR/bench_daemon.txt (the summary
+# table) and DIR/kvdockd.log.  Exit status: the bench's (0 when every case
+# ran, targets met or not), or 1 when the daemon would not start.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+daemon=""
+cli=""
+backend=auto
+out="${OUT:-}"
+bench_args=()
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kvdockd) daemon=$2; shift 2 ;;
+    --kvdockd=*) daemon=${1#*=}; shift ;;
+    --kvdock) cli=$2; shift 2 ;;
+    --kvdock=*) cli=${1#*=}; shift ;;
+    --backend) backend=$2; shift 2 ;;
+    --backend=*) backend=${1#*=}; shift ;;
+    --out) out=$2; shift 2 ;;
+    --out=*) out=${1#*=}; shift ;;
+    --) shift; bench_args=("$@"); break ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "bench_daemon.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) daemon=$1; shift ;;
+  esac
+done
+
+[ -n "$daemon" ] || daemon="$root/build/daemon/kvdockd"
+[ -n "$cli" ] || cli="$(cd "$(dirname "$daemon")/.." && pwd)/client/kvdock"
+[ -n "$out" ] || out=$(pwd)
+for f in "$daemon" "$cli"; do
+  if [ ! -x "$f" ]; then
+    echo "bench_daemon.sh: $f is not an executable (build first, or pass its path)" >&2
+    exit 1
+  fi
+done
+mkdir -p "$out"
+
+tmp=$(mktemp -d /tmp/kvdock-bench-XXXXXX)
+sock="$tmp/run/kvdockd.sock"
+log="$out/kvdockd.log"
+pid=""
+
+# shellcheck disable=SC2317 # called by the EXIT trap
+stop_daemon() {
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "bench_daemon.sh: kvdockd did not stop on SIGTERM; killing it" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+  fi
+  pid=""
+  rm -rf "$tmp"
+}
+trap stop_daemon EXIT
+trap 'exit 130' INT TERM
+
+"$daemon" --socket "$sock" --backend "$backend" >"$log" 2>&1 &
+pid=$!
+up=0
+for _ in $(seq 200); do
+  if ! kill -0 "$pid" 2>/dev/null; then
+    break
+  fi
+  if "$cli" --socket "$sock" ping >/dev/null 2>&1; then
+    up=1
+    break
+  fi
+  sleep 0.05
+done
+if [ "$up" != 1 ]; then
+  echo "bench_daemon.sh: kvdockd did not come up on $sock; its log:" >&2
+  cat "$log" >&2
+  exit 1
+fi
+echo "bench_daemon.sh: kvdockd pid $pid, backend $backend, socket $sock" >&2
+
+rc=0
+"$cli" --socket "$sock" bench --json ${bench_args[@]+"${bench_args[@]}"} \
+  >"$out/bench_daemon.json" 2>"$out/bench_daemon.txt" || rc=$?
+cat "$out/bench_daemon.txt" >&2
+if [ "$rc" = 0 ]; then
+  echo "bench_daemon.sh: figures in $out/bench_daemon.json" >&2
+else
+  echo "bench_daemon.sh: kvdock bench failed (exit $rc); daemon log in $log" >&2
+fi
+exit "$rc"

@@ -1,0 +1,333 @@
+/*
+ * `kvdock top` against the real kvdockd (cpu backend): --once prints one
+ * plain frame with the streams, the operations that had traffic, the
+ * pools by kind and the clients; a pipe gets frames one after another
+ * (--count); the interactive view, driven through a pseudo-terminal
+ * (forkpty), draws on the alternate screen and exits 0 on 'q' and on
+ * Ctrl-C with the terminal restored (canonical mode and echo back, the
+ * cursor shown, the main screen back); usage errors exit 2.
+ */
+#include "testutil.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <time.h>
+
+#ifndef KVDOCK_CLI_PATH
+#error "KVDOCK_CLI_PATH must name the kvdock binary"
+#endif
+
+static const char *cli_path(void)
+{
+    const char *p = getenv("KVDOCK_CLI");
+
+    return p != NULL && p[0] != '\0' ? p : KVDOCK_CLI_PATH;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Some traffic and a pool to show. */
+static void make_traffic(kvd_client_t *cli)
+{
+    kvd_pool_spec_t spec = {.name = "top-pool", .kind = KVD_MEM_HOST, .num_layers = 2,
+                            .num_slots = 64, .slot_bytes = 128, .shared = false};
+    kvd_pool_info_t info;
+    int i;
+
+    KVT_OK(cli, kvd_pool_create(cli, &spec, &info));
+    for (i = 0; i < 20; i++)
+        KVT_OK(cli, kvd_ping(cli, "x", 1));
+}
+
+START_TEST(test_top_once)
+{
+    kvd_client_t *cli = kvt_connect("top-traffic");
+    const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "top", "--once",
+                          "--interval", "0.2", NULL};
+    char *out = NULL, *err = NULL;
+    int rc;
+
+    make_traffic(cli);
+    rc = kvt_run(argv, &out, &err, 20000);
+    ck_assert_msg(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+    ck_assert_msg(strchr(out, '\x1b') == NULL, "--once wrote escape sequences:\n%s", out);
+    ck_assert_ptr_nonnull(strstr(out, "kvdock top - kvdockd "));
+    ck_assert_ptr_nonnull(strstr(out, "backend cpu"));
+    ck_assert_ptr_nonnull(strstr(out, "clients 2 "));
+    ck_assert_ptr_nonnull(strstr(out, "pools 1 "));
+    /* streams, with rates (two samples) */
+    ck_assert_ptr_nonnull(strstr(out, "STREAM"));
+    ck_assert_ptr_nonnull(strstr(out, "BUSY%"));
+    ck_assert_ptr_nonnull(strstr(out, "\nreload "));
+    ck_assert_ptr_nonnull(strstr(out, "\nwrite "));
+    ck_assert_ptr_nonnull(strstr(out, "\noffload "));
+    ck_assert_ptr_nonnull(strstr(out, "\nd2d "));
+    ck_assert_ptr_null(strstr(out, "rates from the next refresh"));
+    /* operations that had requests, with their totals */
+    ck_assert_ptr_nonnull(strstr(out, "REQ/S"));
+    {
+        const char *p = strstr(out, "\nping ");
+        ck_assert_ptr_nonnull(p);
+        ck_assert_msg(strstr(p, " 20 ") != NULL || strstr(p, " 20\n") != NULL,
+                      "ping total not 20:\n%s", out);
+    }
+    ck_assert_ptr_nonnull(strstr(out, "\npool_create "));
+    ck_assert_ptr_null(strstr(out, "\nfp8_set ")); /* no traffic: not shown */
+    /* pool occupancy */
+    ck_assert_ptr_nonnull(strstr(out, "pools: host 1 (32.0 KiB)"));
+    ck_assert_ptr_nonnull(strstr(out, "top-pool"));
+    /* clients, this one marked */
+    ck_assert_ptr_nonnull(strstr(out, "top-traffic"));
+    ck_assert_ptr_nonnull(strstr(out, "kvdock-top (this top)"));
+    ck_assert_ptr_nonnull(strstr(out, "INFLIGHT"));
+    free(out);
+    free(err);
+    kvd_client_destroy(&cli);
+}
+END_TEST
+
+/* stdout a pipe: plain frames, one after another. */
+START_TEST(test_top_pipe_count)
+{
+    const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "top", "--count", "3",
+                          "--interval", "0.1", NULL};
+    char *out = NULL, *err = NULL, *p;
+    int rc, frames = 0;
+
+    rc = kvt_run(argv, &out, &err, 20000);
+    ck_assert_msg(rc == 0, "exit %d\n%s\n%s", rc, out, err);
+    ck_assert_ptr_null(strchr(out, '\x1b'));
+    for (p = out; (p = strstr(p, "kvdock top - ")) != NULL; p++)
+        frames++;
+    ck_assert_int_eq(frames, 3);
+    free(out);
+    free(err);
+}
+END_TEST
+
+START_TEST(test_top_usage)
+{
+    static const char *const bad[][3] = {
+        {"--interval", "0", NULL}, {"--interval", "x", NULL}, {"--count", "0", NULL},
+        {"--bogus", NULL, NULL},   {"--interval", NULL, NULL},
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *argv[8] = {cli_path(), "--socket", kvt_d.socket, "top", bad[i][0], bad[i][1],
+                               NULL, NULL};
+        char *out = NULL, *err = NULL;
+        int rc = kvt_run(argv, &out, &err, 20000);
+        ck_assert_msg(rc == 2, "%s %s: exit %d", bad[i][0], bad[i][1] ? bad[i][1] : "", rc);
+        ck_assert_ptr_nonnull(strstr(err, "usage: kvdock top"));
+        free(out);
+        free(err);
+    }
+    {
+        const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "--json", "top", NULL};
+        char *out = NULL, *err = NULL;
+        ck_assert_int_eq(kvt_run(argv, &out, &err, 20000), 2);
+        free(out);
+        free(err);
+    }
+    {
+        const char *argv[] = {cli_path(), "top", "--help", NULL};
+        char *out = NULL, *err = NULL;
+        ck_assert_int_eq(kvt_run(argv, &out, &err, 20000), 0);
+        ck_assert_ptr_nonnull(strstr(out, "--once"));
+        ck_assert_ptr_nonnull(strstr(out, "not a terminal"));
+        free(out);
+        free(err);
+    }
+    {
+        const char *argv[] = {cli_path(), "--socket", "/nonexistent/kvdock.sock", "top",
+                              "--once", NULL};
+        char *out = NULL, *err = NULL;
+        ck_assert_int_eq(kvt_run(argv, &out, &err, 20000), 1);
+        ck_assert_ptr_nonnull(strstr(err, "ECONN"));
+        free(out);
+        free(err);
+    }
+}
+END_TEST
+
+/* ---- through a pseudo-terminal ------------------------------------------ */
+
+typedef struct pty_run {
+    pid_t pid;
+    int master;
+    char *out;
+    size_t len, cap;
+} pty_run_t;
+
+static void pty_start(pty_run_t *r)
+{
+    struct winsize ws = {.ws_row = 40, .ws_col = 120};
+
+    memset(r, 0, sizeof(*r));
+    r->cap = 1 << 16;
+    r->out = malloc(r->cap);
+    ck_assert_ptr_nonnull(r->out);
+    r->pid = forkpty(&r->master, NULL, NULL, &ws);
+    ck_assert_int_ge(r->pid, 0);
+    if (r->pid == 0) {
+        execl(cli_path(), cli_path(), "--socket", kvt_d.socket, "top", "--interval", "0.2",
+              (char *)NULL);
+        _exit(127);
+    }
+}
+
+/* Read what the pty says until needle appears after from (or EOF). */
+static int pty_read_until(pty_run_t *r, const char *needle, size_t from, int timeout_ms)
+{
+    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+
+    for (;;) {
+        struct pollfd p = {r->master, POLLIN, 0};
+        ssize_t n;
+
+        r->out[r->len] = '\0';
+        if (needle != NULL && r->len > from && strstr(r->out + from, needle) != NULL)
+            return 1;
+        if (now_ms() >= deadline)
+            return 0;
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        if (r->len + 4096 >= r->cap) {
+            r->cap *= 2;
+            r->out = realloc(r->out, r->cap);
+            ck_assert_ptr_nonnull(r->out);
+        }
+        n = read(r->master, r->out + r->len, r->cap - r->len - 1);
+        if (n <= 0) /* EIO once the child is gone */
+            return needle == NULL;
+        r->len += (size_t)n;
+    }
+}
+
+static int pty_wait(pty_run_t *r, int timeout_ms)
+{
+    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+    int status;
+
+    while (now_ms() < deadline) {
+        if (waitpid(r->pid, &status, WNOHANG) == r->pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        usleep(10000);
+    }
+    kill(r->pid, SIGKILL);
+    waitpid(r->pid, NULL, 0);
+    return -1;
+}
+
+static void interactive(const char *keys)
+{
+    pty_run_t r;
+    size_t mark;
+    struct termios t;
+    int rc;
+    const char *last_frame;
+
+    pty_start(&r);
+    /* the alternate screen, the cursor hidden, then a full frame twice */
+    ck_assert_msg(pty_read_until(&r, "\x1b[?1049h", 0, 10000), "no alternate screen:\n%s", r.out);
+    ck_assert_msg(pty_read_until(&r, "\x1b[?25l", 0, 10000), "cursor not hidden");
+    ck_assert_msg(pty_read_until(&r, "CLIENT", 0, 10000), "no frame:\n%s", r.out);
+    mark = r.len;
+    ck_assert_msg(pty_read_until(&r, "STREAM", mark, 10000), "no second frame");
+    ck_assert_ptr_nonnull(strstr(r.out, "kvdock-top (this top)"));
+    /* while it runs, the terminal is in non-canonical mode without echo */
+    ck_assert_int_eq(tcgetattr(r.master, &t), 0);
+    ck_assert_msg(!(t.c_lflag & ICANON) && !(t.c_lflag & ECHO), "terminal not in key mode");
+    mark = r.len;
+    ck_assert_int_eq(write(r.master, keys, strlen(keys)), (ssize_t)strlen(keys));
+    pty_read_until(&r, NULL, mark, 10000); /* to EOF */
+    rc = pty_wait(&r, 10000);
+    ck_assert_msg(rc == 0, "exit %d after '%s'\n%s", rc, keys[0] == 3 ? "^C" : keys, r.out);
+    /* restored: the cursor shown and the main screen back, after the last frame */
+    last_frame = r.out;
+    {
+        const char *p;
+        for (p = r.out; (p = strstr(p, "kvdock top - ")) != NULL; p++)
+            last_frame = p;
+    }
+    ck_assert_msg(strstr(last_frame, "\x1b[?25h") != NULL, "cursor not shown at exit");
+    ck_assert_msg(strstr(last_frame, "\x1b[?1049l") != NULL, "main screen not restored");
+    ck_assert_int_eq(tcgetattr(r.master, &t), 0);
+    ck_assert_msg((t.c_lflag & ICANON) && (t.c_lflag & ECHO), "terminal mode not restored");
+    close(r.master);
+    free(r.out);
+}
+
+START_TEST(test_top_interactive_q)
+{
+    interactive("q");
+}
+END_TEST
+
+START_TEST(test_top_interactive_ctrl_c)
+{
+    interactive("\x03");
+}
+END_TEST
+
+/* A key other than q refreshes; SIGTERM also exits cleanly. */
+START_TEST(test_top_interactive_sigterm)
+{
+    pty_run_t r;
+    struct termios t;
+    size_t mark;
+
+    pty_start(&r);
+    ck_assert(pty_read_until(&r, "CLIENT", 0, 10000));
+    mark = r.len;
+    ck_assert_int_eq(write(r.master, " ", 1), 1);
+    ck_assert(pty_read_until(&r, "CLIENT", mark, 10000));
+    kill(r.pid, SIGTERM);
+    pty_read_until(&r, NULL, r.len, 10000);
+    ck_assert_int_eq(pty_wait(&r, 10000), 0);
+    ck_assert_ptr_nonnull(strstr(r.out + mark, "\x1b[?1049l"));
+    ck_assert_int_eq(tcgetattr(r.master, &t), 0);
+    ck_assert((t.c_lflag & ICANON) && (t.c_lflag & ECHO));
+    close(r.master);
+    free(r.out);
+}
+END_TEST
+
+static Suite *top_suite(void)
+{
+    Suite *s = suite_create("client_top");
+    TCase *tc = tcase_create("top");
+
+    tcase_add_unchecked_fixture(tc, kvt_suite_setup, kvt_suite_teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_top_once);
+    tcase_add_test(tc, test_top_pipe_count);
+    tcase_add_test(tc, test_top_usage);
+    tcase_add_test(tc, test_top_interactive_q);
+    tcase_add_test(tc, test_top_interactive_ctrl_c);
+    tcase_add_test(tc, test_top_interactive_sigterm);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(top_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Build the libFuzzer target (clang, -DKVD_FUZZ=ON: ASan + UBSan + coverage)
+# in its own tree and fuzz the daemon's decode and dispatch path for a
+# bounded time.
+#
+#   tests/fuzz/run.sh [SECONDS]     (default 60; $KVD_FUZZ_DIR, default build-fuzz)
+#
+# The corpus grows in $KVD_FUZZ_DIR/corpus (seeded from the generated
+# seeds); a crash leaves crash-* in $KVD_FUZZ_DIR/artifacts and fails the
+# script.  One worker (CI has two cores, and other tests beside it).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs=${1:-60}
+dir=${KVD_FUZZ_DIR:-build-fuzz}
+
+if ! command -v clang >/dev/null 2>&1; then
+  echo "fuzz: clang not found (deploy/setup.sh installs it)" >&2
+  exit 1
+fi
+CC=clang cmake -S . -B "$dir" -DKVD_FUZZ=ON -DKVD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$dir" -j "$(nproc)" --target fuzz_frames
+
+bin=$dir/tests/fuzz/fuzz_frames
+mkdir -p "$dir/corpus" "$dir/artifacts"
+# Every seed (the regression inputs among them) once, then fuzz.
+"$bin" -runs=0 "$dir/tests/fuzz/seeds" 2>&1 | tail -n 2
+# -rss_limit_mb: pools are capped at 64 MiB in the target; ASan's shadow
+# and the corpus stay well under 2 GiB.
+rc=0
+"$bin" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 -max_len=65536 \
+  -print_final_stats=1 \
+  -artifact_prefix="$dir/artifacts/" "$dir/corpus" "$dir/tests/fuzz/seeds" \
+  >"$dir/fuzz.log" 2>&1 || rc=$?
+grep -E '^stat::|^#[0-9]+.*DONE|ERROR|SUMMARY' "$dir/fuzz.log" | tail -n 20 || true
+if [ "$rc" -ne 0 ]; then
+  echo "fuzz: the target failed (exit $rc); see $dir/fuzz.log and $dir/artifacts/" >&2
+  tail -n 60 "$dir/fuzz.log" >&2
+  exit "$rc"
+fi
+echo "fuzz: ${secs}s, no crash"

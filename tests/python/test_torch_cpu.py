@@ -1,0 +1,193 @@
+"""The kvdock Python client's PyTorch paths on the cpu backend: host pools
+as CPU tensors over the shared pages, tensors for indices and operands,
+fp8 from bfloat16/float16 tensors checked against the kernel library's
+CPU reference, gather into buffer tensors, imports of tensor layers.
+Skipped, saying why, where `import torch` fails."""
+
+from __future__ import annotations
+
+import os
+import unittest
+
+import numpy as np
+
+import harness
+import kvdock
+
+torch = harness.torch_or_none()
+D: harness.Daemon = None  # type: ignore[assignment]
+
+
+def setUpModule() -> None:
+    global D
+    if torch is None:
+        raise unittest.SkipTest("PyTorch is not importable (apt-get install python3-torch)")
+    D = harness.Daemon("cpu")
+
+
+def tearDownModule() -> None:
+    if D is not None:
+        rc = D.stop()
+        if rc not in (0, None):
+            raise AssertionError(f"kvdockd exited with {rc}:\n{D.read_log()}")
+
+
+class TorchBase(unittest.TestCase):
+    def setUp(self) -> None:
+        self.cli = kvdock.Client(D.socket, name="torch-" + self.id().rsplit(".", 1)[-1][:40],
+                                 timeout=30)
+        self.n = 0
+        self.gen = torch.Generator().manual_seed(1234)
+
+    def tearDown(self) -> None:
+        self.cli.close()
+
+    def pool(self, layers=2, slots=32, slot_bytes=64, mla=False, fill=None):
+        self.n += 1
+        p = self.cli.create_pool(f"t-{self.id().rsplit('.', 1)[-1][:30]}-{self.n}-{os.getpid()}",
+                                 layers, slots, slot_bytes, mla=mla)
+        m = p.map()
+        if fill is not None:
+            m.tensor().fill_(fill)
+        return p, m
+
+    def rand_bytes(self, *shape) -> "torch.Tensor":
+        return torch.randint(0, 256, shape, dtype=torch.uint8, generator=self.gen)
+
+
+class TestTensorViews(TorchBase):
+    def test_host_pool_as_cpu_tensors(self):
+        p, m = self.pool(layers=2, slots=16, slot_bytes=64, fill=0)
+        k1 = m.k_tensor(1)
+        self.assertEqual(tuple(k1.shape), (16, 64))
+        self.assertEqual(k1.device.type, "cpu")
+        self.assertEqual(k1.data_ptr(), m.base + p.info.layer_stride)
+        vb = m.v_tensor(0, torch.bfloat16)
+        self.assertEqual(tuple(vb.shape), (16, 32))
+        self.assertEqual(vb.dtype, torch.bfloat16)
+        # Written through the tensor, seen by numpy and by the daemon.
+        k1[3] = self.rand_bytes(64)
+        vb[3] = torch.arange(32, dtype=torch.bfloat16)
+        self.assertTrue(np.array_equal(m.k(1)[3], k1[3].numpy()))
+        q, mq = self.pool(layers=2, slots=16, slot_bytes=64, fill=0)
+        self.cli.transfer(p, q, torch.tensor([3]), torch.tensor([9]))
+        self.assertTrue(torch.equal(mq.k_tensor(1)[9], k1[3]))
+        self.assertTrue(torch.equal(mq.v_tensor(0, torch.bfloat16)[9], vb[3]))
+        whole = m.tensor()
+        self.assertEqual(whole.numel(), m.bytes)
+        f32 = m.tensor(torch.float32)
+        self.assertEqual(f32.numel(), m.bytes // 4)
+
+    def test_views_keep_the_mapping(self):
+        p, m = self.pool(layers=1, slots=4, slot_bytes=16, fill=5)
+        t = m.k_tensor(0)
+        m.close()
+        p._map = None
+        self.assertTrue(bool((t == 5).all()))
+        t[0, 0] = 6
+        self.assertEqual(int(self.cli.export_pool(p).k(0)[0, 0]), 6)
+
+
+class TestTensorOps(TorchBase):
+    def test_store_from_tensors(self):
+        H, Dh, T = 4, 8, 6
+        p, m = self.pool(layers=2, slots=32, slot_bytes=H * Dh * 2, fill=0)
+        k = torch.randn(T, H, Dh, generator=self.gen).to(torch.bfloat16)
+        v = torch.randn(T, H, Dh, generator=self.gen).to(torch.bfloat16)
+        for dt in (torch.int32, torch.int64):
+            loc = torch.tensor([4, 0, 31, -1, 7, 12], dtype=dt)
+            res = self.cli.store(p, 1, loc, k, v)
+            self.assertEqual(res.rows, T)
+            kt, vt = m.k_tensor(1, torch.bfloat16), m.v_tensor(1, torch.bfloat16)
+            sel = loc >= 0
+            self.assertTrue(torch.equal(kt[loc[sel].long()], k.reshape(T, -1)[sel]))
+            self.assertTrue(torch.equal(vt[loc[sel].long()], v.reshape(T, -1)[sel]))
+        # Non-contiguous operands are made contiguous first.
+        kk = torch.randn(H * Dh, 2, generator=self.gen).to(torch.bfloat16).t()  # [2, H*Dh]
+        self.cli.store(p, 0, torch.tensor([1, 2]), kk, kk)
+        self.assertTrue(torch.equal(m.k_tensor(0, torch.bfloat16)[1:3], kk))
+
+    def fp8_case(self, dtype, cache, mode):
+        H, Dh, T = 2, 16, 5
+        p, m = self.pool(layers=2, slots=24, slot_bytes=H * Dh, fill=0x11)
+        k = (torch.randn(T, H, Dh, generator=self.gen) * 100).to(dtype)
+        v = (torch.randn(T, H, Dh, generator=self.gen) * 3).to(dtype)
+        loc = torch.tensor([0, 23, -1, 5, 6])
+        ref = m.array().copy()
+        kw = {1: {"k_scale": 4.0, "v_scale": 0.25},
+              2: {"k_head_scales": torch.tensor([2.0, 0.5]), "v_head_scales": [1.0, 8.0]}}.get(
+                  mode, {})
+        self.cli.fp8_set(p, 0, loc, k, v, cache_dtype=cache, **kw)
+        # The reference reads raw bytes: bf16 as int16 of the same layout.
+        raw = {torch.bfloat16: torch.int16}.get(dtype, dtype)
+        src_code = {torch.bfloat16: 5, torch.float16: 4, torch.float32: 3}[dtype]
+        harness.fp8_reference(ref, p.info, 0, loc.numpy(), k.view(raw).numpy(),
+                              v.view(raw).numpy(), src_code, {"e4m3": 6, "e5m2": 7}[cache],
+                              mode, 4.0 if mode == 1 else 1.0, 0.25 if mode == 1 else 1.0,
+                              [2.0, 0.5] if mode == 2 else None,
+                              [1.0, 8.0] if mode == 2 else None)
+        self.assertTrue(np.array_equal(m.array(), ref), f"fp8 {dtype} {cache} mode {mode}")
+
+    def test_fp8_bf16_e4m3(self):
+        self.fp8_case(torch.bfloat16, "e4m3", 0)
+
+    def test_fp8_f16_e5m2_tensor_scale(self):
+        self.fp8_case(torch.float16, "e5m2", 1)
+
+    def test_fp8_f32_per_head_tensor_scales(self):
+        self.fp8_case(torch.float32, "e4m3", 2)
+
+    def test_gather_into_buffer_tensors(self):
+        tb = self.cli.register_buffer(8 * 12 * 4)
+        ob = self.cli.register_buffer(3 * 6 * 4)
+        table = tb.tensor(torch.int32, (8, 12))
+        table.copy_(torch.arange(96, dtype=torch.int32).reshape(8, 12))
+        out = ob.tensor(torch.int32, (3, 6))
+        out.fill_(-5)
+        res = self.cli.gather(table, torch.tensor([7, 2, -1]), torch.tensor([9, 40, 3]), out,
+                              page_size=2, dummy_slot=-1)
+        self.assertEqual(res.skipped_oob, 0)
+        want = torch.full((3, 6), -1, dtype=torch.int32)
+        want[0, :5] = table[7, :5]
+        want[1, :6] = table[2, :6]
+        self.assertTrue(torch.equal(out, want), f"{out} != {want}")
+
+    def test_transfer_with_tensor_indices_and_futures(self):
+        a, ma = self.pool(layers=3, slots=32, slot_bytes=32)
+        b, mb = self.pool(layers=3, slots=32, slot_bytes=32, fill=0)
+        ma.tensor().copy_(self.rand_bytes(ma.bytes))
+        src = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
+        dst = torch.tensor([31, 30, 29, 28], dtype=torch.int64)
+        futs = [self.cli.transfer_async(a, b, src[i:i + 1], dst[i:i + 1]) for i in range(4)]
+        for f in futs[::-1]:
+            f.result(20)
+        for l in range(3):
+            self.assertTrue(torch.equal(mb.k_tensor(l)[dst], ma.k_tensor(l)[src.long()]))
+            self.assertTrue(torch.equal(mb.v_tensor(l)[dst], ma.v_tensor(l)[src.long()]))
+        self.assertTrue(bool((mb.k_tensor(0)[:28] == 0).all()))
+
+    def test_import_tensor_layers_in_host_memory(self):
+        L, S, W = 2, 16, 8  # 8 float32 per slot
+        hm = kvdock.HostMemory(L * S * W * 4)  # MLA: one latent per layer
+        lat = hm.tensor(torch.float32).reshape(L, S, W)
+        layers = [lat[l] for l in range(L)]
+        imp = self.cli.import_pool(f"t-imp-{os.getpid()}", layers)  # v_layers None: MLA
+        self.assertTrue(imp.info.mla)
+        self.assertEqual(imp.info.slot_bytes, W * 4)
+        src, ms = self.pool(layers=L, slots=S, slot_bytes=W * 4, mla=True)
+        ms.tensor(torch.float32).copy_(torch.randn(ms.bytes // 4, generator=self.gen))
+        self.cli.transfer(src, imp, torch.arange(S), torch.arange(S).flip(0))
+        for l in range(L):
+            self.assertTrue(torch.equal(layers[l], ms.k_tensor(l, torch.float32).flip(0)))
+        imp.drop()
+
+    def test_cuda_paths_refuse_cleanly_without_cuda(self):
+        # Without a CUDA build, device buffers cannot be mapped here.
+        with self.assertRaises(kvdock.Error) as cm:
+            self.cli.register_buffer(64, device=True)
+        self.assertIn(cm.exception.name, ("ENOTSUP", "EINVAL", "ENODEV"))
+        self.cli.ping()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
