@@ -7,7 +7,9 @@
 #include "log.h"
 
 #define POOL_ALIGN 256u
-#define MAX_IMPORT_REGIONS 64
+/* Allocations one import may name: an engine that allocates every layer's K
+ * and V apart needs two per layer. */
+#define MAX_IMPORT_REGIONS 4096
 
 kvd_status_t kvd__check_mem_limits(kvd_req_t *r, uint64_t bytes)
 {

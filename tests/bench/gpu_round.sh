@@ -8,15 +8,18 @@
 # build-gpu) and carried over; nothing is built here.  Stages, in order:
 #
 #   info      nvidia-smi -L, driver and CUDA versions, torch and triton
-#   test      ctest -L gpu: the CUDA Check suites against the CPU reference
-#   memcheck  the CUDA test binary once under compute-sanitizer memcheck,
-#             with KVD_TEST_QUICK=1 (smaller counts); skipped, saying so,
-#             when compute-sanitizer is not installed
+#   test      ctest -L gpu: every GPU suite (kernels against the CPU
+#             reference, the cuda daemon, IPC workers, the Python worker)
+#   memcheck  each GPU test binary once under compute-sanitizer memcheck,
+#             following the processes it starts, with KVD_TEST_QUICK=1
+#             (smaller counts); skipped, saying so, without compute-sanitizer
 #   bench     tests/bench/bench_kernels.py: kvdock against the seed,
 #             rows in $OUT/kvdock_vs_seed.json
+#   daemonbench  tests/bench/bench_daemon.sh: `kvdock bench` through a cuda
+#             daemon, figures in $OUT/bench_daemon.json
 #
 # Pick stages as arguments after BUILD_DIR or with STAGES="test bench"
-# (default: info test memcheck bench).  Each stage's output is tee'd to
+# (default: all five).  Each stage's output is tee'd to
 # $OUT/<stage>.log (OUT defaults to /tmp/kvdock-gpu-round); a summary with
 # every stage's exit code ends the run, and the script exits non-zero when
 # any stage failed.  Per-stage time limits (seconds): TEST_TIMEOUT (420),
@@ -29,14 +32,14 @@ set -u
 BUILD=build-gpu
 if [ $# -gt 0 ]; then
     case "$1" in
-    info | test | memcheck | bench) ;;
+    info | test | memcheck | bench | daemonbench) ;;
     *) BUILD=$1; shift ;;
     esac
 fi
 if [ $# -gt 0 ]; then
     STAGES="$*"
 fi
-STAGES=${STAGES:-"info test memcheck bench"}
+STAGES=${STAGES:-"info test memcheck bench daemonbench"}
 OUT=${OUT:-/tmp/kvdock-gpu-round}
 PEER=${PEER:-.peer}
 TEST_TIMEOUT=${TEST_TIMEOUT:-420}
@@ -52,6 +55,14 @@ fi
 if [ ! -d "$BUILD" ]; then
     echo "gpu_round: no build folder $BUILD (build it on the CPU machine and carry it)" >&2
     exit 2
+fi
+
+# ctest files and the tests' compiled-in paths name the folder the build was
+# configured in on the CPU machine: make that path lead here.
+src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
+if [ -n "$src_dir" ] && [ "$src_dir" != "$PWD" ] && [ ! -e "$src_dir" ]; then
+    mkdir -p "$(dirname "$src_dir")" && ln -s "$PWD" "$src_dir" &&
+        echo "gpu_round: linked $src_dir -> $PWD (the build's source folder)"
 fi
 
 declare -a NAMES=() CODES=() SECS=()
@@ -117,27 +128,35 @@ find_sanitizer() {
     return 1
 }
 
+# Every GPU suite once under memcheck, following the daemons and workers the
+# tests start (--target-processes all).
 stage_memcheck() {
-    local san bin="$BUILD/tests/kernels/check_kernels_cuda"
+    local san bin rc=0 one
     if ! san=$(find_sanitizer); then
         echo "SKIP: compute-sanitizer not found (PATH, /usr/local/cuda*/bin)"
         return 0
     fi
-    if [ ! -x "$bin" ]; then
-        echo "no test binary $bin"
-        return 1
-    fi
     "$san" --version | head -n 2
-    # KVD_TEST_NO_GATE: streams are not held during launches, in case the
-    # tool serialises them; asynchrony is checked by the plain test stage.
-    local rc
-    KVD_TEST_QUICK=1 KVD_TEST_NO_GATE=1 timeout --kill-after=15 "$MEMCHECK_TIMEOUT" \
-        "$san" --tool memcheck --error-exitcode 86 --print-limit 100 "$bin"
-    rc=$?
-    case $rc in
-    77) echo "gpu_round: the test binary skipped itself (no usable GPU): failing the stage" ;;
-    86) echo "gpu_round: compute-sanitizer reported memory errors" ;;
-    esac
+    for bin in tests/kernels/check_kernels_cuda tests/daemon/check_daemon_gpu tests/client/check_gpu_ipc; do
+        if [ ! -x "$BUILD/$bin" ]; then
+            echo "no test binary $BUILD/$bin"
+            rc=1
+            continue
+        fi
+        echo "--- memcheck $bin"
+        # KVD_TEST_NO_GATE: streams are not held during launches, in case the
+        # tool serialises them; asynchrony is checked by the plain test stage.
+        KVD_TEST_QUICK=1 KVD_TEST_NO_GATE=1 timeout --kill-after=15 "$MEMCHECK_TIMEOUT" \
+            "$san" --tool memcheck --target-processes all --error-exitcode 86 --print-limit 100 \
+            "$BUILD/$bin"
+        one=$?
+        case $one in
+        0) ;;
+        77) echo "gpu_round: $bin skipped itself (no usable GPU): failing the stage"; rc=1 ;;
+        86) echo "gpu_round: compute-sanitizer reported memory errors in $bin"; rc=1 ;;
+        *) echo "gpu_round: $bin exited $one under memcheck"; rc=1 ;;
+        esac
+    done
     return "$rc"
 }
 
@@ -151,14 +170,22 @@ stage_bench() {
         python3 tests/bench/bench_kernels.py --lib "$lib" --peer "$PEER"
 }
 
+# The daemon benchmark of issue 3 (kvdock bench through a fresh daemon).
+stage_daemonbench() {
+    timeout --kill-after=15 "$BENCH_TIMEOUT" \
+        tests/bench/bench_daemon.sh "$BUILD/daemon/kvdockd" --kvdock "$BUILD/client/kvdock" \
+        --backend cuda --out "$OUT"
+}
+
 for s in $STAGES; do
     case "$s" in
     info) run_stage info stage_info ;;
     test) run_stage test stage_test ;;
     memcheck) run_stage memcheck stage_memcheck ;;
     bench) run_stage bench stage_bench ;;
+    daemonbench) run_stage daemonbench stage_daemonbench ;;
     *)
-        echo "gpu_round: unknown stage '$s' (info test memcheck bench)" >&2
+        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench)" >&2
         NAMES+=("$s")
         CODES+=(2)
         SECS+=(0)
