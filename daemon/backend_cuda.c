@@ -12,8 +12,11 @@
  *   kvd_cuda_* on the class's stream and block budget, after
  *   cudaStreamWaitEvent on the request's wait event and before cudaEventRecord
  *   of its record event;
- * - completion: cudaLaunchHostFunc pushes the job onto a mutex-protected
- *   queue and wakes the loop with uv_async_send; the loop never blocks.
+ * - completion (--cuda-completion): a poller thread queries an event
+ *   recorded after each job (poll), or cudaLaunchHostFunc (hostfunc), pushes
+ *   the job onto a mutex-protected queue and wakes the loop with
+ *   uv_async_send; or the loop itself queries the events between rounds of
+ *   socket I/O while work is in flight (loop).  The loop never blocks.
  *
  * The driver API (VMM, address ranges) is reached through
  * cudaGetDriverEntryPointByVersion: the binary never links libcuda, so it
@@ -101,8 +104,11 @@ typedef struct job_fifo {
 typedef struct cuda_backend {
     kvd_backend_t be;
     int dev;
-    /* completion by polling: jobs in flight per stream, in launch order */
+    /* completion by polling: jobs in flight per stream, in launch order,
+     * queried by the poller thread (poll) or by the loop itself (loop) */
     int use_poll;
+    int loop_poll;
+    uv_idle_t idle; /* loop mode: active while jobs are in flight */
     pthread_t poller;
     int poller_started;
     pthread_mutex_t poll_mu;
@@ -251,6 +257,18 @@ static void *poller_main(void *arg)
     return NULL;
 }
 
+/* On the loop thread: give back the job's event and counter, and answer. */
+static void finish_job(cuda_backend_t *cb, kvd_job_t *job)
+{
+    if (job->done_event != NULL) {
+        cb->ev_free[cb->ev_nfree++] = (cudaEvent_t)job->done_event;
+        job->done_event = NULL;
+    }
+    cb->oob_free[cb->oob_nfree++] = job->oob_slot;
+    cb->pending--;
+    job->done(job);
+}
+
 static void async_cb(uv_async_t *h)
 {
     cuda_backend_t *cb = h->data;
@@ -262,14 +280,38 @@ static void async_cb(uv_async_t *h)
     pthread_mutex_unlock(&cb->done_mu);
     for (; list; list = next) {
         next = list->next;
-        if (list->done_event != NULL) {
-            cb->ev_free[cb->ev_nfree++] = (cudaEvent_t)list->done_event;
-            list->done_event = NULL;
-        }
-        cb->oob_free[cb->oob_nfree++] = list->oob_slot;
-        cb->pending--;
-        list->done(list);
+        finish_job(cb, list);
     }
+}
+
+/* Loop mode: while the idle handle is active the loop polls sockets without
+ * blocking and calls this between rounds; finished jobs are answered here,
+ * with no other thread between the GPU and the reply. */
+static void idle_cb(uv_idle_t *h)
+{
+    cuda_backend_t *cb = h->data;
+    int i;
+
+    for (i = 0; i < KVD_SC_COUNT; i++) {
+        kvd_job_t *job;
+        cudaError_t e;
+
+        while ((job = cb->inflight[i].head) != NULL) {
+            e = cudaEventQuery((cudaEvent_t)job->done_event);
+            if (e == cudaErrorNotReady)
+                break;
+            if (e != cudaSuccess)
+                job->status = cuda_fail(e, "the stream failed", job->detail, sizeof(job->detail));
+            cb->inflight[i].head = job->next;
+            if (cb->inflight[i].head == NULL)
+                cb->inflight[i].tail = NULL;
+            cb->n_inflight--;
+            job->skipped_oob = *(volatile unsigned long long *)job->oob;
+            finish_job(cb, job);
+        }
+    }
+    if (cb->n_inflight == 0)
+        uv_idle_stop(&cb->idle);
 }
 
 /* ---- memory ---------------------------------------------------------------- */
@@ -784,7 +826,7 @@ static kvd_status_t cuda_submit(kvd_backend_t *be, kvd_job_t *job)
     }
     job->be = be;
     cb->pending++;
-    if (cb->use_poll) {
+    if (cb->use_poll || cb->loop_poll) {
         cudaEvent_t ev = NULL;
 
         if (cb->ev_nfree > 0)
@@ -794,6 +836,16 @@ static kvd_status_t cuda_submit(kvd_backend_t *be, kvd_job_t *job)
         if (ev != NULL && cudaEventRecord(ev, s) == cudaSuccess) {
             job->done_event = ev;
             job->next = NULL;
+            if (cb->loop_poll) { /* loop thread only: no lock */
+                if (cb->inflight[job->sclass].tail)
+                    cb->inflight[job->sclass].tail->next = job;
+                else
+                    cb->inflight[job->sclass].head = job;
+                cb->inflight[job->sclass].tail = job;
+                if (cb->n_inflight++ == 0)
+                    uv_idle_start(&cb->idle, idle_cb);
+                return KVD_OK;
+            }
             pthread_mutex_lock(&cb->poll_mu);
             if (cb->inflight[job->sclass].tail)
                 cb->inflight[job->sclass].tail->next = job;
@@ -890,6 +942,13 @@ static void async_closed_cb(uv_handle_t *h)
         fn(arg);
 }
 
+static void idle_closed_cb(uv_handle_t *h)
+{
+    cuda_backend_t *cb = h->data;
+
+    uv_close((uv_handle_t *)&cb->async, async_closed_cb);
+}
+
 static void cuda_destroy(kvd_backend_t *be, void (*fn)(void *arg), void *arg)
 {
     cuda_backend_t *cb = (cuda_backend_t *)be;
@@ -897,6 +956,12 @@ static void cuda_destroy(kvd_backend_t *be, void (*fn)(void *arg), void *arg)
     cudaDeviceSynchronize();
     cb->destroy_cb = fn;
     cb->destroy_arg = arg;
+    if (cb->loop_poll) {
+        if (cb->n_inflight > 0)
+            idle_cb(&cb->idle); /* all done after the synchronize: answer them */
+        uv_close((uv_handle_t *)&cb->idle, idle_closed_cb);
+        return;
+    }
     uv_close((uv_handle_t *)&cb->async, async_closed_cb);
 }
 
@@ -1000,10 +1065,15 @@ kvd_status_t kvd_backend_cuda_create(uv_loop_t *loop, const kvd_options_t *opts,
         goto fail;
     }
     cb->async.data = cb;
+    cb->loop_poll = opts->cuda_completion == KVD_COMPLETION_LOOP;
+    if (cb->loop_poll) {
+        uv_idle_init(loop, &cb->idle);
+        cb->idle.data = cb;
+    }
     kvd_log(KVD_LOG_INFO,
             "event=cuda_backend device=%d name=\"%s\" vmm=%d priority_range=%d..%d "
             "completion=%s", cb->dev, prop.name, cb->drv.vmm, least, greatest,
-            cb->use_poll ? "poll" : "hostfunc");
+            cb->use_poll ? "poll" : cb->loop_poll ? "loop" : "hostfunc");
     *out = &cb->be;
     return KVD_OK;
 fail:

@@ -77,10 +77,11 @@ const kvd_option_def_t kvd__option_table[] = {
      "urgency of the offload stream"},
     {"d2d-priority", KVD_OPT_INT, OFF(priority[KVD_SC_D2D]), "0", 0, 16, NULL,
      "urgency of the device-to-device stream"},
-    {"cuda-completion", KVD_OPT_ENUM, OFF(cuda_completion), "poll", 0, 0, "poll|hostfunc",
+    {"cuda-completion", KVD_OPT_ENUM, OFF(cuda_completion), "poll", 0, 0, "poll|hostfunc|loop",
      "how the cuda backend learns that work is done: poll (a thread polls an event per "
-     "operation while work is in flight; lowest latency, uses a core while busy) or hostfunc "
-     "(cudaLaunchHostFunc; no polling)"},
+     "operation while work is in flight; uses a core while busy), hostfunc "
+     "(cudaLaunchHostFunc; no polling) or loop (the event loop polls between socket events "
+     "while work is in flight: no thread hand-off, the loop spins while busy)"},
     {"metrics", KVD_OPT_STR, OFF(metrics), "", 0, 0, NULL,
      "serve Prometheus metrics over HTTP at [HOST:]PORT (GET /metrics); a bare PORT listens on "
      "127.0.0.1, 0 picks a free port (logged); empty: off"},

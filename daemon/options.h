@@ -32,6 +32,7 @@ enum kvd_backend_choice {
 enum kvd_cuda_completion {
     KVD_COMPLETION_POLL = 0,     /* a thread polls an event per operation */
     KVD_COMPLETION_HOSTFUNC = 1, /* cudaLaunchHostFunc */
+    KVD_COMPLETION_LOOP = 2,     /* the event loop itself polls while work is in flight */
 };
 
 typedef struct kvd_options {

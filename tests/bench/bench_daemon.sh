@@ -11,6 +11,7 @@
 #   --backend B      the daemon's backend (default auto: cuda when a GPU is usable)
 #   --out DIR        where the results go (default $OUT, else the current folder)
 #   -- ...           options for `kvdock bench` (--iterations, --duration, ...)
+#   $KVDOCKD_ARGS    more options for the daemon (e.g. --cuda-completion loop)
 #
 # Writes DIR/bench_daemon.json (one JSON object: every figure, with the
 # targets and PASS/MISS as booleans), DIR/bench_daemon.txt (the summary
@@ -79,7 +80,9 @@ stop_daemon() {
 trap stop_daemon EXIT
 trap 'exit 130' INT TERM
 
-"$daemon" --socket "$sock" --backend "$backend" >"$log" 2>&1 &
+# KVDOCKD_ARGS: more daemon options (e.g. --cuda-completion loop).
+# shellcheck disable=SC2086
+"$daemon" --socket "$sock" --backend "$backend" ${KVDOCKD_ARGS:-} >"$log" 2>&1 &
 pid=$!
 up=0
 for _ in $(seq 200); do

@@ -171,10 +171,18 @@ stage_bench() {
 }
 
 # The daemon benchmark of issue 3 (kvdock bench through a fresh daemon).
+# Once per completion mode, so they can be compared (out/<mode>/).
 stage_daemonbench() {
-    timeout --kill-after=15 "$BENCH_TIMEOUT" \
-        tests/bench/bench_daemon.sh "$BUILD/daemon/kvdockd" --kvdock "$BUILD/client/kvdock" \
-        --backend cuda --out "$OUT"
+    local mode rc=0
+    for mode in poll loop hostfunc; do
+        mkdir -p "$OUT/$mode"
+        echo "--- cuda-completion $mode"
+        KVDOCKD_ARGS="--cuda-completion $mode" timeout --kill-after=15 "$BENCH_TIMEOUT" \
+            tests/bench/bench_daemon.sh "$BUILD/daemon/kvdockd" --kvdock "$BUILD/client/kvdock" \
+            --backend cuda --out "$OUT/$mode" || rc=1
+        cat "$OUT/$mode/bench_daemon.txt" 2>/dev/null
+    done
+    return "$rc"
 }
 
 for s in $STAGES; do
