@@ -620,6 +620,15 @@ def main():
                  lambda: K.transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, si, di, H * D * 2), timed,
                  check=check, prep=prep, checked_fn=checked)
         exp.clear()
+        if L >= 16384:  # the same rows in slot order: what random slots cost in DRAM locality
+            ci = torch.arange(L, device=dev)
+            ac = mk(None)
+            ac.src_idx, ac.dst_idx = ci.data_ptr(), ci.data_ptr()
+            run_case("transfer_kv_per_layer", case + " contiguous", "d2d", 2 * 2 * L * H * D * 2, None,
+                     kvd.bind("kvd_cuda_kv_transfer", ac, launch()),
+                     check=lambda: None if eq(dst_k[:L], src_k[:L]) and eq(dst_v[:L], src_v[:L])
+                     else "dst[:L] != src[:L]",
+                     note="kvdock only: slots 0..L-1 on both sides")
     src_k = src_v = dst_k = dst_v = None  # release
 
     src = torch.randn(P2, 1, 576, dtype=torch.bfloat16, device=dev)
@@ -653,6 +662,14 @@ def main():
                  check=lambda: ("dst != dst with dst[di] = src[si]" if not eq(dst, exp["d"]) else oob_zero(oob)),
                  prep=prep, checked_fn=checked)
         exp.clear()
+        if L >= 16384:  # the same rows in slot order: what random slots cost in DRAM locality
+            ci = torch.arange(L, device=dev)
+            ac = mk(None)
+            ac.src_idx, ac.dst_idx = ci.data_ptr(), ci.data_ptr()
+            run_case("transfer_kv_per_layer_mla", case + " contiguous", "d2d", 2 * L * 1152, None,
+                     kvd.bind("kvd_cuda_kv_transfer", ac, launch()),
+                     check=lambda: None if eq(dst[:L], src[:L]) else "dst[:L] != src[:L]",
+                     note="kvdock only: slots 0..L-1 on both sides")
     src = dst = None  # release
 
     # ---- all-layer transfers ----------------------------------------------
