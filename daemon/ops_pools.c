@@ -252,22 +252,6 @@ static kvd_status_t import_layers(kvd_req_t *r, kvd_pool_t *p, Kvdock__MemRef **
     return KVD_OK;
 }
 
-static void free_import(kvd_backend_t *be, kvd_pool_t *p)
-{
-    uint32_t i;
-
-    for (i = 0; i < p->n_regions; i++)
-        be->mem_destroy(be, &p->regions[i]);
-    if (p->k_table)
-        be->table_destroy(be, p->k_table);
-    if (p->v_table)
-        be->table_destroy(be, p->v_table);
-    free(p->regions);
-    free(p->k_addr);
-    free(p->v_addr);
-    free(p);
-}
-
 kvd_status_t kvd__op_pool_import(kvd_req_t *r)
 {
     const Kvdock__PoolImport *pi = r->req->pool_import;
@@ -351,7 +335,7 @@ kvd_status_t kvd__op_pool_import(kvd_req_t *r)
         st = be->mem_import(be, (int)g->kind, g->cuda_ipc_handle.data, g->cuda_ipc_handle.len,
                             fd, g->bytes, &p->regions[i], why, sizeof(why));
         if (st != KVD_OK) {
-            free_import(be, p);
+            kvd_pool_free(be, p);
             return kvd__req_fail(r, st, "regions[%zu]: %s", i, why);
         }
         p->n_regions++;
@@ -361,17 +345,17 @@ kvd_status_t kvd__op_pool_import(kvd_req_t *r)
         (!p->mla &&
          (st = import_layers(r, p, pi->v_layers, pi->n_v_layers, &p->v_addr, "v_layers")) !=
              KVD_OK)) {
-        free_import(be, p);
+        kvd_pool_free(be, p);
         return st;
     }
     if (be->table_create(be, p->k_addr, p->num_layers, &p->k_table) != KVD_OK ||
         (!p->mla && be->table_create(be, p->v_addr, p->num_layers, &p->v_table) != KVD_OK)) {
-        free_import(be, p);
+        kvd_pool_free(be, p);
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory for layer tables");
     }
     st = register_pool(r, p);
     if (st != KVD_OK)
-        free_import(be, p);
+        kvd_pool_free(be, p);
     return st;
 }
 

@@ -15,29 +15,32 @@ void kvd_registry_init(kvd_registry_t *reg, kvd_backend_t *be)
     kvd_idmap_init(&reg->objs);
 }
 
+void kvd_pool_free(kvd_backend_t *be, kvd_pool_t *p)
+{
+    uint32_t i;
+
+    be->mem_destroy(be, &p->mem);
+    for (i = 0; i < p->n_regions; i++)
+        be->mem_destroy(be, &p->regions[i]);
+    if (p->k_table)
+        be->table_destroy(be, p->k_table);
+    if (p->v_table)
+        be->table_destroy(be, p->v_table);
+    free(p->regions);
+    free(p->k_addr);
+    free(p->v_addr);
+    free(p);
+}
+
 static void free_obj(kvd_registry_t *reg, kvd_obj_t *obj)
 {
     kvd_backend_t *be = reg->be;
 
     reg->live_bytes -= obj->bytes;
     switch (obj->type) {
-    case KVD_OBJ_POOL: {
-        kvd_pool_t *p = (kvd_pool_t *)obj;
-        uint32_t i;
-
-        be->mem_destroy(be, &p->mem);
-        for (i = 0; i < p->n_regions; i++)
-            be->mem_destroy(be, &p->regions[i]);
-        if (p->k_table)
-            be->table_destroy(be, p->k_table);
-        if (p->v_table)
-            be->table_destroy(be, p->v_table);
-        free(p->regions);
-        free(p->k_addr);
-        free(p->v_addr);
-        free(p);
+    case KVD_OBJ_POOL:
+        kvd_pool_free(be, (kvd_pool_t *)obj);
         break;
-    }
     case KVD_OBJ_BUFFER: {
         kvd_buffer_t *b = (kvd_buffer_t *)obj;
         be->mem_destroy(be, &b->mem);

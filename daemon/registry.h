@@ -102,6 +102,10 @@ typedef struct kvd_registry {
 } kvd_registry_t;
 
 void kvd_registry_init(kvd_registry_t *reg, kvd_backend_t *be);
+
+/* Release a pool's memory and tables and free it: for a pool the registry
+ * drops, or one that failed before it was added. */
+void kvd_pool_free(kvd_backend_t *be, kvd_pool_t *p);
 /* Drops everything left; memory still referenced is released by the last
  * kvd_obj_unref. */
 void kvd_registry_deinit(kvd_registry_t *reg);
