@@ -10,7 +10,8 @@
  *
  * Every function is called on the loop thread.  A job's completion comes
  * back on the loop thread too: the backend calls job->done(job) from its
- * uv_async_t.  If submit returns an error, done never runs.
+ * uv_async_t (cuda with --cuda-completion loop: from its uv_idle_t).  If
+ * submit returns an error, done never runs.
  */
 #ifndef KVD_DAEMON_BACKEND_H
 #define KVD_DAEMON_BACKEND_H

@@ -117,7 +117,7 @@ typedef struct cuda_backend {
     uint32_t n_inflight; /* under poll_mu */
     int poll_stop;
     cudaEvent_t *ev_free; /* loop thread only */
-    uint32_t ev_nfree, ev_cap;
+    uint32_t ev_nfree;
     uv_async_t async;
     pthread_mutex_t done_mu;
     kvd_job_t *done_head, *done_tail;
@@ -341,6 +341,22 @@ static void mem_free_struct(kvd_mem_t *m)
     free(m);
 }
 
+/* Zero new device memory and wait for it: cudaMemset runs on the legacy
+ * stream, which neither the daemon's non-blocking streams nor an importing
+ * process wait for, so a first store could otherwise be zeroed after it. */
+static void zero_device(void *p, uint64_t bytes)
+{
+    cudaError_t e = cudaMemset(p, 0, bytes);
+
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(0);
+    if (e != cudaSuccess) {
+        kvd_log(KVD_LOG_WARN, "event=zero_fill_failed bytes=%llu error=\"%s\"",
+                (unsigned long long)bytes, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+    }
+}
+
 static kvd_status_t vmm_prop(cuda_backend_t *cb, CUmemAllocationProp *prop, uint64_t *gran,
                              char *why, size_t why_len)
 {
@@ -423,8 +439,20 @@ static kvd_status_t create_vmm(cuda_backend_t *cb, uint64_t bytes, kvd_mem_t *m,
     cm->vmm_size = size;
     m->fd = fd;
     m->map_bytes = size;
-    (void)cudaMemset(m->ptr, 0, size);
+    zero_device(m->ptr, size);
     return KVD_OK;
+}
+
+/* Register a mapped memfd with CUDA; on failure it is unmapped. */
+static kvd_status_t register_host(kvd_mem_t *m, char *why, size_t why_len)
+{
+    cudaError_t e = cudaHostRegister(m->ptr, m->map_bytes,
+                                     cudaHostRegisterPortable | cudaHostRegisterMapped);
+
+    if (e == cudaSuccess)
+        return KVD_OK;
+    munmap(m->ptr, m->map_bytes);
+    return cuda_fail(e, "cudaHostRegister", why, why_len);
 }
 
 static kvd_status_t cuda_mem_create(kvd_backend_t *be, int kind, uint64_t bytes,
@@ -445,14 +473,8 @@ static kvd_status_t cuda_mem_create(kvd_backend_t *be, int kind, uint64_t bytes,
     switch (kind) {
     case KVD_MEM_HOST:
         st = kvd__memfd_create(label, bytes, &m->fd, &m->ptr, &m->map_bytes, why, why_len);
-        if (st != KVD_OK)
-            break;
-        e = cudaHostRegister(m->ptr, m->map_bytes,
-                             cudaHostRegisterPortable | cudaHostRegisterMapped);
-        if (e != cudaSuccess) {
-            st = cuda_fail(e, "cudaHostRegister", why, why_len);
-            munmap(m->ptr, m->map_bytes);
-        }
+        if (st == KVD_OK)
+            st = register_host(m, why, why_len);
         break;
     case KVD_MEM_DEVICE:
         e = cudaMalloc(&m->ptr, bytes);
@@ -466,7 +488,7 @@ static kvd_status_t cuda_mem_create(kvd_backend_t *be, int kind, uint64_t bytes,
             cudaFree(m->ptr);
             break;
         }
-        (void)cudaMemset(m->ptr, 0, bytes);
+        zero_device(m->ptr, bytes);
         m->has_ipc = 1;
         m->map_bytes = bytes;
         break;
@@ -559,7 +581,6 @@ static kvd_status_t cuda_mem_import(kvd_backend_t *be, int kind, const unsigned 
     kvd_mem_t *m;
     cuda_mem_t *cm;
     kvd_status_t st = KVD_OK;
-    cudaError_t e;
 
     m = mem_new(kind, kind == KVD_MEM_HOST     ? HOW_HOST
                       : kind == KVD_MEM_DEVICE ? HOW_IPC_OPEN
@@ -611,14 +632,8 @@ static kvd_status_t cuda_mem_import(kvd_backend_t *be, int kind, const unsigned 
     }
     case KVD_MEM_HOST:
         st = kvd__memfd_map(fd, bytes, &m->ptr, &m->map_bytes, why, why_len);
-        if (st != KVD_OK)
-            break;
-        e = cudaHostRegister(m->ptr, m->map_bytes,
-                             cudaHostRegisterPortable | cudaHostRegisterMapped);
-        if (e != cudaSuccess) {
-            st = cuda_fail(e, "cudaHostRegister", why, why_len);
-            munmap(m->ptr, m->map_bytes);
-        }
+        if (st == KVD_OK)
+            st = register_host(m, why, why_len);
         break;
     default:
         st = KVD_EINVAL;
@@ -1035,7 +1050,6 @@ kvd_status_t kvd_backend_cuda_create(uv_loop_t *loop, const kvd_options_t *opts,
         st = KVD_ENOMEM;
         goto fail;
     }
-    cb->ev_cap = OOB_SLOTS;
     cb->use_poll = opts->cuda_completion == KVD_COMPLETION_POLL;
     if (cb->use_poll) {
         if (pthread_create(&cb->poller, NULL, poller_main, cb) != 0) {

@@ -489,6 +489,13 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     if (srv->opts.metrics[0] != '\0' &&
         (st = kvd_metrics_create(srv, &srv->metrics, why, why_len)) != KVD_OK)
         goto fail_backend;
+    /* before the socket listens: a SIGTERM from a peer that saw it must
+     * find the handler, not the default action */
+    uv_signal_init(loop, &srv->sig_term);
+    uv_signal_init(loop, &srv->sig_int);
+    srv->sig_term.data = srv->sig_int.data = srv;
+    uv_signal_start(&srv->sig_term, signal_cb, SIGTERM);
+    uv_signal_start(&srv->sig_int, signal_cb, SIGINT);
     if (srv->activated) {
         kvd_log(KVD_LOG_INFO, "event=socket_activated socket=%s fd=%d", srv->socket_path,
                 srv->listen_fd);
@@ -504,11 +511,6 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     srv->listen_poll.data = srv;
     uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);
     srv->listening = 1;
-    uv_signal_init(loop, &srv->sig_term);
-    uv_signal_init(loop, &srv->sig_int);
-    srv->sig_term.data = srv->sig_int.data = srv;
-    uv_signal_start(&srv->sig_term, signal_cb, SIGTERM);
-    uv_signal_start(&srv->sig_int, signal_cb, SIGINT);
     uv_idle_init(loop, &srv->idle);
     srv->idle.data = srv;
     uv_timer_init(loop, &srv->drain_timer);
@@ -517,6 +519,10 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     return KVD_OK;
 
 fail_backend:
+    if (srv->sig_term.loop != NULL) { /* initialised: the listener failed */
+        uv_close((uv_handle_t *)&srv->sig_term, NULL);
+        uv_close((uv_handle_t *)&srv->sig_int, NULL);
+    }
     kvd_metrics_close(srv->metrics);
     kvd_registry_deinit(&srv->reg);
     srv->backend->destroy(srv->backend, NULL, NULL);

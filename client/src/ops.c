@@ -206,10 +206,8 @@ static kvd_status_t fp8_go(kvd_client_t *cli, const kvd_kv_fp8_set_t *a, const k
 
     if (cli == NULL || a == NULL)
         return kvd__client_fail(cli, KVD_ENULL, "client or args is NULL");
-    if (a->scale_mode == KVD_FP8_SCALE_PER_HEAD &&
-        (a->k_head_scales == NULL || a->v_head_scales == NULL))
-        return kvd__client_fail(cli, KVD_ENULL,
-                                "per-head scaling needs k_head_scales and v_head_scales");
+    if (a->scale_mode == KVD_FP8_SCALE_PER_HEAD && a->k_head_scales == NULL)
+        return kvd__client_fail(cli, KVD_ENULL, "per-head scaling needs k_head_scales");
     st = indices_build(cli, &a->loc, &loc, "fp8_set loc");
     if (st != KVD_OK)
         return st;
@@ -228,8 +226,10 @@ static kvd_status_t fp8_go(kvd_client_t *cli, const kvd_kv_fp8_set_t *a, const k
     if (a->scale_mode == KVD_FP8_SCALE_PER_HEAD) {
         m.n_k_head_scales = a->num_heads;
         m.k_head_scales = (float *)a->k_head_scales;
-        m.n_v_head_scales = a->num_heads;
-        m.v_head_scales = (float *)a->v_head_scales;
+        if (a->v_head_scales != NULL) { /* MLA pools take none */
+            m.n_v_head_scales = a->num_heads;
+            m.v_head_scales = (float *)a->v_head_scales;
+        }
     }
     req.sync = sync_build(sync, &s);
     req.op_case = KVDOCK__REQUEST__OP_FP8_SET;

@@ -889,6 +889,46 @@ START_TEST(test_store_into_imported)
 }
 END_TEST
 
+/* Per-head scales: an MLA pool takes k_head_scales alone; an MHA pool
+ * without v_head_scales is the daemon's ESHAPE, not the client's ENULL. */
+START_TEST(test_fp8_per_head_v_scales_optional)
+{
+    kvd_client_t *cli = kvt_connect("fp8-scales-test");
+    kvt_pool_t mla, mha;
+    int64_t loc[2] = {0, 3};
+    float src[2 * 2 * 4] = {1.0f, 2.0f, -1.0f, 0.5f};
+    float hs[2] = {2.0f, 0.5f};
+    kvd_kv_fp8_set_t a;
+
+    kvt_pool_make(cli, &mla, "fp8-hs-mla", 1, 8, 2 * 4, true, 0);
+    kvt_pool_make(cli, &mha, "fp8-hs-mha", 1, 8, 2 * 4, false, 0);
+    memset(&a, 0, sizeof(a));
+    a.pool = mla.info.id;
+    a.loc.values = loc;
+    a.loc.count = 2;
+    a.k.data = src;
+    a.k.bytes = sizeof(src);
+    a.src_dtype = KVD_DTYPE_F32;
+    a.cache_dtype = KVD_DTYPE_E4M3;
+    a.num_heads = 2;
+    a.head_dim = 4;
+    a.scale_mode = KVD_FP8_SCALE_PER_HEAD;
+    a.k_head_scales = hs;
+    KVT_OK(cli, kvd_kv_fp8_set(cli, &a, NULL, NULL));
+    a.pool = mha.info.id;
+    a.v.data = src;
+    a.v.bytes = sizeof(src);
+    KVT_ERR(cli, kvd_kv_fp8_set(cli, &a, NULL, NULL), KVD_ESHAPE);
+    a.v_head_scales = hs;
+    KVT_OK(cli, kvd_kv_fp8_set(cli, &a, NULL, NULL));
+    a.k_head_scales = NULL;
+    KVT_ERR(cli, kvd_kv_fp8_set(cli, &a, NULL, NULL), KVD_ENULL);
+    kvt_pool_free(cli, &mla);
+    kvt_pool_free(cli, &mha);
+    kvd_client_destroy(&cli);
+}
+END_TEST
+
 /* Events need CUDA: the cpu backend refuses them; the library has no
  * handle to take either when built without CUDA. */
 START_TEST(test_events_on_cpu_backend)
@@ -927,6 +967,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, test_fp8_bf16_e4m3_tensor);
     tcase_add_test(tc, test_fp8_f16_e5m2_per_head);
     tcase_add_test(tc, test_fp8_f32_e5m2_tensor);
+    tcase_add_test(tc, test_fp8_per_head_v_scales_optional);
     tcase_add_test(tc, test_gather_i32_inline);
     tcase_add_test(tc, test_gather_i64_inline);
     tcase_add_test(tc, test_gather_i32_buffers);

@@ -290,6 +290,14 @@ class TestFp8(Base):
     def test_fp8_paged_pool(self):
         self.run_case("float16", "e5m2", 1, page_size=4)
 
+    def test_fp8_head_scales_count(self):
+        # The C library reads num_heads scales: a shorter list is refused first.
+        p, m = self.pool(layers=1, slots=8, slot_bytes=16, fill=0)
+        k = np.ones((2, 2, 8), np.float32)
+        with self.assertRaises(ValueError):
+            self.cli.fp8_set(p, 0, [0, 1], k, k, k_head_scales=[1.0], v_head_scales=[1.0, 1.0])
+        self.cli.fp8_set(p, 0, [0, 1], k, k, k_head_scales=[1.0, 2.0], v_head_scales=[1.0, 1.0])
+
     def test_fp8_shape_from_arguments(self):
         # Flat bytes need num_heads and head_dim (and the source dtype).
         p, m = self.pool(layers=1, slots=8, slot_bytes=16, fill=0)

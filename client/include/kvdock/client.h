@@ -489,7 +489,7 @@ typedef struct kvd_kv_fp8_set {
     float k_scale;
     float v_scale;
     const float *k_head_scales; /* num_heads each, SCALE_PER_HEAD */
-    const float *v_head_scales;
+    const float *v_head_scales; /* MHA pools only: NULL for MLA */
 } kvd_kv_fp8_set_t;
 
 typedef struct kvd_page_table_gather {

@@ -1491,6 +1491,9 @@ class Client:
             mode = C.FP8_SCALE_NONE
         khs = _floats(k_head_scales)
         vhs = _floats(v_head_scales)
+        for name, hs in (("k_head_scales", khs), ("v_head_scales", vhs)):
+            if hs is not None and len(hs) != num_heads:  # the C side reads num_heads
+                raise ValueError(f"{name} has {len(hs)} values for {num_heads} heads")
         req = _Req(self)
         try:
             a = C.KvFp8Set(

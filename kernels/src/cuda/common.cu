@@ -43,7 +43,8 @@ kvd_status_t kvd__cuda_grid(int64_t threads_needed, int blocks_per_sm,
     kvd_status_t st = kvd__cuda_sm_count(&sms);
     if (st != KVD_OK)
         return st;
-    int64_t want = (threads_needed + KVD_BLOCK_THREADS - 1) / KVD_BLOCK_THREADS;
+    /* no + (KVD_BLOCK_THREADS - 1): callers saturate at INT64_MAX */
+    int64_t want = threads_needed / KVD_BLOCK_THREADS + (threads_needed % KVD_BLOCK_THREADS != 0);
     int64_t resident = (int64_t)sms * blocks_per_sm;
     if (want > resident)
         want = resident;

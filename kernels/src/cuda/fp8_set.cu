@@ -31,7 +31,7 @@ struct Fp8Set {
     int64_t num_slots;
     int64_t num_tokens;
     int64_t tasks; /* num_tokens * nbufs */
-    int vecs_per_head;
+    int64_t vecs_per_head;
     int vph_shift; /* log2(vecs_per_head), or -1 when not a power of two */
     int64_t vecs_per_row;
     const void *loc;
@@ -118,17 +118,19 @@ __device__ __forceinline__ typename Out<VE>::T convert(const typename Raw<KIND, 
 /* Vector v of a row: head h, vector e within the head.  Shift when the
  * vectors per head are a power of two, 32-bit division when the row allows
  * it: the 64-bit division costs more than the conversion. */
-__device__ __forceinline__ void head_of(int64_t v, int vph, int vph_shift, int *h, int *e)
+__device__ __forceinline__ void head_of(int64_t v, int64_t vph, int vph_shift, int64_t *h,
+                                        int64_t *e)
 {
     if (vph_shift >= 0) {
-        *h = (int)(v >> vph_shift);
-        *e = (int)(v & (vph - 1));
-    } else if (v <= UINT32_MAX) {
-        *h = (int)((uint32_t)v / (uint32_t)vph);
-        *e = (int)((uint32_t)v - (uint32_t)*h * (uint32_t)vph);
+        *h = v >> vph_shift;
+        *e = v & (vph - 1);
+    } else if ((uint64_t)(v | vph) <= UINT32_MAX) {
+        const uint32_t q = (uint32_t)v / (uint32_t)vph;
+        *h = q;
+        *e = (uint32_t)v - q * (uint32_t)vph;
     } else {
-        *h = (int)(v / vph);
-        *e = (int)(v - (int64_t)*h * vph);
+        *h = v / vph;
+        *e = v - *h * vph;
     }
 }
 
@@ -140,7 +142,7 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) fp8_
     const int g = 1 << gshift;
     const int lane = threadIdx.x & (g - 1);
     const int64_t ngroups = ((int64_t)gridDim.x * blockDim.x) >> gshift;
-    const int vph = p.vecs_per_head;
+    const int64_t vph = p.vecs_per_head;
 
     for (int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> gshift; t < p.tasks;
          t += ngroups) {
@@ -184,7 +186,7 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) fp8_
             for (int u = 0; u < kUnroll; u++) {
                 const int64_t v = v0 + u * g;
                 if (v < p.vecs_per_row) {
-                    int h, e;
+                    int64_t h, e;
                     head_of(v, vph, p.vph_shift, &h, &e);
                     e *= VE;
                     r[u] = *(const RawT *)(srow + h * sh + (int64_t)e * (KIND == kF32 ? 4 : 2));
@@ -194,7 +196,7 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) fp8_
             for (int u = 0; u < kUnroll; u++) {
                 const int64_t v = v0 + u * g;
                 if (v < p.vecs_per_row) {
-                    int h, e;
+                    int64_t h, e;
                     head_of(v, vph, p.vph_shift, &h, &e);
                     e *= VE;
                     const float hinv = p.scale_mode == KVD_SCALE_PER_HEAD
@@ -219,10 +221,10 @@ int group_shift(int64_t vecs)
 template <int KIND, int VE, bool E5M2>
 kvd_status_t launch_vec(Fp8Set &p, int64_t head_dim, const kvd_launch_t *launch)
 {
-    p.vecs_per_head = (int)(head_dim / VE);
+    p.vecs_per_head = head_dim / VE;
     p.vph_shift = -1;
-    for (int b = 0; b < 31; b++)
-        if (p.vecs_per_head == 1 << b)
+    for (int b = 0; b < 63; b++)
+        if (p.vecs_per_head == (int64_t)1 << b)
             p.vph_shift = b;
     p.vecs_per_row = p.vecs_per_row * p.vecs_per_head; /* caller put num_heads there */
     const int gshift = group_shift(p.vecs_per_row);
