@@ -718,6 +718,13 @@ static kvd_status_t do_transfer(kvd_req_t *r, dataop_t *d)
     if ((d->job.flags & KVD_LAUNCH_COPY_ENGINE) && (si.on_device || di.on_device))
         return kvd__req_fail(r, KVD_EINVAL, "sync.copy_engine needs host-readable indices (inline "
                          "or in a host buffer)");
+    /* The copy engines' rows are listed from the indices at submission, before
+     * the stream reaches the wait event: indices a worker writes after its
+     * event would be read too early. */
+    if ((d->job.flags & KVD_LAUNCH_COPY_ENGINE) && d->job.wait_event != NULL &&
+        ((t->src && t->src->buffer) || (t->dst && t->dst->buffer)))
+        return kvd__req_fail(r, KVD_EINVAL, "sync.copy_engine with sync.wait_event needs inline "
+                         "indices (buffer indices are read when the request arrives)");
 
     d->job.kind = KVD_JOB_TRANSFER;
     memset(a, 0, sizeof(*a));
