@@ -10,6 +10,12 @@
 
 #include "backend.h"
 
+#ifdef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE_ MADV_POPULATE_WRITE
+#else
+#define MADV_POPULATE_WRITE_ 23 /* Linux 5.14 */
+#endif
+
 static uint64_t page_round(uint64_t n)
 {
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
@@ -106,6 +112,14 @@ kvd_status_t kvd__memfd_map(int fd, uint64_t bytes, void **ptr_out, uint64_t *ma
     if (p == MAP_FAILED) {
         snprintf(why, why_len, "mmap: %s", strerror(errno));
         return errno == ENOMEM ? KVD_ENOMEM : KVD_EPERM;
+    }
+    /* Fault every page in now: a client's memfd whose pages cannot be had
+     * later (hugetlb pool exhausted) must fail this import, not raise
+     * SIGBUS in a worker thread.  Kernels before 5.14 lack the advice. */
+    if (madvise(p, map_bytes, MADV_POPULATE_WRITE_) != 0 && errno != EINVAL) {
+        snprintf(why, why_len, "populating the memfd: %s", strerror(errno));
+        munmap(p, map_bytes);
+        return KVD_ENOMEM;
     }
     *ptr_out = p;
     *map_out = map_bytes;
