@@ -90,3 +90,14 @@ const char *kvd_log_quote(const char *s, char *buf, size_t len)
     buf[i] = '\0';
     return buf;
 }
+
+void kvd__seterr(char *err, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err == NULL || len == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+}

@@ -31,6 +31,9 @@ void kvd__log_write(int level, const char *fmt, ...) __attribute__((format(print
 
 /* "error", "warn", "info", "debug"; -1 for anything else. */
 int kvd_log_level_parse(const char *name);
+
+/* Format a message into err[len] (nothing when err is NULL or len 0). */
+void kvd__seterr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 const char *kvd_log_level_name(int level);
 
 /* Copy s into buf (len bytes) as a log value: quoted when it holds spaces,

@@ -51,18 +51,6 @@ struct kvd_metrics {
 
 /* ---- the address ------------------------------------------------------- */
 
-static void seterr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || len == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-}
-
 static int parse_port(const char *s, uint16_t *out)
 {
     unsigned long v = 0;
@@ -90,18 +78,18 @@ kvd_status_t kvd_metrics_parse_addr(const char *spec, int allow_remote, kvd_metr
 
     memset(&a, 0, sizeof(a));
     if (spec == NULL || spec[0] == '\0') {
-        seterr(err, err_len, "metrics: empty address");
+        kvd__seterr(err, err_len, "metrics: empty address");
         return KVD_EINVAL;
     }
     if (spec[0] == '[') { /* [v6]:port */
         const char *close = strchr(spec, ']');
         if (close == NULL || close[1] != ':') {
-            seterr(err, err_len, "metrics: '%s' is not [IPV6]:PORT", spec);
+            kvd__seterr(err, err_len, "metrics: '%s' is not [IPV6]:PORT", spec);
             return KVD_EINVAL;
         }
         hlen = (size_t)(close - spec - 1);
         if (hlen == 0 || hlen >= sizeof(host)) {
-            seterr(err, err_len, "metrics: bad IPv6 address in '%s'", spec);
+            kvd__seterr(err, err_len, "metrics: bad IPv6 address in '%s'", spec);
             return KVD_EINVAL;
         }
         memcpy(host, spec + 1, hlen);
@@ -115,12 +103,12 @@ kvd_status_t kvd_metrics_parse_addr(const char *spec, int allow_remote, kvd_metr
         } else {
             hlen = (size_t)(colon - spec);
             if (memchr(spec, ':', hlen) != NULL) {
-                seterr(err, err_len, "metrics: write an IPv6 address as [ADDR]:PORT ('%s')",
+                kvd__seterr(err, err_len, "metrics: write an IPv6 address as [ADDR]:PORT ('%s')",
                        spec);
                 return KVD_EINVAL;
             }
             if (hlen == 0 || hlen >= sizeof(host)) {
-                seterr(err, err_len, "metrics: '%s' needs a host before ':' (or just a port)",
+                kvd__seterr(err, err_len, "metrics: '%s' needs a host before ':' (or just a port)",
                        spec);
                 return KVD_EINVAL;
             }
@@ -130,7 +118,7 @@ kvd_status_t kvd_metrics_parse_addr(const char *spec, int allow_remote, kvd_metr
         }
     }
     if (parse_port(port, &a.port) != 0) {
-        seterr(err, err_len, "metrics: '%s' is not a port (0..65535) in '%s'", port, spec);
+        kvd__seterr(err, err_len, "metrics: '%s' is not a port (0..65535) in '%s'", port, spec);
         return KVD_EINVAL;
     }
     if (strcmp(host, "localhost") == 0)
@@ -146,7 +134,7 @@ kvd_status_t kvd_metrics_parse_addr(const char *spec, int allow_remote, kvd_metr
             a.family = AF_INET6;
             a.loopback = IN6_IS_ADDR_LOOPBACK(&v6);
         } else {
-            seterr(err, err_len,
+            kvd__seterr(err, err_len,
                    "metrics: '%s' is not a numeric address (or localhost); names are not "
                    "looked up",
                    host);
@@ -155,7 +143,7 @@ kvd_status_t kvd_metrics_parse_addr(const char *spec, int allow_remote, kvd_metr
     }
     snprintf(a.host, sizeof(a.host), "%s", host);
     if (!a.loopback && !allow_remote) {
-        seterr(err, err_len,
+        kvd__seterr(err, err_len,
                "metrics: %s is not a loopback address and the endpoint has no authentication; "
                "set metrics-allow-remote = yes to serve it beyond this host",
                host);
@@ -741,7 +729,7 @@ kvd_status_t kvd_metrics_create(kvd_server_t *srv, kvd_metrics_t **out, char *wh
     else
         rc = uv_ip6_addr(m->addr.host, m->addr.port, (struct sockaddr_in6 *)&ss);
     if (rc != 0) {
-        seterr(why, why_len, "metrics: bad address %s: %s", m->addr.host, uv_strerror(rc));
+        kvd__seterr(why, why_len, "metrics: bad address %s: %s", m->addr.host, uv_strerror(rc));
         free(m);
         return KVD_EINVAL;
     }
@@ -755,7 +743,7 @@ kvd_status_t kvd_metrics_create(kvd_server_t *srv, kvd_metrics_t **out, char *wh
     if (rc == 0)
         rc = uv_tcp_getsockname(&m->listener, (struct sockaddr *)&ss, &len);
     if (rc != 0) {
-        seterr(why, why_len, "metrics: cannot listen on %s port %u: %s", m->addr.host,
+        kvd__seterr(why, why_len, "metrics: cannot listen on %s port %u: %s", m->addr.host,
                (unsigned)m->addr.port, uv_strerror(rc));
         m->free_when_closed = 1;
         m->closing = 1;

@@ -90,18 +90,6 @@ const kvd_option_def_t kvd__option_table[] = {
 };
 const size_t kvd__option_count = sizeof(kvd__option_table) / sizeof(kvd__option_table[0]);
 
-static void seterr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || len == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-}
-
 static const kvd_option_def_t *find(const char *name, size_t name_len)
 {
     size_t i;
@@ -204,7 +192,7 @@ static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const c
     switch (d->type) {
     case KVD_OPT_STR:
         if (strlen(value) >= KVD_OPT_STR_MAX) {
-            seterr(err, err_len, "%s: value longer than %d bytes", d->name, KVD_OPT_STR_MAX - 1);
+            kvd__seterr(err, err_len, "%s: value longer than %d bytes", d->name, KVD_OPT_STR_MAX - 1);
             return KVD_ERANGE;
         }
         snprintf(field, KVD_OPT_STR_MAX, "%s", value);
@@ -212,18 +200,18 @@ static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const c
     case KVD_OPT_ENUM:
         idx = choice_index(d->choices, value);
         if (idx < 0) {
-            seterr(err, err_len, "%s: '%s' is not one of %s", d->name, value, d->choices);
+            kvd__seterr(err, err_len, "%s: '%s' is not one of %s", d->name, value, d->choices);
             return KVD_EINVAL;
         }
         *(int *)field = idx;
         return KVD_OK;
     case KVD_OPT_INT:
         if (parse_number(value, 1, 0, &sv, &uv) != 0) {
-            seterr(err, err_len, "%s: '%s' is not a whole number", d->name, value);
+            kvd__seterr(err, err_len, "%s: '%s' is not a whole number", d->name, value);
             return KVD_EINVAL;
         }
         if (sv < d->min || sv > d->max) {
-            seterr(err, err_len, "%s: %" PRId64 " is outside [%" PRId64 ", %" PRId64 "]",
+            kvd__seterr(err, err_len, "%s: %" PRId64 " is outside [%" PRId64 ", %" PRId64 "]",
                    d->name, sv, d->min, d->max);
             return KVD_ERANGE;
         }
@@ -232,20 +220,20 @@ static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const c
     case KVD_OPT_UINT:
     case KVD_OPT_SIZE:
         if (parse_number(value, 0, d->type == KVD_OPT_SIZE, &sv, &uv) != 0) {
-            seterr(err, err_len, "%s: '%s' is not a %s", d->name, value,
+            kvd__seterr(err, err_len, "%s: '%s' is not a %s", d->name, value,
                    d->type == KVD_OPT_SIZE ? "size (a number with an optional K, M, G or T)"
                                            : "non-negative whole number");
             return KVD_EINVAL;
         }
         if (uv < (uint64_t)d->min || uv > (uint64_t)d->max) {
-            seterr(err, err_len, "%s: %" PRIu64 " is outside [%" PRId64 ", %" PRId64 "]",
+            kvd__seterr(err, err_len, "%s: %" PRIu64 " is outside [%" PRId64 ", %" PRId64 "]",
                    d->name, uv, d->min, d->max);
             return KVD_ERANGE;
         }
         *(uint64_t *)field = uv;
         return KVD_OK;
     }
-    seterr(err, err_len, "%s: bad option type", d->name);
+    kvd__seterr(err, err_len, "%s: bad option type", d->name);
     return KVD_EINTERNAL;
 }
 
@@ -267,7 +255,7 @@ kvd_status_t kvd_options_set(kvd_options_t *o, const char *name, const char *val
         return KVD_ENULL;
     d = find(name, strlen(name));
     if (d == NULL) {
-        seterr(err, err_len, "unknown option '%s'", name);
+        kvd__seterr(err, err_len, "unknown option '%s'", name);
         return KVD_EINVAL;
     }
     return set_def(o, d, value, err, err_len);
@@ -297,7 +285,7 @@ kvd_status_t kvd_options_load_file(kvd_options_t *o, const char *path, char *err
         return KVD_ENULL;
     f = fopen(path, "re");
     if (f == NULL) {
-        seterr(err, err_len, "%s: %s", path, strerror(errno));
+        kvd__seterr(err, err_len, "%s: %s", path, strerror(errno));
         return KVD_EIO;
     }
     tmp = *o; /* all or nothing */
@@ -307,7 +295,7 @@ kvd_status_t kvd_options_load_file(kvd_options_t *o, const char *path, char *err
 
         lineno++;
         if (strchr(line, '\n') == NULL && !feof(f)) {
-            seterr(err, err_len, "%s:%d: line too long", path, lineno);
+            kvd__seterr(err, err_len, "%s:%d: line too long", path, lineno);
             st = KVD_EINVAL;
             goto out;
         }
@@ -319,7 +307,7 @@ kvd_status_t kvd_options_load_file(kvd_options_t *o, const char *path, char *err
             continue;
         eq = strchr(s, '=');
         if (eq == NULL) {
-            seterr(err, err_len, "%s:%d: expected `key = value`", path, lineno);
+            kvd__seterr(err, err_len, "%s:%d: expected `key = value`", path, lineno);
             st = KVD_EINVAL;
             goto out;
         }
@@ -327,18 +315,18 @@ kvd_status_t kvd_options_load_file(kvd_options_t *o, const char *path, char *err
         key = trim(s);
         val = trim(eq + 1);
         if (strcmp(key, "config") == 0) {
-            seterr(err, err_len, "%s:%d: 'config' cannot be set in a config file", path, lineno);
+            kvd__seterr(err, err_len, "%s:%d: 'config' cannot be set in a config file", path, lineno);
             st = KVD_EINVAL;
             goto out;
         }
         st = kvd_options_set(&tmp, key, val, sub, sizeof(sub));
         if (st != KVD_OK) {
-            seterr(err, err_len, "%s:%d: %s", path, lineno, sub);
+            kvd__seterr(err, err_len, "%s:%d: %s", path, lineno, sub);
             goto out;
         }
     }
     if (ferror(f)) {
-        seterr(err, err_len, "%s: read error", path);
+        kvd__seterr(err, err_len, "%s: read error", path);
         st = KVD_EIO;
         goto out;
     }
@@ -372,16 +360,16 @@ kvd_status_t kvd_options_check(const kvd_options_t *o, char *err, size_t err_len
 {
     if (!id_list_valid(o->allow_uids) || !id_list_valid(o->allow_gids) ||
         !id_list_valid(o->admin_uids)) {
-        seterr(err, err_len, "allow-uids, allow-gids and admin-uids take comma-separated numbers");
+        kvd__seterr(err, err_len, "allow-uids, allow-gids and admin-uids take comma-separated numbers");
         return KVD_EINVAL;
     }
     if (o->max_inline_bytes > o->max_frame_bytes) {
-        seterr(err, err_len, "max-inline-bytes (%" PRIu64 ") exceeds max-frame-bytes (%" PRIu64 ")",
+        kvd__seterr(err, err_len, "max-inline-bytes (%" PRIu64 ") exceeds max-frame-bytes (%" PRIu64 ")",
                o->max_inline_bytes, o->max_frame_bytes);
         return KVD_EINVAL;
     }
     if (o->max_total_pool_bytes != 0 && o->max_pool_bytes > o->max_total_pool_bytes) {
-        seterr(err, err_len, "max-pool-bytes exceeds max-total-pool-bytes");
+        kvd__seterr(err, err_len, "max-pool-bytes exceeds max-total-pool-bytes");
         return KVD_EINVAL;
     }
     if (o->metrics[0] != '\0') {
@@ -416,7 +404,7 @@ kvd_opts_action_t kvd_options_parse_args(kvd_options_t *o, int argc, char **argv
             if (strcmp(arg, "--print-config") == 0)
                 continue;
             if (strncmp(arg, "--", 2) != 0) {
-                seterr(err, err_len, "unexpected argument '%s' (options are --name value)", arg);
+                kvd__seterr(err, err_len, "unexpected argument '%s' (options are --name value)", arg);
                 return KVD_OPTS_ERROR;
             }
             name = arg + 2;
@@ -424,14 +412,14 @@ kvd_opts_action_t kvd_options_parse_args(kvd_options_t *o, int argc, char **argv
             name_len = eq ? (size_t)(eq - name) : strlen(name);
             d = find(name, name_len);
             if (d == NULL) {
-                seterr(err, err_len, "unknown option '%.*s' (see --help)", (int)name_len, arg);
+                kvd__seterr(err, err_len, "unknown option '%.*s' (see --help)", (int)name_len, arg);
                 return KVD_OPTS_ERROR;
             }
             if (eq) {
                 value = eq + 1;
             } else {
                 if (i + 1 >= argc) {
-                    seterr(err, err_len, "option '--%s' needs a value", d->name);
+                    kvd__seterr(err, err_len, "option '--%s' needs a value", d->name);
                     return KVD_OPTS_ERROR;
                 }
                 value = argv[++i];
@@ -439,18 +427,18 @@ kvd_opts_action_t kvd_options_parse_args(kvd_options_t *o, int argc, char **argv
             if ((pass == 0) != (strcmp(d->name, "config") == 0))
                 continue;
             if (set_def(&tmp, d, value, sub, sizeof(sub)) != KVD_OK) {
-                seterr(err, err_len, "%s", sub);
+                kvd__seterr(err, err_len, "%s", sub);
                 return KVD_OPTS_ERROR;
             }
             if (pass == 0 && tmp.config[0] != '\0' &&
                 kvd_options_load_file(&tmp, tmp.config, sub, sizeof(sub)) != KVD_OK) {
-                seterr(err, err_len, "%s", sub);
+                kvd__seterr(err, err_len, "%s", sub);
                 return KVD_OPTS_ERROR;
             }
         }
     }
     if (kvd_options_check(&tmp, sub, sizeof(sub)) != KVD_OK) {
-        seterr(err, err_len, "%s", sub);
+        kvd__seterr(err, err_len, "%s", sub);
         return KVD_OPTS_ERROR;
     }
     *o = tmp;
