@@ -269,6 +269,8 @@ kvd_status_t kvd__op_pool_import(kvd_req_t *r)
     if (stride < pi->slot_bytes)
         return kvd__req_fail(r, KVD_EINVAL, "slot_stride (%" PRIu64 ") < slot_bytes (%" PRIu64 ")",
                          pi->slot_stride, pi->slot_bytes);
+    if (stride > (uint64_t)INT64_MAX || pi->slot_bytes > (uint64_t)INT64_MAX)
+        return kvd__req_fail(r, KVD_EOVERFLOW, "slot_stride and slot_bytes must fit in int64");
     if (pi->page_size > 1 && pi->num_slots % pi->page_size != 0)
         return kvd__req_fail(r, KVD_ESHAPE, "num_slots is not a multiple of page_size");
     if (pi->n_regions < 1 || pi->n_regions > MAX_IMPORT_REGIONS)

@@ -41,7 +41,7 @@ const kvd_option_def_t kvd__option_table[] = {
     {"max-total-pools", KVD_OPT_UINT, OFF(max_total_pools), "4096", 1, 1 << 20, NULL,
      "pools in the daemon, all clients together (ELIMIT past it)"},
     {"max-buffers", KVD_OPT_UINT, OFF(max_buffers), "1024", 1, 1 << 20, NULL,
-     "registered buffers per client (ELIMIT past it)"},
+     "registered buffers and interprocess events per client (ELIMIT past it)"},
     {"max-pool-bytes", KVD_OPT_SIZE, OFF(max_pool_bytes), "0", 0, INT64_MAX, NULL,
      "bytes of pools and buffers per client; 0: no limit"},
     {"max-total-pool-bytes", KVD_OPT_SIZE, OFF(max_total_pool_bytes), "0", 0, INT64_MAX, NULL,

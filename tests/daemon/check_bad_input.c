@@ -943,6 +943,11 @@ B(i_stride)
     import_base(m, sealed_memfd(4096, 1));
     m->pi.slot_stride = 4;
 }
+B(i_stride_huge)
+{
+    import_base(m, sealed_memfd(4096, 1));
+    m->pi.slot_stride = (uint64_t)INT64_MAX + 1;
+}
 B(i_device_kind)
 {
     import_base(m, -1);
@@ -1158,6 +1163,7 @@ static const row_t rows[] = {
     {"import, no regions", i_no_regions, KVD_EINVAL, ON_OWNER, 0},
     {"import, duplicate name", i_duplicate, KVD_EEXIST, ON_OWNER, 0},
     {"import, slot_stride below slot_bytes", i_stride, KVD_EINVAL, ON_OWNER, 0},
+    {"import, slot_stride past int64", i_stride_huge, KVD_EOVERFLOW, ON_OWNER, 0},
     {"import of a CUDA handle on cpu", i_device_kind, KVD_ENOTSUP, ON_OWNER, 0},
     {"import, CUDA handle of 10 bytes", i_handle_length, KVD_EINVAL, ON_OWNER, 0},
     /* buffers and events */
