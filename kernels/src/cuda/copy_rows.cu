@@ -294,6 +294,37 @@ int64_t host_index(const void *p, bool is64, int64_t i)
     return is64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
 }
 
+/* Descriptors per batch: bounds the host scratch whatever the row count
+ * (the GPU suite's largest copy-engine case spans several batches). */
+constexpr size_t kCeBatch = (size_t)1 << 14;
+
+/* Hand n copies to the copy engines, in the caller's stream order. */
+kvd_status_t ce_flush(size_t n, const kvd_launch_t *launch)
+{
+    CeScratch &c = ce_scratch;
+    cudaMemcpyAttributes attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    size_t attr_idx = 0;
+    cudaStream_t stream = kvd__stream(launch);
+    if (stream != 0) {
+        KVD_CUDA_TRY(cudaMemcpyBatchAsync(c.dsts, c.srcs, c.sizes, n, &attr, &attr_idx, 1, stream));
+        return KVD_OK;
+    }
+    /* Batches refuse the legacy default stream: run the batch on a side
+     * stream ordered after and before it by events. */
+    kvd_status_t st = ce_side_stream_ready();
+    if (st != KVD_OK)
+        return st;
+    KVD_CUDA_TRY(cudaEventRecord(c.before, 0));
+    KVD_CUDA_TRY(cudaStreamWaitEvent(c.side, c.before, 0));
+    KVD_CUDA_TRY(cudaMemcpyBatchAsync(c.dsts, c.srcs, c.sizes, n, &attr, &attr_idx, 1, c.side));
+    KVD_CUDA_TRY(cudaEventRecord(c.after, c.side));
+    KVD_CUDA_TRY(cudaStreamWaitEvent(0, c.after, 0));
+    return KVD_OK;
+}
+
 /*
  * Every row becomes one copy of a batch; rows that continue the previous
  * copy on both sides (consecutive slots, packed rows) are merged into it.
@@ -314,7 +345,7 @@ kvd_status_t copy_engine(const RowCopy &p, int64_t num_layers, const kvd_launch_
         return kvd__fail(KVD_ENOTSUP, "kv_transfer: the copy-engine path needs a host-readable "
                                       "oob_count");
 
-    kvd_status_t st = ce_reserve((size_t)p.tasks);
+    kvd_status_t st = ce_reserve((size_t)p.tasks < kCeBatch ? (size_t)p.tasks : kCeBatch);
     if (st != KVD_OK)
         return st;
     CeScratch &c = ce_scratch;
@@ -344,6 +375,11 @@ kvd_status_t copy_engine(const RowCopy &p, int64_t num_layers, const kvd_launch_
                     c.sizes[n - 1] += (size_t)p.row_bytes;
                     continue;
                 }
+                if (n == kCeBatch) { /* full: send it, start the next batch */
+                    if ((st = ce_flush(n, launch)) != KVD_OK)
+                        return st;
+                    n = run_start = 0;
+                }
                 c.dsts[n] = dr;
                 c.srcs[n] = sr;
                 c.sizes[n] = (size_t)p.row_bytes;
@@ -351,30 +387,8 @@ kvd_status_t copy_engine(const RowCopy &p, int64_t num_layers, const kvd_launch_
             }
         }
     }
-    if (n > 0) {
-        cudaMemcpyAttributes attr;
-        memset(&attr, 0, sizeof(attr));
-        attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-        attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-        size_t attr_idx = 0;
-        cudaStream_t stream = kvd__stream(launch);
-        if (stream != 0) {
-            KVD_CUDA_TRY(cudaMemcpyBatchAsync(c.dsts, c.srcs, c.sizes, n, &attr, &attr_idx, 1,
-                                              stream));
-        } else {
-            /* Batches refuse the legacy default stream: run the batch on a
-             * side stream ordered after and before it by events. */
-            kvd_status_t sst = ce_side_stream_ready();
-            if (sst != KVD_OK)
-                return sst;
-            KVD_CUDA_TRY(cudaEventRecord(c.before, 0));
-            KVD_CUDA_TRY(cudaStreamWaitEvent(c.side, c.before, 0));
-            KVD_CUDA_TRY(cudaMemcpyBatchAsync(c.dsts, c.srcs, c.sizes, n, &attr, &attr_idx, 1,
-                                              c.side));
-            KVD_CUDA_TRY(cudaEventRecord(c.after, c.side));
-            KVD_CUDA_TRY(cudaStreamWaitEvent(0, c.after, 0));
-        }
-    }
+    if (n > 0 && (st = ce_flush(n, launch)) != KVD_OK)
+        return st;
     if (p.oob && oob)
         *p.oob += oob;
     return KVD_OK;
