@@ -343,7 +343,7 @@ kvd_status_t kvd_daemon_status(kvd_client_t *cli, kvd_daemon_status_t *out,
     o.status.cap = cap;
     req.op_case = KVDOCK__REQUEST__OP_STATUS;
     req.status = &sr;
-    return kvd__call(cli, &req, NULL, 0, status_finish, &o);
+    return kvd__call(cli, &req, NULL, 0, status_finish, &o, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -445,7 +445,7 @@ kvd_status_t kvd_daemon_stats(kvd_client_t *cli, kvd_daemon_stats_t *out, kvd_op
         return st;
     req.op_case = KVDOCK__REQUEST__OP_STATS;
     req.stats = &sr;
-    return kvd__call(cli, &req, NULL, 0, stats_finish, &o);
+    return kvd__call(cli, &req, NULL, 0, stats_finish, &o, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -474,5 +474,5 @@ kvd_status_t kvd_daemon_shutdown(kvd_client_t *cli, bool drain)
     sd.drain = drain;
     req.op_case = KVDOCK__REQUEST__OP_SHUTDOWN;
     req.shutdown = &sd;
-    return kvd__call(cli, &req, NULL, 0, NULL, NULL);
+    return kvd__call(cli, &req, NULL, 0, NULL, NULL, NULL);
 }

@@ -581,11 +581,14 @@ kvd_status_t kvd__wait(kvd_client_t *cli, uint64_t req_id, int timeout_ms)
 }
 
 kvd_status_t kvd__call(kvd_client_t *cli, Kvdock__Request *req, const int *fds, int nfds,
-                       kvd__finish_cb fin, const kvd__out_t *out)
+                       kvd__finish_cb fin, const kvd__out_t *out, uint64_t *req_id)
 {
     uint64_t id;
-    kvd_status_t st = kvd__submit(cli, req, fds, nfds, fin, out, &id);
+    kvd_status_t st;
 
+    if (req_id != NULL)
+        return kvd__submit(cli, req, fds, nfds, fin, out, req_id);
+    st = kvd__submit(cli, req, fds, nfds, fin, out, &id);
     if (st != KVD_OK)
         return st;
     st = kvd__wait(cli, id, cli->timeout_ms > 0 ? cli->timeout_ms : -1);

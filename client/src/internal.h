@@ -141,10 +141,10 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
 /* Wait for req_id's reply (timeout_ms < 0: none) and finish it. */
 kvd_status_t kvd__wait(kvd_client_t *cli, uint64_t req_id, int timeout_ms);
 
-/* Blocking call: submit, then wait with the client's timeout; on timeout
- * the request is abandoned. */
+/* req_id NULL: a blocking call (submit, then wait with the client's
+ * timeout; on timeout the request is abandoned).  Otherwise kvd__submit. */
 kvd_status_t kvd__call(kvd_client_t *cli, Kvdock__Request *req, const int *fds, int nfds,
-                       kvd__finish_cb finish, const kvd__out_t *out);
+                       kvd__finish_cb finish, const kvd__out_t *out, uint64_t *req_id);
 
 /* Free everything the connection holds and close the socket. */
 void kvd__conn_teardown(kvd_client_t *cli);

@@ -144,9 +144,7 @@ static kvd_status_t op_go(kvd_client_t *cli, Kvdock__Request *req, kvd_op_result
 
     memset(&o, 0, sizeof(o));
     o.op.out = out;
-    if (req_id != NULL)
-        return kvd__submit(cli, req, NULL, 0, op_finish, &o, req_id);
-    return kvd__call(cli, req, NULL, 0, op_finish, &o);
+    return kvd__call(cli, req, NULL, 0, op_finish, &o, req_id);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -61,9 +61,7 @@ static kvd_status_t pool_create_go(kvd_client_t *cli, const kvd_pool_spec_t *spe
     pc.shared = spec->shared;
     req.op_case = KVDOCK__REQUEST__OP_POOL_CREATE;
     req.pool_create = &pc;
-    if (req_id != NULL)
-        return kvd__submit(cli, &req, NULL, 0, pool_finish, &o, req_id);
-    return kvd__call(cli, &req, NULL, 0, pool_finish, &o);
+    return kvd__call(cli, &req, NULL, 0, pool_finish, &o, req_id);
 }
 
 kvd_status_t kvd_pool_create(kvd_client_t *cli, const kvd_pool_spec_t *spec, kvd_pool_info_t *out)
@@ -175,10 +173,7 @@ static kvd_status_t pool_import_go(kvd_client_t *cli, const kvd_pool_import_t *s
     o.pool.out = out;
     req.op_case = KVDOCK__REQUEST__OP_POOL_IMPORT;
     req.pool_import = &pi;
-    if (req_id != NULL)
-        st = kvd__submit(cli, &req, fds, nfds, pool_finish, &o, req_id);
-    else
-        st = kvd__call(cli, &req, fds, nfds, pool_finish, &o);
+    st = kvd__call(cli, &req, fds, nfds, pool_finish, &o, req_id);
 
 fail:
     free(regions);
@@ -278,9 +273,7 @@ static kvd_status_t pool_export_go(kvd_client_t *cli, uint64_t pool, const char 
         pe.name = (char *)name;
     req.op_case = KVDOCK__REQUEST__OP_POOL_EXPORT;
     req.pool_export = &pe;
-    if (req_id != NULL)
-        return kvd__submit(cli, &req, NULL, 0, export_finish, &o, req_id);
-    return kvd__call(cli, &req, NULL, 0, export_finish, &o);
+    return kvd__call(cli, &req, NULL, 0, export_finish, &o, req_id);
 }
 
 kvd_status_t kvd_pool_export(kvd_client_t *cli, uint64_t pool, const char *name, uint32_t flags,
@@ -315,9 +308,7 @@ static kvd_status_t pool_drop_go(kvd_client_t *cli, uint64_t pool, const char *n
         pd.name = (char *)name;
     req.op_case = KVDOCK__REQUEST__OP_POOL_DROP;
     req.pool_drop = &pd;
-    if (req_id != NULL)
-        return kvd__submit(cli, &req, NULL, 0, NULL, NULL, req_id);
-    return kvd__call(cli, &req, NULL, 0, NULL, NULL);
+    return kvd__call(cli, &req, NULL, 0, NULL, NULL, req_id);
 }
 
 kvd_status_t kvd_pool_drop(kvd_client_t *cli, uint64_t pool, const char *name)
@@ -364,9 +355,7 @@ static kvd_status_t pool_list_go(kvd_client_t *cli, kvd_pool_info_t *out, size_t
     o.list.count = count;
     req.op_case = KVDOCK__REQUEST__OP_POOL_LIST;
     req.pool_list = &pl;
-    if (req_id != NULL)
-        return kvd__submit(cli, &req, NULL, 0, list_finish, &o, req_id);
-    return kvd__call(cli, &req, NULL, 0, list_finish, &o);
+    return kvd__call(cli, &req, NULL, 0, list_finish, &o, req_id);
 }
 
 kvd_status_t kvd_pool_list(kvd_client_t *cli, kvd_pool_info_t *out, size_t cap, size_t *count)
@@ -450,9 +439,7 @@ static kvd_status_t buffer_register_go(kvd_client_t *cli, uint64_t bytes, int32_
         br.name = (char *)name;
     req.op_case = KVDOCK__REQUEST__OP_BUFFER_REGISTER;
     req.buffer_register = &br;
-    if (req_id != NULL)
-        return kvd__submit(cli, &req, NULL, 0, buffer_finish, &o, req_id);
-    return kvd__call(cli, &req, NULL, 0, buffer_finish, &o);
+    return kvd__call(cli, &req, NULL, 0, buffer_finish, &o, req_id);
 }
 
 kvd_status_t kvd_buffer_register(kvd_client_t *cli, uint64_t bytes, int32_t kind, const char *name,
@@ -480,9 +467,7 @@ static kvd_status_t buffer_drop_go(kvd_client_t *cli, uint64_t buffer, uint64_t 
     bd.buffer = buffer;
     req.op_case = KVDOCK__REQUEST__OP_BUFFER_DROP;
     req.buffer_drop = &bd;
-    if (req_id != NULL)
-        return kvd__submit(cli, &req, NULL, 0, NULL, NULL, req_id);
-    return kvd__call(cli, &req, NULL, 0, NULL, NULL);
+    return kvd__call(cli, &req, NULL, 0, NULL, NULL, req_id);
 }
 
 kvd_status_t kvd_buffer_drop(kvd_client_t *cli, uint64_t buffer)
@@ -528,9 +513,7 @@ static kvd_status_t event_register_go(kvd_client_t *cli, const void *handle, uin
     er.cuda_ipc_event_handle.len = KVD_IPC_HANDLE_BYTES;
     req.op_case = KVDOCK__REQUEST__OP_EVENT_REGISTER;
     req.event_register = &er;
-    if (req_id != NULL)
-        return kvd__submit(cli, &req, NULL, 0, event_finish, &o, req_id);
-    return kvd__call(cli, &req, NULL, 0, event_finish, &o);
+    return kvd__call(cli, &req, NULL, 0, event_finish, &o, req_id);
 }
 
 kvd_status_t kvd_event_register(kvd_client_t *cli, const void *ipc_event_handle, uint64_t *id)
@@ -556,9 +539,7 @@ static kvd_status_t event_drop_go(kvd_client_t *cli, uint64_t event, uint64_t *r
     ed.event = event;
     req.op_case = KVDOCK__REQUEST__OP_EVENT_DROP;
     req.event_drop = &ed;
-    if (req_id != NULL)
-        return kvd__submit(cli, &req, NULL, 0, NULL, NULL, req_id);
-    return kvd__call(cli, &req, NULL, 0, NULL, NULL);
+    return kvd__call(cli, &req, NULL, 0, NULL, NULL, req_id);
 }
 
 kvd_status_t kvd_event_drop(kvd_client_t *cli, uint64_t event)
