@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
+import operator
 import os
 import threading
 import weakref
@@ -13,9 +14,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from . import _capi as C
 
-try:  # numpy is optional: without it, bytes and memoryviews only
+try:  # numpy is optional: without it, bytes-like objects and tensors (no torch path uses it)
     import numpy as np
-except ImportError:  # pragma: no cover - exercised where numpy is absent
+except Exception:  # pragma: no cover - ImportError where numpy is absent, or a broken install
     np = None  # type: ignore[assignment]
 
 
@@ -379,22 +380,93 @@ class _MapHandle:
                 pass
 
 
-class _CudaArray:
-    """__cuda_array_interface__ over a device pointer, keeping its owner alive."""
-
-    def __init__(self, ptr: int, shape: Tuple[int, ...], typestr: str,
-                 strides: Optional[Tuple[int, ...]], owner: Any) -> None:
-        self._owner = owner
-        self.__cuda_array_interface__ = {
-            "shape": tuple(shape), "typestr": typestr, "data": (ptr, False),
-            "strides": strides, "version": 2,
-        }
+# Tensors over memory mapped here, without numpy: DLPack capsules.
+#
+# torch.as_tensor() of an object with __cuda_array_interface__ parses its
+# typestr with numpy's C API, so it fails where numpy is not installed.  A
+# DLPack capsule (the "dltensor" ABI every PyTorch release accepts) needs
+# nothing but ctypes: the tensor wraps the pointer and calls our deleter
+# when its storage is freed, which releases the owner (the mapping).
 
 
-_NP_TYPESTR_OF_TORCH = {
-    "torch.uint8": "|u1", "torch.int8": "|i1", "torch.int16": "<i2", "torch.int32": "<i4",
-    "torch.int64": "<i8", "torch.float16": "<f2", "torch.float32": "<f4", "torch.float64": "<f8",
-}
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DL_DELETER = ctypes.CFUNCTYPE(None, c_void_p)
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", c_void_p),
+                             ("deleter", _DL_DELETER)]
+
+_DL_CPU, _DL_CUDA = 1, 2  # kDLCPU, kDLCUDA
+_DL_UINT = 1  # kDLUInt
+_DL_CAPSULE_NAME = b"dltensor"  # lives as long as the module (capsules keep a pointer)
+
+# Address of each DLManagedTensor handed out -> what it keeps alive (the
+# structure, its shape and strides, the owner of the memory).
+# Plain dict operations, atomic under the GIL: no lock, since a deleter may
+# run inside a garbage collection triggered anywhere, this module included.
+_dl_live: Dict[int, Tuple[Any, ...]] = {}
+
+
+def _dl_release(addr: Optional[int]) -> None:
+    try:
+        _dl_live.pop(addr or 0, None)
+    except Exception:  # noqa: BLE001 - interpreter shutdown
+        pass
+
+
+_dl_deleter = _DL_DELETER(_dl_release)  # kept for the life of the module
+
+# Our own handle on the C API, so that the argtypes set here cannot clash
+# with another library's use of ctypes.pythonapi.
+_PyCapsule_New = ctypes.PyDLL(None).PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [c_void_p, ctypes.c_char_p, c_void_p]
+
+
+def _dlpack_bytes(ptr: int, shape: Sequence[int], strides: Sequence[int], cuda: bool,
+                  device_id: int, owner: Any) -> Any:
+    """A torch.uint8 tensor over ptr (shape, strides in bytes), on the CPU or
+    on CUDA device device_id, keeping owner alive while the tensor lives;
+    no copy and no numpy."""
+    torch = _need_torch()
+    n = len(shape)
+    mt = _DLManagedTensor()
+    shp = (ctypes.c_int64 * n)(*shape)
+    std = (ctypes.c_int64 * n)(*strides)
+    mt.dl_tensor.data = ptr or None
+    mt.dl_tensor.device = _DLDevice(_DL_CUDA if cuda else _DL_CPU, device_id if cuda else 0)
+    mt.dl_tensor.ndim = n
+    mt.dl_tensor.dtype = _DLDataType(_DL_UINT, 8, 1)
+    mt.dl_tensor.shape = shp
+    mt.dl_tensor.strides = std
+    mt.dl_tensor.byte_offset = 0
+    mt.deleter = _dl_deleter
+    addr = ctypes.addressof(mt)
+    _dl_live[addr] = (mt, shp, std, owner)
+    try:
+        capsule = _PyCapsule_New(addr, _DL_CAPSULE_NAME, None)
+        return torch.utils.dlpack.from_dlpack(capsule)
+    except BaseException:
+        # Not consumed, so nothing will call the deleter; or consumed and the
+        # tensor already freed (a failure after the conversion), so it ran.
+        # Either way no tensor holds the memory: releasing twice is harmless.
+        _dl_release(addr)
+        raise
 
 
 class Mapping:
@@ -403,7 +475,7 @@ class Mapping:
 
     Host memory is seen as numpy arrays (``array()``, ``k()``, ``v()``) or
     CPU tensors (``tensor()``, ``k_tensor()``...) over the shared pages,
-    device memory as CUDA tensors (through ``__cuda_array_interface__``),
+    device memory as CUDA tensors (through DLPack, so numpy is not needed),
     all without a copy.  The pages stay mapped while this object or any
     view made from it is alive; ``close()`` drops this object's hold.
     """
@@ -530,22 +602,18 @@ class Mapping:
 
     def _cuda_view(self, offset: int, shape: Tuple[int, ...], strides: Tuple[int, ...],
                    dtype: Any) -> Any:
-        torch = _need_torch()
+        """A CUDA tensor of dtype over the device memory at offset (shape and
+        strides in elements, the last stride 1), through DLPack (no numpy)."""
         if not self.base:
             raise ValueError("the memory is not mapped here (exported with map=False)")
-        typestr = _NP_TYPESTR_OF_TORCH.get(str(dtype))
-        if typestr is None:
-            # bf16, fp8: view as bytes, reinterpret below
-            u8 = self._cuda_view(offset, shape[:-1] + (shape[-1] * _elsize(dtype),),
-                                 tuple(s * _elsize(dtype) for s in strides[:-1]) + (1,),
-                                 torch.uint8)
-            return u8.view(dtype)
+        torch = _need_torch()
         item = _elsize(dtype)
-        arr = _CudaArray(self.base + offset, shape, typestr, tuple(s * item for s in strides),
-                         self._handle())
-        dev = torch.device("cuda", torch.cuda.current_device())
-        t = torch.as_tensor(arr, device=dev)
-        return t
+        # IPC handles are opened on this process's current device (as are
+        # the tensors made here), which need not be the daemon's ordinal.
+        u8 = _dlpack_bytes(self.base + offset, tuple(shape[:-1]) + (shape[-1] * item,),
+                           tuple(s * item for s in strides[:-1]) + (1,), True,
+                           torch.cuda.current_device(), self._handle())
+        return u8 if dtype == torch.uint8 else u8.view(dtype)
 
     def _torch_layer(self, layer: int, v: bool, dtype: Any) -> Any:
         torch = _need_torch()
@@ -749,7 +817,9 @@ class Event:
 
 def _need_numpy():
     if np is None:
-        raise ImportError("numpy is needed for array views (apt-get install python3-numpy)")
+        raise ImportError("numpy is needed for array views (apt-get install python3-numpy); "
+                          "with PyTorch, the tensor views (tensor(), k_tensor(), v_tensor(), "
+                          "Buffer.tensor()) need no numpy")
     return np
 
 
@@ -782,12 +852,31 @@ def _dtype_name(obj: Any) -> Optional[str]:
 
 
 def _host_ptr(obj: Any) -> Tuple[int, int, Any]:
-    """(address, nbytes, keep) of a C-contiguous host object, copying if needed."""
-    if isinstance(obj, (bytes, bytearray, memoryview)):
+    """(address, nbytes, keep) of a C-contiguous host object, copying if needed.
+
+    bytes-like objects (bytes, bytearray, memoryview, array.array, ctypes
+    arrays, mmap: anything with the buffer protocol) and CPU tensors need
+    no numpy; other sequences go through numpy.asarray where it imports."""
+    if _is_tensor(obj):
+        if obj.is_cuda:
+            raise TypeError("a CUDA tensor is not host memory")
+        t = obj if obj.is_contiguous() else obj.contiguous()
+        return t.data_ptr(), t.numel() * t.element_size(), t
+    if np is not None and isinstance(obj, np.ndarray):
+        a = np.ascontiguousarray(obj)
+        return a.__array_interface__["data"][0], a.nbytes, a
+    try:
         mv = memoryview(obj)
+    except TypeError:
+        mv = None
+    if mv is not None:
         if not mv.contiguous:
             mv = memoryview(mv.tobytes())
-        mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+        if mv.format != "B" or mv.ndim != 1:
+            try:
+                mv = mv.cast("B")
+            except TypeError:  # a format cast() refuses (ctypes structures...)
+                mv = memoryview(mv.tobytes())
         if mv.nbytes == 0:
             return 0, 0, mv
         if mv.readonly:
@@ -795,15 +884,11 @@ def _host_ptr(obj: Any) -> Tuple[int, int, Any]:
             return ctypes.cast(cb, c_void_p).value or 0, mv.nbytes, cb
         cbuf = (c_uint8 * mv.nbytes).from_buffer(mv)
         return ctypes.addressof(cbuf), mv.nbytes, cbuf
-    if _is_tensor(obj):
-        if obj.is_cuda:
-            raise TypeError("a CUDA tensor is not host memory")
-        t = obj if obj.is_contiguous() else obj.contiguous()
-        return t.data_ptr(), t.numel() * t.element_size(), t
     if np is not None:
         a = np.ascontiguousarray(obj)
         return a.__array_interface__["data"][0], a.nbytes, a
-    raise TypeError(f"cannot use {type(obj).__name__} as operand bytes")
+    raise TypeError(f"cannot use {type(obj).__name__} as operand bytes (bytes-like objects, "
+                    "tensors and, with numpy, arrays)")
 
 
 class _Req:
@@ -915,7 +1000,11 @@ class _Req:
                 ptr = a.__array_interface__["data"][0]
                 self.keep.append(a)
             else:
-                vals = [int(x) for x in obj]
+                try:  # integers only, as numpy's path checks (no float truncated)
+                    vals = [operator.index(x) for x in obj]
+                except TypeError:
+                    raise TypeError(f"{what}: indices must be a sequence of integers, not "
+                                    f"{type(obj).__name__}") from None
                 arr = (ctypes.c_int64 * len(vals))(*vals)
                 ix.count, ix.dtype, n = len(vals), C.DTYPE_I64, 8 * len(vals)
                 ptr = ctypes.addressof(arr)
