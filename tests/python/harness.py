@@ -136,24 +136,41 @@ def kernels() -> ctypes.CDLL:
     return _kernels
 
 
+def _host_array(a):
+    """(address, itemsize, shape, keep) of a C-contiguous copy-or-view of a
+    numpy array or CPU tensor (numpy is not imported for tensors)."""
+    if type(a).__module__.startswith("torch"):
+        t = a.contiguous()
+        return t.data_ptr(), t.element_size(), tuple(t.shape), t
+    import numpy as np
+
+    a = np.ascontiguousarray(a)
+    return a.ctypes.data, a.itemsize, a.shape, a
+
+
 def fp8_reference(pool_bytes, info, layer: int, loc, k, v, src_code: int, cache_code: int,
                   mode: int, k_scale: float = 1.0, v_scale: float = 1.0, khs=None, vhs=None,
                   page_size: int = 0) -> None:
-    """kvd_cpu_fp8_set into pool_bytes (a numpy copy of a pool's bytes).
+    """kvd_cpu_fp8_set into pool_bytes (a copy of a pool's bytes: a numpy
+    array, or a contiguous CPU uint8 tensor, written in place).
 
-    k, v: numpy arrays [num_tokens, num_heads, head_dim] holding the source
-    elements' bytes (bfloat16 as an int16 view); mode is the client's scale
-    mode (0 none, 1 per tensor, 2 per head)."""
-    import numpy as np
-
+    k, v: numpy arrays or CPU tensors [num_tokens, num_heads, head_dim]
+    holding the source elements' bytes (bfloat16 may be an int16 view);
+    loc: a sequence, numpy array or tensor of slots; mode is the client's
+    scale mode (0 none, 1 per tensor, 2 per head).  Tensors throughout need
+    no numpy."""
     lib = kernels()
-    T, H, Dh = k.shape
-    es = k.itemsize
-    k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
-    base = pool_bytes.ctypes.data
+    kp, es, (T, H, Dh), kk = _host_array(k)
+    vp, _, _, vk = _host_array(v)
+    if type(pool_bytes).__module__.startswith("torch"):
+        if not pool_bytes.is_contiguous():
+            raise ValueError("pool_bytes must be a contiguous tensor (it is written in place)")
+        base = pool_bytes.data_ptr()
+    else:
+        base = pool_bytes.ctypes.data
     page = max(page_size, 1)
     a = Fp8SetArgs()
-    a.k_src, a.v_src, a.src_dtype = k.ctypes.data, v.ctypes.data, src_code
+    a.k_src, a.v_src, a.src_dtype = kp, vp, src_code
     a.k_src_token_stride = a.v_src_token_stride = H * Dh * es
     a.k_src_head_stride = a.v_src_head_stride = Dh * es
     a.k_cache = base + layer * info.layer_stride
@@ -164,8 +181,10 @@ def fp8_reference(pool_bytes, info, layer: int, loc, k, v, src_code: int, cache_
     a.k_slot_stride = a.v_slot_stride = info.slot_stride
     a.k_head_stride = a.v_head_stride = Dh
     a.num_slots, a.num_heads, a.head_dim = info.num_slots, H, Dh
-    loc64 = np.ascontiguousarray(np.asarray(loc).reshape(-1), dtype=np.int64)
-    a.loc, a.loc_dtype, a.num_tokens = loc64.ctypes.data, 2, T
+    if hasattr(loc, "reshape"):  # numpy array or tensor
+        loc = loc.reshape(-1).tolist()
+    loc64 = (c_int64 * T)(*[int(x) for x in list(loc)[:T]])
+    a.loc, a.loc_dtype, a.num_tokens = ctypes.addressof(loc64), 2, T
     kh = (c_float * H)(*(list(khs) if khs is not None else [1.0] * H))
     vh = (c_float * H)(*(list(vhs) if vhs is not None else [1.0] * H))
     # The client's SCALE_TENSOR is the kernels' SCALE_HOST (1); PER_HEAD is 3.
@@ -173,8 +192,18 @@ def fp8_reference(pool_bytes, info, layer: int, loc, k, v, src_code: int, cache_
     a.k_scale, a.v_scale = k_scale, v_scale
     a.k_scale_ptr, a.v_scale_ptr = kh, vh
     st = lib.kvd_cpu_fp8_set(ctypes.byref(a), None)
+    del kk, vk  # the sources stay alive until here
     if st != 0:
         raise AssertionError(f"reference fp8 set failed: {lib.kvd_last_error_detail()!r}")
+
+
+def numpy_or_skip(why: str):
+    """numpy, or unittest.SkipTest saying what needs it (printed by run_suite.py)."""
+    try:
+        import numpy
+    except ImportError as e:
+        raise unittest.SkipTest(f"numpy is not importable ({e}): {why}") from None
+    return numpy
 
 
 def torch_or_none():

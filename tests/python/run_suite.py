@@ -1,16 +1,33 @@
 """Run one unittest module for ctest: exit 0 when it passed, 1 when it
 failed, 77 (ctest's SKIP_RETURN_CODE) when every test was skipped, printing
-the skip reasons.  Usage: python3 run_suite.py MODULE"""
+the skip reasons.
+
+Usage: python3 run_suite.py [--block MOD[,MOD...]] MODULE
+
+--block makes `import MOD` fail (ImportError) before anything is imported,
+as on a machine where MOD is not installed: test_no_numpy.py runs suites
+with --block numpy, the GPU machine's PyTorch without numpy."""
 
 import sys
 import unittest
 
 
 def main() -> int:
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    blocked = []
+    if len(args) == 3 and args[0] == "--block":
+        blocked = [m for m in args[1].split(",") if m]
+        args = args[2:]
+    if len(args) != 1:
         print(__doc__)
         return 2
-    name = sys.argv[1]
+    for mod in blocked:
+        # None in sys.modules: `import mod` (and of its submodules) raises
+        # ModuleNotFoundError, for Python code and C extensions alike.
+        sys.modules[mod] = None  # type: ignore[assignment]
+    if blocked:
+        print(f"run_suite: blocked imports: {', '.join(blocked)}")
+    name = args[0]
     suite = unittest.defaultTestLoader.loadTestsFromName(name)
     result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
     skipped = len(result.skipped)
