@@ -1,7 +1,9 @@
 """The kvdock Python client against the real kvdockd (cpu backend): every
 operation end to end through bytes and numpy, data checked byte for byte
 against references computed here (numpy copies, and the kernel library's
-kvd_cpu_fp8_set for fp8), futures, and errors."""
+kvd_cpu_fp8_set for fp8), futures, and errors.  Needs numpy: skipped,
+saying why, where it does not import (test_no_numpy.py covers the client
+without it)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ import random
 import threading
 import unittest
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError as _e:  # e.g. the GPU machine: PyTorch without numpy
+    np = None  # type: ignore[assignment]
+    _NO_NUMPY = f"numpy is not importable ({_e}): this suite checks the numpy paths"
 
 import harness
 import kvdock
@@ -21,6 +27,8 @@ D: harness.Daemon = None  # type: ignore[assignment]
 
 def setUpModule() -> None:
     global D
+    if np is None:
+        raise unittest.SkipTest(_NO_NUMPY)
     D = harness.Daemon("cpu")
 
 
@@ -35,7 +43,8 @@ def connect(name: str = "py-test") -> kvdock.Client:
     return kvdock.Client(D.socket, name=name, timeout=30)
 
 
-def rnd(shape, seed: int, dtype=np.uint8) -> np.ndarray:
+def rnd(shape, seed: int, dtype=None) -> np.ndarray:
+    dtype = np.uint8 if dtype is None else dtype
     g = np.random.default_rng(seed)
     return g.integers(0, 256, size=shape, dtype=np.uint8).view(dtype) if dtype == np.uint8 else \
         g.integers(0, 256, size=tuple(shape[:-1]) + (shape[-1] * np.dtype(dtype).itemsize,),
