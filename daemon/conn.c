@@ -239,6 +239,7 @@ kvd_status_t kvd__conn_send(kvd_conn_t *c, const ProtobufCMessage *msg, const in
         c->wq = w;
     c->wq_tail = w;
     c->wq_bytes += w->len;
+    kvd__server_activity(c->srv);
     if (c->wq == w)
         flush(c); /* the common case: out at once, no loop iteration */
     else
@@ -418,6 +419,7 @@ static void read_and_process(kvd_conn_t *c)
         }
         c->rlen += (size_t)n;
         c->srv->stats.bytes_in += (uint64_t)n;
+        kvd__server_activity(c->srv);
         if (nfds > 0) {
             kvd_fdgroup_t *g = NULL;
             int i;

@@ -77,11 +77,15 @@ const kvd_option_def_t kvd__option_table[] = {
      "urgency of the offload stream"},
     {"d2d-priority", KVD_OPT_INT, OFF(priority[KVD_SC_D2D]), "0", 0, 16, NULL,
      "urgency of the device-to-device stream"},
-    {"cuda-completion", KVD_OPT_ENUM, OFF(cuda_completion), "poll", 0, 0, "poll|hostfunc|loop",
-     "how the cuda backend learns that work is done: poll (a thread polls an event per "
-     "operation while work is in flight; uses a core while busy), hostfunc "
-     "(cudaLaunchHostFunc; no polling) or loop (the event loop polls between socket events "
-     "while work is in flight: no thread hand-off, the loop spins while busy)"},
+    {"cuda-completion", KVD_OPT_ENUM, OFF(cuda_completion), "loop", 0, 0, "loop|poll|hostfunc",
+     "how the cuda backend learns that work is done: loop (the event loop polls the streams "
+     "between socket events while work is in flight: no thread hand-off; the fastest, "
+     "tests/bench/results), poll (a thread polls an event per operation while work is in "
+     "flight) or hostfunc (cudaLaunchHostFunc; no polling)"},
+    {"busy-poll-us", KVD_OPT_UINT, OFF(busy_poll_us), "50", 0, 1000000, NULL,
+     "after a request comes in or a reply goes out, poll the sockets without sleeping for this "
+     "many microseconds, so a client's next request is taken without a wake-up from sleep "
+     "(uses a core while clients are busy, none when idle); 0: sleep at once"},
     {"metrics", KVD_OPT_STR, OFF(metrics), "", 0, 0, NULL,
      "serve Prometheus metrics over HTTP at [HOST:]PORT (GET /metrics); a bare PORT listens on "
      "127.0.0.1, 0 picks a free port (logged); empty: off"},

@@ -29,10 +29,11 @@ enum kvd_backend_choice {
     KVD_BACKEND_AUTO = 2,
 };
 
+/* Values are the index in the option's choices ("loop|poll|hostfunc"). */
 enum kvd_cuda_completion {
-    KVD_COMPLETION_POLL = 0,     /* a thread polls an event per operation */
-    KVD_COMPLETION_HOSTFUNC = 1, /* cudaLaunchHostFunc */
-    KVD_COMPLETION_LOOP = 2,     /* the event loop itself polls while work is in flight */
+    KVD_COMPLETION_LOOP = 0,     /* the event loop itself polls while work is in flight */
+    KVD_COMPLETION_POLL = 1,     /* a thread polls an event per operation */
+    KVD_COMPLETION_HOSTFUNC = 2, /* cudaLaunchHostFunc */
 };
 
 typedef struct kvd_options {
@@ -60,6 +61,7 @@ typedef struct kvd_options {
     uint64_t blocks[KVD_SC_COUNT];  /* per-class block budget, 0 = no limit */
     int64_t priority[KVD_SC_COUNT]; /* per-class urgency, higher runs first */
     int cuda_completion;            /* enum kvd_cuda_completion */
+    uint64_t busy_poll_us;          /* poll without sleeping this long after activity */
     char metrics[KVD_OPT_STR_MAX];  /* Prometheus endpoint [HOST:]PORT; "" = off */
     int metrics_allow_remote;       /* 1: a non-loopback metrics address is allowed */
 } kvd_options_t;

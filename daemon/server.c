@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "conn.h"
@@ -301,6 +302,7 @@ static void finish(kvd_server_t *srv)
     close_handle(srv, (uv_handle_t *)&srv->sig_term);
     close_handle(srv, (uv_handle_t *)&srv->sig_int);
     close_handle(srv, (uv_handle_t *)&srv->idle);
+    close_handle(srv, (uv_handle_t *)&srv->spin);
     kvd_metrics_close(srv->metrics);
     if (srv->conns == NULL && srv->backend != NULL) {
         /* shared pools outlive their creators: release them while the
@@ -401,6 +403,35 @@ static void idle_cb(uv_idle_t *h)
     }
     if (srv->ready == NULL)
         uv_idle_stop(&srv->idle);
+}
+
+/* ---- busy polling -------------------------------------------------------- */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* An active idle handle makes each loop iteration poll with a zero
+ * timeout; stopping it lets the loop sleep in epoll again. */
+static void spin_cb(uv_idle_t *h)
+{
+    kvd_server_t *srv = h->data;
+
+    if (mono_ns() >= srv->spin_until_ns)
+        uv_idle_stop(&srv->spin);
+}
+
+void kvd__server_activity(kvd_server_t *srv)
+{
+    if (srv->opts.busy_poll_us == 0 || srv->shutting_down == 2)
+        return;
+    srv->spin_until_ns = mono_ns() + srv->opts.busy_poll_us * 1000ull;
+    if (!uv_is_active((uv_handle_t *)&srv->spin))
+        uv_idle_start(&srv->spin, spin_cb);
 }
 
 void kvd__server_kick(kvd_server_t *srv, kvd_conn_t *c)
@@ -513,6 +544,8 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     srv->listening = 1;
     uv_idle_init(loop, &srv->idle);
     srv->idle.data = srv;
+    uv_idle_init(loop, &srv->spin);
+    srv->spin.data = srv;
     uv_timer_init(loop, &srv->drain_timer);
     srv->drain_timer.data = srv;
     *out = srv;

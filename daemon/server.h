@@ -30,6 +30,8 @@ typedef struct kvd_server {
     uv_signal_t sig_term;
     uv_signal_t sig_int;
     uv_idle_t idle;        /* runs connections with buffered frames */
+    uv_idle_t spin;        /* busy-poll window: keeps the loop from sleeping */
+    uint64_t spin_until_ns;
     uv_timer_t drain_timer;
     kvd_backend_t *backend;
     kvd_registry_t reg;
@@ -64,6 +66,10 @@ void kvd_server_destroy(kvd_server_t **srv);
 void kvd__server_begin_shutdown(kvd_server_t *srv, int drain, const char *why);
 /* conn has frames buffered: handle them on the next loop iteration. */
 void kvd__server_kick(kvd_server_t *srv, kvd_conn_t *conn);
+/* A request came in or a reply went out: with --busy-poll-us the loop
+ * polls without sleeping until that long after the last such moment, so
+ * the next request is taken without a wake-up from sleep. */
+void kvd__server_activity(kvd_server_t *srv);
 /* Called by a connection in its close callback, before it is freed. */
 void kvd__server_conn_gone(kvd_server_t *srv, kvd_conn_t *conn);
 /* A request finished (completion or reply): check for the end of a drain. */

@@ -75,6 +75,22 @@ static kvd_status_t hello_finish(kvd_client_t *cli, kvd__pending_t *p)
     return KVD_OK;
 }
 
+/* $KVDOCK_SPIN_US if it is a number in range, else the default. */
+static uint32_t default_spin_us(void)
+{
+    const char *e = getenv("KVDOCK_SPIN_US");
+    char *end;
+    unsigned long v;
+
+    if (e == NULL || *e == '\0')
+        return KVD_CLIENT_SPIN_US_DEFAULT;
+    errno = 0;
+    v = strtoul(e, &end, 10);
+    if (errno != 0 || *end != '\0' || v > KVD_CLIENT_SPIN_US_MAX)
+        return KVD_CLIENT_SPIN_US_DEFAULT;
+    return (uint32_t)v;
+}
+
 kvd_status_t kvd_client_create(const char *socket_path, const char *client_name, kvd_client_t **out)
 {
     kvd_client_t *c = NULL;
@@ -130,6 +146,7 @@ kvd_status_t kvd_client_create(const char *socket_path, const char *client_name,
     memcpy(c->path, path, strlen(path) + 1);
     c->next_id = 1;
     c->info.device_ordinal = -1;
+    c->spin_us = default_spin_us();
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->send_mu, NULL);
     /* Timed waits for the reader use CLOCK_MONOTONIC deadlines. */
@@ -199,6 +216,15 @@ bool kvd_client_connected(const kvd_client_t *cli)
     ok = !c->dead;
     pthread_mutex_unlock(&c->mu);
     return ok;
+}
+
+void kvd_client_set_spin_us(kvd_client_t *cli, uint32_t spin_us)
+{
+    if (cli == NULL)
+        return;
+    pthread_mutex_lock(&cli->mu);
+    cli->spin_us = spin_us > KVD_CLIENT_SPIN_US_MAX ? KVD_CLIENT_SPIN_US_MAX : spin_us;
+    pthread_mutex_unlock(&cli->mu);
 }
 
 void kvd_client_set_timeout(kvd_client_t *cli, int timeout_ms)

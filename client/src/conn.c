@@ -244,8 +244,8 @@ static void groups_take(kvd_client_t *c, uint64_t s, uint64_t e, int *fds, int *
  * frames into items.  Returns KVD_OK (possibly with no item),
  * KVD_ETIMEDOUT, or a fatal status with msg set.
  */
-static kvd_status_t read_round(kvd_client_t *c, int64_t deadline, rx_item_t **items, size_t *nitems,
-                               char *msg, size_t msg_cap)
+static kvd_status_t read_round(kvd_client_t *c, int64_t deadline, uint32_t spin_us,
+                               rx_item_t **items, size_t *nitems, char *msg, size_t msg_cap)
 {
     int fds[KVD_MAX_FDS_PER_FRAME];
     int nfds = 0;
@@ -257,6 +257,17 @@ static kvd_status_t read_round(kvd_client_t *c, int64_t deadline, rx_item_t **it
 
     *items = NULL;
     *nitems = 0;
+    if (spin_us > 0 && (deadline < 0 || deadline > now_ns())) {
+        /* poll without sleeping first: a quick reply is taken at once */
+        int64_t until = now_ns() + (int64_t)spin_us * 1000;
+
+        if (deadline >= 0 && deadline < until)
+            until = deadline;
+        while ((rc = poll(&pfd, 1, 0)) == 0 && now_ns() < until)
+            ;
+        if (rc > 0)
+            goto readable;
+    }
     /* Without a deadline the blocking recvmsg below waits by itself. */
     while (deadline >= 0) {
         rc = poll(&pfd, 1, ms_left(deadline));
@@ -270,6 +281,7 @@ static kvd_status_t read_round(kvd_client_t *c, int64_t deadline, rx_item_t **it
         }
     }
 
+readable:
     if (c->rx_cap - c->rx_len < 4096) {
         size_t cap = c->rx_cap ? c->rx_cap * 2 : 65536;
         uint8_t *nb = realloc(c->rx, cap);
@@ -381,6 +393,7 @@ static kvd_status_t pump(kvd_client_t *c, int64_t deadline)
     rx_item_t *items = NULL;
     size_t nitems = 0;
     char msg[KVD__ERR_MAX];
+    uint32_t spin_us;
     kvd_status_t st;
 
     if (c->reading) {
@@ -396,9 +409,10 @@ static kvd_status_t pump(kvd_client_t *c, int64_t deadline)
         return KVD_OK;
     }
     c->reading = true;
+    spin_us = c->spin_us;
     pthread_mutex_unlock(&c->mu);
     msg[0] = '\0';
-    st = read_round(c, deadline, &items, &nitems, msg, sizeof(msg));
+    st = read_round(c, deadline, spin_us, &items, &nitems, msg, sizeof(msg));
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < nitems; i++)
         deliver(c, &items[i]);

@@ -100,6 +100,7 @@ struct kvd_client {
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     kvd_hello_info_t info;
     int timeout_ms; /* blocking calls; 0: none */
+    uint32_t spin_us; /* a blocking wait polls this long before it sleeps */
 
     pthread_mutex_t mu; /* everything below but the receive state */
     pthread_cond_t cv;  /* a reader finished a round */

@@ -148,6 +148,18 @@ bool kvd_client_connected(const kvd_client_t *cli);
  */
 const char *kvd_client_last_error(const kvd_client_t *cli);
 
+/*
+ * Busy waiting: before a blocking call sleeps for its reply, it polls the
+ * socket for up to spin_us microseconds, which saves the wake-up from
+ * sleep (several microseconds on servers with deep idle states) when the
+ * reply is quick, at the cost of a core while it polls.  The default is
+ * $KVDOCK_SPIN_US when set (0 to KVD_CLIENT_SPIN_US_MAX), else
+ * KVD_CLIENT_SPIN_US_DEFAULT; 0 sleeps at once.  Larger values are capped.
+ */
+#define KVD_CLIENT_SPIN_US_DEFAULT 100
+#define KVD_CLIENT_SPIN_US_MAX 1000000
+void kvd_client_set_spin_us(kvd_client_t *cli, uint32_t spin_us);
+
 /* Timeout of the blocking calls in milliseconds (0, the default: none).
  * A blocking call that times out returns KVD_ETIMEDOUT; its reply is
  * discarded when it comes. */
