@@ -677,27 +677,36 @@ static void cuda_mem_destroy(kvd_backend_t *be, kvd_mem_t **mp)
     *mp = NULL;
 }
 
-/* ---- tables and staging: pinned, mapped host memory ------------------------ */
+/* ---- tables: device memory; staging: pinned, mapped host memory ----------- */
 
+/* Layer-address tables are read by every row a kernel copies: device memory,
+ * not a read across the bus each time. */
 static kvd_status_t cuda_table_create(kvd_backend_t *be, const uint64_t *vals, size_t n,
                                       void **out)
 {
+    size_t bytes = n ? n * sizeof(uint64_t) : 8;
     void *p = NULL;
+    cudaError_t e;
 
-    if (cudaHostAlloc(&p, n ? n * sizeof(uint64_t) : 8,
-                      cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+    (void)be;
+    e = cudaMalloc(&p, bytes);
+    if (e == cudaSuccess && n)
+        e = cudaMemcpy(p, vals, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        if (p != NULL)
+            cudaFree(p);
         (void)cudaGetLastError();
-        return KVD_ENOMEM;
+        return e == cudaErrorMemoryAllocation ? KVD_ENOMEM : KVD_ECUDA;
     }
-    if (n)
-        memcpy(p, vals, n * sizeof(uint64_t));
     *out = p;
     return KVD_OK;
 }
 
 static void cuda_table_destroy(kvd_backend_t *be, void *t)
 {
-    cudaFreeHost(t);
+    (void)be;
+    cudaFree(t);
+    (void)cudaGetLastError();
 }
 
 static int bin_of(size_t bytes)

@@ -45,6 +45,7 @@ typedef struct idx {
     int64_t count;
     int64_t valid; /* not negative (inline: counted; buffer: assumed) */
     int on_device; /* in a device buffer: not readable by the host */
+    int staged;    /* inline: the daemon's own copy */
 } idx_t;
 
 static void dataop_destroy(dataop_t *d)
@@ -80,6 +81,7 @@ static void hold(dataop_t *d, kvd_obj_t *o)
     d->refs[d->nrefs++] = o;
 }
 
+/* A staging copy of n bytes from src (NULL: left uninitialised), freed with d. */
 static void *stage(kvd_req_t *r, dataop_t *d, const void *src, size_t n)
 {
     kvd_backend_t *be = r->srv->backend;
@@ -90,7 +92,7 @@ static void *stage(kvd_req_t *r, dataop_t *d, const void *src, size_t n)
     p = be->staging_alloc(be, n);
     if (p == NULL)
         return NULL;
-    if (n)
+    if (n && src != NULL)
         memcpy(p, src, n);
     d->staging[d->nstaging] = p;
     d->staging_bytes[d->nstaging] = n;
@@ -149,44 +151,87 @@ static kvd_status_t get_bufref(kvd_req_t *r, dataop_t *d, const Kvdock__BufRef *
     return KVD_OK;
 }
 
+/* Check inline indices against bound (< 0: only that none is negative),
+ * counting those that are not padding. */
+#define CHECK_INLINE(T, vals, n)                                                                 \
+    do {                                                                                       \
+        const T *v_ = (const T *)(vals);                                                       \
+        for (size_t i_ = 0; i_ < (n); i_++) {                                                  \
+            int64_t x_ = (int64_t)v_[i_];                                                      \
+            if (bound >= 0 && x_ >= bound)                                                     \
+                return kvd__req_fail(r, KVD_ERANGE,                                            \
+                                     "%s[%zu] = %" PRId64 " is out of range [0, %" PRId64 ")", \
+                                     what, i_, x_, bound);                                     \
+            if (bound < 0 && x_ < 0)                                                           \
+                return kvd__req_fail(r, KVD_EINVAL, "%s[%zu] = %" PRId64 " is negative", what, \
+                                     i_, x_);                                                  \
+            *valid += x_ >= 0;                                                                 \
+        }                                                                                      \
+    } while (0)
+
+static kvd_status_t check_inline(kvd_req_t *r, const void *vals, size_t n, int is64,
+                                 int64_t bound, const char *what, int64_t *valid)
+{
+    *valid = 0;
+    if (is64)
+        CHECK_INLINE(int64_t, vals, n);
+    else
+        CHECK_INLINE(int32_t, vals, n);
+    return KVD_OK;
+}
+#undef CHECK_INLINE
+
 /* bound < 0: values are not checked against a bound (seq_lens). */
 static kvd_status_t get_indices(kvd_req_t *r, dataop_t *d, const Kvdock__Indices *ix,
                                 int64_t bound, const char *what, idx_t *out)
 {
+    int forms;
+    kvd_status_t st;
+
     memset(out, 0, sizeof(*out));
     out->dtype = KVD_DTYPE_I64;
-    if (ix == NULL || (ix->n_values == 0 && ix->buffer == NULL))
+    if (ix == NULL)
         return KVD_OK; /* no elements */
-    if (ix->n_values > 0 && ix->buffer != NULL)
-        return kvd__req_fail(r, KVD_EINVAL, "%s: inline values and a buffer are exclusive", what);
-    if (ix->n_values > 0) {
-        size_t i, bytes = ix->n_values * sizeof(int64_t);
-        int64_t valid = 0;
+    forms = (ix->n_values > 0) + (ix->raw.len > 0) + (ix->buffer != NULL);
+    if (forms == 0)
+        return KVD_OK;
+    if (forms > 1)
+        return kvd__req_fail(r, KVD_EINVAL,
+                             "%s: inline values, raw bytes and a buffer are exclusive", what);
+    if (ix->n_values > 0 || ix->raw.len > 0) {
+        const void *vals = ix->n_values > 0 ? (const void *)ix->values : ix->raw.data;
+        size_t esize = 8, n = ix->n_values, bytes;
 
+        if (ix->raw.len > 0) {
+            if (ix->dtype != KVDOCK__DTYPE__I32 && ix->dtype != KVDOCK__DTYPE__I64)
+                return kvd__req_fail(r, KVD_EDTYPE, "%s: index dtype must be I32 or I64", what);
+            esize = ix->dtype == KVDOCK__DTYPE__I32 ? 4 : 8;
+            if (ix->raw.len % esize != 0)
+                return kvd__req_fail(r, KVD_ESHAPE,
+                                     "%s: %zu raw bytes are not whole %zu-byte indices", what,
+                                     ix->raw.len, esize);
+            n = ix->raw.len / esize;
+        }
+        bytes = n * esize;
         if (bytes > r->srv->opts.max_inline_bytes)
             return kvd__req_fail(r, KVD_ELIMIT,
-                             "%s: %zu inline indices exceed max-inline-bytes (%" PRIu64 ")", what,
-                             ix->n_values, r->srv->opts.max_inline_bytes);
-        for (i = 0; i < ix->n_values; i++) {
-            int64_t v = ix->values[i];
-            if (bound >= 0 && v >= bound)
-                return kvd__req_fail(r, KVD_ERANGE, "%s[%zu] = %" PRId64 " is out of range [0, %" PRId64
-                                 ")", what, i, v, bound);
-            if (bound < 0 && v < 0)
-                return kvd__req_fail(r, KVD_EINVAL, "%s[%zu] = %" PRId64 " is negative", what, i, v);
-            valid += v >= 0;
-        }
-        out->ptr = stage(r, d, ix->values, bytes);
+                                 "%s: %zu inline indices exceed max-inline-bytes (%" PRIu64 ")",
+                                 what, n, r->srv->opts.max_inline_bytes);
+        /* checked in the (aligned) staging copy: raw bytes need not be */
+        out->ptr = stage(r, d, vals, bytes);
         if (out->ptr == NULL)
             return kvd__req_fail(r, KVD_ENOMEM, "out of memory staging %s", what);
-        out->count = (int64_t)ix->n_values;
-        out->valid = valid;
+        st = check_inline(r, out->ptr, n, esize == 8, bound, what, &out->valid);
+        if (st != KVD_OK)
+            return st;
+        out->dtype = esize == 8 ? KVD_DTYPE_I64 : KVD_DTYPE_I32;
+        out->count = (int64_t)n;
+        out->staged = 1;
         return KVD_OK;
     }
     {
         uint64_t esize, need;
         void *p;
-        kvd_status_t st;
 
         if (ix->dtype != KVDOCK__DTYPE__I32 && ix->dtype != KVDOCK__DTYPE__I64)
             return kvd__req_fail(r, KVD_EDTYPE, "%s: index dtype must be I32 or I64", what);
@@ -204,6 +249,22 @@ static kvd_status_t get_indices(kvd_req_t *r, dataop_t *d, const Kvdock__Indices
         out->valid = (int64_t)ix->count;
         return KVD_OK;
     }
+}
+
+/* An inline I32 index array as I64, in a new staging copy. */
+static kvd_status_t widen(kvd_req_t *r, dataop_t *d, idx_t *x)
+{
+    const int32_t *v = x->ptr;
+    int64_t *w;
+
+    w = stage(r, d, NULL, (size_t)x->count * sizeof(int64_t));
+    if (w == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory staging indices");
+    for (int64_t i = 0; i < x->count; i++)
+        w[i] = v[i];
+    x->ptr = w;
+    x->dtype = KVD_DTYPE_I64;
+    return KVD_OK;
 }
 
 /* Operand bytes: need bytes, inline or in a buffer.  Inline bytes must be
@@ -647,12 +708,18 @@ static kvd_status_t do_gather(kvd_req_t *r, dataop_t *d)
 
 /* ---- transfer -------------------------------------------------------------- */
 
-static void fill_side(const kvd_pool_t *p, uint32_t begin, kvd_kv_side_t *s)
+/* An imported pool's layers are scattered: the kernels read their addresses
+ * from the backend's tables (device memory on cuda), the copy engines from
+ * the host arrays. */
+static void fill_side(const kvd_pool_t *p, uint32_t begin, int copy_engine, kvd_kv_side_t *s)
 {
     memset(s, 0, sizeof(*s));
     if (p->imported) {
-        s->k_layers = (const uint64_t *)p->k_table + begin;
-        s->v_layers = p->mla ? NULL : (const uint64_t *)p->v_table + begin;
+        const uint64_t *k = copy_engine ? p->k_addr : (const uint64_t *)p->k_table;
+        const uint64_t *v = copy_engine ? p->v_addr : (const uint64_t *)p->v_table;
+
+        s->k_layers = k + begin;
+        s->v_layers = p->mla ? NULL : v + begin;
     } else {
         s->k = layer_k(p, begin);
         s->v = layer_v(p, begin);
@@ -704,9 +771,16 @@ static kvd_status_t do_transfer(kvd_req_t *r, dataop_t *d)
     if (si.count != di.count)
         return kvd__req_fail(r, KVD_ESHAPE, "%" PRId64 " src indices but %" PRId64 " dst", si.count,
                          di.count);
-    if (si.count > 0 && si.dtype != di.dtype)
-        return kvd__req_fail(r, KVD_EDTYPE, "src and dst indices must have one dtype (inline "
-                         "indices are I64)");
+    if (si.count > 0 && si.dtype != di.dtype) {
+        /* the kernels take one index type: widen an inline I32 side */
+        idx_t *narrow = si.dtype == KVD_DTYPE_I32 ? &si : &di;
+
+        if (!narrow->staged)
+            return kvd__req_fail(r, KVD_EDTYPE, "src and dst indices must have one dtype (an "
+                                 "I32 buffer cannot be paired with I64 indices)");
+        if ((st = widen(r, d, narrow)) != KVD_OK)
+            return st;
+    }
     if (dst->kind != KVD_MEM_HOST && src->kind == KVD_MEM_HOST)
         sclass = KVD_SC_RELOAD;
     else if (src->kind != KVD_MEM_HOST && dst->kind == KVD_MEM_HOST)
@@ -728,8 +802,8 @@ static kvd_status_t do_transfer(kvd_req_t *r, dataop_t *d)
 
     d->job.kind = KVD_JOB_TRANSFER;
     memset(a, 0, sizeof(*a));
-    fill_side(src, begin, &a->src);
-    fill_side(dst, begin, &a->dst);
+    fill_side(src, begin, (d->job.flags & KVD_LAUNCH_COPY_ENGINE) != 0, &a->src);
+    fill_side(dst, begin, (d->job.flags & KVD_LAUNCH_COPY_ENGINE) != 0, &a->dst);
     a->num_layers = count;
     a->src_idx = si.ptr;
     a->dst_idx = di.ptr;

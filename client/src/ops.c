@@ -6,11 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "Indices.raw is little-endian: this host's arrays would need converting"
+#endif
+
 /* One Indices message and what it points to. */
 typedef struct idx_msg {
     Kvdock__Indices msg;
     Kvdock__BufRef ref;
-    int64_t *conv; /* inline int32 values widened */
 } idx_msg_t;
 
 /* One Data message and its buffer reference. */
@@ -23,38 +26,24 @@ static kvd_status_t indices_build(kvd_client_t *cli, const kvd_indices_t *in, id
                                   const char *what)
 {
     int32_t dtype = in->dtype == 0 ? 2 /* I64 */ : in->dtype;
+    uint64_t size = dtype == 1 ? 4 : 8;
 
     kvdock__indices__init(&t->msg);
     kvdock__buf_ref__init(&t->ref);
-    t->conv = NULL;
     if (dtype != 1 && dtype != 2)
         return kvd__client_fail(cli, KVD_EDTYPE, "%s: indices must be I32 or I64, not dtype %d",
                                 what, in->dtype);
+    if (in->count > SIZE_MAX / size)
+        return kvd__client_fail(cli, KVD_EOVERFLOW, "%s: %llu indices is too many", what,
+                                (unsigned long long)in->count);
     if (in->values != NULL) {
-        if (in->count > SIZE_MAX / sizeof(int64_t))
-            return kvd__client_fail(cli, KVD_EOVERFLOW, "%s: %llu indices is too many", what,
-                                    (unsigned long long)in->count);
-        if (dtype == 1 && in->count > 0) {
-            const int32_t *v = in->values;
-
-            t->conv = malloc((size_t)in->count * sizeof(int64_t));
-            if (t->conv == NULL)
-                return kvd__client_fail(cli, KVD_ENOMEM, "%s: out of memory", what);
-            for (uint64_t i = 0; i < in->count; i++)
-                t->conv[i] = v[i];
-            t->msg.values = t->conv;
-        } else {
-            t->msg.values = (int64_t *)in->values;
-        }
-        t->msg.n_values = (size_t)in->count;
+        /* the array as it is (Indices.raw): one copy into the frame */
+        t->msg.raw.data = (uint8_t *)in->values;
+        t->msg.raw.len = (size_t)(in->count * size);
+        t->msg.dtype = (Kvdock__DType)dtype;
         return KVD_OK;
     }
     if (in->buffer != 0) {
-        uint64_t size = dtype == 1 ? 4 : 8;
-
-        if (in->count > UINT64_MAX / size)
-            return kvd__client_fail(cli, KVD_EOVERFLOW, "%s: %llu indices is too many", what,
-                                    (unsigned long long)in->count);
         t->ref.buffer = in->buffer;
         t->ref.offset = in->offset;
         t->ref.bytes = in->count * size;
@@ -173,9 +162,7 @@ static kvd_status_t store_go(kvd_client_t *cli, const kvd_kv_store_t *a, const k
     req.sync = sync_build(sync, &s);
     req.op_case = KVDOCK__REQUEST__OP_STORE;
     req.store = &m;
-    st = op_go(cli, &req, out, req_id);
-    free(loc.conv);
-    return st;
+    return op_go(cli, &req, out, req_id);
 }
 
 kvd_status_t kvd_kv_store(kvd_client_t *cli, const kvd_kv_store_t *args, const kvd_sync_t *sync,
@@ -232,9 +219,7 @@ static kvd_status_t fp8_go(kvd_client_t *cli, const kvd_kv_fp8_set_t *a, const k
     req.sync = sync_build(sync, &s);
     req.op_case = KVDOCK__REQUEST__OP_FP8_SET;
     req.fp8_set = &m;
-    st = op_go(cli, &req, out, req_id);
-    free(loc.conv);
-    return st;
+    return op_go(cli, &req, out, req_id);
 }
 
 kvd_status_t kvd_kv_fp8_set(kvd_client_t *cli, const kvd_kv_fp8_set_t *args, const kvd_sync_t *sync,
@@ -267,10 +252,8 @@ static kvd_status_t gather_go(kvd_client_t *cli, const kvd_page_table_gather_t *
     if (st != KVD_OK)
         return st;
     st = indices_build(cli, &a->seq_lens, &lens, "gather seq_lens");
-    if (st != KVD_OK) {
-        free(rows.conv);
+    if (st != KVD_OK)
         return st;
-    }
     bufref_build(&a->req_to_page, &table);
     bufref_build(&a->out, &dst);
     m.req_to_page = &table;
@@ -288,10 +271,7 @@ static kvd_status_t gather_go(kvd_client_t *cli, const kvd_page_table_gather_t *
     req.sync = sync_build(sync, &s);
     req.op_case = KVDOCK__REQUEST__OP_GATHER;
     req.gather = &m;
-    st = op_go(cli, &req, out, req_id);
-    free(rows.conv);
-    free(lens.conv);
-    return st;
+    return op_go(cli, &req, out, req_id);
 }
 
 kvd_status_t kvd_page_table_gather(kvd_client_t *cli, const kvd_page_table_gather_t *args,
@@ -324,10 +304,8 @@ static kvd_status_t transfer_go(kvd_client_t *cli, const kvd_kv_transfer_t *a,
     if (st != KVD_OK)
         return st;
     st = indices_build(cli, &a->dst, &dst, "transfer dst");
-    if (st != KVD_OK) {
-        free(src.conv);
+    if (st != KVD_OK)
         return st;
-    }
     m.src_pool = a->src_pool;
     m.dst_pool = a->dst_pool;
     m.src = &src.msg;
@@ -338,10 +316,7 @@ static kvd_status_t transfer_go(kvd_client_t *cli, const kvd_kv_transfer_t *a,
     req.sync = sync_build(sync, &s);
     req.op_case = KVDOCK__REQUEST__OP_TRANSFER;
     req.transfer = &m;
-    st = op_go(cli, &req, out, req_id);
-    free(src.conv);
-    free(dst.conv);
-    return st;
+    return op_go(cli, &req, out, req_id);
 }
 
 kvd_status_t kvd_kv_transfer(kvd_client_t *cli, const kvd_kv_transfer_t *args,

@@ -575,13 +575,18 @@ static void side_of(const kvt_pool_t *p, uint8_t *base, uint32_t first, kvd_kv_s
     s->num_slots = (int64_t)p->info.num_slots;
 }
 
-static void transfer_case(bool mla, span_t span, bool idx_in_buffer)
+/* idx: inline I64, inline I32 src with I64 dst (the daemon widens one
+ * side), or both in a registered buffer */
+typedef enum { IDX_INLINE, IDX_INLINE_MIXED, IDX_BUFFER } idx_form_t;
+
+static void transfer_case(bool mla, span_t span, idx_form_t idx)
 {
     kvd_client_t *cli = kvt_connect("transfer-test");
     const uint32_t L = 4;
     const uint64_t S = 50, B = 36, N = 9;
     const int64_t src[9] = {0, 5, 49, -1, 7, 8, 9, 30, 31};
     const int64_t dst[9] = {10, 11, 12, 13, -1, 0, 49, 20, 19};
+    int32_t src32[9];
     kvt_pool_t ps, pd;
     uint8_t *ref_src, *ref_dst;
     kvd_kv_transfer_t a;
@@ -613,7 +618,7 @@ static void transfer_case(bool mla, span_t span, bool idx_in_buffer)
     } else {
         a.all_layers = true;
     }
-    if (idx_in_buffer) {
+    if (idx == IDX_BUFFER) {
         int64_t *p64;
 
         KVT_OK(cli, kvd_buffer_register(cli, 2 * N * 8, KVD_MEM_HOST, "tx-idx", &ibuf, &im));
@@ -632,6 +637,13 @@ static void transfer_case(bool mla, span_t span, bool idx_in_buffer)
         a.src.count = N;
         a.dst.values = dst;
         a.dst.count = N;
+        if (idx == IDX_INLINE_MIXED) {
+            for (uint64_t i = 0; i < N; i++)
+                src32[i] = (int32_t)src[i];
+            a.src.values = src32;
+            a.src.dtype = KVD_DTYPE_I32;
+            a.dst.dtype = KVD_DTYPE_I64;
+        }
     }
     KVT_OK(cli, kvd_kv_transfer(cli, &a, NULL, &res));
     ck_assert_uint_eq(res.skipped_oob, 0);
@@ -662,37 +674,42 @@ static void transfer_case(bool mla, span_t span, bool idx_in_buffer)
 
 START_TEST(test_transfer_mha_one_layer)
 {
-    transfer_case(false, ONE_LAYER, false);
+    transfer_case(false, ONE_LAYER, IDX_INLINE);
 }
 END_TEST
 START_TEST(test_transfer_mha_range)
 {
-    transfer_case(false, LAYER_RANGE, false);
+    transfer_case(false, LAYER_RANGE, IDX_INLINE);
 }
 END_TEST
 START_TEST(test_transfer_mha_all)
 {
-    transfer_case(false, ALL_LAYERS, false);
+    transfer_case(false, ALL_LAYERS, IDX_INLINE);
+}
+END_TEST
+START_TEST(test_transfer_mha_range_i32_src)
+{
+    transfer_case(false, LAYER_RANGE, IDX_INLINE_MIXED);
 }
 END_TEST
 START_TEST(test_transfer_mla_one_layer)
 {
-    transfer_case(true, ONE_LAYER, false);
+    transfer_case(true, ONE_LAYER, IDX_INLINE);
 }
 END_TEST
 START_TEST(test_transfer_mla_all)
 {
-    transfer_case(true, ALL_LAYERS, false);
+    transfer_case(true, ALL_LAYERS, IDX_INLINE);
 }
 END_TEST
 START_TEST(test_transfer_mha_all_idx_buffer)
 {
-    transfer_case(false, ALL_LAYERS, true);
+    transfer_case(false, ALL_LAYERS, IDX_BUFFER);
 }
 END_TEST
 START_TEST(test_transfer_mla_range_idx_buffer)
 {
-    transfer_case(true, LAYER_RANGE, true);
+    transfer_case(true, LAYER_RANGE, IDX_BUFFER);
 }
 END_TEST
 
@@ -973,6 +990,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, test_gather_i32_buffers);
     tcase_add_test(tc, test_transfer_mha_one_layer);
     tcase_add_test(tc, test_transfer_mha_range);
+    tcase_add_test(tc, test_transfer_mha_range_i32_src);
     tcase_add_test(tc, test_transfer_mha_all);
     tcase_add_test(tc, test_transfer_mla_one_layer);
     tcase_add_test(tc, test_transfer_mla_all);

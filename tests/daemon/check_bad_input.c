@@ -153,6 +153,15 @@ static void inline_idx(Kvdock__Indices *ix, int64_t *v, size_t n)
     ix->n_values = n;
 }
 
+/* n little-endian elements of dtype dt, as the raw bytes at p */
+static void raw_idx(Kvdock__Indices *ix, void *p, size_t bytes, Kvdock__DType dt)
+{
+    ix->n_values = 0;
+    ix->raw.data = p;
+    ix->raw.len = bytes;
+    ix->dtype = dt;
+}
+
 static void buf_idx(Kvdock__Indices *ix, Kvdock__BufRef *r, uint64_t buf, uint64_t offset,
                     uint64_t count, Kvdock__DType dt)
 {
@@ -618,6 +627,29 @@ B(st_inline_limit)
 {
     store_base(x, m, x->mha);
     inline_idx(&m->i1, m->v, 513); /* 4104 bytes > max-inline-bytes 4096 */
+}
+B(st_raw_partial)
+{
+    store_base(x, m, x->mha);
+    raw_idx(&m->i1, m->w, 7, KVDOCK__DTYPE__I64); /* 7 bytes: no whole I64 */
+}
+B(st_raw_dtype)
+{
+    store_base(x, m, x->mha);
+    raw_idx(&m->i1, m->w, 4, KVDOCK__DTYPE__F32);
+}
+B(st_raw_and_values)
+{
+    store_base(x, m, x->mha);
+    m->i1.raw.data = (uint8_t *)&m->w[1];
+    m->i1.raw.len = 8;
+    m->i1.dtype = KVDOCK__DTYPE__I64;
+}
+B(st_raw_i32_past)
+{
+    store_base(x, m, x->mha);
+    memcpy(&m->w[4], (int32_t[]){16}, 4); /* slot 16 of 16 */
+    raw_idx(&m->i1, &m->w[4], 4, KVDOCK__DTYPE__I32);
 }
 
 /* ---- transfer ----------------------------------------------------------- */
@@ -1093,6 +1125,10 @@ static const row_t rows[] = {
     {"store on stream class 99", st_stream, KVD_EINVAL, ON_OWNER, 0},
     {"store with copy_engine", st_copy_engine, KVD_EINVAL, ON_OWNER, 0},
     {"store with 513 inline indices (4 KiB max)", st_inline_limit, KVD_ELIMIT, ON_OWNER, 0},
+    {"store loc raw bytes: 7, not whole I64s", st_raw_partial, KVD_ESHAPE, ON_OWNER, 0},
+    {"store loc raw bytes of dtype F32", st_raw_dtype, KVD_EDTYPE, ON_OWNER, 0},
+    {"store loc both raw bytes and values", st_raw_and_values, KVD_EINVAL, ON_OWNER, 0},
+    {"store loc raw I32 index = num_slots", st_raw_i32_past, KVD_ERANGE, ON_OWNER, 0},
     /* transfer */
     {"transfer slot_bytes 32 -> 16", t_slot_bytes, KVD_ESHAPE, ON_OWNER, 0},
     {"transfer MHA -> MLA", t_mha_mla, KVD_ESHAPE, ON_OWNER, 0},
