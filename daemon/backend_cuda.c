@@ -39,7 +39,10 @@
 #define OOB_SLOTS 65536
 #define STAGING_BINS 19 /* 256 B .. 64 MiB */
 #define STAGING_MIN_SHIFT 8
-#define STAGING_KEEP 64 /* cached blocks per bin */
+#define STAGING_SLAB_BINS 13 /* bins up to 1 MiB are carved out of slabs */
+#define STAGING_SLAB_MIN (64u << 10) /* a slab: 64 blocks, within these bounds */
+#define STAGING_SLAB_MAX (4u << 20)
+#define STAGING_KEEP 4 /* cached blocks per larger bin */
 
 typedef CUresult (*pfn_mem_create_t)(CUmemGenericAllocationHandle *, size_t,
                                      const CUmemAllocationProp *, unsigned long long);
@@ -97,6 +100,13 @@ typedef struct staging_block {
     struct staging_block *next;
 } staging_block_t;
 
+/* A pinned allocation that small staging blocks are carved from; kept
+ * until the backend goes (so a busy daemon pins its peak, no more). */
+typedef struct staging_slab {
+    struct staging_slab *next;
+    void *mem;
+} staging_slab_t;
+
 typedef struct job_fifo {
     kvd_job_t *head, *tail;
 } job_fifo_t;
@@ -130,6 +140,7 @@ typedef struct cuda_backend {
     ipc_open_t *ipc_opened;
     staging_block_t *bins[STAGING_BINS];
     uint32_t bin_count[STAGING_BINS];
+    staging_slab_t *slabs;
     void (*destroy_cb)(void *arg);
     void *destroy_arg;
 } cuda_backend_t;
@@ -721,6 +732,38 @@ static int bin_of(size_t bytes)
     return b; /* STAGING_BINS: too large to cache */
 }
 
+/* Fill small bin b from a new slab: pinning memory costs far more than a
+ * request (and cudaFreeHost synchronizes), so it happens once per slab. */
+static int staging_refill(cuda_backend_t *cb, int b)
+{
+    size_t cap = (size_t)1 << (STAGING_MIN_SHIFT + b), n, i;
+    size_t bytes = cap * 64;
+    staging_slab_t *slab = malloc(sizeof(*slab));
+
+    if (bytes < STAGING_SLAB_MIN)
+        bytes = STAGING_SLAB_MIN;
+    if (bytes > STAGING_SLAB_MAX)
+        bytes = STAGING_SLAB_MAX;
+    if (slab == NULL)
+        return -1;
+    if (cudaHostAlloc(&slab->mem, bytes, cudaHostAllocPortable | cudaHostAllocMapped) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();
+        free(slab);
+        return -1;
+    }
+    slab->next = cb->slabs;
+    cb->slabs = slab;
+    n = bytes / cap;
+    for (i = 0; i < n; i++) {
+        staging_block_t *blk = (staging_block_t *)((char *)slab->mem + i * cap);
+        blk->next = cb->bins[b];
+        cb->bins[b] = blk;
+    }
+    cb->bin_count[b] += (uint32_t)n;
+    return 0;
+}
+
 static void *cuda_staging_alloc(kvd_backend_t *be, size_t bytes)
 {
     cuda_backend_t *cb = (cuda_backend_t *)be;
@@ -728,6 +771,8 @@ static void *cuda_staging_alloc(kvd_backend_t *be, size_t bytes)
     size_t cap = b < STAGING_BINS ? (size_t)1 << (STAGING_MIN_SHIFT + b) : bytes;
     void *p = NULL;
 
+    if (b < STAGING_SLAB_BINS && cb->bins[b] == NULL && staging_refill(cb, b) != 0)
+        return NULL;
     if (b < STAGING_BINS && cb->bins[b] != NULL) {
         staging_block_t *blk = cb->bins[b];
         cb->bins[b] = blk->next;
@@ -748,7 +793,7 @@ static void cuda_staging_free(kvd_backend_t *be, void *p, size_t bytes)
 
     if (p == NULL)
         return;
-    if (b < STAGING_BINS && cb->bin_count[b] < STAGING_KEEP) {
+    if (b < STAGING_SLAB_BINS || (b < STAGING_BINS && cb->bin_count[b] < STAGING_KEEP)) {
         staging_block_t *blk = p;
         blk->next = cb->bins[b];
         cb->bins[b] = blk;
@@ -941,12 +986,18 @@ static void free_backend(cuda_backend_t *cb)
     for (i = 0; i < KVD_SC_COUNT; i++)
         if (cb->streams[i] != NULL)
             cudaStreamDestroy(cb->streams[i]);
-    for (i = 0; i < STAGING_BINS; i++) {
+    for (i = STAGING_SLAB_BINS; i < STAGING_BINS; i++) {
         while (cb->bins[i]) {
             staging_block_t *b = cb->bins[i];
             cb->bins[i] = b->next;
             cudaFreeHost(b);
         }
+    }
+    while (cb->slabs != NULL) { /* the small bins' blocks live in these */
+        staging_slab_t *sl = cb->slabs;
+        cb->slabs = sl->next;
+        cudaFreeHost(sl->mem);
+        free(sl);
     }
     if (cb->oob)
         cudaFreeHost(cb->oob);
