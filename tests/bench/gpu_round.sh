@@ -97,7 +97,14 @@ stage_info() {
 # ctest counts a skipped test as passed; on the GPU machine a skip means
 # the GPU was not usable, so it fails the stage.
 stage_test() {
-    local tmp="$OUT/.ctest.out" rc
+    local tmp="$OUT/.ctest.out" rc py
+    # the Python GPU suite needs the interpreter that has PyTorch here,
+    # not the one the build found on the CPU machine
+    py=$(command -v python3)
+    if [ -z "${KVDOCK_TEST_PYTHON:-}" ] && [ -n "$py" ] && "$py" -c 'import torch' 2>/dev/null; then
+        export KVDOCK_TEST_PYTHON=$py
+        echo "gpu_round: Python suites run under $py (it imports torch)"
+    fi
     timeout --kill-after=15 "$TEST_TIMEOUT" \
         ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout "$TEST_TIMEOUT" 2>&1 | tee "$tmp"
     rc=${PIPESTATUS[0]}

@@ -6,13 +6,30 @@ Usage: python3 run_suite.py [--block MOD[,MOD...]] MODULE
 
 --block makes `import MOD` fail (ImportError) before anything is imported,
 as on a machine where MOD is not installed: test_no_numpy.py runs suites
-with --block numpy, the GPU machine's PyTorch without numpy."""
+with --block numpy, the GPU machine's PyTorch without numpy.
 
+$KVDOCK_TEST_PYTHON names another interpreter to run the suite with (the
+build chose one at configure time; a GPU machine's PyTorch may live in
+another): run_suite re-runs itself there."""
+
+import os
 import sys
 import unittest
 
 
+def _reexec_if_asked() -> None:
+    want = os.environ.get("KVDOCK_TEST_PYTHON", "")
+    if not want or os.environ.get("_KVDOCK_TEST_REEXEC"):
+        return
+    if os.path.realpath(want) == os.path.realpath(sys.executable):
+        return
+    os.environ["_KVDOCK_TEST_REEXEC"] = "1"
+    print(f"run_suite: running under {want} ($KVDOCK_TEST_PYTHON)", flush=True)
+    os.execv(want, [want] + sys.argv)
+
+
 def main() -> int:
+    _reexec_if_asked()
     args = sys.argv[1:]
     blocked = []
     if len(args) == 3 and args[0] == "--block":
