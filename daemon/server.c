@@ -26,6 +26,10 @@
 
 #define ACCEPTS_PER_EVENT 64
 #define FLUSH_GRACE_NS (2ull * 1000000000ull)
+/* Past the drain timeout, work still on a device stream can only be waiting
+ * for something that will not come (an event no one records): give it this
+ * long, then exit without it rather than hang. */
+#define ABANDON_GRACE_NS (5ull * 1000000000ull)
 
 /* ---- peers ------------------------------------------------------------- */
 
@@ -348,6 +352,18 @@ static void drain_timer_cb(uv_timer_t *t)
         kvd_log(KVD_LOG_WARN, "event=drain_timeout inflight=%u action=cancel_not_started",
                 srv->inflight);
         srv->backend->cancel_pending(srv->backend);
+    }
+    if (srv->inflight > 0 &&
+        elapsed >= srv->opts.shutdown_timeout_ms * 1000000ull + ABANDON_GRACE_NS) {
+        /* The socket is already gone; the driver reclaims the streams and
+         * the memory when the process ends.  _exit: no teardown that would
+         * wait for those streams. */
+        kvd_log(KVD_LOG_ERROR,
+                "event=drain_abandoned inflight=%u reason=\"queued device work did not finish "
+                "(waiting on an event that is never recorded?)\" status=1",
+                srv->inflight);
+        (void)kvd_sd_notify("STATUS=exiting with unfinished device work");
+        _exit(1);
     }
     kvd__server_check_drained(srv);
 }

@@ -17,14 +17,20 @@
  * (d) VMM memory: a daemon-owned MEM_DEVICE_VMM pool exported as a
  *     descriptor and mapped by the worker; the worker's own cuMemCreate
  *     allocation imported by descriptor and written through the daemon.
+ * (e) A stream that never drains: a transfer waits on an event that the
+ *     worker's stream will not reach (a host function holds it); SIGTERM
+ *     must still end the daemon, after its shutdown timeout and the grace
+ *     for device work, with status 1 and the reason in its log.
  *
  * CUDA is never initialised in the test process itself (a forked child
  * cannot use a parent's CUDA): the probe and every worker run in children.
  */
 #include "testutil.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <sys/wait.h>
 
 #ifdef KVD_HAVE_CUDA
@@ -806,6 +812,153 @@ START_TEST(test_vmm_export_and_import)
 END_TEST
 #endif
 
+#ifdef KVD_HAVE_CUDA
+/* ---- (e) shutdown with a stream that never drains ---------------------------- */
+
+static double mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+typedef struct stuck_args {
+    const char *socket;
+    int gate_rd;  /* the parent writes a byte here to let the stream go */
+    int ready_wr; /* the worker writes a byte once its transfer is queued */
+} stuck_args_t;
+
+/* Runs on a CUDA thread: holds the worker's stream until the gate opens. */
+static void CUDART_CB hold_stream(void *arg)
+{
+    char c;
+
+    while (read(*(int *)arg, &c, 1) < 0 && errno == EINTR)
+        ;
+}
+
+static int worker_stuck(void *arg)
+{
+    stuck_args_t *a = arg;
+    kvd_client_t *cli = NULL;
+    cudaStream_t stream;
+    cudaEvent_t ev;
+    uint8_t h[KVD_IPC_HANDLE_BYTES];
+    uint64_t e, req;
+    kvd_pool_spec_t ps;
+    kvd_pool_info_t p1, p2;
+    int64_t idx[1] = {0};
+    kvd_kv_transfer_t t;
+    kvd_sync_t sync;
+    kvd_status_t st;
+    char name[64];
+
+    if (kvd_client_create(a->socket, "gpu-stuck", &cli) != KVD_OK)
+        WFAIL("connect: %s", kvd_client_last_error(NULL));
+    kvd_client_set_timeout(cli, 60000);
+    WCUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    WCUDA(cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming));
+    WCUDA(cudaLaunchHostFunc(stream, hold_stream, &a->gate_rd));
+    WCUDA(cudaEventRecord(ev, stream)); /* completes only once the gate opens */
+    WOK(NULL, kvd_event_ipc_handle(ev, h));
+    WOK(cli, kvd_event_register(cli, h, &e));
+    memset(&ps, 0, sizeof(ps));
+    ps.kind = KVD_MEM_DEVICE;
+    ps.num_layers = 1;
+    ps.num_slots = 4;
+    ps.slot_bytes = 256;
+    snprintf(name, sizeof(name), "stuck-a-%d", (int)getpid());
+    ps.name = name;
+    WOK(cli, kvd_pool_create(cli, &ps, &p1));
+    snprintf(name, sizeof(name), "stuck-b-%d", (int)getpid());
+    WOK(cli, kvd_pool_create(cli, &ps, &p2));
+    memset(&t, 0, sizeof(t));
+    t.src_pool = p1.id;
+    t.dst_pool = p2.id;
+    t.src.values = idx;
+    t.src.count = 1;
+    t.dst.values = idx;
+    t.dst.count = 1;
+    memset(&sync, 0, sizeof(sync));
+    sync.wait_event = e;
+    WOK(cli, kvd_kv_transfer_submit(cli, &t, &sync, NULL, &req));
+    if (write(a->ready_wr, "r", 1) != 1)
+        WFAIL("ready pipe: %s", strerror(errno));
+    /* the daemon gives up on the stream and exits: the connection ends */
+    st = kvd_client_wait(cli, req);
+    if (st != KVD_ECONN)
+        WFAIL("transfer ended with %s (%s), expected ECONN", kvd_err_name(st),
+              kvd_client_last_error(cli));
+    kvd_client_destroy(&cli);
+    WCUDA(cudaStreamSynchronize(stream)); /* the parent opens the gate */
+    return 0;
+}
+
+START_TEST(test_shutdown_with_stuck_stream)
+{
+    const char *extra[] = {"--shutdown-timeout-ms", "200", NULL};
+    kvt_daemon_t d;
+    int gate[2], ready[2], status = 0, exited = 0;
+    stuck_args_t a;
+    pid_t pid;
+    char c;
+    double t0, waited;
+    FILE *log;
+    char line[512];
+    bool logged = false;
+
+    ck_assert_int_eq(pipe(gate), 0);
+    ck_assert_int_eq(pipe(ready), 0);
+    ck_assert_msg(kvt_daemon_start(&d, "cuda", extra, 60000) == 0, "kvdockd did not start");
+    a.socket = d.socket;
+    a.gate_rd = gate[0];
+    a.ready_wr = ready[1];
+    ck_assert_int_eq(run_worker(worker_stuck, &a, &pid), 0);
+    close(ready[1]);
+    if (read(ready[0], &c, 1) != 1) {
+        kvt_daemon_dump_log(&d);
+        ck_abort_msg("the worker did not queue its transfer (exit %d)", reap(pid));
+    }
+    t0 = mono_ms();
+    kill(d.pid, SIGTERM);
+    while (mono_ms() - t0 < 30000) {
+        if (waitpid(d.pid, &status, WNOHANG) == d.pid) {
+            exited = 1;
+            break;
+        }
+        usleep(10000);
+    }
+    waited = mono_ms() - t0;
+    if (write(gate[1], "g", 1) != 1) /* let the worker's stream go */
+        ck_abort_msg("gate pipe: %s", strerror(errno));
+    if (!exited) {
+        kill(d.pid, SIGKILL);
+        waitpid(d.pid, &status, 0);
+    }
+    log = fopen(d.log, "r");
+    while (log != NULL && fgets(line, sizeof(line), log) != NULL)
+        logged = logged || strstr(line, "event=drain_abandoned") != NULL;
+    if (log != NULL)
+        fclose(log);
+    if (!exited || !logged || !WIFEXITED(status) || WEXITSTATUS(status) != 1)
+        kvt_daemon_dump_log(&d);
+    ck_assert_msg(exited, "kvdockd still running 30 s after SIGTERM");
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1,
+                  "kvdockd ended with status 0x%x, expected exit 1", status);
+    ck_assert_msg(logged, "no event=drain_abandoned in the daemon's log");
+    /* 0.2 s of drain timeout, then 5 s of grace for the device work */
+    ck_assert_msg(waited >= 5000 && waited < 15000, "exited %.0f ms after SIGTERM", waited);
+    ck_assert_int_eq(reap(pid), 0);
+    d.pid = -1;
+    kvt_daemon_stop(&d, 1000); /* removes its directory */
+    close(gate[0]);
+    close(gate[1]);
+    close(ready[0]);
+}
+END_TEST
+#endif
+
 /* kvd_cuda_probe in a child, so this process never initialises CUDA. */
 static int probe(char *why, size_t len)
 {
@@ -858,6 +1011,7 @@ int main(void)
     tcase_add_test(tc, test_import_offload_reload);
     tcase_add_test(tc, test_device_pool_between_workers);
     tcase_add_test(tc, test_event_ordering);
+    tcase_add_test(tc, test_shutdown_with_stuck_stream);
     tcase_add_test(tc, test_vmm_export_and_import);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
