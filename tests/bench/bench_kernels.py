@@ -14,10 +14,15 @@ host cases.
 
 Usage (from the repository root, on the GPU machine):
     python3 tests/bench/bench_kernels.py [--lib build-gpu/kernels/libkvdock_kernels.so]
-        [--peer .peer] [--only REGEX]
+        [--peer .peer] [--only REGEX] [--repeat N]
 The peer folder (bench_seed.py and tokenspeed_kernel/) is a copy of
 shared/peer placed at <repo>/.peer.  Rows go to $OUT/kvdock_vs_seed.json
 (OUT defaults to /tmp) and a markdown table is printed at the end.
+
+--repeat N times the seed and kvdock N times each per row and reports the
+median of the N medians (their spread goes to the JSON and the printed
+row): on an H200 the median of one do_bench call of a ~5 us kernel moved by
+up to 0.6 us between calls.
 
 Needs torch, triton and numpy only.
 """
@@ -27,6 +32,7 @@ import json
 import math
 import os
 import re
+import statistics
 import sys
 import time
 import traceback
@@ -239,6 +245,15 @@ def us(fn):
     return do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
 
 
+REPEAT = 1  # --repeat
+
+
+def us_rep(fn):
+    """Median over REPEAT calls of us(fn), and every call's value."""
+    v = [us(fn) for _ in range(REPEAT)]
+    return statistics.median(v), v
+
+
 def fmt_us(v):
     return f"{v:10.2f}" if isinstance(v, (int, float)) and math.isfinite(v) else f"{'-':>10s}"
 
@@ -250,6 +265,9 @@ def print_row(r):
     gbps = f"{r['kvdock_gbps']:8.1f}" if r.get("kvdock_gbps") else f"{'-':>8s}"
     share = f"{100 * r['ceiling_share']:6.1f}%" if r.get("ceiling_share") else f"{'-':>7s}"
     line = f"{r['op']:30s} {r['case']:44s} seed {seed}us  kvdock {kvd}us  {ratio}  {gbps}GB/s  {share} of {r.get('kind', '?')}"
+    for k in ("seed", "kvdock"):
+        if len(r.get(f"{k}_us_all", [])) > 1:
+            line += f"  [{k} {min(r[k + '_us_all']):.2f}-{max(r[k + '_us_all']):.2f}]"
     for k in ("seed_error", "kvdock_error", "note"):
         if r.get(k):
             line += f"\n    {k}: {r[k]}"
@@ -275,7 +293,7 @@ def run_case(op, case, kind, nbytes, seed_fn, kvd_fn, check=None, prep=None, not
         r["seed_us"] = seed_us
     elif seed_fn is not None:
         try:
-            r["seed_us"] = us(seed_fn)
+            r["seed_us"], r["seed_us_all"] = us_rep(seed_fn)
         except Exception as e:  # the seed's own failure is data
             r["seed_error"] = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
             try:
@@ -292,7 +310,7 @@ def run_case(op, case, kind, nbytes, seed_fn, kvd_fn, check=None, prep=None, not
             why = check()
             if why:
                 mismatch(r, why)
-        r["kvdock_us"] = us(kvd_fn)
+        r["kvdock_us"], r["kvdock_us_all"] = us_rep(kvd_fn)
     except KvdError as e:
         r["kvdock_error"] = f"KVD_{e.name}: {e.detail}"
     except Exception as e:
@@ -338,11 +356,13 @@ def size_ceiling(nbytes):
     return _SIZE_CEIL[nbytes]
 
 
-def ceiling(kind, case, nbytes, fn):
-    t = us(fn)
+def ceiling(kind, case, nbytes, fn, what="torch copy_"):
+    t, ts = us_rep(fn)
     CEIL[kind] = nbytes / t / 1e3
     r = dict(op=f"ceiling_{kind}", case=case, kind=kind, bytes=nbytes, torch_us=t, torch_gbps=CEIL[kind],
-             note=f"torch copy_ {t:.2f} us = {CEIL[kind]:.1f} GB/s")
+             note=f"{what} {t:.2f} us = {CEIL[kind]:.1f} GB/s")
+    if len(ts) > 1:
+        r["torch_us_all"] = ts
     ROWS.append(r)
     print_row(r)
 
@@ -373,7 +393,11 @@ def main():
     ap.add_argument("--peer", default=str(REPO / ".peer"),
                     help="folder with bench_seed.py and tokenspeed_kernel/ (default: <repo>/.peer)")
     ap.add_argument("--only", default=None, help="regex: run only rows whose 'op case' matches")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="time each row's seed and kvdock this many times; report the median (default 1)")
     opt = ap.parse_args()
+    global REPEAT
+    REPEAT = max(1, opt.repeat)
 
     check_layout()
     peer = Path(opt.peer)
@@ -427,6 +451,10 @@ def main():
     t1 = torch.ones(1, device=dev)
     t2 = torch.empty_like(t1)
     ceiling("floor", "one-element torch copy_", 8, lambda: t2.copy_(t1))
+    # The launch alone: a kernel that touches no memory (torch's spin kernel
+    # for 0 cycles).  Under this method every kernel costs at least this.
+    ceiling("floor_empty", "empty kernel (torch.cuda._sleep(0))", 0, lambda: torch.cuda._sleep(0),
+            what="empty kernel")
 
     H, D = 8, 128
     P = 1 << 20
@@ -842,7 +870,8 @@ def main():
     print("|---|---|---:|---:|---:|---:|---:|")
     for r in ROWS:
         if r["op"].startswith("ceiling_"):
-            print(f"| {r['op']} | {r['case']} | - | - | - | {r['torch_gbps']:.1f} (torch) | 100% |")
+            print(f"| {r['op']} | {r['case']} | - | - | - | {r['torch_gbps']:.1f} (torch, {r['torch_us']:.2f} us) "
+                  f"| 100% |")
             continue
         seed = "FAILED" if "seed_error" in r else cell(r.get("seed_us"), "{:.2f}")
         k = ("ERROR " + r["kvdock_error"].split(":")[0]) if "kvdock_error" in r else cell(r.get("kvdock_us"), "{:.2f}")
