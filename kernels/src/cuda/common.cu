@@ -54,6 +54,19 @@ kvd_status_t kvd__cuda_grid(int64_t threads_needed, int blocks_per_sm,
     return KVD_OK;
 }
 
+kvd_status_t kvd__cuda_one_pass_blocks(const kvd_launch_t *launch, int waves, int64_t *limit)
+{
+    int sms = 0;
+    kvd_status_t st = kvd__cuda_sm_count(&sms);
+    if (st != KVD_OK)
+        return st;
+    int64_t n = (int64_t)sms * KVD_MIN_BLOCKS_PER_SM * waves;
+    if (launch && launch->max_blocks > 0 && n > (int64_t)launch->max_blocks)
+        n = launch->max_blocks;
+    *limit = n;
+    return KVD_OK;
+}
+
 /* Never launched: only asked whether this card has code for it. */
 __global__ void probe_kernel(void) {}
 

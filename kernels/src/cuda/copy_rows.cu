@@ -3,12 +3,23 @@
  * one layer or all), MHA (K and V) or MLA (one buffer).  One engine serves
  * them all: every (pair, buffer, layer) is a task that copies one row.
  *
- * Work split: a group of G lanes (a power of two, up to a warp) copies one
- * row, each lane keeping UNROLL vector loads in flight before it stores;
- * groups walk the task list with a grid stride, so the grid never needs
- * more blocks than the device holds at once and a block budget only slows
- * the copy down.  Task order puts the pair index fastest, so neighbouring
- * groups read neighbouring index entries.
+ * Work split: a group of G lanes (a power of two) copies one row.  By size:
+ * - small calls (every row's lanes fit on the device at once): one pass,
+ *   a lane for every vector of a row (up to a block), each lane one load;
+ *   this spreads a handful of rows over the most multiprocessors;
+ * - up to KVD_ONE_PASS_WAVES grids of that: one pass, up to a warp per
+ *   row, each lane keeping UNROLL vector loads in flight before it stores;
+ * - larger calls: the same groups walk the task list with a grid stride
+ *   and the next task's indices prefetched, so the grid never needs more
+ *   blocks than the device holds at once.
+ * A block budget (max_blocks) caps every grid: it only slows the copy
+ * down.  Task order puts the pair index fastest, so neighbouring groups
+ * read neighbouring index entries.
+ *
+ * Small calls are latency, not bandwidth: after an L2 flush each dependent
+ * load is a DRAM round trip, so a store loads its source row together with
+ * the slot index (the row does not depend on it), and table entries load
+ * together with the indices.
  *
  * The vector width is the largest of 16/8/4/2/1 bytes that divides every
  * base address, stride and the row size known on the host.  With per-layer
@@ -75,6 +86,24 @@ __device__ void copy_row_bytes(const char *s, char *d, int64_t n, int lane, int 
         d[b] = s[b];
 }
 
+/* Vectors v0, v0 + g, ... below vecs of one row: U loads in flight per
+ * lane before the first store. */
+template <typename V, int U>
+__device__ __forceinline__ void copy_span(const V *sv, V *dv, int64_t v0, int64_t vecs, int g)
+{
+    for (; v0 < vecs; v0 += (int64_t)g * U) {
+        V r[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (v0 + u * g < vecs)
+                r[u] = load_once(sv + v0 + u * g);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (v0 + u * g < vecs)
+                store_once(dv + v0 + u * g, r[u]);
+    }
+}
+
 /* Task t's pair index, buffer (0 = K, 1 = V) and layer: pair fastest. */
 struct Task {
     int64_t i;
@@ -99,23 +128,26 @@ __device__ __forceinline__ Task decode(const RowCopy &p, int64_t t)
     return k;
 }
 
-template <typename V>
-__device__ __forceinline__ void copy_task(const RowCopy &p, int64_t t, const Task &k, int64_t d,
-                                          int64_t s, int lane, int g)
+/* One row: dst slot d of (layer, buf) from src row s.  counts: this task
+ * is the pair's first (buffer 0, layer 0), the one that counts it when
+ * out of range. */
+template <typename V, int U>
+__device__ __forceinline__ void copy_task(const RowCopy &p, bool counts, int64_t layer, int buf,
+                                          int64_t d, int64_t s, int lane, int g)
 {
+    /* layer addresses first: a table load need not wait for the indices */
+    const char *sbase = p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][layer]
+                                       : p.src[buf] + layer * p.src_layer_stride;
+    char *dbase = p.dst_tab[buf] ? (char *)(uintptr_t)p.dst_tab[buf][layer]
+                                 : p.dst[buf] + layer * p.dst_layer_stride;
     if (d < 0 || s < 0)
         return; /* padding */
     if (d >= p.dst_slots || (p.src_idx && s >= p.src_slots)) {
         /* never dereferenced; counted once per pair */
-        if (t < p.count && lane == 0 && p.oob)
+        if (counts && lane == 0 && p.oob)
             atomicAdd(p.oob, 1ull);
         return;
     }
-    const int buf = k.buf;
-    const char *sbase = p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][k.layer]
-                                       : p.src[buf] + k.layer * p.src_layer_stride;
-    char *dbase = p.dst_tab[buf] ? (char *)(uintptr_t)p.dst_tab[buf][k.layer]
-                                 : p.dst[buf] + k.layer * p.dst_layer_stride;
     const char *srow = sbase + s * p.src_stride[buf];
     char *drow = dbase + d * p.dst_stride[buf];
 
@@ -124,21 +156,7 @@ __device__ __forceinline__ void copy_task(const RowCopy &p, int64_t t, const Tas
         copy_row_bytes(srow, drow, p.row_bytes, lane, g);
         return;
     }
-
-    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
-    const V *sv = (const V *)srow;
-    V *dv = (V *)drow;
-    for (int64_t v0 = lane; v0 < vecs; v0 += (int64_t)g * kUnroll) {
-        V r[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; u++)
-            if (v0 + u * g < vecs)
-                r[u] = load_once(sv + v0 + u * g);
-#pragma unroll
-        for (int u = 0; u < kUnroll; u++)
-            if (v0 + u * g < vecs)
-                store_once(dv + v0 + u * g, r[u]);
-    }
+    copy_span<V, U>((const V *)srow, (V *)drow, lane, p.row_bytes / (int64_t)sizeof(V), g);
 }
 
 /* Each group walks its tasks with the next task's indices already loading
@@ -166,7 +184,7 @@ copy_rows_kernel(const RowCopy p, int gshift)
             dn = kvd__load_index(p.dst_idx, p.idx64, kn.i);
             sn = p.src_idx ? kvd__load_index(p.src_idx, p.idx64, kn.i) : kn.i;
         }
-        copy_task<V>(p, t, k, d, s, lane, g);
+        copy_task<V, kUnroll>(p, t < p.count, k.layer, k.buf, d, s, lane, g);
         if (tn >= p.tasks)
             break;
         t = tn;
@@ -174,6 +192,55 @@ copy_rows_kernel(const RowCopy p, int gshift)
         d = dn;
         s = sn;
     }
+}
+
+/*
+ * One pass: group i of block row y copies pair i of (layer, buffer) y, and
+ * nothing else; for calls whose groups the device holds all at once (or in
+ * a few waves), where a grid-stride loop has nothing to overlap.  No
+ * division, no loop over tasks, 32-bit thread numbering (the grid is
+ * small).  Store: the source row is token i's, known before its slot index
+ * arrives, so the row's first vectors load in the same round trip as the
+ * index and only the stores wait for the slot.
+ */
+template <typename V, int U, bool STORE>
+__global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM)
+copy_rows_once(const RowCopy p, int gshift)
+{
+    const int g = 1 << gshift;
+    const int lane = threadIdx.x & (g - 1);
+    const uint32_t i = (blockIdx.x * blockDim.x + threadIdx.x) >> gshift;
+    if (i >= (uint32_t)p.count)
+        return;
+    const int buf = p.nbufs == 2 ? (int)(blockIdx.y & 1) : 0;
+    const int64_t layer = p.nbufs == 2 ? blockIdx.y >> 1 : blockIdx.y;
+    const int64_t d = kvd__load_index(p.dst_idx, p.idx64, i);
+    if (!STORE) {
+        const int64_t s = kvd__load_index(p.src_idx, p.idx64, i);
+        copy_task<V, U>(p, blockIdx.y == 0, layer, buf, d, s, lane, g);
+        return;
+    }
+    /* store: one layer, no tables, the vector width fits every row */
+    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
+    const V *sv = (const V *)(p.src[buf] + (int64_t)i * p.src_stride[buf]);
+    V r[U];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (lane + u * g < vecs)
+            r[u] = load_once(sv + lane + u * g);
+    if (d < 0)
+        return; /* padding */
+    if (d >= p.dst_slots) {
+        if (buf == 0 && lane == 0 && p.oob)
+            atomicAdd(p.oob, 1ull);
+        return;
+    }
+    V *dv = (V *)(p.dst[buf] + d * p.dst_stride[buf]);
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (lane + u * g < vecs)
+            store_once(dv + lane + u * g, r[u]);
+    copy_span<V, U>(sv, dv, lane + (int64_t)g * U, vecs, g);
 }
 
 /* Lanes per row: enough that UNROLL loads each cover the row, at most 32. */
@@ -186,12 +253,56 @@ int group_shift(int64_t vecs)
     return shift;
 }
 
-template <typename V>
-kvd_status_t launch_width(const RowCopy &p, const kvd_launch_t *launch)
+/* Blocks of a one-pass grid: groups of 2^gshift lanes, count of them per
+ * block row, by block rows. */
+int64_t once_blocks(int64_t count, int gshift, int64_t by, int64_t *bx)
 {
-    const int gshift = group_shift(p.row_bytes / (int64_t)sizeof(V));
+    const int64_t per_block = KVD_BLOCK_THREADS >> gshift;
+    *bx = count / per_block + (count % per_block != 0);
+    return kvd__mul_sat(*bx, by);
+}
+
+template <typename V, int U>
+kvd_status_t launch_once(const RowCopy &p, int64_t bx, int64_t by, int gshift, const kvd_launch_t *launch)
+{
+    const dim3 grid((unsigned)bx, (unsigned)by);
+    if (p.src_idx)
+        copy_rows_once<V, U, false><<<grid, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p, gshift);
+    else
+        copy_rows_once<V, U, true><<<grid, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p, gshift);
+    KVD_CUDA_LAUNCHED("copy_rows_once");
+    return KVD_OK;
+}
+
+/*
+ * Three shapes, by size:
+ * - wide one pass, one vector per lane and a lane for every vector of a
+ *   row, when all the rows fit on the device at once: the most rows, and
+ *   the most multiprocessors, working on the first round trip;
+ * - narrow one pass, UNROLL vectors per lane, up to KVD_ONE_PASS_WAVES;
+ * - beyond that, the grid-stride loop with index prefetch.
+ */
+template <typename V>
+kvd_status_t launch_width(const RowCopy &p, int64_t num_layers, const kvd_launch_t *launch)
+{
+    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
+    const int64_t by = (int64_t)p.nbufs * num_layers;
+    int64_t one_wave, waves, bx;
+    kvd_status_t st = kvd__cuda_one_pass_blocks(launch, 1, &one_wave);
+    if (st == KVD_OK)
+        st = kvd__cuda_one_pass_blocks(launch, KVD_ONE_PASS_WAVES, &waves);
+    if (st != KVD_OK)
+        return st;
+
+    const int wshift = kvd__wide_shift(vecs);
+    if (by <= one_wave && once_blocks(p.count, wshift, by, &bx) <= one_wave)
+        return launch_once<V, 1>(p, bx, by, wshift, launch);
+    const int gshift = group_shift(vecs);
+    if (by <= waves && once_blocks(p.count, gshift, by, &bx) <= waves)
+        return launch_once<V, kUnroll>(p, bx, by, gshift, launch);
+
     unsigned blocks;
-    kvd_status_t st = kvd__cuda_grid(kvd__mul_sat(p.tasks, (int64_t)1 << gshift), KVD_MIN_BLOCKS_PER_SM, launch, &blocks);
+    st = kvd__cuda_grid(kvd__mul_sat(p.tasks, (int64_t)1 << gshift), KVD_MIN_BLOCKS_PER_SM, launch, &blocks);
     if (st != KVD_OK)
         return st;
     copy_rows_kernel<V><<<blocks, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p, gshift);
@@ -199,19 +310,20 @@ kvd_status_t launch_width(const RowCopy &p, const kvd_launch_t *launch)
     return KVD_OK;
 }
 
-kvd_status_t launch_copy(const RowCopy &p, uint64_t align_bits, const kvd_launch_t *launch)
+kvd_status_t launch_copy(const RowCopy &p, uint64_t align_bits, int64_t num_layers,
+                         const kvd_launch_t *launch)
 {
     switch (kvd__common_align(align_bits | (uint64_t)p.row_bytes, 16)) {
     case 16:
-        return launch_width<uint4>(p, launch);
+        return launch_width<uint4>(p, num_layers, launch);
     case 8:
-        return launch_width<uint2>(p, launch);
+        return launch_width<uint2>(p, num_layers, launch);
     case 4:
-        return launch_width<uint32_t>(p, launch);
+        return launch_width<uint32_t>(p, num_layers, launch);
     case 2:
-        return launch_width<uint16_t>(p, launch);
+        return launch_width<uint16_t>(p, num_layers, launch);
     default:
-        return launch_width<uint8_t>(p, launch);
+        return launch_width<uint8_t>(p, num_layers, launch);
     }
 }
 
@@ -399,7 +511,7 @@ kvd_status_t run(const RowCopy &p, uint64_t align_bits, int64_t num_layers,
 {
     if (launch && (launch->flags & KVD_LAUNCH_COPY_ENGINE))
         return copy_engine(p, num_layers, launch);
-    return launch_copy(p, align_bits, launch);
+    return launch_copy(p, align_bits, num_layers, launch);
 }
 
 } // namespace
@@ -438,7 +550,7 @@ extern "C" kvd_status_t kvd_cuda_kv_store(const kvd_store_args_t *a, const kvd_l
     if (p.nbufs == 2)
         bits |= (uintptr_t)a->v_src | (uintptr_t)a->v_dst | (uint64_t)a->v_src_stride |
                 (uint64_t)a->v_dst_stride;
-    return launch_copy(p, bits, launch);
+    return launch_copy(p, bits, 1, launch);
 }
 
 extern "C" kvd_status_t kvd_cuda_kv_transfer(const kvd_transfer_args_t *a,

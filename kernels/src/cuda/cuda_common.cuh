@@ -13,6 +13,11 @@
 /* Blocks of KVD_BLOCK_THREADS that every kernel keeps resident per SM (its
  * register cap follows from it); grids are sized to this many per SM. */
 #define KVD_MIN_BLOCKS_PER_SM 4
+/* Waves (grids of what the device holds at once) up to which the row
+ * kernels launch one group per row instead of a grid-stride loop: on an
+ * H200 one pass beat the loop at 2,048 and 4,096 blocks (store of 8,192
+ * tokens, per-layer transfer of 16,384 slots). */
+#define KVD_ONE_PASS_WAVES 8
 
 /* Map a CUDA error to KVD_ECUDA, record where it happened, and clear the
  * error so the next call starts clean. */
@@ -38,6 +43,25 @@ kvd_status_t kvd__cuda_sm_count(int *sm_count);
  */
 kvd_status_t kvd__cuda_grid(int64_t threads_needed, int blocks_per_sm,
                             const kvd_launch_t *launch, unsigned *blocks);
+
+/*
+ * Blocks a one-pass launch (every group of threads one piece of work, no
+ * grid-stride loop) may use: waves times what the device holds at once
+ * (KVD_MIN_BLOCKS_PER_SM blocks of KVD_BLOCK_THREADS per SM), and never
+ * more than the caller's budget, which caps the blocks of a launch.
+ * Calls that need more take the grid-stride kernels.
+ */
+kvd_status_t kvd__cuda_one_pass_blocks(const kvd_launch_t *launch, int waves, int64_t *limit);
+
+/* Lanes for a row of vecs vectors, one vector each: log2 of the smallest
+ * power of two covering the row, at most a block. */
+static inline int kvd__wide_shift(int64_t vecs)
+{
+    int shift = 0;
+    while (((int64_t)1 << shift) < vecs && (2 << shift) <= KVD_BLOCK_THREADS)
+        shift++;
+    return shift;
+}
 
 static inline cudaStream_t kvd__stream(const kvd_launch_t *launch)
 {

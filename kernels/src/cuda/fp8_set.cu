@@ -6,7 +6,11 @@
  *
  * Work split as in copy_rows.cu: a group of lanes per (token, K or V) row,
  * each lane converting vectors of VE elements (16 bytes of input when the
- * layout allows it), UNROLL vectors loaded before the first is converted.
+ * layout allows it); small calls one pass with a lane per vector, larger
+ * ones UNROLL vectors per lane loaded before the first is converted, the
+ * largest a grid-stride loop.  The source row and a device scale do not
+ * depend on the slot index, so the one-pass kernels load them together
+ * with it.
  */
 #include <cuda_fp8.h>
 #include <string.h>
@@ -28,6 +32,7 @@ struct Fp8Set {
     int64_t slot_stride[2];
     int64_t head_stride[2];
     int64_t page_size;
+    int page_shift; /* log2(page_size), or -1 when not a power of two */
     int64_t num_slots;
     int64_t num_tokens;
     int64_t tasks; /* num_tokens * nbufs */
@@ -115,6 +120,13 @@ __device__ __forceinline__ typename Out<VE>::T convert(const typename Raw<KIND, 
     }
 }
 
+/* n / d (non-negative): out of line, since it is long and only huge rows
+ * or slot numbers need it. */
+__device__ __noinline__ int64_t div64(int64_t n, int64_t d)
+{
+    return n / d;
+}
+
 /* Vector v of a row: head h, vector e within the head.  Shift when the
  * vectors per head are a power of two, 32-bit division when the row allows
  * it: the 64-bit division costs more than the conversion. */
@@ -129,8 +141,67 @@ __device__ __forceinline__ void head_of(int64_t v, int64_t vph, int vph_shift, i
         *h = q;
         *e = (uint32_t)v - q * (uint32_t)vph;
     } else {
-        *h = v / vph;
+        *h = div64(v, vph);
         *e = v - *h * vph;
+    }
+}
+
+/* Slot -> its row in the cache: shift and mask for a power-of-two page
+ * size, 32-bit division when the numbers allow it. */
+__device__ __forceinline__ char *slot_row(const Fp8Set &p, int buf, int64_t slot)
+{
+    int64_t page, off;
+    if (p.page_shift >= 0) {
+        page = slot >> p.page_shift;
+        off = slot & (p.page_size - 1);
+    } else if ((uint64_t)(slot | p.page_size) <= UINT32_MAX) {
+        const uint32_t q = (uint32_t)slot / (uint32_t)p.page_size;
+        page = q;
+        off = (uint32_t)slot - q * (uint32_t)p.page_size;
+    } else {
+        page = div64(slot, p.page_size);
+        off = slot - page * p.page_size;
+    }
+    return p.cache[buf] + page * p.page_stride[buf] + off * p.slot_stride[buf];
+}
+
+/* Vectors v0, v0 + g, ... (U of them, those below vecs_per_row) of a
+ * source row, loaded. */
+template <int KIND, int VE, int U>
+__device__ __forceinline__ void load_vecs(const Fp8Set &p, int buf, const char *srow, int64_t v0,
+                                          int g, typename Raw<KIND, VE>::T (&r)[U])
+{
+    using RawT = typename Raw<KIND, VE>::T;
+    const int64_t sh = p.src_head_stride[buf];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int64_t v = v0 + u * g;
+        if (v < p.vecs_per_row) {
+            int64_t h, e;
+            head_of(v, p.vecs_per_head, p.vph_shift, &h, &e);
+            r[u] = *(const RawT *)(srow + h * sh + e * VE * (KIND == kF32 ? 4 : 2));
+        }
+    }
+}
+
+/* The same vectors, scaled, converted and stored into the cache row. */
+template <int KIND, int VE, bool E5M2, int U>
+__device__ __forceinline__ void store_vecs(const Fp8Set &p, int buf, char *drow, int64_t v0, int g,
+                                           const typename Raw<KIND, VE>::T (&r)[U], float inv)
+{
+    using OutT = typename Out<VE>::T;
+    const int64_t dh = p.head_stride[buf];
+    const bool scaled = p.scale_mode != KVD_SCALE_NONE;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int64_t v = v0 + u * g;
+        if (v < p.vecs_per_row) {
+            int64_t h, e;
+            head_of(v, p.vecs_per_head, p.vph_shift, &h, &e);
+            const float hinv =
+                p.scale_mode == KVD_SCALE_PER_HEAD ? __frcp_rn(p.scale_ptr[buf][h]) : inv;
+            *(OutT *)(drow + h * dh + e * VE) = convert<KIND, VE, E5M2>(r[u], hinv, scaled);
+        }
     }
 }
 
@@ -138,11 +209,9 @@ template <int KIND, int VE, bool E5M2>
 __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) fp8_set_kernel(const Fp8Set p, int gshift)
 {
     using RawT = typename Raw<KIND, VE>::T;
-    using OutT = typename Out<VE>::T;
     const int g = 1 << gshift;
     const int lane = threadIdx.x & (g - 1);
     const int64_t ngroups = ((int64_t)gridDim.x * blockDim.x) >> gshift;
-    const int64_t vph = p.vecs_per_head;
 
     for (int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> gshift; t < p.tasks;
          t += ngroups) {
@@ -164,48 +233,63 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) fp8_
                 atomicAdd(p.oob, 1ull);
             continue;
         }
-        int64_t page = slot, off = 0;
-        if (p.page_size > 1) {
-            page = slot / p.page_size;
-            off = slot - page * p.page_size;
-        }
         const char *srow = p.src[buf] + i * p.src_token_stride[buf];
-        char *drow = p.cache[buf] + page * p.page_stride[buf] + off * p.slot_stride[buf];
-        const int64_t sh = p.src_head_stride[buf], dh = p.head_stride[buf];
+        char *drow = slot_row(p, buf, slot);
 
-        const bool scaled = p.scale_mode != KVD_SCALE_NONE;
         float inv = 1.0f;
         if (p.scale_mode == KVD_SCALE_HOST)
             inv = p.inv_host[buf];
         else if (p.scale_mode == KVD_SCALE_DEVICE)
-            inv = __fdiv_rn(1.0f, p.scale_ptr[buf][0]);
+            inv = __frcp_rn(p.scale_ptr[buf][0]);
 
         for (int64_t v0 = lane; v0 < p.vecs_per_row; v0 += (int64_t)g * kUnroll) {
             RawT r[kUnroll];
-#pragma unroll
-            for (int u = 0; u < kUnroll; u++) {
-                const int64_t v = v0 + u * g;
-                if (v < p.vecs_per_row) {
-                    int64_t h, e;
-                    head_of(v, vph, p.vph_shift, &h, &e);
-                    e *= VE;
-                    r[u] = *(const RawT *)(srow + h * sh + (int64_t)e * (KIND == kF32 ? 4 : 2));
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < kUnroll; u++) {
-                const int64_t v = v0 + u * g;
-                if (v < p.vecs_per_row) {
-                    int64_t h, e;
-                    head_of(v, vph, p.vph_shift, &h, &e);
-                    e *= VE;
-                    const float hinv = p.scale_mode == KVD_SCALE_PER_HEAD
-                                           ? __fdiv_rn(1.0f, p.scale_ptr[buf][h])
-                                           : inv;
-                    *(OutT *)(drow + h * dh + e) = convert<KIND, VE, E5M2>(r[u], hinv, scaled);
-                }
-            }
+            load_vecs<KIND, VE, kUnroll>(p, buf, srow, v0, g, r);
+            store_vecs<KIND, VE, E5M2, kUnroll>(p, buf, drow, v0, g, r, inv);
         }
+    }
+}
+
+/*
+ * One pass: group i of block row buf converts token i's K (buf 0) or V row,
+ * and nothing else; for calls whose groups the device holds all at once.
+ * The source row is token i's and the scale is known, so both load in the
+ * same round trip as the slot index; only the stores wait for the slot.
+ */
+template <int KIND, int VE, bool E5M2, int U>
+__global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) fp8_set_once(const Fp8Set p, int gshift)
+{
+    using RawT = typename Raw<KIND, VE>::T;
+    const int g = 1 << gshift;
+    const int lane = threadIdx.x & (g - 1);
+    const uint32_t i = (blockIdx.x * blockDim.x + threadIdx.x) >> gshift;
+    if (i >= (uint32_t)p.num_tokens)
+        return;
+    const int buf = (int)blockIdx.y;
+    const int64_t slot = kvd__load_index(p.loc, p.idx64, i);
+    const char *srow = p.src[buf] + (int64_t)i * p.src_token_stride[buf];
+    float scale = 1.0f;
+    if (p.scale_mode == KVD_SCALE_DEVICE)
+        scale = p.scale_ptr[buf][0];
+    RawT r[U];
+    load_vecs<KIND, VE, U>(p, buf, srow, lane, g, r);
+    if (slot < 0)
+        return; /* padding */
+    if (slot >= p.num_slots) {
+        if (buf == 0 && lane == 0 && p.oob)
+            atomicAdd(p.oob, 1ull);
+        return;
+    }
+    char *drow = slot_row(p, buf, slot);
+    float inv = 1.0f;
+    if (p.scale_mode == KVD_SCALE_HOST)
+        inv = p.inv_host[buf];
+    else if (p.scale_mode == KVD_SCALE_DEVICE)
+        inv = __frcp_rn(scale);
+    store_vecs<KIND, VE, E5M2, U>(p, buf, drow, lane, g, r, inv);
+    for (int64_t v0 = lane + (int64_t)g * U; v0 < p.vecs_per_row; v0 += (int64_t)g * U) {
+        load_vecs<KIND, VE, U>(p, buf, srow, v0, g, r);
+        store_vecs<KIND, VE, E5M2, U>(p, buf, drow, v0, g, r, inv);
     }
 }
 
@@ -218,6 +302,18 @@ int group_shift(int64_t vecs)
     return shift;
 }
 
+template <int KIND, int VE, bool E5M2, int U>
+kvd_status_t launch_once(const Fp8Set &p, int64_t bx, int gshift, const kvd_launch_t *launch)
+{
+    const dim3 grid((unsigned)bx, (unsigned)p.nbufs);
+    fp8_set_once<KIND, VE, E5M2, U><<<grid, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p, gshift);
+    KVD_CUDA_LAUNCHED("fp8_set_once");
+    return KVD_OK;
+}
+
+/* Shapes by size, as in copy_rows.cu: wide one pass (a lane per vector,
+ * when every row fits on the device at once), narrow one pass (UNROLL
+ * vectors per lane, up to KVD_ONE_PASS_WAVES), then the grid-stride loop. */
 template <int KIND, int VE, bool E5M2>
 kvd_status_t launch_vec(Fp8Set &p, int64_t head_dim, const kvd_launch_t *launch)
 {
@@ -227,9 +323,26 @@ kvd_status_t launch_vec(Fp8Set &p, int64_t head_dim, const kvd_launch_t *launch)
         if (p.vecs_per_head == (int64_t)1 << b)
             p.vph_shift = b;
     p.vecs_per_row = p.vecs_per_row * p.vecs_per_head; /* caller put num_heads there */
+
+    int64_t one_wave, waves;
+    kvd_status_t st = kvd__cuda_one_pass_blocks(launch, 1, &one_wave);
+    if (st == KVD_OK)
+        st = kvd__cuda_one_pass_blocks(launch, KVD_ONE_PASS_WAVES, &waves);
+    if (st != KVD_OK)
+        return st;
+    const int wshift = kvd__wide_shift(p.vecs_per_row);
+    int64_t per_block = KVD_BLOCK_THREADS >> wshift;
+    int64_t bx = p.num_tokens / per_block + (p.num_tokens % per_block != 0);
+    if (kvd__mul_sat(bx, p.nbufs) <= one_wave)
+        return launch_once<KIND, VE, E5M2, 1>(p, bx, wshift, launch);
     const int gshift = group_shift(p.vecs_per_row);
+    per_block = KVD_BLOCK_THREADS >> gshift;
+    bx = p.num_tokens / per_block + (p.num_tokens % per_block != 0);
+    if (kvd__mul_sat(bx, p.nbufs) <= waves)
+        return launch_once<KIND, VE, E5M2, kUnroll>(p, bx, gshift, launch);
+
     unsigned blocks;
-    kvd_status_t st = kvd__cuda_grid(kvd__mul_sat(p.tasks, (int64_t)1 << gshift), KVD_MIN_BLOCKS_PER_SM, launch, &blocks);
+    st = kvd__cuda_grid(kvd__mul_sat(p.tasks, (int64_t)1 << gshift), KVD_MIN_BLOCKS_PER_SM, launch, &blocks);
     if (st != KVD_OK)
         return st;
     fp8_set_kernel<KIND, VE, E5M2><<<blocks, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p, gshift);
@@ -285,6 +398,10 @@ extern "C" kvd_status_t kvd_cuda_fp8_set(const kvd_fp8_set_args_t *a, const kvd_
     p.head_stride[0] = a->k_head_stride;
     p.head_stride[1] = a->v_head_stride;
     p.page_size = a->page_size;
+    p.page_shift = -1;
+    for (int b = 0; b < 63; b++)
+        if (a->page_size == (int64_t)1 << b)
+            p.page_shift = b;
     p.num_slots = a->num_slots;
     p.num_tokens = a->num_tokens;
     p.tasks = a->num_tokens * p.nbufs;

@@ -1,7 +1,8 @@
 /*
  * Page-table gather with padding: row r of out is row req_pool_indices[r]
  * of req_to_page up to ceil(seq_lens[r] / page_size) columns, dummy_slot
- * after.  One block per output row (grid-stride over rows); a row moves in
+ * after.  Small calls: one pass, a thread per vector of every row.  Larger
+ * ones: one block per output row (grid-stride over rows).  Rows move in
  * 16-byte vectors when every row start is 16-byte aligned.
  */
 #include <string.h>
@@ -95,13 +96,75 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
     }
 }
 
+/*
+ * One pass: thread x of block (bx, r) writes vector bx * blockDim + x of
+ * row r, and nothing else; for calls whose vectors the device holds all at
+ * once.  Column c of the row is live when c < ceil(len / page_size), that
+ * is when c * page_size < len: no division.  The row's index and length
+ * load together, then the table vector, then the store.
+ */
+template <typename T, int VEC>
+__global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gather_once(const Gather p)
+{
+    using V = Vec<T, VEC>;
+    const uint32_t r = blockIdx.y;
+    const int64_t c = (int64_t)(blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    if (c >= p.max_pages)
+        return;
+    const int64_t req = kvd__load_index(p.req, p.req64, r);
+    const int64_t len = kvd__load_index(p.seq, p.seq64, r);
+    bool live = req >= 0 && req < p.table_rows;
+    if (req >= p.table_rows && c == 0 && p.oob)
+        atomicAdd(p.oob, 1ull);
+    const T *src = (const T *)(p.table + (live ? req * p.table_stride : 0));
+    T *dst = (T *)(p.out + (int64_t)r * p.out_stride);
+    /* columns c .. c + VEC - 1 live: below table_cols and c * page_size < len */
+    bool ok[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        const uint64_t cj = (uint64_t)(c + j);
+        ok[j] = live && len > 0 && (int64_t)cj < p.table_cols &&
+                __umul64hi(cj, (uint64_t)p.page_size) == 0 && cj * (uint64_t)p.page_size < (uint64_t)len;
+    }
+    const T dummy = (T)p.dummy;
+    V val;
+    if (VEC > 1 && ok[VEC - 1]) {
+        val = *(const V *)(src + c); /* whole vector live */
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            val.v[j] = ok[j] ? src[c + j] : dummy;
+    }
+    if (c + VEC <= p.max_pages) {
+        *(V *)(dst + c) = val;
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            if (c + j < p.max_pages)
+                dst[c + j] = val.v[j];
+    }
+}
+
 template <typename T, int VEC>
 kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
 {
+    int64_t limit;
+    kvd_status_t st = kvd__cuda_one_pass_blocks(launch, 1, &limit);
+    if (st != KVD_OK)
+        return st;
+    /* One pass when every vector of every row fits on the device at once
+     * (past that, the loop's four vectors per thread won on an H200). */
+    const int64_t nvec = p.max_pages / VEC + (p.max_pages % VEC != 0);
+    const int64_t bx = nvec / KVD_BLOCK_THREADS + (nvec % KVD_BLOCK_THREADS != 0);
+    if (bx <= limit && p.bs <= limit && kvd__mul_sat(bx, p.bs) <= limit) {
+        gather_once<T, VEC><<<dim3((unsigned)bx, (unsigned)p.bs), KVD_BLOCK_THREADS, 0,
+                              kvd__stream(launch)>>>(p);
+        KVD_CUDA_LAUNCHED("gather_once");
+        return KVD_OK;
+    }
     /* one block per row, as many rows at once as the device holds */
     unsigned blocks;
-    kvd_status_t st = kvd__cuda_grid(kvd__mul_sat(p.bs, KVD_BLOCK_THREADS), KVD_MIN_BLOCKS_PER_SM, launch,
-                                     &blocks);
+    st = kvd__cuda_grid(kvd__mul_sat(p.bs, KVD_BLOCK_THREADS), KVD_MIN_BLOCKS_PER_SM, launch, &blocks);
     if (st != KVD_OK)
         return st;
     gather_kernel<T, VEC><<<blocks, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p);
