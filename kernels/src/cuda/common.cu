@@ -67,6 +67,27 @@ kvd_status_t kvd__cuda_one_pass_blocks(const kvd_launch_t *launch, int waves, in
     return KVD_OK;
 }
 
+/* Devices whose kernels are loaded. */
+static int kernels_loaded[KVD_MAX_DEVICES];
+
+void kvd__cuda_load_kernels(void)
+{
+    int dev;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    const bool tracked = dev >= 0 && dev < KVD_MAX_DEVICES;
+    if (tracked && __atomic_load_n(&kernels_loaded[dev], __ATOMIC_ACQUIRE))
+        return;
+    kvd__load_copy_rows_kernels(); /* racing threads load twice: harmless */
+    kvd__load_fp8_kernels();
+    kvd__load_gather_kernels();
+    (void)cudaGetLastError();
+    if (tracked)
+        __atomic_store_n(&kernels_loaded[dev], 1, __ATOMIC_RELEASE);
+}
+
 /* Never launched: only asked whether this card has code for it. */
 __global__ void probe_kernel(void) {}
 

@@ -310,9 +310,20 @@ kvd_status_t launch_width(const RowCopy &p, int64_t num_layers, const kvd_launch
     return KVD_OK;
 }
 
+template <typename V> void load_width(void)
+{
+    cudaFuncAttributes a;
+    (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_kernel<V>);
+    (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, 1, false>);
+    (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, 1, true>);
+    (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, kUnroll, false>);
+    (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, kUnroll, true>);
+}
+
 kvd_status_t launch_copy(const RowCopy &p, uint64_t align_bits, int64_t num_layers,
                          const kvd_launch_t *launch)
 {
+    kvd__cuda_load_kernels();
     switch (kvd__common_align(align_bits | (uint64_t)p.row_bytes, 16)) {
     case 16:
         return launch_width<uint4>(p, num_layers, launch);
@@ -515,6 +526,15 @@ kvd_status_t run(const RowCopy &p, uint64_t align_bits, int64_t num_layers,
 }
 
 } // namespace
+
+void kvd__load_copy_rows_kernels(void)
+{
+    load_width<uint4>();
+    load_width<uint2>();
+    load_width<uint32_t>();
+    load_width<uint16_t>();
+    load_width<uint8_t>();
+}
 
 extern "C" kvd_status_t kvd_cuda_kv_store(const kvd_store_args_t *a, const kvd_launch_t *launch)
 {

@@ -63,6 +63,23 @@ static inline int kvd__wide_shift(int64_t vecs)
     return shift;
 }
 
+/*
+ * Load every kernel of the library on this device, once, before our first
+ * launch.  CUDA loads a kernel lazily by default, at its first launch.  In
+ * check_cuda (H200, driver 580, CUDA 13) the suite's only launch that was
+ * both a kernel's first and into a stream held by an earlier host function
+ * wrote its output while the stream was still held; every launch of an
+ * already loaded kernel waited.  Loading them all up front leaves no launch
+ * of ours to be a kernel's first.  Asking for a kernel's attributes loads
+ * it.  Errors are cleared: a kernel this card cannot run fails at its
+ * launch, with the launch's error.
+ */
+void kvd__cuda_load_kernels(void);
+/* Each kernel file's part: ask for the attributes of each of its kernels. */
+void kvd__load_copy_rows_kernels(void);
+void kvd__load_fp8_kernels(void);
+void kvd__load_gather_kernels(void);
+
 static inline cudaStream_t kvd__stream(const kvd_launch_t *launch)
 {
     return launch ? (cudaStream_t)launch->stream : (cudaStream_t)0;

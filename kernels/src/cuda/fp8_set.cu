@@ -350,6 +350,20 @@ kvd_status_t launch_vec(Fp8Set &p, int64_t head_dim, const kvd_launch_t *launch)
     return KVD_OK;
 }
 
+template <int KIND, int VE, bool E5M2> void load_vec(void)
+{
+    cudaFuncAttributes a;
+    (void)cudaFuncGetAttributes(&a, (const void *)fp8_set_kernel<KIND, VE, E5M2>);
+    (void)cudaFuncGetAttributes(&a, (const void *)fp8_set_once<KIND, VE, E5M2, 1>);
+    (void)cudaFuncGetAttributes(&a, (const void *)fp8_set_once<KIND, VE, E5M2, kUnroll>);
+}
+
+template <int KIND, bool E5M2> void load_kind(void)
+{
+    load_vec<KIND, KIND == kF32 ? 4 : 8, E5M2>();
+    load_vec<KIND, 1, E5M2>();
+}
+
 template <int KIND, bool E5M2>
 kvd_status_t launch_kind(Fp8Set &p, int64_t head_dim, bool wide, const kvd_launch_t *l)
 {
@@ -372,6 +386,16 @@ kvd_status_t launch_fmt(Fp8Set &p, int kind, int64_t head_dim, bool wide, const 
 }
 
 } // namespace
+
+void kvd__load_fp8_kernels(void)
+{
+    load_kind<kF32, false>();
+    load_kind<kF16, false>();
+    load_kind<kBF16, false>();
+    load_kind<kF32, true>();
+    load_kind<kF16, true>();
+    load_kind<kBF16, true>();
+}
 
 extern "C" kvd_status_t kvd_cuda_fp8_set(const kvd_fp8_set_args_t *a, const kvd_launch_t *launch)
 {
@@ -442,6 +466,7 @@ extern "C" kvd_status_t kvd_cuda_fp8_set(const kvd_fp8_set_args_t *a, const kvd_
     const bool wide = a->head_dim % wide_elems == 0 && (in_bits & 15) == 0 &&
                       (out_bits & (uint64_t)(wide_elems - 1)) == 0;
 
+    kvd__cuda_load_kernels();
     if (a->cache_dtype == KVD_DTYPE_E5M2)
         return launch_fmt<true>(p, kind, a->head_dim, wide, launch);
     return launch_fmt<false>(p, kind, a->head_dim, wide, launch);

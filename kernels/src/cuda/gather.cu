@@ -172,7 +172,22 @@ kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
     return KVD_OK;
 }
 
+template <typename T, int VEC> void load_rows(void)
+{
+    cudaFuncAttributes a;
+    (void)cudaFuncGetAttributes(&a, (const void *)gather_kernel<T, VEC>);
+    (void)cudaFuncGetAttributes(&a, (const void *)gather_once<T, VEC>);
+}
+
 } // namespace
+
+void kvd__load_gather_kernels(void)
+{
+    load_rows<int32_t, 4>();
+    load_rows<int32_t, 1>();
+    load_rows<int64_t, 2>();
+    load_rows<int64_t, 1>();
+}
 
 extern "C" kvd_status_t kvd_cuda_page_table_gather(const kvd_gather_args_t *a,
                                                    const kvd_launch_t *launch)
@@ -203,6 +218,7 @@ extern "C" kvd_status_t kvd_cuda_page_table_gather(const kvd_gather_args_t *a,
     /* Vectors need every row start 16-byte aligned on both sides. */
     const bool wide = (((uintptr_t)a->req_to_page | (uint64_t)a->table_stride |
                         (uintptr_t)a->out | (uint64_t)a->out_stride) & 15) == 0;
+    kvd__cuda_load_kernels();
     if (a->table_dtype == KVD_DTYPE_I64)
         return wide ? launch_rows<int64_t, 2>(p, launch) : launch_rows<int64_t, 1>(p, launch);
     return wide ? launch_rows<int32_t, 4>(p, launch) : launch_rows<int32_t, 1>(p, launch);
