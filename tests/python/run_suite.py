@@ -21,7 +21,9 @@ def _reexec_if_asked() -> None:
     want = os.environ.get("KVDOCK_TEST_PYTHON", "")
     if not want or os.environ.get("_KVDOCK_TEST_REEXEC"):
         return
-    if os.path.realpath(want) == os.path.realpath(sys.executable):
+    # abspath, not realpath: a venv's python is a link to the base
+    # interpreter, and only started by the venv's path is it the venv's
+    if os.path.abspath(want) == os.path.abspath(sys.executable):
         return
     os.environ["_KVDOCK_TEST_REEXEC"] = "1"
     print(f"run_suite: running under {want} ($KVDOCK_TEST_PYTHON)", flush=True)
