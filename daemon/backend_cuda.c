@@ -1064,6 +1064,12 @@ kvd_status_t kvd_backend_cuda_create(uv_loop_t *loop, const kvd_options_t *opts,
     e = cudaSetDevice((int)opts->device);
     if (e != cudaSuccess)
         return cuda_fail(e, "cudaSetDevice", why, why_len);
+    /* before any stream can wait on a client's event: a lazy kernel load at
+     * a first launch could otherwise block the loop until that event fires */
+    if (kvd_cuda_load_kernels() != KVD_OK) {
+        snprintf(why, why_len, "loading the kernels: %s", kvd_last_error_detail());
+        return KVD_ECUDA;
+    }
     if ((e = cudaGetDeviceProperties(&prop, (int)opts->device)) != cudaSuccess)
         return cuda_fail(e, "cudaGetDeviceProperties", why, why_len);
     if ((e = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess)

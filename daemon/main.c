@@ -45,6 +45,10 @@ int main(int argc, char **argv)
         break;
     }
     kvd__log_level = opts.log_level;
+    /* Every module loaded when the CUDA context is made, not at a first
+     * launch, where a load can wait for queued work, and the loop with it
+     * (see kvd_cuda_load_kernels).  Set before the first CUDA call. */
+    setenv("CUDA_MODULE_LOADING", "EAGER", 1);
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
 

@@ -17,6 +17,12 @@ kvd_status_t kvd_cuda_probe(char *why, size_t why_len)
     return kvd__fail(KVD_ENOTSUP, "cuda_probe: %s", no_cuda);
 }
 
+kvd_status_t kvd_cuda_load_kernels(void)
+{
+    kvd__clear_error();
+    return kvd__fail(KVD_ENOTSUP, "cuda_load_kernels: %s", no_cuda);
+}
+
 kvd_status_t kvd_cuda_kv_store(const kvd_store_args_t *a, const kvd_launch_t *launch)
 {
     kvd_status_t st;

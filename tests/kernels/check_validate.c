@@ -602,6 +602,18 @@ START_TEST(cuda_probe)
     if (st != KVD_OK)
         ck_assert_msg(why[0] != '\0', "probe failed without a reason");
     ck_assert_int_eq(kvd_cuda_probe(NULL, 0), st); /* no buffer: still answers */
+
+    /* loading the kernels works where the probe does, else says why */
+    if (st == KVD_OK) {
+        ck_assert_int_eq(kvd_cuda_load_kernels(), KVD_OK);
+        ck_assert_int_eq(kvd_cuda_load_kernels(), KVD_OK); /* again: already loaded */
+    } else {
+        kvd_status_t ld = kvd_cuda_load_kernels();
+
+        ck_assert_msg(ld == (st == KVD_ENOTSUP ? KVD_ENOTSUP : KVD_ECUDA), "load_kernels: %s",
+                      kvd_err_name(ld));
+        ck_assert_msg(kvd_last_error_detail()[0] != '\0', "load_kernels failed without a reason");
+    }
 }
 END_TEST
 

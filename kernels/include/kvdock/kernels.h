@@ -225,6 +225,17 @@ typedef struct kvd_transfer_args {
  * the library was built without CUDA) and a reason in why. */
 kvd_status_t kvd_cuda_probe(char *why, size_t why_len);
 
+/*
+ * Load every kernel of the library on the current device now.  CUDA loads
+ * kernels lazily, at their first launch, and that load can wait for work
+ * already queued on the device: a launch into a stream that waits on
+ * another process's event could then block until that event fires.  A
+ * process that queues such waits (kvdockd) calls this once per device at
+ * start; every entry point also does it on its first call.  KVD_ECUDA when
+ * the device cannot be asked, KVD_ENOTSUP without CUDA.
+ */
+kvd_status_t kvd_cuda_load_kernels(void);
+
 kvd_status_t kvd_cuda_kv_store(const kvd_store_args_t *a, const kvd_launch_t *launch);
 kvd_status_t kvd_cuda_fp8_set(const kvd_fp8_set_args_t *a, const kvd_launch_t *launch);
 kvd_status_t kvd_cuda_page_table_gather(const kvd_gather_args_t *a, const kvd_launch_t *launch);

@@ -88,6 +88,16 @@ void kvd__cuda_load_kernels(void)
         __atomic_store_n(&kernels_loaded[dev], 1, __ATOMIC_RELEASE);
 }
 
+extern "C" kvd_status_t kvd_cuda_load_kernels(void)
+{
+    int dev;
+
+    kvd__clear_error();
+    KVD_CUDA_TRY(cudaGetDevice(&dev));
+    kvd__cuda_load_kernels();
+    return KVD_OK;
+}
+
 /* Never launched: only asked whether this card has code for it. */
 __global__ void probe_kernel(void) {}
 
