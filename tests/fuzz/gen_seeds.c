@@ -369,6 +369,32 @@ static void transfer(uint64_t src, uint64_t dst, int all_layers, uint32_t begin,
     frame(&r);
 }
 
+/* Indices as raw bytes: I32 on the source side (the daemon widens it to
+ * pair with the I64 destination). */
+static void transfer_raw(uint64_t src, uint64_t dst)
+{
+    Kvdock__Request r = KVDOCK__REQUEST__INIT;
+    Kvdock__Transfer t = KVDOCK__TRANSFER__INIT;
+    Kvdock__Indices si = KVDOCK__INDICES__INIT, di = KVDOCK__INDICES__INIT;
+    int32_t s[4] = {3, 0, -1, 7};
+    int64_t d[4] = {1, 2, 3, 4};
+
+    si.raw.data = (uint8_t *)s;
+    si.raw.len = sizeof(s);
+    si.dtype = KVDOCK__DTYPE__I32;
+    di.raw.data = (uint8_t *)d;
+    di.raw.len = sizeof(d);
+    di.dtype = KVDOCK__DTYPE__I64;
+    t.src_pool = src;
+    t.dst_pool = dst;
+    t.src = &si;
+    t.dst = &di;
+    t.all_layers = 1;
+    r.op_case = KVDOCK__REQUEST__OP_TRANSFER;
+    r.transfer = &t;
+    frame(&r);
+}
+
 static void pool_import(void)
 {
     Kvdock__Request r = KVDOCK__REQUEST__INIT;
@@ -480,7 +506,8 @@ int main(int argc, char **argv)
     begin(); hello(KVD_PROTOCOL_VERSION); pool_create("a", 4, 16, 32, 0, 0, 0);
     pool_create("b", 4, 16, 32, 0, 0, 0); transfer(1, 2, 0, 2, 0, 0);
     transfer(1, 2, 0, 1, 2, KVDOCK__STREAM_CLASS__STREAM_OFFLOAD);
-    transfer(2, 1, 1, 0, 0, KVDOCK__STREAM_CLASS__STREAM_D2D); end("transfer");
+    transfer(2, 1, 1, 0, 0, KVDOCK__STREAM_CLASS__STREAM_D2D);
+    transfer_raw(1, 2); end("transfer");
     begin(); hello(KVD_PROTOCOL_VERSION); pool_create("a", 2, 16, 32, 1, 0, 0);
     pool_create("b", 2, 16, 32, 1, 0, 0); transfer(1, 2, 1, 0, 0, 0); end("transfer-mla");
     begin(); hello(KVD_PROTOCOL_VERSION); shutdown_op(1); end("shutdown");
