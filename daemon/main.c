@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <uv.h>
 
+#include "kvdock/wire.h"
 #include "log.h"
 #include "options.h"
 #include "server.h"
@@ -33,7 +34,7 @@ int main(int argc, char **argv)
         kvd_options_help(stdout, argv[0]);
         return 0;
     case KVD_OPTS_VERSION:
-        printf("kvdockd %s (protocol %u)\n", KVD_DAEMON_VERSION, 1u);
+        printf("kvdockd %s (protocol %u)\n", KVD_DAEMON_VERSION, KVD_PROTOCOL_VERSION);
         return 0;
     case KVD_OPTS_PRINT:
         kvd_options_print(&opts, stdout);

@@ -15,7 +15,7 @@ START_TEST(test_hello_info)
     kvd_client_t *cli = kvt_connect("hello-test");
     const kvd_hello_info_t *h = kvd_client_info(cli);
 
-    ck_assert_uint_eq(h->protocol_version, 1);
+    ck_assert_uint_eq(h->protocol_version, 2); /* kvdock/wire.h KVD_PROTOCOL_VERSION */
     ck_assert_int_eq(h->backend, KVD_BACKEND_CPU);
     ck_assert_str_ne(h->daemon_version, "");
     ck_assert_uint_gt(h->limits.max_frame_bytes, 0);
@@ -575,9 +575,9 @@ static void side_of(const kvt_pool_t *p, uint8_t *base, uint32_t first, kvd_kv_s
     s->num_slots = (int64_t)p->info.num_slots;
 }
 
-/* idx: inline I64, inline I32 src with I64 dst (the daemon widens one
- * side), or both in a registered buffer */
-typedef enum { IDX_INLINE, IDX_INLINE_MIXED, IDX_BUFFER } idx_form_t;
+/* idx: inline I64, inline I32 src with I64 dst or I64 src with I32 dst
+ * (the daemon widens the I32 side), or both in a registered buffer */
+typedef enum { IDX_INLINE, IDX_INLINE_MIXED, IDX_INLINE_MIXED_DST, IDX_BUFFER } idx_form_t;
 
 static void transfer_case(bool mla, span_t span, idx_form_t idx)
 {
@@ -586,7 +586,7 @@ static void transfer_case(bool mla, span_t span, idx_form_t idx)
     const uint64_t S = 50, B = 36, N = 9;
     const int64_t src[9] = {0, 5, 49, -1, 7, 8, 9, 30, 31};
     const int64_t dst[9] = {10, 11, 12, 13, -1, 0, 49, 20, 19};
-    int32_t src32[9];
+    int32_t src32[9], dst32[9];
     kvt_pool_t ps, pd;
     uint8_t *ref_src, *ref_dst;
     kvd_kv_transfer_t a;
@@ -643,6 +643,11 @@ static void transfer_case(bool mla, span_t span, idx_form_t idx)
             a.src.values = src32;
             a.src.dtype = KVD_DTYPE_I32;
             a.dst.dtype = KVD_DTYPE_I64;
+        } else if (idx == IDX_INLINE_MIXED_DST) {
+            for (uint64_t i = 0; i < N; i++)
+                dst32[i] = (int32_t)dst[i];
+            a.dst.values = dst32;
+            a.dst.dtype = KVD_DTYPE_I32;
         }
     }
     KVT_OK(cli, kvd_kv_transfer(cli, &a, NULL, &res));
@@ -690,6 +695,11 @@ END_TEST
 START_TEST(test_transfer_mha_range_i32_src)
 {
     transfer_case(false, LAYER_RANGE, IDX_INLINE_MIXED);
+}
+END_TEST
+START_TEST(test_transfer_mla_all_i32_dst)
+{
+    transfer_case(true, ALL_LAYERS, IDX_INLINE_MIXED_DST);
 }
 END_TEST
 START_TEST(test_transfer_mla_one_layer)
@@ -991,6 +1001,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, test_transfer_mha_one_layer);
     tcase_add_test(tc, test_transfer_mha_range);
     tcase_add_test(tc, test_transfer_mha_range_i32_src);
+    tcase_add_test(tc, test_transfer_mla_all_i32_dst);
     tcase_add_test(tc, test_transfer_mha_all);
     tcase_add_test(tc, test_transfer_mla_one_layer);
     tcase_add_test(tc, test_transfer_mla_all);

@@ -83,7 +83,7 @@ class Base(unittest.TestCase):
 class TestSession(Base):
     def test_hello_and_library(self):
         info = self.cli.info
-        self.assertEqual(info.protocol_version, 1)
+        self.assertEqual(info.protocol_version, 2)
         self.assertEqual(info.backend, "cpu")
         self.assertTrue(info.daemon_version)
         self.assertGreater(info.limits.max_frame_bytes, 0)

@@ -1015,7 +1015,7 @@ class _Req:
         at = self._in_buffer(ptr, n)
         if at is not None:
             ix.buffer, ix.offset = at
-        elif ix.count * 8 > self.client.max_inline_bytes:
+        elif n > self.client.max_inline_bytes:  # sent as raw bytes: n of them
             ix.buffer, ix.offset = self._stage_host(ptr, n)
         else:
             ix.values = ptr

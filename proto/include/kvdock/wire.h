@@ -20,7 +20,9 @@
 extern "C" {
 #endif
 
-#define KVD_PROTOCOL_VERSION 1u
+/* 2: Indices.raw (index arrays as bytes), which a version-1 daemon would
+ * ignore, answering with nothing done. */
+#define KVD_PROTOCOL_VERSION 2u
 #define KVD_FRAME_HEADER_BYTES 4u
 #define KVD_DEFAULT_MAX_FRAME_BYTES (16u << 20)
 /* Descriptors accepted with one frame; more are closed and refused. */
