@@ -42,7 +42,9 @@
 #define STAGING_SLAB_BINS 13 /* bins up to 1 MiB are carved out of slabs */
 #define STAGING_SLAB_MIN (64u << 10) /* a slab: 64 blocks, within these bounds */
 #define STAGING_SLAB_MAX (4u << 20)
-#define STAGING_KEEP 4 /* cached blocks per larger bin */
+/* Larger blocks are cached up to this many bytes in all: cudaFreeHost
+ * synchronizes the device, which the loop must not wait for. */
+#define STAGING_KEEP_BYTES (1ull << 30)
 
 typedef CUresult (*pfn_mem_create_t)(CUmemGenericAllocationHandle *, size_t,
                                      const CUmemAllocationProp *, unsigned long long);
@@ -141,6 +143,7 @@ typedef struct cuda_backend {
     staging_block_t *bins[STAGING_BINS];
     uint32_t bin_count[STAGING_BINS];
     staging_slab_t *slabs;
+    uint64_t staging_cached; /* bytes of larger blocks in the bins */
     void (*destroy_cb)(void *arg);
     void *destroy_arg;
 } cuda_backend_t;
@@ -777,6 +780,8 @@ static void *cuda_staging_alloc(kvd_backend_t *be, size_t bytes)
         staging_block_t *blk = cb->bins[b];
         cb->bins[b] = blk->next;
         cb->bin_count[b]--;
+        if (b >= STAGING_SLAB_BINS)
+            cb->staging_cached -= cap;
         return blk;
     }
     if (cudaHostAlloc(&p, cap, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
@@ -790,17 +795,21 @@ static void cuda_staging_free(kvd_backend_t *be, void *p, size_t bytes)
 {
     cuda_backend_t *cb = (cuda_backend_t *)be;
     int b = bin_of(bytes);
+    size_t cap = b < STAGING_BINS ? (size_t)1 << (STAGING_MIN_SHIFT + b) : bytes;
 
     if (p == NULL)
         return;
-    if (b < STAGING_SLAB_BINS || (b < STAGING_BINS && cb->bin_count[b] < STAGING_KEEP)) {
+    if (b < STAGING_SLAB_BINS ||
+        (b < STAGING_BINS && cb->staging_cached + cap <= STAGING_KEEP_BYTES)) {
         staging_block_t *blk = p;
         blk->next = cb->bins[b];
         cb->bins[b] = blk;
         cb->bin_count[b]++;
+        if (b >= STAGING_SLAB_BINS)
+            cb->staging_cached += cap;
         return;
     }
-    cudaFreeHost(p);
+    cudaFreeHost(p); /* past the cache, or larger than any bin: rare */
 }
 
 /* ---- events ---------------------------------------------------------------- */

@@ -350,10 +350,11 @@ kvd_status_t kvd__op_pool_import(kvd_req_t *r)
         kvd_pool_free(be, p);
         return st;
     }
-    if (be->table_create(be, p->k_addr, p->num_layers, &p->k_table) != KVD_OK ||
-        (!p->mla && be->table_create(be, p->v_addr, p->num_layers, &p->v_table) != KVD_OK)) {
+    if ((st = be->table_create(be, p->k_addr, p->num_layers, &p->k_table)) != KVD_OK ||
+        (!p->mla && (st = be->table_create(be, p->v_addr, p->num_layers, &p->v_table)) != KVD_OK)) {
         kvd_pool_free(be, p);
-        return kvd__req_fail(r, KVD_ENOMEM, "out of memory for layer tables");
+        return kvd__req_fail(r, st, st == KVD_ENOMEM ? "out of memory for layer tables"
+                                                     : "the device refused the layer tables");
     }
     st = register_pool(r, p);
     if (st != KVD_OK)
