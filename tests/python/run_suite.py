@@ -13,6 +13,7 @@ build chose one at configure time; a GPU machine's PyTorch may live in
 another): run_suite re-runs itself there."""
 
 import os
+import shutil
 import sys
 import unittest
 
@@ -21,6 +22,7 @@ def _reexec_if_asked() -> None:
     want = os.environ.get("KVDOCK_TEST_PYTHON", "")
     if not want or os.environ.get("_KVDOCK_TEST_REEXEC"):
         return
+    want = shutil.which(want) or want  # a bare name is looked up in PATH
     # abspath, not realpath: a venv's python is a link to the base
     # interpreter, and only started by the venv's path is it the venv's
     if os.path.abspath(want) == os.path.abspath(sys.executable):

@@ -88,18 +88,21 @@ void kvd__cuda_load_kernels(void)
         __atomic_store_n(&kernels_loaded[dev], 1, __ATOMIC_RELEASE);
 }
 
+/* Never launched: only asked whether this card has code for it. */
+__global__ void probe_kernel(void) {}
+
 extern "C" kvd_status_t kvd_cuda_load_kernels(void)
 {
+    cudaFuncAttributes attr;
     int dev;
 
     kvd__clear_error();
     KVD_CUDA_TRY(cudaGetDevice(&dev));
     kvd__cuda_load_kernels();
+    /* a card this build has no code for loads nothing: say so */
+    KVD_CUDA_TRY(cudaFuncGetAttributes(&attr, (const void *)probe_kernel));
     return KVD_OK;
 }
-
-/* Never launched: only asked whether this card has code for it. */
-__global__ void probe_kernel(void) {}
 
 extern "C" kvd_status_t kvd_cuda_probe(char *why, size_t why_len)
 {
