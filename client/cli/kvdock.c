@@ -392,10 +392,10 @@ static void pool_json(const kvd_pool_info_t *p)
     printf(",\"num_layers\":%u,\"num_slots\":%" PRIu64 ",\"slot_bytes\":%" PRIu64
            ",\"mla\":%s,\"page_size\":%u,\"shared\":%s,\"imported\":%s,\"bytes\":%" PRIu64
            ",\"layer_stride\":%" PRIu64 ",\"v_offset\":%" PRIu64 ",\"slot_stride\":%" PRIu64
-           ",\"owner\":%" PRIu64 "}",
+           ",\"owner\":%" PRIu64 ",\"orphaned\":%s}",
            p->num_layers, p->num_slots, p->slot_bytes, p->mla ? "true" : "false", p->page_size,
            p->shared ? "true" : "false", p->imported ? "true" : "false", p->bytes, p->layer_stride,
-           p->v_offset, p->slot_stride, p->owner);
+           p->v_offset, p->slot_stride, p->owner, p->orphaned ? "true" : "false");
 }
 
 static void pools_table(const kvd_pool_info_t *p, size_t n)
@@ -413,8 +413,10 @@ static void pools_table(const kvd_pool_info_t *p, size_t n)
         snprintf(page, sizeof(page), "%u", p[i].page_size > 1 ? p[i].page_size : 1);
         human_bytes(bytes, sizeof(bytes), p[i].bytes);
         snprintf(owner, sizeof(owner), "%" PRIu64, p[i].owner);
-        snprintf(flags, sizeof(flags), "%s%s%s", p[i].shared ? "shared" : "",
-                 p[i].shared && p[i].imported ? "," : "", p[i].imported ? "imported" : "");
+        snprintf(flags, sizeof(flags), "%s%s%s%s%s", p[i].shared ? "shared" : "",
+                 p[i].shared && p[i].imported ? "," : "", p[i].imported ? "imported" : "",
+                 p[i].orphaned && (p[i].shared || p[i].imported) ? "," : "",
+                 p[i].orphaned ? "orphaned" : "");
         table_row(&t, id, p[i].name, kvd_mem_kind_name(p[i].kind), layers, slots, sb,
                   p[i].mla ? "mla" : "mha", page, bytes, owner, flags[0] ? flags : "-");
     }

@@ -218,6 +218,11 @@ bool kvd_client_connected(const kvd_client_t *cli)
     return ok;
 }
 
+int kvd_client_abi_version(void)
+{
+    return KVD_CLIENT_ABI_VERSION;
+}
+
 void kvd_client_set_spin_us(kvd_client_t *cli, uint32_t spin_us)
 {
     if (cli == NULL)

@@ -25,6 +25,7 @@ void kvd__pool_info_from_pb(kvd_pool_info_t *d, const Kvdock__PoolInfo *s)
     d->v_offset = s->v_offset;
     d->slot_stride = s->slot_stride;
     d->owner = s->owner;
+    d->orphaned = s->orphaned != 0;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -539,9 +539,14 @@ START_TEST(test_shared_pool_between_clients)
     spec.shared = true;
     KVT_OK(a, kvd_pool_create(a, &spec, &info));
     ck_assert(info.shared);
+    ck_assert(!info.orphaned);
     KVT_OK(b, kvd_pool_list(b, list, 64, &n));
-    for (size_t i = 0; i < n && i < 64; i++)
-        seen |= list[i].id == info.id;
+    for (size_t i = 0; i < n && i < 64; i++) {
+        if (list[i].id != info.id)
+            continue;
+        seen = true;
+        ck_assert(!list[i].orphaned); /* its creator is still here */
+    }
     ck_assert(seen);
     KVT_OK(b, kvd_pool_export(b, 0, name, 0, &mb));
     kvt_fill(row, sizeof(row), 99);
@@ -562,6 +567,50 @@ START_TEST(test_shared_pool_between_clients)
     KVT_OK(a, kvd_pool_drop(a, info.id, NULL));
     kvd_client_destroy(&b);
     kvd_client_destroy(&a);
+}
+END_TEST
+
+/* A shared pool outlives its creator and is listed as orphaned, with the
+ * creator's id as owner; an admin drops it. */
+START_TEST(test_shared_pool_orphaned)
+{
+    kvd_client_t *a = kvt_connect("leaver");
+    kvd_client_t *b = kvt_connect("stayer");
+    kvd_pool_spec_t spec;
+    kvd_pool_info_t info, list[64];
+    uint64_t creator = kvd_client_info(a)->client_id;
+    size_t n = 0;
+    bool seen = false;
+    char name[64];
+
+    snprintf(name, sizeof(name), "orphan-%d", (int)getpid());
+    memset(&spec, 0, sizeof(spec));
+    spec.name = name;
+    spec.kind = KVD_MEM_HOST;
+    spec.num_layers = 1;
+    spec.num_slots = 4;
+    spec.slot_bytes = 16;
+    spec.shared = true;
+    KVT_OK(a, kvd_pool_create(a, &spec, &info));
+    kvd_client_destroy(&a);
+    /* the daemon handles the hang-up between b's requests: poll for it */
+    for (int tries = 0; tries < 200 && !seen; tries++) {
+        KVT_OK(b, kvd_pool_list(b, list, 64, &n));
+        for (size_t i = 0; i < n && i < 64; i++)
+            if (list[i].id == info.id && list[i].orphaned) {
+                seen = true;
+                ck_assert_uint_eq(list[i].owner, creator);
+                ck_assert(list[i].shared);
+            }
+        if (!seen)
+            usleep(10000);
+    }
+    ck_assert_msg(seen, "pool %s never listed as orphaned", name);
+    if (kvd_client_info(b)->admin)
+        KVT_OK(b, kvd_pool_drop(b, info.id, NULL));
+    else
+        KVT_ERR(b, kvd_pool_drop(b, info.id, NULL), KVD_EPERM);
+    kvd_client_destroy(&b);
 }
 END_TEST
 
@@ -615,6 +664,7 @@ static Suite *async_suite(void)
     tcase_add_test(tc, test_clients_in_processes);
     tcase_add_test(tc, test_one_client_many_threads);
     tcase_add_test(tc, test_shared_pool_between_clients);
+    tcase_add_test(tc, test_shared_pool_orphaned);
     tcase_add_test(tc, test_private_pool_hidden);
     suite_add_tcase(s, tc);
     return s;

@@ -114,6 +114,7 @@ int main(void)
     F(kvd_pool_info_t, v_offset);
     F(kvd_pool_info_t, slot_stride);
     F(kvd_pool_info_t, owner);
+    F(kvd_pool_info_t, orphaned);
     S_END();
     S_BEGIN(kvd_mapping_t, "Mapping");
     F(kvd_mapping_t, base);

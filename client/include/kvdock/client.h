@@ -45,7 +45,12 @@
 extern "C" {
 #endif
 
-#define KVD_CLIENT_ABI_VERSION 1
+/* 2: kvd_pool_info_t.orphaned; kvd_client_abi_version(). */
+#define KVD_CLIENT_ABI_VERSION 2
+
+/* KVD_CLIENT_ABI_VERSION of the library loaded at run time (a caller built
+ * against another header, or a ctypes binding, compares it with its own). */
+int kvd_client_abi_version(void);
 
 #define KVD_NAME_MAX 64         /* pool, client and device names, with NUL */
 #define KVD_IPC_HANDLE_BYTES 64 /* cudaIpcMemHandle_t / cudaIpcEventHandle_t */
@@ -290,6 +295,7 @@ typedef struct kvd_pool_info {
     uint64_t v_offset;
     uint64_t slot_stride;
     uint64_t owner;
+    bool orphaned; /* shared pool whose creator has gone: only an admin may drop it */
 } kvd_pool_info_t;
 
 kvd_status_t kvd_pool_create(kvd_client_t *cli, const kvd_pool_spec_t *spec, kvd_pool_info_t *out);

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import List, Optional
 
 #: The ABI this module was written against (KVD_CLIENT_ABI_VERSION).
-CLIENT_ABI_VERSION = 1
+CLIENT_ABI_VERSION = 2
 
 NAME_MAX = 64
 IPC_HANDLE_BYTES = 64
@@ -212,6 +212,7 @@ class PoolInfo(Structure):
         ("v_offset", c_uint64),
         ("slot_stride", c_uint64),
         ("owner", c_uint64),
+        ("orphaned", c_bool),
     ]
 
 
@@ -415,15 +416,14 @@ def load() -> ctypes.CDLL:
         except AttributeError as e:
             raise OSError(f"{cand} is not a libkvdock of client ABI {CLIENT_ABI_VERSION}: "
                           f"missing symbol ({e})") from e
-        # The header's ABI version has no run-time query yet; use one if a
-        # later library exports it.
         abi = getattr(lib, "kvd_client_abi_version", None)
-        if abi is not None:
-            abi.restype = c_int
-            abi.argtypes = []
-            if abi() != CLIENT_ABI_VERSION:
-                raise OSError(f"{cand} has client ABI {abi()}, this package "
-                              f"{CLIENT_ABI_VERSION}")
+        if abi is None:
+            raise OSError(f"{cand} is a libkvdock older than client ABI 2 "
+                          f"(no kvd_client_abi_version); this package needs {CLIENT_ABI_VERSION}")
+        abi.restype = c_int
+        abi.argtypes = []
+        if abi() != CLIENT_ABI_VERSION:
+            raise OSError(f"{cand} has client ABI {abi()}, this package {CLIENT_ABI_VERSION}")
         _lib, _lib_path = lib, cand
         return lib
     raise OSError("libkvdock.so not found; set KVDOCK_LIB to its path. Tried: " + "; ".join(tried))

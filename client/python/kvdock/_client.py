@@ -128,6 +128,7 @@ class PoolInfo:
     v_offset: int
     slot_stride: int
     owner: int
+    orphaned: bool = False  # shared pool whose creator has gone: only an admin may drop it
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,7 @@ def _pool_info(p: C.PoolInfo) -> PoolInfo:
         num_slots=p.num_slots, slot_bytes=p.slot_bytes, mla=bool(p.mla), page_size=p.page_size,
         shared=bool(p.shared), imported=bool(p.imported), bytes=p.bytes,
         layer_stride=p.layer_stride, v_offset=p.v_offset, slot_stride=p.slot_stride,
-        owner=p.owner)
+        owner=p.owner, orphaned=bool(p.orphaned))
 
 
 def _op_result(r: C.OpResult) -> OpResult:
