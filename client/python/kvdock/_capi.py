@@ -370,7 +370,7 @@ def _candidates() -> List[str]:
     if env:
         out.append(env)
     here = Path(__file__).resolve().parent
-    for name in ("libkvdock.so", "libkvdock.so.1"):
+    for name in ("libkvdock.so", f"libkvdock.so.{CLIENT_ABI_VERSION}"):
         out.append(str(here / name))
         out.append(str(here / "lib" / name))
     found = ctypes.util.find_library("kvdock")
