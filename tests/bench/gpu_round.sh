@@ -5,7 +5,9 @@
 #
 # BUILD_DIR (default build-gpu) was configured and built on the CPU machine
 # (cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release && cmake --build
-# build-gpu) and carried over; nothing is built here.  Stages, in order:
+# build-gpu) and carried over, whole or as a copy without object files
+# (tests/bench/slim_build.sh build-gpu .carry/bg, then BUILD_DIR .carry/bg);
+# nothing is built here.  Stages, in order:
 #
 #   info      nvidia-smi -L, driver and CUDA versions, torch and triton
 #   test      ctest -L gpu: every GPU suite (kernels against the CPU
@@ -63,6 +65,15 @@ src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt" 
 if [ -n "$src_dir" ] && [ "$src_dir" != "$PWD" ] && [ ! -e "$src_dir" ]; then
     mkdir -p "$(dirname "$src_dir")" && ln -s "$PWD" "$src_dir" &&
         echo "gpu_round: linked $src_dir -> $PWD (the build's source folder)"
+fi
+# A copy made by slim_build.sh (e.g. .carry/bg) still names the original
+# build folder: link that name to the copy.
+bin_dir=$(sed -n 's/^CMAKE_CACHEFILE_DIR:INTERNAL=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
+if [ -n "$src_dir" ] && [ -n "$bin_dir" ] && [ "${bin_dir#"$src_dir"/}" != "$bin_dir" ]; then
+    rel=${bin_dir#"$src_dir"/}
+    if [ ! -e "$rel" ] && [ "$rel" != "$BUILD" ]; then
+        ln -s "$BUILD" "$rel" && echo "gpu_round: linked $rel -> $BUILD (where the build was made)"
+    fi
 fi
 
 declare -a NAMES=() CODES=() SECS=()

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Copy a build folder without what only the compiler needs (object files,
+# static archives, CMakeFiles/), so that it fits the GPU machine's carry
+# limit (64 MiB with the working tree); binaries, shared libraries and the
+# ctest files stay.
+#
+#   tests/bench/slim_build.sh [BUILD_DIR] [DEST]      (default build-gpu .carry/bg)
+#
+# DEST should be a folder git ignores (.carry/ is).  On the GPU machine,
+# tests/bench/gpu_round.sh DEST finds the ctest paths through a link from
+# the original folder's name.
+set -euo pipefail
+src=${1:-build-gpu}
+dest=${2:-.carry/bg}
+if [ ! -f "$src/CMakeCache.txt" ]; then
+    echo "slim_build: $src is not a configured build folder" >&2
+    exit 2
+fi
+rm -rf "$dest"
+mkdir -p "$dest"
+(cd "$src" && tar cf - --exclude='*.o' --exclude='*.a' --exclude='*.ii' --exclude='CMakeFiles' \
+    --exclude='Testing' .) | (cd "$dest" && tar xf -)
+du -sh "$dest"
