@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "conn.h"
@@ -423,21 +422,13 @@ static void idle_cb(uv_idle_t *h)
 
 /* ---- busy polling -------------------------------------------------------- */
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* An active idle handle makes each loop iteration poll with a zero
  * timeout; stopping it lets the loop sleep in epoll again. */
 static void spin_cb(uv_idle_t *h)
 {
     kvd_server_t *srv = h->data;
 
-    if (mono_ns() >= srv->spin_until_ns)
+    if (kvd_now_ns() >= srv->spin_until_ns)
         uv_idle_stop(&srv->spin);
 }
 
@@ -445,7 +436,7 @@ void kvd__server_activity(kvd_server_t *srv)
 {
     if (srv->opts.busy_poll_us == 0 || srv->shutting_down == 2)
         return;
-    srv->spin_until_ns = mono_ns() + srv->opts.busy_poll_us * 1000ull;
+    srv->spin_until_ns = kvd_now_ns() + srv->opts.busy_poll_us * 1000ull;
     if (!uv_is_active((uv_handle_t *)&srv->spin))
         uv_idle_start(&srv->spin, spin_cb);
 }
