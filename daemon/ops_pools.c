@@ -45,7 +45,7 @@ static void fill_info(const kvd_pool_t *p, Kvdock__PoolInfo *pi)
     pi->page_size = p->page_size;
     pi->shared = p->obj.shared;
     pi->imported = p->imported;
-    pi->bytes = p->obj.bytes;
+    pi->bytes = p->bytes;
     pi->layer_stride = p->layer_stride;
     pi->v_offset = p->v_offset;
     pi->slot_stride = p->slot_stride;
@@ -109,7 +109,7 @@ kvd_status_t kvd__op_pool_create(kvd_req_t *r)
 {
     const Kvdock__PoolCreate *pc = r->req->pool_create;
     kvd_backend_t *be = r->srv->backend;
-    uint64_t region, region_al, layer_stride, total;
+    uint64_t region, region_al, layer_stride, total, held;
     char why[160] = "";
     kvd_pool_t *p = NULL;
     kvd_status_t st;
@@ -151,9 +151,20 @@ kvd_status_t kvd__op_pool_create(kvd_req_t *r)
         free(p);
         return kvd__req_fail(r, st, "cannot allocate %" PRIu64 " bytes: %s", total, why);
     }
+    /* A VMM pool holds whole allocation granules (2 MiB): those count. */
+    held = total;
+    if (pc->kind == KVDOCK__MEM_KIND__MEM_DEVICE_VMM && p->mem->map_bytes > total) {
+        held = p->mem->map_bytes;
+        if ((st = kvd__check_mem_limits(r, held)) != KVD_OK) {
+            be->mem_destroy(be, &p->mem);
+            free(p);
+            return st;
+        }
+    }
     p->obj.type = KVD_OBJ_POOL;
     p->obj.shared = pc->shared;
-    p->obj.bytes = total;
+    p->obj.bytes = held;
+    p->bytes = total;
     snprintf(p->name, sizeof(p->name), "%s", pc->name);
     p->kind = (int)pc->kind;
     p->num_layers = pc->num_layers;
@@ -320,6 +331,7 @@ kvd_status_t kvd__op_pool_import(kvd_req_t *r)
     p->obj.type = KVD_OBJ_POOL;
     p->obj.shared = pi->shared;
     p->obj.bytes = 0; /* the client's memory: not counted against the limits */
+    p->bytes = total;
     snprintf(p->name, sizeof(p->name), "%s", pi->name);
     p->kind = (int)pi->regions[0]->kind;
     p->num_layers = pi->num_layers;

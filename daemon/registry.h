@@ -65,6 +65,8 @@ typedef struct kvd_pool {
     int mla;
     uint32_t page_size;
     int imported;
+    uint64_t bytes;        /* the pool's size (imports: their regions'); obj.bytes
+                            * is what counts against the limits */
     uint64_t layer_stride; /* daemon-owned pools */
     uint64_t v_offset;
     kvd_mem_t *mem;        /* daemon-owned pools */

@@ -779,6 +779,8 @@ static void import_case(bool mla)
     ck_assert(info.imported);
     ck_assert_uint_eq(info.num_slots, S);
     ck_assert_uint_eq(info.slot_bytes, B);
+    /* an import's size is its regions' */
+    ck_assert_uint_eq(info.bytes, regions[0].bytes + (mla ? 0 : regions[1].bytes));
 
     /* Client writes the daemon's pool through its mapping; the daemon
      * moves the rows into the client's memory (offload) ... */
