@@ -24,7 +24,7 @@ median of the N medians (their spread goes to the JSON and the printed
 row): on an H200 the median of one do_bench call of a ~5 us kernel moved by
 up to 0.6 us between calls.
 
-Needs torch, triton and numpy only.
+Needs torch and triton only (no numpy).
 """
 import argparse
 import ctypes
@@ -392,7 +392,8 @@ def main():
                     help="libkvdock_kernels.so (default: build/kernels/ under the repo root)")
     ap.add_argument("--peer", default=str(REPO / ".peer"),
                     help="folder with bench_seed.py and tokenspeed_kernel/ (default: <repo>/.peer)")
-    ap.add_argument("--only", default=None, help="regex: run only rows whose 'op case' matches")
+    ap.add_argument("--only", default=None,
+                    help="regex: run only rows whose 'op case' matches (variants such as '... copy_engine' and '... contiguous' are rows of their own)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="time each row's seed and kvdock this many times; report the median (default 1)")
     opt = ap.parse_args()
@@ -648,7 +649,8 @@ def main():
                  lambda: K.transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, si, di, H * D * 2), timed,
                  check=check, prep=prep, checked_fn=checked)
         exp.clear()
-        if L >= 16384:  # the same rows in slot order: what random slots cost in DRAM locality
+        if L >= 16384 and want("transfer_kv_per_layer", case + " contiguous"):
+            # the same rows in slot order: what random slots cost in DRAM locality
             ci = torch.arange(L, device=dev)
             ac = mk(None)
             ac.src_idx, ac.dst_idx = ci.data_ptr(), ci.data_ptr()
@@ -690,7 +692,8 @@ def main():
                  check=lambda: ("dst != dst with dst[di] = src[si]" if not eq(dst, exp["d"]) else oob_zero(oob)),
                  prep=prep, checked_fn=checked)
         exp.clear()
-        if L >= 16384:  # the same rows in slot order: what random slots cost in DRAM locality
+        if L >= 16384 and want("transfer_kv_per_layer_mla", case + " contiguous"):
+            # the same rows in slot order: what random slots cost in DRAM locality
             ci = torch.arange(L, device=dev)
             ac = mk(None)
             ac.src_idx, ac.dst_idx = ci.data_ptr(), ci.data_ptr()
@@ -782,6 +785,8 @@ def main():
                     variants += [(" copy_engine", 0, KVD_LAUNCH_COPY_ENGINE, True)]
             seed_us = None
             for suffix, mb, fl, host_meta in variants:
+                if suffix and not want("transfer_kv_all_layer", case + suffix):
+                    continue
                 o = oob_h if host_meta else oob
                 o.zero_()
                 checked = kvd.bind("kvd_cuda_kv_transfer", mk(o.data_ptr(), host_meta), launch(mb, fl))
@@ -834,6 +839,8 @@ def main():
                     variants += [(" copy_engine", 0, KVD_LAUNCH_COPY_ENGINE, True)]
             seed_us = None
             for suffix, mb, fl, host_meta in variants:
+                if suffix and not want("transfer_kv_all_layer_mla", case + suffix):
+                    continue
                 o = oob_h if host_meta else oob
                 o.zero_()
                 checked = kvd.bind("kvd_cuda_kv_transfer", mk(o.data_ptr(), host_meta), launch(mb, fl))
