@@ -37,7 +37,6 @@ enum kvd_mem_kind {
  * or imported from a client. */
 typedef struct kvd_mem {
     int kind;        /* enum kvd_mem_kind */
-    int imported;
     void *ptr;       /* the daemon's address (device or host, unified) */
     uint64_t bytes;  /* usable bytes from ptr */
     uint64_t map_bytes; /* bytes a client maps from fd (page-rounded) */
@@ -75,7 +74,6 @@ struct kvd_job {
     char detail[160];
     /* the submitter's */
     void (*done)(kvd_job_t *job);
-    void *ctx;
     /* the backend's */
     kvd_backend_t *be;
     kvd_job_t *next;
@@ -91,6 +89,9 @@ struct kvd_backend {
     int device_ordinal;   /* -1 on cpu */
     int priority[KVD_SC_COUNT]; /* stream priority used (CUDA numbers on cuda) */
     uint32_t blocks[KVD_SC_COUNT];
+    /* Bytes a MEM_DEVICE_VMM allocation rounds up to (what it holds); 0
+     * where there are no VMM pools. */
+    uint64_t vmm_granularity;
 
     kvd_status_t (*mem_create)(kvd_backend_t *be, int kind, uint64_t bytes, const char *label,
                                kvd_mem_t **out, char *why, size_t why_len);

@@ -161,7 +161,6 @@ static kvd_status_t cpu_mem_import(kvd_backend_t *be, int kind, const unsigned c
         return st;
     }
     m->kind = kind;
-    m->imported = 1;
     m->bytes = bytes;
     m->fd = -1;
     *out = m;

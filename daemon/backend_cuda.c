@@ -141,7 +141,6 @@ typedef struct cuda_backend {
     uint32_t oob_nfree;
     ipc_open_t *ipc_opened;
     staging_block_t *bins[STAGING_BINS];
-    uint32_t bin_count[STAGING_BINS];
     staging_slab_t *slabs;
     uint64_t staging_cached; /* bytes of larger blocks in the bins */
     void (*destroy_cb)(void *arg);
@@ -215,7 +214,6 @@ static void CUDART_CB host_done(void *arg)
 {
     kvd_job_t *job = arg;
 
-    job->skipped_oob = *(volatile unsigned long long *)job->oob;
     push_done((cuda_backend_t *)job->be, job);
 }
 
@@ -257,7 +255,6 @@ static void *poller_main(void *arg)
                 cb->inflight[i].tail = NULL;
             cb->n_inflight--;
             pthread_mutex_unlock(&cb->poll_mu);
-            job->skipped_oob = *(volatile unsigned long long *)job->oob;
             push_done(cb, job);
             progressed = 1;
         }
@@ -274,6 +271,8 @@ static void *poller_main(void *arg)
 /* On the loop thread: give back the job's event and counter, and answer. */
 static void finish_job(cuda_backend_t *cb, kvd_job_t *job)
 {
+    /* the work is done: its counter is final */
+    job->skipped_oob = *(volatile unsigned long long *)job->oob;
     if (job->done_event != NULL) {
         cb->ev_free[cb->ev_nfree++] = (cudaEvent_t)job->done_event;
         job->done_event = NULL;
@@ -320,7 +319,6 @@ static void idle_cb(uv_idle_t *h)
             if (cb->inflight[i].head == NULL)
                 cb->inflight[i].tail = NULL;
             cb->n_inflight--;
-            job->skipped_oob = *(volatile unsigned long long *)job->oob;
             finish_job(cb, job);
         }
     }
@@ -602,7 +600,6 @@ static kvd_status_t cuda_mem_import(kvd_backend_t *be, int kind, const unsigned 
     if (m == NULL)
         return KVD_ENOMEM;
     cm = m->priv;
-    m->imported = 1;
     m->bytes = bytes;
     switch (kind) {
     case KVD_MEM_DEVICE:
@@ -763,7 +760,6 @@ static int staging_refill(cuda_backend_t *cb, int b)
         blk->next = cb->bins[b];
         cb->bins[b] = blk;
     }
-    cb->bin_count[b] += (uint32_t)n;
     return 0;
 }
 
@@ -779,7 +775,6 @@ static void *cuda_staging_alloc(kvd_backend_t *be, size_t bytes)
     if (b < STAGING_BINS && cb->bins[b] != NULL) {
         staging_block_t *blk = cb->bins[b];
         cb->bins[b] = blk->next;
-        cb->bin_count[b]--;
         if (b >= STAGING_SLAB_BINS)
             cb->staging_cached -= cap;
         return blk;
@@ -804,7 +799,6 @@ static void cuda_staging_free(kvd_backend_t *be, void *p, size_t bytes)
         staging_block_t *blk = p;
         blk->next = cb->bins[b];
         cb->bins[b] = blk;
-        cb->bin_count[b]++;
         if (b >= STAGING_SLAB_BINS)
             cb->staging_cached += cap;
         return;
@@ -949,7 +943,6 @@ static kvd_status_t cuda_submit(kvd_backend_t *be, kvd_job_t *job)
         e = cudaStreamSynchronize(s);
         if (e != cudaSuccess)
             job->status = cuda_fail(e, "cudaStreamSynchronize", job->detail, sizeof(job->detail));
-        job->skipped_oob = cb->oob[slot];
         push_done(cb, job);
     }
     return KVD_OK;
@@ -1096,6 +1089,13 @@ kvd_status_t kvd_backend_cuda_create(uv_loop_t *loop, const kvd_options_t *opts,
     snprintf(cb->be.device_name, sizeof(cb->be.device_name), "%.127s", prop.name);
     cb->be.device_ordinal = cb->dev;
     load_driver_api(&cb->drv);
+    if (cb->drv.vmm) {
+        CUmemAllocationProp vprop;
+        char vwhy[96];
+
+        if (vmm_prop(cb, &vprop, &cb->be.vmm_granularity, vwhy, sizeof(vwhy)) != KVD_OK)
+            cb->be.vmm_granularity = 0;
+    }
     for (i = 0; i < KVD_SC_COUNT; i++) {
         /* CUDA: a lower number runs first; greatest is the most urgent */
         int prio = least - (int)opts->priority[i];

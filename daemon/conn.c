@@ -478,18 +478,13 @@ static void on_poll(uv_poll_t *h, int status, int events)
         read_and_process(c);
 }
 
-kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, kvd_conn_t **out)
+kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, const struct ucred *cred,
+                             kvd_conn_t **out)
 {
     kvd_conn_t *c = calloc(1, sizeof(*c));
-    struct ucred cred;
-    socklen_t len = sizeof(cred);
 
     if (c == NULL)
         return KVD_ENOMEM;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-        free(c);
-        return KVD_EIO;
-    }
     if (uv_poll_init(srv->loop, &c->poll, fd) != 0) {
         free(c);
         return KVD_EIO;
@@ -498,10 +493,9 @@ kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, kvd_conn_t **out)
     c->fd = fd;
     c->srv = srv;
     c->id = srv->next_client_id++;
-    c->pid = cred.pid;
-    c->uid = cred.uid;
-    c->gid = cred.gid;
-    c->admin = kvd__server_peer_admin(srv, cred.uid);
+    c->pid = cred->pid;
+    c->uid = cred->uid;
+    c->admin = kvd__server_peer_admin(srv, cred->uid);
     c->owner.client_id = c->id;
     c->next = srv->conns;
     if (srv->conns)

@@ -42,7 +42,6 @@ struct kvd_conn {
     uint64_t id;
     pid_t pid;
     uid_t uid;
-    gid_t gid;
     char name[64];
     int hello_done;
     int admin;
@@ -69,8 +68,12 @@ struct kvd_conn {
     int in_ready;
 };
 
-/* Take over an accepted, non-blocking socket. */
-kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, kvd_conn_t **out);
+struct ucred;
+
+/* Take over an accepted, non-blocking socket whose peer is cred
+ * (SO_PEERCRED, read once by the caller to admit it). */
+kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, const struct ucred *cred,
+                             kvd_conn_t **out);
 
 /* The client is gone or must go: release what it owns (memory goes once
  * its in-flight work has completed) and close the socket. */

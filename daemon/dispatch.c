@@ -19,19 +19,19 @@ const kvd_op_def_t kvd__op_table[] = {
     OP(PING, "ping", kvd__op_ping, H),
     OP(STATUS, "status", kvd__op_status, H),
     OP(STATS, "stats", kvd__op_stats, H),
-    OP(POOL_CREATE, "pool_create", kvd__op_pool_create, H | KVD_OPF_MUTATING),
+    OP(POOL_CREATE, "pool_create", kvd__op_pool_create, H),
     OP(POOL_EXPORT, "pool_export", kvd__op_pool_export, H),
-    OP(POOL_IMPORT, "pool_import", kvd__op_pool_import, H | KVD_OPF_MUTATING),
-    OP(POOL_DROP, "pool_drop", kvd__op_pool_drop, H | KVD_OPF_MUTATING),
+    OP(POOL_IMPORT, "pool_import", kvd__op_pool_import, H),
+    OP(POOL_DROP, "pool_drop", kvd__op_pool_drop, H),
     OP(POOL_LIST, "pool_list", kvd__op_pool_list, H),
-    OP(BUFFER_REGISTER, "buffer_register", kvd__op_buffer_register, H | KVD_OPF_MUTATING),
-    OP(BUFFER_DROP, "buffer_drop", kvd__op_buffer_drop, H | KVD_OPF_MUTATING),
-    OP(EVENT_REGISTER, "event_register", kvd__op_event_register, H | KVD_OPF_MUTATING),
-    OP(EVENT_DROP, "event_drop", kvd__op_event_drop, H | KVD_OPF_MUTATING),
-    OP(STORE, "store", kvd__op_store, H | KVD_OPF_DATA | KVD_OPF_MUTATING),
-    OP(FP8_SET, "fp8_set", kvd__op_fp8_set, H | KVD_OPF_DATA | KVD_OPF_MUTATING),
-    OP(GATHER, "gather", kvd__op_gather, H | KVD_OPF_DATA | KVD_OPF_MUTATING),
-    OP(TRANSFER, "transfer", kvd__op_transfer, H | KVD_OPF_DATA | KVD_OPF_MUTATING),
+    OP(BUFFER_REGISTER, "buffer_register", kvd__op_buffer_register, H),
+    OP(BUFFER_DROP, "buffer_drop", kvd__op_buffer_drop, H),
+    OP(EVENT_REGISTER, "event_register", kvd__op_event_register, H),
+    OP(EVENT_DROP, "event_drop", kvd__op_event_drop, H),
+    OP(STORE, "store", kvd__op_store, H | KVD_OPF_DATA),
+    OP(FP8_SET, "fp8_set", kvd__op_fp8_set, H | KVD_OPF_DATA),
+    OP(GATHER, "gather", kvd__op_gather, H | KVD_OPF_DATA),
+    OP(TRANSFER, "transfer", kvd__op_transfer, H | KVD_OPF_DATA),
     OP(SHUTDOWN, "shutdown", kvd__op_shutdown, H | KVD_OPF_ADMIN),
 };
 const size_t kvd__op_count = sizeof(kvd__op_table) / sizeof(kvd__op_table[0]);
@@ -207,7 +207,7 @@ int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *
                         kvd_err_name(st), kvd_log_quote(r.msg, q, sizeof(q)));
             }
         }
-        send_and_count(c, &r.resp, r.op_index, r.t_start_ns, r.bytes, r.reply_fds,
+        send_and_count(c, &r.resp, r.op_index, r.t_start_ns, 0, r.reply_fds,
                        r.n_reply_fds);
     }
     kvdock__request__free_unpacked(req, NULL);

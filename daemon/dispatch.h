@@ -18,7 +18,6 @@ enum kvd_op_flags {
     KVD_OPF_HELLO = 1u << 0, /* needs a hello first */
     KVD_OPF_ADMIN = 1u << 1, /* admin peers only */
     KVD_OPF_DATA = 1u << 2,  /* a data operation: Sync applies, work goes to the backend */
-    KVD_OPF_MUTATING = 1u << 3,
 };
 
 typedef struct kvd_req kvd_req_t;
@@ -46,7 +45,6 @@ struct kvd_req {
     int reply_fds[2];      /* descriptors to send with the reply (not owned) */
     int n_reply_fds;
     int close_after;       /* close the connection once the reply is out */
-    uint64_t bytes;        /* for the counters */
     void **allocs;         /* freed once the reply is packed */
     size_t nallocs, capallocs;
 };

@@ -107,7 +107,7 @@ static kvd_status_t get_pool(kvd_req_t *r, dataop_t *d, uint64_t id, const char 
 
     if (o == NULL)
         return kvd__req_fail(r, KVD_ENOENT, "%s: no pool %" PRIu64, what, id);
-    if (kvd_obj_may_use(o, r->conn->id, r->conn->admin) != KVD_OK)
+    if (kvd_obj_may_use(o, r->conn->id) != KVD_OK)
         return kvd__req_fail(r, KVD_EPERM, "%s: pool %" PRIu64 " belongs to another client", what,
                          id);
     hold(d, o);
@@ -128,7 +128,7 @@ static kvd_status_t get_bufref(kvd_req_t *r, dataop_t *d, const Kvdock__BufRef *
     o = kvd_registry_get(&r->srv->reg, b->buffer, KVD_OBJ_BUFFER);
     if (o == NULL)
         return kvd__req_fail(r, KVD_ENOENT, "%s: no buffer %" PRIu64, what, b->buffer);
-    if (kvd_obj_may_use(o, r->conn->id, r->conn->admin) != KVD_OK)
+    if (kvd_obj_may_use(o, r->conn->id) != KVD_OK)
         return kvd__req_fail(r, KVD_EPERM, "%s: buffer %" PRIu64 " belongs to another client", what,
                          b->buffer);
     buf = (kvd_buffer_t *)o;
@@ -317,7 +317,7 @@ static kvd_status_t get_event(kvd_req_t *r, dataop_t *d, uint64_t id, const char
     o = kvd_registry_get(&r->srv->reg, id, KVD_OBJ_EVENT);
     if (o == NULL)
         return kvd__req_fail(r, KVD_ENOENT, "sync.%s: no event %" PRIu64, what, id);
-    if (kvd_obj_may_use(o, r->conn->id, r->conn->admin) != KVD_OK)
+    if (kvd_obj_may_use(o, r->conn->id) != KVD_OK)
         return kvd__req_fail(r, KVD_EPERM, "sync.%s: event %" PRIu64 " belongs to another client",
                          what, id);
     hold(d, o);
@@ -397,7 +397,6 @@ static kvd_status_t submit(kvd_req_t *r, dataop_t *d)
     kvd_status_t st;
 
     d->job.done = job_done;
-    d->job.ctx = d;
     st = be->submit(be, &d->job);
     if (st != KVD_OK)
         return kvd__req_fail(r, st, "%s", d->job.detail[0] ? d->job.detail : "cannot submit the work");

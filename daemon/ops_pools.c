@@ -140,7 +140,11 @@ kvd_status_t kvd__op_pool_create(kvd_req_t *r)
     if (r->srv->reg.npools >= r->srv->opts.max_total_pools)
         return kvd__req_fail(r, KVD_ELIMIT, "the daemon holds %u pools already (max-total-pools)",
                          r->srv->reg.npools);
-    if ((st = kvd__check_mem_limits(r, total)) != KVD_OK)
+    /* a VMM pool holds whole allocation granules (2 MiB): those count */
+    held = total;
+    if (pc->kind == KVDOCK__MEM_KIND__MEM_DEVICE_VMM && be->vmm_granularity > 0)
+        held = align_up(total, be->vmm_granularity);
+    if ((st = kvd__check_mem_limits(r, held)) != KVD_OK)
         return st;
 
     p = calloc(1, sizeof(*p));
@@ -150,16 +154,6 @@ kvd_status_t kvd__op_pool_create(kvd_req_t *r)
     if (st != KVD_OK) {
         free(p);
         return kvd__req_fail(r, st, "cannot allocate %" PRIu64 " bytes: %s", total, why);
-    }
-    /* A VMM pool holds whole allocation granules (2 MiB): those count. */
-    held = total;
-    if (pc->kind == KVDOCK__MEM_KIND__MEM_DEVICE_VMM && p->mem->map_bytes > total) {
-        held = p->mem->map_bytes;
-        if ((st = kvd__check_mem_limits(r, held)) != KVD_OK) {
-            be->mem_destroy(be, &p->mem);
-            free(p);
-            return st;
-        }
     }
     p->obj.type = KVD_OBJ_POOL;
     p->obj.shared = pc->shared;
@@ -193,7 +187,7 @@ kvd_status_t kvd__op_pool_export(kvd_req_t *r)
 
     if ((st = find_pool(r, pe->pool, pe->name, &p)) != KVD_OK)
         return st;
-    if (kvd_obj_may_use(&p->obj, r->conn->id, r->conn->admin) != KVD_OK)
+    if (kvd_obj_may_use(&p->obj, r->conn->id) != KVD_OK)
         return kvd__req_fail(r, KVD_EPERM, "pool %" PRIu64 " belongs to another client", p->obj.id);
     if (p->imported)
         return kvd__req_fail(r, KVD_ENOTSUP, "pool %" PRIu64 " is imported: its memory is a client's",
@@ -410,7 +404,7 @@ kvd_status_t kvd__op_pool_list(kvd_req_t *r)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     for (p = r->srv->reg.pools; p; p = p->next) {
         Kvdock__PoolInfo *pi;
-        if (!r->conn->admin && kvd_obj_may_use(&p->obj, r->conn->id, 0) != KVD_OK)
+        if (!r->conn->admin && kvd_obj_may_use(&p->obj, r->conn->id) != KVD_OK)
             continue;
         pi = kvd__req_alloc(r, sizeof(*pi));
         if (pi == NULL)

@@ -225,7 +225,7 @@ void kvd_registry_deinit(kvd_registry_t *reg)
     kvd_idmap_deinit(&reg->objs);
 }
 
-kvd_status_t kvd_obj_may_use(const kvd_obj_t *obj, uint64_t client_id, int admin)
+kvd_status_t kvd_obj_may_use(const kvd_obj_t *obj, uint64_t client_id)
 {
     if (obj->owner_id == client_id || obj->shared)
         return KVD_OK;

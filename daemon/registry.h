@@ -131,7 +131,7 @@ void kvd_obj_ref(kvd_obj_t *obj);
 void kvd_obj_unref(kvd_registry_t *reg, kvd_obj_t *obj);
 
 /* May this client use obj (read, write, export)?  KVD_OK, or KVD_EPERM. */
-kvd_status_t kvd_obj_may_use(const kvd_obj_t *obj, uint64_t client_id, int admin);
+kvd_status_t kvd_obj_may_use(const kvd_obj_t *obj, uint64_t client_id);
 /* May this client drop obj?  Only its creator (while connected: a
  * creator's id is never reused), or an admin for a shared one. */
 kvd_status_t kvd_obj_may_drop(const kvd_obj_t *obj, uint64_t client_id, int admin);

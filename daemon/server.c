@@ -95,7 +95,7 @@ static void on_accept(uv_poll_t *h, int status, int events)
             refuse(fd, KVD_ELIMIT, "too many clients (max-clients)");
             continue;
         }
-        if (kvd_conn_create(srv, fd, &c) != KVD_OK) {
+        if (kvd_conn_create(srv, fd, &cred, &c) != KVD_OK) {
             close(fd);
             continue;
         }
@@ -380,7 +380,6 @@ void kvd__server_begin_shutdown(kvd_server_t *srv, int drain, const char *why)
             srv->inflight);
     srv->shutting_down = 1;
     (void)kvd_sd_notify("STOPPING=1\nSTATUS=draining in-flight work");
-    srv->drain = drain;
     srv->shutdown_ns = kvd_now_ns();
     stop_listening(srv);
     if (!drain) {
@@ -589,7 +588,7 @@ int kvd_server_run(kvd_server_t *srv)
         (void)kvd_sd_notify(state);
     }
     uv_run(srv->loop, UV_RUN_DEFAULT);
-    return srv->exit_code;
+    return 0;
 }
 
 void kvd_server_destroy(kvd_server_t **sp)

@@ -46,11 +46,9 @@ typedef struct kvd_server {
     uint32_t inflight;     /* requests submitted to the backend, not completed */
     uid_t uid;
     int shutting_down;
-    int drain;             /* finish queued work (SIGTERM) or cancel it */
     int cancelled;
     uint64_t shutdown_ns;
     int handles_open;      /* handles still to close before the loop ends */
-    int exit_code;
 } kvd_server_t;
 
 /* Set up everything (backend, socket) without running; on error nothing

@@ -231,8 +231,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         server_up();
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
         die("socketpair");
-    if (kvd_conn_create(srv, sv[0], &c) != KVD_OK)
-        die("kvd_conn_create");
+    {
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+
+        if (getsockopt(sv[0], SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+            kvd_conn_create(srv, sv[0], &cred, &c) != KVD_OK)
+            die("kvd_conn_create");
+    }
 
     /* Write the input as a client would, a frame at a time (as the length
      * headers cut it), while the loop runs and the replies are read. */
