@@ -737,6 +737,22 @@ B(f8_scale_nan)
     m->f8.k_scale = 1.0f;
     m->f8.v_scale = NAN;
 }
+B(f8_head_scale_zero)
+{
+    fp8_base(x, m);
+    m->f8.scale_mode = KVDOCK__SCALE_MODE__SCALE_PER_HEAD;
+    m->scales[2] = 1.0f;
+    m->scales[3] = 0.0f;
+    m->f8.k_head_scales = &m->scales[2];
+    m->f8.n_k_head_scales = 2;
+    m->f8.v_head_scales = m->scales; /* 1, 1 */
+    m->f8.n_v_head_scales = 2;
+}
+B(f8_head_scale_nan)
+{
+    f8_head_scale_zero(x, m);
+    m->scales[3] = NAN;
+}
 B(f8_head_scales)
 {
     fp8_base(x, m);
@@ -826,6 +842,11 @@ B(g_table_past)
 {
     gather_base(x, m);
     m->g.table_rows = 1000;
+}
+B(g_out_stride_align)
+{
+    gather_base(x, m);
+    m->g.out_stride = 18; /* a whole row of 4 I32 and more, not a multiple of 4 */
 }
 B(g_out_misaligned)
 {
@@ -979,6 +1000,37 @@ B(i_stride_huge)
 {
     import_base(m, sealed_memfd(4096, 1));
     m->pi.slot_stride = (uint64_t)INT64_MAX + 1;
+}
+B(i_page_size)
+{
+    import_base(m, sealed_memfd(4096, 1));
+    m->pi.page_size = 3; /* 4 slots */
+}
+B(i_too_many_regions)
+{
+    static Kvdock__ImportRegion *many[4097];
+
+    import_base(m, sealed_memfd(4096, 1));
+    for (size_t i = 0; i < 4097; i++)
+        many[i] = &m->reg[0];
+    m->pi.regions = many;
+    m->pi.n_regions = 4097;
+}
+B(i_mixed_kinds)
+{
+    import_base(m, sealed_memfd(4096, 1));
+    m->reg[1].kind = KVDOCK__MEM_KIND__MEM_DEVICE;
+    m->reg[1].cuda_ipc_handle.data = m->bytes;
+    m->reg[1].cuda_ipc_handle.len = 64;
+    m->reg[1].bytes = 4096;
+    m->pi.n_regions = 2;
+}
+B(i_sizes_overflow)
+{
+    import_base(m, sealed_memfd(4096, 1));
+    m->reg[0].bytes = UINT64_MAX / 2 + 1;
+    m->reg[1] = m->reg[0];
+    m->pi.n_regions = 2;
 }
 B(i_device_kind)
 {
@@ -1150,12 +1202,15 @@ static const row_t rows[] = {
     {"fp8 set, k_scale 0", f8_scale_zero, KVD_EINVAL, ON_OWNER, 0},
     {"fp8 set, v_scale NaN", f8_scale_nan, KVD_EINVAL, ON_OWNER, 0},
     {"fp8 set, 1 per-head k scale for 2 heads", f8_head_scales, KVD_ESHAPE, ON_OWNER, 0},
+    {"fp8 set, per-head k scale 0", f8_head_scale_zero, KVD_EINVAL, ON_OWNER, 0},
+    {"fp8 set, per-head k scale NaN", f8_head_scale_nan, KVD_EINVAL, ON_OWNER, 0},
     {"fp8 set, scale_mode 7", f8_scale_mode, KVD_EINVAL, ON_OWNER, 0},
     {"fp8 set, F32 k at buffer offset 2", f8_k_misaligned, KVD_EALIGN, ON_OWNER, 0},
     {"fp8 set, k inline 100 of 128 bytes", f8_k_length, KVD_ESHAPE, ON_OWNER, 0},
     {"fp8 set, v inline 132 bytes for 128", f8_v_long, KVD_ESHAPE, ON_OWNER, 0},
     /* gather */
     {"gather with page_size 0", g_page_size, KVD_EINVAL, ON_OWNER, 0},
+    {"gather out_stride 18 for I32 rows", g_out_stride_align, KVD_EALIGN, ON_OWNER, 0},
     {"gather without req_to_page", g_no_table, KVD_ENULL, ON_OWNER, 0},
     {"gather without out", g_no_out, KVD_ENULL, ON_OWNER, 0},
     {"gather with a negative seq_len", g_seq_negative, KVD_EINVAL, ON_OWNER, 0},
@@ -1200,6 +1255,10 @@ static const row_t rows[] = {
     {"import, duplicate name", i_duplicate, KVD_EEXIST, ON_OWNER, 0},
     {"import, slot_stride below slot_bytes", i_stride, KVD_EINVAL, ON_OWNER, 0},
     {"import, slot_stride past int64", i_stride_huge, KVD_EOVERFLOW, ON_OWNER, 0},
+    {"import, page_size 3 for 4 slots", i_page_size, KVD_ESHAPE, ON_OWNER, 0},
+    {"import with 4097 regions (4096 max)", i_too_many_regions, KVD_EINVAL, ON_OWNER, 0},
+    {"import, a host and a device region", i_mixed_kinds, KVD_EINVAL, ON_OWNER, 0},
+    {"import, region sizes past 2^64", i_sizes_overflow, KVD_EOVERFLOW, ON_OWNER, 0},
     {"import of a CUDA handle on cpu", i_device_kind, KVD_ENOTSUP, ON_OWNER, 0},
     {"import, CUDA handle of 10 bytes", i_handle_length, KVD_EINVAL, ON_OWNER, 0},
     /* buffers and events */

@@ -22,11 +22,13 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -94,6 +96,44 @@ static int create_st(int fd, const char *name, uint32_t layers, uint64_t slots,
     st = (int)r->status;
     if (st == 0 && id)
         *id = r->pool->id;
+    if (msg)
+        snprintf(msg, msg_len, "%s", r->message);
+    kvdock__response__free_unpacked(r, NULL);
+    return st;
+}
+
+/* Import a sealed 4 KiB memfd as a 1-layer MLA pool of 4 x 8 bytes: its
+ * status, with the message in msg. */
+static int import_st(int fd, const char *name, char *msg, size_t msg_len)
+{
+    Kvdock__Request req;
+    Kvdock__PoolImport pi = KVDOCK__POOL_IMPORT__INIT;
+    Kvdock__ImportRegion reg = KVDOCK__IMPORT_REGION__INIT, *regs[1] = {&reg};
+    Kvdock__MemRef k = KVDOCK__MEM_REF__INIT, *ks[1] = {&k};
+    Kvdock__Response *r;
+    int mfd = memfd_create("kvdt-limits", MFD_CLOEXEC | MFD_ALLOW_SEALING), st;
+
+    ck_assert_int_ge(mfd, 0);
+    ck_assert_int_eq(ftruncate(mfd, 4096), 0);
+    ck_assert_int_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    kvdt_req_init(&req, 31);
+    reg.kind = KVDOCK__MEM_KIND__MEM_HOST;
+    reg.bytes = 4096;
+    pi.name = (char *)name;
+    pi.num_layers = 1;
+    pi.num_slots = 4;
+    pi.slot_bytes = 8;
+    pi.mla = 1;
+    pi.regions = regs;
+    pi.n_regions = 1;
+    pi.k_layers = ks;
+    pi.n_k_layers = 1;
+    req.op_case = KVDOCK__REQUEST__OP_POOL_IMPORT;
+    req.pool_import = &pi;
+    r = kvdt_call_fds(fd, &req, &mfd, 1, NULL, NULL);
+    close(mfd);
+    ck_assert_ptr_nonnull(r);
+    st = (int)r->status;
     if (msg)
         snprintf(msg, msg_len, "%s", r->message);
     kvdock__response__free_unpacked(r, NULL);
@@ -314,10 +354,14 @@ START_TEST(test_pool_counts)
     /* per client */
     ck_assert_int_eq(create_st(a, "a3", 1, 4, 4, NULL, msg, sizeof(msg)), KVD_ELIMIT);
     ck_assert_ptr_nonnull(strstr(msg, "max-pools"));
+    ck_assert_int_eq(import_st(a, "a3i", msg, sizeof(msg)), KVD_ELIMIT); /* imports count */
+    ck_assert_ptr_nonnull(strstr(msg, "max-pools"));
     ck_assert_int_eq(create_st(b, "b0", 1, 4, 4, NULL, NULL, 0), 0);
     ck_assert_int_eq(create_st(b, "b1", 1, 4, 4, NULL, NULL, 0), 0);
     /* all clients: b has 2 of its 3, but the daemon holds 5 */
     ck_assert_int_eq(create_st(b, "b2", 1, 4, 4, NULL, msg, sizeof(msg)), KVD_ELIMIT);
+    ck_assert_ptr_nonnull(strstr(msg, "max-total-pools"));
+    ck_assert_int_eq(import_st(b, "b2i", msg, sizeof(msg)), KVD_ELIMIT);
     ck_assert_ptr_nonnull(strstr(msg, "max-total-pools"));
     ck_assert(ping_ok(b));
     /* released with the pool */
