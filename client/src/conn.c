@@ -173,7 +173,7 @@ static void deliver(kvd_client_t *c, rx_item_t *it)
     size_t at;
     kvd__pending_t *p = pending_find(c, it->resp->id, &at);
 
-    if (p == NULL || p->state != KVD__SENT) {
+    if (p == NULL || p->state == KVD__DONE) { /* not waited for, or a second reply */
         if (it->resp->id == 0 && it->resp->status != KVD_OK) {
             /* A connection-level error: the daemon closes after it. */
             set_dead(c, (kvd_status_t)it->resp->status, "kvdockd closed the connection: %s: %s",

@@ -614,6 +614,26 @@ START_TEST(test_shared_pool_orphaned)
 }
 END_TEST
 
+/* Abandoned requests give their in-flight room back when their replies
+ * come: more abandons than max-inflight, then a blocking call still goes. */
+START_TEST(test_abandon_frees_room)
+{
+    kvd_client_t *cli = kvt_connect("abandoner");
+    uint32_t n = kvd_client_info(cli)->limits.max_inflight + 8;
+
+    kvd_client_set_timeout(cli, 5000); /* a leak would block the submit */
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t id;
+
+        KVT_OK(cli, kvd_ping_submit(cli, NULL, 0, &id));
+        KVT_OK(cli, kvd_client_abandon(cli, id));
+    }
+    KVT_OK(cli, kvd_ping(cli, "after", 5));
+    ck_assert_uint_eq(kvd_client_pending(cli), 0);
+    kvd_client_destroy(&cli);
+}
+END_TEST
+
 /* A private pool is invisible to another client. */
 START_TEST(test_private_pool_hidden)
 {
@@ -665,6 +685,7 @@ static Suite *async_suite(void)
     tcase_add_test(tc, test_one_client_many_threads);
     tcase_add_test(tc, test_shared_pool_between_clients);
     tcase_add_test(tc, test_shared_pool_orphaned);
+    tcase_add_test(tc, test_abandon_frees_room);
     tcase_add_test(tc, test_private_pool_hidden);
     suite_add_tcase(s, tc);
     return s;
