@@ -418,7 +418,7 @@ static kvd_status_t pump(kvd_client_t *c, int64_t deadline)
         deliver(c, &items[i]);
     free(items);
     if (st != KVD_OK && st != KVD_ETIMEDOUT)
-        set_dead(c, st == KVD_ECONN ? KVD_ECONN : st, "%s", msg);
+        set_dead(c, st, "%s", msg);
     c->reading = false;
     pthread_cond_broadcast(&c->cv);
     return st == KVD_ETIMEDOUT ? KVD_ETIMEDOUT : KVD_OK;

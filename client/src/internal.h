@@ -65,7 +65,6 @@ typedef union kvd__out {
     struct {
         uint64_t *id;
         kvd_mapping_t **map;
-        int32_t kind;
     } buffer;
     struct {
         uint64_t *id;
@@ -160,8 +159,10 @@ void kvd__copy_str(char *dst, size_t cap, const char *src);
  * and free a reply with its descriptors. */
 void kvd__pending_free(kvd__pending_t *p);
 
-/* Mappings (mapping.c). */
+/* A PoolInfo as the API's struct (pools.c). */
 void kvd__pool_info_from_pb(kvd_pool_info_t *dst, const Kvdock__PoolInfo *src);
+
+/* Mappings (mapping.c). */
 kvd_status_t kvd__mapping_from_fd(const kvd_client_t *cli, int fd, uint64_t bytes, int32_t kind,
                                   int32_t device, kvd_mapping_t **out);
 kvd_status_t kvd__mapping_from_ipc(const kvd_client_t *cli, const uint8_t *handle,

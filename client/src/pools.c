@@ -433,7 +433,6 @@ static kvd_status_t buffer_register_go(kvd_client_t *cli, uint64_t bytes, int32_
     memset(&o, 0, sizeof(o));
     o.buffer.id = id;
     o.buffer.map = map;
-    o.buffer.kind = kind;
     br.bytes = bytes;
     br.kind = (Kvdock__MemKind)kind;
     if (name != NULL)
