@@ -28,14 +28,6 @@ static const char *cli_path(void)
     return p != NULL && p[0] != '\0' ? p : KVDOCK_CLI_PATH;
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Some traffic and a pool to show. */
 static void make_traffic(kvd_client_t *cli)
 {
@@ -190,7 +182,7 @@ static void pty_start(pty_run_t *r)
 /* Read what the pty says until needle appears after from (or EOF). */
 static int pty_read_until(pty_run_t *r, const char *needle, size_t from, int timeout_ms)
 {
-    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+    uint64_t deadline = (uint64_t)kvt_now_ms() + (uint64_t)timeout_ms;
 
     for (;;) {
         struct pollfd p = {r->master, POLLIN, 0};
@@ -199,7 +191,7 @@ static int pty_read_until(pty_run_t *r, const char *needle, size_t from, int tim
         r->out[r->len] = '\0';
         if (needle != NULL && r->len > from && strstr(r->out + from, needle) != NULL)
             return 1;
-        if (now_ms() >= deadline)
+        if ((uint64_t)kvt_now_ms() >= deadline)
             return 0;
         if (poll(&p, 1, 100) <= 0)
             continue;
@@ -217,10 +209,10 @@ static int pty_read_until(pty_run_t *r, const char *needle, size_t from, int tim
 
 static int pty_wait(pty_run_t *r, int timeout_ms)
 {
-    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+    uint64_t deadline = (uint64_t)kvt_now_ms() + (uint64_t)timeout_ms;
     int status;
 
-    while (now_ms() < deadline) {
+    while ((uint64_t)kvt_now_ms() < deadline) {
         if (waitpid(r->pid, &status, WNOHANG) == r->pid)
             return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         usleep(10000);

@@ -42,6 +42,16 @@
 
 static kvt_daemon_t gd;
 
+/* A child's exit status (128 + signal when killed), or -1. */
+static int reap(pid_t pid)
+{
+    int status;
+
+    if (waitpid(pid, &status, 0) != pid)
+        return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 /* Run fn in a child process; its exit status (0 ok), or -1. */
 static int run_worker(int (*fn)(void *), void *arg, pid_t *pid_out)
 {
@@ -57,22 +67,7 @@ static int run_worker(int (*fn)(void *), void *arg, pid_t *pid_out)
         *pid_out = pid;
         return 0;
     }
-    {
-        int status;
-
-        if (waitpid(pid, &status, 0) != pid)
-            return -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-}
-
-static int reap(pid_t pid)
-{
-    int status;
-
-    if (waitpid(pid, &status, 0) != pid)
-        return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return reap(pid);
 }
 
 #define WFAIL(...)                                                                                 \
@@ -107,6 +102,26 @@ static kvd_client_t *wconnect(const char *name)
     }
     kvd_client_set_timeout(cli, 60000);
     return cli;
+}
+
+/* Store T rows of B bytes at loc into layer l of pool: K from rows, V
+ * from rows + T * B.  0, or 1 having said why. */
+static int wstore_layer(kvd_client_t *cli, uint64_t pool, uint32_t l, const int64_t *loc,
+                        uint64_t T, uint64_t B, const uint8_t *rows)
+{
+    kvd_kv_store_t a;
+
+    memset(&a, 0, sizeof(a));
+    a.pool = pool;
+    a.layer = l;
+    a.loc.values = loc;
+    a.loc.count = T;
+    a.k.data = rows;
+    a.k.bytes = T * B;
+    a.v.data = rows + T * B;
+    a.v.bytes = T * B;
+    WOK(cli, kvd_kv_store(cli, &a, NULL, NULL));
+    return 0;
 }
 
 /* ---- (a) import, store, offload, clear, reload ----------------------------- */
@@ -170,19 +185,9 @@ static int worker_offload_reload(void *arg)
         seq[i] = (int64_t)i;
     }
     for (uint32_t l = 0; l < L; l++) {
-        kvd_kv_store_t a;
-
         kvt_fill(rows, 2 * T * B, 1000 + l);
-        memset(&a, 0, sizeof(a));
-        a.pool = dev.id;
-        a.layer = l;
-        a.loc.values = loc;
-        a.loc.count = T;
-        a.k.data = rows;
-        a.k.bytes = T * B;
-        a.v.data = rows + T * B;
-        a.v.bytes = T * B;
-        WOK(cli, kvd_kv_store(cli, &a, NULL, NULL));
+        if (wstore_layer(cli, dev.id, l, loc, T, B, rows) != 0)
+            return 1;
         for (uint64_t i = 0; i < T; i++) {
             memcpy(expect + l * layer_bytes + (uint64_t)loc[i] * B, rows + i * B, B);
             memcpy(expect + l * layer_bytes + S * B + (uint64_t)loc[i] * B, rows + (T + i) * B, B);
@@ -314,19 +319,9 @@ static int worker_device_writer(void *arg)
     spec.shared = true;
     WOK(cli, kvd_pool_create(cli, &spec, &info));
     for (uint32_t l = 0; l < B_LAYERS; l++) {
-        kvd_kv_store_t a;
-
         b_rows(l, rows, loc);
-        memset(&a, 0, sizeof(a));
-        a.pool = info.id;
-        a.layer = l;
-        a.loc.values = loc;
-        a.loc.count = B_TOKENS;
-        a.k.data = rows;
-        a.k.bytes = B_TOKENS * B_BYTES;
-        a.v.data = rows + B_TOKENS * B_BYTES;
-        a.v.bytes = B_TOKENS * B_BYTES;
-        WOK(cli, kvd_kv_store(cli, &a, NULL, NULL));
+        if (wstore_layer(cli, info.id, l, loc, B_TOKENS, B_BYTES, rows) != 0)
+            return 1;
     }
     if (write(p->ready[1], "r", 1) != 1)
         WFAIL("signal ready");
@@ -511,7 +506,7 @@ static int worker_event_order(void *arg)
 
         WOK(cli, kvd_kv_transfer(cli, &t, &sync, &res));
         if (!res.enqueued)
-            fprintf(stderr, "note: reply_at_enqueue reply not marked enqueued\n");
+            WFAIL("the reply_at_enqueue reply is not marked enqueued");
     }
     host = malloc(2 * S * B);
     WCUDA(cudaStreamWaitEvent(stream, ev_done, 0));
@@ -609,24 +604,18 @@ static int worker_vmm(void *arg)
     spec.slot_bytes = B;
     st = kvd_pool_create(cli, &spec, &vp);
     if (st == KVD_ENOTSUP) {
+        /* only a driver without the VMM API may refuse; this worker uses it below */
+        if (driver_entry("cuMemCreate") != NULL)
+            WFAIL("VMM pool refused with a driver that has cuMemCreate: %s",
+                  kvd_client_last_error(cli));
         fprintf(stderr, "note: the daemon has no VMM pools: %s\n", kvd_client_last_error(cli));
     } else {
         if (st != KVD_OK)
             WFAIL("create VMM pool: %s: %s", kvd_err_name(st), kvd_client_last_error(cli));
         for (uint32_t l = 0; l < L; l++) {
-            kvd_kv_store_t a;
-
             kvt_fill(rows, sizeof(rows), 31 + l);
-            memset(&a, 0, sizeof(a));
-            a.pool = vp.id;
-            a.layer = l;
-            a.loc.values = loc;
-            a.loc.count = T;
-            a.k.data = rows;
-            a.k.bytes = T * B;
-            a.v.data = rows + T * B;
-            a.v.bytes = T * B;
-            WOK(cli, kvd_kv_store(cli, &a, NULL, NULL));
+            if (wstore_layer(cli, vp.id, l, loc, T, B, rows) != 0)
+                return 1;
         }
         WOK(cli, kvd_pool_export(cli, vp.id, NULL, 0, &m));
         if (m->kind != KVD_MEM_DEVICE_VMM || m->base == NULL || m->fd < 0)
@@ -701,19 +690,9 @@ static int worker_vmm(void *arg)
     close(reg.fd); /* the daemon has its own */
     expect = calloc(1, 2 * L * S * B);
     for (uint32_t l = 0; l < L; l++) {
-        kvd_kv_store_t a;
-
         kvt_fill(rows, sizeof(rows), 63 + l);
-        memset(&a, 0, sizeof(a));
-        a.pool = imported.id;
-        a.layer = l;
-        a.loc.values = loc;
-        a.loc.count = T;
-        a.k.data = rows;
-        a.k.bytes = T * B;
-        a.v.data = rows + T * B;
-        a.v.bytes = T * B;
-        WOK(cli, kvd_kv_store(cli, &a, NULL, NULL));
+        if (wstore_layer(cli, imported.id, l, loc, T, B, rows) != 0)
+            return 1;
         for (uint64_t i = 0; i < T; i++) {
             memcpy(expect + 2 * l * S * B + (uint64_t)loc[i] * B, rows + i * B, B);
             memcpy(expect + (2 * l + 1) * S * B + (uint64_t)loc[i] * B, rows + (T + i) * B, B);
@@ -819,14 +798,6 @@ END_TEST
 #ifdef KVD_HAVE_CUDA
 /* ---- (e) shutdown with a stream that never drains ---------------------------- */
 
-static double mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 typedef struct stuck_args {
     const char *socket;
     int gate_rd;  /* the parent writes a byte here to let the stream go */
@@ -927,16 +898,16 @@ START_TEST(test_shutdown_with_stuck_stream)
         kvt_daemon_dump_log(&d);
         ck_abort_msg("the worker did not queue its transfer (exit %d)", reap(pid));
     }
-    t0 = mono_ms();
+    t0 = (double)kvt_now_ms();
     kill(d.pid, SIGTERM);
-    while (mono_ms() - t0 < 30000) {
+    while ((double)kvt_now_ms() - t0 < 30000) {
         if (waitpid(d.pid, &status, WNOHANG) == d.pid) {
             exited = 1;
             break;
         }
         usleep(10000);
     }
-    waited = mono_ms() - t0;
+    waited = (double)kvt_now_ms() - t0;
     if (write(gate[1], "g", 1) != 1) /* let the worker's stream go */
         ck_abort_msg("gate pipe: %s", strerror(errno));
     if (!exited) {

@@ -31,7 +31,7 @@ const char *kvt_daemon_path(void)
     return p != NULL && p[0] != '\0' ? p : KVDOCKD_PATH;
 }
 
-static int64_t now_ms(void)
+int64_t kvt_now_ms(void)
 {
     struct timespec ts;
 
@@ -126,8 +126,8 @@ int kvt_daemon_start(kvt_daemon_t *d, const char *backend, const char *const *ex
         _exit(127);
     }
 
-    deadline = now_ms() + timeout_ms;
-    while (now_ms() < deadline) {
+    deadline = kvt_now_ms() + timeout_ms;
+    while (kvt_now_ms() < deadline) {
         int status;
 
         if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
@@ -171,12 +171,12 @@ void kvt_daemon_kill(kvt_daemon_t *d)
 int kvt_daemon_stop(kvt_daemon_t *d, int timeout_ms)
 {
     int status = -1;
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = kvt_now_ms() + timeout_ms;
     bool exited = false;
 
     if (d->pid > 0) {
         kill(d->pid, SIGTERM);
-        while (now_ms() < deadline) {
+        while (kvt_now_ms() < deadline) {
             if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
                 exited = true;
                 break;
@@ -270,7 +270,7 @@ int kvt_run(const char *const *argv, char **out, char **err, int timeout_ms)
     pid_t pid;
     size_t ol = 0, oc = 1, el = 0, ec = 1;
     bool o_open = true, e_open = true;
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = kvt_now_ms() + timeout_ms;
     int status;
 
     *out = calloc(1, 1);
@@ -289,7 +289,7 @@ int kvt_run(const char *const *argv, char **out, char **err, int timeout_ms)
     }
     close(po[1]);
     close(pe[1]);
-    while ((o_open || e_open) && now_ms() < deadline) {
+    while ((o_open || e_open) && kvt_now_ms() < deadline) {
         struct pollfd p[2] = {{.fd = o_open ? po[0] : -1, .events = POLLIN},
                               {.fd = e_open ? pe[0] : -1, .events = POLLIN}};
 

@@ -22,6 +22,9 @@ typedef struct kvt_daemon {
 /* The kvdockd binary: $KVDOCKD_PATH, else the one built with the tests. */
 const char *kvt_daemon_path(void);
 
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t kvt_now_ms(void);
+
 /*
  * Start kvdockd (kvt_daemon_path()) with --socket in a new temporary directory,
  * --backend backend and any extra arguments (NULL-terminated), and wait
