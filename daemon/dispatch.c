@@ -9,32 +9,37 @@
 
 #include "log.h"
 
-#define OP(c, n, h, f) {KVDOCK__REQUEST__OP_##c, n, h, f}
+#define OP(c, h, f) {KVDOCK__REQUEST__OP_##c, h, f}
 #define H KVD_OPF_HELLO
 
 /* One row per operation: existence, hello-first, permission and Sync are
  * checked from these flags before the handler runs. */
 const kvd_op_def_t kvd__op_table[] = {
-    OP(HELLO, "hello", kvd__op_hello, 0),
-    OP(PING, "ping", kvd__op_ping, H),
-    OP(STATUS, "status", kvd__op_status, H),
-    OP(STATS, "stats", kvd__op_stats, H),
-    OP(POOL_CREATE, "pool_create", kvd__op_pool_create, H),
-    OP(POOL_EXPORT, "pool_export", kvd__op_pool_export, H),
-    OP(POOL_IMPORT, "pool_import", kvd__op_pool_import, H),
-    OP(POOL_DROP, "pool_drop", kvd__op_pool_drop, H),
-    OP(POOL_LIST, "pool_list", kvd__op_pool_list, H),
-    OP(BUFFER_REGISTER, "buffer_register", kvd__op_buffer_register, H),
-    OP(BUFFER_DROP, "buffer_drop", kvd__op_buffer_drop, H),
-    OP(EVENT_REGISTER, "event_register", kvd__op_event_register, H),
-    OP(EVENT_DROP, "event_drop", kvd__op_event_drop, H),
-    OP(STORE, "store", kvd__op_store, H | KVD_OPF_DATA),
-    OP(FP8_SET, "fp8_set", kvd__op_fp8_set, H | KVD_OPF_DATA),
-    OP(GATHER, "gather", kvd__op_gather, H | KVD_OPF_DATA),
-    OP(TRANSFER, "transfer", kvd__op_transfer, H | KVD_OPF_DATA),
-    OP(SHUTDOWN, "shutdown", kvd__op_shutdown, H | KVD_OPF_ADMIN),
+    OP(HELLO, kvd__op_hello, 0),
+    OP(PING, kvd__op_ping, H),
+    OP(STATUS, kvd__op_status, H),
+    OP(STATS, kvd__op_stats, H),
+    OP(POOL_CREATE, kvd__op_pool_create, H),
+    OP(POOL_EXPORT, kvd__op_pool_export, H),
+    OP(POOL_IMPORT, kvd__op_pool_import, H),
+    OP(POOL_DROP, kvd__op_pool_drop, H),
+    OP(POOL_LIST, kvd__op_pool_list, H),
+    OP(BUFFER_REGISTER, kvd__op_buffer_register, H),
+    OP(BUFFER_DROP, kvd__op_buffer_drop, H),
+    OP(EVENT_REGISTER, kvd__op_event_register, H),
+    OP(EVENT_DROP, kvd__op_event_drop, H),
+    OP(STORE, kvd__op_store, H | KVD_OPF_DATA),
+    OP(FP8_SET, kvd__op_fp8_set, H | KVD_OPF_DATA),
+    OP(GATHER, kvd__op_gather, H | KVD_OPF_DATA),
+    OP(TRANSFER, kvd__op_transfer, H | KVD_OPF_DATA),
+    OP(SHUTDOWN, kvd__op_shutdown, H | KVD_OPF_ADMIN),
 };
 const size_t kvd__op_count = sizeof(kvd__op_table) / sizeof(kvd__op_table[0]);
+
+const char *kvd__op_row_name(size_t i)
+{
+    return i < kvd__op_count ? kvd_op_name(kvd__op_table[i].op_case) : "unknown";
+}
 
 static size_t find_op(int op_case)
 {
@@ -134,13 +139,13 @@ static kvd_status_t precheck(kvd_req_t *r, const kvd_op_def_t *op)
         return kvd__req_fail(r, KVD_ESHUTDOWN, "the daemon is shutting down");
     if ((op->flags & KVD_OPF_HELLO) && !c->hello_done)
         return kvd__req_fail(r, KVD_EPROTO, "%s before hello: the first request must be hello",
-                         op->name);
+                         kvd_op_name(op->op_case));
     if ((op->flags & KVD_OPF_ADMIN) && !c->admin)
-        return kvd__req_fail(r, KVD_EPERM, "%s needs an admin peer (uid %u is not)", op->name,
+        return kvd__req_fail(r, KVD_EPERM, "%s needs an admin peer (uid %u is not)", kvd_op_name(op->op_case),
                          (unsigned)c->uid);
     if (!(op->flags & KVD_OPF_DATA) && sync_set(r->req->sync))
         return kvd__req_fail(r, KVD_EINVAL, "sync applies to data operations only, not %s",
-                         op->name);
+                         kvd_op_name(op->op_case));
     return KVD_OK;
 }
 
@@ -203,7 +208,7 @@ int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *
                 char q[300];
                 kvd_log(KVD_LOG_DEBUG, "event=request_error client=%" PRIu64 " id=%" PRIu64
                         " op=%s status=%s msg=%s", c->id, req->id,
-                        r.op_index < kvd__op_count ? kvd__op_table[r.op_index].name : "unknown",
+                        kvd__op_row_name(r.op_index),
                         kvd_err_name(st), kvd_log_quote(r.msg, q, sizeof(q)));
             }
         }

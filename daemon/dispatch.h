@@ -24,8 +24,7 @@ typedef struct kvd_req kvd_req_t;
 typedef kvd_status_t (*kvd_op_handler_t)(kvd_req_t *r);
 
 typedef struct kvd_op_def {
-    int op_case; /* Kvdock__Request__OpCase */
-    const char *name;
+    int op_case; /* Kvdock__Request__OpCase; its name: kvd_op_name() */
     kvd_op_handler_t handler;
     unsigned flags;
 } kvd_op_def_t;
@@ -52,6 +51,8 @@ struct kvd_req {
 /* The table. */
 extern const kvd_op_def_t kvd__op_table[];
 extern const size_t kvd__op_count; /* stats row kvd__op_count is "unknown" */
+/* The name of table row i (kvd_op_name), "unknown" past the table. */
+const char *kvd__op_row_name(size_t i);
 
 /* Decode and handle one frame's payload.  fds: descriptors that came with
  * it (closed unless a handler keeps them).  Returns -1 when the frame does

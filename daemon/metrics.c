@@ -250,11 +250,6 @@ static void sample_d(sbuf_t *b, const char *name, const char *key, const char *v
     sb_printf(b, "\"} %.9g\n", v);
 }
 
-static const char *op_name(size_t i)
-{
-    return i < kvd__op_count ? kvd__op_table[i].name : "unknown";
-}
-
 static const char *kind_name(int kind)
 {
     switch (kind) {
@@ -301,15 +296,15 @@ char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
     /* per operation */
     family(&b, "kvdock_requests_total", "counter", "requests answered, by operation");
     for (i = 0; i < st->nops; i++)
-        sample_u(&b, "kvdock_requests_total", "op", op_name(i), st->ops[i].requests);
+        sample_u(&b, "kvdock_requests_total", "op", kvd__op_row_name(i), st->ops[i].requests);
     family(&b, "kvdock_request_errors_total", "counter",
            "requests answered with an error status, by operation");
     for (i = 0; i < st->nops; i++)
-        sample_u(&b, "kvdock_request_errors_total", "op", op_name(i), st->ops[i].errors);
+        sample_u(&b, "kvdock_request_errors_total", "op", kvd__op_row_name(i), st->ops[i].errors);
     family(&b, "kvdock_request_bytes_total", "counter",
            "bytes moved by successful requests, by operation");
     for (i = 0; i < st->nops; i++)
-        sample_u(&b, "kvdock_request_bytes_total", "op", op_name(i), st->ops[i].bytes);
+        sample_u(&b, "kvdock_request_bytes_total", "op", kvd__op_row_name(i), st->ops[i].bytes);
     family(&b, "kvdock_request_duration_seconds", "histogram",
            "time from a request's arrival to its reply, by operation");
     for (i = 0; i < st->nops; i++) {
@@ -320,14 +315,14 @@ char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
         for (j = 0; j <= KVD_HIST_BOUNDS; j++) {
             cum += o->counts[j];
             sb_printf(&b, "kvdock_request_duration_seconds_bucket{op=\"");
-            sb_label(&b, op_name(i));
+            sb_label(&b, kvd__op_row_name(i));
             if (j < KVD_HIST_BOUNDS)
                 sb_printf(&b, "\",le=\"%g\"} %" PRIu64 "\n", kvd__hist_bounds_us[j] / 1e6, cum);
             else
                 sb_printf(&b, "\",le=\"+Inf\"} %" PRIu64 "\n", cum);
         }
-        sample_d(&b, "kvdock_request_duration_seconds_sum", "op", op_name(i), o->sum_us / 1e6);
-        sample_u(&b, "kvdock_request_duration_seconds_count", "op", op_name(i), cum);
+        sample_d(&b, "kvdock_request_duration_seconds_sum", "op", kvd__op_row_name(i), o->sum_us / 1e6);
+        sample_u(&b, "kvdock_request_duration_seconds_count", "op", kvd__op_row_name(i), cum);
     }
 
     /* per stream class */

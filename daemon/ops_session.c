@@ -145,7 +145,7 @@ kvd_status_t kvd__op_stats(kvd_req_t *r)
         if (o == NULL)
             return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
         kvdock__op_stats__init(o);
-        o->op = (char *)(i < kvd__op_count ? kvd__op_table[i].name : "unknown");
+        o->op = (char *)kvd__op_row_name(i);
         o->requests = k->requests;
         o->errors = k->errors;
         o->bytes = k->bytes;
