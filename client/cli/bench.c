@@ -43,6 +43,7 @@
 
 #include "kvdock/client.h"
 #include "kvdock/kernels.h"
+#include "util.h"
 
 #ifdef KVD_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -116,21 +117,6 @@ typedef struct results {
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
 
-static double now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
 /* Nearest-rank quantile of sorted values. */
 static double quantile(const double *s, uint64_t n, double q)
 {
@@ -153,7 +139,7 @@ static void lat_from(lat_t *l, double *v, uint64_t n)
     memset(l, 0, sizeof(*l));
     if (n == 0)
         return;
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    qsort(v, (size_t)n, sizeof(*v), kvd__cli_cmp_double);
     for (uint64_t i = 0; i < n; i++)
         sum += v[i];
     l->count = n;
@@ -359,10 +345,10 @@ static int run_ping(kvd_client_t *cli, const bench_opts_t *o, bool bars, lat_t *
         }
     }
     for (uint64_t i = 0; i < n; i++) {
-        double t0 = now_us();
+        double t0 = kvd__cli_now_us();
 
         st = kvd_ping(cli, NULL, 0);
-        v[i] = now_us() - t0;
+        v[i] = kvd__cli_now_us() - t0;
         if (st != KVD_OK) {
             free(v);
             return fail(cli, st, "ping");
@@ -398,10 +384,10 @@ static int run_xfer(kvd_client_t *cli, const bench_opts_t *o, const pool_pair_t 
         double t0;
 
         one_slot(pp, i, &s, &d, &t);
-        t0 = now_us();
+        t0 = kvd__cli_now_us();
         st = kvd_kv_transfer(cli, &t, NULL, &r);
         if (i >= warm)
-            v[i - warm] = now_us() - t0;
+            v[i - warm] = kvd__cli_now_us() - t0;
         if (st != KVD_OK) {
             free(v);
             return fail(cli, st, "one-slot transfer");
@@ -487,7 +473,7 @@ static void *worker_main(void *arg)
         goto out;
     end = w->line->t_start + w->o->duration * 1e6;
     for (;;) {
-        bool stop = now_us() >= end;
+        bool stop = kvd__cli_now_us() >= end;
 
         if (!stop && n < win) {
             uint32_t slot = (head + n) % win;
@@ -514,7 +500,7 @@ static void *worker_main(void *arg)
         head = (head + 1) % win;
         n--;
     }
-    w->t_end = now_us();
+    w->t_end = kvd__cli_now_us();
 out:
     if (cli != NULL) {
         /* collect what is still in flight after an error, then drop */
@@ -572,7 +558,7 @@ static int run_tput(const bench_opts_t *o, const char *prefix, int32_t kind, uin
     for (uint32_t c = 0; c < started; c++)
         if (w[c].st != KVD_OK || rc != 0)
             go = -1;
-    line.t_start = now_us();
+    line.t_start = kvd__cli_now_us();
     __atomic_store_n(&line.go, go, __ATOMIC_RELEASE);
     for (;;) {
         uint32_t fin = 0;
@@ -581,7 +567,7 @@ static int run_tput(const bench_opts_t *o, const char *prefix, int32_t kind, uin
             fin += __atomic_load_n(&w[c].finished, __ATOMIC_ACQUIRE) ? 1u : 0u;
         if (fin == started)
             break;
-        progress_set(&p, (now_us() - line.t_start) / (o->duration * 1e6));
+        progress_set(&p, (kvd__cli_now_us() - line.t_start) / (o->duration * 1e6));
         usleep(20000);
     }
     memset(out, 0, sizeof(*out));
@@ -671,11 +657,11 @@ static int inproc_time(const bench_opts_t *o, const inproc_t *ip, uint32_t max_b
         return EXIT_DAEMON;
     }
     for (uint64_t i = 0; i < warm + iters; i++) {
-        double t0 = now_us();
+        double t0 = kvd__cli_now_us();
 
         st = inproc_call(o, ip, max_blocks);
         if (i >= warm)
-            v[i - warm] = now_us() - t0;
+            v[i - warm] = kvd__cli_now_us() - t0;
         if (st != KVD_OK) {
             fprintf(stderr, "\nkvdock: bench: in-process transfer: %s: %s\n", kvd_err_name(st),
                     kvd_last_error_detail());
@@ -845,10 +831,10 @@ static int daemon_time(kvd_client_t *cli, const bench_opts_t *o, const pool_pair
             t.dst.values = pd;
         }
         t.all_layers = true;
-        t0 = now_us();
+        t0 = kvd__cli_now_us();
         st = kvd_kv_transfer(cli, &t, sync, &r);
         if (i >= warm)
-            v[i - warm] = now_us() - t0;
+            v[i - warm] = kvd__cli_now_us() - t0;
         if (st != KVD_OK)
             return fail(cli, st, "all-layer transfer");
         if (r.rows != o->slots) {
@@ -1144,22 +1130,6 @@ static void json_lat(const char *key, const lat_t *l)
            key, l->count, l->p50, l->p99, l->mean, l->min, l->max);
 }
 
-static void json_esc(const char *s)
-{
-    putchar('"');
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
-
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
 static void print_json(const bench_opts_t *o, const kvd_hello_info_t *h, int32_t kind,
                        const results_t *r)
 {
@@ -1170,13 +1140,13 @@ static void print_json(const bench_opts_t *o, const kvd_hello_info_t *h, int32_t
                  (!r->have_ratio_buffer || r->ratio_buffer <= TARGET_RATIO);
 
     printf("{\"bench\":\"kvdock\",\"version\":1,\"daemon_version\":");
-    json_esc(h->daemon_version);
+    kvd__cli_json_str(h->daemon_version);
     printf(",\"backend\":");
-    json_esc(kvd_backend_name(h->backend));
+    kvd__cli_json_str(kvd_backend_name(h->backend));
     printf(",\"device\":");
-    json_esc(h->device_name);
+    kvd__cli_json_str(h->device_name);
     printf(",\"device_ordinal\":%d,\"pool_kind\":", h->device_ordinal);
-    json_esc(kvd_mem_kind_name(kind));
+    kvd__cli_json_str(kvd_mem_kind_name(kind));
     printf(",\"iterations\":%" PRIu64 ",\"duration_s\":%.3f,\"clients\":%u,\"window\":%u,",
            o->iterations, o->duration, o->clients, o->window);
     json_lat("ping", &r->ping);
@@ -1197,7 +1167,7 @@ static void print_json(const bench_opts_t *o, const kvd_hello_info_t *h, int32_t
            ",\"mla\":false,\"bytes\":%" PRIu64 ",\"iterations\":%" PRIu64
            ",\"max_blocks\":%u,\"stream\":",
            o->layers, o->slots, o->slot_bytes, r->al_bytes, r->al_iterations, r->al_max_blocks);
-    json_esc(r->al_stream != NULL ? r->al_stream : "");
+    kvd__cli_json_str(r->al_stream != NULL ? r->al_stream : "");
     printf(",");
     json_lat("daemon", &r->al_daemon);
     printf(",");
@@ -1209,7 +1179,7 @@ static void print_json(const bench_opts_t *o, const kvd_hello_info_t *h, int32_t
         json_lat("in_process", &r->al_inproc);
     } else {
         printf("\"in_process\":null,\"in_process_why\":");
-        json_esc(r->inproc_why);
+        kvd__cli_json_str(r->inproc_why);
     }
     if (r->have_inproc_pinned) {
         printf(",");

@@ -18,6 +18,7 @@
 
 #include "bench.h"
 #include "top.h"
+#include "util.h"
 #include "kvdock/client.h"
 #include "kvdock/wire.h"
 
@@ -83,42 +84,6 @@ static int connect_or_fail(const opts_t *o, kvd_client_t **cli)
         return EXIT_DAEMON;
     }
     return 0;
-}
-
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
-
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", stdout);
-        else if (c == '\t')
-            fputs("\\t", stdout);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
-static void human_bytes(char *buf, size_t cap, uint64_t b)
-{
-    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)b;
-    int u = 0;
-
-    while (v >= 1024.0 && u < 5) {
-        v /= 1024.0;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, cap, "%" PRIu64 " B", b);
-    else
-        snprintf(buf, cap, "%.1f %s", v, unit[u]);
 }
 
 static void human_duration_ms(char *buf, size_t cap, uint64_t ms)
@@ -311,14 +276,14 @@ static int cmd_status(opts_t *o)
 
     if (o->json) {
         printf("{\"daemon_version\":");
-        json_str(s.daemon_version);
+        kvd__cli_json_str(s.daemon_version);
         printf(",\"protocol_version\":%u,\"backend\":", h->protocol_version);
-        json_str(kvd_backend_name(s.backend));
+        kvd__cli_json_str(kvd_backend_name(s.backend));
         printf(",\"device_name\":");
-        json_str(s.device_name);
+        kvd__cli_json_str(s.device_name);
         printf(",\"device_ordinal\":%d,\"daemon_pid\":%u,\"socket_path\":", h->device_ordinal,
                h->daemon_pid);
-        json_str(s.socket_path[0] ? s.socket_path : kvd_client_socket_path(cli));
+        kvd__cli_json_str(s.socket_path[0] ? s.socket_path : kvd_client_socket_path(cli));
         printf(",\"uptime_ms\":%" PRIu64 ",\"clients\":%u,\"pools\":%u,\"pool_bytes\":%" PRIu64
                ",\"buffers\":%u,\"events\":%u,\"inflight\":%u,\"shutting_down\":%s",
                s.uptime_ms, s.clients, s.pools, s.pool_bytes, s.buffers, s.events, s.inflight,
@@ -332,7 +297,7 @@ static int cmd_status(opts_t *o)
         printf(",\"client_list\":[");
         for (size_t i = 0; i < shown; i++) {
             printf("%s{\"id\":%" PRIu64 ",\"name\":", i ? "," : "", cl[i].id);
-            json_str(cl[i].name);
+            kvd__cli_json_str(cl[i].name);
             printf(",\"pid\":%u,\"uid\":%u,\"inflight\":%u,\"pools\":%u,\"requests\":%" PRIu64 "}",
                    cl[i].pid, cl[i].uid, cl[i].inflight, cl[i].pools, cl[i].requests);
         }
@@ -342,8 +307,8 @@ static int cmd_status(opts_t *o)
         table_t t;
 
         human_duration_ms(up, sizeof(up), s.uptime_ms);
-        human_bytes(pb, sizeof(pb), s.pool_bytes);
-        human_bytes(lim, sizeof(lim), h->limits.max_frame_bytes);
+        kvd__cli_human_bytes(pb, sizeof(pb), (double)s.pool_bytes);
+        kvd__cli_human_bytes(lim, sizeof(lim), (double)h->limits.max_frame_bytes);
         printf("kvdockd %s  pid %u  backend %s  device %s%s\n", s.daemon_version, h->daemon_pid,
                kvd_backend_name(s.backend), s.device_name,
                s.shutting_down ? "  (shutting down)" : "");
@@ -386,9 +351,9 @@ out:
 static void pool_json(const kvd_pool_info_t *p)
 {
     printf("{\"id\":%" PRIu64 ",\"name\":", p->id);
-    json_str(p->name);
+    kvd__cli_json_str(p->name);
     printf(",\"kind\":");
-    json_str(kvd_mem_kind_name(p->kind));
+    kvd__cli_json_str(kvd_mem_kind_name(p->kind));
     printf(",\"num_layers\":%u,\"num_slots\":%" PRIu64 ",\"slot_bytes\":%" PRIu64
            ",\"mla\":%s,\"page_size\":%u,\"shared\":%s,\"imported\":%s,\"bytes\":%" PRIu64
            ",\"layer_stride\":%" PRIu64 ",\"v_offset\":%" PRIu64 ",\"slot_stride\":%" PRIu64
@@ -411,7 +376,7 @@ static void pools_table(const kvd_pool_info_t *p, size_t n)
         snprintf(slots, sizeof(slots), "%" PRIu64, p[i].num_slots);
         snprintf(sb, sizeof(sb), "%" PRIu64, p[i].slot_bytes);
         snprintf(page, sizeof(page), "%u", p[i].page_size > 1 ? p[i].page_size : 1);
-        human_bytes(bytes, sizeof(bytes), p[i].bytes);
+        kvd__cli_human_bytes(bytes, sizeof(bytes), (double)p[i].bytes);
         snprintf(owner, sizeof(owner), "%" PRIu64, p[i].owner);
         snprintf(flags, sizeof(flags), "%s%s%s%s%s", p[i].shared ? "shared" : "",
                  p[i].shared && p[i].imported ? "," : "", p[i].imported ? "imported" : "",
@@ -557,7 +522,7 @@ static int cmd_pool_create(opts_t *o)
     } else {
         char b[32];
 
-        human_bytes(b, sizeof(b), info.bytes);
+        kvd__cli_human_bytes(b, sizeof(b), (double)info.bytes);
         printf("created pool %s (id %" PRIu64 "): %s, %u layers x %" PRIu64 " slots x %" PRIu64
                " bytes, %s, %s\n",
                info.name, info.id, kvd_mem_kind_name(info.kind), info.num_layers, info.num_slots,
@@ -611,7 +576,7 @@ static int cmd_pool_drop(opts_t *o)
     if (o->json) {
         printf("{\"dropped\":");
         if (name != NULL)
-            json_str(name);
+            kvd__cli_json_str(name);
         else
             printf("%" PRIu64, id);
         printf("}\n");
@@ -707,7 +672,7 @@ static int cmd_stats(opts_t *o)
             const kvd_op_stats_t *p = &ops[i];
 
             printf("%s{\"op\":", i ? "," : "");
-            json_str(p->op);
+            kvd__cli_json_str(p->op);
             printf(",\"requests\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"bytes\":%" PRIu64
                    ",\"sum_us\":%.3f,\"bounds_us\":[",
                    p->requests, p->errors, p->bytes, p->sum_us);
@@ -723,7 +688,7 @@ static int cmd_stats(opts_t *o)
             const kvd_stream_stats_t *p = &streams[i];
 
             printf("%s{\"name\":", i ? "," : "");
-            json_str(p->name);
+            kvd__cli_json_str(p->name);
             printf(",\"priority\":%d,\"max_blocks\":%u,\"launches\":%" PRIu64 ",\"bytes\":%" PRIu64
                    ",\"busy_ns\":%" PRIu64 ",\"queue_depth\":%u}",
                    p->priority, p->max_blocks, p->launches, p->bytes, p->busy_ns, p->queue_depth);
@@ -733,8 +698,8 @@ static int cmd_stats(opts_t *o)
         char in[32], out_b[32];
         table_t t;
 
-        human_bytes(in, sizeof(in), s.bytes_in);
-        human_bytes(out_b, sizeof(out_b), s.bytes_out);
+        kvd__cli_human_bytes(in, sizeof(in), (double)s.bytes_in);
+        kvd__cli_human_bytes(out_b, sizeof(out_b), (double)s.bytes_out);
         printf("connections %" PRIu64 "  socket in %s  out %s\n\n", s.connections, in, out_b);
         table_init(&t, "OP,>REQUESTS,>ERRORS,>BYTES,>MEAN_US,>P50_US,>P99_US");
         for (size_t i = 0; i < nops; i++) {
@@ -743,7 +708,7 @@ static int cmd_stats(opts_t *o)
 
             snprintf(req, sizeof(req), "%" PRIu64, p->requests);
             snprintf(err, sizeof(err), "%" PRIu64, p->errors);
-            human_bytes(b, sizeof(b), p->bytes);
+            kvd__cli_human_bytes(b, sizeof(b), (double)p->bytes);
             if (p->requests > 0)
                 snprintf(mean, sizeof(mean), "%.1f", p->sum_us / (double)p->requests);
             else
@@ -766,7 +731,7 @@ static int cmd_stats(opts_t *o)
                 else
                     snprintf(mb, sizeof(mb), "-");
                 snprintf(la, sizeof(la), "%" PRIu64, p->launches);
-                human_bytes(b, sizeof(b), p->bytes);
+                kvd__cli_human_bytes(b, sizeof(b), (double)p->bytes);
                 snprintf(busy, sizeof(busy), "%.1f", (double)p->busy_ns / 1e6);
                 snprintf(q, sizeof(q), "%u", p->queue_depth);
                 table_row(&t, p->name, pr, mb, la, b, busy, q);
@@ -783,21 +748,6 @@ out:
 
 /* ------------------------------------------------------------------------ */
 /* ping                                                                      */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-static double now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
 
 static int cmd_ping(opts_t *o)
 {
@@ -841,10 +791,10 @@ static int cmd_ping(opts_t *o)
         printf("PING kvdockd %s (pid %u): %" PRIu64 " bytes of payload\n",
                kvd_client_socket_path(cli), kvd_client_info(cli)->daemon_pid, size);
     for (uint64_t i = 0; i < count; i++) {
-        double t0 = now_us();
+        double t0 = kvd__cli_now_us();
 
         st = kvd_ping(cli, payload, (size_t)size);
-        rtt[i] = now_us() - t0;
+        rtt[i] = kvd__cli_now_us() - t0;
         if (st != KVD_OK) {
             rc = daemon_error(cli, st, "ping");
             goto out;
@@ -863,7 +813,7 @@ static int cmd_ping(opts_t *o)
             goto out;
         }
         memcpy(sorted, rtt, (size_t)count * sizeof(*sorted));
-        qsort(sorted, (size_t)count, sizeof(*sorted), cmp_double);
+        qsort(sorted, (size_t)count, sizeof(*sorted), kvd__cli_cmp_double);
         mn = sorted[0];
         mx = sorted[count - 1];
         p50 = sorted[(count - 1) / 2];

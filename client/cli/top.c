@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "kvdock/client.h"
+#include "util.h"
 
 #define MAX_OPS 64
 #define MAX_STREAMS 16
@@ -139,26 +140,11 @@ static void fline(frame_t *f, int style, const char *fmt, ...)
     f->style[f->n++] = style;
 }
 
-static void human_bytes(char *buf, size_t cap, double b)
-{
-    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    int u = 0;
-
-    while (b >= 1024.0 && u < 5) {
-        b /= 1024.0;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, cap, "%.0f B", b);
-    else
-        snprintf(buf, cap, "%.1f %s", b, unit[u]);
-}
-
 static void human_rate(char *buf, size_t cap, double per_s)
 {
     char b[32];
 
-    human_bytes(b, sizeof(b), per_s);
+    kvd__cli_human_bytes(b, sizeof(b), per_s);
     snprintf(buf, cap, "%s/s", b);
 }
 
@@ -235,7 +221,7 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
           cur->status.shutting_down ? " (SHUTTING DOWN)" : "", tm.tm_hour, tm.tm_min, tm.tm_sec);
     if (error != NULL)
         fline(f, STYLE_WARN, "%s", error);
-    human_bytes(a, sizeof(a), (double)cur->status.pool_bytes);
+    kvd__cli_human_bytes(a, sizeof(a), (double)cur->status.pool_bytes);
     human_rate(b, sizeof(b), rate(cur->stats.bytes_in, prev->stats.bytes_in, dt));
     human_rate(c, sizeof(c), rate(cur->stats.bytes_out, prev->stats.bytes_out, dt));
     fline(f, STYLE_PLAIN,
@@ -262,7 +248,7 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
             bps = rate(s->bytes, p->bytes, dt);
         }
         human_rate(a, sizeof(a), bps);
-        human_bytes(b, sizeof(b), (double)s->bytes);
+        kvd__cli_human_bytes(b, sizeof(b), (double)s->bytes);
         if (p != NULL && dt > 0)
             fline(f, STYLE_PLAIN, "%-8s %5d %6u %5.1f%% %9.1f %12s %10" PRIu64 " %12s", s->name,
                   s->priority, s->queue_depth, busy, ops, a, s->launches, b);
@@ -302,11 +288,11 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
         kind_bytes[k] += cur->pools[i].bytes;
         kind_pools[k]++;
     }
-    human_bytes(a, sizeof(a), (double)kind_bytes[KVD_MEM_HOST]);
-    human_bytes(b, sizeof(b), (double)kind_bytes[KVD_MEM_DEVICE]);
-    human_bytes(c, sizeof(c), (double)kind_bytes[KVD_MEM_DEVICE_VMM]);
+    kvd__cli_human_bytes(a, sizeof(a), (double)kind_bytes[KVD_MEM_HOST]);
+    kvd__cli_human_bytes(b, sizeof(b), (double)kind_bytes[KVD_MEM_DEVICE]);
+    kvd__cli_human_bytes(c, sizeof(c), (double)kind_bytes[KVD_MEM_DEVICE_VMM]);
     if (h != NULL && h->limits.max_total_pool_bytes > 0) {
-        human_bytes(d, sizeof(d), (double)h->limits.max_total_pool_bytes);
+        kvd__cli_human_bytes(d, sizeof(d), (double)h->limits.max_total_pool_bytes);
         snprintf(e, sizeof(e), ", %.1f%% of %s", 100.0 * (double)cur->status.pool_bytes /
                                                   (double)h->limits.max_total_pool_bytes, d);
     } else {
@@ -336,7 +322,7 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
                 shown = (size_t)(left > 1 ? left - 1 : 0);
             for (j = 0; j < shown; j++) {
                 const kvd_pool_info_t *p = &cur->pools[order[j]];
-                human_bytes(a, sizeof(a), (double)p->bytes);
+                kvd__cli_human_bytes(a, sizeof(a), (double)p->bytes);
                 fline(f, STYLE_PLAIN, "%6" PRIu64 " %-20.20s %-10s %6u %10" PRIu64 " %10" PRIu64
                       " %12s %6" PRIu64 " %s%s%s%s", p->id, p->name, kvd_mem_kind_name(p->kind),
                       p->num_layers, p->num_slots, p->slot_bytes, a, p->owner,
