@@ -183,11 +183,8 @@ kvd_status_t kvd__op_shutdown(kvd_req_t *r)
 {
     /* the reply goes out first: the drain answers everything else */
     kvd_conn_t *c = r->conn;
-    Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
 
-    resp.id = r->req->id;
-    (void)kvd__conn_send(c, &resp.base, NULL, 0);
-    kvd_stats_op(&r->srv->stats, r->op_index, 0, 0, kvd_now_ns() - r->t_start_ns);
+    kvd__reply_deferred(c, r->req->id, r->op_index, r->t_start_ns, KVD_OK, NULL, NULL, 0);
     r->deferred = 1; /* answered above */
     kvd_log(KVD_LOG_INFO, "event=shutdown_request client=%" PRIu64 " drain=%d", c->id,
             r->req->shutdown->drain);

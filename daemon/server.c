@@ -269,6 +269,17 @@ static void backend_gone_cb(void *arg)
     srv->backend = NULL;
 }
 
+/* At the end: shared pools outlive their creators, so they are released
+ * here, while the backend that made their memory still exists; then the
+ * backend goes. */
+static void release_backend(kvd_server_t *srv)
+{
+    if (srv->backend == NULL)
+        return;
+    kvd_registry_deinit(&srv->reg);
+    srv->backend->destroy(srv->backend, backend_gone_cb, srv);
+}
+
 static void close_handle(kvd_server_t *srv, uv_handle_t *h)
 {
     if (!uv_is_closing(h)) {
@@ -307,12 +318,8 @@ static void finish(kvd_server_t *srv)
     close_handle(srv, (uv_handle_t *)&srv->idle);
     close_handle(srv, (uv_handle_t *)&srv->spin);
     kvd_metrics_close(srv->metrics);
-    if (srv->conns == NULL && srv->backend != NULL) {
-        /* shared pools outlive their creators: release them while the
-         * backend that made their memory still exists */
-        kvd_registry_deinit(&srv->reg);
-        srv->backend->destroy(srv->backend, backend_gone_cb, srv);
-    }
+    if (srv->conns == NULL)
+        release_backend(srv);
     kvd_log(KVD_LOG_INFO, "event=shutdown_done");
 }
 
@@ -470,10 +477,8 @@ void kvd__server_conn_gone(kvd_server_t *srv, kvd_conn_t *c)
         c->next->prev = c->prev;
     srv->nconns--;
     if (srv->shutting_down == 2 && srv->conns == NULL && srv->backend != NULL &&
-        srv->backend->pending(srv->backend) == 0) {
-        kvd_registry_deinit(&srv->reg); /* as in finish() */
-        srv->backend->destroy(srv->backend, backend_gone_cb, srv);
-    }
+        srv->backend->pending(srv->backend) == 0)
+        release_backend(srv);
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
