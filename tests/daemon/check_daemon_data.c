@@ -426,7 +426,7 @@ START_TEST(test_fp8_set)
     float kf[TOKENS * HEADS * DIM], vf[TOKENS * HEADS * DIM];
     float khs[HEADS] = {0.25f, 3.0f}, vhs[HEADS] = {1.5f, 0.125f};
     uint8_t ksrc[sizeof(kf)], vsrc[sizeof(vf)], *e;
-    size_t esize = f.src_dtype, i, n = TOKENS * HEADS * DIM;
+    size_t esize, i, n = TOKENS * HEADS * DIM;
     int src_dtype = fp8_cases[_i].src_dtype, mode = fp8_cases[_i].scale_mode;
     kvd_fp8_set_args_t x;
 
@@ -571,7 +571,7 @@ START_TEST(test_gather)
     x.page_size = 2;
     x.dummy_slot = -7;
     ck_assert_int_eq(kvd_cpu_page_table_gather(&x, NULL), KVD_OK);
-    ck_assert_mem_eq(omap, expect, BS * PAGES * 4 + 16);
+    ck_assert_mem_eq(omap, expect, sizeof(expect)); /* nothing written past out either */
     /* row 0: pages 1000..1002 then dummies */
     ck_assert_int_eq(((int32_t *)((uint8_t *)omap + 16))[0], 1000 + 2 * COLS);
     ck_assert_int_eq(((int32_t *)((uint8_t *)omap + 16))[4], -7);
