@@ -148,31 +148,9 @@ static void flush(kvd_conn_t *c)
 
     while (c->wq != NULL) {
         kvd_wbuf_t *w = c->wq;
-        struct msghdr mh;
-        struct iovec iov;
-        union {
-            struct cmsghdr align;
-            char buf[CMSG_SPACE(sizeof(int) * 2)];
-        } ctl;
-        ssize_t n;
+        ssize_t n = kvd_sock_sendmsg(c->fd, w->buf + w->off, w->len - w->off, w->fds, w->nfds,
+                                     MSG_DONTWAIT);
 
-        memset(&mh, 0, sizeof(mh));
-        iov.iov_base = w->buf + w->off;
-        iov.iov_len = w->len - w->off;
-        mh.msg_iov = &iov;
-        mh.msg_iovlen = 1;
-        if (w->nfds > 0) {
-            struct cmsghdr *cm;
-            memset(&ctl, 0, sizeof(ctl));
-            mh.msg_control = ctl.buf;
-            mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)w->nfds);
-            cm = CMSG_FIRSTHDR(&mh);
-            cm->cmsg_level = SOL_SOCKET;
-            cm->cmsg_type = SCM_RIGHTS;
-            cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)w->nfds);
-            memcpy(CMSG_DATA(cm), w->fds, sizeof(int) * (size_t)w->nfds);
-        }
-        n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EINTR)
                 continue;

@@ -75,6 +75,40 @@ static int wait_writable(int sock)
     return rc < 0 ? -1 : 0;
 }
 
+ssize_t kvd_sock_sendmsg(int sock, const void *buf, size_t len, const int *fds, int nfds,
+                         int flags)
+{
+    struct msghdr mh;
+    struct iovec iov;
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * KVD_MAX_FDS_PER_FRAME)];
+    } ctl;
+
+    if (nfds < 0 || nfds > KVD_MAX_FDS_PER_FRAME) {
+        errno = EINVAL;
+        return -1;
+    }
+    memset(&mh, 0, sizeof(mh));
+    iov.iov_base = (void *)buf;
+    iov.iov_len = len;
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    if (nfds > 0) {
+        struct cmsghdr *c;
+
+        memset(&ctl, 0, sizeof(ctl));
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+        c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+    }
+    return sendmsg(sock, &mh, MSG_NOSIGNAL | flags);
+}
+
 kvd_status_t kvd_sock_send_all(int sock, const void *buf, size_t len, const int *fds, int nfds)
 {
     const uint8_t *p = buf;
@@ -89,32 +123,8 @@ kvd_status_t kvd_sock_send_all(int sock, const void *buf, size_t len, const int 
         return KVD_EINVAL; /* descriptors ride on a byte */
 
     while (done < len) {
-        struct msghdr mh;
-        struct iovec iov;
-        union {
-            struct cmsghdr align;
-            char buf[CMSG_SPACE(sizeof(int) * KVD_MAX_FDS_PER_FRAME)];
-        } ctl;
-        ssize_t n;
+        ssize_t n = kvd_sock_sendmsg(sock, p + done, len - done, fds, first ? nfds : 0, 0);
 
-        memset(&mh, 0, sizeof(mh));
-        iov.iov_base = (void *)(p + done);
-        iov.iov_len = len - done;
-        mh.msg_iov = &iov;
-        mh.msg_iovlen = 1;
-        if (first && nfds > 0) {
-            struct cmsghdr *c;
-
-            memset(&ctl, 0, sizeof(ctl));
-            mh.msg_control = ctl.buf;
-            mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-            c = CMSG_FIRSTHDR(&mh);
-            c->cmsg_level = SOL_SOCKET;
-            c->cmsg_type = SCM_RIGHTS;
-            c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-            memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
-        }
-        n = sendmsg(sock, &mh, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;

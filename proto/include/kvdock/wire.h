@@ -46,6 +46,14 @@ kvd_parse_t kvd_frame_parse(const uint8_t *buf, size_t len, uint64_t max_frame,
 kvd_status_t kvd_frame_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *out_len);
 
 /*
+ * One sendmsg of len bytes with nfds descriptors (0 to KVD_MAX_FDS_PER_FRAME)
+ * as SCM_RIGHTS data on the first byte, MSG_NOSIGNAL | flags.  The bytes
+ * sent, or -1 with errno set.
+ */
+ssize_t kvd_sock_sendmsg(int sock, const void *buf, size_t len, const int *fds, int nfds,
+                         int flags);
+
+/*
  * Send all len bytes on a blocking socket, the descriptors (if any)
  * attached to the first byte.  Retries on EINTR and partial writes.
  * KVD_OK, or KVD_ECONN when the peer is gone, KVD_EIO otherwise.
