@@ -32,8 +32,8 @@ static void update_poll(kvd_conn_t *c)
         return;
     if (!c->close_after_flush && !paused(c))
         ev |= UV_READABLE;
-    if (c->wq != NULL)
-        ev |= UV_WRITABLE;
+    if (c->wq != NULL && !c->flush_queued)
+        ev |= UV_WRITABLE; /* a flush found the socket full */
     if (ev == c->poll_events)
         return;
     if (ev != 0)
@@ -142,15 +142,35 @@ void kvd_conn_close_after_flush(kvd_conn_t *c)
         update_poll(c);
 }
 
-static void flush(kvd_conn_t *c)
+/* Frames per sendmsg: replies that queued up while the loop ran go out
+ * in one system call. */
+#define FLUSH_IOV 64
+
+void kvd__conn_flush(kvd_conn_t *c)
 {
     int was_paused = paused(c);
 
+    if (c->closing)
+        return;
     while (c->wq != NULL) {
-        kvd_wbuf_t *w = c->wq;
-        ssize_t n = kvd_sock_sendmsg(c->fd, w->buf + w->off, w->len - w->off, w->fds, w->nfds,
-                                     MSG_DONTWAIT);
+        struct iovec iov[FLUSH_IOV];
+        kvd_wbuf_t *w;
+        int niov = 0;
+        ssize_t n;
 
+        /* a frame with descriptors goes alone: they ride on its first
+         * byte, and the peer gives them to the frame its read ends in */
+        for (w = c->wq; w != NULL && niov < FLUSH_IOV; w = w->next) {
+            if (niov > 0 && w->nfds > 0)
+                break;
+            iov[niov].iov_base = w->buf + w->off;
+            iov[niov].iov_len = w->len - w->off;
+            niov++;
+            if (w->nfds > 0)
+                break;
+        }
+        w = c->wq;
+        n = kvd_sock_sendmsg(c->fd, iov, niov, w->fds, w->nfds, MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -165,14 +185,21 @@ static void flush(kvd_conn_t *c)
                 close(w->fds[i]);
             w->nfds = 0;
         }
-        w->off += (size_t)n;
         c->wq_bytes -= (size_t)n;
         c->srv->stats.bytes_out += (uint64_t)n;
-        if (w->off == w->len) {
+        while (n > 0) {
+            size_t left = w->len - w->off;
+
+            if ((size_t)n < left) {
+                w->off += (size_t)n;
+                break;
+            }
+            n -= (ssize_t)left;
             c->wq = w->next;
             if (c->wq == NULL)
                 c->wq_tail = NULL;
             free_wbuf(w);
+            w = c->wq;
         }
     }
     if (c->wq == NULL && c->close_after_flush) {
@@ -218,10 +245,11 @@ kvd_status_t kvd__conn_send(kvd_conn_t *c, const ProtobufCMessage *msg, const in
     c->wq_tail = w;
     c->wq_bytes += w->len;
     kvd__server_activity(c->srv);
+    /* written once the loop has run this round's callbacks (see
+     * kvd__server_want_flush); a queue that was blocked waits for the
+     * socket instead */
     if (c->wq == w)
-        flush(c); /* the common case: out at once, no loop iteration */
-    else
-        update_poll(c);
+        kvd__server_want_flush(c->srv, c);
     return KVD_OK;
 }
 
@@ -448,7 +476,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
         return;
     }
     if (events & UV_WRITABLE) {
-        flush(c);
+        kvd__conn_flush(c);
         if (c->closing)
             return;
     }

@@ -1,7 +1,9 @@
 /*
  * One client connection: a uv_poll_t on the socket; reads with
  * kvd_sock_recv so SCM_RIGHTS descriptors arrive with their frame; a
- * write queue flushed when the socket is writable.  The connection is
+ * write queue written by the server at the end of each loop phase (so the
+ * replies of one round leave in one sendmsg), and when the socket is
+ * writable again after it was full.  The connection is
  * freed only in its close callback, which runs once it is closing and no
  * request of it is in flight.
  */
@@ -66,6 +68,8 @@ struct kvd_conn {
     kvd_conn_t *next, *prev;
     kvd_conn_t *ready_next;
     int in_ready;
+    kvd_conn_t *flush_next; /* on the server's list of queues to write */
+    int flush_queued;
 };
 
 struct ucred;
@@ -84,6 +88,10 @@ void kvd_conn_close_after_flush(kvd_conn_t *c);
 /* Queue msg as a frame, with descriptors (duplicated; the caller keeps its
  * own).  Dropped silently when the connection is closing. */
 kvd_status_t kvd__conn_send(kvd_conn_t *c, const ProtobufCMessage *msg, const int *fds, int nfds);
+
+/* Write what the queue holds, as far as the socket takes it; the rest
+ * waits for the socket to be writable. */
+void kvd__conn_flush(kvd_conn_t *c);
 
 /* A request was deferred to the backend / completed. */
 void kvd__conn_op_begin(kvd_conn_t *c);

@@ -317,6 +317,8 @@ static void finish(kvd_server_t *srv)
     close_handle(srv, (uv_handle_t *)&srv->sig_int);
     close_handle(srv, (uv_handle_t *)&srv->idle);
     close_handle(srv, (uv_handle_t *)&srv->spin);
+    close_handle(srv, (uv_handle_t *)&srv->flush_prepare);
+    close_handle(srv, (uv_handle_t *)&srv->flush_check);
     kvd_metrics_close(srv->metrics);
     if (srv->conns == NULL)
         release_backend(srv);
@@ -447,6 +449,51 @@ void kvd__server_activity(kvd_server_t *srv)
         uv_idle_start(&srv->spin, spin_cb);
 }
 
+/* ---- batched writes ------------------------------------------------------ */
+
+static void flush_all(kvd_server_t *srv)
+{
+    kvd_conn_t *list = srv->to_flush;
+
+    srv->to_flush = NULL;
+    uv_prepare_stop(&srv->flush_prepare);
+    uv_check_stop(&srv->flush_check);
+    while (list) {
+        kvd_conn_t *c = list;
+        list = c->flush_next;
+        c->flush_next = NULL;
+        c->flush_queued = 0;
+        kvd__conn_flush(c);
+    }
+}
+
+static void flush_prepare_cb(uv_prepare_t *h)
+{
+    flush_all(h->data);
+}
+
+static void flush_check_cb(uv_check_t *h)
+{
+    flush_all(h->data);
+}
+
+/* Replies made in the idle phase (completions, buffered frames) or by
+ * timers leave in the prepare phase, before the loop may sleep in poll;
+ * those made by I/O callbacks (reads, wake-ups) leave in the check phase
+ * right after them. */
+void kvd__server_want_flush(kvd_server_t *srv, kvd_conn_t *c)
+{
+    if (c->flush_queued || srv->shutting_down == 2)
+        return;
+    c->flush_queued = 1;
+    c->flush_next = srv->to_flush;
+    srv->to_flush = c;
+    if (!uv_is_active((uv_handle_t *)&srv->flush_prepare)) {
+        uv_prepare_start(&srv->flush_prepare, flush_prepare_cb);
+        uv_check_start(&srv->flush_check, flush_check_cb);
+    }
+}
+
 void kvd__server_kick(kvd_server_t *srv, kvd_conn_t *c)
 {
     if (c->in_ready || srv->shutting_down == 2)
@@ -465,6 +512,14 @@ void kvd__server_conn_gone(kvd_server_t *srv, kvd_conn_t *c)
         for (pp = &srv->ready; *pp; pp = &(*pp)->ready_next) {
             if (*pp == c) {
                 *pp = c->ready_next;
+                break;
+            }
+        }
+    }
+    if (c->flush_queued) {
+        for (pp = &srv->to_flush; *pp; pp = &(*pp)->flush_next) {
+            if (*pp == c) {
+                *pp = c->flush_next;
                 break;
             }
         }
@@ -557,6 +612,10 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     srv->idle.data = srv;
     uv_idle_init(loop, &srv->spin);
     srv->spin.data = srv;
+    uv_prepare_init(loop, &srv->flush_prepare);
+    srv->flush_prepare.data = srv;
+    uv_check_init(loop, &srv->flush_check);
+    srv->flush_check.data = srv;
     uv_timer_init(loop, &srv->drain_timer);
     srv->drain_timer.data = srv;
     *out = srv;

@@ -31,6 +31,9 @@ typedef struct kvd_server {
     uv_signal_t sig_int;
     uv_idle_t idle;        /* runs connections with buffered frames */
     uv_idle_t spin;        /* busy-poll window: keeps the loop from sleeping */
+    uv_prepare_t flush_prepare; /* write queued replies before the loop polls... */
+    uv_check_t flush_check;     /* ...and after the I/O callbacks of a poll */
+    kvd_conn_t *to_flush;  /* connections with replies queued since */
     uint64_t spin_until_ns;
     uv_timer_t drain_timer;
     kvd_backend_t *backend;
@@ -64,6 +67,10 @@ void kvd_server_destroy(kvd_server_t **srv);
 void kvd__server_begin_shutdown(kvd_server_t *srv, int drain, const char *why);
 /* conn has frames buffered: handle them on the next loop iteration. */
 void kvd__server_kick(kvd_server_t *srv, kvd_conn_t *conn);
+/* conn's write queue has new replies: written at the end of this loop
+ * phase, together with whatever else the phase queues for it (the
+ * replies to one read, or to one round of completions, in one sendmsg). */
+void kvd__server_want_flush(kvd_server_t *srv, kvd_conn_t *conn);
 /* A request came in or a reply went out: with --busy-poll-us the loop
  * polls without sleeping until that long after the last such moment, so
  * the next request is taken without a wake-up from sleep. */

@@ -75,25 +75,22 @@ static int wait_writable(int sock)
     return rc < 0 ? -1 : 0;
 }
 
-ssize_t kvd_sock_sendmsg(int sock, const void *buf, size_t len, const int *fds, int nfds,
+ssize_t kvd_sock_sendmsg(int sock, const struct iovec *iov, int iovcnt, const int *fds, int nfds,
                          int flags)
 {
     struct msghdr mh;
-    struct iovec iov;
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(sizeof(int) * KVD_MAX_FDS_PER_FRAME)];
     } ctl;
 
-    if (nfds < 0 || nfds > KVD_MAX_FDS_PER_FRAME) {
+    if (nfds < 0 || nfds > KVD_MAX_FDS_PER_FRAME || iovcnt < 1) {
         errno = EINVAL;
         return -1;
     }
     memset(&mh, 0, sizeof(mh));
-    iov.iov_base = (void *)buf;
-    iov.iov_len = len;
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
+    mh.msg_iov = (struct iovec *)iov;
+    mh.msg_iovlen = (size_t)iovcnt;
     if (nfds > 0) {
         struct cmsghdr *c;
 
@@ -123,7 +120,8 @@ kvd_status_t kvd_sock_send_all(int sock, const void *buf, size_t len, const int 
         return KVD_EINVAL; /* descriptors ride on a byte */
 
     while (done < len) {
-        ssize_t n = kvd_sock_sendmsg(sock, p + done, len - done, fds, first ? nfds : 0, 0);
+        struct iovec iov = {.iov_base = (void *)(p + done), .iov_len = len - done};
+        ssize_t n = kvd_sock_sendmsg(sock, &iov, 1, fds, first ? nfds : 0, 0);
 
         if (n < 0) {
             if (errno == EINTR)

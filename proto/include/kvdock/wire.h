@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include "kvdock.pb-c.h"
 #include "kvdock/status.h"
@@ -46,11 +47,11 @@ kvd_parse_t kvd_frame_parse(const uint8_t *buf, size_t len, uint64_t max_frame,
 kvd_status_t kvd_frame_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *out_len);
 
 /*
- * One sendmsg of len bytes with nfds descriptors (0 to KVD_MAX_FDS_PER_FRAME)
- * as SCM_RIGHTS data on the first byte, MSG_NOSIGNAL | flags.  The bytes
- * sent, or -1 with errno set.
+ * One sendmsg of the iovcnt buffers in iov with nfds descriptors (0 to
+ * KVD_MAX_FDS_PER_FRAME) as SCM_RIGHTS data on the first byte,
+ * MSG_NOSIGNAL | flags.  The bytes sent, or -1 with errno set.
  */
-ssize_t kvd_sock_sendmsg(int sock, const void *buf, size_t len, const int *fds, int nfds,
+ssize_t kvd_sock_sendmsg(int sock, const struct iovec *iov, int iovcnt, const int *fds, int nfds,
                          int flags);
 
 /*
