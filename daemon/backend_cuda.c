@@ -16,7 +16,8 @@
  *   recorded after each job (poll), or cudaLaunchHostFunc (hostfunc), pushes
  *   the job onto a mutex-protected queue and wakes the loop with
  *   uv_async_send; or the loop itself queries the events between rounds of
- *   socket I/O while work is in flight (loop).  The loop never blocks.
+ *   socket I/O while work is in flight (loop; one event per stream for the
+ *   jobs launched since the last, not one per job).  The loop never blocks.
  *
  * The driver API (VMM, address ranges) is reached through
  * cudaGetDriverEntryPointByVersion: the binary never links libcuda, so it
@@ -126,6 +127,7 @@ typedef struct cuda_backend {
     pthread_mutex_t poll_mu;
     pthread_cond_t poll_cv;
     job_fifo_t inflight[KVD_SC_COUNT];
+    int unrecorded[KVD_SC_COUNT]; /* loop: jobs launched since the last event */
     uint32_t n_inflight; /* under poll_mu */
     int poll_stop;
     cudaEvent_t *ev_free; /* loop thread only */
@@ -297,29 +299,86 @@ static void async_cb(uv_async_t *h)
     }
 }
 
+/* Loop mode: the event that tells the end of the jobs launched on
+ * stream i since the last one, recorded once for all of them (the stream
+ * runs them in order).  If it cannot be recorded, wait for the stream. */
+static void mark_batch_end(cuda_backend_t *cb, int i)
+{
+    job_fifo_t *q = &cb->inflight[i];
+    cudaEvent_t ev = NULL;
+    cudaError_t e;
+    kvd_job_t *job;
+
+    cb->unrecorded[i] = 0;
+    if (q->tail == NULL)
+        return;
+    if (cb->ev_nfree > 0)
+        ev = cb->ev_free[--cb->ev_nfree];
+    else if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
+        ev = NULL;
+    if (ev != NULL && cudaEventRecord(ev, cb->streams[i]) == cudaSuccess) {
+        q->tail->done_event = ev;
+        return;
+    }
+    (void)cudaGetLastError();
+    if (ev != NULL)
+        cudaEventDestroy(ev);
+    kvd_log(KVD_LOG_WARN, "event=completion_event_failed action=synchronize stream=%d", i);
+    e = cudaStreamSynchronize(cb->streams[i]);
+    job = q->head; /* what the wait covered: a done callback may queue more */
+    q->head = q->tail = NULL;
+    while (job != NULL) {
+        kvd_job_t *next = job->next;
+
+        if (e != cudaSuccess)
+            job->status = cuda_fail(e, "the stream failed", job->detail, sizeof(job->detail));
+        cb->n_inflight--;
+        finish_job(cb, job);
+        job = next;
+    }
+}
+
 /* Loop mode: while the idle handle is active the loop polls sockets without
  * blocking and calls this between rounds; finished jobs are answered here,
- * with no other thread between the GPU and the reply. */
+ * with no other thread between the GPU and the reply.  Jobs complete in
+ * groups: each group ends at the job that holds the group's event. */
 static void idle_cb(uv_idle_t *h)
 {
     cuda_backend_t *cb = h->data;
     int i;
 
     for (i = 0; i < KVD_SC_COUNT; i++) {
-        kvd_job_t *job;
-        cudaError_t e;
+        job_fifo_t *q = &cb->inflight[i];
 
-        while ((job = cb->inflight[i].head) != NULL) {
-            e = cudaEventQuery((cudaEvent_t)job->done_event);
+        if (cb->unrecorded[i])
+            mark_batch_end(cb, i);
+        while (q->head != NULL) {
+            kvd_job_t *end = q->head, *job;
+            kvd_status_t st = KVD_OK;
+            char detail[sizeof(end->detail)] = "";
+            cudaError_t e;
+
+            while (end != NULL && end->done_event == NULL)
+                end = end->next;
+            if (end == NULL)
+                break; /* queued by a done callback: recorded next round */
+            e = cudaEventQuery((cudaEvent_t)end->done_event);
             if (e == cudaErrorNotReady)
                 break;
             if (e != cudaSuccess)
-                job->status = cuda_fail(e, "the stream failed", job->detail, sizeof(job->detail));
-            cb->inflight[i].head = job->next;
-            if (cb->inflight[i].head == NULL)
-                cb->inflight[i].tail = NULL;
-            cb->n_inflight--;
-            finish_job(cb, job);
+                st = cuda_fail(e, "the stream failed", detail, sizeof(detail));
+            do {
+                job = q->head;
+                q->head = job->next;
+                if (q->head == NULL)
+                    q->tail = NULL;
+                if (st != KVD_OK) {
+                    job->status = st;
+                    snprintf(job->detail, sizeof(job->detail), "%s", detail);
+                }
+                cb->n_inflight--;
+                finish_job(cb, job);
+            } while (job != end);
         }
     }
     if (cb->n_inflight == 0)
@@ -898,7 +957,22 @@ static kvd_status_t cuda_submit(kvd_backend_t *be, kvd_job_t *job)
     }
     job->be = be;
     cb->pending++;
-    if (cb->use_poll || cb->loop_poll) {
+    if (cb->loop_poll) { /* loop thread only: no lock; the event comes in idle_cb */
+        job_fifo_t *q = &cb->inflight[job->sclass];
+
+        job->done_event = NULL;
+        job->next = NULL;
+        if (q->tail)
+            q->tail->next = job;
+        else
+            q->head = job;
+        q->tail = job;
+        cb->unrecorded[job->sclass] = 1;
+        if (cb->n_inflight++ == 0)
+            uv_idle_start(&cb->idle, idle_cb);
+        return KVD_OK;
+    }
+    if (cb->use_poll) {
         cudaEvent_t ev = NULL;
 
         if (cb->ev_nfree > 0)
@@ -908,16 +982,6 @@ static kvd_status_t cuda_submit(kvd_backend_t *be, kvd_job_t *job)
         if (ev != NULL && cudaEventRecord(ev, s) == cudaSuccess) {
             job->done_event = ev;
             job->next = NULL;
-            if (cb->loop_poll) { /* loop thread only: no lock */
-                if (cb->inflight[job->sclass].tail)
-                    cb->inflight[job->sclass].tail->next = job;
-                else
-                    cb->inflight[job->sclass].head = job;
-                cb->inflight[job->sclass].tail = job;
-                if (cb->n_inflight++ == 0)
-                    uv_idle_start(&cb->idle, idle_cb);
-                return KVD_OK;
-            }
             pthread_mutex_lock(&cb->poll_mu);
             if (cb->inflight[job->sclass].tail)
                 cb->inflight[job->sclass].tail->next = job;
