@@ -246,7 +246,7 @@ def us(fn):
 
 
 REPEAT = 1  # --repeat
-ROW_BUDGET_S = 4.0  # repeats stop once a row has taken this long
+ROW_BUDGET_S = 4.0  # --row-seconds: repeats stop once a row has taken this long
 T0 = time.time()
 
 
@@ -413,11 +413,14 @@ def main():
     ap.add_argument("--only", default=None,
                     help="regex: run only rows whose 'op case' matches (variants such as '... copy_engine' and '... contiguous' are rows of their own)")
     ap.add_argument("--repeat", type=int, default=1,
-                    help="time each row's seed and kvdock this many times, in turns, within 4 s a row; "
-                         "report the medians (default 1)")
+                    help="time each row's seed and kvdock this many times, in turns (within "
+                         "--row-seconds); report the medians (default 1)")
+    ap.add_argument("--row-seconds", type=float, default=4.0,
+                    help="stop repeating a row once it has taken this long (default %(default)s)")
     opt = ap.parse_args()
-    global REPEAT
+    global REPEAT, ROW_BUDGET_S
     REPEAT = max(1, opt.repeat)
+    ROW_BUDGET_S = opt.row_seconds
 
     check_layout()
     peer = Path(opt.peer)

@@ -11,7 +11,9 @@
  *   row, each lane keeping UNROLL vector loads in flight before it stores;
  * - larger calls: the same groups walk the task list with a grid stride
  *   and the next task's indices prefetched, so the grid never needs more
- *   blocks than the device holds at once.
+ *   blocks than the device holds at once; when a block budget keeps the
+ *   grid smaller than that, groups of half the lanes with twice the loads
+ *   each, so the few warps still keep enough bytes in flight.
  * A block budget (max_blocks) caps every grid: it only slows the copy
  * down.  Task order puts the pair index fastest, so neighbouring groups
  * read neighbouring index entries.
@@ -33,6 +35,12 @@
 namespace {
 
 constexpr int kUnroll = 4;
+/* Vectors per lane in flight when a block budget holds the grid below
+ * what the device holds: fewer warps must keep the same bytes in flight.
+ * Its kernel asks for 2 resident blocks per SM, not KVD_MIN_BLOCKS_PER_SM,
+ * so the registers hold eight 16-byte vectors without spilling (a
+ * budgeted grid never needs more than that). */
+constexpr int kUnrollDeep = 8;
 
 /* Cache policy of the row copies (a build-time experiment knob): 1 marks
  * loads and stores evict-first, since every byte is touched once. */
@@ -161,8 +169,8 @@ __device__ __forceinline__ void copy_task(const RowCopy &p, bool counts, int64_t
 
 /* Each group walks its tasks with the next task's indices already loading
  * while the current row is copied, so the index latency is paid once. */
-template <typename V>
-__global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM)
+template <typename V, int U>
+__global__ void __launch_bounds__(KVD_BLOCK_THREADS, U > kUnroll ? 2 : KVD_MIN_BLOCKS_PER_SM)
 copy_rows_kernel(const RowCopy p, int gshift)
 {
     const int g = 1 << gshift;
@@ -184,7 +192,7 @@ copy_rows_kernel(const RowCopy p, int gshift)
             dn = kvd__load_index(p.dst_idx, p.idx64, kn.i);
             sn = p.src_idx ? kvd__load_index(p.src_idx, p.idx64, kn.i) : kn.i;
         }
-        copy_task<V, kUnroll>(p, t < p.count, k.layer, k.buf, d, s, lane, g);
+        copy_task<V, U>(p, t < p.count, k.layer, k.buf, d, s, lane, g);
         if (tn >= p.tasks)
             break;
         t = tn;
@@ -243,10 +251,10 @@ copy_rows_once(const RowCopy p, int gshift)
     copy_span<V, U>(sv, dv, lane + (int64_t)g * U, vecs, g);
 }
 
-/* Lanes per row: enough that UNROLL loads each cover the row, at most 32. */
-int group_shift(int64_t vecs)
+/* Lanes per row: enough that u loads each cover the row, at most 32. */
+int group_shift(int64_t vecs, int u)
 {
-    int64_t per_lane = (vecs + kUnroll - 1) / kUnroll;
+    int64_t per_lane = (vecs + u - 1) / u;
     int shift = 0;
     while (shift < 5 && ((int64_t)1 << shift) < per_lane)
         shift++;
@@ -297,15 +305,28 @@ kvd_status_t launch_width(const RowCopy &p, int64_t num_layers, const kvd_launch
     const int wshift = kvd__wide_shift(vecs);
     if (by <= one_wave && once_blocks(p.count, wshift, by, &bx) <= one_wave)
         return launch_once<V, 1>(p, bx, by, wshift, launch);
-    const int gshift = group_shift(vecs);
+    const int gshift = group_shift(vecs, kUnroll);
     if (by <= waves && once_blocks(p.count, gshift, by, &bx) <= waves)
         return launch_once<V, kUnroll>(p, bx, by, gshift, launch);
 
-    unsigned blocks;
-    st = kvd__cuda_grid(kvd__mul_sat(p.tasks, (int64_t)1 << gshift), KVD_MIN_BLOCKS_PER_SM, launch, &blocks);
+    unsigned blocks, unbudgeted;
+    int sms = 0;
+    const int64_t threads = kvd__mul_sat(p.tasks, (int64_t)1 << gshift);
+    st = kvd__cuda_grid(threads, KVD_MIN_BLOCKS_PER_SM, launch, &blocks);
+    if (st == KVD_OK)
+        st = kvd__cuda_grid(threads, KVD_MIN_BLOCKS_PER_SM, NULL, &unbudgeted);
+    if (st == KVD_OK)
+        st = kvd__cuda_sm_count(&sms);
     if (st != KVD_OK)
         return st;
-    copy_rows_kernel<V><<<blocks, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p, gshift);
+    if (blocks < unbudgeted && blocks <= 2u * (unsigned)sms) {
+        /* the budget, not the work, sets the grid: half the lanes per row,
+         * twice the loads per lane, so each warp moves two rows at once */
+        copy_rows_kernel<V, kUnrollDeep><<<blocks, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(
+            p, group_shift(vecs, kUnrollDeep));
+    } else {
+        copy_rows_kernel<V, kUnroll><<<blocks, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p, gshift);
+    }
     KVD_CUDA_LAUNCHED("copy_rows_kernel");
     return KVD_OK;
 }
@@ -313,7 +334,8 @@ kvd_status_t launch_width(const RowCopy &p, int64_t num_layers, const kvd_launch
 template <typename V> void load_width(void)
 {
     cudaFuncAttributes a;
-    (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_kernel<V>);
+    (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_kernel<V, kUnroll>);
+    (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_kernel<V, kUnrollDeep>);
     (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, 1, false>);
     (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, 1, true>);
     (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, kUnroll, false>);
