@@ -114,6 +114,27 @@ typedef struct job_fifo {
     kvd_job_t *head, *tail;
 } job_fifo_t;
 
+static void fifo_push(job_fifo_t *q, kvd_job_t *job)
+{
+    job->next = NULL;
+    if (q->tail)
+        q->tail->next = job;
+    else
+        q->head = job;
+    q->tail = job;
+}
+
+/* The head, which the caller has checked is there. */
+static kvd_job_t *fifo_pop(job_fifo_t *q)
+{
+    kvd_job_t *job = q->head;
+
+    q->head = job->next;
+    if (q->head == NULL)
+        q->tail = NULL;
+    return job;
+}
+
 typedef struct cuda_backend {
     kvd_backend_t be;
     int dev;
@@ -252,9 +273,7 @@ static void *poller_main(void *arg)
                 job->status = cuda_fail(e, "the stream failed", job->detail, sizeof(job->detail));
             }
             pthread_mutex_lock(&cb->poll_mu);
-            cb->inflight[i].head = job->next;
-            if (cb->inflight[i].head == NULL)
-                cb->inflight[i].tail = NULL;
+            (void)fifo_pop(&cb->inflight[i]);
             cb->n_inflight--;
             pthread_mutex_unlock(&cb->poll_mu);
             push_done(cb, job);
@@ -299,23 +318,32 @@ static void async_cb(uv_async_t *h)
     }
 }
 
+/* An event to record after work (from the free list), or NULL. */
+static cudaEvent_t completion_event(cuda_backend_t *cb)
+{
+    cudaEvent_t ev;
+
+    if (cb->ev_nfree > 0)
+        return cb->ev_free[--cb->ev_nfree];
+    if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
+        return NULL;
+    return ev;
+}
+
 /* Loop mode: the event that tells the end of the jobs launched on
  * stream i since the last one, recorded once for all of them (the stream
  * runs them in order).  If it cannot be recorded, wait for the stream. */
 static void mark_batch_end(cuda_backend_t *cb, int i)
 {
     job_fifo_t *q = &cb->inflight[i];
-    cudaEvent_t ev = NULL;
+    cudaEvent_t ev;
     cudaError_t e;
     kvd_job_t *job;
 
     cb->unrecorded[i] = 0;
     if (q->tail == NULL)
         return;
-    if (cb->ev_nfree > 0)
-        ev = cb->ev_free[--cb->ev_nfree];
-    else if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
-        ev = NULL;
+    ev = completion_event(cb);
     if (ev != NULL && cudaEventRecord(ev, cb->streams[i]) == cudaSuccess) {
         q->tail->done_event = ev;
         return;
@@ -368,10 +396,7 @@ static void idle_cb(uv_idle_t *h)
             if (e != cudaSuccess)
                 st = cuda_fail(e, "the stream failed", detail, sizeof(detail));
             do {
-                job = q->head;
-                q->head = job->next;
-                if (q->head == NULL)
-                    q->tail = NULL;
+                job = fifo_pop(q);
                 if (st != KVD_OK) {
                     job->status = st;
                     snprintf(job->detail, sizeof(job->detail), "%s", detail);
@@ -958,36 +983,20 @@ static kvd_status_t cuda_submit(kvd_backend_t *be, kvd_job_t *job)
     job->be = be;
     cb->pending++;
     if (cb->loop_poll) { /* loop thread only: no lock; the event comes in idle_cb */
-        job_fifo_t *q = &cb->inflight[job->sclass];
-
         job->done_event = NULL;
-        job->next = NULL;
-        if (q->tail)
-            q->tail->next = job;
-        else
-            q->head = job;
-        q->tail = job;
+        fifo_push(&cb->inflight[job->sclass], job);
         cb->unrecorded[job->sclass] = 1;
         if (cb->n_inflight++ == 0)
             uv_idle_start(&cb->idle, idle_cb);
         return KVD_OK;
     }
     if (cb->use_poll) {
-        cudaEvent_t ev = NULL;
+        cudaEvent_t ev = completion_event(cb);
 
-        if (cb->ev_nfree > 0)
-            ev = cb->ev_free[--cb->ev_nfree];
-        else if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
-            ev = NULL;
         if (ev != NULL && cudaEventRecord(ev, s) == cudaSuccess) {
             job->done_event = ev;
-            job->next = NULL;
             pthread_mutex_lock(&cb->poll_mu);
-            if (cb->inflight[job->sclass].tail)
-                cb->inflight[job->sclass].tail->next = job;
-            else
-                cb->inflight[job->sclass].head = job;
-            cb->inflight[job->sclass].tail = job;
+            fifo_push(&cb->inflight[job->sclass], job);
             if (cb->n_inflight++ == 0)
                 pthread_cond_signal(&cb->poll_cv);
             pthread_mutex_unlock(&cb->poll_mu);
