@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,14 +132,22 @@ void kvd_conn_close(kvd_conn_t *c, const char *reason)
     kvd__server_check_drained(srv);
 }
 
-void kvd_conn_close_after_flush(kvd_conn_t *c)
+/* After close_after_flush: close once nothing is in flight or queued. */
+static int close_if_done(kvd_conn_t *c)
 {
-    if (c->closing)
+    if (!c->close_after_flush || c->inflight > 0 || c->wq != NULL)
+        return 0;
+    kvd_conn_close(c, c->close_reason);
+    return 1;
+}
+
+void kvd_conn_close_after_flush(kvd_conn_t *c, const char *reason)
+{
+    if (c->closing || c->close_after_flush)
         return;
     c->close_after_flush = 1;
-    if (c->wq == NULL)
-        kvd_conn_close(c, "closed after error reply");
-    else
+    c->close_reason = reason;
+    if (!close_if_done(c))
         update_poll(c);
 }
 
@@ -202,10 +211,8 @@ void kvd__conn_flush(kvd_conn_t *c)
             w = c->wq;
         }
     }
-    if (c->wq == NULL && c->close_after_flush) {
-        kvd_conn_close(c, "closed after error reply");
+    if (close_if_done(c))
         return;
-    }
     update_poll(c);
     if (was_paused && !paused(c) && has_frame(c))
         kvd__server_kick(c->srv, c);
@@ -268,6 +275,8 @@ void kvd__conn_op_end(kvd_conn_t *c)
     c->srv->inflight--;
     if (c->closing) {
         maybe_finish(c);
+    } else if (close_if_done(c)) {
+        /* the last reply a closing connection waited for was written */
     } else {
         update_poll(c);
         if (was_paused && !paused(c) && has_frame(c))
@@ -333,7 +342,7 @@ static int process_frames(kvd_conn_t *c, unsigned *handled)
                      o->max_frame_bytes);
             kvd_log(KVD_LOG_WARN, "event=frame_too_big client=%" PRIu64 " bytes=%zu", c->id, plen);
             kvd__reply_error(c, 0, KVD_ETOOBIG, msg);
-            kvd_conn_close_after_flush(c);
+            kvd_conn_close_after_flush(c, "closed after error reply");
             return -1;
         }
         s = c->rabs + c->rstart;
@@ -343,7 +352,7 @@ static int process_frames(kvd_conn_t *c, unsigned *handled)
         (*handled)++;
         if (kvd__dispatch_frame(c, payload, plen, fds, nfds) < 0) {
             kvd_log(KVD_LOG_WARN, "event=bad_frame client=%" PRIu64 " bytes=%zu", c->id, plen);
-            kvd_conn_close_after_flush(c);
+            kvd_conn_close_after_flush(c, "closed after error reply");
             return -1;
         }
     }
@@ -419,8 +428,20 @@ static void read_and_process(kvd_conn_t *c)
                           KVD_MAX_FDS_PER_FRAME);
         if (n == -EAGAIN || n == -EWOULDBLOCK)
             break;
-        if (n <= 0) {
-            kvd_conn_close(c, n == 0 ? "client gone (end of stream)" : "read error");
+        if (n == 0) {
+            struct pollfd p = {.fd = c->fd, .events = 0, .revents = 0};
+
+            /* POLLHUP: the client closed its socket, nobody reads replies.
+             * Else it only shut down its sending side (shutdown(SHUT_WR)):
+             * answer what it sent, then close. */
+            if (poll(&p, 1, 0) == 1 && (p.revents & POLLHUP))
+                kvd_conn_close(c, "client gone (end of stream)");
+            else
+                kvd_conn_close_after_flush(c, "client finished sending");
+            return;
+        }
+        if (n < 0) {
+            kvd_conn_close(c, "read error");
             return;
         }
         c->rlen += (size_t)n;

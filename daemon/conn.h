@@ -49,6 +49,7 @@ struct kvd_conn {
     int admin;
     int closing;           /* no more I/O; waits for its in-flight work */
     int close_after_flush; /* stop reading; close once the replies are out */
+    const char *close_reason; /* with close_after_flush: for the log */
     int handle_closing;    /* uv_close called */
     int poll_events;       /* what the poll handle waits for now */
     /* read side */
@@ -82,8 +83,9 @@ kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, const struct ucred *cred
 /* The client is gone or must go: release what it owns (memory goes once
  * its in-flight work has completed) and close the socket. */
 void kvd_conn_close(kvd_conn_t *c, const char *reason);
-/* Read nothing more; close once every queued reply is written. */
-void kvd_conn_close_after_flush(kvd_conn_t *c);
+/* Read nothing more; close (logging reason) once the requests in flight
+ * have completed and every reply is written. */
+void kvd_conn_close_after_flush(kvd_conn_t *c, const char *reason);
 
 /* Queue msg as a frame, with descriptors (duplicated; the caller keeps its
  * own).  Dropped silently when the connection is closing. */

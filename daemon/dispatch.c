@@ -220,6 +220,6 @@ int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *
         free(r.allocs[k]);
     free(r.allocs);
     if (r.close_after)
-        kvd_conn_close_after_flush(c);
+        kvd_conn_close_after_flush(c, "closed after error reply");
     return 0;
 }

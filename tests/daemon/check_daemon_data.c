@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -628,11 +629,14 @@ START_TEST(test_reply_at_enqueue)
 }
 END_TEST
 
-START_TEST(test_pipelined)
+/* Many requests in flight: every one answered once, by id.  half_close:
+ * the client shuts down its sending side once all are sent (as a client
+ * piping a batch in does); the daemon still answers every one, then
+ * closes. */
+static void pipelined_case(int half_close)
 {
-    /* many requests in flight: every one answered once, by id */
     enum { N = 300 };
-    int fd = kvdt_client(&D, "pipeline");
+    int fd = kvdt_client(&D, half_close ? "half-close" : "pipeline");
     mpool_t a, b;
     static uint8_t seen[N];
     Kvdock__Request req;
@@ -663,6 +667,8 @@ START_TEST(test_pipelined)
         }
         kvdt_send(fd, &req, NULL, 0);
     }
+    if (half_close)
+        ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
     for (i = 0; i < N; i++) {
         Kvdock__Response *r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
         ck_assert_ptr_nonnull(r);
@@ -673,9 +679,22 @@ START_TEST(test_pipelined)
         seen[r->id - 1000] = 1;
         kvdock__response__free_unpacked(r, NULL);
     }
+    if (half_close)
+        ck_assert_int_eq(kvdt_closed(fd, KVDT_TIMEOUT_MS), 1);
     mpool_close(&a);
     mpool_close(&b);
     close(fd);
+}
+
+START_TEST(test_pipelined)
+{
+    pipelined_case(0);
+}
+END_TEST
+
+START_TEST(test_half_close_answers_all)
+{
+    pipelined_case(1);
 }
 END_TEST
 
@@ -1028,6 +1047,7 @@ static Suite *data_suite(void)
     tcase_add_test(tc, test_gather);
     tcase_add_test(tc, test_reply_at_enqueue);
     tcase_add_test(tc, test_pipelined);
+    tcase_add_test(tc, test_half_close_answers_all);
     tcase_add_test(tc, test_data_counters);
     suite_add_tcase(s, tc);
 

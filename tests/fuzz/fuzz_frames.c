@@ -26,6 +26,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -51,6 +52,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 static uv_loop_t loop;
 static kvd_server_t *srv;
+/* KVD_FUZZ_EXPECT_OK: the inputs are valid sessions (the seeds named ok-*):
+ * every request must get exactly one reply, and that reply must be OK. */
+static int expect_ok;
+static unsigned replies;
 static char sock_dir[64];
 static char sock_path[128];
 
@@ -95,6 +100,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argv;
     signal(SIGPIPE, SIG_IGN);
     kvd__log_level = getenv("KVD_FUZZ_LOG") ? KVD_LOG_DEBUG : KVD_LOG_ERROR;
+    expect_ok = getenv("KVD_FUZZ_EXPECT_OK") != NULL;
     snprintf(sock_dir, sizeof(sock_dir), "/tmp/kvd-fuzz-XXXXXX");
     if (mkdtemp(sock_dir) == NULL)
         die("mkdtemp");
@@ -122,6 +128,12 @@ static void rx_check(rx_t *r)
             die("a reply frame does not decode");
         if (resp->status != 0 && (resp->message == NULL || resp->message[0] == '\0'))
             die("an error reply without a message");
+        if (expect_ok && resp->status != 0) {
+            fprintf(stderr, "fuzz_frames: reply to request %" PRIu64 ": status %" PRIu32 ": %s\n",
+                    resp->id, resp->status, resp->message);
+            die("a valid session got an error reply");
+        }
+        replies++;
         kvdock__response__free_unpacked(resp, NULL);
         off += KVD_FRAME_HEADER_BYTES + plen;
     }
@@ -227,6 +239,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int frame_no = 0, pending_fd = -1;
     rx_t rx = {0};
 
+    replies = 0;
     if (srv == NULL)
         server_up();
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
@@ -279,6 +292,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void)drain(sv[1], &rx);
     close(sv[1]);
     free(rx.buf);
+    if (expect_ok && replies != (unsigned)frame_no) {
+        fprintf(stderr, "fuzz_frames: %d requests, %u replies\n", frame_no, replies);
+        die("a request of a valid session got no reply, or two");
+    }
 
     if (srv->shutting_down) {
         /* an admin shutdown: let the server end, start a new one next time */

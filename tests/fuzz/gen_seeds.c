@@ -9,7 +9,11 @@
  * as fuzz_frames runs it, so a seed can name the pool it made.
  *
  * Seeds ending in -fd expect the fuzz harness's memfd with their second
- * frame (it attaches one to each of frames 2..4).
+ * frame (it attaches one to each of frames 2..4).  Seeds named err-* get
+ * an error reply by design (on the cpu backend the fuzzer runs; a
+ * shutdown without drain may cancel what has not started); every
+ * other one is a valid session, which run.sh replays with
+ * KVD_FUZZ_EXPECT_OK=1 (every request one reply, every reply OK).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -486,7 +490,7 @@ int main(int argc, char **argv)
     end("pool-import-fd");
     begin(); hello(KVD_PROTOCOL_VERSION); buffer_register(4096); buffer_drop(1);
     end("buffer");
-    begin(); hello(KVD_PROTOCOL_VERSION); event_ops(); end("event");
+    begin(); hello(KVD_PROTOCOL_VERSION); event_ops(); end("err-event-cpu");
     begin(); hello(KVD_PROTOCOL_VERSION); pool_create("s", 2, 16, 64, 0, 0, 0);
     store_inline(1, 1, 0, 64); store_inline(1, 0, 0, 64); end("store-inline");
     begin(); hello(KVD_PROTOCOL_VERSION); pool_create("m", 1, 16, 48, 1, 0, 0);
@@ -513,11 +517,11 @@ int main(int argc, char **argv)
     begin(); hello(KVD_PROTOCOL_VERSION); shutdown_op(1); end("shutdown");
     begin(); hello(KVD_PROTOCOL_VERSION); pool_create("a", 1, 16384, 256, 0, 0, 0);
     pool_create("b", 1, 16384, 256, 0, 0, 0); transfer(1, 2, 0, 0, 0, 0); shutdown_op(0);
-    end("shutdown-no-drain");
-    begin(); hello(KVD_PROTOCOL_VERSION + 1); ping("x"); end("bad-version");
-    begin(); ping("no hello"); end("no-hello");
-    begin(); hello(KVD_PROTOCOL_VERSION); put(garbage, sizeof(garbage)); end("garbage");
-    begin(); hello(KVD_PROTOCOL_VERSION); put(too_big, sizeof(too_big)); end("too-big");
+    end("err-shutdown-no-drain");
+    begin(); hello(KVD_PROTOCOL_VERSION + 1); ping("x"); end("err-bad-version");
+    begin(); ping("no hello"); end("err-no-hello");
+    begin(); hello(KVD_PROTOCOL_VERSION); put(garbage, sizeof(garbage)); end("err-garbage");
+    begin(); hello(KVD_PROTOCOL_VERSION); put(too_big, sizeof(too_big)); end("err-too-big");
 
     /* Regressions: inputs that once crashed the daemon. */
     /* A shared pool outlives its creator; the daemon then shut down and

@@ -22,8 +22,17 @@ cmake --build "$dir" -j "$(nproc)" --target fuzz_frames
 
 bin=$dir/tests/fuzz/fuzz_frames
 mkdir -p "$dir/corpus" "$dir/artifacts"
-# Every seed (the regression inputs among them) once, then fuzz.
+# Every seed (the regression inputs among them) once; the valid sessions
+# (all but err-*) again, each request to get one reply and that reply OK;
+# then fuzz.
 "$bin" -runs=0 "$dir/tests/fuzz/seeds" 2>&1 | tail -n 2
+mapfile -t valid < <(find "$dir/tests/fuzz/seeds" -type f ! -name 'err-*' ! -name '.*' | sort)
+if ! KVD_FUZZ_EXPECT_OK=1 "$bin" -runs=1 "${valid[@]}" >"$dir/valid-seeds.log" 2>&1; then
+  echo "fuzz: a valid seed session did not get one OK reply per request:" >&2
+  tail -n 20 "$dir/valid-seeds.log" >&2
+  exit 1
+fi
+echo "fuzz: ${#valid[@]} valid seed sessions, every request answered OK"
 # -rss_limit_mb: pools are capped at 64 MiB in the target; ASan's shadow
 # and the corpus stay well under 2 GiB.
 rc=0
