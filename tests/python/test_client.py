@@ -594,6 +594,26 @@ class TestErrors(Base):
             self.cli.store(object(), 0, [0], b"x")
         with self.assertRaises(TypeError):
             self.cli.store(1, 0, [0.5], b"x")
+        # Refused here, before a request is built: the pool keeps its bytes
+        # and the connection goes on.
+        p, m = self.pool(layers=1, slots=8, slot_bytes=16, fill=0x5a)
+        k = np.ones((2, 2, 8), np.float32)
+        cases = [
+            (TypeError, lambda: self.cli.store(p, 0, [0, 1], object())),
+            (TypeError, lambda: self.cli.store(p, 0, np.array([0.0, 1.0]), b"k" * 32, b"v" * 32)),
+            (ValueError, lambda: self.cli.transfer(p, p, [0], [1], stream="nowhere")),
+            (TypeError, lambda: self.cli.transfer(p, p, [0], [1], wait_event=object())),
+            (ValueError, lambda: self.cli.transfer(p, p, [0], [1], record_event=b"short")),
+            (ValueError, lambda: self.cli.fp8_set(p, 0, [0, 1], k, k, cache_dtype="e3m4")),
+            (ValueError, lambda: self.cli.fp8_set(p, 0, [0, 1], k.tobytes(), k.tobytes(),
+                                                  num_heads=2, head_dim=8, src_dtype="int8")),
+            (TypeError, lambda: self.cli.drop_pool(3.5)),
+        ]
+        for i, (exc, call) in enumerate(cases):
+            with self.subTest(case=i), self.assertRaises(exc):
+                call()
+        self.assertTrue((m.array() == 0x5a).all())
+        self.cli.ping()
         self.assertTrue(issubclass(kvdock.Timeout, TimeoutError))
         self.assertTrue(issubclass(kvdock.Timeout, kvdock.Error))
 

@@ -864,8 +864,7 @@ def _host_ptr(obj: Any) -> Tuple[int, int, Any]:
         t = obj if obj.is_contiguous() else obj.contiguous()
         return t.data_ptr(), t.numel() * t.element_size(), t
     if np is not None and isinstance(obj, np.ndarray):
-        a = np.ascontiguousarray(obj)
-        return a.__array_interface__["data"][0], a.nbytes, a
+        return _array_ptr(np.ascontiguousarray(obj), obj)
     try:
         mv = memoryview(obj)
     except TypeError:
@@ -886,10 +885,18 @@ def _host_ptr(obj: Any) -> Tuple[int, int, Any]:
         cbuf = (c_uint8 * mv.nbytes).from_buffer(mv)
         return ctypes.addressof(cbuf), mv.nbytes, cbuf
     if np is not None:
-        a = np.ascontiguousarray(obj)
-        return a.__array_interface__["data"][0], a.nbytes, a
+        return _array_ptr(np.ascontiguousarray(obj), obj)
     raise TypeError(f"cannot use {type(obj).__name__} as operand bytes (bytes-like objects, "
                     "tensors and, with numpy, arrays)")
+
+
+def _array_ptr(a: "np.ndarray", obj: Any) -> Tuple[int, int, Any]:
+    # An object array holds pointers to Python objects, not data: numpy
+    # makes one of anything (np.asarray(object())), so refuse it here.
+    if a.dtype.hasobject:
+        raise TypeError(f"cannot use {type(obj).__name__} as operand bytes (its array has "
+                        "dtype object)")
+    return a.__array_interface__["data"][0], a.nbytes, a
 
 
 class _Req:
