@@ -152,34 +152,44 @@ static kvd_status_t get_bufref(kvd_req_t *r, dataop_t *d, const Kvdock__BufRef *
 }
 
 /* Check inline indices against bound (< 0: only that none is negative),
- * counting those that are not padding. */
-#define CHECK_INLINE(T, vals, n)                                                                 \
+ * counting those that are not padding.  One pass without early exits, so
+ * the compiler vectorises it; a second pass only on error, to name the
+ * first bad index. */
+#define SCAN_INLINE(T)                                                                         \
     do {                                                                                       \
-        const T *v_ = (const T *)(vals);                                                       \
-        for (size_t i_ = 0; i_ < (n); i_++) {                                                  \
+        const T *v_ = (const T *)vals;                                                         \
+        for (size_t i_ = 0; i_ < n; i_++) {                                                    \
             int64_t x_ = (int64_t)v_[i_];                                                      \
-            if (bound >= 0 && x_ >= bound)                                                     \
-                return kvd__req_fail(r, KVD_ERANGE,                                            \
-                                     "%s[%zu] = %" PRId64 " is out of range [0, %" PRId64 ")", \
-                                     what, i_, x_, bound);                                     \
-            if (bound < 0 && x_ < 0)                                                           \
-                return kvd__req_fail(r, KVD_EINVAL, "%s[%zu] = %" PRId64 " is negative", what, \
-                                     i_, x_);                                                  \
-            *valid += x_ >= 0;                                                                 \
+            hi = x_ > hi ? x_ : hi;                                                            \
+            lo = x_ < lo ? x_ : lo;                                                            \
+            count += x_ >= 0;                                                                  \
         }                                                                                      \
+        if ((bound >= 0 && hi >= bound) || (bound < 0 && lo < 0))                              \
+            for (size_t i_ = 0; i_ < n; i_++) {                                                \
+                int64_t x_ = (int64_t)v_[i_];                                                  \
+                if (bound >= 0 && x_ >= bound)                                                 \
+                    return kvd__req_fail(r, KVD_ERANGE,                                        \
+                                         "%s[%zu] = %" PRId64 " is out of range [0, %" PRId64 \
+                                         ")", what, i_, x_, bound);                            \
+                if (bound < 0 && x_ < 0)                                                       \
+                    return kvd__req_fail(r, KVD_EINVAL, "%s[%zu] = %" PRId64 " is negative",   \
+                                         what, i_, x_);                                        \
+            }                                                                                  \
     } while (0)
 
 static kvd_status_t check_inline(kvd_req_t *r, const void *vals, size_t n, int is64,
                                  int64_t bound, const char *what, int64_t *valid)
 {
-    *valid = 0;
+    int64_t hi = -1, lo = 0, count = 0;
+
     if (is64)
-        CHECK_INLINE(int64_t, vals, n);
+        SCAN_INLINE(int64_t);
     else
-        CHECK_INLINE(int32_t, vals, n);
+        SCAN_INLINE(int32_t);
+    *valid = count;
     return KVD_OK;
 }
-#undef CHECK_INLINE
+#undef SCAN_INLINE
 
 /* bound < 0: values are not checked against a bound (seq_lens). */
 static kvd_status_t get_indices(kvd_req_t *r, dataop_t *d, const Kvdock__Indices *ix,

@@ -857,6 +857,17 @@ START_TEST(test_transfer_errors)
     RESET(); t.dst_pool = e.p; t.all_layers = 1; EXPECT(&e, &req, KVD_OK);
     RESET(); src[2] = 16; EXPECT(&e, &req, KVD_ERANGE); src[2] = 2;
     RESET(); dst[0] = 16; EXPECT(&e, &req, KVD_ERANGE); dst[0] = 3;
+    { /* the message names the first index out of range, and the pool's bound */
+        Kvdock__Response *r;
+
+        RESET(); src[1] = 40; src[2] = 17;
+        r = kvdt_call(e.fd, &req);
+        ck_assert_uint_eq(r->status, KVD_ERANGE);
+        ck_assert_msg(strstr(r->message, "[1] = 40 is out of range [0, 16)") != NULL, "message: %s",
+                      r->message);
+        kvdock__response__free_unpacked(r, NULL);
+        src[1] = 1; src[2] = 2;
+    }
     RESET(); src[0] = -1; dst[1] = -5; EXPECT(&e, &req, KVD_OK); src[0] = 0; dst[1] = 4;
     RESET(); set_inline(&di, NULL, 0); br.buffer = e.buf; di.buffer = &br;
     di.dtype = KVDOCK__DTYPE__I32; di.count = 3; EXPECT(&e, &req, KVD_EDTYPE); /* I64 vs I32 */
