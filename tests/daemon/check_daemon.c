@@ -28,17 +28,6 @@ static void teardown(void)
     ck_assert_int_eq(kvdt_stop(&D), 0);
 }
 
-static int ping_ok(int fd)
-{
-    Kvdock__Request req;
-    Kvdock__Ping p = KVDOCK__PING__INIT;
-
-    kvdt_req_init(&req, 777);
-    req.op_case = KVDOCK__REQUEST__OP_PING;
-    req.ping = &p;
-    return kvdt_status_of(fd, &req) == 0;
-}
-
 static Kvdock__Response *hello(int fd, uint32_t version, const char *name)
 {
     Kvdock__Request req;
@@ -74,12 +63,12 @@ START_TEST(test_hello)
     ck_assert_uint_gt(r->hello->limits->max_inflight, 0);
     ck_assert_uint_gt(r->hello->limits->max_inline_bytes, 0);
     kvdock__response__free_unpacked(r, NULL);
-    ck_assert(ping_ok(fd));
+    ck_assert(kvdt_ping_ok(fd));
     /* a second hello is refused; the connection goes on */
     r = hello(fd, KVD_PROTOCOL_VERSION, "again");
     ck_assert_uint_eq(r->status, KVD_EPROTO);
     kvdock__response__free_unpacked(r, NULL);
-    ck_assert(ping_ok(fd));
+    ck_assert(kvdt_ping_ok(fd));
     close(fd);
 }
 END_TEST
@@ -101,7 +90,7 @@ START_TEST(test_hello_version_mismatch)
     close(fd);
     /* the daemon goes on */
     fd = kvdt_client(&D, "after");
-    ck_assert(ping_ok(fd));
+    ck_assert(kvdt_ping_ok(fd));
     close(fd);
 }
 END_TEST
@@ -125,7 +114,7 @@ START_TEST(test_request_before_hello)
     r = hello(fd, KVD_PROTOCOL_VERSION, "late");
     ck_assert_uint_eq(r->status, KVD_OK);
     kvdock__response__free_unpacked(r, NULL);
-    ck_assert(ping_ok(fd));
+    ck_assert(kvdt_ping_ok(fd));
     close(fd);
 }
 END_TEST
@@ -167,7 +156,7 @@ START_TEST(test_unknown_op)
     ck_assert_uint_eq(r->id, 3);
     ck_assert_uint_eq(r->status, KVD_EUNKNOWNOP);
     kvdock__response__free_unpacked(r, NULL);
-    ck_assert(ping_ok(fd));
+    ck_assert(kvdt_ping_ok(fd));
     close(fd);
 }
 END_TEST
@@ -211,7 +200,7 @@ START_TEST(test_oversized_frame)
     kvdock__response__free_unpacked(r, NULL);
     ck_assert(kvdt_closed(a, KVDT_TIMEOUT_MS));
     /* only that connection */
-    ck_assert(ping_ok(b));
+    ck_assert(kvdt_ping_ok(b));
     close(a);
     close(b);
 }
@@ -265,7 +254,7 @@ START_TEST(test_garbage_bytes)
     ck_assert_uint_eq(r->status, KVD_EPROTO);
     kvdock__response__free_unpacked(r, NULL);
     ck_assert(kvdt_closed(a, KVDT_TIMEOUT_MS));
-    ck_assert(ping_ok(b));
+    ck_assert(kvdt_ping_ok(b));
     close(a);
     close(b);
 }
@@ -281,7 +270,7 @@ START_TEST(test_truncated_then_gone)
     kvdt_send_raw(a, part, sizeof(part));
     close(a);
     b = kvdt_client(&D, "next");
-    ck_assert(ping_ok(b));
+    ck_assert(kvdt_ping_ok(b));
     close(b);
 }
 END_TEST
@@ -311,7 +300,7 @@ START_TEST(test_socket_dir_created)
     ck_assert_int_eq(stat(dir, &st), 0);
     ck_assert_int_eq(st.st_mode & 0777, 0700);
     fd = kvdt_client(&d2, "dir");
-    ck_assert(ping_ok(fd));
+    ck_assert(kvdt_ping_ok(fd));
     close(fd);
     ck_assert_int_eq(kvdt_stop(&d2), 0);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
@@ -333,7 +322,7 @@ START_TEST(test_stale_socket_replaced)
     /* a new daemon on the same path replaces it */
     kvdt_start_sock(&d2, D.sock, NULL);
     fd = kvdt_client(&d2, "stale");
-    ck_assert(ping_ok(fd));
+    ck_assert(kvdt_ping_ok(fd));
     close(fd);
     ck_assert_int_eq(kvdt_stop(&d2), 0);
 }
@@ -347,7 +336,7 @@ START_TEST(test_second_daemon_refused)
 
     ck_assert_int_eq(status, 1);
     fd = kvdt_client(&D, "first");
-    ck_assert(ping_ok(fd));
+    ck_assert(kvdt_ping_ok(fd));
     close(fd);
 }
 END_TEST
@@ -389,8 +378,8 @@ START_TEST(test_status_and_stats)
     size_t i;
     int seen_ping = 0;
 
-    ck_assert(ping_ok(a));
-    ck_assert(ping_ok(a));
+    ck_assert(kvdt_ping_ok(a));
+    ck_assert(kvdt_ping_ok(a));
     kvdt_req_init(&req, 11);
     req.op_case = KVDOCK__REQUEST__OP_STATUS;
     req.status = &sr;
@@ -554,7 +543,7 @@ START_TEST(test_max_clients)
     ck_assert_uint_eq(r->status, KVD_ELIMIT);
     kvdock__response__free_unpacked(r, NULL);
     ck_assert(kvdt_closed(b, KVDT_TIMEOUT_MS));
-    ck_assert(ping_ok(a));
+    ck_assert(kvdt_ping_ok(a));
     close(a);
     close(b);
     ck_assert_int_eq(kvdt_stop(&d2), 0);

@@ -93,25 +93,6 @@ static int export_status(int fd, uint64_t pool)
     return st;
 }
 
-static Kvdock__StatusReply *status(int fd)
-{
-    Kvdock__Request req;
-    Kvdock__StatusRequest sr = KVDOCK__STATUS_REQUEST__INIT;
-    Kvdock__Response *r;
-    Kvdock__StatusReply *s;
-
-    kvdt_req_init(&req, 33);
-    req.op_case = KVDOCK__REQUEST__OP_STATUS;
-    req.status = &sr;
-    r = kvdt_call(fd, &req);
-    ck_assert_uint_eq(r->status, 0);
-    s = r->status_reply;
-    r->status_reply = NULL;
-    r->result_case = KVDOCK__RESPONSE__RESULT__NOT_SET;
-    kvdock__response__free_unpacked(r, NULL);
-    return s;
-}
-
 START_TEST(test_create_info)
 {
     int fd = kvdt_client(&D, "pools");
@@ -394,13 +375,13 @@ START_TEST(test_client_gone_releases)
     ck_assert_uint_gt(kvdt_pool_create(a, "left-behind", 1, 64, 64, 0), 0);
     m = kvdt_pool_map(a, 1, NULL, &len); /* the first id of a fresh daemon */
     munmap(m, len);
-    s = status(b);
+    s = kvdt_status(b);
     ck_assert_uint_eq(s->pools, 1);
     kvdock__status_reply__free_unpacked(s, NULL);
     close(a);
     for (i = 0; i < 500; i++) {
         uint32_t pools;
-        s = status(b);
+        s = kvdt_status(b);
         pools = s->pools;
         kvdock__status_reply__free_unpacked(s, NULL);
         if (pools == 0)
@@ -408,7 +389,7 @@ START_TEST(test_client_gone_releases)
         usleep(10000);
     }
     ck_assert_int_lt(i, 500);
-    s = status(b);
+    s = kvdt_status(b);
     ck_assert_uint_eq(s->clients, 1);
     ck_assert_uint_eq(s->pool_bytes, 0);
     kvdock__status_reply__free_unpacked(s, NULL);
@@ -602,7 +583,7 @@ START_TEST(test_import_errors)
     ck_assert_int_eq(import_status(fd, &x, sealed), KVD_EEXIST);
     /* nothing was left behind */
     {
-        Kvdock__StatusReply *s = status(fd);
+        Kvdock__StatusReply *s = kvdt_status(fd);
         ck_assert_uint_eq(s->pools, 1);
         kvdock__status_reply__free_unpacked(s, NULL);
     }

@@ -194,25 +194,6 @@ START_TEST(test_shutdown_no_drain)
 }
 END_TEST
 
-static Kvdock__StatusReply *status(int fd)
-{
-    Kvdock__Request req;
-    Kvdock__StatusRequest sr = KVDOCK__STATUS_REQUEST__INIT;
-    Kvdock__Response *r;
-    Kvdock__StatusReply *s;
-
-    kvdt_req_init(&req, 33);
-    req.op_case = KVDOCK__REQUEST__OP_STATUS;
-    req.status = &sr;
-    r = kvdt_call(fd, &req);
-    ck_assert_ptr_nonnull(r);
-    s = r->status_reply;
-    r->status_reply = NULL;
-    r->result_case = KVDOCK__RESPONSE__RESULT__NOT_SET;
-    kvdock__response__free_unpacked(r, NULL);
-    return s;
-}
-
 START_TEST(test_client_dies_mid_transfer)
 {
     int keeper = kvdt_client(&D, "keeper");
@@ -235,7 +216,7 @@ START_TEST(test_client_dies_mid_transfer)
         close(fd); /* gone with work in flight */
     }
     for (i = 0; i < 1000; i++) {
-        Kvdock__StatusReply *s = status(keeper);
+        Kvdock__StatusReply *s = kvdt_status(keeper);
         int done = s->pools == 1 && s->inflight == 0 && s->clients == 1;
         kvdock__status_reply__free_unpacked(s, NULL);
         if (done)
@@ -245,7 +226,7 @@ START_TEST(test_client_dies_mid_transfer)
     ck_assert_int_lt(i, 1000);
     ck_assert_mem_eq(m, copy, info->bytes); /* the bystander's pool is intact */
     {
-        Kvdock__StatusReply *s = status(keeper);
+        Kvdock__StatusReply *s = kvdt_status(keeper);
         ck_assert_uint_eq(s->pool_bytes, info->bytes);
         kvdock__status_reply__free_unpacked(s, NULL);
     }

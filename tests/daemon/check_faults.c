@@ -55,26 +55,6 @@ static void teardown(void)
     ck_assert_int_eq(kvdt_stop(&D), 0);
 }
 
-static Kvdock__StatusReply *status(int fd)
-{
-    Kvdock__Request req;
-    Kvdock__StatusRequest sr = KVDOCK__STATUS_REQUEST__INIT;
-    Kvdock__Response *r;
-    Kvdock__StatusReply *s;
-
-    kvdt_req_init(&req, 33);
-    req.op_case = KVDOCK__REQUEST__OP_STATUS;
-    req.status = &sr;
-    r = kvdt_call(fd, &req);
-    ck_assert_ptr_nonnull(r);
-    ck_assert_uint_eq(r->status, 0);
-    s = r->status_reply;
-    r->status_reply = NULL;
-    r->result_case = KVDOCK__RESPONSE__RESULT__NOT_SET;
-    kvdock__response__free_unpacked(r, NULL);
-    return s;
-}
-
 /* Queue n all-layer transfers a -> b of every slot, ids from first. */
 static void send_transfers(int fd, uint64_t a, uint64_t b, int n, uint64_t first)
 {
@@ -166,7 +146,7 @@ START_TEST(test_sigkill_clients_mid_transfer)
         m1[i] = (uint8_t)(i * 31 + 7);
     memset(m2, 0, i2->bytes);
     sum1 = checksum(m1, i1->bytes);
-    s = status(keeper);
+    s = kvdt_status(keeper);
     base_pools = s->pools;
     ck_assert_uint_eq(base_pools, 2);
     kvdock__status_reply__free_unpacked(s, NULL);
@@ -195,7 +175,7 @@ START_TEST(test_sigkill_clients_mid_transfer)
             /* with its transfers queued, at a random point of their run */
             ck_assert_int_eq(read(pfd[0], &c, 1), 1);
             usleep((seed >> 8) % 4000);
-            s = status(keeper);
+            s = kvdt_status(keeper);
             for (i = 0; i < (int)s->n_client_list; i++)
                 if (s->client_list[i]->pid == (uint32_t)pid && s->client_list[i]->inflight > 0) {
                     with_inflight++;
@@ -238,7 +218,7 @@ START_TEST(test_sigkill_clients_mid_transfer)
         t = now_ns();
         for (i = 0; i < 2000; i++) {
             int done;
-            s = status(keeper);
+            s = kvdt_status(keeper);
             done = s->pools == base_pools && s->clients == 1 && s->inflight == 0;
             kvdock__status_reply__free_unpacked(s, NULL);
             if (done)
@@ -258,7 +238,7 @@ START_TEST(test_sigkill_clients_mid_transfer)
                       "keeper's copy: layer %d %s slot %d differs", (int)l, v ? "V" : "K",
                       (int)slot);
     }
-    s = status(keeper);
+    s = kvdt_status(keeper);
     ck_assert_uint_eq(s->pools, base_pools);
     ck_assert_uint_eq(s->pool_bytes, i1->bytes + i2->bytes);
     ck_assert_uint_eq(s->clients, 1);

@@ -63,17 +63,6 @@ static long rss_kib(pid_t pid)
     return kib;
 }
 
-static int ping_ok(int fd)
-{
-    Kvdock__Request req;
-    Kvdock__Ping p = KVDOCK__PING__INIT;
-
-    kvdt_req_init(&req, 777);
-    req.op_case = KVDOCK__REQUEST__OP_PING;
-    req.ping = &p;
-    return kvdt_status_of(fd, &req) == 0;
-}
-
 /* Status of a pool create (id in *id on success). */
 static int create_st(int fd, const char *name, uint32_t layers, uint64_t slots,
                      uint64_t slot_bytes, uint64_t *id, char *msg, size_t msg_len)
@@ -187,26 +176,6 @@ static int buffer_drop_st(int fd, uint64_t id)
     req.op_case = KVDOCK__REQUEST__OP_BUFFER_DROP;
     req.buffer_drop = &bd;
     return kvdt_status_of(fd, &req);
-}
-
-static Kvdock__StatusReply *status_of(int fd)
-{
-    Kvdock__Request req;
-    Kvdock__StatusRequest sr = KVDOCK__STATUS_REQUEST__INIT;
-    Kvdock__Response *r;
-    Kvdock__StatusReply *s;
-
-    kvdt_req_init(&req, 34);
-    req.op_case = KVDOCK__REQUEST__OP_STATUS;
-    req.status = &sr;
-    r = kvdt_call(fd, &req);
-    ck_assert_ptr_nonnull(r);
-    ck_assert_uint_eq(r->status, 0);
-    s = r->status_reply;
-    r->status_reply = NULL;
-    r->result_case = KVDOCK__RESPONSE__RESULT__NOT_SET;
-    kvdock__response__free_unpacked(r, NULL);
-    return s;
 }
 
 /* Append one packed Request frame to buf (grown as needed). */
@@ -328,7 +297,7 @@ START_TEST(test_max_frame_bytes)
     ck_assert_uint_eq(r->id, 0);
     kvdock__response__free_unpacked(r, NULL);
     ck_assert(kvdt_closed(a, KVDT_TIMEOUT_MS));
-    ck_assert(ping_ok(b));
+    ck_assert(kvdt_ping_ok(b));
     close(a);
     close(b);
     ck_assert_int_eq(kvdt_stop(&d), 0);
@@ -363,7 +332,7 @@ START_TEST(test_pool_counts)
     ck_assert_ptr_nonnull(strstr(msg, "max-total-pools"));
     ck_assert_int_eq(import_st(b, "b2i", msg, sizeof(msg)), KVD_ELIMIT);
     ck_assert_ptr_nonnull(strstr(msg, "max-total-pools"));
-    ck_assert(ping_ok(b));
+    ck_assert(kvdt_ping_ok(b));
     /* released with the pool */
     ck_assert_int_eq(drop_st(a, ids[0]), 0);
     ck_assert_int_eq(create_st(b, "b2", 1, 4, 4, NULL, NULL, 0), 0);
@@ -402,14 +371,14 @@ START_TEST(test_pool_bytes)
     ck_assert_int_eq(create_st(b, "b32", 1, 64, 256, &p2, NULL, 0), 0);
     ck_assert_int_eq(create_st(b, "b32x", 1, 64, 256, NULL, msg, sizeof(msg)), KVD_ELIMIT);
     ck_assert_ptr_nonnull(strstr(msg, "max-total-pool-bytes"));
-    ck_assert(ping_ok(b));
-    s = status_of(w);
+    ck_assert(kvdt_ping_ok(b));
+    s = kvdt_status(w);
     ck_assert_uint_eq(s->pool_bytes, 96u << 10);
     kvdock__status_reply__free_unpacked(s, NULL);
     /* a client that goes releases its bytes */
     close(a);
     for (i = 0; i < 500; i++) {
-        s = status_of(w);
+        s = kvdt_status(w);
         if (s->pool_bytes == 32u << 10) {
             kvdock__status_reply__free_unpacked(s, NULL);
             break;
@@ -496,7 +465,7 @@ START_TEST(test_max_inline_bytes)
     ck_assert_uint_eq(r->status, KVD_ELIMIT);
     ck_assert_ptr_nonnull(strstr(r->message, "max-inline-bytes"));
     kvdock__response__free_unpacked(r, NULL);
-    ck_assert(ping_ok(a));
+    ck_assert(kvdt_ping_ok(a));
     close(a);
     ck_assert_int_eq(kvdt_stop(&d), 0);
 }
@@ -554,7 +523,7 @@ START_TEST(test_max_clients)
     ck_assert_int_eq(hello_status(c[2]), KVD_ELIMIT);
     ck_assert(kvdt_closed(c[2], KVDT_TIMEOUT_MS));
     close(c[2]);
-    ck_assert(ping_ok(c[0]));
+    ck_assert(kvdt_ping_ok(c[0]));
     /* a place that frees up is taken again */
     close(c[1]);
     for (i = 0;; i++) {
@@ -566,7 +535,7 @@ START_TEST(test_max_clients)
         ck_assert_int_lt(i, 200);
         usleep(10000);
     }
-    ck_assert(ping_ok(c[2]));
+    ck_assert(kvdt_ping_ok(c[2]));
     close(c[0]);
     close(c[2]);
     ck_assert_int_eq(kvdt_stop(&d), 0);
@@ -644,7 +613,7 @@ START_TEST(test_inflight_burst)
             kvdock__response__free_unpacked(r, NULL);
         }
         /* the monitor: this client's requests in flight */
-        s = status_of(mon);
+        s = kvdt_status(mon);
         for (k = 0; k < s->n_client_list; k++)
             if (strcmp(s->client_list[k]->name, "burst") == 0 &&
                 s->client_list[k]->inflight > max_seen)
@@ -662,7 +631,7 @@ START_TEST(test_inflight_burst)
     ck_assert_uint_ge(max_seen, 1);
     ck_assert_int_lt(rss_max - rss0, 32 * 1024);
     free(burst);
-    ck_assert(ping_ok(fd));
+    ck_assert(kvdt_ping_ok(fd));
     close(fd);
     close(mon);
     ck_assert_int_eq(kvdt_stop(&d), 0);
@@ -703,7 +672,7 @@ START_TEST(test_unread_replies_bounded)
         req.id = (uint64_t)i;
         append_frame(&burst, &len, &cap, &req);
     }
-    ck_assert(ping_ok(fd));
+    ck_assert(kvdt_ping_ok(fd));
     rss0 = rss_kib(d.pid);
     /* send without reading until nothing more is taken for 300 ms */
     last_progress = now_ms();
@@ -720,7 +689,7 @@ START_TEST(test_unread_replies_bounded)
             "RSS %ld -> %ld KiB\n", stalled_at, len, rss0, rss1);
     ck_assert_uint_lt(stalled_at, 8u << 20); /* of 48 MiB offered */
     ck_assert_int_lt(rss1 - rss0, 16 * 1024);
-    ck_assert(ping_ok(by)); /* the daemon is not stuck on it */
+    ck_assert(kvdt_ping_ok(by)); /* the daemon is not stuck on it */
     /* now read: everything arrives */
     deadline = now_ms() + 60000;
     while (got < N) {
@@ -793,7 +762,7 @@ START_TEST(test_flood_does_not_starve)
         if (got >= next_probe && got < N - 100) {
             next_probe += 1000;
             uint64_t t0 = now_ms();
-            ck_assert(ping_ok(by));
+            ck_assert(kvdt_ping_ok(by));
             if (now_ms() - t0 > worst)
                 worst = now_ms() - t0;
             probes++;

@@ -122,17 +122,6 @@ static int nobody_client(const kvdt_daemon_t *d, int *admin)
     return fd;
 }
 
-static int ping_ok(int fd)
-{
-    Kvdock__Request req;
-    Kvdock__Ping p = KVDOCK__PING__INIT;
-
-    kvdt_req_init(&req, 777);
-    req.op_case = KVDOCK__REQUEST__OP_PING;
-    req.ping = &p;
-    return kvdt_status_of(fd, &req) == 0;
-}
-
 /* A base directory others may traverse (the daemon makes its own below). */
 static void open_base(char *base, size_t len)
 {
@@ -183,7 +172,7 @@ START_TEST(test_dir_modes)
     ck_assert(S_ISSOCK(st.st_mode));
     ck_assert_int_eq(st.st_mode & 0777, 0660);
     fd = kvdt_client(&d, "modes");
-    ck_assert(ping_ok(fd));
+    ck_assert(kvdt_ping_ok(fd));
     close(fd);
     ck_assert_int_eq(kvdt_stop(&d), 0);
     ck_assert_int_ne(lstat(sock, &st), 0); /* removed at exit */
@@ -285,10 +274,10 @@ START_TEST(test_stale_socket)
     ck_assert_int_eq(lstat(sock, &st), 0);
     ck_assert_int_eq(st.st_mode & 0777, 0660); /* a new socket, not the old one */
     fd = kvdt_client(&d, "stale");
-    ck_assert(ping_ok(fd));
+    ck_assert(kvdt_ping_ok(fd));
     /* a live daemon is never taken over */
     ck_assert_int_eq(kvdt_run(sock, NULL, KVDT_TIMEOUT_MS), 1);
-    ck_assert(ping_ok(fd));
+    ck_assert(kvdt_ping_ok(fd));
     close(fd);
     ck_assert_int_eq(kvdt_stop(&d), 0);
     rm_rf(base);
@@ -347,7 +336,7 @@ START_TEST(test_other_user_refused)
     close(fd);
     /* the daemon's own user still gets in */
     me = kvdt_client(&d, "me");
-    ck_assert(ping_ok(me));
+    ck_assert(kvdt_ping_ok(me));
     close(me);
     ck_assert_int_eq(kvdt_stop(&d), 0);
     rm_rf(base);
@@ -375,7 +364,7 @@ START_TEST(test_allowed_users_and_groups)
         kvdt_start_sock(&d, sock, extra);
         fd = nobody_client(&d, &admin);
         ck_assert_int_eq(admin, 0); /* allowed in, not an admin */
-        ck_assert(ping_ok(fd));
+        ck_assert(kvdt_ping_ok(fd));
         close(fd);
         ck_assert_int_eq(kvdt_stop(&d), 0);
     }
@@ -763,7 +752,7 @@ static void run_attacks(world_t *w)
         ck_assert_msg(checksum(w->pmap, w->plen) == psum, "%s changed the pool", attacks[i].name);
         ck_assert_msg(checksum(w->bmap, BUF_BYTES) == bsum, "%s changed the buffer",
                       attacks[i].name);
-        ck_assert(ping_ok(w->b));
+        ck_assert(kvdt_ping_ok(w->b));
     }
     /* the owner still has and uses all of it */
     {
@@ -894,8 +883,8 @@ START_TEST(test_admin_operations)
     req.op_case = KVDOCK__REQUEST__OP_SHUTDOWN;
     req.shutdown = &sd;
     ck_assert_int_eq(kvdt_status_of(w.b, &req), KVD_EPERM);
-    ck_assert(ping_ok(w.b));
-    ck_assert(ping_ok(w.a));
+    ck_assert(kvdt_ping_ok(w.b));
+    ck_assert(kvdt_ping_ok(w.a));
     /* a shared pool may be used by anyone, dropped by its owner or an admin */
     {
         msgs_t m;

@@ -323,6 +323,37 @@ int kvdt_status_of(int fd, Kvdock__Request *req)
     return st;
 }
 
+Kvdock__StatusReply *kvdt_status(int fd)
+{
+    Kvdock__Request req;
+    Kvdock__StatusRequest sr = KVDOCK__STATUS_REQUEST__INIT;
+    Kvdock__Response *r;
+    Kvdock__StatusReply *s;
+
+    kvdt_req_init(&req, 33);
+    req.op_case = KVDOCK__REQUEST__OP_STATUS;
+    req.status = &sr;
+    r = kvdt_call(fd, &req);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->status == 0, "status: %s", r->message);
+    s = r->status_reply;
+    r->status_reply = NULL; /* the caller's now */
+    r->result_case = KVDOCK__RESPONSE__RESULT__NOT_SET;
+    kvdock__response__free_unpacked(r, NULL);
+    return s;
+}
+
+int kvdt_ping_ok(int fd)
+{
+    Kvdock__Request req;
+    Kvdock__Ping p = KVDOCK__PING__INIT;
+
+    kvdt_req_init(&req, 777);
+    req.op_case = KVDOCK__REQUEST__OP_PING;
+    req.ping = &p;
+    return kvdt_status_of(fd, &req) == 0;
+}
+
 int kvdt_closed(int fd, int timeout_ms)
 {
     uint64_t deadline = now_ms() + (uint64_t)timeout_ms;

@@ -52,6 +52,11 @@ Kvdock__Response *kvdt_call_fds(int fd, Kvdock__Request *req, const int *send_fd
                                 int *fds, int *nfds);
 /* Send req; the reply's status (or -1 with no reply); the reply is freed. */
 int kvdt_status_of(int fd, Kvdock__Request *req);
+/* The daemon's status on a hello'd connection (asserted OK); free with
+ * kvdock__status_reply__free_unpacked. */
+Kvdock__StatusReply *kvdt_status(int fd);
+/* 1 when a ping on fd is answered OK. */
+int kvdt_ping_ok(int fd);
 /* 1 when the daemon closed fd (EOF) within timeout_ms, else 0. */
 int kvdt_closed(int fd, int timeout_ms);
 
