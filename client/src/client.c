@@ -259,15 +259,17 @@ static kvd_status_t ping_finish(kvd_client_t *cli, kvd__pending_t *p)
     return KVD_OK;
 }
 
-kvd_status_t kvd_ping_submit(kvd_client_t *cli, const void *payload, size_t len, uint64_t *req_id)
+/* req_id NULL: blocking. */
+static kvd_status_t ping_go(kvd_client_t *cli, const void *payload, size_t len, uint64_t *req_id)
 {
     Kvdock__Request req = KVDOCK__REQUEST__INIT;
     Kvdock__Ping ping = KVDOCK__PING__INIT;
     kvd__out_t out;
+    uint64_t id;
     kvd_status_t st;
 
-    if (cli == NULL || req_id == NULL || (payload == NULL && len > 0))
-        return kvd__client_fail(cli, KVD_ENULL, "client, req_id or payload is NULL");
+    if (cli == NULL || (payload == NULL && len > 0))
+        return kvd__client_fail(cli, KVD_ENULL, "client or payload is NULL");
     memset(&out, 0, sizeof(out));
     if (len > 0) {
         out.ping.payload = malloc(len);
@@ -280,23 +282,26 @@ kvd_status_t kvd_ping_submit(kvd_client_t *cli, const void *payload, size_t len,
     ping.payload.len = len;
     req.op_case = KVDOCK__REQUEST__OP_PING;
     req.ping = &ping;
-    st = kvd__submit(cli, &req, NULL, 0, ping_finish, &out, req_id);
-    if (st != KVD_OK)
+    /* submitted, the request owns the payload copy (freed when finished
+     * or abandoned): so not kvd__call, which would hide which step failed */
+    st = kvd__submit(cli, &req, NULL, 0, ping_finish, &out, req_id ? req_id : &id);
+    if (st != KVD_OK) {
         free(out.ping.payload);
-    return st;
+        return st;
+    }
+    return req_id ? KVD_OK : kvd__wait_blocking(cli, id);
+}
+
+kvd_status_t kvd_ping_submit(kvd_client_t *cli, const void *payload, size_t len, uint64_t *req_id)
+{
+    if (req_id == NULL)
+        return kvd__client_fail(cli, KVD_ENULL, "req_id is NULL");
+    return ping_go(cli, payload, len, req_id);
 }
 
 kvd_status_t kvd_ping(kvd_client_t *cli, const void *payload, size_t len)
 {
-    uint64_t id;
-    kvd_status_t st = kvd_ping_submit(cli, payload, len, &id);
-
-    if (st != KVD_OK)
-        return st;
-    st = kvd__wait(cli, id, cli->timeout_ms > 0 ? cli->timeout_ms : -1);
-    if (st == KVD_ETIMEDOUT)
-        kvd_client_abandon(cli, id);
-    return st;
+    return ping_go(cli, payload, len, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -341,26 +346,8 @@ static kvd_status_t status_finish(kvd_client_t *cli, kvd__pending_t *p)
     return KVD_OK;
 }
 
-kvd_status_t kvd_daemon_status_submit(kvd_client_t *cli, kvd_daemon_status_t *out,
-                                      kvd_client_entry_t *clients, size_t cap, uint64_t *req_id)
-{
-    Kvdock__Request req = KVDOCK__REQUEST__INIT;
-    Kvdock__StatusRequest sr = KVDOCK__STATUS_REQUEST__INIT;
-    kvd__out_t o;
-
-    if (cli == NULL || out == NULL || req_id == NULL || (clients == NULL && cap > 0))
-        return kvd__client_fail(cli, KVD_ENULL, "client, out, clients or req_id is NULL");
-    memset(&o, 0, sizeof(o));
-    o.status.out = out;
-    o.status.clients = clients;
-    o.status.cap = cap;
-    req.op_case = KVDOCK__REQUEST__OP_STATUS;
-    req.status = &sr;
-    return kvd__submit(cli, &req, NULL, 0, status_finish, &o, req_id);
-}
-
-kvd_status_t kvd_daemon_status(kvd_client_t *cli, kvd_daemon_status_t *out,
-                               kvd_client_entry_t *clients, size_t cap)
+static kvd_status_t status_go(kvd_client_t *cli, kvd_daemon_status_t *out,
+                              kvd_client_entry_t *clients, size_t cap, uint64_t *req_id)
 {
     Kvdock__Request req = KVDOCK__REQUEST__INIT;
     Kvdock__StatusRequest sr = KVDOCK__STATUS_REQUEST__INIT;
@@ -374,7 +361,21 @@ kvd_status_t kvd_daemon_status(kvd_client_t *cli, kvd_daemon_status_t *out,
     o.status.cap = cap;
     req.op_case = KVDOCK__REQUEST__OP_STATUS;
     req.status = &sr;
-    return kvd__call(cli, &req, NULL, 0, status_finish, &o, NULL);
+    return kvd__call(cli, &req, NULL, 0, status_finish, &o, req_id);
+}
+
+kvd_status_t kvd_daemon_status_submit(kvd_client_t *cli, kvd_daemon_status_t *out,
+                                      kvd_client_entry_t *clients, size_t cap, uint64_t *req_id)
+{
+    if (req_id == NULL)
+        return kvd__client_fail(cli, KVD_ENULL, "req_id is NULL");
+    return status_go(cli, out, clients, cap, req_id);
+}
+
+kvd_status_t kvd_daemon_status(kvd_client_t *cli, kvd_daemon_status_t *out,
+                               kvd_client_entry_t *clients, size_t cap)
+{
+    return status_go(cli, out, clients, cap, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -429,20 +430,26 @@ static kvd_status_t stats_finish(kvd_client_t *cli, kvd__pending_t *p)
     return KVD_OK;
 }
 
-static kvd_status_t stats_prepare(kvd_client_t *cli, kvd_daemon_stats_t *out, kvd_op_stats_t *ops,
-                                  size_t ops_cap, kvd_stream_stats_t *streams, size_t streams_cap,
-                                  kvd__out_t *o)
+static kvd_status_t stats_go(kvd_client_t *cli, kvd_daemon_stats_t *out, kvd_op_stats_t *ops,
+                             size_t ops_cap, kvd_stream_stats_t *streams, size_t streams_cap,
+                             uint64_t *req_id)
 {
+    Kvdock__Request req = KVDOCK__REQUEST__INIT;
+    Kvdock__StatsRequest sr = KVDOCK__STATS_REQUEST__INIT;
+    kvd__out_t o;
+
     if (cli == NULL || out == NULL || (ops == NULL && ops_cap > 0) ||
         (streams == NULL && streams_cap > 0))
         return kvd__client_fail(cli, KVD_ENULL, "client, out, ops or streams is NULL");
-    memset(o, 0, sizeof(*o));
-    o->stats.out = out;
-    o->stats.ops = ops;
-    o->stats.ops_cap = ops_cap;
-    o->stats.streams = streams;
-    o->stats.streams_cap = streams_cap;
-    return KVD_OK;
+    memset(&o, 0, sizeof(o));
+    o.stats.out = out;
+    o.stats.ops = ops;
+    o.stats.ops_cap = ops_cap;
+    o.stats.streams = streams;
+    o.stats.streams_cap = streams_cap;
+    req.op_case = KVDOCK__REQUEST__OP_STATS;
+    req.stats = &sr;
+    return kvd__call(cli, &req, NULL, 0, stats_finish, &o, req_id);
 }
 
 kvd_status_t kvd_daemon_stats_submit(kvd_client_t *cli, kvd_daemon_stats_t *out,
@@ -450,52 +457,21 @@ kvd_status_t kvd_daemon_stats_submit(kvd_client_t *cli, kvd_daemon_stats_t *out,
                                      kvd_stream_stats_t *streams, size_t streams_cap,
                                      uint64_t *req_id)
 {
-    Kvdock__Request req = KVDOCK__REQUEST__INIT;
-    Kvdock__StatsRequest sr = KVDOCK__STATS_REQUEST__INIT;
-    kvd__out_t o;
-    kvd_status_t st = stats_prepare(cli, out, ops, ops_cap, streams, streams_cap, &o);
-
-    if (st != KVD_OK)
-        return st;
     if (req_id == NULL)
         return kvd__client_fail(cli, KVD_ENULL, "req_id is NULL");
-    req.op_case = KVDOCK__REQUEST__OP_STATS;
-    req.stats = &sr;
-    return kvd__submit(cli, &req, NULL, 0, stats_finish, &o, req_id);
+    return stats_go(cli, out, ops, ops_cap, streams, streams_cap, req_id);
 }
 
 kvd_status_t kvd_daemon_stats(kvd_client_t *cli, kvd_daemon_stats_t *out, kvd_op_stats_t *ops,
                               size_t ops_cap, kvd_stream_stats_t *streams, size_t streams_cap)
 {
-    Kvdock__Request req = KVDOCK__REQUEST__INIT;
-    Kvdock__StatsRequest sr = KVDOCK__STATS_REQUEST__INIT;
-    kvd__out_t o;
-    kvd_status_t st = stats_prepare(cli, out, ops, ops_cap, streams, streams_cap, &o);
-
-    if (st != KVD_OK)
-        return st;
-    req.op_case = KVDOCK__REQUEST__OP_STATS;
-    req.stats = &sr;
-    return kvd__call(cli, &req, NULL, 0, stats_finish, &o, NULL);
+    return stats_go(cli, out, ops, ops_cap, streams, streams_cap, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Shutdown                                                                  */
 
-kvd_status_t kvd_daemon_shutdown_submit(kvd_client_t *cli, bool drain, uint64_t *req_id)
-{
-    Kvdock__Request req = KVDOCK__REQUEST__INIT;
-    Kvdock__Shutdown sd = KVDOCK__SHUTDOWN__INIT;
-
-    if (cli == NULL || req_id == NULL)
-        return kvd__client_fail(cli, KVD_ENULL, "client or req_id is NULL");
-    sd.drain = drain;
-    req.op_case = KVDOCK__REQUEST__OP_SHUTDOWN;
-    req.shutdown = &sd;
-    return kvd__submit(cli, &req, NULL, 0, NULL, NULL, req_id);
-}
-
-kvd_status_t kvd_daemon_shutdown(kvd_client_t *cli, bool drain)
+static kvd_status_t shutdown_go(kvd_client_t *cli, bool drain, uint64_t *req_id)
 {
     Kvdock__Request req = KVDOCK__REQUEST__INIT;
     Kvdock__Shutdown sd = KVDOCK__SHUTDOWN__INIT;
@@ -505,5 +481,17 @@ kvd_status_t kvd_daemon_shutdown(kvd_client_t *cli, bool drain)
     sd.drain = drain;
     req.op_case = KVDOCK__REQUEST__OP_SHUTDOWN;
     req.shutdown = &sd;
-    return kvd__call(cli, &req, NULL, 0, NULL, NULL, NULL);
+    return kvd__call(cli, &req, NULL, 0, NULL, NULL, req_id);
+}
+
+kvd_status_t kvd_daemon_shutdown_submit(kvd_client_t *cli, bool drain, uint64_t *req_id)
+{
+    if (req_id == NULL)
+        return kvd__client_fail(cli, KVD_ENULL, "req_id is NULL");
+    return shutdown_go(cli, drain, req_id);
+}
+
+kvd_status_t kvd_daemon_shutdown(kvd_client_t *cli, bool drain)
+{
+    return shutdown_go(cli, drain, NULL);
 }

@@ -605,7 +605,13 @@ kvd_status_t kvd__call(kvd_client_t *cli, Kvdock__Request *req, const int *fds, 
     st = kvd__submit(cli, req, fds, nfds, fin, out, &id);
     if (st != KVD_OK)
         return st;
-    st = kvd__wait(cli, id, cli->timeout_ms > 0 ? cli->timeout_ms : -1);
+    return kvd__wait_blocking(cli, id);
+}
+
+kvd_status_t kvd__wait_blocking(kvd_client_t *cli, uint64_t id)
+{
+    kvd_status_t st = kvd__wait(cli, id, cli->timeout_ms > 0 ? cli->timeout_ms : -1);
+
     if (st == KVD_ETIMEDOUT)
         kvd_client_abandon(cli, id);
     return st;

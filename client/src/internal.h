@@ -141,6 +141,10 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
 /* Wait for req_id's reply (timeout_ms < 0: none) and finish it. */
 kvd_status_t kvd__wait(kvd_client_t *cli, uint64_t req_id, int timeout_ms);
 
+/* Wait for id's reply with the client's timeout; on timeout the request
+ * is abandoned (what a blocking call does after its submit). */
+kvd_status_t kvd__wait_blocking(kvd_client_t *cli, uint64_t id);
+
 /* req_id NULL: a blocking call (submit, then wait with the client's
  * timeout; on timeout the request is abandoned).  Otherwise kvd__submit. */
 kvd_status_t kvd__call(kvd_client_t *cli, Kvdock__Request *req, const int *fds, int nfds,

@@ -366,6 +366,35 @@ START_TEST(test_index_dtype_local)
 }
 END_TEST
 
+START_TEST(test_null_arguments)
+{
+    /* Refused before anything is sent: each names what is missing, and the
+     * connection goes on. */
+    kvd_daemon_status_t ds;
+    kvd_daemon_stats_t st;
+    kvd_op_result_t r;
+    kvd_kv_transfer_t t = good_transfer();
+    uint64_t id;
+
+    KVT_ERR(NULL, kvd_ping(NULL, NULL, 0), KVD_ENULL);
+    KVT_ERR(f.cli, kvd_ping(f.cli, NULL, 4), KVD_ENULL);
+    KVT_ERR(f.cli, kvd_ping_submit(f.cli, "x", 1, NULL), KVD_ENULL);
+    KVT_ERR(f.cli, kvd_daemon_status(f.cli, NULL, NULL, 0), KVD_ENULL);
+    KVT_ERR(f.cli, kvd_daemon_status(f.cli, &ds, NULL, 4), KVD_ENULL);
+    KVT_ERR(f.cli, kvd_daemon_status_submit(f.cli, &ds, NULL, 0, NULL), KVD_ENULL);
+    KVT_ERR(f.cli, kvd_daemon_stats(f.cli, &st, NULL, 3, NULL, 0), KVD_ENULL);
+    KVT_ERR(f.cli, kvd_daemon_stats_submit(f.cli, &st, NULL, 0, NULL, 0, NULL), KVD_ENULL);
+    KVT_ERR(NULL, kvd_daemon_shutdown(NULL, true), KVD_ENULL);
+    KVT_ERR(f.cli, kvd_daemon_shutdown_submit(f.cli, true, NULL), KVD_ENULL);
+    KVT_ERR(f.cli, kvd_kv_transfer(f.cli, NULL, NULL, &r), KVD_ENULL);
+    KVT_ERR(f.cli, kvd_kv_transfer_submit(f.cli, &t, NULL, &r, NULL), KVD_ENULL);
+    ck_assert_int_eq(kvd_ping(f.cli, "ok", 2), KVD_OK);
+    ck_assert_int_eq(kvd_daemon_status_submit(f.cli, &ds, NULL, 0, &id), KVD_OK);
+    ck_assert_int_eq(kvd_client_wait(f.cli, id), KVD_OK);
+    ck_assert_uint_ge(ds.clients, 1);
+}
+END_TEST
+
 /* ---- pools -------------------------------------------------------------- */
 
 START_TEST(test_pool_create_invalid)
@@ -496,6 +525,7 @@ static Suite *errors_suite(void)
     tcase_add_test(tc, test_fp8_cache_dtype);
     tcase_add_test(tc, test_gather_table_dtype);
     tcase_add_test(tc, test_index_dtype_local);
+    tcase_add_test(tc, test_null_arguments);
     tcase_add_test(tc, test_pool_create_invalid);
     tcase_add_test(tc, test_mla_store_with_v);
     tcase_add_test(tc, test_oversized_inline_local);
