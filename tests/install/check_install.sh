@@ -47,6 +47,12 @@ grep -q ' T kvd_frame_pack$' <<< "$syms" || fail "libkvdock.a lacks the framing 
 dsyms=$(nm -D --defined-only "$libdir/libkvdock.so" | awk 'NF == 3 {print $3}')
 others=$(grep -v '^kvd_' <<< "$dsyms" || true)
 [ -z "$others" ] || { echo "$others" | head; fail "libkvdock.so exports more than kvd_*"; }
+# ...and each of them is declared in an installed header (no private helper
+# leaks into the ABI)
+hdrs=$(cat "$prefix"/include/kvdock/*.h)
+for s in $dsyms; do
+  grep -q "\b$s(" <<< "$hdrs" || fail "libkvdock.so exports $s, which no installed header declares"
+done
 grep -q "^ExecStart=$prefix/bin/kvdockd \|^ExecStart=.*/bin/kvdockd " "$prefix/lib/systemd/system/kvdockd.service" ||
   fail "the unit's ExecStart does not name the installed kvdockd"
 grep -q '^kvdockd ' <<< "$("$prefix/bin/kvdockd" --version)" || fail "installed kvdockd --version"
