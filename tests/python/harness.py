@@ -92,8 +92,15 @@ class Daemon:
         else:
             rc = self.proc.returncode
         self._logf.close()
+        self.final_log = self.read_log()  # the folder goes next
         shutil.rmtree(self.dir, ignore_errors=True)
         return rc
+
+    def stop_clean(self, timeout: float = 20.0) -> None:
+        """stop(), and fail unless kvdockd exited 0 (a tearDownModule's end)."""
+        rc = self.stop(timeout)
+        if rc not in (0, None):
+            raise AssertionError(f"kvdockd exited with {rc}:\n{self.final_log}")
 
 
 # ---------------------------------------------------------------------------
