@@ -530,13 +530,8 @@ START_TEST(test_shared_pool_between_clients)
     kvd_kv_store_t st;
 
     snprintf(name, sizeof(name), "shared-%d", (int)getpid());
-    memset(&spec, 0, sizeof(spec));
-    spec.name = name;
-    spec.kind = KVD_MEM_HOST;
-    spec.num_layers = 1;
-    spec.num_slots = 8;
-    spec.slot_bytes = 16;
-    spec.shared = true;
+    spec = (kvd_pool_spec_t){.name = name, .kind = KVD_MEM_HOST, .num_layers = 1,
+                             .num_slots = 8, .slot_bytes = 16, .shared = true};
     KVT_OK(a, kvd_pool_create(a, &spec, &info));
     ck_assert(info.shared);
     ck_assert(!info.orphaned);
@@ -584,13 +579,8 @@ START_TEST(test_shared_pool_orphaned)
     char name[64];
 
     snprintf(name, sizeof(name), "orphan-%d", (int)getpid());
-    memset(&spec, 0, sizeof(spec));
-    spec.name = name;
-    spec.kind = KVD_MEM_HOST;
-    spec.num_layers = 1;
-    spec.num_slots = 4;
-    spec.slot_bytes = 16;
-    spec.shared = true;
+    spec = (kvd_pool_spec_t){.name = name, .kind = KVD_MEM_HOST, .num_layers = 1,
+                             .num_slots = 4, .slot_bytes = 16, .shared = true};
     KVT_OK(a, kvd_pool_create(a, &spec, &info));
     kvd_client_destroy(&a);
     /* the daemon handles the hang-up between b's requests: poll for it */

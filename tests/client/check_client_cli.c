@@ -342,13 +342,8 @@ START_TEST(test_cli_shared_pool_drop_needs_admin)
     /* a shared pool whose creator is still connected */
     ck_assert_int_eq(kvd_client_create(d.socket, "holder", &holder), KVD_OK);
     snprintf(held, sizeof(held), "held-%d", (int)getpid());
-    memset(&spec, 0, sizeof(spec));
-    spec.name = held;
-    spec.kind = KVD_MEM_HOST;
-    spec.num_layers = 1;
-    spec.num_slots = 4;
-    spec.slot_bytes = 16;
-    spec.shared = true;
+    spec = (kvd_pool_spec_t){.name = held, .kind = KVD_MEM_HOST, .num_layers = 1,
+                             .num_slots = 4, .slot_bytes = 16, .shared = true};
     KVT_OK(holder, kvd_pool_create(holder, &spec, &info));
 
     /* nobody sees both (shared), and may drop neither */
