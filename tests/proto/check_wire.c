@@ -550,6 +550,37 @@ START_TEST(test_sock_errors)
 }
 END_TEST
 
+START_TEST(test_sendmsg_gathers)
+{
+    /* the daemon's flush: several frames in one call, a descriptor with the
+     * first byte; nothing sent without a buffer or with too many fds */
+    int sv[2], fds[KVD_MAX_FDS_PER_FRAME + 1], got[KVD_MAX_FDS_PER_FRAME], ngot = 0;
+    struct iovec iov[3] = {{"ab", 2}, {"cde", 3}, {"f", 1}};
+    char buf[16];
+    int i;
+
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    for (i = 0; i <= KVD_MAX_FDS_PER_FRAME; i++)
+        fds[i] = 0;
+    errno = 0;
+    ck_assert_int_eq(kvd_sock_sendmsg(sv[0], iov, 0, NULL, 0, 0), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    errno = 0;
+    ck_assert_int_eq(kvd_sock_sendmsg(sv[0], iov, 3, fds, KVD_MAX_FDS_PER_FRAME + 1, 0), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(kvd_sock_recv(sv[1], buf, sizeof(buf), got, &ngot, KVD_MAX_FDS_PER_FRAME),
+                     -EAGAIN);
+    ck_assert_int_eq(kvd_sock_sendmsg(sv[0], iov, 3, fds, 1, 0), 6);
+    ck_assert_int_eq(kvd_sock_recv(sv[1], buf, sizeof(buf), got, &ngot, KVD_MAX_FDS_PER_FRAME), 6);
+    ck_assert_mem_eq(buf, "abcdef", 6);
+    ck_assert_int_eq(ngot, 1);
+    ck_assert_int_ge(got[0], 0);
+    close(got[0]);
+    close(sv[0]);
+    close(sv[1]);
+}
+END_TEST
+
 START_TEST(test_send_large)
 {
     /* a frame larger than the socket buffer arrives whole */
@@ -649,6 +680,7 @@ static Suite *wire_suite(void)
     tcase_add_test(tc, test_fd_passing_both_ways);
     tcase_add_test(tc, test_fd_extra_closed);
     tcase_add_test(tc, test_sock_errors);
+    tcase_add_test(tc, test_sendmsg_gathers);
     tcase_add_test(tc, test_send_large);
     tcase_add_test(tc, test_default_socket_path);
     suite_add_tcase(s, tc);
