@@ -16,6 +16,7 @@
 #ifndef KVD_DAEMON_BACKEND_H
 #define KVD_DAEMON_BACKEND_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -138,5 +139,19 @@ kvd_status_t kvd__memfd_create(const char *label, uint64_t bytes, int *fd, void 
  * least bytes. */
 kvd_status_t kvd__memfd_map(int fd, uint64_t bytes, void **ptr, uint64_t *map_bytes, char *why,
                             size_t why_len);
+
+/* Shared by both: finished jobs on their way from the threads that finish
+ * them (workers, CUDA callbacks, the poller) to the loop thread, in
+ * order.  The backend wakes the loop (uv_async_send) after a push. */
+typedef struct kvd_done_list {
+    pthread_mutex_t mu;
+    kvd_job_t *head, *tail;
+} kvd_done_list_t;
+
+void kvd__done_init(kvd_done_list_t *dl);
+void kvd__done_destroy(kvd_done_list_t *dl);
+void kvd__done_push(kvd_done_list_t *dl, kvd_job_t *job);
+/* Everything pushed so far, oldest first, linked through job->next. */
+kvd_job_t *kvd__done_take(kvd_done_list_t *dl);
 
 #endif

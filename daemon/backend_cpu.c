@@ -26,8 +26,7 @@ typedef struct cpu_queue {
 typedef struct cpu_backend {
     kvd_backend_t be;
     uv_async_t async;
-    pthread_mutex_t done_mu;
-    kvd_job_t *done_head, *done_tail;
+    kvd_done_list_t done;
     cpu_queue_t q[KVD_SC_COUNT];
     uint32_t pending; /* loop thread only */
     void (*destroy_cb)(void *arg);
@@ -36,14 +35,7 @@ typedef struct cpu_backend {
 
 static void push_done(cpu_backend_t *cb, kvd_job_t *job)
 {
-    pthread_mutex_lock(&cb->done_mu);
-    job->next = NULL;
-    if (cb->done_tail)
-        cb->done_tail->next = job;
-    else
-        cb->done_head = job;
-    cb->done_tail = job;
-    pthread_mutex_unlock(&cb->done_mu);
+    kvd__done_push(&cb->done, job);
     uv_async_send(&cb->async);
 }
 
@@ -106,10 +98,7 @@ static void async_cb(uv_async_t *h)
     cpu_backend_t *cb = h->data;
     kvd_job_t *list, *next;
 
-    pthread_mutex_lock(&cb->done_mu);
-    list = cb->done_head;
-    cb->done_head = cb->done_tail = NULL;
-    pthread_mutex_unlock(&cb->done_mu);
+    list = kvd__done_take(&cb->done);
     for (; list; list = next) {
         next = list->next;
         cb->pending--;
@@ -297,7 +286,7 @@ static void free_backend(cpu_backend_t *cb)
         pthread_mutex_destroy(&cb->q[i].mu);
         pthread_cond_destroy(&cb->q[i].cv);
     }
-    pthread_mutex_destroy(&cb->done_mu);
+    kvd__done_destroy(&cb->done);
     free(cb);
 }
 
@@ -351,7 +340,7 @@ kvd_status_t kvd_backend_cpu_create(uv_loop_t *loop, const kvd_options_t *opts,
     cb->be.cancel_pending = cpu_cancel_pending;
     cb->be.pending = cpu_pending;
     cb->be.destroy = cpu_destroy;
-    pthread_mutex_init(&cb->done_mu, NULL);
+    kvd__done_init(&cb->done);
     for (i = 0; i < KVD_SC_COUNT; i++) {
         pthread_mutex_init(&cb->q[i].mu, NULL);
         pthread_cond_init(&cb->q[i].cv, NULL);

@@ -154,8 +154,7 @@ typedef struct cuda_backend {
     cudaEvent_t *ev_free; /* loop thread only */
     uint32_t ev_nfree;
     uv_async_t async;
-    pthread_mutex_t done_mu;
-    kvd_job_t *done_head, *done_tail;
+    kvd_done_list_t done;
     cudaStream_t streams[KVD_SC_COUNT];
     uint32_t pending;
     driver_api_t drv;
@@ -221,14 +220,7 @@ static void load_driver_api(driver_api_t *d)
 
 static void push_done(cuda_backend_t *cb, kvd_job_t *job)
 {
-    pthread_mutex_lock(&cb->done_mu);
-    job->next = NULL;
-    if (cb->done_tail)
-        cb->done_tail->next = job;
-    else
-        cb->done_head = job;
-    cb->done_tail = job;
-    pthread_mutex_unlock(&cb->done_mu);
+    kvd__done_push(&cb->done, job);
     uv_async_send(&cb->async);
 }
 
@@ -308,10 +300,7 @@ static void async_cb(uv_async_t *h)
     cuda_backend_t *cb = h->data;
     kvd_job_t *list, *next;
 
-    pthread_mutex_lock(&cb->done_mu);
-    list = cb->done_head;
-    cb->done_head = cb->done_tail = NULL;
-    pthread_mutex_unlock(&cb->done_mu);
+    list = kvd__done_take(&cb->done);
     for (; list; list = next) {
         next = list->next;
         finish_job(cb, list);
@@ -1077,7 +1066,7 @@ static void free_backend(cuda_backend_t *cb)
     if (cb->oob)
         cudaFreeHost(cb->oob);
     free(cb->oob_free);
-    pthread_mutex_destroy(&cb->done_mu);
+    kvd__done_destroy(&cb->done);
     free(cb);
 }
 
@@ -1153,7 +1142,7 @@ kvd_status_t kvd_backend_cuda_create(uv_loop_t *loop, const kvd_options_t *opts,
     cb = calloc(1, sizeof(*cb));
     if (cb == NULL)
         return KVD_ENOMEM;
-    pthread_mutex_init(&cb->done_mu, NULL);
+    kvd__done_init(&cb->done);
     pthread_mutex_init(&cb->poll_mu, NULL);
     pthread_cond_init(&cb->poll_cv, NULL);
     cb->dev = (int)opts->device;
