@@ -36,34 +36,16 @@ kvd_status_t kvd__cuda_sm_count(int *sm_count)
     return KVD_OK;
 }
 
-kvd_status_t kvd__cuda_grid(int64_t threads_needed, int blocks_per_sm,
-                            const kvd_launch_t *launch, unsigned *blocks)
+kvd_status_t kvd__cuda_limits(const kvd_launch_t *launch, kvd_grid_limits_t *g)
 {
-    int sms;
-    kvd_status_t st = kvd__cuda_sm_count(&sms);
+    kvd_status_t st = kvd__cuda_sm_count(&g->sms);
     if (st != KVD_OK)
         return st;
-    /* no + (KVD_BLOCK_THREADS - 1): callers saturate at INT64_MAX */
-    int64_t want = threads_needed / KVD_BLOCK_THREADS + (threads_needed % KVD_BLOCK_THREADS != 0);
-    int64_t resident = (int64_t)sms * blocks_per_sm;
-    if (want > resident)
-        want = resident;
-    if (launch && launch->max_blocks > 0 && want > (int64_t)launch->max_blocks)
-        want = launch->max_blocks;
-    *blocks = want < 1 ? 1u : (unsigned)want;
-    return KVD_OK;
-}
-
-kvd_status_t kvd__cuda_one_pass_blocks(const kvd_launch_t *launch, int waves, int64_t *limit)
-{
-    int sms = 0;
-    kvd_status_t st = kvd__cuda_sm_count(&sms);
-    if (st != KVD_OK)
-        return st;
-    int64_t n = (int64_t)sms * KVD_MIN_BLOCKS_PER_SM * waves;
-    if (launch && launch->max_blocks > 0 && n > (int64_t)launch->max_blocks)
-        n = launch->max_blocks;
-    *limit = n;
+    g->resident = (int64_t)g->sms * KVD_MIN_BLOCKS_PER_SM;
+    g->budget = launch && launch->max_blocks > 0 ? (int64_t)launch->max_blocks : INT64_MAX;
+    g->one_wave = g->resident < g->budget ? g->resident : g->budget;
+    const int64_t w = g->resident * KVD_ONE_PASS_WAVES;
+    g->waves = w < g->budget ? w : g->budget;
     return KVD_OK;
 }
 

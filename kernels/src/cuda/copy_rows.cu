@@ -4,9 +4,11 @@
  * them all: every (pair, buffer, layer) is a task that copies one row.
  *
  * Work split: a group of G lanes (a power of two) copies one row.  By size:
- * - small calls (every row's lanes fit on the device at once): one pass,
- *   a lane for every vector of a row (up to a block), each lane one load;
- *   this spreads a handful of rows over the most multiprocessors;
+ * - small single-buffer (MLA) calls without layer tables: a block per row,
+ *   a lane per vector, whole warps and no more;
+ * - other small calls (every row's lanes fit on the device at once): one
+ *   pass, a lane for every vector of a row (up to a block), each lane one
+ *   load; this spreads a handful of rows over the most multiprocessors;
  * - up to KVD_ONE_PASS_WAVES grids of that: one pass, up to a warp per
  *   row, each lane keeping UNROLL vector loads in flight before it stores;
  * - larger calls: the same groups walk the task list with a grid stride
@@ -251,6 +253,66 @@ copy_rows_once(const RowCopy p, int gshift)
     copy_span<V, U>(sv, dv, lane + (int64_t)g * U, vecs, g);
 }
 
+/*
+ * Small single-buffer (MLA) calls without layer tables: block (i, layer)
+ * copies row i of that layer, a lane per vector.  On an H200 this beat
+ * the wide one-pass kernel (two rows per block, a power-of-two group per
+ * row: 128 lanes for the 72 vectors of a 1,152-byte row) by about 0.4 us
+ * at 64 and 1,024 rows; with K and V (two buffers) the wide kernel stayed
+ * ahead, whether a block took both rows of a pair or one.  The index
+ * width is a template parameter, not a branch.
+ */
+template <typename V, bool STORE, bool IDX64>
+__global__ void __launch_bounds__(1024) copy_single_once(const RowCopy p)
+{
+    const uint32_t i = blockIdx.x;
+    const int t = threadIdx.x;
+    const int64_t layer = blockIdx.y;
+    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
+    const int64_t d = IDX64 ? ((const int64_t *)p.dst_idx)[i] : ((const int32_t *)p.dst_idx)[i];
+    int64_t s = i;
+    V r;
+    if (STORE) { /* the token row is known before the slot index arrives */
+        if (t < vecs)
+            r = load_once((const V *)(p.src[0] + (int64_t)i * p.src_stride[0]) + t);
+    } else {
+        s = IDX64 ? ((const int64_t *)p.src_idx)[i] : ((const int32_t *)p.src_idx)[i];
+    }
+    if (d < 0 || s < 0)
+        return; /* padding */
+    if (d >= p.dst_slots || (!STORE && s >= p.src_slots)) {
+        if (t == 0 && layer == 0 && p.oob)
+            atomicAdd(p.oob, 1ull);
+        return;
+    }
+    if (t >= vecs)
+        return;
+    if (!STORE)
+        r = load_once((const V *)(p.src[0] + layer * p.src_layer_stride + s * p.src_stride[0]) + t);
+    store_once((V *)(p.dst[0] + layer * p.dst_layer_stride + d * p.dst_stride[0]) + t, r);
+}
+
+template <typename V>
+kvd_status_t launch_single(const RowCopy &p, int64_t num_layers, unsigned threads,
+                           const kvd_launch_t *launch)
+{
+    const dim3 grid((unsigned)p.count, (unsigned)num_layers);
+    cudaStream_t st = kvd__stream(launch);
+    if (p.src_idx) {
+        if (p.idx64)
+            copy_single_once<V, false, true><<<grid, threads, 0, st>>>(p);
+        else
+            copy_single_once<V, false, false><<<grid, threads, 0, st>>>(p);
+    } else {
+        if (p.idx64)
+            copy_single_once<V, true, true><<<grid, threads, 0, st>>>(p);
+        else
+            copy_single_once<V, true, false><<<grid, threads, 0, st>>>(p);
+    }
+    KVD_CUDA_LAUNCHED("copy_single_once");
+    return KVD_OK;
+}
+
 /* Lanes per row: enough that u loads each cover the row, at most 32. */
 int group_shift(int64_t vecs, int u)
 {
@@ -283,7 +345,9 @@ kvd_status_t launch_once(const RowCopy &p, int64_t bx, int64_t by, int gshift, c
 }
 
 /*
- * Three shapes, by size:
+ * Four shapes, by size:
+ * - single-buffer rows without tables, when they all fit on the device at
+ *   once: a block per row;
  * - wide one pass, one vector per lane and a lane for every vector of a
  *   row, when all the rows fit on the device at once: the most rows, and
  *   the most multiprocessors, working on the first round trip;
@@ -295,31 +359,30 @@ kvd_status_t launch_width(const RowCopy &p, int64_t num_layers, const kvd_launch
 {
     const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
     const int64_t by = (int64_t)p.nbufs * num_layers;
-    int64_t one_wave, waves, bx;
-    kvd_status_t st = kvd__cuda_one_pass_blocks(launch, 1, &one_wave);
-    if (st == KVD_OK)
-        st = kvd__cuda_one_pass_blocks(launch, KVD_ONE_PASS_WAVES, &waves);
+    kvd_grid_limits_t g;
+    kvd_status_t st = kvd__cuda_limits(launch, &g);
     if (st != KVD_OK)
         return st;
+    int64_t bx;
 
     const int wshift = kvd__wide_shift(vecs);
-    if (by <= one_wave && once_blocks(p.count, wshift, by, &bx) <= one_wave)
+    if (p.nbufs == 1 && !p.src_tab[0] && !p.dst_tab[0] && vecs <= 1024) {
+        /* a block per row, a lane per vector (whole warps), all resident at once */
+        const unsigned lanes = (unsigned)((vecs + 31) / 32 * 32);
+        const int64_t blocks = kvd__mul_sat(p.count, num_layers);
+        if (kvd__mul_sat(blocks, lanes) <= g.one_wave * KVD_BLOCK_THREADS && blocks <= g.budget)
+            return launch_single<V>(p, num_layers, lanes, launch);
+    }
+    if (by <= g.one_wave && once_blocks(p.count, wshift, by, &bx) <= g.one_wave)
         return launch_once<V, 1>(p, bx, by, wshift, launch);
     const int gshift = group_shift(vecs, kUnroll);
-    if (by <= waves && once_blocks(p.count, gshift, by, &bx) <= waves)
+    if (by <= g.waves && once_blocks(p.count, gshift, by, &bx) <= g.waves)
         return launch_once<V, kUnroll>(p, bx, by, gshift, launch);
 
-    unsigned blocks, unbudgeted;
-    int sms = 0;
+    /* grid-stride: a group per task, at most what the device holds */
     const int64_t threads = kvd__mul_sat(p.tasks, (int64_t)1 << gshift);
-    st = kvd__cuda_grid(threads, KVD_MIN_BLOCKS_PER_SM, launch, &blocks);
-    if (st == KVD_OK)
-        st = kvd__cuda_grid(threads, KVD_MIN_BLOCKS_PER_SM, NULL, &unbudgeted);
-    if (st == KVD_OK)
-        st = kvd__cuda_sm_count(&sms);
-    if (st != KVD_OK)
-        return st;
-    if (blocks < unbudgeted && blocks <= 2u * (unsigned)sms) {
+    const unsigned blocks = kvd__grid_blocks(&g, threads);
+    if (blocks < kvd__grid_unbudgeted(&g, threads) && blocks <= 2u * (unsigned)g.sms) {
         /* the budget, not the work, sets the grid: half the lanes per row,
          * twice the loads per lane, so each warp moves two rows at once */
         copy_rows_kernel<V, kUnrollDeep><<<blocks, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(
@@ -336,6 +399,10 @@ template <typename V> void load_width(void)
     cudaFuncAttributes a;
     (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_kernel<V, kUnroll>);
     (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_kernel<V, kUnrollDeep>);
+    (void)cudaFuncGetAttributes(&a, (const void *)copy_single_once<V, false, false>);
+    (void)cudaFuncGetAttributes(&a, (const void *)copy_single_once<V, false, true>);
+    (void)cudaFuncGetAttributes(&a, (const void *)copy_single_once<V, true, false>);
+    (void)cudaFuncGetAttributes(&a, (const void *)copy_single_once<V, true, true>);
     (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, 1, false>);
     (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, 1, true>);
     (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, kUnroll, false>);

@@ -37,21 +37,37 @@ kvd_status_t kvd__cuda_fail(cudaError_t err, const char *what, const char *file,
 kvd_status_t kvd__cuda_sm_count(int *sm_count);
 
 /*
- * Blocks for a grid-stride kernel: enough to give every one of
- * threads_needed threads its own work, at most what the device holds at
- * once (blocks_per_sm per SM), and at most the caller's budget.
+ * Grid limits of one launch on the current device: what it holds at once
+ * (KVD_MIN_BLOCKS_PER_SM blocks of KVD_BLOCK_THREADS per SM) and the
+ * caller's block budget, which caps every grid.
  */
-kvd_status_t kvd__cuda_grid(int64_t threads_needed, int blocks_per_sm,
-                            const kvd_launch_t *launch, unsigned *blocks);
+typedef struct kvd_grid_limits {
+    int sms;
+    int64_t resident; /* blocks the device holds at once */
+    int64_t budget;   /* launch->max_blocks, INT64_MAX when none */
+    int64_t one_wave; /* blocks a one-pass launch may use: resident, within the budget */
+    int64_t waves;    /* the same for KVD_ONE_PASS_WAVES waves */
+} kvd_grid_limits_t;
 
-/*
- * Blocks a one-pass launch (every group of threads one piece of work, no
- * grid-stride loop) may use: waves times what the device holds at once
- * (KVD_MIN_BLOCKS_PER_SM blocks of KVD_BLOCK_THREADS per SM), and never
- * more than the caller's budget, which caps the blocks of a launch.
- * Calls that need more take the grid-stride kernels.
- */
-kvd_status_t kvd__cuda_one_pass_blocks(const kvd_launch_t *launch, int waves, int64_t *limit);
+kvd_status_t kvd__cuda_limits(const kvd_launch_t *launch, kvd_grid_limits_t *g);
+
+/* Blocks a grid-stride kernel needs without the budget: enough to give
+ * every one of threads (saturated, not rounded up by the caller) its own
+ * work, at most what the device holds at once. */
+static inline int64_t kvd__grid_unbudgeted(const kvd_grid_limits_t *g, int64_t threads)
+{
+    int64_t want = threads / KVD_BLOCK_THREADS + (threads % KVD_BLOCK_THREADS != 0);
+    if (want > g->resident)
+        want = g->resident;
+    return want < 1 ? 1 : want;
+}
+
+/* The same within the budget. */
+static inline unsigned kvd__grid_blocks(const kvd_grid_limits_t *g, int64_t threads)
+{
+    const int64_t want = kvd__grid_unbudgeted(g, threads);
+    return (unsigned)(want < g->budget ? want : g->budget);
+}
 
 /* Lanes for a row of vecs vectors, one vector each: log2 of the smallest
  * power of two covering the row, at most a block. */

@@ -324,27 +324,22 @@ kvd_status_t launch_vec(Fp8Set &p, int64_t head_dim, const kvd_launch_t *launch)
             p.vph_shift = b;
     p.vecs_per_row = p.vecs_per_row * p.vecs_per_head; /* caller put num_heads there */
 
-    int64_t one_wave, waves;
-    kvd_status_t st = kvd__cuda_one_pass_blocks(launch, 1, &one_wave);
-    if (st == KVD_OK)
-        st = kvd__cuda_one_pass_blocks(launch, KVD_ONE_PASS_WAVES, &waves);
+    kvd_grid_limits_t g;
+    kvd_status_t st = kvd__cuda_limits(launch, &g);
     if (st != KVD_OK)
         return st;
     const int wshift = kvd__wide_shift(p.vecs_per_row);
     int64_t per_block = KVD_BLOCK_THREADS >> wshift;
     int64_t bx = p.num_tokens / per_block + (p.num_tokens % per_block != 0);
-    if (kvd__mul_sat(bx, p.nbufs) <= one_wave)
+    if (kvd__mul_sat(bx, p.nbufs) <= g.one_wave)
         return launch_once<KIND, VE, E5M2, 1>(p, bx, wshift, launch);
     const int gshift = group_shift(p.vecs_per_row);
     per_block = KVD_BLOCK_THREADS >> gshift;
     bx = p.num_tokens / per_block + (p.num_tokens % per_block != 0);
-    if (kvd__mul_sat(bx, p.nbufs) <= waves)
+    if (kvd__mul_sat(bx, p.nbufs) <= g.waves)
         return launch_once<KIND, VE, E5M2, kUnroll>(p, bx, gshift, launch);
 
-    unsigned blocks;
-    st = kvd__cuda_grid(kvd__mul_sat(p.tasks, (int64_t)1 << gshift), KVD_MIN_BLOCKS_PER_SM, launch, &blocks);
-    if (st != KVD_OK)
-        return st;
+    const unsigned blocks = kvd__grid_blocks(&g, kvd__mul_sat(p.tasks, (int64_t)1 << gshift));
     fp8_set_kernel<KIND, VE, E5M2><<<blocks, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p, gshift);
     KVD_CUDA_LAUNCHED("fp8_set_kernel");
     return KVD_OK;

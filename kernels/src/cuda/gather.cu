@@ -148,10 +148,11 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
 template <typename T, int VEC>
 kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
 {
-    int64_t limit;
-    kvd_status_t st = kvd__cuda_one_pass_blocks(launch, 1, &limit);
+    kvd_grid_limits_t g;
+    kvd_status_t st = kvd__cuda_limits(launch, &g);
     if (st != KVD_OK)
         return st;
+    const int64_t limit = g.one_wave;
     /* One pass when every vector of every row fits on the device at once
      * (past that, the loop's four vectors per thread won on an H200). */
     const int64_t nvec = p.max_pages / VEC + (p.max_pages % VEC != 0);
@@ -163,10 +164,7 @@ kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
         return KVD_OK;
     }
     /* one block per row, as many rows at once as the device holds */
-    unsigned blocks;
-    st = kvd__cuda_grid(kvd__mul_sat(p.bs, KVD_BLOCK_THREADS), KVD_MIN_BLOCKS_PER_SM, launch, &blocks);
-    if (st != KVD_OK)
-        return st;
+    const unsigned blocks = kvd__grid_blocks(&g, kvd__mul_sat(p.bs, KVD_BLOCK_THREADS));
     gather_kernel<T, VEC><<<blocks, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p);
     KVD_CUDA_LAUNCHED("gather_kernel");
     return KVD_OK;
