@@ -140,6 +140,17 @@ kvd_status_t kvd__memfd_create(const char *label, uint64_t bytes, int *fd, void 
 kvd_status_t kvd__memfd_map(int fd, uint64_t bytes, void **ptr, uint64_t *map_bytes, char *why,
                             size_t why_len);
 
+/* Append job to the list head/tail (no lock: the caller holds the list's). */
+static inline void kvd__jobs_append(kvd_job_t **head, kvd_job_t **tail, kvd_job_t *job)
+{
+    job->next = NULL;
+    if (*tail)
+        (*tail)->next = job;
+    else
+        *head = job;
+    *tail = job;
+}
+
 /* Shared by both: finished jobs on their way from the threads that finish
  * them (workers, CUDA callbacks, the poller) to the loop thread, in
  * order.  The backend wakes the loop (uv_async_send) after a push. */

@@ -219,16 +219,11 @@ static kvd_status_t cpu_submit(kvd_backend_t *be, kvd_job_t *job)
     if (job->wait_event || job->record_event)
         return KVD_ENOTSUP;
     q = &cb->q[job->sclass];
-    job->next = NULL;
     job->status = KVD_OK;
     job->skipped_oob = 0;
     job->detail[0] = '\0';
     pthread_mutex_lock(&q->mu);
-    if (q->tail)
-        q->tail->next = job;
-    else
-        q->head = job;
-    q->tail = job;
+    kvd__jobs_append(&q->head, &q->tail, job);
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
     cb->pending++;

@@ -116,12 +116,7 @@ typedef struct job_fifo {
 
 static void fifo_push(job_fifo_t *q, kvd_job_t *job)
 {
-    job->next = NULL;
-    if (q->tail)
-        q->tail->next = job;
-    else
-        q->head = job;
-    q->tail = job;
+    kvd__jobs_append(&q->head, &q->tail, job);
 }
 
 /* The head, which the caller has checked is there. */

@@ -15,12 +15,7 @@ void kvd__done_destroy(kvd_done_list_t *dl)
 void kvd__done_push(kvd_done_list_t *dl, kvd_job_t *job)
 {
     pthread_mutex_lock(&dl->mu);
-    job->next = NULL;
-    if (dl->tail)
-        dl->tail->next = job;
-    else
-        dl->head = job;
-    dl->tail = job;
+    kvd__jobs_append(&dl->head, &dl->tail, job);
     pthread_mutex_unlock(&dl->mu);
 }
 
