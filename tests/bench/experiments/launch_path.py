@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Round 7 experiment: the launch path's share of a small case's time.  Times, in turns
+(EXP_ROUNDS rounds, do_bench, L2 flushed), empty kernels launched by torch, by Triton,
+and by launch_path.cu through the runtime and through the driver (a build with the
+static runtime, as libkvdock_kernels.so has, and one with the shared runtime, as torch
+has); then store N=1 and N=32 by the seed, by the library, and by the seed-shaped
+kernel of launch_path.cu on each path.  Each store is checked once first.
+
+    EXP_LP_STATIC=liblp_static.so EXP_LP_SHARED=liblp_shared.so EXP_LIB=<libkvdock_kernels.so> \
+        EXP_ROUNDS=11 python3 tests/bench/experiments/launch_path.py
+
+Run from the repository root with the seed at .peer; build lines in launch_path.cu."""
+import ctypes, os, statistics, sys
+sys.path.insert(0, "tests/bench"); sys.path.insert(0, ".peer")
+import bench_kernels as B
+import torch, triton
+from triton.testing import do_bench
+from tokenspeed_kernel.ops.kvcache import triton as K
+
+ROUNDS = int(os.environ.get("EXP_ROUNDS", "11"))
+dev = "cuda"; torch.manual_seed(0)
+def t(fn): return do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+
+@triton.jit
+def triton_empty():
+    pass
+
+libs = {}
+VP, LL = ctypes.c_void_p, ctypes.c_longlong
+for tag, env in (("static", "EXP_LP_STATIC"), ("shared", "EXP_LP_SHARED")):
+    m = ctypes.CDLL(os.environ[env])
+    for f in ("lp_empty_rt", "lp_empty_drv"):
+        getattr(m, f).argtypes = [VP]
+    for f in ("lp_store_rt", "lp_store_drv", "lp_store_rt256"):
+        getattr(m, f).argtypes = [VP] * 6 + [LL, LL]
+    assert m.lp_init() == 0, f"lp_init failed ({tag})"
+    m.lp_store_variant.argtypes = [ctypes.c_int] + [VP] * 5 + [LL, LL]
+    libs[tag] = m
+kvd = B.Kvd(os.environ["EXP_LIB"])
+kvd2 = B.Kvd(os.environ["EXP_LIB2"]) if os.environ.get("EXP_LIB2") else None  # a variant build
+
+cases = {}
+def ok(rc):
+    assert rc == 0, rc
+cases["empty"] = {
+    "torch": lambda: torch.cuda._sleep(0),
+    "triton": lambda: triton_empty[(1,)](),
+}
+for tag, m in libs.items():
+    cases["empty"][f"rt_{tag}"] = lambda m=m: ok(m.lp_empty_rt(None))
+    cases["empty"][f"drv_{tag}"] = lambda m=m: ok(m.lp_empty_drv(None))
+
+H, D, P = 8, 128, 1 << 20
+row = H * D * 2
+kpool = torch.randn(P, H, D, dtype=torch.bfloat16, device=dev); vpool = torch.randn_like(kpool)
+for N in (1, 32, 512):
+    ks = torch.randn(N, H, D, dtype=torch.bfloat16, device=dev); vs = torch.randn_like(ks)
+    loc = torch.randperm(P, device=dev)[:N]
+    a = B.StoreArgs(ks.data_ptr(), vs.data_ptr(), row, row, kpool.data_ptr(), vpool.data_ptr(), row, row, P,
+                    loc.data_ptr(), B.KVD_DTYPE_I64, N, row, None)
+    c = {"seed": lambda ks=ks, vs=vs, loc=loc: K.store_kv_cache(ks, vs, kpool, vpool, loc),
+         "lib": kvd.bind("kvd_cuda_kv_store", a, B.Launch(None, 0, 0))}
+    if kvd2:
+        c["lib2"] = kvd2.bind("kvd_cuda_kv_store", a, B.Launch(None, 0, 0))
+    for tag, m in libs.items():
+        for path in ("rt", "drv") + (("rt256",) if tag == "static" else ()):
+            f = getattr(m, f"lp_store_{path}")
+            c[f"{path}_{tag}"] = (lambda f=f, ks=ks, vs=vs, loc=loc, N=N:
+                                  ok(f(None, ks.data_ptr(), vs.data_ptr(), kpool.data_ptr(), vpool.data_ptr(),
+                                       loc.data_ptr(), N, row)))
+    for w, name in enumerate(("big", "checks", "libgrid")):
+        c[name] = (lambda w=w, ks=ks, vs=vs, loc=loc, N=N:
+                   ok(libs["static"].lp_store_variant(w, ks.data_ptr(), vs.data_ptr(), kpool.data_ptr(),
+                                                      vpool.data_ptr(), loc.data_ptr(), N, row)))
+    for name, fn in c.items():
+        kpool[loc] = 0; vpool[loc] = 0
+        fn(); torch.cuda.synchronize()
+        good = torch.equal(kpool[loc], ks) and torch.equal(vpool[loc], vs)
+        print(f"check store N={N} {name}: {'ok' if good else 'MISMATCH'}", flush=True)
+        assert good
+    cases[f"store N={N}"] = c
+
+# per-layer MHA transfer, 64 rows (library builds and the seed only)
+P2 = 1 << 19
+src_k = torch.randn(P2, H, D, dtype=torch.bfloat16, device=dev); src_v = torch.randn_like(src_k)
+dst_k = torch.zeros_like(src_k); dst_v = torch.zeros_like(src_k)
+si = torch.randperm(P2, device=dev)[:64]; di = torch.randperm(P2, device=dev)[:64]
+ta = B.TransferArgs()
+ta.src = B.KvSide(src_k.data_ptr(), src_v.data_ptr(), None, None, 0, row, P2)
+ta.dst = B.KvSide(dst_k.data_ptr(), dst_v.data_ptr(), None, None, 0, row, P2)
+ta.num_layers, ta.src_idx, ta.dst_idx = 1, si.data_ptr(), di.data_ptr()
+ta.idx_dtype, ta.count, ta.row_bytes, ta.oob_count = B.KVD_DTYPE_I64, 64, row, None
+c = {"seed": lambda: K.transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, si, di, row),
+     "lib": kvd.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))}
+if kvd2:
+    c["lib2"] = kvd2.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))
+for name, fn in c.items():
+    dst_k[di] = 0; dst_v[di] = 0
+    fn(); torch.cuda.synchronize()
+    good = torch.equal(dst_k[di], src_k[si]) and torch.equal(dst_v[di], src_v[si])
+    print(f"check per-layer L=64 {name}: {'ok' if good else 'MISMATCH'}", flush=True)
+    assert good
+cases["per-layer L=64"] = c
+
+res = {k: {n: [] for n in v} for k, v in cases.items()}
+for r in range(ROUNDS):
+    for k, v in cases.items():
+        for n, fn in v.items():
+            res[k][n].append(t(fn))
+    print(f"round {r + 1}/{ROUNDS} done", flush=True)
+
+print(f"\nmedian us over {ROUNDS} rounds (min, and how many rounds within 0.1 us of the min)")
+for k, v in res.items():
+    for n, xs in v.items():
+        lo = min(xs)
+        near = sum(x <= lo + 0.1 for x in xs)
+        print(f"{k:12s} {n:12s} {statistics.median(xs):6.2f}  (min {lo:5.2f}: {near}/{len(xs)})  "
+              + " ".join(f"{x:.2f}" for x in xs), flush=True)
