@@ -3,8 +3,11 @@
 (EXP_ROUNDS rounds, do_bench, L2 flushed), empty kernels launched by torch, by Triton,
 and by launch_path.cu through the runtime and through the driver (a build with the
 static runtime, as libkvdock_kernels.so has, and one with the shared runtime, as torch
-has); then store N=1 and N=32 by the seed, by the library, and by the seed-shaped
-kernel of launch_path.cu on each path.  Each store is checked once first.
+has); then store N=1, 32 and 512 by the seed, by the library, and by the seed-shaped
+kernel of launch_path.cu on each path, and by three variants of it (the library's
+parameter block, its checks, its grid); and per-layer MHA at 64 rows.  EXP_LIB2 adds a
+second build of the library; EXP_LP_LEAN=1 keeps only runtime launches.  Each case is
+checked once first.
 
     EXP_LP_STATIC=liblp_static.so EXP_LP_SHARED=liblp_shared.so EXP_LIB=<libkvdock_kernels.so> \
         EXP_ROUNDS=11 python3 tests/bench/experiments/launch_path.py
@@ -28,6 +31,8 @@ def triton_empty():
 libs = {}
 VP, LL = ctypes.c_void_p, ctypes.c_longlong
 for tag, env in (("static", "EXP_LP_STATIC"), ("shared", "EXP_LP_SHARED")):
+    if not os.environ.get(env):
+        continue  # that build not asked for
     m = ctypes.CDLL(os.environ[env])
     for f in ("lp_empty_rt", "lp_empty_drv"):
         getattr(m, f).argtypes = [VP]
@@ -48,7 +53,8 @@ cases["empty"] = {
 }
 for tag, m in libs.items():
     cases["empty"][f"rt_{tag}"] = lambda m=m: ok(m.lp_empty_rt(None))
-    cases["empty"][f"drv_{tag}"] = lambda m=m: ok(m.lp_empty_drv(None))
+    if not os.environ.get("EXP_LP_LEAN"):
+        cases["empty"][f"drv_{tag}"] = lambda m=m: ok(m.lp_empty_drv(None))
 
 H, D, P = 8, 128, 1 << 20
 row = H * D * 2
@@ -64,6 +70,8 @@ for N in (1, 32, 512):
         c["lib2"] = kvd2.bind("kvd_cuda_kv_store", a, B.Launch(None, 0, 0))
     for tag, m in libs.items():
         for path in ("rt", "drv") + (("rt256",) if tag == "static" else ()):
+            if os.environ.get("EXP_LP_LEAN") and path != "rt":
+                continue  # the runtime path only
             f = getattr(m, f"lp_store_{path}")
             c[f"{path}_{tag}"] = (lambda f=f, ks=ks, vs=vs, loc=loc, N=N:
                                   ok(f(None, ks.data_ptr(), vs.data_ptr(), kpool.data_ptr(), vpool.data_ptr(),
