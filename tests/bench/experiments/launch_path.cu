@@ -5,7 +5,9 @@
  * through the runtime (<<<>>>) and through the driver (cuLaunchKernel, the
  * path Triton takes), timed by launch_path.py against torch's and Triton's
  * own empty kernels and the seed's store; also the store in blocks of 256
- * threads, half idle, as the library's one-pass kernel has them.
+ * threads, half idle, as the library's one-pass kernel has them; and
+ * lp_store_variant: the seed-shaped store with the library's parameter
+ * block, with its checks as well, or on its grid.
  *
  *   nvcc -O3 -arch=sm_90 -shared -Xcompiler -fPIC launch_path.cu -o liblp_static.so
  *   nvcc -O3 -arch=sm_90 -shared -Xcompiler -fPIC -cudart shared launch_path.cu -o liblp_shared.so
