@@ -58,21 +58,25 @@ extern "C" int lp_empty_drv(void *stream)
     return drv_launch(f_empty, 1, 1, 1, 1, 1, 1, 0, (CUstream)stream, NULL, NULL);
 }
 
+static int store_rt(void *stream, const void *ks, const void *vs, void *kd, void *vd, const void *loc, int64_t n,
+                    int64_t row_bytes, unsigned threads)
+{
+    lp_store<<<dim3(2, (unsigned)n), threads, 0, (cudaStream_t)stream>>>(
+        (const uint4 *)ks, (const uint4 *)vs, (uint4 *)kd, (uint4 *)vd, (const int64_t *)loc, row_bytes / 16);
+    return cudaGetLastError();
+}
+
 extern "C" int lp_store_rt(void *stream, const void *ks, const void *vs, void *kd, void *vd, const void *loc, int64_t n,
                            int64_t row_bytes)
 {
-    lp_store<<<dim3(2, (unsigned)n), 128, 0, (cudaStream_t)stream>>>((const uint4 *)ks, (const uint4 *)vs, (uint4 *)kd,
-                                                                      (uint4 *)vd, (const int64_t *)loc, row_bytes / 16);
-    return cudaGetLastError();
+    return store_rt(stream, ks, vs, kd, vd, loc, n, row_bytes, 128);
 }
 
 /* the same kernel in blocks of 256 threads, half of them idle (the library's block size) */
 extern "C" int lp_store_rt256(void *stream, const void *ks, const void *vs, void *kd, void *vd, const void *loc,
                               int64_t n, int64_t row_bytes)
 {
-    lp_store<<<dim3(2, (unsigned)n), 256, 0, (cudaStream_t)stream>>>((const uint4 *)ks, (const uint4 *)vs, (uint4 *)kd,
-                                                                      (uint4 *)vd, (const int64_t *)loc, row_bytes / 16);
-    return cudaGetLastError();
+    return store_rt(stream, ks, vs, kd, vd, loc, n, row_bytes, 256);
 }
 
 extern "C" int lp_store_drv(void *stream, const void *ks, const void *vs, void *kd, void *vd, const void *loc, int64_t n,
@@ -169,19 +173,20 @@ __global__ void lp_store_libgrid(const BigArgs p)
             ((const uint4 *)(p.src[b] + (int64_t)i * p.src_stride[b]))[lane];
 }
 
-extern "C" int lp_store_variant(int which, const void *ks, const void *vs, void *kd, void *vd, const void *loc,
+extern "C" int lp_store_variant(int which, void *stream, const void *ks, const void *vs, void *kd, void *vd, const void *loc,
                                 int64_t n, int64_t row_bytes)
 {
     const BigArgs a = big_args(ks, vs, kd, vd, loc, n, row_bytes);
+    cudaStream_t st = (cudaStream_t)stream;
     switch (which) {
     case 0:
-        lp_store_big<<<dim3(2, (unsigned)n), 128>>>(a);
+        lp_store_big<<<dim3(2, (unsigned)n), 128, 0, st>>>(a);
         break;
     case 1:
-        lp_store_checks<<<dim3(2, (unsigned)n), 128>>>(a);
+        lp_store_checks<<<dim3(2, (unsigned)n), 128, 0, st>>>(a);
         break;
     default:
-        lp_store_libgrid<<<dim3((unsigned)((n + 1) / 2), 2), 256>>>(a);
+        lp_store_libgrid<<<dim3((unsigned)((n + 1) / 2), 2), 256, 0, st>>>(a);
         break;
     }
     return cudaGetLastError();

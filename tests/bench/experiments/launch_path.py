@@ -39,7 +39,7 @@ for tag, env in (("static", "EXP_LP_STATIC"), ("shared", "EXP_LP_SHARED")):
     for f in ("lp_store_rt", "lp_store_drv", "lp_store_rt256"):
         getattr(m, f).argtypes = [VP] * 6 + [LL, LL]
     assert m.lp_init() == 0, f"lp_init failed ({tag})"
-    m.lp_store_variant.argtypes = [ctypes.c_int] + [VP] * 5 + [LL, LL]
+    m.lp_store_variant.argtypes = [ctypes.c_int] + [VP] * 6 + [LL, LL]
     libs[tag] = m
 kvd = B.Kvd(os.environ["EXP_LIB"])
 kvd2 = B.Kvd(os.environ["EXP_LIB2"]) if os.environ.get("EXP_LIB2") else None  # a variant build
@@ -47,6 +47,15 @@ kvd2 = B.Kvd(os.environ["EXP_LIB2"]) if os.environ.get("EXP_LIB2") else None  # 
 cases = {}
 def ok(rc):
     assert rc == 0, rc
+
+def check_each(label, c, clear, right):
+    """Run every callable of case c once after clear(); right() must hold after each."""
+    for name, fn in c.items():
+        clear()
+        fn(); torch.cuda.synchronize()
+        good = right()
+        print(f"check {label} {name}: {'ok' if good else 'MISMATCH'}", flush=True)
+        assert good
 cases["empty"] = {
     "torch": lambda: torch.cuda._sleep(0),
     "triton": lambda: triton_empty[(1,)](),
@@ -76,16 +85,12 @@ for N in (1, 32, 512):
             c[f"{path}_{tag}"] = (lambda f=f, ks=ks, vs=vs, loc=loc, N=N:
                                   ok(f(None, ks.data_ptr(), vs.data_ptr(), kpool.data_ptr(), vpool.data_ptr(),
                                        loc.data_ptr(), N, row)))
-    for w, name in enumerate(("big", "checks", "libgrid")):
+    for w, name in enumerate(("big", "checks", "libgrid") if "static" in libs else ()):
         c[name] = (lambda w=w, ks=ks, vs=vs, loc=loc, N=N:
-                   ok(libs["static"].lp_store_variant(w, ks.data_ptr(), vs.data_ptr(), kpool.data_ptr(),
+                   ok(libs["static"].lp_store_variant(w, None, ks.data_ptr(), vs.data_ptr(), kpool.data_ptr(),
                                                       vpool.data_ptr(), loc.data_ptr(), N, row)))
-    for name, fn in c.items():
-        kpool[loc] = 0; vpool[loc] = 0
-        fn(); torch.cuda.synchronize()
-        good = torch.equal(kpool[loc], ks) and torch.equal(vpool[loc], vs)
-        print(f"check store N={N} {name}: {'ok' if good else 'MISMATCH'}", flush=True)
-        assert good
+    check_each(f"store N={N}", c, lambda loc=loc: (kpool.index_fill_(0, loc, 0), vpool.index_fill_(0, loc, 0)),
+               lambda ks=ks, vs=vs, loc=loc: torch.equal(kpool[loc], ks) and torch.equal(vpool[loc], vs))
     cases[f"store N={N}"] = c
 
 # per-layer MHA transfer, 64 rows (library builds and the seed only)
@@ -102,12 +107,8 @@ c = {"seed": lambda: K.transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, si, di,
      "lib": kvd.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))}
 if kvd2:
     c["lib2"] = kvd2.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))
-for name, fn in c.items():
-    dst_k[di] = 0; dst_v[di] = 0
-    fn(); torch.cuda.synchronize()
-    good = torch.equal(dst_k[di], src_k[si]) and torch.equal(dst_v[di], src_v[si])
-    print(f"check per-layer L=64 {name}: {'ok' if good else 'MISMATCH'}", flush=True)
-    assert good
+check_each("per-layer L=64", c, lambda: (dst_k.index_fill_(0, di, 0), dst_v.index_fill_(0, di, 0)),
+           lambda: torch.equal(dst_k[di], src_k[si]) and torch.equal(dst_v[di], src_v[si]))
 cases["per-layer L=64"] = c
 
 res = {k: {n: [] for n in v} for k, v in cases.items()}
