@@ -32,6 +32,8 @@
  */
 #include <string.h>
 
+#include <type_traits>
+
 #include "cuda_common.cuh"
 
 namespace {
@@ -68,25 +70,39 @@ template <typename V> __device__ __forceinline__ void store_once(V *p, const V &
 #endif
 }
 
+/*
+ * Kernel parameters are read through the constant cache, and the first
+ * read of each 64-byte line in a launch is a miss that stalls the warp.
+ * The fields a one-pass kernel reads come first, within the first two
+ * lines (112 bytes from the parameters' start at bank offset 0x210 on
+ * sm_90); tables, layer strides and what only the grid-stride loop or an
+ * out-of-range pair needs come after.
+ */
 struct RowCopy {
-    const char *src[2]; /* layer-0 base of K and V (identity: token rows) */
+    const void *dst_idx;
+    const void *src_idx; /* NULL: src row = pair index (store) */
+    const char *src[2];  /* layer-0 base of K and V (store: token rows) */
     char *dst[2];
+    int64_t src_stride[2]; /* bytes between rows */
+    int64_t dst_stride[2];
+    int64_t src_slots; /* bounds */
+    int64_t dst_slots;
+    int64_t count; /* pairs */
+    /* one-pass kernels: vectors per row at the launch's width, and log2 of
+     * the lanes per row, worked out on the host (on the device they would
+     * cost a chain of dependent instructions before the first load) */
+    int32_t vecs;
+    int32_t gshift;
+    /* --- cold --- */
+    int64_t row_bytes;
     const uint64_t *src_tab[2]; /* per-layer addresses, or NULL */
     const uint64_t *dst_tab[2];
     int64_t src_layer_stride;
     int64_t dst_layer_stride;
-    int64_t src_stride[2]; /* bytes between rows */
-    int64_t dst_stride[2];
-    int64_t src_slots; /* bounds; src_idx NULL means src row = pair index */
-    int64_t dst_slots;
-    const void *src_idx;
-    const void *dst_idx;
-    bool idx64;
-    int nbufs;     /* 2: K and V, 1: MLA */
-    int64_t count; /* pairs */
     int64_t tasks; /* count * nbufs * num_layers */
-    int64_t row_bytes;
     unsigned long long *oob;
+    int nbufs; /* 2: K and V, 1: MLA */
+    bool idx64;
 };
 
 /* Byte-wise copy for a row whose addresses defeat the vector width. */
@@ -101,6 +117,7 @@ __device__ void copy_row_bytes(const char *s, char *d, int64_t n, int lane, int 
 template <typename V, int U>
 __device__ __forceinline__ void copy_span(const V *sv, V *dv, int64_t v0, int64_t vecs, int g)
 {
+#pragma unroll 1 /* rows rarely need a second pass; unrolling would compute a trip count first */
     for (; v0 < vecs; v0 += (int64_t)g * U) {
         V r[U];
 #pragma unroll
@@ -140,16 +157,21 @@ __device__ __forceinline__ Task decode(const RowCopy &p, int64_t t)
 
 /* One row: dst slot d of (layer, buf) from src row s.  counts: this task
  * is the pair's first (buffer 0, layer 0), the one that counts it when
- * out of range. */
-template <typename V, int U>
+ * out of range.  Without LAYERS the call is one layer without tables and
+ * no layer field is read. */
+template <typename V, int U, bool LAYERS>
 __device__ __forceinline__ void copy_task(const RowCopy &p, bool counts, int64_t layer, int buf,
-                                          int64_t d, int64_t s, int lane, int g)
+                                          int64_t d, int64_t s, int64_t vecs, int lane, int g)
 {
     /* layer addresses first: a table load need not wait for the indices */
-    const char *sbase = p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][layer]
-                                       : p.src[buf] + layer * p.src_layer_stride;
-    char *dbase = p.dst_tab[buf] ? (char *)(uintptr_t)p.dst_tab[buf][layer]
-                                 : p.dst[buf] + layer * p.dst_layer_stride;
+    const char *sbase = p.src[buf];
+    char *dbase = p.dst[buf];
+    if (LAYERS) {
+        sbase = p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][layer]
+                               : sbase + layer * p.src_layer_stride;
+        dbase = p.dst_tab[buf] ? (char *)(uintptr_t)p.dst_tab[buf][layer]
+                               : dbase + layer * p.dst_layer_stride;
+    }
     if (d < 0 || s < 0)
         return; /* padding */
     if (d >= p.dst_slots || (p.src_idx && s >= p.src_slots)) {
@@ -161,12 +183,12 @@ __device__ __forceinline__ void copy_task(const RowCopy &p, bool counts, int64_t
     const char *srow = sbase + s * p.src_stride[buf];
     char *drow = dbase + d * p.dst_stride[buf];
 
-    if (sizeof(V) > 1 && (p.src_tab[buf] || p.dst_tab[buf]) &&
+    if (LAYERS && sizeof(V) > 1 && (p.src_tab[buf] || p.dst_tab[buf]) &&
         (((uintptr_t)srow | (uintptr_t)drow) & (sizeof(V) - 1))) {
         copy_row_bytes(srow, drow, p.row_bytes, lane, g);
         return;
     }
-    copy_span<V, U>((const V *)srow, (V *)drow, lane, p.row_bytes / (int64_t)sizeof(V), g);
+    copy_span<V, U>((const V *)srow, (V *)drow, lane, vecs, g);
 }
 
 /* Each group walks its tasks with the next task's indices already loading
@@ -178,6 +200,7 @@ copy_rows_kernel(const RowCopy p, int gshift)
     const int g = 1 << gshift;
     const int lane = threadIdx.x & (g - 1);
     const int64_t ngroups = ((int64_t)gridDim.x * blockDim.x) >> gshift;
+    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
 
     int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> gshift;
     if (t >= p.tasks)
@@ -194,7 +217,7 @@ copy_rows_kernel(const RowCopy p, int gshift)
             dn = kvd__load_index(p.dst_idx, p.idx64, kn.i);
             sn = p.src_idx ? kvd__load_index(p.src_idx, p.idx64, kn.i) : kn.i;
         }
-        copy_task<V, U>(p, t < p.count, k.layer, k.buf, d, s, lane, g);
+        copy_task<V, U, true>(p, t < p.count, k.layer, k.buf, d, s, vecs, lane, g);
         if (tn >= p.tasks)
             break;
         t = tn;
@@ -204,34 +227,83 @@ copy_rows_kernel(const RowCopy p, int gshift)
     }
 }
 
-/*
- * One pass: group i of block row y copies pair i of (layer, buffer) y, and
- * nothing else; for calls whose groups the device holds all at once (or in
- * a few waves), where a grid-stride loop has nothing to overlap.  No
- * division, no loop over tasks, 32-bit thread numbering (the grid is
- * small).  Store: the source row is token i's, known before its slot index
- * arrives, so the row's first vectors load in the same round trip as the
- * index and only the stores wait for the slot.
- */
-template <typename V, int U, bool STORE>
-__global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM)
-copy_rows_once(const RowCopy p, int gshift)
+/* What a one-pass launch copies: token rows to slots (a store: one
+ * layer, no tables), slots to slots in one layer without tables, or slots
+ * to slots over layers (strides or tables).  A template parameter, as is
+ * the index width, so that a kernel reads only the parameters its call
+ * needs (see RowCopy). */
+enum class Rows { kStore, kOneLayer, kLayers };
+
+Rows rows_kind(const RowCopy &p, int64_t num_layers)
 {
+    if (!p.src_idx)
+        return Rows::kStore;
+    const bool tables = p.src_tab[0] || p.src_tab[1] || p.dst_tab[0] || p.dst_tab[1];
+    return num_layers == 1 && !tables ? Rows::kOneLayer : Rows::kLayers;
+}
+
+/* f(R, I) with R and I std::integral_constants of the kind and the index
+ * width: how a launch (or the loading of every kernel) picks its
+ * instantiation. */
+template <typename F> kvd_status_t with_kind(Rows r, bool idx64, F f)
+{
+    using Store = std::integral_constant<Rows, Rows::kStore>;
+    using One = std::integral_constant<Rows, Rows::kOneLayer>;
+    using Layers = std::integral_constant<Rows, Rows::kLayers>;
+    using I64 = std::true_type;
+    using I32 = std::false_type;
+    switch (r) {
+    case Rows::kStore:
+        return idx64 ? f(Store(), I64()) : f(Store(), I32());
+    case Rows::kOneLayer:
+        return idx64 ? f(One(), I64()) : f(One(), I32());
+    default:
+        return idx64 ? f(Layers(), I64()) : f(Layers(), I32());
+    }
+}
+
+/* Lanes per row (log2) of a group with U vectors per lane: for U = 1 a
+ * lane for every vector, up to a block; otherwise enough lanes that U
+ * loads each cover the row, at most a warp. */
+template <int U> int lane_shift(int64_t vecs)
+{
+    if (U == 1)
+        return kvd__wide_shift(vecs);
+    const int shift = kvd__ceil_log2((vecs + U - 1) / U);
+    return shift < 5 ? shift : 5;
+}
+
+/*
+ * One pass: group i of block (x, layer, buf) copies pair i of that layer
+ * and buffer, and nothing else; for calls whose groups the device holds
+ * all at once (or in a few waves), where a grid-stride loop has nothing
+ * to overlap.  No division, no loop over tasks, 32-bit thread numbering
+ * (the grid is small), the group size worked out here rather than passed
+ * (a parameter past RowCopy would sit on a line of its own).  Store: the
+ * source row is token i's, known before its slot index arrives, so the
+ * row's first vectors load in the same round trip as the index and only
+ * the stores wait for the slot.
+ */
+template <typename V, int U, Rows R, bool IDX64>
+__global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM)
+copy_rows_once(const RowCopy p)
+{
+    const int vecs = p.vecs;
+    const int gshift = p.gshift;
     const int g = 1 << gshift;
     const int lane = threadIdx.x & (g - 1);
-    const uint32_t i = (blockIdx.x * blockDim.x + threadIdx.x) >> gshift;
+    const uint32_t i = (blockIdx.x * KVD_BLOCK_THREADS + threadIdx.x) >> gshift;
     if (i >= (uint32_t)p.count)
         return;
-    const int buf = p.nbufs == 2 ? (int)(blockIdx.y & 1) : 0;
-    const int64_t layer = p.nbufs == 2 ? blockIdx.y >> 1 : blockIdx.y;
-    const int64_t d = kvd__load_index(p.dst_idx, p.idx64, i);
-    if (!STORE) {
-        const int64_t s = kvd__load_index(p.src_idx, p.idx64, i);
-        copy_task<V, U>(p, blockIdx.y == 0, layer, buf, d, s, lane, g);
+    const int buf = (int)blockIdx.z;
+    const int64_t layer = blockIdx.y;
+    const int64_t d = kvd__load_index(p.dst_idx, IDX64, i);
+    if (R != Rows::kStore) {
+        const int64_t s = kvd__load_index(p.src_idx, IDX64, i);
+        copy_task<V, U, R == Rows::kLayers>(p, layer == 0 && buf == 0, layer, buf, d, s, vecs, lane, g);
         return;
     }
     /* store: one layer, no tables, the vector width fits every row */
-    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
     const V *sv = (const V *)(p.src[buf] + (int64_t)i * p.src_stride[buf]);
     V r[U];
 #pragma unroll
@@ -259,68 +331,66 @@ copy_rows_once(const RowCopy p, int gshift)
  * the wide one-pass kernel (two rows per block, a power-of-two group per
  * row: 128 lanes for the 72 vectors of a 1,152-byte row) by about 0.4 us
  * at 64 and 1,024 rows; with K and V (two buffers) the wide kernel stayed
- * ahead, whether a block took both rows of a pair or one.  The index
- * width is a template parameter, not a branch.
+ * ahead, whether a block took both rows of a pair or one.  R is never
+ * kLayers with tables here.
  */
-template <typename V, bool STORE, bool IDX64>
+template <typename V, Rows R, bool IDX64>
 __global__ void __launch_bounds__(1024) copy_single_once(const RowCopy p)
 {
     const uint32_t i = blockIdx.x;
     const int t = threadIdx.x;
-    const int64_t layer = blockIdx.y;
-    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
-    const int64_t d = IDX64 ? ((const int64_t *)p.dst_idx)[i] : ((const int32_t *)p.dst_idx)[i];
+    const int vecs = p.vecs;
+    const int64_t d = kvd__load_index(p.dst_idx, IDX64, i);
     int64_t s = i;
     V r;
-    if (STORE) { /* the token row is known before the slot index arrives */
+    if (R == Rows::kStore) { /* the token row is known before the slot index arrives */
         if (t < vecs)
             r = load_once((const V *)(p.src[0] + (int64_t)i * p.src_stride[0]) + t);
     } else {
-        s = IDX64 ? ((const int64_t *)p.src_idx)[i] : ((const int32_t *)p.src_idx)[i];
+        s = kvd__load_index(p.src_idx, IDX64, i);
     }
+    const int64_t layer = blockIdx.y;
     if (d < 0 || s < 0)
         return; /* padding */
-    if (d >= p.dst_slots || (!STORE && s >= p.src_slots)) {
+    if (d >= p.dst_slots || (R != Rows::kStore && s >= p.src_slots)) {
         if (t == 0 && layer == 0 && p.oob)
             atomicAdd(p.oob, 1ull);
         return;
     }
     if (t >= vecs)
         return;
-    if (!STORE)
-        r = load_once((const V *)(p.src[0] + layer * p.src_layer_stride + s * p.src_stride[0]) + t);
-    store_once((V *)(p.dst[0] + layer * p.dst_layer_stride + d * p.dst_stride[0]) + t, r);
+    const char *sbase = p.src[0];
+    char *dbase = p.dst[0];
+    if (R == Rows::kLayers) {
+        sbase += layer * p.src_layer_stride;
+        dbase += layer * p.dst_layer_stride;
+    }
+    if (R != Rows::kStore)
+        r = load_once((const V *)(sbase + s * p.src_stride[0]) + t);
+    store_once((V *)(dbase + d * p.dst_stride[0]) + t, r);
+}
+
+/* The one-pass kernels' copy of p: vecs and gshift filled in. */
+RowCopy once_params(const RowCopy &p, int64_t vecs, int gshift)
+{
+    RowCopy q = p;
+    q.vecs = (int32_t)vecs;
+    q.gshift = gshift;
+    return q;
 }
 
 template <typename V>
-kvd_status_t launch_single(const RowCopy &p, int64_t num_layers, unsigned threads,
-                           const kvd_launch_t *launch)
+kvd_status_t launch_single(const RowCopy &p, int64_t num_layers, int64_t vecs, const kvd_launch_t *launch)
 {
+    const RowCopy q = once_params(p, vecs, 0);
+    const unsigned lanes = (unsigned)((vecs + 31) / 32 * 32); /* a lane per vector, whole warps */
     const dim3 grid((unsigned)p.count, (unsigned)num_layers);
     cudaStream_t st = kvd__stream(launch);
-    if (p.src_idx) {
-        if (p.idx64)
-            copy_single_once<V, false, true><<<grid, threads, 0, st>>>(p);
-        else
-            copy_single_once<V, false, false><<<grid, threads, 0, st>>>(p);
-    } else {
-        if (p.idx64)
-            copy_single_once<V, true, true><<<grid, threads, 0, st>>>(p);
-        else
-            copy_single_once<V, true, false><<<grid, threads, 0, st>>>(p);
-    }
-    KVD_CUDA_LAUNCHED("copy_single_once");
-    return KVD_OK;
-}
-
-/* Lanes per row: enough that u loads each cover the row, at most 32. */
-int group_shift(int64_t vecs, int u)
-{
-    int64_t per_lane = (vecs + u - 1) / u;
-    int shift = 0;
-    while (shift < 5 && ((int64_t)1 << shift) < per_lane)
-        shift++;
-    return shift;
+    return with_kind(rows_kind(p, num_layers), p.idx64, [&](auto r, auto i64) {
+        copy_single_once<V, decltype(r)::value, decltype(i64)::value><<<grid, lanes, 0, st>>>(q);
+        KVD_CUDA_LAUNCHED("copy_single_once");
+        return KVD_OK;
+    });
 }
 
 /* Blocks of a one-pass grid: groups of 2^gshift lanes, count of them per
@@ -333,15 +403,18 @@ int64_t once_blocks(int64_t count, int gshift, int64_t by, int64_t *bx)
 }
 
 template <typename V, int U>
-kvd_status_t launch_once(const RowCopy &p, int64_t bx, int64_t by, int gshift, const kvd_launch_t *launch)
+kvd_status_t launch_once(const RowCopy &p, int64_t num_layers, int64_t vecs, int gshift, int64_t bx,
+                         const kvd_launch_t *launch)
 {
-    const dim3 grid((unsigned)bx, (unsigned)by);
-    if (p.src_idx)
-        copy_rows_once<V, U, false><<<grid, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p, gshift);
-    else
-        copy_rows_once<V, U, true><<<grid, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p, gshift);
-    KVD_CUDA_LAUNCHED("copy_rows_once");
-    return KVD_OK;
+    const RowCopy q = once_params(p, vecs, gshift);
+    const dim3 grid((unsigned)bx, (unsigned)num_layers, (unsigned)p.nbufs);
+    cudaStream_t st = kvd__stream(launch);
+    return with_kind(rows_kind(p, num_layers), p.idx64, [&](auto r, auto i64) {
+        copy_rows_once<V, U, decltype(r)::value, decltype(i64)::value>
+            <<<grid, KVD_BLOCK_THREADS, 0, st>>>(q);
+        KVD_CUDA_LAUNCHED("copy_rows_once");
+        return KVD_OK;
+    });
 }
 
 /*
@@ -365,19 +438,20 @@ kvd_status_t launch_width(const RowCopy &p, int64_t num_layers, const kvd_launch
         return st;
     int64_t bx;
 
-    const int wshift = kvd__wide_shift(vecs);
     if (p.nbufs == 1 && !p.src_tab[0] && !p.dst_tab[0] && vecs <= 1024) {
         /* a block per row, a lane per vector (whole warps), all resident at once */
-        const unsigned lanes = (unsigned)((vecs + 31) / 32 * 32);
         const int64_t blocks = kvd__mul_sat(p.count, num_layers);
-        if (kvd__mul_sat(blocks, lanes) <= g.one_wave * KVD_BLOCK_THREADS && blocks <= g.budget)
-            return launch_single<V>(p, num_layers, lanes, launch);
+        if (kvd__mul_sat(blocks, (vecs + 31) / 32 * 32) <= g.one_wave * KVD_BLOCK_THREADS &&
+            blocks <= g.budget)
+            return launch_single<V>(p, num_layers, vecs, launch);
     }
-    if (by <= g.one_wave && once_blocks(p.count, wshift, by, &bx) <= g.one_wave)
-        return launch_once<V, 1>(p, bx, by, wshift, launch);
-    const int gshift = group_shift(vecs, kUnroll);
-    if (by <= g.waves && once_blocks(p.count, gshift, by, &bx) <= g.waves)
-        return launch_once<V, kUnroll>(p, bx, by, gshift, launch);
+    const int wshift = lane_shift<1>(vecs), gshift = lane_shift<kUnroll>(vecs);
+    if (vecs <= INT32_MAX) { /* the one-pass kernels count vectors in 32 bits */
+        if (by <= g.one_wave && once_blocks(p.count, wshift, by, &bx) <= g.one_wave)
+            return launch_once<V, 1>(p, num_layers, vecs, wshift, bx, launch);
+        if (by <= g.waves && once_blocks(p.count, gshift, by, &bx) <= g.waves)
+            return launch_once<V, kUnroll>(p, num_layers, vecs, gshift, bx, launch);
+    }
 
     /* grid-stride: a group per task, at most what the device holds */
     const int64_t threads = kvd__mul_sat(p.tasks, (int64_t)1 << gshift);
@@ -386,7 +460,7 @@ kvd_status_t launch_width(const RowCopy &p, int64_t num_layers, const kvd_launch
         /* the budget, not the work, sets the grid: half the lanes per row,
          * twice the loads per lane, so each warp moves two rows at once */
         copy_rows_kernel<V, kUnrollDeep><<<blocks, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(
-            p, group_shift(vecs, kUnrollDeep));
+            p, lane_shift<kUnrollDeep>(vecs));
     } else {
         copy_rows_kernel<V, kUnroll><<<blocks, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p, gshift);
     }
@@ -399,14 +473,18 @@ template <typename V> void load_width(void)
     cudaFuncAttributes a;
     (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_kernel<V, kUnroll>);
     (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_kernel<V, kUnrollDeep>);
-    (void)cudaFuncGetAttributes(&a, (const void *)copy_single_once<V, false, false>);
-    (void)cudaFuncGetAttributes(&a, (const void *)copy_single_once<V, false, true>);
-    (void)cudaFuncGetAttributes(&a, (const void *)copy_single_once<V, true, false>);
-    (void)cudaFuncGetAttributes(&a, (const void *)copy_single_once<V, true, true>);
-    (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, 1, false>);
-    (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, 1, true>);
-    (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, kUnroll, false>);
-    (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, kUnroll, true>);
+    for (Rows r : {Rows::kStore, Rows::kOneLayer, Rows::kLayers}) {
+        for (bool idx64 : {false, true}) {
+            (void)with_kind(r, idx64, [&](auto rk, auto i64) {
+                constexpr Rows R = decltype(rk)::value;
+                constexpr bool I = decltype(i64)::value;
+                (void)cudaFuncGetAttributes(&a, (const void *)copy_single_once<V, R, I>);
+                (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, 1, R, I>);
+                (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, kUnroll, R, I>);
+                return KVD_OK;
+            });
+        }
+    }
 }
 
 kvd_status_t launch_copy(const RowCopy &p, uint64_t align_bits, int64_t num_layers,

@@ -69,14 +69,18 @@ static inline unsigned kvd__grid_blocks(const kvd_grid_limits_t *g, int64_t thre
     return (unsigned)(want < g->budget ? want : g->budget);
 }
 
+/* log2 of the smallest power of two >= x (0 for x <= 1). */
+static inline int kvd__ceil_log2(int64_t x)
+{
+    return x <= 1 ? 0 : 64 - __builtin_clzll((unsigned long long)(x - 1));
+}
+
 /* Lanes for a row of vecs vectors, one vector each: log2 of the smallest
  * power of two covering the row, at most a block. */
 static inline int kvd__wide_shift(int64_t vecs)
 {
-    int shift = 0;
-    while (((int64_t)1 << shift) < vecs && (2 << shift) <= KVD_BLOCK_THREADS)
-        shift++;
-    return shift;
+    const int shift = kvd__ceil_log2(vecs), most = kvd__ceil_log2(KVD_BLOCK_THREADS);
+    return shift < most ? shift : most;
 }
 
 /*

@@ -13,22 +13,25 @@ namespace {
 
 constexpr int kUnroll = 4;
 
+/* Every field within the first two 64-byte lines of the kernel
+ * parameters, where a line's first read in a launch is a constant-cache
+ * miss (see RowCopy in copy_rows.cu). */
 struct Gather {
+    const void *req;
+    const void *seq;
     const char *table;
+    char *out;
+    int64_t table_stride;
+    int64_t out_stride;
     int64_t table_rows;
     int64_t table_cols;
-    int64_t table_stride;
-    const void *req;
-    bool req64;
-    const void *seq;
-    bool seq64;
-    char *out;
-    int64_t out_stride;
-    int64_t bs;
     int64_t max_pages;
     int64_t page_size;
     int64_t dummy;
+    bool req64;
+    bool seq64;
     unsigned long long *oob;
+    int64_t bs;
 };
 
 template <typename T, int VEC> struct Vec;
@@ -96,44 +99,44 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
     }
 }
 
+/* Column col of a row of len tokens is live when col < table_cols and
+ * col < ceil(len / page_size), that is col * page_size < len: no
+ * division, and one 32 x 32-bit multiply (a one-pass grid's columns are
+ * below 2^32, and its launch asks for page_size below 2^32 too). */
+__device__ __forceinline__ bool column_live(const Gather &p, uint32_t col, int64_t len)
+{
+    return len > 0 && col < p.table_cols && (uint64_t)col * (uint32_t)p.page_size < (uint64_t)len;
+}
+
 /*
  * One pass: thread x of block (bx, r) writes vector bx * blockDim + x of
  * row r, and nothing else; for calls whose vectors the device holds all at
- * once.  Column c of the row is live when c < ceil(len / page_size), that
- * is when c * page_size < len: no division.  The row's index and length
- * load together, then the table vector, then the store.
+ * once.  The row's index and length load together, then the table vector,
+ * then the store.
  */
 template <typename T, int VEC>
 __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gather_once(const Gather p)
 {
     using V = Vec<T, VEC>;
     const uint32_t r = blockIdx.y;
-    const int64_t c = (int64_t)(blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    const uint32_t c = (blockIdx.x * KVD_BLOCK_THREADS + threadIdx.x) * VEC;
     if (c >= p.max_pages)
         return;
     const int64_t req = kvd__load_index(p.req, p.req64, r);
     const int64_t len = kvd__load_index(p.seq, p.seq64, r);
-    bool live = req >= 0 && req < p.table_rows;
-    if (req >= p.table_rows && c == 0 && p.oob)
-        atomicAdd(p.oob, 1ull);
+    const bool live = req >= 0 && req < p.table_rows;
     const T *src = (const T *)(p.table + (live ? req * p.table_stride : 0));
     T *dst = (T *)(p.out + (int64_t)r * p.out_stride);
-    /* columns c .. c + VEC - 1 live: below table_cols and c * page_size < len */
-    bool ok[VEC];
-#pragma unroll
-    for (int j = 0; j < VEC; j++) {
-        const uint64_t cj = (uint64_t)(c + j);
-        ok[j] = live && len > 0 && (int64_t)cj < p.table_cols &&
-                __umul64hi(cj, (uint64_t)p.page_size) == 0 && cj * (uint64_t)p.page_size < (uint64_t)len;
-    }
     const T dummy = (T)p.dummy;
     V val;
-    if (VEC > 1 && ok[VEC - 1]) {
-        val = *(const V *)(src + c); /* whole vector live */
+    /* liveness only falls with the column: the vector is whole when its
+     * last column is live (one test on the way to the load) */
+    if (VEC > 1 && live && column_live(p, c + VEC - 1, len)) {
+        val = *(const V *)(src + c);
     } else {
 #pragma unroll
         for (int j = 0; j < VEC; j++)
-            val.v[j] = ok[j] ? src[c + j] : dummy;
+            val.v[j] = live && column_live(p, c + j, len) ? src[c + j] : dummy;
     }
     if (c + VEC <= p.max_pages) {
         *(V *)(dst + c) = val;
@@ -143,6 +146,8 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
             if (c + j < p.max_pages)
                 dst[c + j] = val.v[j];
     }
+    if (req >= p.table_rows && c == 0 && p.oob) /* counted after the copy, off its path */
+        atomicAdd(p.oob, 1ull);
 }
 
 template <typename T, int VEC>
@@ -157,7 +162,7 @@ kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
      * (past that, the loop's four vectors per thread won on an H200). */
     const int64_t nvec = p.max_pages / VEC + (p.max_pages % VEC != 0);
     const int64_t bx = nvec / KVD_BLOCK_THREADS + (nvec % KVD_BLOCK_THREADS != 0);
-    if (bx <= limit && p.bs <= limit && kvd__mul_sat(bx, p.bs) <= limit) {
+    if (bx <= limit && p.bs <= limit && kvd__mul_sat(bx, p.bs) <= limit && p.page_size <= UINT32_MAX) {
         gather_once<T, VEC><<<dim3((unsigned)bx, (unsigned)p.bs), KVD_BLOCK_THREADS, 0,
                               kvd__stream(launch)>>>(p);
         KVD_CUDA_LAUNCHED("gather_once");

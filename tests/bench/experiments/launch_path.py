@@ -40,6 +40,8 @@ for tag, env in (("static", "EXP_LP_STATIC"), ("shared", "EXP_LP_SHARED")):
         getattr(m, f).argtypes = [VP] * 6 + [LL, LL]
     assert m.lp_init() == 0, f"lp_init failed ({tag})"
     m.lp_store_variant.argtypes = [ctypes.c_int] + [VP] * 6 + [LL, LL]
+    m.lp_store_lines_run.argtypes = [ctypes.c_int] + [VP] * 6 + [LL, LL]
+    m.lp_pair_run.argtypes = [ctypes.c_int] + [VP] * 7 + [LL, LL]
     libs[tag] = m
 kvd = B.Kvd(os.environ["EXP_LIB"])
 kvd2 = B.Kvd(os.environ["EXP_LIB2"]) if os.environ.get("EXP_LIB2") else None  # a variant build
@@ -89,6 +91,10 @@ for N in (1, 32, 512):
         c[name] = (lambda w=w, ks=ks, vs=vs, loc=loc, N=N:
                    ok(libs["static"].lp_store_variant(w, None, ks.data_ptr(), vs.data_ptr(), kpool.data_ptr(),
                                                       vpool.data_ptr(), loc.data_ptr(), N, row)))
+    for w, name in enumerate(("packed", "spread", "spread_ntid") if "static" in libs else ()):
+        c[name] = (lambda w=w, ks=ks, vs=vs, loc=loc, N=N:
+                   ok(libs["static"].lp_store_lines_run(w, None, ks.data_ptr(), vs.data_ptr(), kpool.data_ptr(),
+                                                        vpool.data_ptr(), loc.data_ptr(), N, row)))
     check_each(f"store N={N}", c, lambda loc=loc: (kpool.index_fill_(0, loc, 0), vpool.index_fill_(0, loc, 0)),
                lambda ks=ks, vs=vs, loc=loc: torch.equal(kpool[loc], ks) and torch.equal(vpool[loc], vs))
     cases[f"store N={N}"] = c
@@ -107,9 +113,47 @@ c = {"seed": lambda: K.transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, si, di,
      "lib": kvd.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))}
 if kvd2:
     c["lib2"] = kvd2.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))
+for w, name in enumerate(("pair_seed", "pair_split") if "static" in libs else ()):
+    c[name] = (lambda w=w: ok(libs["static"].lp_pair_run(w, None, src_k.data_ptr(), src_v.data_ptr(), dst_k.data_ptr(),
+                                                         dst_v.data_ptr(), si.data_ptr(), di.data_ptr(), 64, row)))
 check_each("per-layer L=64", c, lambda: (dst_k.index_fill_(0, di, 0), dst_v.index_fill_(0, di, 0)),
            lambda: torch.equal(dst_k[di], src_k[si]) and torch.equal(dst_v[di], src_v[si]))
 cases["per-layer L=64"] = c
+
+# per-layer MLA (1,152-byte rows) and the page-table gather: the seed and the library builds
+mla_src = torch.randn(P2, 1, 576, dtype=torch.bfloat16, device=dev); mla_dst = torch.zeros_like(mla_src)
+for L in (64, 1024):
+    msi = torch.randperm(P2, device=dev)[:L]; mdi = torch.randperm(P2, device=dev)[:L]
+    ma = B.TransferArgs()
+    ma.src = B.KvSide(mla_src.data_ptr(), None, None, None, 0, 1152, P2)
+    ma.dst = B.KvSide(mla_dst.data_ptr(), None, None, None, 0, 1152, P2)
+    ma.num_layers, ma.src_idx, ma.dst_idx = 1, msi.data_ptr(), mdi.data_ptr()
+    ma.idx_dtype, ma.count, ma.row_bytes, ma.oob_count = B.KVD_DTYPE_I64, L, 1152, None
+    c = {"seed": lambda msi=msi, mdi=mdi: K.transfer_kv_per_layer_mla(mla_src, mla_dst, msi, mdi, 1152),
+         "lib": kvd.bind("kvd_cuda_kv_transfer", ma, B.Launch(None, 0, 0))}
+    if kvd2:
+        c["lib2"] = kvd2.bind("kvd_cuda_kv_transfer", ma, B.Launch(None, 0, 0))
+    check_each(f"mla L={L}", c, lambda mdi=mdi: mla_dst.index_fill_(0, mdi, 0),
+               lambda msi=msi, mdi=mdi: torch.equal(mla_dst[mdi], mla_src[msi]))
+    cases[f"mla L={L}"] = c
+
+req_to_page = torch.randint(0, 1 << 20, (1024, 8192), dtype=torch.int32, device=dev)
+for bs, maxp in ((1, 256), (64, 2048)):
+    rpi = torch.randperm(1024, device=dev)[:bs]
+    seq = torch.randint(1, maxp * 16, (bs,), dtype=torch.int32, device=dev)
+    out = torch.full((bs, maxp), -1, dtype=torch.int32, device=dev)
+    col = torch.arange(maxp, device=dev)
+    ref = torch.where(col[None, :] < ((seq + 15) // 16)[:, None], req_to_page[rpi, :maxp], 0)
+    ga = B.GatherArgs(req_to_page.data_ptr(), B.KVD_DTYPE_I32, 1024, 8192, req_to_page.stride(0) * 4,
+                      rpi.data_ptr(), B.KVD_DTYPE_I64, seq.data_ptr(), B.KVD_DTYPE_I32,
+                      out.data_ptr(), out.stride(0) * 4, bs, maxp, 16, 0, None)
+    c = {"seed": lambda rpi=rpi, seq=seq, out=out, bs=bs, maxp=maxp: K.gather_page_table_with_padding(
+             req_to_page, rpi, seq, out, bs=bs, max_num_pages=maxp, page_size=16, dummy_slot=0),
+         "lib": kvd.bind("kvd_cuda_page_table_gather", ga, B.Launch(None, 0, 0))}
+    if kvd2:
+        c["lib2"] = kvd2.bind("kvd_cuda_page_table_gather", ga, B.Launch(None, 0, 0))
+    check_each(f"gather bs={bs}", c, lambda out=out: out.fill_(-1), lambda out=out, ref=ref: torch.equal(out, ref))
+    cases[f"gather bs={bs}"] = c
 
 res = {k: {n: [] for n in v} for k, v in cases.items()}
 for r in range(ROUNDS):
@@ -118,6 +162,10 @@ for r in range(ROUNDS):
             res[k][n].append(t(fn))
     print(f"round {r + 1}/{ROUNDS} done", flush=True)
 
+if os.environ.get("EXP_JSON"):  # every turn, for pooling over processes
+    import json
+    with open(os.environ["EXP_JSON"], "w") as f:
+        json.dump(res, f)
 print(f"\nmedian us over {ROUNDS} rounds (min, and how many rounds within 0.1 us of the min)")
 for k, v in res.items():
     for n, xs in v.items():
