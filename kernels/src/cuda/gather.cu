@@ -101,11 +101,11 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
 
 /* Column col of a row of len tokens is live when col < table_cols and
  * col < ceil(len / page_size), that is col * page_size < len: no
- * division, and one 32 x 32-bit multiply (a one-pass grid's columns are
- * below 2^32, and its launch asks for page_size below 2^32 too). */
-__device__ __forceinline__ bool column_live(const Gather &p, uint32_t col, int64_t len)
+ * division. */
+__device__ __forceinline__ bool column_live(const Gather &p, int64_t col, int64_t len)
 {
-    return len > 0 && col < p.table_cols && (uint64_t)col * (uint32_t)p.page_size < (uint64_t)len;
+    const uint64_t c = (uint64_t)col, ps = (uint64_t)p.page_size;
+    return len > 0 && col < p.table_cols && __umul64hi(c, ps) == 0 && c * ps < (uint64_t)len;
 }
 
 /*
@@ -119,12 +119,14 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
 {
     using V = Vec<T, VEC>;
     const uint32_t r = blockIdx.y;
-    const uint32_t c = (blockIdx.x * KVD_BLOCK_THREADS + threadIdx.x) * VEC;
+    const int64_t c = (int64_t)(blockIdx.x * KVD_BLOCK_THREADS + threadIdx.x) * VEC;
     if (c >= p.max_pages)
         return;
     const int64_t req = kvd__load_index(p.req, p.req64, r);
     const int64_t len = kvd__load_index(p.seq, p.seq64, r);
     const bool live = req >= 0 && req < p.table_rows;
+    if (req >= p.table_rows && c == 0 && p.oob)
+        atomicAdd(p.oob, 1ull);
     const T *src = (const T *)(p.table + (live ? req * p.table_stride : 0));
     T *dst = (T *)(p.out + (int64_t)r * p.out_stride);
     const T dummy = (T)p.dummy;
@@ -146,8 +148,6 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
             if (c + j < p.max_pages)
                 dst[c + j] = val.v[j];
     }
-    if (req >= p.table_rows && c == 0 && p.oob) /* counted after the copy, off its path */
-        atomicAdd(p.oob, 1ull);
 }
 
 template <typename T, int VEC>
@@ -162,7 +162,7 @@ kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
      * (past that, the loop's four vectors per thread won on an H200). */
     const int64_t nvec = p.max_pages / VEC + (p.max_pages % VEC != 0);
     const int64_t bx = nvec / KVD_BLOCK_THREADS + (nvec % KVD_BLOCK_THREADS != 0);
-    if (bx <= limit && p.bs <= limit && kvd__mul_sat(bx, p.bs) <= limit && p.page_size <= UINT32_MAX) {
+    if (bx <= limit && p.bs <= limit && kvd__mul_sat(bx, p.bs) <= limit) {
         gather_once<T, VEC><<<dim3((unsigned)bx, (unsigned)p.bs), KVD_BLOCK_THREADS, 0,
                               kvd__stream(launch)>>>(p);
         KVD_CUDA_LAUNCHED("gather_once");
