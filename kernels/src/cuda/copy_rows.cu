@@ -88,13 +88,8 @@ struct RowCopy {
     int64_t src_slots; /* bounds */
     int64_t dst_slots;
     int64_t count; /* pairs */
-    /* one-pass kernels: vectors per row at the launch's width, and log2 of
-     * the lanes per row, worked out on the host (on the device they would
-     * cost a chain of dependent instructions before the first load) */
-    int32_t vecs;
-    int32_t gshift;
-    /* --- cold --- */
     int64_t row_bytes;
+    /* --- cold --- */
     const uint64_t *src_tab[2]; /* per-layer addresses, or NULL */
     const uint64_t *dst_tab[2];
     int64_t src_layer_stride;
@@ -117,7 +112,6 @@ __device__ void copy_row_bytes(const char *s, char *d, int64_t n, int lane, int 
 template <typename V, int U>
 __device__ __forceinline__ void copy_span(const V *sv, V *dv, int64_t v0, int64_t vecs, int g)
 {
-#pragma unroll 1 /* rows rarely need a second pass; unrolling would compute a trip count first */
     for (; v0 < vecs; v0 += (int64_t)g * U) {
         V r[U];
 #pragma unroll
@@ -161,7 +155,7 @@ __device__ __forceinline__ Task decode(const RowCopy &p, int64_t t)
  * no layer field is read. */
 template <typename V, int U, bool LAYERS>
 __device__ __forceinline__ void copy_task(const RowCopy &p, bool counts, int64_t layer, int buf,
-                                          int64_t d, int64_t s, int64_t vecs, int lane, int g)
+                                          int64_t d, int64_t s, int lane, int g)
 {
     /* layer addresses first: a table load need not wait for the indices */
     const char *sbase = p.src[buf];
@@ -188,7 +182,7 @@ __device__ __forceinline__ void copy_task(const RowCopy &p, bool counts, int64_t
         copy_row_bytes(srow, drow, p.row_bytes, lane, g);
         return;
     }
-    copy_span<V, U>((const V *)srow, (V *)drow, lane, vecs, g);
+    copy_span<V, U>((const V *)srow, (V *)drow, lane, p.row_bytes / (int64_t)sizeof(V), g);
 }
 
 /* Each group walks its tasks with the next task's indices already loading
@@ -200,7 +194,6 @@ copy_rows_kernel(const RowCopy p, int gshift)
     const int g = 1 << gshift;
     const int lane = threadIdx.x & (g - 1);
     const int64_t ngroups = ((int64_t)gridDim.x * blockDim.x) >> gshift;
-    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
 
     int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> gshift;
     if (t >= p.tasks)
@@ -217,7 +210,7 @@ copy_rows_kernel(const RowCopy p, int gshift)
             dn = kvd__load_index(p.dst_idx, p.idx64, kn.i);
             sn = p.src_idx ? kvd__load_index(p.src_idx, p.idx64, kn.i) : kn.i;
         }
-        copy_task<V, U, true>(p, t < p.count, k.layer, k.buf, d, s, vecs, lane, g);
+        copy_task<V, U, true>(p, t < p.count, k.layer, k.buf, d, s, lane, g);
         if (tn >= p.tasks)
             break;
         t = tn;
@@ -265,7 +258,7 @@ template <typename F> kvd_status_t with_kind(Rows r, bool idx64, F f)
 /* Lanes per row (log2) of a group with U vectors per lane: for U = 1 a
  * lane for every vector, up to a block; otherwise enough lanes that U
  * loads each cover the row, at most a warp. */
-template <int U> int lane_shift(int64_t vecs)
+template <int U> __host__ __device__ __forceinline__ int lane_shift(int64_t vecs)
 {
     if (U == 1)
         return kvd__wide_shift(vecs);
@@ -288,8 +281,8 @@ template <typename V, int U, Rows R, bool IDX64>
 __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM)
 copy_rows_once(const RowCopy p)
 {
-    const int vecs = p.vecs;
-    const int gshift = p.gshift;
+    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
+    const int gshift = lane_shift<U>(vecs);
     const int g = 1 << gshift;
     const int lane = threadIdx.x & (g - 1);
     const uint32_t i = (blockIdx.x * KVD_BLOCK_THREADS + threadIdx.x) >> gshift;
@@ -300,7 +293,7 @@ copy_rows_once(const RowCopy p)
     const int64_t d = kvd__load_index(p.dst_idx, IDX64, i);
     if (R != Rows::kStore) {
         const int64_t s = kvd__load_index(p.src_idx, IDX64, i);
-        copy_task<V, U, R == Rows::kLayers>(p, layer == 0 && buf == 0, layer, buf, d, s, vecs, lane, g);
+        copy_task<V, U, R == Rows::kLayers>(p, layer == 0 && buf == 0, layer, buf, d, s, lane, g);
         return;
     }
     /* store: one layer, no tables, the vector width fits every row */
@@ -339,7 +332,7 @@ __global__ void __launch_bounds__(1024) copy_single_once(const RowCopy p)
 {
     const uint32_t i = blockIdx.x;
     const int t = threadIdx.x;
-    const int vecs = p.vecs;
+    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
     const int64_t d = kvd__load_index(p.dst_idx, IDX64, i);
     int64_t s = i;
     V r;
@@ -370,24 +363,14 @@ __global__ void __launch_bounds__(1024) copy_single_once(const RowCopy p)
     store_once((V *)(dbase + d * p.dst_stride[0]) + t, r);
 }
 
-/* The one-pass kernels' copy of p: vecs and gshift filled in. */
-RowCopy once_params(const RowCopy &p, int64_t vecs, int gshift)
-{
-    RowCopy q = p;
-    q.vecs = (int32_t)vecs;
-    q.gshift = gshift;
-    return q;
-}
-
 template <typename V>
-kvd_status_t launch_single(const RowCopy &p, int64_t num_layers, int64_t vecs, const kvd_launch_t *launch)
+kvd_status_t launch_single(const RowCopy &p, int64_t num_layers, unsigned threads,
+                           const kvd_launch_t *launch)
 {
-    const RowCopy q = once_params(p, vecs, 0);
-    const unsigned lanes = (unsigned)((vecs + 31) / 32 * 32); /* a lane per vector, whole warps */
     const dim3 grid((unsigned)p.count, (unsigned)num_layers);
     cudaStream_t st = kvd__stream(launch);
     return with_kind(rows_kind(p, num_layers), p.idx64, [&](auto r, auto i64) {
-        copy_single_once<V, decltype(r)::value, decltype(i64)::value><<<grid, lanes, 0, st>>>(q);
+        copy_single_once<V, decltype(r)::value, decltype(i64)::value><<<grid, threads, 0, st>>>(p);
         KVD_CUDA_LAUNCHED("copy_single_once");
         return KVD_OK;
     });
@@ -403,15 +386,13 @@ int64_t once_blocks(int64_t count, int gshift, int64_t by, int64_t *bx)
 }
 
 template <typename V, int U>
-kvd_status_t launch_once(const RowCopy &p, int64_t num_layers, int64_t vecs, int gshift, int64_t bx,
-                         const kvd_launch_t *launch)
+kvd_status_t launch_once(const RowCopy &p, int64_t num_layers, int64_t bx, const kvd_launch_t *launch)
 {
-    const RowCopy q = once_params(p, vecs, gshift);
     const dim3 grid((unsigned)bx, (unsigned)num_layers, (unsigned)p.nbufs);
     cudaStream_t st = kvd__stream(launch);
     return with_kind(rows_kind(p, num_layers), p.idx64, [&](auto r, auto i64) {
         copy_rows_once<V, U, decltype(r)::value, decltype(i64)::value>
-            <<<grid, KVD_BLOCK_THREADS, 0, st>>>(q);
+            <<<grid, KVD_BLOCK_THREADS, 0, st>>>(p);
         KVD_CUDA_LAUNCHED("copy_rows_once");
         return KVD_OK;
     });
@@ -440,18 +421,16 @@ kvd_status_t launch_width(const RowCopy &p, int64_t num_layers, const kvd_launch
 
     if (p.nbufs == 1 && !p.src_tab[0] && !p.dst_tab[0] && vecs <= 1024) {
         /* a block per row, a lane per vector (whole warps), all resident at once */
+        const unsigned lanes = (unsigned)((vecs + 31) / 32 * 32);
         const int64_t blocks = kvd__mul_sat(p.count, num_layers);
-        if (kvd__mul_sat(blocks, (vecs + 31) / 32 * 32) <= g.one_wave * KVD_BLOCK_THREADS &&
-            blocks <= g.budget)
-            return launch_single<V>(p, num_layers, vecs, launch);
+        if (kvd__mul_sat(blocks, lanes) <= g.one_wave * KVD_BLOCK_THREADS && blocks <= g.budget)
+            return launch_single<V>(p, num_layers, lanes, launch);
     }
-    const int wshift = lane_shift<1>(vecs), gshift = lane_shift<kUnroll>(vecs);
-    if (vecs <= INT32_MAX) { /* the one-pass kernels count vectors in 32 bits */
-        if (by <= g.one_wave && once_blocks(p.count, wshift, by, &bx) <= g.one_wave)
-            return launch_once<V, 1>(p, num_layers, vecs, wshift, bx, launch);
-        if (by <= g.waves && once_blocks(p.count, gshift, by, &bx) <= g.waves)
-            return launch_once<V, kUnroll>(p, num_layers, vecs, gshift, bx, launch);
-    }
+    if (by <= g.one_wave && once_blocks(p.count, lane_shift<1>(vecs), by, &bx) <= g.one_wave)
+        return launch_once<V, 1>(p, num_layers, bx, launch);
+    const int gshift = lane_shift<kUnroll>(vecs);
+    if (by <= g.waves && once_blocks(p.count, gshift, by, &bx) <= g.waves)
+        return launch_once<V, kUnroll>(p, num_layers, bx, launch);
 
     /* grid-stride: a group per task, at most what the device holds */
     const int64_t threads = kvd__mul_sat(p.tasks, (int64_t)1 << gshift);

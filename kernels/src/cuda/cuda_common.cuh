@@ -69,15 +69,20 @@ static inline unsigned kvd__grid_blocks(const kvd_grid_limits_t *g, int64_t thre
     return (unsigned)(want < g->budget ? want : g->budget);
 }
 
-/* log2 of the smallest power of two >= x (0 for x <= 1). */
-static inline int kvd__ceil_log2(int64_t x)
+/* log2 of the smallest power of two >= x (0 for x <= 1), the same on the
+ * host and on the device. */
+__host__ __device__ __forceinline__ int kvd__ceil_log2(int64_t x)
 {
+#ifdef __CUDA_ARCH__
+    return x <= 1 ? 0 : 64 - __clzll(x - 1);
+#else
     return x <= 1 ? 0 : 64 - __builtin_clzll((unsigned long long)(x - 1));
+#endif
 }
 
 /* Lanes for a row of vecs vectors, one vector each: log2 of the smallest
  * power of two covering the row, at most a block. */
-static inline int kvd__wide_shift(int64_t vecs)
+__host__ __device__ __forceinline__ int kvd__wide_shift(int64_t vecs)
 {
     const int shift = kvd__ceil_log2(vecs), most = kvd__ceil_log2(KVD_BLOCK_THREADS);
     return shift < most ? shift : most;

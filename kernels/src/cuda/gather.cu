@@ -99,20 +99,13 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
     }
 }
 
-/* Column col of a row of len tokens is live when col < table_cols and
- * col < ceil(len / page_size), that is col * page_size < len: no
- * division. */
-__device__ __forceinline__ bool column_live(const Gather &p, int64_t col, int64_t len)
-{
-    const uint64_t c = (uint64_t)col, ps = (uint64_t)p.page_size;
-    return len > 0 && col < p.table_cols && __umul64hi(c, ps) == 0 && c * ps < (uint64_t)len;
-}
-
 /*
- * One pass: thread x of block (bx, r) writes vector bx * blockDim + x of
- * row r, and nothing else; for calls whose vectors the device holds all at
- * once.  The row's index and length load together, then the table vector,
- * then the store.
+ * One pass: thread x of block (bx, r) writes vector
+ * bx * KVD_BLOCK_THREADS + x of row r, and nothing else; for calls whose
+ * vectors the device holds all at once.  Column c of the row is live when
+ * c < ceil(len / page_size), that is when c * page_size < len: no
+ * division.  The row's index and length load together, then the table
+ * vector, then the store.
  */
 template <typename T, int VEC>
 __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gather_once(const Gather p)
@@ -129,16 +122,22 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
         atomicAdd(p.oob, 1ull);
     const T *src = (const T *)(p.table + (live ? req * p.table_stride : 0));
     T *dst = (T *)(p.out + (int64_t)r * p.out_stride);
+    /* columns c .. c + VEC - 1 live: below table_cols and c * page_size < len */
+    bool ok[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        const uint64_t cj = (uint64_t)(c + j);
+        ok[j] = live && len > 0 && (int64_t)cj < p.table_cols &&
+                __umul64hi(cj, (uint64_t)p.page_size) == 0 && cj * (uint64_t)p.page_size < (uint64_t)len;
+    }
     const T dummy = (T)p.dummy;
     V val;
-    /* liveness only falls with the column: the vector is whole when its
-     * last column is live (one test on the way to the load) */
-    if (VEC > 1 && live && column_live(p, c + VEC - 1, len)) {
-        val = *(const V *)(src + c);
+    if (VEC > 1 && ok[VEC - 1]) {
+        val = *(const V *)(src + c); /* whole vector live */
     } else {
 #pragma unroll
         for (int j = 0; j < VEC; j++)
-            val.v[j] = live && column_live(p, c + j, len) ? src[c + j] : dummy;
+            val.v[j] = ok[j] ? src[c + j] : dummy;
     }
     if (c + VEC <= p.max_pages) {
         *(V *)(dst + c) = val;
