@@ -65,7 +65,7 @@ def run_case(name, nbytes, torch_bytes, lib_fn, bulk_fn, clear, right, indexed=N
     print(f"\n{name}: {nbytes / 1e6:.1f} MB moved (read + write)")
     for k, xs in times.items():
         us = statistics.median(xs)
-        print(f"  {k:28s} {us:8.2f} us  {nbytes / us / 1e6:7.1f} GB/s  {100 * nbytes / us / 1e-6 / CEIL:5.1f}%  "
+        print(f"  {k:28s} {us:8.2f} us  {nbytes / us / 1e6:7.2f} TB/s  {100 * nbytes / us / 1e-6 / CEIL:5.1f}%  "
               + " ".join(f"{v:.2f}" for v in xs), flush=True)
 
 

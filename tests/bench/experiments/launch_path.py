@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Round 7 experiment: the launch path's share of a small case's time.  Times, in turns
-(EXP_ROUNDS rounds, do_bench, L2 flushed), empty kernels launched by torch, by Triton,
-and by launch_path.cu through the runtime and through the driver (a build with the
-static runtime, as libkvdock_kernels.so has, and one with the shared runtime, as torch
-has); then store N=1, 32 and 512 by the seed, by the library, and by the seed-shaped
-kernel of launch_path.cu on each path, and by three variants of it (the library's
-parameter block, its checks, its grid); and per-layer MHA at 64 rows.  EXP_LIB2 adds a
-second build of the library; EXP_LP_LEAN=1 keeps only runtime launches.  Each case is
-checked once first.
+"""Rounds 7 and 8: what of a small case's time is the launch path's, the parameter
+block's, the kernel's.  Times, in turns (EXP_ROUNDS rounds, do_bench, L2 flushed), empty
+kernels launched by torch, by Triton, and by launch_path.cu through the runtime and
+through the driver (a build with the static runtime, as libkvdock_kernels.so has, and
+one with the shared runtime, as torch has); then store N=1, 32 and 512 by the seed, by
+the library, by the seed-shaped kernel of launch_path.cu on each path, by three variants
+of it (the library's parameter block, its checks, its grid) and with its six parameters
+packed, spread one per 64-byte line, and spread with blockDim read; per-layer MHA at 64
+rows by the seed, the library and two plain CUDA shapes; per-layer MLA at 64 and 1,024
+rows and the page-table gather at bs=1 and 64 by the seed and the library.  EXP_LIB2
+adds a second build of the library; EXP_LP_LEAN=1 keeps only runtime launches; EXP_JSON
+writes every turn (for pool_turns.py --lp).  Each case is checked once first.
 
     EXP_LP_STATIC=liblp_static.so EXP_LP_SHARED=liblp_shared.so EXP_LIB=<libkvdock_kernels.so> \
         EXP_ROUNDS=11 python3 tests/bench/experiments/launch_path.py
