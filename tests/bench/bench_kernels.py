@@ -727,8 +727,13 @@ def main():
 
     # ---- all-layer transfers ----------------------------------------------
     def layers(n, slots, shape, host=False):
-        if host:
-            return [torch.randn(slots, *shape, dtype=torch.bfloat16).pin_memory() for _ in range(n)]
+        if host:  # pinned, filled from the GPU, not drawn on the CPU (4 G numbers a kind)
+            out = []
+            for _ in range(n):
+                t = torch.empty(slots, *shape, dtype=torch.bfloat16, pin_memory=True)
+                t.copy_(torch.randn(slots, *shape, dtype=torch.bfloat16, device=dev))
+                out.append(t)
+            return out
         return [torch.randn(slots, *shape, dtype=torch.bfloat16, device=dev) for _ in range(n)]
 
     def ptrs(ts):
