@@ -160,6 +160,19 @@ class TransferArgs(ctypes.Structure):
     ]
 
 
+def one_layer_transfer(src_k, src_v, dst_k, dst_v, si, di, row_bytes):
+    """TransferArgs of a one-layer copy between slot tensors (src_v and dst_v None for MLA),
+    int64 indices si -> di, rows row_bytes apart, no out-of-range counter."""
+    a = TransferArgs()
+    a.src = KvSide(src_k.data_ptr(), src_v.data_ptr() if src_v is not None else None, None, None, 0,
+                   row_bytes, src_k.shape[0])
+    a.dst = KvSide(dst_k.data_ptr(), dst_v.data_ptr() if dst_v is not None else None, None, None, 0,
+                   row_bytes, dst_k.shape[0])
+    a.num_layers, a.src_idx, a.dst_idx = 1, si.data_ptr(), di.data_ptr()
+    a.idx_dtype, a.count, a.row_bytes, a.oob_count = KVD_DTYPE_I64, si.numel(), row_bytes, None
+    return a
+
+
 # sizeof / offsetof from the C compiler on x86-64 (LP64), kernels.h ABI 1.
 _LAYOUT = {
     Launch: (16, {}),

@@ -80,11 +80,7 @@ row = H * D * 2
 sk = torch.randn(P2, H, D, dtype=torch.bfloat16, device=dev); sv = torch.randn_like(sk)
 dk = torch.zeros_like(sk); dv = torch.zeros_like(sk)
 si = torch.randperm(P2, device=dev)[:L]; di = torch.randperm(P2, device=dev)[:L]
-ta = B.TransferArgs()
-ta.src = B.KvSide(sk.data_ptr(), sv.data_ptr(), None, None, 0, row, P2)
-ta.dst = B.KvSide(dk.data_ptr(), dv.data_ptr(), None, None, 0, row, P2)
-ta.num_layers, ta.src_idx, ta.dst_idx = 1, si.data_ptr(), di.data_ptr()
-ta.idx_dtype, ta.count, ta.row_bytes, ta.oob_count = B.KVD_DTYPE_I64, L, row, None
+ta = B.one_layer_transfer(sk, sv, dk, dv, si, di, row)
 pk = torch.empty(L, H, D, dtype=torch.bfloat16, device=dev); pv = torch.empty_like(pk)
 run_case("per-layer MHA L=16384 item2048", 2 * 2 * L * row, 2 * L * row,
          kvd.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0)),
@@ -101,11 +97,7 @@ sk = sv = dk = dv = pk = pv = None
 L, row = 131072, 1152
 ms = torch.randn(P2, 1, 576, dtype=torch.bfloat16, device=dev); md = torch.zeros_like(ms)
 si = torch.randperm(P2, device=dev)[:L]; di = torch.randperm(P2, device=dev)[:L]
-ma = B.TransferArgs()
-ma.src = B.KvSide(ms.data_ptr(), None, None, None, 0, row, P2)
-ma.dst = B.KvSide(md.data_ptr(), None, None, None, 0, row, P2)
-ma.num_layers, ma.src_idx, ma.dst_idx = 1, si.data_ptr(), di.data_ptr()
-ma.idx_dtype, ma.count, ma.row_bytes, ma.oob_count = B.KVD_DTYPE_I64, L, row, None
+ma = B.one_layer_transfer(ms, None, md, None, si, di, row)
 mp = torch.empty(L, 1, 576, dtype=torch.bfloat16, device=dev)
 run_case("per-layer MLA L=131072 item1152", 2 * L * row, L * row,
          kvd.bind("kvd_cuda_kv_transfer", ma, B.Launch(None, 0, 0)),

@@ -107,11 +107,7 @@ P2 = 1 << 19
 src_k = torch.randn(P2, H, D, dtype=torch.bfloat16, device=dev); src_v = torch.randn_like(src_k)
 dst_k = torch.zeros_like(src_k); dst_v = torch.zeros_like(src_k)
 si = torch.randperm(P2, device=dev)[:64]; di = torch.randperm(P2, device=dev)[:64]
-ta = B.TransferArgs()
-ta.src = B.KvSide(src_k.data_ptr(), src_v.data_ptr(), None, None, 0, row, P2)
-ta.dst = B.KvSide(dst_k.data_ptr(), dst_v.data_ptr(), None, None, 0, row, P2)
-ta.num_layers, ta.src_idx, ta.dst_idx = 1, si.data_ptr(), di.data_ptr()
-ta.idx_dtype, ta.count, ta.row_bytes, ta.oob_count = B.KVD_DTYPE_I64, 64, row, None
+ta = B.one_layer_transfer(src_k, src_v, dst_k, dst_v, si, di, row)
 c = {"seed": lambda: K.transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, si, di, row),
      "lib": kvd.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))}
 if kvd2:
@@ -127,11 +123,7 @@ cases["per-layer L=64"] = c
 mla_src = torch.randn(P2, 1, 576, dtype=torch.bfloat16, device=dev); mla_dst = torch.zeros_like(mla_src)
 for L in (64, 1024):
     msi = torch.randperm(P2, device=dev)[:L]; mdi = torch.randperm(P2, device=dev)[:L]
-    ma = B.TransferArgs()
-    ma.src = B.KvSide(mla_src.data_ptr(), None, None, None, 0, 1152, P2)
-    ma.dst = B.KvSide(mla_dst.data_ptr(), None, None, None, 0, 1152, P2)
-    ma.num_layers, ma.src_idx, ma.dst_idx = 1, msi.data_ptr(), mdi.data_ptr()
-    ma.idx_dtype, ma.count, ma.row_bytes, ma.oob_count = B.KVD_DTYPE_I64, L, 1152, None
+    ma = B.one_layer_transfer(mla_src, None, mla_dst, None, msi, mdi, 1152)
     c = {"seed": lambda msi=msi, mdi=mdi: K.transfer_kv_per_layer_mla(mla_src, mla_dst, msi, mdi, 1152),
          "lib": kvd.bind("kvd_cuda_kv_transfer", ma, B.Launch(None, 0, 0))}
     if kvd2:
