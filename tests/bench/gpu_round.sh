@@ -6,8 +6,10 @@
 # BUILD_DIR (default build-gpu) was configured and built on the CPU machine
 # (cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release && cmake --build
 # build-gpu) and carried over, whole or as a copy without object files
-# (tests/bench/slim_build.sh build-gpu .carry/bg, then BUILD_DIR .carry/bg);
-# nothing is built here.  Stages, in order:
+# (tests/bench/slim_build.sh build-gpu .carry/bg, then BUILD_DIR .carry/bg)
+# or that copy packed (slim_build.sh build-gpu .carry/bg.tgz, then BUILD_DIR
+# .carry/bg.tgz: unpacked into .carry/bg first); nothing is built here.
+# Stages, in order:
 #
 #   info      nvidia-smi -L, driver and CUDA versions, torch and triton
 #   test      ctest -L gpu: every GPU suite (kernels against the CPU
@@ -53,6 +55,15 @@ mkdir -p "$OUT"
 if [ ! -f CMakeLists.txt ] || [ ! -d kernels ]; then
     echo "gpu_round: run this from the repository root" >&2
     exit 2
+fi
+if [ "${BUILD%.tgz}" != "$BUILD" ] && [ -f "$BUILD" ]; then # packed by slim_build.sh
+    packed=$BUILD
+    BUILD=${BUILD%.tgz}
+    rm -rf "$BUILD" && mkdir -p "$BUILD" && tar xzf "$packed" -C "$BUILD" || {
+        echo "gpu_round: cannot unpack $packed into $BUILD" >&2
+        exit 2
+    }
+    echo "gpu_round: unpacked $packed into $BUILD"
 fi
 if [ ! -d "$BUILD" ]; then
     echo "gpu_round: no build folder $BUILD (build it on the CPU machine and carry it)" >&2

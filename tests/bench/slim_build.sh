@@ -8,7 +8,9 @@
 #
 # DEST should be a folder git ignores (.carry/ is).  On the GPU machine,
 # tests/bench/gpu_round.sh DEST finds the ctest paths through a link from
-# the original folder's name.
+# the original folder's name.  A DEST ending in .tgz is the same copy
+# packed (about a quarter of the size: room in the carry for a second
+# library build); gpu_round.sh unpacks it beside itself.
 set -euo pipefail
 src=${1:-build-gpu}
 dest=${2:-.carry/bg}
@@ -16,8 +18,22 @@ if [ ! -f "$src/CMakeCache.txt" ]; then
     echo "slim_build: $src is not a configured build folder" >&2
     exit 2
 fi
+copy_slim() { # copy_slim DIR: the build without the compiler's files, into DIR
+    (cd "$src" && tar cf - --exclude='*.o' --exclude='*.a' --exclude='*.ii' --exclude='CMakeFiles' \
+        --exclude='Testing' .) | (cd "$1" && tar xf -)
+}
 rm -rf "$dest"
-mkdir -p "$dest"
-(cd "$src" && tar cf - --exclude='*.o' --exclude='*.a' --exclude='*.ii' --exclude='CMakeFiles' \
-    --exclude='Testing' .) | (cd "$dest" && tar xf -)
+case "$dest" in
+*.tgz)
+    stage=$(mktemp -d)
+    trap 'rm -rf "$stage"' EXIT
+    copy_slim "$stage"
+    mkdir -p "$(dirname "$dest")"
+    tar czf "$dest" -C "$stage" .
+    ;;
+*)
+    mkdir -p "$dest"
+    copy_slim "$dest"
+    ;;
+esac
 du -sh "$dest"
