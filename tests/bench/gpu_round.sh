@@ -59,10 +59,10 @@ fi
 if [ "${BUILD%.tgz}" != "$BUILD" ] && [ -f "$BUILD" ]; then # packed by slim_build.sh
     packed=$BUILD
     BUILD=${BUILD%.tgz}
-    rm -rf "$BUILD" && mkdir -p "$BUILD" && tar xzf "$packed" -C "$BUILD" || {
+    if ! { rm -rf "$BUILD" && mkdir -p "$BUILD" && tar xzf "$packed" -C "$BUILD"; }; then
         echo "gpu_round: cannot unpack $packed into $BUILD" >&2
         exit 2
-    }
+    fi
     echo "gpu_round: unpacked $packed into $BUILD"
 fi
 if [ ! -d "$BUILD" ]; then
