@@ -1778,6 +1778,11 @@ static const xfer_case_t XFER_CASES[] = {
     {1024, 576, 32, XF_TABLE, 0, I32, IDX_MIXED, DEV, DEV, 0, 0, 130, 2, 0, L_DEFAULT},
     {4096, 34, 7, XF_STRIDE, 0, I32, IDX_MIXED, DEV, DEV, 6, 2, 6, 2, 0, L_DEFAULT},
     {200000, 34, 2, XF_STRIDE, 0, I32, IDX_MIXED, DEV, DEV, 0, 0, 64, 0, 0, L_MB1},
+    /* a few layers by layer_stride, few rows: the one-pass kernels over layers (MLA: a
+     * block per row) */
+    {64, 1152, 4, XF_STRIDE, 1, I32, IDX_MIXED, DEV, DEV, 0, 0, 128, 0, 0, L_DEFAULT},
+    {100, 1152, 3, XF_STRIDE, 1, I64, IDX_PERM, DEV, DEV, 0, 0, 64, 0, 0, L_DEFAULT},
+    {64, 2048, 4, XF_STRIDE, 0, I64, IDX_PERM, DEV, DEV, 0, 0, 128, 0, 0, L_DEFAULT},
     /* pinned host pools */
     {64, 2048, 32, XF_TABLE, 0, I64, IDX_PERM, PIN, DEV, 0, 0, 128, 0, 0, L_DEFAULT},
     {1024, 2048, 32, XF_TABLE, 0, I32, IDX_MIXED, DEV, PIN, 0, 0, 128, 0, 0, L_MB8},
