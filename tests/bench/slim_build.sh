@@ -18,22 +18,12 @@ if [ ! -f "$src/CMakeCache.txt" ]; then
     echo "slim_build: $src is not a configured build folder" >&2
     exit 2
 fi
-copy_slim() { # copy_slim DIR: the build without the compiler's files, into DIR
-    (cd "$src" && tar cf - --exclude='*.o' --exclude='*.a' --exclude='*.ii' --exclude='CMakeFiles' \
-        --exclude='Testing' .) | (cd "$1" && tar xf -)
-}
+# what only the compiler needs
+skip=(--exclude='*.o' --exclude='*.a' --exclude='*.ii' --exclude='CMakeFiles' --exclude='Testing')
 rm -rf "$dest"
+mkdir -p "$(dirname "$dest")"
 case "$dest" in
-*.tgz)
-    stage=$(mktemp -d)
-    trap 'rm -rf "$stage"' EXIT
-    copy_slim "$stage"
-    mkdir -p "$(dirname "$dest")"
-    tar czf "$dest" -C "$stage" .
-    ;;
-*)
-    mkdir -p "$dest"
-    copy_slim "$dest"
-    ;;
+*.tgz) tar czf "$dest" -C "$src" "${skip[@]}" . ;;
+*) mkdir -p "$dest" && tar cf - -C "$src" "${skip[@]}" . | tar xf - -C "$dest" ;;
 esac
 du -sh "$dest"

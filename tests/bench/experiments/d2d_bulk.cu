@@ -133,17 +133,19 @@ extern "C" int bulk_run(void *stream, const void *sk, const void *sv, void *dk, 
     a.nbufs = nbufs;
     a.rows_per_warp = rows_per_warp;
     const size_t smem = (size_t)warps_per_block * rows_per_warp * a.slot_bytes + (size_t)warps_per_block * 32 * 8;
-    int dev, sms, most;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    int dev, sms, most, fit = 0;
+    cudaError_t e;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) != cudaSuccess)
+        return e;
     if (smem > (size_t)most)
         return -1;
-    cudaError_t e = cudaFuncSetAttribute(bulk_rows, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess)
+    if ((e = cudaFuncSetAttribute(bulk_rows, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) !=
+            cudaSuccess ||
+        (e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, bulk_rows, warps_per_block * 32, smem)) !=
+            cudaSuccess)
         return e;
-    int fit = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, bulk_rows, warps_per_block * 32, smem);
     if (fit < blocks_per_sm)
         return -1;
     int64_t blocks = (int64_t)sms * blocks_per_sm;
