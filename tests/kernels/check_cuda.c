@@ -23,6 +23,7 @@
  *                   to be used and not waited on), all giving the same bytes
  *   big_pool        a 9 GiB device pool (offsets past 2^32 bytes, 2^31
  *                   elements), store and transfer at its far end
+ *   wide_bounds     pools that declare 2^32 + 5 slots: bounds kept 64-bit
  *
  * Environment:
  *   KVD_TEST_QUICK=1  smaller counts (for compute-sanitizer memcheck)
@@ -2426,6 +2427,116 @@ START_TEST(test_big_pool)
 END_TEST
 
 /* ======================================================================== */
+/* Bounds past 2^32 slots                                                    */
+
+/* A pool that declares more slots than 32 bits count (2^32 + 5) and holds
+ * a few real ones at the front, with indices among the real ones and past
+ * the bound: small calls whose fields fit 32 bits run a kernel with 32-bit
+ * bounds, and these must not (a bound cut to 5 would call slots 5 and up
+ * out of range).  0: MHA store, 1: MLA one-layer transfer. */
+START_TEST(test_wide_bounds)
+{
+    uint64_t seed = case_seed("wide_bounds", _i, 0);
+    rng_t rng;
+    rng_seed(&rng, seed);
+    const int64_t bound = ((int64_t)1 << 32) + 5, real = 64, row = 1152, n = 40;
+    const int mla = _i == 1;
+    case_begin(seed, "wide_bounds %s: num_slots 2^32+5, %" PRId64 " real slots, row=%" PRId64,
+               mla ? "MLA transfer" : "MHA store", real, row);
+
+    int64_t *si = host_alloc((size_t)n * sizeof(int64_t)), *di = host_alloc((size_t)n * sizeof(int64_t));
+    int64_t perm_s[64], perm_d[64];
+    perm_prefix(&rng, real, real, perm_s);
+    perm_prefix(&rng, real, real, perm_d);
+    for (int64_t i = 0; i < n; i++) {
+        si[i] = perm_s[i];
+        di[i] = perm_d[i];
+    }
+    di[3] = bound;         /* out of range: counted */
+    di[7] = bound + 1000;  /* counted */
+    di[11] = -1;           /* padding */
+    int64_t expect_oob = 2;
+    if (mla) {
+        si[13] = bound + 2; /* a source out of range: counted */
+        si[17] = -5;        /* padding */
+        expect_oob++;
+    }
+    tbuf_t oob, src_i, dst_i;
+    unsigned long long start = tb_counter(&oob, "oob_count", MEM_DEV, &rng);
+    tb_index(&dst_i, mla ? "dst_idx" : "loc", MEM_DEV, I64, di, n);
+    if (mla)
+        tb_index(&src_i, "src_idx", MEM_DEV, I64, si, n);
+
+    tbuf_t ks, vs, kd, vd;
+    if (mla) {
+        tb_alloc(&ks, "src pool", MEM_DEV, (size_t)(real * row), 0);
+        ks.row_stride = row;
+        tb_random(&ks, &rng);
+        tb_alloc(&kd, "dst pool", MEM_DEV, (size_t)(real * row), 0);
+        kd.row_stride = row;
+        kvd_transfer_args_t ag = {0};
+        ag.src.slot_stride = ag.dst.slot_stride = row;
+        ag.src.num_slots = ag.dst.num_slots = bound;
+        ag.num_layers = 1;
+        ag.idx_dtype = I64;
+        ag.count = n;
+        ag.row_bytes = row;
+        kvd_transfer_args_t ar = ag;
+        ag.src.k = ks.g;
+        ag.dst.k = kd.g;
+        ar.src.k = ks.r;
+        ar.dst.k = kd.r;
+        ag.src_idx = src_i.g;
+        ag.dst_idx = dst_i.g;
+        ar.src_idx = src_i.r;
+        ar.dst_idx = dst_i.r;
+        ag.oob_count = (unsigned long long *)oob.g;
+        ar.oob_count = (unsigned long long *)oob.r;
+        gpu_call("kvd_cuda_kv_transfer", op_transfer, &ag, L_DEFAULT, &kd);
+        KVD_CALL_OK(kvd_cpu_kv_transfer(&ar, NULL));
+        tb_check(&src_i);
+    } else {
+        tb_alloc(&ks, "k source", MEM_DEV, (size_t)(n * row), 0);
+        tb_alloc(&vs, "v source", MEM_DEV, (size_t)(n * row), 0);
+        ks.row_stride = vs.row_stride = row;
+        tb_random(&ks, &rng);
+        tb_random(&vs, &rng);
+        tb_alloc(&kd, "k pool", MEM_DEV, (size_t)(real * row), 0);
+        tb_alloc(&vd, "v pool", MEM_DEV, (size_t)(real * row), 0);
+        kd.row_stride = vd.row_stride = row;
+        kvd_store_args_t ag = {0};
+        ag.k_src_stride = ag.v_src_stride = ag.k_dst_stride = ag.v_dst_stride = row;
+        ag.num_slots = bound;
+        ag.loc_dtype = I64;
+        ag.num_tokens = n;
+        ag.row_bytes = row;
+        kvd_store_args_t ar = ag;
+        ag.k_src = ks.g;
+        ag.v_src = vs.g;
+        ag.k_dst = kd.g;
+        ag.v_dst = vd.g;
+        ag.loc = dst_i.g;
+        ar.k_src = ks.r;
+        ar.v_src = vs.r;
+        ar.k_dst = kd.r;
+        ar.v_dst = vd.r;
+        ar.loc = dst_i.r;
+        ag.oob_count = (unsigned long long *)oob.g;
+        ar.oob_count = (unsigned long long *)oob.r;
+        gpu_call("kvd_cuda_kv_store", op_store, &ag, L_DEFAULT, &kd);
+        KVD_CALL_OK(kvd_cpu_kv_store(&ar, NULL));
+        tb_check(&vs);
+        tb_check(&vd);
+    }
+    tb_check(&ks);
+    tb_check(&kd);
+    tb_check(&dst_i);
+    check_counter(&oob, start, expect_oob);
+    case_end("oob +%" PRId64, expect_oob);
+}
+END_TEST
+
+/* ======================================================================== */
 
 START_TEST(test_basics)
 {
@@ -2462,6 +2573,7 @@ static Suite *cuda_suite(void)
         {"transfer", test_transfer, ARRAY_LEN(XFER_CASES)},
         {"launch", test_launch, 4},
         {"big_pool", test_big_pool, 4},
+        {"wide_bounds", test_wide_bounds, 2},
     };
     for (int i = 0; i < ARRAY_LEN(cases); i++) {
         TCase *tc = tcase_create(cases[i].name);

@@ -3,10 +3,12 @@
  * one layer or all), MHA (K and V) or MLA (one buffer).  One engine serves
  * them all: every (pair, buffer, layer) is a task that copies one row.
  *
- * Work split: a group of G lanes (a power of two) copies one row.  By size:
- * - small single-buffer (MLA) calls without layer tables: a block per row,
- *   a lane per vector, whole warps and no more;
- * - other small calls (every row's lanes fit on the device at once): one
+ * Work split, by size:
+ * - small stores and small single-buffer (MLA) transfers without layer
+ *   tables: a block per row, a thread per vector, with parameters packed
+ *   so that a block reads one 64-byte line of them;
+ * - otherwise a group of G lanes (a power of two) copies one row; other
+ *   small calls (every row's lanes fit on the device at once): one
  *   pass, a lane for every vector of a row (up to a block), each lane one
  *   load; this spreads a handful of rows over the most multiprocessors;
  * - up to KVD_ONE_PASS_WAVES grids of that: one pass, up to a warp per
@@ -70,26 +72,72 @@ template <typename V> __device__ __forceinline__ void store_once(V *p, const V &
 #endif
 }
 
+/* A load issued here and now.  The compiler sinks a plain load whose value
+ * is only used past a branch into that branch, after whatever the branch
+ * waits for (a store's slot index): a DRAM round trip more after an L2
+ * flush.  An asm volatile load stays where it is written in the PTX, and a
+ * volatile one where it is in the machine code too (ptxas sank a plain
+ * one past the early exit of a padding slot; a volatile access it must
+ * make on every path). */
+template <typename V> __device__ __forceinline__ V load_now(const V *p);
+template <> __device__ __forceinline__ uint4 load_now(const uint4 *p)
+{
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+template <> __device__ __forceinline__ uint2 load_now(const uint2 *p)
+{
+    uint2 v;
+    asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+template <> __device__ __forceinline__ uint32_t load_now(const uint32_t *p)
+{
+    uint32_t v;
+    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+template <> __device__ __forceinline__ uint16_t load_now(const uint16_t *p)
+{
+    uint16_t v;
+    asm volatile("ld.volatile.global.u16 %0, [%1];" : "=h"(v) : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+template <> __device__ __forceinline__ uint8_t load_now(const uint8_t *p)
+{
+    uint16_t v;
+    asm volatile("ld.volatile.global.u8 %0, [%1];" : "=h"(v) : "l"(__cvta_generic_to_global(p)));
+    return (uint8_t)v;
+}
+
 /*
  * Kernel parameters are read through the constant cache, where the first
  * read of each 64-byte line in a launch misses (on an H200 a store's six
  * parameters spread over six lines cost 0.03-0.16 us against one line:
- * tests/bench/results round 8).  The fields a one-pass kernel reads come
- * first, within the first two lines (112 bytes from the parameters' start
- * at bank offset 0x210 on sm_90); tables, layer strides and what only the
- * grid-stride loop or an out-of-range pair needs come after.
+ * tests/bench/results round 8).  They start at bank offset 0x210 on sm_90,
+ * so the first line holds 48 bytes: what a one-pass kernel needs before it
+ * can load its indices.  The row addresses fill the second line, read
+ * (side_now) while the indices load, so its miss overlaps their round
+ * trip.  Tables, layer strides and what only the grid-stride loop or an
+ * out-of-range pair needs come after.
  */
 struct RowCopy {
     const void *dst_idx;
     const void *src_idx; /* NULL: src row = pair index (store) */
-    const char *src[2];  /* layer-0 base of K and V (store: token rows) */
+    int64_t count;       /* pairs */
+    int64_t row_bytes;
+    int64_t src_slots; /* bounds */
+    int64_t dst_slots;
+    /* --- second line --- */
+    const char *src[2]; /* layer-0 base of K and V (store: token rows) */
     char *dst[2];
     int64_t src_stride[2]; /* bytes between rows */
     int64_t dst_stride[2];
-    int64_t src_slots; /* bounds */
-    int64_t dst_slots;
-    int64_t count; /* pairs */
-    int64_t row_bytes;
     /* --- cold --- */
     const uint64_t *src_tab[2]; /* per-layer addresses, or NULL */
     const uint64_t *dst_tab[2];
@@ -100,6 +148,32 @@ struct RowCopy {
     int nbufs; /* 2: K and V, 1: MLA */
     bool idx64;
 };
+
+/* One buffer's layer-0 row addresses. */
+struct Side {
+    const char *src;
+    char *dst;
+    int64_t src_stride;
+    int64_t dst_stride;
+};
+
+__device__ __forceinline__ Side side_of(const RowCopy &p, int buf)
+{
+    return Side{p.src[buf], p.dst[buf], p.src_stride[buf], p.dst_stride[buf]};
+}
+
+/* side_of, read here: the compiler may not sink the parameter reads past
+ * this point (to where the row addresses are first used, after the
+ * indices arrive). */
+__device__ __forceinline__ Side side_now(const RowCopy &p, int buf)
+{
+    Side w = side_of(p, buf);
+    asm volatile("" : "+l"(w.src), "+l"(w.dst), "+l"(w.src_stride), "+l"(w.dst_stride));
+    /* as parameters they were known to be global; through the asm, not */
+    __builtin_assume(__isGlobal(w.src));
+    __builtin_assume(__isGlobal(w.dst));
+    return w;
+}
 
 /* Byte-wise copy for a row whose addresses defeat the vector width. */
 __device__ void copy_row_bytes(const char *s, char *d, int64_t n, int lane, int g)
@@ -150,17 +224,17 @@ __device__ __forceinline__ Task decode(const RowCopy &p, int64_t t)
     return k;
 }
 
-/* One row: dst slot d of (layer, buf) from src row s.  counts: this task
- * is the pair's first (buffer 0, layer 0), the one that counts it when
- * out of range.  Without LAYERS the call is one layer without tables and
- * no layer field is read. */
+/* One row: dst slot d of (layer, buf) from src row s, w the buffer's
+ * rows.  counts: this task is the pair's first (buffer 0, layer 0), the
+ * one that counts it when out of range.  Without LAYERS the call is one
+ * layer without tables and no layer field is read. */
 template <typename V, int U, bool LAYERS>
-__device__ __forceinline__ void copy_task(const RowCopy &p, bool counts, int64_t layer, int buf,
-                                          int64_t d, int64_t s, int lane, int g)
+__device__ __forceinline__ void copy_task(const RowCopy &p, const Side &w, bool counts, int64_t layer,
+                                          int buf, int64_t d, int64_t s, int lane, int g)
 {
     /* layer addresses first: a table load need not wait for the indices */
-    const char *sbase = p.src[buf];
-    char *dbase = p.dst[buf];
+    const char *sbase = w.src;
+    char *dbase = w.dst;
     if (LAYERS) {
         sbase = p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][layer]
                                : sbase + layer * p.src_layer_stride;
@@ -175,8 +249,8 @@ __device__ __forceinline__ void copy_task(const RowCopy &p, bool counts, int64_t
             atomicAdd(p.oob, 1ull);
         return;
     }
-    const char *srow = sbase + s * p.src_stride[buf];
-    char *drow = dbase + d * p.dst_stride[buf];
+    const char *srow = sbase + s * w.src_stride;
+    char *drow = dbase + d * w.dst_stride;
 
     if (LAYERS && sizeof(V) > 1 && (p.src_tab[buf] || p.dst_tab[buf]) &&
         (((uintptr_t)srow | (uintptr_t)drow) & (sizeof(V) - 1))) {
@@ -211,7 +285,7 @@ copy_rows_kernel(const RowCopy p, int gshift)
             dn = kvd__load_index(p.dst_idx, p.idx64, kn.i);
             sn = p.src_idx ? kvd__load_index(p.src_idx, p.idx64, kn.i) : kn.i;
         }
-        copy_task<V, U, true>(p, t < p.count, k.layer, k.buf, d, s, lane, g);
+        copy_task<V, U, true>(p, side_of(p, k.buf), t < p.count, k.layer, k.buf, d, s, lane, g);
         if (tn >= p.tasks)
             break;
         t = tn;
@@ -291,14 +365,15 @@ copy_rows_once(const RowCopy p)
         return;
     const int buf = (int)blockIdx.z;
     const int64_t layer = blockIdx.y;
+    const Side w = side_now(p, buf);
     const int64_t d = kvd__load_index(p.dst_idx, IDX64, i);
     if (R != Rows::kStore) {
         const int64_t s = kvd__load_index(p.src_idx, IDX64, i);
-        copy_task<V, U, R == Rows::kLayers>(p, layer == 0 && buf == 0, layer, buf, d, s, lane, g);
+        copy_task<V, U, R == Rows::kLayers>(p, w, layer == 0 && buf == 0, layer, buf, d, s, lane, g);
         return;
     }
     /* store: one layer, no tables, the vector width fits every row */
-    const V *sv = (const V *)(p.src[buf] + (int64_t)i * p.src_stride[buf]);
+    const V *sv = (const V *)(w.src + (int64_t)i * w.src_stride);
     V r[U];
 #pragma unroll
     for (int u = 0; u < U; u++)
@@ -311,7 +386,7 @@ copy_rows_once(const RowCopy p)
             atomicAdd(p.oob, 1ull);
         return;
     }
-    V *dv = (V *)(p.dst[buf] + d * p.dst_stride[buf]);
+    V *dv = (V *)(w.dst + d * w.dst_stride);
 #pragma unroll
     for (int u = 0; u < U; u++)
         if (lane + u * g < vecs)
@@ -320,59 +395,125 @@ copy_rows_once(const RowCopy p)
 }
 
 /*
- * Small single-buffer (MLA) calls without layer tables: block (i, layer)
- * copies row i of that layer, a lane per vector.  On an H200 this beat
- * the wide one-pass kernel (two rows per block, a power-of-two group per
- * row: 128 lanes for the 72 vectors of a 1,152-byte row) by about 0.4 us
- * at 64 and 1,024 rows; with K and V (two buffers) the wide kernel stayed
- * ahead, whether a block took both rows of a pair or one.  R is never
- * kLayers with tables here.
+ * Block-per-row copies: block (i, buf, layer) copies row i of that buffer
+ * and layer, thread t its vector t (a block has exactly a row's vectors,
+ * so no lane test).  For stores and single-buffer (MLA) transfers without
+ * layer tables whose rows all fit on the device at once.  On an H200 a
+ * block per row beat the wide one-pass kernel by about 0.4 us for MLA at
+ * 64 and 1,024 rows; with K and V transfers the wide kernel stayed ahead
+ * (tests/bench/results round 6).
+ *
+ * Everything a block of buffer b reads on its way lies in view[b], and
+ * view[b] is one 64-byte line of the kernel parameters: they start at
+ * bank offset 0x210 on sm_90, so view[0] fills the first line's last 48
+ * bytes and view[1] opens the second.  A line's first read in a launch is
+ * a constant-cache miss that the index load waits for (RowCopy); one line
+ * per block is what the seed's kernels read.  So strides and bounds are
+ * 32-bit here (launch_width checks that they fit), the lanes per row come
+ * from the block size, and only an out-of-range pair or a call over
+ * layers reads past view[1].
  */
+struct RowView {
+    const void *dst_idx;
+    const void *src_idx; /* NULL: a store, src row = i */
+    const char *src;
+    char *dst;
+    uint32_t src_stride; /* vectors between rows */
+    uint32_t dst_stride;
+    uint32_t src_slots; /* bounds (a store has none on its source) */
+    uint32_t dst_slots;
+};
+static_assert(sizeof(RowView) == 48, "a view must be one parameter line's 48 bytes");
+
+struct RowBlocks {
+    RowView view[2]; /* K and V, or the single buffer in view[0] */
+    unsigned long long *oob;
+    int64_t src_layer_stride; /* bytes, Rows::kLayers only */
+    int64_t dst_layer_stride;
+};
+
 template <typename V, Rows R, bool IDX64>
-__global__ void __launch_bounds__(1024) copy_single_once(const RowCopy p)
+__global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ RowBlocks p)
 {
     const uint32_t i = blockIdx.x;
-    const int t = threadIdx.x;
-    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
-    const int64_t d = kvd__load_index(p.dst_idx, IDX64, i);
+    /* transfers here have one buffer: their view at fixed offsets */
+    const RowView &w = R == Rows::kStore ? p.view[blockIdx.y] : p.view[0];
+    const uint32_t t = threadIdx.x;
+    /* indices and bounds are the same in both views: read view[0]'s, at
+     * fixed offsets, so the index load does not wait on a computed one */
+    const int64_t d = kvd__load_index(p.view[0].dst_idx, IDX64, i);
     int64_t s = i;
     V r;
-    if (R == Rows::kStore) { /* the token row is known before the slot index arrives */
-        if (t < vecs)
-            r = load_once((const V *)(p.src[0] + (int64_t)i * p.src_stride[0]) + t);
-    } else {
-        s = kvd__load_index(p.src_idx, IDX64, i);
-    }
-    const int64_t layer = blockIdx.y;
+    if (R == Rows::kStore) /* the token row is known before the slot index arrives */
+        r = load_now((const V *)w.src + (uint64_t)i * w.src_stride + t);
+    else
+        s = kvd__load_index(p.view[0].src_idx, IDX64, i);
     if (d < 0 || s < 0)
         return; /* padding */
-    if (d >= p.dst_slots || (R != Rows::kStore && s >= p.src_slots)) {
-        if (t == 0 && layer == 0 && p.oob)
+    if (d >= (int64_t)p.view[0].dst_slots || (R != Rows::kStore && s >= (int64_t)p.view[0].src_slots)) {
+        if (t == 0 && blockIdx.y == 0 && blockIdx.z == 0 && p.oob)
             atomicAdd(p.oob, 1ull);
         return;
     }
-    if (t >= vecs)
-        return;
-    const char *sbase = p.src[0];
-    char *dbase = p.dst[0];
+    const char *sbase = w.src;
+    char *dbase = w.dst;
     if (R == Rows::kLayers) {
-        sbase += layer * p.src_layer_stride;
-        dbase += layer * p.dst_layer_stride;
+        sbase += blockIdx.z * p.src_layer_stride;
+        dbase += blockIdx.z * p.dst_layer_stride;
     }
     if (R != Rows::kStore)
-        r = load_once((const V *)(sbase + s * p.src_stride[0]) + t);
-    store_once((V *)(dbase + d * p.dst_stride[0]) + t, r);
+        r = load_once((const V *)sbase + (uint64_t)s * w.src_stride + t);
+    store_once((V *)dbase + (uint64_t)d * w.dst_stride + t, r);
+}
+
+/* p as a block-per-row launch, when its shape allows one: no layer
+ * tables, a store or a single buffer, rows of at most a block's vectors,
+ * strides and bounds within 32 bits, every block resident at once within
+ * the budget. */
+template <typename V>
+bool row_blocks_fit(const RowCopy &p, int64_t num_layers, const kvd_grid_limits_t &g, RowBlocks *b)
+{
+    const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
+    if (p.src_tab[0] || p.src_tab[1] || p.dst_tab[0] || p.dst_tab[1] || vecs > 1024 ||
+        (p.src_idx && p.nbufs != 1))
+        return false;
+    const int64_t lanes = (vecs + 31) / 32 * 32;
+    const int64_t blocks = kvd__mul_sat(kvd__mul_sat(p.count, p.nbufs), num_layers);
+    if (kvd__mul_sat(blocks, lanes) > g.one_wave * KVD_BLOCK_THREADS || blocks > g.budget ||
+        p.dst_slots > UINT32_MAX || (p.src_idx && p.src_slots > UINT32_MAX))
+        return false;
+    memset(b, 0, sizeof(*b));
+    for (int k = 0; k < p.nbufs; k++) {
+        const int64_t ss = p.src_stride[k] / (int64_t)sizeof(V);
+        const int64_t ds = p.dst_stride[k] / (int64_t)sizeof(V);
+        if (ss > UINT32_MAX || ds > UINT32_MAX)
+            return false;
+        RowView &w = b->view[k];
+        w.dst_idx = p.dst_idx;
+        w.src_idx = p.src_idx;
+        w.src = p.src[k];
+        w.dst = p.dst[k];
+        w.src_stride = (uint32_t)ss;
+        w.dst_stride = (uint32_t)ds;
+        w.src_slots = p.src_idx ? (uint32_t)p.src_slots : 0;
+        w.dst_slots = (uint32_t)p.dst_slots;
+    }
+    b->oob = p.oob;
+    b->src_layer_stride = p.src_layer_stride;
+    b->dst_layer_stride = p.dst_layer_stride;
+    return true;
 }
 
 template <typename V>
-kvd_status_t launch_single(const RowCopy &p, int64_t num_layers, unsigned threads,
-                           const kvd_launch_t *launch)
+kvd_status_t launch_row_blocks(const RowBlocks &b, const RowCopy &p, int64_t num_layers,
+                               const kvd_launch_t *launch)
 {
-    const dim3 grid((unsigned)p.count, (unsigned)num_layers);
+    const dim3 grid((unsigned)p.count, (unsigned)p.nbufs, (unsigned)num_layers);
+    const unsigned threads = (unsigned)(p.row_bytes / (int64_t)sizeof(V));
     cudaStream_t st = kvd__stream(launch);
     return with_kind(rows_kind(p, num_layers), p.idx64, [&](auto r, auto i64) {
-        copy_single_once<V, decltype(r)::value, decltype(i64)::value><<<grid, threads, 0, st>>>(p);
-        KVD_CUDA_LAUNCHED("copy_single_once");
+        copy_row_blocks<V, decltype(r)::value, decltype(i64)::value><<<grid, threads, 0, st>>>(b);
+        KVD_CUDA_LAUNCHED("copy_row_blocks");
         return KVD_OK;
     });
 }
@@ -401,8 +542,8 @@ kvd_status_t launch_once(const RowCopy &p, int64_t num_layers, int64_t bx, const
 
 /*
  * Four shapes, by size:
- * - single-buffer rows without tables, when they all fit on the device at
- *   once: a block per row;
+ * - stores and single-buffer rows without tables, when they all fit on
+ *   the device at once: a block per row;
  * - wide one pass, one vector per lane and a lane for every vector of a
  *   row, when all the rows fit on the device at once: the most rows, and
  *   the most multiprocessors, working on the first round trip;
@@ -420,13 +561,9 @@ kvd_status_t launch_width(const RowCopy &p, int64_t num_layers, const kvd_launch
         return st;
     int64_t bx;
 
-    if (p.nbufs == 1 && !p.src_tab[0] && !p.dst_tab[0] && vecs <= 1024) {
-        /* a block per row, a lane per vector (whole warps), all resident at once */
-        const unsigned lanes = (unsigned)((vecs + 31) / 32 * 32);
-        const int64_t blocks = kvd__mul_sat(p.count, num_layers);
-        if (kvd__mul_sat(blocks, lanes) <= g.one_wave * KVD_BLOCK_THREADS && blocks <= g.budget)
-            return launch_single<V>(p, num_layers, lanes, launch);
-    }
+    RowBlocks rb;
+    if (row_blocks_fit<V>(p, num_layers, g, &rb))
+        return launch_row_blocks<V>(rb, p, num_layers, launch);
     if (by <= g.one_wave && once_blocks(p.count, lane_shift<1>(vecs), by, &bx) <= g.one_wave)
         return launch_once<V, 1>(p, num_layers, bx, launch);
     const int gshift = lane_shift<kUnroll>(vecs);
@@ -458,7 +595,7 @@ template <typename V> void load_width(void)
             (void)with_kind(r, idx64, [&](auto rk, auto i64) {
                 constexpr Rows R = decltype(rk)::value;
                 constexpr bool I = decltype(i64)::value;
-                (void)cudaFuncGetAttributes(&a, (const void *)copy_single_once<V, R, I>);
+                (void)cudaFuncGetAttributes(&a, (const void *)copy_row_blocks<V, R, I>);
                 (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, 1, R, I>);
                 (void)cudaFuncGetAttributes(&a, (const void *)copy_rows_once<V, kUnroll, R, I>);
                 return KVD_OK;

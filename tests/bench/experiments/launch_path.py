@@ -9,7 +9,7 @@ of it (the library's parameter block, its checks, its grid) and with its six par
 packed, spread one per 64-byte line, and spread with blockDim read; per-layer MHA at 64
 rows by the seed, the library and two plain CUDA shapes; per-layer MLA at 64 and 1,024
 rows and the page-table gather at bs=1 and 64 by the seed and the library.  EXP_LIB2
-adds a second build of the library; EXP_LP_LEAN=1 keeps only runtime launches; EXP_JSON
+to EXP_LIB4 add builds of the library; EXP_LP_LEAN=1 keeps only runtime launches; EXP_JSON
 writes every turn (for pool_turns.py --lp).  Each case is checked once first.
 
     EXP_LP_STATIC=liblp_static.so EXP_LP_SHARED=liblp_shared.so EXP_LIB=<libkvdock_kernels.so> \
@@ -48,6 +48,8 @@ for tag, env in (("static", "EXP_LP_STATIC"), ("shared", "EXP_LP_SHARED")):
     libs[tag] = m
 kvd = B.Kvd(os.environ["EXP_LIB"])
 kvd2 = B.Kvd(os.environ["EXP_LIB2"]) if os.environ.get("EXP_LIB2") else None  # a variant build
+kvd3 = B.Kvd(os.environ["EXP_LIB3"]) if os.environ.get("EXP_LIB3") else None  # and another
+kvd4 = B.Kvd(os.environ["EXP_LIB4"]) if os.environ.get("EXP_LIB4") else None  # and another
 
 cases = {}
 def ok(rc):
@@ -82,6 +84,10 @@ for N in (1, 32, 512):
          "lib": kvd.bind("kvd_cuda_kv_store", a, B.Launch(None, 0, 0))}
     if kvd2:
         c["lib2"] = kvd2.bind("kvd_cuda_kv_store", a, B.Launch(None, 0, 0))
+    if kvd3:
+        c["lib3"] = kvd3.bind("kvd_cuda_kv_store", a, B.Launch(None, 0, 0))
+    if kvd4:
+        c["lib4"] = kvd4.bind("kvd_cuda_kv_store", a, B.Launch(None, 0, 0))
     for tag, m in libs.items():
         for path in ("rt", "drv") + (("rt256",) if tag == "static" else ()):
             if os.environ.get("EXP_LP_LEAN") and path != "rt":
@@ -112,6 +118,10 @@ c = {"seed": lambda: K.transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, si, di,
      "lib": kvd.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))}
 if kvd2:
     c["lib2"] = kvd2.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))
+if kvd3:
+    c["lib3"] = kvd3.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))
+if kvd4:
+    c["lib4"] = kvd4.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))
 for w, name in enumerate(("pair_seed", "pair_split") if "static" in libs else ()):
     c[name] = (lambda w=w: ok(libs["static"].lp_pair_run(w, None, src_k.data_ptr(), src_v.data_ptr(), dst_k.data_ptr(),
                                                          dst_v.data_ptr(), si.data_ptr(), di.data_ptr(), 64, row)))
@@ -128,6 +138,10 @@ for L in (64, 1024):
          "lib": kvd.bind("kvd_cuda_kv_transfer", ma, B.Launch(None, 0, 0))}
     if kvd2:
         c["lib2"] = kvd2.bind("kvd_cuda_kv_transfer", ma, B.Launch(None, 0, 0))
+    if kvd3:
+        c["lib3"] = kvd3.bind("kvd_cuda_kv_transfer", ma, B.Launch(None, 0, 0))
+    if kvd4:
+        c["lib4"] = kvd4.bind("kvd_cuda_kv_transfer", ma, B.Launch(None, 0, 0))
     check_each(f"mla L={L}", c, lambda mdi=mdi: mla_dst.index_fill_(0, mdi, 0),
                lambda msi=msi, mdi=mdi: torch.equal(mla_dst[mdi], mla_src[msi]))
     cases[f"mla L={L}"] = c
@@ -147,6 +161,10 @@ for bs, maxp in ((1, 256), (64, 2048)):
          "lib": kvd.bind("kvd_cuda_page_table_gather", ga, B.Launch(None, 0, 0))}
     if kvd2:
         c["lib2"] = kvd2.bind("kvd_cuda_page_table_gather", ga, B.Launch(None, 0, 0))
+    if kvd3:
+        c["lib3"] = kvd3.bind("kvd_cuda_page_table_gather", ga, B.Launch(None, 0, 0))
+    if kvd4:
+        c["lib4"] = kvd4.bind("kvd_cuda_page_table_gather", ga, B.Launch(None, 0, 0))
     check_each(f"gather bs={bs}", c, lambda out=out: out.fill_(-1), lambda out=out, ref=ref: torch.equal(out, ref))
     cases[f"gather bs={bs}"] = c
 
