@@ -403,15 +403,17 @@ copy_rows_once(const RowCopy p)
  * 64 and 1,024 rows; with K and V transfers the wide kernel stayed ahead
  * (tests/bench/results round 6).
  *
- * Everything a block of buffer b reads on its way lies in view[b], and
- * view[b] is one 64-byte line of the kernel parameters: they start at
- * bank offset 0x210 on sm_90, so view[0] fills the first line's last 48
- * bytes and view[1] opens the second.  A line's first read in a launch is
- * a constant-cache miss that the index load waits for (RowCopy); one line
- * per block is what the seed's kernels read.  So strides and bounds are
- * 32-bit here (launch_width checks that they fit), the lanes per row come
- * from the block size, and only an out-of-range pair or a call over
- * layers reads past view[1].
+ * What a block reads on its way lies in one or two 48-byte views, each a
+ * 64-byte line of the kernel parameters: they start at bank offset 0x210
+ * on sm_90, so view[0] fills the first line's last 48 bytes and view[1]
+ * opens the second.  A line's first read in a launch is a constant-cache
+ * miss that the index load waits for (RowCopy); one line per block is
+ * what the seed's kernels read.  Indices and bounds are read from view[0]
+ * at fixed offsets (the same in both views), a store's row addresses from
+ * its buffer's view, so a V block's second line loads beside its index.
+ * Strides and bounds are 32-bit (row_blocks_fit checks that they fit),
+ * the lanes per row come from the block size, and only an out-of-range
+ * pair or a call over layers reads past view[1].
  */
 struct RowView {
     const void *dst_idx;
