@@ -23,7 +23,8 @@
  *                   to be used and not waited on), all giving the same bytes
  *   big_pool        a 9 GiB device pool (offsets past 2^32 bytes, 2^31
  *                   elements), store and transfer at its far end
- *   wide_bounds     pools that declare 2^32 + 5 slots: bounds kept 64-bit
+ *   wide_bounds     pools that declare 2^32 + 5 slots, a slot stride past
+ *                   2^32 bytes: bounds and strides kept 64-bit
  *
  * Environment:
  *   KVD_TEST_QUICK=1  smaller counts (for compute-sanitizer memcheck)
@@ -2429,16 +2430,88 @@ END_TEST
 /* ======================================================================== */
 /* Bounds past 2^32 slots                                                    */
 
+/* Case 2: a destination pool of 2 slots 2^32 + 1 bytes apart (byte-wise
+ * rows, so the stride in vectors is past 32 bits too), MLA rows of 576
+ * bytes: src slot 5 -> dst slot 0, src slot 3 -> dst slot 1.  A stride cut
+ * to 32 bits (1) would put slot 1's row over slot 0's.  The 4 GiB pool is
+ * compared in two windows, around each slot, against poison and the rows. */
+static int wide_stride_case(rng_t *rng)
+{
+    const int64_t row = 576, stride = ((int64_t)1 << 32) + 1, margin = 64;
+    const int64_t total = stride + row + 2 * margin;
+    uint8_t *pool = NULL;
+    cudaError_t e = cudaMalloc((void **)&pool, (size_t)total);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        printf(" SKIP: cudaMalloc(%.1f GiB) failed: %s\n", (double)total / (1 << 30),
+               cudaGetErrorString(e));
+        return 0;
+    }
+    track_push(T_DEV, pool, (size_t)total);
+    CUDA_OK(cudaMemset(pool, 0xa5, (size_t)total));
+    uint8_t *dst = pool + margin;
+
+    const int64_t si[2] = {5, 3}, di[2] = {0, 1};
+    tbuf_t src, src_i, dst_i, oob;
+    tb_alloc(&src, "src pool", MEM_DEV, (size_t)(8 * row), 0);
+    src.row_stride = row;
+    tb_random(&src, rng);
+    tb_index(&src_i, "src_idx", MEM_DEV, I64, si, 2);
+    tb_index(&dst_i, "dst_idx", MEM_DEV, I64, di, 2);
+    unsigned long long start = tb_counter(&oob, "oob_count", MEM_DEV, rng);
+
+    kvd_transfer_args_t ag = {0};
+    ag.src.k = src.g;
+    ag.src.slot_stride = row;
+    ag.src.num_slots = 8;
+    ag.dst.k = dst;
+    ag.dst.slot_stride = stride;
+    ag.dst.num_slots = 2;
+    ag.num_layers = 1;
+    ag.src_idx = src_i.g;
+    ag.dst_idx = dst_i.g;
+    ag.idx_dtype = I64;
+    ag.count = 2;
+    ag.row_bytes = row;
+    ag.oob_count = (unsigned long long *)oob.g;
+    gpu_call("kvd_cuda_kv_transfer", op_transfer, &ag, L_DEFAULT, NULL);
+
+    uint8_t *got = host_alloc((size_t)(row + 2 * margin)), *want = host_alloc((size_t)(row + 2 * margin));
+    for (int k = 0; k < 2; k++) { /* the window around dst slot di[k] */
+        const int64_t at = margin + di[k] * stride - margin;
+        CUDA_OK(cudaMemcpy(got, pool + at, (size_t)(row + 2 * margin), cudaMemcpyDeviceToHost));
+        memset(want, 0xa5, (size_t)(row + 2 * margin));
+        memcpy(want + margin, src.r + si[k] * row, (size_t)row);
+        for (int64_t b = 0; b < row + 2 * margin; b++)
+            REQUIRE(got[b] == want[b],
+                    "dst slot %" PRId64 " (byte offset %" PRId64 " in the pool): byte %" PRId64
+                    " of its window is 0x%02x, expected 0x%02x",
+                    di[k], at + margin, b - margin, got[b], want[b]);
+    }
+    tb_check(&src);
+    tb_check(&src_i);
+    tb_check(&dst_i);
+    check_counter(&oob, start, 0);
+    return 1;
+}
+
 /* A pool that declares more slots than 32 bits count (2^32 + 5) and holds
  * a few real ones at the front, with indices among the real ones and past
  * the bound: small calls whose fields fit 32 bits run a kernel with 32-bit
  * bounds, and these must not (a bound cut to 5 would call slots 5 and up
- * out of range).  0: MHA store, 1: MLA one-layer transfer. */
+ * out of range).  0: MHA store, 1: MLA one-layer transfer; 2: a slot
+ * stride past 2^32 bytes (wide_stride_case). */
 START_TEST(test_wide_bounds)
 {
     uint64_t seed = case_seed("wide_bounds", _i, 0);
     rng_t rng;
     rng_seed(&rng, seed);
+    if (_i == 2) {
+        case_begin(seed, "wide_bounds MLA transfer: dst slot stride 2^32+1 bytes, row=576");
+        if (wide_stride_case(&rng))
+            case_end(NULL);
+        return;
+    }
     const int64_t bound = ((int64_t)1 << 32) + 5, real = 64, row = 1152, n = 40;
     const int mla = _i == 1;
     case_begin(seed, "wide_bounds %s: num_slots 2^32+5, %" PRId64 " real slots, row=%" PRId64,
@@ -2573,7 +2646,7 @@ static Suite *cuda_suite(void)
         {"transfer", test_transfer, ARRAY_LEN(XFER_CASES)},
         {"launch", test_launch, 4},
         {"big_pool", test_big_pool, 4},
-        {"wide_bounds", test_wide_bounds, 2},
+        {"wide_bounds", test_wide_bounds, 3},
     };
     for (int i = 0; i < ARRAY_LEN(cases); i++) {
         TCase *tc = tcase_create(cases[i].name);

@@ -46,10 +46,15 @@ for tag, env in (("static", "EXP_LP_STATIC"), ("shared", "EXP_LP_SHARED")):
     m.lp_store_lines_run.argtypes = [ctypes.c_int] + [VP] * 6 + [LL, LL]
     m.lp_pair_run.argtypes = [ctypes.c_int] + [VP] * 7 + [LL, LL]
     libs[tag] = m
-kvd = B.Kvd(os.environ["EXP_LIB"])
-kvd2 = B.Kvd(os.environ["EXP_LIB2"]) if os.environ.get("EXP_LIB2") else None  # a variant build
-kvd3 = B.Kvd(os.environ["EXP_LIB3"]) if os.environ.get("EXP_LIB3") else None  # and another
-kvd4 = B.Kvd(os.environ["EXP_LIB4"]) if os.environ.get("EXP_LIB4") else None  # and another
+# the library build under test ("lib") and up to three variant builds ("lib2".."lib4")
+builds = [("lib", B.Kvd(os.environ["EXP_LIB"]))] + [
+    (f"lib{k}", B.Kvd(os.environ[f"EXP_LIB{k}"])) for k in (2, 3, 4) if os.environ.get(f"EXP_LIB{k}")]
+
+def with_builds(c, fn, args):
+    """Case c with every library build's fn(args) added to its callables."""
+    for name, lib in builds:
+        c[name] = lib.bind(fn, args, B.Launch(None, 0, 0))
+    return c
 
 cases = {}
 def ok(rc):
@@ -80,14 +85,8 @@ for N in (1, 32, 512):
     loc = torch.randperm(P, device=dev)[:N]
     a = B.StoreArgs(ks.data_ptr(), vs.data_ptr(), row, row, kpool.data_ptr(), vpool.data_ptr(), row, row, P,
                     loc.data_ptr(), B.KVD_DTYPE_I64, N, row, None)
-    c = {"seed": lambda ks=ks, vs=vs, loc=loc: K.store_kv_cache(ks, vs, kpool, vpool, loc),
-         "lib": kvd.bind("kvd_cuda_kv_store", a, B.Launch(None, 0, 0))}
-    if kvd2:
-        c["lib2"] = kvd2.bind("kvd_cuda_kv_store", a, B.Launch(None, 0, 0))
-    if kvd3:
-        c["lib3"] = kvd3.bind("kvd_cuda_kv_store", a, B.Launch(None, 0, 0))
-    if kvd4:
-        c["lib4"] = kvd4.bind("kvd_cuda_kv_store", a, B.Launch(None, 0, 0))
+    c = with_builds({"seed": lambda ks=ks, vs=vs, loc=loc: K.store_kv_cache(ks, vs, kpool, vpool, loc)},
+                    "kvd_cuda_kv_store", a)
     for tag, m in libs.items():
         for path in ("rt", "drv") + (("rt256",) if tag == "static" else ()):
             if os.environ.get("EXP_LP_LEAN") and path != "rt":
@@ -114,14 +113,8 @@ src_k = torch.randn(P2, H, D, dtype=torch.bfloat16, device=dev); src_v = torch.r
 dst_k = torch.zeros_like(src_k); dst_v = torch.zeros_like(src_k)
 si = torch.randperm(P2, device=dev)[:64]; di = torch.randperm(P2, device=dev)[:64]
 ta = B.one_layer_transfer(src_k, src_v, dst_k, dst_v, si, di, row)
-c = {"seed": lambda: K.transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, si, di, row),
-     "lib": kvd.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))}
-if kvd2:
-    c["lib2"] = kvd2.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))
-if kvd3:
-    c["lib3"] = kvd3.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))
-if kvd4:
-    c["lib4"] = kvd4.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0))
+c = with_builds({"seed": lambda: K.transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, si, di, row)},
+                "kvd_cuda_kv_transfer", ta)
 for w, name in enumerate(("pair_seed", "pair_split") if "static" in libs else ()):
     c[name] = (lambda w=w: ok(libs["static"].lp_pair_run(w, None, src_k.data_ptr(), src_v.data_ptr(), dst_k.data_ptr(),
                                                          dst_v.data_ptr(), si.data_ptr(), di.data_ptr(), 64, row)))
@@ -134,14 +127,8 @@ mla_src = torch.randn(P2, 1, 576, dtype=torch.bfloat16, device=dev); mla_dst = t
 for L in (64, 1024):
     msi = torch.randperm(P2, device=dev)[:L]; mdi = torch.randperm(P2, device=dev)[:L]
     ma = B.one_layer_transfer(mla_src, None, mla_dst, None, msi, mdi, 1152)
-    c = {"seed": lambda msi=msi, mdi=mdi: K.transfer_kv_per_layer_mla(mla_src, mla_dst, msi, mdi, 1152),
-         "lib": kvd.bind("kvd_cuda_kv_transfer", ma, B.Launch(None, 0, 0))}
-    if kvd2:
-        c["lib2"] = kvd2.bind("kvd_cuda_kv_transfer", ma, B.Launch(None, 0, 0))
-    if kvd3:
-        c["lib3"] = kvd3.bind("kvd_cuda_kv_transfer", ma, B.Launch(None, 0, 0))
-    if kvd4:
-        c["lib4"] = kvd4.bind("kvd_cuda_kv_transfer", ma, B.Launch(None, 0, 0))
+    c = with_builds({"seed": lambda msi=msi, mdi=mdi: K.transfer_kv_per_layer_mla(mla_src, mla_dst, msi, mdi, 1152)},
+                    "kvd_cuda_kv_transfer", ma)
     check_each(f"mla L={L}", c, lambda mdi=mdi: mla_dst.index_fill_(0, mdi, 0),
                lambda msi=msi, mdi=mdi: torch.equal(mla_dst[mdi], mla_src[msi]))
     cases[f"mla L={L}"] = c
@@ -156,15 +143,9 @@ for bs, maxp in ((1, 256), (64, 2048)):
     ga = B.GatherArgs(req_to_page.data_ptr(), B.KVD_DTYPE_I32, 1024, 8192, req_to_page.stride(0) * 4,
                       rpi.data_ptr(), B.KVD_DTYPE_I64, seq.data_ptr(), B.KVD_DTYPE_I32,
                       out.data_ptr(), out.stride(0) * 4, bs, maxp, 16, 0, None)
-    c = {"seed": lambda rpi=rpi, seq=seq, out=out, bs=bs, maxp=maxp: K.gather_page_table_with_padding(
-             req_to_page, rpi, seq, out, bs=bs, max_num_pages=maxp, page_size=16, dummy_slot=0),
-         "lib": kvd.bind("kvd_cuda_page_table_gather", ga, B.Launch(None, 0, 0))}
-    if kvd2:
-        c["lib2"] = kvd2.bind("kvd_cuda_page_table_gather", ga, B.Launch(None, 0, 0))
-    if kvd3:
-        c["lib3"] = kvd3.bind("kvd_cuda_page_table_gather", ga, B.Launch(None, 0, 0))
-    if kvd4:
-        c["lib4"] = kvd4.bind("kvd_cuda_page_table_gather", ga, B.Launch(None, 0, 0))
+    c = with_builds({"seed": lambda rpi=rpi, seq=seq, out=out, bs=bs, maxp=maxp: K.gather_page_table_with_padding(
+             req_to_page, rpi, seq, out, bs=bs, max_num_pages=maxp, page_size=16, dummy_slot=0)},
+                    "kvd_cuda_page_table_gather", ga)
     check_each(f"gather bs={bs}", c, lambda out=out: out.fill_(-1), lambda out=out, ref=ref: torch.equal(out, ref))
     cases[f"gather bs={bs}"] = c
 
