@@ -1606,6 +1606,10 @@ static const gather_case_t GATHER_CASES[] = {
     {I32, I64, I32, 1, 8192, 64, 1, 8192, 0, 0, D_ZERO},
     {I64, I32, I64, 64, 1000, 16, 64, 1000, 0, 1000, D_BIG},
     {I32, I64, I32, 512, 1000, 1, 1024, 1000, 0, 0, D_ZERO},
+    /* page sizes that are not powers of two: the kernels' multiply test, not their shifts */
+    {I32, I64, I32, 64, 2048, 3, 1024, 8192, 0, 0, D_ZERO},
+    {I64, I32, I64, 1, 1000, 48, 64, 1000, 0, 5, D_NEG},
+    {I32, I32, I32, 70000, 16, 12, 2048, 12, 5, 3, D_RANDOM},
 };
 
 static void run_gather(const gather_case_t *c0, int launch, uint64_t seed)

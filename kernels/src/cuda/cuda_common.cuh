@@ -132,4 +132,22 @@ __device__ __forceinline__ int64_t kvd__load_index(const void *p, bool is64, int
     return is64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
 }
 
+/* kvd__load_index, issued here: a volatile load the compiler may not sink
+ * past a branch to where its value is first used. */
+__device__ __forceinline__ int64_t kvd__load_index_now(const void *p, bool is64, int64_t i)
+{
+    if (is64) {
+        int64_t v;
+        asm volatile("ld.volatile.global.s64 %0, [%1];"
+                     : "=l"(v)
+                     : "l"(__cvta_generic_to_global((const int64_t *)p + i)));
+        return v;
+    }
+    int32_t v;
+    asm volatile("ld.volatile.global.s32 %0, [%1];"
+                 : "=r"(v)
+                 : "l"(__cvta_generic_to_global((const int32_t *)p + i)));
+    return v;
+}
+
 #endif /* KVDOCK_CUDA_COMMON_CUH */

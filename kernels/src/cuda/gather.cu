@@ -30,6 +30,7 @@ struct Gather {
     int64_t dummy;
     bool req64;
     bool seq64;
+    int page_shift; /* log2(page_size) when a power of two, else -1 */
     unsigned long long *oob;
     int64_t bs;
 };
@@ -102,33 +103,46 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
 /*
  * One pass: thread x of block (bx, r) writes vector
  * bx * KVD_BLOCK_THREADS + x of row r, and nothing else; for calls whose
- * vectors the device holds all at once.  Column c of the row is live when
- * c < ceil(len / page_size), that is when c * page_size < len: no
- * division.  The row's index and length load together, then the table
- * vector, then the store.
+ * vectors the device holds all at once.  The row's index and length load
+ * first, before the exit of the threads past the row (which waits for a
+ * parameter line), as volatile loads so that the compiler cannot sink them
+ * past it (ptxas did so with a store's row load: copy_rows.cu, load_now);
+ * on an H200 that took 0.16 us off bs=64 (tests/bench/results round 10).
+ * Column c of the row is live when c < ceil(len / page_size): by shifts
+ * when the page size is a power of two, else as c * page_size < len (no
+ * division).  Then the table vector, then the store.
  */
 template <typename T, int VEC>
 __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gather_once(const Gather p)
 {
     using V = Vec<T, VEC>;
     const uint32_t r = blockIdx.y;
+    const int64_t req = kvd__load_index_now(p.req, p.req64, r);
+    const int64_t len = kvd__load_index_now(p.seq, p.seq64, r);
     const int64_t c = (int64_t)(blockIdx.x * KVD_BLOCK_THREADS + threadIdx.x) * VEC;
     if (c >= p.max_pages)
         return;
-    const int64_t req = kvd__load_index(p.req, p.req64, r);
-    const int64_t len = kvd__load_index(p.seq, p.seq64, r);
     const bool live = req >= 0 && req < p.table_rows;
     if (req >= p.table_rows && c == 0 && p.oob)
         atomicAdd(p.oob, 1ull);
     const T *src = (const T *)(p.table + (live ? req * p.table_stride : 0));
     T *dst = (T *)(p.out + (int64_t)r * p.out_stride);
-    /* columns c .. c + VEC - 1 live: below table_cols and c * page_size < len */
+    /* columns c .. c + VEC - 1 live: below table_cols and ceil(len / page_size) */
     bool ok[VEC];
+    if (p.page_shift >= 0) {
+        const int64_t n =
+            len <= 0 ? 0 : (len >> p.page_shift) + ((len & ((1ll << p.page_shift) - 1)) != 0);
 #pragma unroll
-    for (int j = 0; j < VEC; j++) {
-        const uint64_t cj = (uint64_t)(c + j);
-        ok[j] = live && len > 0 && (int64_t)cj < p.table_cols &&
-                __umul64hi(cj, (uint64_t)p.page_size) == 0 && cj * (uint64_t)p.page_size < (uint64_t)len;
+        for (int j = 0; j < VEC; j++)
+            ok[j] = live && c + j < n && c + j < p.table_cols;
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            const uint64_t cj = (uint64_t)(c + j);
+            ok[j] = live && len > 0 && (int64_t)cj < p.table_cols &&
+                    __umul64hi(cj, (uint64_t)p.page_size) == 0 &&
+                    cj * (uint64_t)p.page_size < (uint64_t)len;
+        }
     }
     const T dummy = (T)p.dummy;
     V val;
@@ -214,6 +228,7 @@ extern "C" kvd_status_t kvd_cuda_page_table_gather(const kvd_gather_args_t *a,
     p.bs = a->bs;
     p.max_pages = a->max_num_pages;
     p.page_size = a->page_size;
+    p.page_shift = (a->page_size & (a->page_size - 1)) == 0 ? __builtin_ctzll((uint64_t)a->page_size) : -1;
     p.dummy = a->dummy_slot;
     p.oob = a->oob_count;
 
