@@ -12,6 +12,8 @@ turns, the median of the turns reported.
 
     EXP_BULK=libd2d_bulk.so EXP_LIB=<libkvdock_kernels.so> python3 tests/bench/experiments/d2d_bulk.py
 
+EXP_LIB2 to EXP_LIB4 time more builds of the library beside EXP_LIB; without EXP_BULK no bulk kernel runs.
+
 Run from the repository root; build line in d2d_bulk.cu."""
 import ctypes, os, statistics, sys
 sys.path.insert(0, "tests/bench")
@@ -27,7 +29,13 @@ bulk = None
 if os.environ.get("EXP_BULK"):  # without it: torch and the library only
     bulk = ctypes.CDLL(os.environ["EXP_BULK"])
     bulk.bulk_run.argtypes = [VP] * 7 + [LL, LL, VP, VP, LL, I, LL, LL, I, I, I]
-kvd = B.Kvd(os.environ["EXP_LIB"])
+# EXP_LIB, and EXP_LIB2 to EXP_LIB4 for more builds timed beside it ("lib", "lib2", ...)
+kvds = [("lib", B.Kvd(os.environ["EXP_LIB"]))] + [
+    (f"lib{k}", B.Kvd(os.environ[f"EXP_LIB{k}"])) for k in (2, 3, 4) if os.environ.get(f"EXP_LIB{k}")]
+
+
+def lib_fns(name, args):
+    return {n: k.bind(name, args, B.Launch(None, 0, 0)) for n, k in kvds}
 SWEEP = [(32, 1, 3), (32, 1, 2), (16, 1, 6), (16, 2, 3), (8, 2, 6), (8, 4, 3), (32, 2, 3), (16, 4, 3), (32, 1, 6),
          (8, 1, 12), (16, 1, 12), (4, 4, 8)]
 
@@ -36,11 +44,11 @@ def t(fn):
     return do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
 
 
-def run_case(name, nbytes, torch_bytes, lib_fn, bulk_fn, clear, right, indexed=None):
+def run_case(name, nbytes, torch_bytes, lib_fns, bulk_fn, clear, right, indexed=None):
     """indexed: torch's own random-row copies of the same rows (index_select into a packed
     buffer: random reads; index_copy_ from it: random writes), timed as references."""
     x = torch.empty(torch_bytes // 2, dtype=torch.bfloat16, device=dev); y = torch.empty_like(x)
-    fns = {"torch copy_": lambda: y.copy_(x), **(indexed or {}), "lib": lib_fn}
+    fns = {"torch copy_": lambda: y.copy_(x), **(indexed or {}), **lib_fns}
     for rw, wb, bps in (SWEEP if bulk else ()):
         fns[f"bulk R={rw} w={wb} b/SM={bps}"] = (lambda rw=rw, wb=wb, bps=bps: bulk_fn(rw, wb, bps))
     good = {}
@@ -83,7 +91,7 @@ si = torch.randperm(P2, device=dev)[:L]; di = torch.randperm(P2, device=dev)[:L]
 ta = B.one_layer_transfer(sk, sv, dk, dv, si, di, row)
 pk = torch.empty(L, H, D, dtype=torch.bfloat16, device=dev); pv = torch.empty_like(pk)
 run_case("per-layer MHA L=16384 item2048", 2 * 2 * L * row, 2 * L * row,
-         kvd.bind("kvd_cuda_kv_transfer", ta, B.Launch(None, 0, 0)),
+         lib_fns("kvd_cuda_kv_transfer", ta),
          lambda rw, wb, bps: check_bulk(bulk.bulk_run(None, sk.data_ptr(), sv.data_ptr(), dk.data_ptr(), dv.data_ptr(),
                                                       None, None, row, row, si.data_ptr(), di.data_ptr(), L, 2, 1,
                                                       row, rw, wb, bps)),
@@ -100,7 +108,7 @@ si = torch.randperm(P2, device=dev)[:L]; di = torch.randperm(P2, device=dev)[:L]
 ma = B.one_layer_transfer(ms, None, md, None, si, di, row)
 mp = torch.empty(L, 1, 576, dtype=torch.bfloat16, device=dev)
 run_case("per-layer MLA L=131072 item1152", 2 * L * row, L * row,
-         kvd.bind("kvd_cuda_kv_transfer", ma, B.Launch(None, 0, 0)),
+         lib_fns("kvd_cuda_kv_transfer", ma),
          lambda rw, wb, bps: check_bulk(bulk.bulk_run(None, ms.data_ptr(), None, md.data_ptr(), None, None, None,
                                                       row, row, si.data_ptr(), di.data_ptr(), L, 1, 1, row, rw, wb,
                                                       bps)),
@@ -123,7 +131,7 @@ aa.dst = B.KvSide(None, None, pd.data_ptr(), None, 0, row, SL)
 aa.num_layers, aa.src_idx, aa.dst_idx = NL, si.data_ptr(), di.data_ptr()
 aa.idx_dtype, aa.count, aa.row_bytes, aa.oob_count = B.KVD_DTYPE_I64, L, row, None
 run_case("all-layer MLA L=1024 layers61 item1152", 2 * NL * L * row, NL * L * row,
-         kvd.bind("kvd_cuda_kv_transfer", aa, B.Launch(None, 0, 0)),
+         lib_fns("kvd_cuda_kv_transfer", aa),
          lambda rw, wb, bps: check_bulk(bulk.bulk_run(None, None, None, None, None, ps.data_ptr(), pd.data_ptr(),
                                                       row, row, si.data_ptr(), di.data_ptr(), L, 1, NL, row, rw, wb,
                                                       bps)),

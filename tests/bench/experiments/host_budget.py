@@ -3,7 +3,9 @@
 d2h) with and without a budget of 8 thread blocks, through several builds of the
 library in turns, each result checked first.
 
-    python3 tests/bench/experiments/host_budget.py NAME=path/libkvdock_kernels.so ...
+    HOST_BUDGETS=8,0 python3 tests/bench/experiments/host_budget.py NAME=path/libkvdock_kernels.so ...
+
+HOST_BUDGETS lists the max_blocks values (default 8 and 0), HOST_ROUNDS the turns.
 
 Run from the repository root on the GPU machine; results in tests/bench/results."""
 import sys, os, statistics
@@ -14,6 +16,7 @@ from triton.testing import do_bench
 dev = "cuda"; torch.manual_seed(1)
 libs = {name: B.Kvd(path) for name, path in (x.split("=") for x in sys.argv[1:])}
 ROUNDS = int(os.environ.get("HOST_ROUNDS", "3"))
+BUDGETS = [int(x) for x in os.environ.get("HOST_BUDGETS", "8,0").split(",")]  # max_blocks values
 SL = 1 << 15
 def t(fn): return do_bench(fn, warmup=5, rep=60, return_mode="median") * 1e3
 def host_layers(n, shape):
@@ -41,7 +44,7 @@ for label, NL, shape, item, nb in [("mla", 61, (1, 576), 1152, 1), ("mha", 32, (
         a.num_layers, a.src_idx, a.dst_idx = NL, si.data_ptr(), di.data_ptr()
         a.idx_dtype, a.count, a.row_bytes, a.oob_count = B.KVD_DTYPE_I64, L, item, None
         nbytes = L * NL * item * nb
-        for mb in [8, 0]:
+        for mb in BUDGETS:
             for name, kvd in libs.items():
                 f = kvd.bind("kvd_cuda_kv_transfer", a, B.Launch(None, mb, 0))
                 for b in dst:

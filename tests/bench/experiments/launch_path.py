@@ -10,13 +10,14 @@ packed, spread one per 64-byte line, and spread with blockDim read; per-layer MH
 rows by the seed, the library and two plain CUDA shapes; per-layer MLA at 64 and 1,024
 rows and the page-table gather at bs=1 and 64 by the seed and the library.  EXP_LIB2
 to EXP_LIB4 add builds of the library; EXP_LP_LEAN=1 keeps only runtime launches; EXP_JSON
-writes every turn (for pool_turns.py --lp).  Each case is checked once first.
+writes every turn (for pool_turns.py --lp), EXP_STAMPS when each turn ran (to read beside a
+clock log).  Each case is checked once first.
 
     EXP_LP_STATIC=liblp_static.so EXP_LP_SHARED=liblp_shared.so EXP_LIB=<libkvdock_kernels.so> \
         EXP_ROUNDS=11 python3 tests/bench/experiments/launch_path.py
 
 Run from the repository root with the seed at .peer; build lines in launch_path.cu."""
-import ctypes, os, statistics, sys
+import ctypes, os, statistics, sys, time
 sys.path.insert(0, "tests/bench"); sys.path.insert(0, ".peer")
 import bench_kernels as B
 import torch, triton
@@ -150,16 +151,23 @@ for bs, maxp in ((1, 256), (64, 2048)):
     cases[f"gather bs={bs}"] = c
 
 res = {k: {n: [] for n in v} for k, v in cases.items()}
+stamps = []  # (case, variant, wall-clock start, end, us) of every turn, for EXP_STAMPS
 for r in range(ROUNDS):
     for k, v in cases.items():
         for n, fn in v.items():
+            t0 = time.time()
             res[k][n].append(t(fn))
+            stamps.append((k, n, t0, time.time(), res[k][n][-1]))
     print(f"round {r + 1}/{ROUNDS} done", flush=True)
 
 if os.environ.get("EXP_JSON"):  # every turn, for pooling over processes
     import json
     with open(os.environ["EXP_JSON"], "w") as f:
         json.dump(res, f)
+if os.environ.get("EXP_STAMPS"):  # when each turn ran, to read beside a clock log
+    import json
+    with open(os.environ["EXP_STAMPS"], "w") as f:
+        json.dump(stamps, f)
 print(f"\nmedian us over {ROUNDS} rounds (min, and how many rounds within 0.1 us of the min)")
 for k, v in res.items():
     for n, xs in v.items():
