@@ -72,48 +72,6 @@ template <typename V> __device__ __forceinline__ void store_once(V *p, const V &
 #endif
 }
 
-/* A load issued here and now.  The compiler sinks a plain load whose value
- * is only used past a branch into that branch, after whatever the branch
- * waits for (a store's slot index): a DRAM round trip more after an L2
- * flush.  An asm volatile load stays where it is written in the PTX, and a
- * volatile one where it is in the machine code too (ptxas sank a plain
- * one past the early exit of a padding slot; a volatile access it must
- * make on every path). */
-template <typename V> __device__ __forceinline__ V load_now(const V *p);
-template <> __device__ __forceinline__ uint4 load_now(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(__cvta_generic_to_global(p)));
-    return v;
-}
-template <> __device__ __forceinline__ uint2 load_now(const uint2 *p)
-{
-    uint2 v;
-    asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];"
-                 : "=r"(v.x), "=r"(v.y)
-                 : "l"(__cvta_generic_to_global(p)));
-    return v;
-}
-template <> __device__ __forceinline__ uint32_t load_now(const uint32_t *p)
-{
-    uint32_t v;
-    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(__cvta_generic_to_global(p)));
-    return v;
-}
-template <> __device__ __forceinline__ uint16_t load_now(const uint16_t *p)
-{
-    uint16_t v;
-    asm volatile("ld.volatile.global.u16 %0, [%1];" : "=h"(v) : "l"(__cvta_generic_to_global(p)));
-    return v;
-}
-template <> __device__ __forceinline__ uint8_t load_now(const uint8_t *p)
-{
-    uint16_t v;
-    asm volatile("ld.volatile.global.u8 %0, [%1];" : "=h"(v) : "l"(__cvta_generic_to_global(p)));
-    return (uint8_t)v;
-}
 
 /*
  * Kernel parameters are read through the constant cache, where the first
@@ -302,12 +260,17 @@ copy_rows_kernel(const RowCopy p, int gshift)
  * needs (see RowCopy). */
 enum class Rows { kStore, kOneLayer, kLayers };
 
+/* Layer addresses come from per-layer tables on either side. */
+bool has_tables(const RowCopy &p)
+{
+    return p.src_tab[0] || p.src_tab[1] || p.dst_tab[0] || p.dst_tab[1];
+}
+
 Rows rows_kind(const RowCopy &p, int64_t num_layers)
 {
     if (!p.src_idx)
         return Rows::kStore;
-    const bool tables = p.src_tab[0] || p.src_tab[1] || p.dst_tab[0] || p.dst_tab[1];
-    return num_layers == 1 && !tables ? Rows::kOneLayer : Rows::kLayers;
+    return num_layers == 1 && !has_tables(p) ? Rows::kOneLayer : Rows::kLayers;
 }
 
 /* f(R, I) with R and I std::integral_constants of the kind and the index
@@ -447,7 +410,7 @@ __global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ 
     int64_t s = i;
     V r;
     if (R == Rows::kStore) /* the token row is known before the slot index arrives */
-        r = load_now((const V *)w.src + (uint64_t)i * w.src_stride + t);
+        r = kvd__load_now((const V *)w.src + (uint64_t)i * w.src_stride + t);
     else
         s = kvd__load_index(p.view[0].src_idx, IDX64, i);
     if (d < 0 || s < 0)
@@ -476,7 +439,7 @@ template <typename V>
 bool row_blocks_fit(const RowCopy &p, int64_t num_layers, const kvd_grid_limits_t &g, RowBlocks *b)
 {
     const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
-    if (p.src_tab[0] || p.src_tab[1] || p.dst_tab[0] || p.dst_tab[1] || vecs > 1024 ||
+    if (has_tables(p) || vecs > 1024 ||
         (p.src_idx && p.nbufs != 1))
         return false;
     const int64_t lanes = (vecs + 31) / 32 * 32;

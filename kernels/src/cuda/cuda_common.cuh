@@ -132,22 +132,66 @@ __device__ __forceinline__ int64_t kvd__load_index(const void *p, bool is64, int
     return is64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
 }
 
-/* kvd__load_index, issued here: a volatile load the compiler may not sink
- * past a branch to where its value is first used. */
+/* A load issued here and now.  The compiler sinks a plain load whose value
+ * is only used past a branch into that branch, after whatever the branch
+ * waits for (a store's slot index): a DRAM round trip more after an L2
+ * flush.  An asm volatile load stays where it is written in the PTX, and a
+ * volatile one where it is in the machine code too (ptxas sank a plain
+ * one past the early exit of a padding slot; a volatile access it must
+ * make on every path).  The row copies load a store's token row with it,
+ * the gather its row's index and length (kvd__load_index_now). */
+template <typename V> __device__ __forceinline__ V kvd__load_now(const V *p);
+template <> __device__ __forceinline__ uint4 kvd__load_now(const uint4 *p)
+{
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+template <> __device__ __forceinline__ uint2 kvd__load_now(const uint2 *p)
+{
+    uint2 v;
+    asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+template <> __device__ __forceinline__ uint32_t kvd__load_now(const uint32_t *p)
+{
+    uint32_t v;
+    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+template <> __device__ __forceinline__ uint16_t kvd__load_now(const uint16_t *p)
+{
+    uint16_t v;
+    asm volatile("ld.volatile.global.u16 %0, [%1];" : "=h"(v) : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+template <> __device__ __forceinline__ uint8_t kvd__load_now(const uint8_t *p)
+{
+    uint16_t v;
+    asm volatile("ld.volatile.global.u8 %0, [%1];" : "=h"(v) : "l"(__cvta_generic_to_global(p)));
+    return (uint8_t)v;
+}
+template <> __device__ __forceinline__ int64_t kvd__load_now(const int64_t *p)
+{
+    int64_t v;
+    asm volatile("ld.volatile.global.s64 %0, [%1];" : "=l"(v) : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+template <> __device__ __forceinline__ int32_t kvd__load_now(const int32_t *p)
+{
+    int32_t v;
+    asm volatile("ld.volatile.global.s32 %0, [%1];" : "=r"(v) : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+
+/* kvd__load_index through kvd__load_now. */
 __device__ __forceinline__ int64_t kvd__load_index_now(const void *p, bool is64, int64_t i)
 {
-    if (is64) {
-        int64_t v;
-        asm volatile("ld.volatile.global.s64 %0, [%1];"
-                     : "=l"(v)
-                     : "l"(__cvta_generic_to_global((const int64_t *)p + i)));
-        return v;
-    }
-    int32_t v;
-    asm volatile("ld.volatile.global.s32 %0, [%1];"
-                 : "=r"(v)
-                 : "l"(__cvta_generic_to_global((const int32_t *)p + i)));
-    return v;
+    return is64 ? kvd__load_now((const int64_t *)p + i) : (int64_t)kvd__load_now((const int32_t *)p + i);
 }
 
 #endif /* KVDOCK_CUDA_COMMON_CUH */

@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
  * vectors the device holds all at once.  The row's index and length load
  * first, before the exit of the threads past the row (which waits for a
  * parameter line), as volatile loads so that the compiler cannot sink them
- * past it (ptxas did so with a store's row load: copy_rows.cu, load_now);
+ * past it (ptxas did so with a store's row load: kvd__load_now);
  * on an H200 that took 0.16 us off bs=64 (tests/bench/results round 10).
  * Column c of the row is live when c < ceil(len / page_size): by shifts
  * when the page size is a power of two, else as c * page_size < len (no
