@@ -108,11 +108,16 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
  * parameter line), as volatile loads so that the compiler cannot sink them
  * past it (ptxas did so with a store's row load: kvd__load_now);
  * on an H200 that took 0.16 us off bs=64 (tests/bench/results round 10).
- * Column c of the row is live when c < ceil(len / page_size): by shifts
- * when the page size is a power of two, else as c * page_size < len (no
- * division).  Then the table vector, then the store.
+ * Column c of the row is live when c < ceil(len / page_size) and
+ * c < table_cols.  With a power-of-two page size (POW2) that is one
+ * count of live columns, by shifts, and the path from the index loads to
+ * the table load has no branch; otherwise each column tests
+ * c * page_size < len (no division).  The out-of-range count comes last,
+ * off that path.  Against one kernel that branched on the page size and
+ * counted first, this took 0.14 us off bs=1 and 0.08 us off bs=64 on an
+ * H200 (kernel-only times; tests/bench/results round 11).
  */
-template <typename T, int VEC>
+template <typename T, int VEC, bool POW2>
 __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gather_once(const Gather p)
 {
     using V = Vec<T, VEC>;
@@ -123,18 +128,15 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
     if (c >= p.max_pages)
         return;
     const bool live = req >= 0 && req < p.table_rows;
-    if (req >= p.table_rows && c == 0 && p.oob)
-        atomicAdd(p.oob, 1ull);
     const T *src = (const T *)(p.table + (live ? req * p.table_stride : 0));
     T *dst = (T *)(p.out + (int64_t)r * p.out_stride);
-    /* columns c .. c + VEC - 1 live: below table_cols and ceil(len / page_size) */
-    bool ok[VEC];
-    if (p.page_shift >= 0) {
-        const int64_t n =
-            len <= 0 ? 0 : (len >> p.page_shift) + ((len & ((1ll << p.page_shift) - 1)) != 0);
+    bool ok[VEC]; /* column c + j live */
+    if constexpr (POW2) {
+        int64_t n = live && len > 0 ? ((len - 1) >> p.page_shift) + 1 : 0;
+        n = n < p.table_cols ? n : p.table_cols;
 #pragma unroll
         for (int j = 0; j < VEC; j++)
-            ok[j] = live && c + j < n && c + j < p.table_cols;
+            ok[j] = c + j < n;
     } else {
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
@@ -161,6 +163,8 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
             if (c + j < p.max_pages)
                 dst[c + j] = val.v[j];
     }
+    if (req >= p.table_rows && c == 0 && p.oob)
+        atomicAdd(p.oob, 1ull);
 }
 
 template <typename T, int VEC>
@@ -176,8 +180,11 @@ kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
     const int64_t nvec = p.max_pages / VEC + (p.max_pages % VEC != 0);
     const int64_t bx = nvec / KVD_BLOCK_THREADS + (nvec % KVD_BLOCK_THREADS != 0);
     if (bx <= limit && p.bs <= limit && kvd__mul_sat(bx, p.bs) <= limit) {
-        gather_once<T, VEC><<<dim3((unsigned)bx, (unsigned)p.bs), KVD_BLOCK_THREADS, 0,
-                              kvd__stream(launch)>>>(p);
+        const dim3 grid((unsigned)bx, (unsigned)p.bs);
+        if (p.page_shift >= 0)
+            gather_once<T, VEC, true><<<grid, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p);
+        else
+            gather_once<T, VEC, false><<<grid, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p);
         KVD_CUDA_LAUNCHED("gather_once");
         return KVD_OK;
     }
@@ -192,7 +199,8 @@ template <typename T, int VEC> void load_rows(void)
 {
     cudaFuncAttributes a;
     (void)cudaFuncGetAttributes(&a, (const void *)gather_kernel<T, VEC>);
-    (void)cudaFuncGetAttributes(&a, (const void *)gather_once<T, VEC>);
+    (void)cudaFuncGetAttributes(&a, (const void *)gather_once<T, VEC, true>);
+    (void)cudaFuncGetAttributes(&a, (const void *)gather_once<T, VEC, false>);
 }
 
 } // namespace
