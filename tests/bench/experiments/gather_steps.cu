@@ -4,7 +4,9 @@
 // - g_min: the seed's kernel in CUDA: separate arguments, 32-bit column
 //   arithmetic, no bounds on the table (the seed has none), page size by shift;
 // - g_full: the library's semantics (padding rows, table rows and columns,
-//   the out-of-range count, 64-bit arithmetic), parameters in one struct.
+//   the out-of-range count, 64-bit arithmetic), parameters in one struct;
+//   small_shapes.cu's g_small (round 6) with the page size as a shift, kept
+//   whole here so that each experiment builds on its own.
 // Both take VEC columns per thread (1 or 4) and any block size.
 #include <cstdint>
 #include <cuda_runtime.h>
