@@ -157,35 +157,26 @@ template <> __device__ __forceinline__ uint2 kvd__load_now(const uint2 *p)
                  : "l"(__cvta_generic_to_global(p)));
     return v;
 }
-template <> __device__ __forceinline__ uint32_t kvd__load_now(const uint32_t *p)
-{
-    uint32_t v;
-    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(__cvta_generic_to_global(p)));
-    return v;
-}
-template <> __device__ __forceinline__ uint16_t kvd__load_now(const uint16_t *p)
-{
-    uint16_t v;
-    asm volatile("ld.volatile.global.u16 %0, [%1];" : "=h"(v) : "l"(__cvta_generic_to_global(p)));
-    return v;
-}
+/* The scalar forms: T in a register of constraint C, loaded as PTX type PT. */
+#define KVD_LOAD_NOW_SCALAR(T, PT, C)                                                    \
+    template <> __device__ __forceinline__ T kvd__load_now(const T *p)                  \
+    {                                                                                    \
+        T v;                                                                             \
+        asm volatile("ld.volatile.global." PT " %0, [%1];" : "=" C(v)                  \
+                     : "l"(__cvta_generic_to_global(p)));                                \
+        return v;                                                                        \
+    }
+KVD_LOAD_NOW_SCALAR(int64_t, "s64", "l")
+KVD_LOAD_NOW_SCALAR(int32_t, "s32", "r")
+KVD_LOAD_NOW_SCALAR(uint32_t, "u32", "r")
+KVD_LOAD_NOW_SCALAR(uint16_t, "u16", "h")
+#undef KVD_LOAD_NOW_SCALAR
+/* no 8-bit register: through a 16-bit one */
 template <> __device__ __forceinline__ uint8_t kvd__load_now(const uint8_t *p)
 {
     uint16_t v;
     asm volatile("ld.volatile.global.u8 %0, [%1];" : "=h"(v) : "l"(__cvta_generic_to_global(p)));
     return (uint8_t)v;
-}
-template <> __device__ __forceinline__ int64_t kvd__load_now(const int64_t *p)
-{
-    int64_t v;
-    asm volatile("ld.volatile.global.s64 %0, [%1];" : "=l"(v) : "l"(__cvta_generic_to_global(p)));
-    return v;
-}
-template <> __device__ __forceinline__ int32_t kvd__load_now(const int32_t *p)
-{
-    int32_t v;
-    asm volatile("ld.volatile.global.s32 %0, [%1];" : "=r"(v) : "l"(__cvta_generic_to_global(p)));
-    return v;
 }
 
 /* kvd__load_index through kvd__load_now. */
