@@ -1610,6 +1610,16 @@ static const gather_case_t GATHER_CASES[] = {
     {I32, I64, I32, 64, 2048, 3, 1024, 8192, 0, 0, D_ZERO},
     {I64, I32, I64, 1, 1000, 48, 64, 1000, 0, 5, D_NEG},
     {I32, I32, I32, 70000, 16, 12, 2048, 12, 5, 3, D_RANDOM},
+    /* the one-pass kernel's whole-vector form (gather_even), one case per
+     * table type and index widths, and two that just miss it */
+    {I32, I32, I32, 64, 512, 16, 256, 1024, 0, 0, D_NEG},
+    {I32, I32, I64, 64, 2048, 64, 1024, 2048, 4, 4, D_RANDOM},
+    {I32, I64, I64, 100, 1024, 2, 512, 512, 0, 0, D_BIG},
+    {I64, I64, I64, 32, 1024, 32, 128, 2048, 2, 0, D_NEG},
+    {I64, I64, I32, 16, 600, 8, 100, 600, 0, 2, D_RANDOM},
+    {I64, I32, I32, 8, 256, 4, 64, 300, 0, 0, D_ZERO},
+    {I32, I64, I32, 64, 1024, 16, 512, 1022, 2, 0, D_NEG},   /* columns not whole vectors */
+    {I32, I32, I32, 32, 1022, 16, 256, 2048, 0, 2, D_RANDOM}, /* max_pages not whole vectors */
 };
 
 static void run_gather(const gather_case_t *c0, int launch, uint64_t seed)

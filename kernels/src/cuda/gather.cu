@@ -1,11 +1,16 @@
 /*
  * Page-table gather with padding: row r of out is row req_pool_indices[r]
  * of req_to_page up to ceil(seq_lens[r] / page_size) columns, dummy_slot
- * after.  Small calls: one pass, a thread per vector of every row.  Larger
- * ones: one block per output row (grid-stride over rows).  Rows move in
- * 16-byte vectors when every row start is 16-byte aligned.
+ * after.  Small calls: one pass, a thread per vector of every row
+ * (gather_even when the page size is a power of two and the rows are
+ * whole 16-byte vectors, gather_once otherwise).  Larger ones: one block
+ * per output row (grid-stride over rows).  Rows move in 16-byte vectors
+ * when every row start is 16-byte aligned.
  */
+#include <stddef.h>
 #include <string.h>
+
+#include <type_traits>
 
 #include "cuda_common.cuh"
 
@@ -167,6 +172,118 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
         atomicAdd(p.oob, 1ull);
 }
 
+/*
+ * The one-pass kernel's common form: page size a power of two, whole
+ * vectors on both sides (table columns and max_pages multiples of VEC,
+ * row starts 16-byte aligned), the index widths as template parameters,
+ * columns and counts in 32 bits.  What the path from the index loads to
+ * the table load reads lies in the first parameter line (48 bytes at bank
+ * offset 0x210 on sm_90; see RowCopy in copy_rows.cu): no width flag
+ * before the index loads, and nothing from the second line (whose first
+ * read stalls the warp) until the table load is on its way, so the load's
+ * registers start at zero and dead columns take the dummy after it.  No
+ * thread exits early: the store is predicated, so the index loads are
+ * plain loads that nothing can sink below a branch.  A vector is loaded
+ * whole when its first column is live (it lies within the table row, which
+ * has whole vectors).  Against gather_once on an H200 this took 0.05 us
+ * off bs=1 and 0.06 us off bs=64 (kernel-only medians) and 0.07-0.12 us
+ * off the lowest do_bench turns (tests/bench/results round 12).
+ */
+struct GatherEven {
+    const void *req;
+    const void *seq;
+    const char *table;
+    uint64_t table_rows;   /* a row is live when (uint64_t)req < table_rows */
+    uint32_t table_stride; /* bytes */
+    uint32_t cols;         /* min(table_cols, max_pages): live columns at most */
+    uint32_t max_pages;
+    uint32_t page_shift;
+    /* --- second line: read once the table load is on its way --- */
+    char *out;
+    int64_t out_stride;
+    int64_t dummy;
+    unsigned long long *oob;
+};
+static_assert(offsetof(GatherEven, out) == 48, "the path to the table load must fit the first line");
+
+/* gather_even's block size (a build-time experiment knob: 128 measured
+ * the same as 256 on an H200, tests/bench/results round 12). */
+#ifndef KVD_GATHER_EVEN_THREADS
+#define KVD_GATHER_EVEN_THREADS KVD_BLOCK_THREADS
+#endif
+
+template <typename T, int VEC, typename R, typename L>
+__global__ void __launch_bounds__(KVD_GATHER_EVEN_THREADS, KVD_MIN_BLOCKS_PER_SM) gather_even(const GatherEven p)
+{
+    using V = Vec<T, VEC>;
+    using UR = typename std::make_unsigned<R>::type;
+    using UL = typename std::make_unsigned<L>::type;
+    const uint32_t r = blockIdx.y;
+    const R req = ((const R *)p.req)[r];
+    const L len = ((const L *)p.seq)[r];
+    const uint32_t c = (blockIdx.x * KVD_GATHER_EVEN_THREADS + threadIdx.x) * VEC;
+    /* live columns: ceil(len / page_size), at most cols; none for a
+     * padding or out-of-range row or len <= 0 (the address is then never
+     * dereferenced) */
+    const UL pages = len > 0 ? (((UL)len - 1) >> p.page_shift) + 1 : 0;
+    uint32_t n = pages < (UL)p.cols ? (uint32_t)pages : p.cols;
+    n = (uint64_t)(int64_t)req < p.table_rows ? n : 0;
+    const T *src = (const T *)(p.table + (uint64_t)(UR)req * p.table_stride) + c;
+    V val;
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+        val.v[j] = 0;
+    if (c < n)
+        val = *(const V *)src;
+    const T dummy = (T)p.dummy;
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+        val.v[j] = c + j < n ? val.v[j] : dummy;
+    if (c < p.max_pages)
+        *(V *)(p.out + (uint64_t)r * p.out_stride + (uint64_t)c * sizeof(T)) = val;
+    if (c == 0 && req >= 0 && (uint64_t)(int64_t)req >= p.table_rows && p.oob)
+        atomicAdd(p.oob, 1ull);
+}
+
+/* gather_even<T, VEC, R, L> with R and L the index widths of p. */
+template <typename T, int VEC>
+kvd_status_t launch_even(const GatherEven &e, bool req64, bool seq64, dim3 grid, const kvd_launch_t *launch)
+{
+    cudaStream_t st = kvd__stream(launch);
+    if (req64 && seq64)
+        gather_even<T, VEC, int64_t, int64_t><<<grid, KVD_GATHER_EVEN_THREADS, 0, st>>>(e);
+    else if (req64)
+        gather_even<T, VEC, int64_t, int32_t><<<grid, KVD_GATHER_EVEN_THREADS, 0, st>>>(e);
+    else if (seq64)
+        gather_even<T, VEC, int32_t, int64_t><<<grid, KVD_GATHER_EVEN_THREADS, 0, st>>>(e);
+    else
+        gather_even<T, VEC, int32_t, int32_t><<<grid, KVD_GATHER_EVEN_THREADS, 0, st>>>(e);
+    KVD_CUDA_LAUNCHED("gather_even");
+    return KVD_OK;
+}
+
+/* p as gather_even's parameters, when its shape allows: see gather_even. */
+template <int VEC> bool even_fits(const Gather &p, GatherEven *e)
+{
+    if (p.page_shift < 0 || p.table_cols % VEC || p.max_pages % VEC ||
+        p.max_pages > UINT32_MAX || p.table_stride > UINT32_MAX)
+        return false;
+    memset(e, 0, sizeof(*e));
+    e->req = p.req;
+    e->seq = p.seq;
+    e->table = p.table;
+    e->table_rows = (uint64_t)p.table_rows;
+    e->table_stride = (uint32_t)p.table_stride;
+    e->cols = (uint32_t)(p.table_cols < p.max_pages ? p.table_cols : p.max_pages);
+    e->max_pages = (uint32_t)p.max_pages;
+    e->page_shift = (uint32_t)p.page_shift;
+    e->out = p.out;
+    e->out_stride = p.out_stride;
+    e->dummy = p.dummy;
+    e->oob = p.oob;
+    return true;
+}
+
 template <typename T, int VEC>
 kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
 {
@@ -181,6 +298,12 @@ kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
     const int64_t bx = nvec / KVD_BLOCK_THREADS + (nvec % KVD_BLOCK_THREADS != 0);
     if (bx <= limit && p.bs <= limit && kvd__mul_sat(bx, p.bs) <= limit) {
         const dim3 grid((unsigned)bx, (unsigned)p.bs);
+        if constexpr (VEC > 1) {
+            GatherEven e;
+            const int64_t ebx = nvec / KVD_GATHER_EVEN_THREADS + (nvec % KVD_GATHER_EVEN_THREADS != 0);
+            if (even_fits<VEC>(p, &e))
+                return launch_even<T, VEC>(e, p.req64, p.seq64, dim3((unsigned)ebx, (unsigned)p.bs), launch);
+        }
         if (p.page_shift >= 0)
             gather_once<T, VEC, true><<<grid, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p);
         else
@@ -201,6 +324,12 @@ template <typename T, int VEC> void load_rows(void)
     (void)cudaFuncGetAttributes(&a, (const void *)gather_kernel<T, VEC>);
     (void)cudaFuncGetAttributes(&a, (const void *)gather_once<T, VEC, true>);
     (void)cudaFuncGetAttributes(&a, (const void *)gather_once<T, VEC, false>);
+    if constexpr (VEC > 1) {
+        (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int64_t, int64_t>);
+        (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int64_t, int32_t>);
+        (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int32_t, int64_t>);
+        (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int32_t, int32_t>);
+    }
 }
 
 } // namespace
