@@ -390,19 +390,27 @@ struct RowView {
 };
 static_assert(sizeof(RowView) == 48, "a view must be one parameter line's 48 bytes");
 
-struct RowBlocks {
-    RowView view[2]; /* K and V, or the single buffer in view[0] */
+template <int NV> struct RowViews {
+    RowView view[NV]; /* K and V, or the single buffer in view[0] */
     unsigned long long *oob;
     int64_t src_layer_stride; /* bytes, Rows::kLayers only */
     int64_t dst_layer_stride;
 };
+/* A store's blocks read their buffer's view; a transfer here has one
+ * buffer, and its launch carries one view only.  The size of a parameter
+ * block costs launch time apart from the lines a block reads: on an H200,
+ * 200 unread bytes after a 48-byte block added 0.06-0.09 us to a small
+ * store, and one view instead of two took 0.03 us off MLA at 64 and 1,024
+ * rows (tests/bench/results round 12). */
+using RowBlocks = RowViews<2>;
+template <Rows R> using RowBlocksOf = RowViews<R == Rows::kStore ? 2 : 1>;
 
 template <typename V, Rows R, bool IDX64>
-__global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ RowBlocks p)
+__global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ RowBlocksOf<R> p)
 {
     const uint32_t i = blockIdx.x;
     /* transfers here have one buffer: their view at fixed offsets */
-    const RowView &w = R == Rows::kStore ? p.view[blockIdx.y] : p.view[0];
+    const RowView &w = p.view[R == Rows::kStore ? blockIdx.y : 0];
     const uint32_t t = threadIdx.x;
     /* indices and bounds are the same in both views: read view[0]'s, at
      * fixed offsets, so the index load does not wait on a computed one */
@@ -477,7 +485,13 @@ kvd_status_t launch_row_blocks(const RowBlocks &b, const RowCopy &p, int64_t num
     const unsigned threads = (unsigned)(p.row_bytes / (int64_t)sizeof(V));
     cudaStream_t st = kvd__stream(launch);
     return with_kind(rows_kind(p, num_layers), p.idx64, [&](auto r, auto i64) {
-        copy_row_blocks<V, decltype(r)::value, decltype(i64)::value><<<grid, threads, 0, st>>>(b);
+        constexpr Rows R = decltype(r)::value;
+        RowBlocksOf<R> v;
+        memcpy(v.view, b.view, sizeof(v.view));
+        v.oob = b.oob;
+        v.src_layer_stride = b.src_layer_stride;
+        v.dst_layer_stride = b.dst_layer_stride;
+        copy_row_blocks<V, R, decltype(i64)::value><<<grid, threads, 0, st>>>(v);
         KVD_CUDA_LAUNCHED("copy_row_blocks");
         return KVD_OK;
     });
