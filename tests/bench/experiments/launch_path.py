@@ -6,7 +6,8 @@ through the driver (a build with the static runtime, as libkvdock_kernels.so has
 one with the shared runtime, as torch has); then store N=1, 32 and 512 by the seed, by
 the library, by the seed-shaped kernel of launch_path.cu on each path, by three variants
 of it (the library's parameter block, its checks, its grid) and with its six parameters
-packed, spread one per 64-byte line, and spread with blockDim read; per-layer MHA at 64
+packed, spread one per 64-byte line, spread with blockDim read, and packed
+with 200 unread bytes after them (round 12); per-layer MHA at 64
 rows by the seed, the library and two plain CUDA shapes; per-layer MLA at 64 and 1,024
 rows and the page-table gather at bs=1 and 64 by the seed and the library.  EXP_LIB2
 to EXP_LIB4 add builds of the library; EXP_LP_LEAN=1 keeps only runtime launches; EXP_JSON
@@ -100,7 +101,7 @@ for N in (1, 32, 512):
         c[name] = (lambda w=w, ks=ks, vs=vs, loc=loc, N=N:
                    ok(libs["static"].lp_store_variant(w, None, ks.data_ptr(), vs.data_ptr(), kpool.data_ptr(),
                                                       vpool.data_ptr(), loc.data_ptr(), N, row)))
-    for w, name in enumerate(("packed", "spread", "spread_ntid") if "static" in libs else ()):
+    for w, name in enumerate(("packed", "spread", "spread_ntid", "packed_pad") if "static" in libs else ()):
         c[name] = (lambda w=w, ks=ks, vs=vs, loc=loc, N=N:
                    ok(libs["static"].lp_store_lines_run(w, None, ks.data_ptr(), vs.data_ptr(), kpool.data_ptr(),
                                                         vpool.data_ptr(), loc.data_ptr(), N, row)))
