@@ -245,10 +245,14 @@ __global__ void __launch_bounds__(KVD_GATHER_EVEN_THREADS, KVD_MIN_BLOCKS_PER_SM
         atomicAdd(p.oob, 1ull);
 }
 
-/* gather_even<T, VEC, R, L> with R and L the index widths of p. */
+/* gather_even<T, VEC, R, L> with R and L the index widths of p, a
+ * thread per vector of each of the bs rows of nvec vectors. */
 template <typename T, int VEC>
-kvd_status_t launch_even(const GatherEven &e, bool req64, bool seq64, dim3 grid, const kvd_launch_t *launch)
+kvd_status_t launch_even(const GatherEven &e, bool req64, bool seq64, int64_t nvec, int64_t bs,
+                         const kvd_launch_t *launch)
 {
+    const int64_t bx = nvec / KVD_GATHER_EVEN_THREADS + (nvec % KVD_GATHER_EVEN_THREADS != 0);
+    const dim3 grid((unsigned)bx, (unsigned)bs);
     cudaStream_t st = kvd__stream(launch);
     if (req64 && seq64)
         gather_even<T, VEC, int64_t, int64_t><<<grid, KVD_GATHER_EVEN_THREADS, 0, st>>>(e);
@@ -300,9 +304,8 @@ kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
         const dim3 grid((unsigned)bx, (unsigned)p.bs);
         if constexpr (VEC > 1) {
             GatherEven e;
-            const int64_t ebx = nvec / KVD_GATHER_EVEN_THREADS + (nvec % KVD_GATHER_EVEN_THREADS != 0);
             if (even_fits<VEC>(p, &e))
-                return launch_even<T, VEC>(e, p.req64, p.seq64, dim3((unsigned)ebx, (unsigned)p.bs), launch);
+                return launch_even<T, VEC>(e, p.req64, p.seq64, nvec, p.bs, launch);
         }
         if (p.page_shift >= 0)
             gather_once<T, VEC, true><<<grid, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p);
