@@ -173,6 +173,34 @@ def one_layer_transfer(src_k, src_v, dst_k, dst_v, si, di, row_bytes):
     return a
 
 
+class GatherCase:
+    """The seed bench's page-table gather at (bs, max_pages) over req_to_page (int32 rows of page
+    numbers): bs random rows (int64 indices), random lengths in [1, max_pages * 16), page size 16,
+    dummy 0.  out starts poisoned (-1); ref is what the gather must write there."""
+
+    def __init__(self, req_to_page, bs, maxp):
+        import torch
+        dev = req_to_page.device
+        self.table, self.bs, self.maxp = req_to_page, bs, maxp
+        self.rpi = torch.randperm(req_to_page.shape[0], device=dev)[:bs]
+        self.seq = torch.randint(1, maxp * 16, (bs,), dtype=torch.int32, device=dev)
+        self.out = torch.full((bs, maxp), -1, dtype=torch.int32, device=dev)
+        col = torch.arange(maxp, device=dev)
+        self.ref = torch.where(col[None, :] < ((self.seq + 15) // 16)[:, None], req_to_page[self.rpi, :maxp], 0)
+
+    def args(self, oob_ptr=None):
+        """The library's arguments for this case."""
+        t = self.table
+        return GatherArgs(t.data_ptr(), KVD_DTYPE_I32, t.shape[0], t.shape[1], t.stride(0) * 4,
+                          self.rpi.data_ptr(), KVD_DTYPE_I64, self.seq.data_ptr(), KVD_DTYPE_I32,
+                          self.out.data_ptr(), self.out.stride(0) * 4, self.bs, self.maxp, 16, 0, oob_ptr)
+
+    def seed(self, K):
+        """The seed's gather (K: its kvcache triton module) on this case."""
+        return lambda: K.gather_page_table_with_padding(self.table, self.rpi, self.seq, self.out, bs=self.bs,
+                                                         max_num_pages=self.maxp, page_size=16, dummy_slot=0)
+
+
 # sizeof / offsetof from the C compiler on x86-64 (LP64), kernels.h ABI 1.
 _LAYOUT = {
     Launch: (16, {}),
@@ -604,29 +632,16 @@ def main():
     # ---- gather_page_table ------------------------------------------------
     for bs, maxp in [(1, 256), (64, 2048), (512, 8192)]:
         req_to_page = torch.randint(0, 1 << 20, (1024, 8192), dtype=torch.int32, device=dev)
-        rpi = torch.randperm(1024, device=dev)[:bs]
-        seq = torch.randint(1, maxp * 16, (bs,), dtype=torch.int32, device=dev)
-        out = torch.full((bs, maxp), -1, dtype=torch.int32, device=dev)
+        g = GatherCase(req_to_page, bs, maxp)
         case = f"bs={bs} max_pages={maxp}"
         if not want("gather_page_table", case):
             continue
-        npg = (seq + 15) // 16
-        col = torch.arange(maxp, device=dev)
-        ref = torch.where(col[None, :] < npg[:, None], req_to_page[rpi, :maxp], 0)
         oob = oob_tensor()
-
-        def mk(oob_ptr):
-            return GatherArgs(req_to_page.data_ptr(), KVD_DTYPE_I32, 1024, 8192, req_to_page.stride(0) * 4,
-                              rpi.data_ptr(), KVD_DTYPE_I64, seq.data_ptr(), KVD_DTYPE_I32,
-                              out.data_ptr(), out.stride(0) * 4, bs, maxp, 16, 0, oob_ptr)
-
-        checked = kvd.bind("kvd_cuda_page_table_gather", mk(oob.data_ptr()), launch())
-        timed = kvd.bind("kvd_cuda_page_table_gather", mk(None), launch())
-        run_case("gather_page_table", case, "d2d", bs * maxp * 4 * 2,
-                 lambda: K.gather_page_table_with_padding(req_to_page, rpi, seq, out, bs=bs, max_num_pages=maxp,
-                                                          page_size=16, dummy_slot=0), timed,
-                 check=lambda: "out != torch reference" if not eq(out, ref) else oob_zero(oob),
-                 prep=lambda: out.fill_(-1), checked_fn=checked)
+        checked = kvd.bind("kvd_cuda_page_table_gather", g.args(oob.data_ptr()), launch())
+        timed = kvd.bind("kvd_cuda_page_table_gather", g.args(), launch())
+        run_case("gather_page_table", case, "d2d", bs * maxp * 4 * 2, g.seed(K), timed,
+                 check=lambda g=g, oob=oob: "out != torch reference" if not eq(g.out, g.ref) else oob_zero(oob),
+                 prep=lambda g=g: g.out.fill_(-1), checked_fn=checked)
 
     # ---- per-layer transfers ----------------------------------------------
     P2 = 1 << 19

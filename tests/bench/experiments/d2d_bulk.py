@@ -15,14 +15,13 @@ turns, the median of the turns reported.
 EXP_LIB2 to EXP_LIB4 time more builds of the library beside EXP_LIB; without EXP_BULK no bulk kernel runs.
 
 Run from the repository root; build line in d2d_bulk.cu."""
-import ctypes, os, statistics, sys
+import ctypes, os, sys
 sys.path.insert(0, "tests/bench")
 import bench_kernels as B
 import torch
-from triton.testing import do_bench
+import rows
 
 ROUNDS = int(os.environ.get("EXP_ROUNDS", "3"))
-CEIL = 4.25e12  # bytes/s, the H200 device-copy ceiling of issue 2 (read + write)
 dev = "cuda"; torch.manual_seed(0)
 VP, LL, I = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
 bulk = None
@@ -38,10 +37,6 @@ def lib_fns(name, args):
     return {n: k.bind(name, args, B.Launch(None, 0, 0)) for n, k in kvds}
 SWEEP = [(32, 1, 3), (32, 1, 2), (16, 1, 6), (16, 2, 3), (8, 2, 6), (8, 4, 3), (32, 2, 3), (16, 4, 3), (32, 1, 6),
          (8, 1, 12), (16, 1, 12), (4, 4, 8)]
-
-
-def t(fn):
-    return do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
 
 
 def run_case(name, nbytes, torch_bytes, lib_fns, bulk_fn, clear, right, indexed=None):
@@ -66,15 +61,7 @@ def run_case(name, nbytes, torch_bytes, lib_fns, bulk_fn, clear, right, indexed=
         print(f"check {name} {k}: {'ok' if ok else 'MISMATCH'}", flush=True)
         if ok:
             good[k] = fn
-    times = {k: [] for k in good}
-    for _ in range(ROUNDS):
-        for k, fn in good.items():
-            times[k].append(t(fn))
-    print(f"\n{name}: {nbytes / 1e6:.1f} MB moved (read + write)")
-    for k, xs in times.items():
-        us = statistics.median(xs)
-        print(f"  {k:28s} {us:8.2f} us  {nbytes / us / 1e6:7.2f} TB/s  {100 * nbytes / us / 1e-6 / CEIL:5.1f}%  "
-              + " ".join(f"{v:.2f}" for v in xs), flush=True)
+    rows.report(name, good, nbytes, ROUNDS)
 
 
 def check_bulk(rc):

@@ -8,19 +8,14 @@ around one call after each flush), median of 200 calls, three turns each:
     EXP_LIB=<libkvdock_kernels.so> python3 tests/bench/experiments/flush_kind.py
 
 Run from the repository root on the GPU machine."""
-# (events around one call after a 256 MB L2 flush) with the flush writing the buffer (do_bench: zero_, leaves
-# L2 full of dirty lines) or reading it (leaves clean lines); median of 200 calls, 3 turns each
 import sys, os, statistics
 sys.path.insert(0, "tests/bench")
 import bench_kernels as B, torch
+import rows
 dev = "cuda"; torch.manual_seed(0)
 kvd = B.Kvd(os.environ["EXP_LIB"])
-P2, L, row = 1 << 19, 16384, 2048
-sk = torch.randn(P2, 8, 128, dtype=torch.bfloat16, device=dev); sv = torch.randn_like(sk)
-dk = torch.zeros_like(sk); dv = torch.zeros_like(sk)
-si = torch.randperm(P2, device=dev)[:L]; di = torch.randperm(P2, device=dev)[:L]
-f = kvd.bind("kvd_cuda_kv_transfer", B.one_layer_transfer(sk, sv, dk, dv, si, di, row), B.Launch(None, 0, 0))
-x = torch.empty(2 * L * row // 2, dtype=torch.bfloat16, device=dev); y = torch.empty_like(x)
+m = rows.mha_bench_rows(B, kvd, dev)
+f, x, y = m.f, m.x, m.y
 cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int, device=dev)
 sink = torch.empty((), dtype=torch.int64, device=dev)
 flushes = {"write (do_bench)": lambda: cache.zero_(), "read": lambda: torch.sum(cache, dim=0, dtype=torch.int64, out=sink)}

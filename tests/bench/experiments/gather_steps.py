@@ -25,24 +25,16 @@ oob = torch.zeros((), dtype=torch.int64, device=dev)
 STEPS = [("min1x128", 0, 1, 128), ("full1x128", 1, 1, 128), ("full4x256", 1, 4, 256), ("full4x128", 1, 4, 128)]
 cases = []
 for bs, maxp in ((1, 256), (64, 2048)):
-    rpi = torch.randperm(ROWS, device=dev)[:bs]
-    seq = torch.randint(1, maxp * 16, (bs,), dtype=torch.int32, device=dev)
-    out = torch.full((bs, maxp), -1, dtype=torch.int32, device=dev)
-    col = torch.arange(maxp, device=dev)
-    ref = torch.where(col[None, :] < ((seq + 15) // 16)[:, None], table[rpi, :maxp], 0)
-    ga = B.GatherArgs(table.data_ptr(), B.KVD_DTYPE_I32, ROWS, COLS, table.stride(0) * 4,
-                      rpi.data_ptr(), B.KVD_DTYPE_I64, seq.data_ptr(), B.KVD_DTYPE_I32,
-                      out.data_ptr(), out.stride(0) * 4, bs, maxp, 16, 0, None)
-    fns = [("seed", lambda rpi=rpi, seq=seq, out=out, bs=bs, maxp=maxp: K.gather_page_table_with_padding(
-        table, rpi, seq, out, bs=bs, max_num_pages=maxp, page_size=16, dummy_slot=0)),
-        ("lib", kvd.bind("kvd_cuda_page_table_gather", ga, B.Launch(None, 0, 0)))]
+    g = B.GatherCase(table, bs, maxp)
+    fns = [("seed", g.seed(K)), ("lib", kvd.bind("kvd_cuda_page_table_gather", g.args(), B.Launch(None, 0, 0)))]
     for name, kind, vec, thr in STEPS:
-        fns.append((name, lambda kind=kind, vec=vec, thr=thr, rpi=rpi, seq=seq, out=out, bs=bs, maxp=maxp:
-                    m.exp_gather_step(kind, vec, thr, table.data_ptr(), ROWS, COLS, table.stride(0), rpi.data_ptr(),
-                                      seq.data_ptr(), out.data_ptr(), out.stride(0), bs, maxp, 4, 0, oob.data_ptr())))
+        fns.append((name, lambda kind=kind, vec=vec, thr=thr, g=g:
+                    m.exp_gather_step(kind, vec, thr, table.data_ptr(), ROWS, COLS, table.stride(0), g.rpi.data_ptr(),
+                                      g.seq.data_ptr(), g.out.data_ptr(), g.out.stride(0), g.bs, g.maxp, 4, 0,
+                                      oob.data_ptr())))
     for n, f in fns:
-        out.fill_(-1); f(); torch.cuda.synchronize()
-        assert torch.equal(out, ref), (n, bs)
+        g.out.fill_(-1); f(); torch.cuda.synchronize()
+        assert torch.equal(g.out, g.ref), (n, bs)
     cases.append((bs, dict(fns)))
 print("checked", flush=True)
 for n in ["seed", "lib"] + [s[0] for s in STEPS]:

@@ -137,18 +137,9 @@ for L in (64, 1024):
 
 req_to_page = torch.randint(0, 1 << 20, (1024, 8192), dtype=torch.int32, device=dev)
 for bs, maxp in ((1, 256), (64, 2048)):
-    rpi = torch.randperm(1024, device=dev)[:bs]
-    seq = torch.randint(1, maxp * 16, (bs,), dtype=torch.int32, device=dev)
-    out = torch.full((bs, maxp), -1, dtype=torch.int32, device=dev)
-    col = torch.arange(maxp, device=dev)
-    ref = torch.where(col[None, :] < ((seq + 15) // 16)[:, None], req_to_page[rpi, :maxp], 0)
-    ga = B.GatherArgs(req_to_page.data_ptr(), B.KVD_DTYPE_I32, 1024, 8192, req_to_page.stride(0) * 4,
-                      rpi.data_ptr(), B.KVD_DTYPE_I64, seq.data_ptr(), B.KVD_DTYPE_I32,
-                      out.data_ptr(), out.stride(0) * 4, bs, maxp, 16, 0, None)
-    c = with_builds({"seed": lambda rpi=rpi, seq=seq, out=out, bs=bs, maxp=maxp: K.gather_page_table_with_padding(
-             req_to_page, rpi, seq, out, bs=bs, max_num_pages=maxp, page_size=16, dummy_slot=0)},
-                    "kvd_cuda_page_table_gather", ga)
-    check_each(f"gather bs={bs}", c, lambda out=out: out.fill_(-1), lambda out=out, ref=ref: torch.equal(out, ref))
+    g = B.GatherCase(req_to_page, bs, maxp)
+    c = with_builds({"seed": g.seed(K)}, "kvd_cuda_page_table_gather", g.args())
+    check_each(f"gather bs={bs}", c, lambda g=g: g.out.fill_(-1), lambda g=g: torch.equal(g.out, g.ref))
     cases[f"gather bs={bs}"] = c
 
 res = {k: {n: [] for n in v} for k, v in cases.items()}

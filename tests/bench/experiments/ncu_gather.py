@@ -18,24 +18,16 @@ libs = [(n, B.Kvd(p)) for n, p in (x.split("=") for x in os.environ["EXP_LIBS"].
 req_to_page = torch.randint(0, 1 << 20, (1024, 8192), dtype=torch.int32, device=dev)
 cases = []
 for bs, maxp in ((1, 256), (64, 2048)):
-    rpi = torch.randperm(1024, device=dev)[:bs]
-    seq = torch.randint(1, maxp * 16, (bs,), dtype=torch.int32, device=dev)
-    out = torch.full((bs, maxp), -1, dtype=torch.int32, device=dev)
-    col = torch.arange(maxp, device=dev)
-    ref = torch.where(col[None, :] < ((seq + 15) // 16)[:, None], req_to_page[rpi, :maxp], 0)
-    ga = B.GatherArgs(req_to_page.data_ptr(), B.KVD_DTYPE_I32, 1024, 8192, req_to_page.stride(0) * 4,
-                      rpi.data_ptr(), B.KVD_DTYPE_I64, seq.data_ptr(), B.KVD_DTYPE_I32,
-                      out.data_ptr(), out.stride(0) * 4, bs, maxp, 16, 0, None)
-    fns = [("seed", lambda rpi=rpi, seq=seq, out=out, bs=bs, maxp=maxp: K.gather_page_table_with_padding(
-        req_to_page, rpi, seq, out, bs=bs, max_num_pages=maxp, page_size=16, dummy_slot=0))]
-    fns += [(n, k.bind("kvd_cuda_page_table_gather", ga, B.Launch(None, 0, 0))) for n, k in libs]
+    g = B.GatherCase(req_to_page, bs, maxp)
+    fns = [("seed", g.seed(K))]
+    fns += [(n, k.bind("kvd_cuda_page_table_gather", g.args(), B.Launch(None, 0, 0))) for n, k in libs]
     for n, f in fns:
-        out.fill_(-1); f(); torch.cuda.synchronize()
-        assert torch.equal(out, ref), (n, bs)
-    cases.append((bs, fns, out))
+        g.out.fill_(-1); f(); torch.cuda.synchronize()
+        assert torch.equal(g.out, g.ref), (n, bs)
+    cases.append((bs, fns, g))
 print("checked", flush=True)
 for n in ["seed"] + [n for n, _ in libs]:
-    for bs, fns, out in cases:
+    for bs, fns, g in cases:
         f = dict(fns)[n]
         for _ in range(6):
             f()

@@ -12,14 +12,11 @@ Run from the repository root on the GPU machine."""
 import sys, os
 sys.path.insert(0, "tests/bench")
 import bench_kernels as B, torch
+import rows
 dev = "cuda"; torch.manual_seed(0)
 kvd = B.Kvd(os.environ["EXP_LIB"])
-P2, L, row = 1 << 19, 16384, 2048
-sk = torch.randn(P2, 8, 128, dtype=torch.bfloat16, device=dev); sv = torch.randn_like(sk)
-dk = torch.zeros_like(sk); dv = torch.zeros_like(sk)
-si = torch.randperm(P2, device=dev)[:L]; di = torch.randperm(P2, device=dev)[:L]
-f = kvd.bind("kvd_cuda_kv_transfer", B.one_layer_transfer(sk, sv, dk, dv, si, di, row), B.Launch(None, 0, 0))
-x = torch.empty(2 * L * row // 2, dtype=torch.bfloat16, device=dev); y = torch.empty_like(x)
+m = rows.mha_bench_rows(B, kvd, dev)
+P2, L, row, sk, sv, dk, dv, f, x, y = m.P2, m.L, m.row, m.sk, m.sv, m.dk, m.dv, m.f, m.x, m.y
 for _ in range(3):
     f(); y.copy_(x)
 ci = torch.arange(L, device=dev)

@@ -11,14 +11,13 @@ EXP_ROUNDS turns, every draw checked first:
     EXP_LIB=<libkvdock_kernels.so> EXP_ROUNDS=5 python3 tests/bench/experiments/one_side_order.py
 
 Run from the repository root on the GPU machine."""
-import os, statistics, sys
+import os, sys
 sys.path.insert(0, "tests/bench")
 import bench_kernels as B
 import torch
-from triton.testing import do_bench
+import rows
 
 ROUNDS = int(os.environ.get("EXP_ROUNDS", "5"))
-CEIL = 4.25e12  # bytes/s: the H200 device-copy ceiling of issue 2 (read + write)
 dev = "cuda"; torch.manual_seed(0)
 kvd = B.Kvd(os.environ["EXP_LIB"])
 POOL = 1 << 19
@@ -46,16 +45,7 @@ def run(title, srcs, dsts, L, row):
         assert ok
         fns[name] = f
         keep.append((a, si, di))
-    nbytes = 2 * len(srcs) * L * row
-    times = {k: [] for k in fns}
-    for _ in range(ROUNDS):
-        for k, fn in fns.items():
-            times[k].append(do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3)
-    print(f"\n{title}: {nbytes / 1e6:.1f} MB moved (read + write)")
-    for k, xs in times.items():
-        us = statistics.median(xs)
-        print(f"  {k:22s} {us:8.2f} us  {nbytes / us / 1e6:5.2f} TB/s  {100 * nbytes / us / 1e-6 / CEIL:5.1f}%  "
-              + " ".join(f"{v:.2f}" for v in xs), flush=True)
+    rows.report(title, fns, 2 * len(srcs) * L * row, ROUNDS)
 
 
 src = [torch.randn(POOL, 8, 128, dtype=torch.bfloat16, device=dev) for _ in range(2)]

@@ -13,14 +13,13 @@ median of EXP_ROUNDS turns, every draw checked first:
     EXP_LIB=<libkvdock_kernels.so> EXP_ROUNDS=5 python3 tests/bench/experiments/pages_touched.py
 
 Run from the repository root on the GPU machine."""
-import os, statistics, sys
+import os, sys
 sys.path.insert(0, "tests/bench")
 import bench_kernels as B
 import torch
-from triton.testing import do_bench
+import rows
 
 ROUNDS = int(os.environ.get("EXP_ROUNDS", "5"))
-CEIL = 4.25e12  # bytes/s: the H200 device-copy ceiling of issue 2 (read + write)
 dev = "cuda"; torch.manual_seed(0)
 kvd = B.Kvd(os.environ["EXP_LIB"])
 POOL, L, ROW, PAGE = 1 << 19, 16384, 2048, 1024  # slots, rows, bytes per row per buffer, slots per 2 MiB
@@ -59,13 +58,4 @@ for P, how in [(16, "clustered")] + [(P, h) for P in (32, 64, 128, 256, 512) for
     assert ok
     fns[name] = f
     keep.append((a, si, di))
-nbytes = 2 * 2 * L * ROW
-times = {k: [] for k in fns}
-for _ in range(ROUNDS):
-    for k, fn in fns.items():
-        times[k].append(do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3)
-print(f"\nper-layer MHA L=16384 item2048 over 2^19-slot pools: {nbytes / 1e6:.1f} MB moved (read + write)")
-for k, xs in times.items():
-    us = statistics.median(xs)
-    print(f"  {k:20s} {us:8.2f} us  {nbytes / us / 1e6:5.2f} TB/s  {100 * nbytes / us / 1e-6 / CEIL:5.1f}%  "
-          + " ".join(f"{v:.2f}" for v in xs), flush=True)
+rows.report("per-layer MHA L=16384 item2048 over 2^19-slot pools", fns, 2 * 2 * L * ROW, ROUNDS)

@@ -13,20 +13,15 @@ EXP_ROUNDS turns.
     EXP_LIB=<libkvdock_kernels.so> EXP_ROUNDS=5 python3 tests/bench/experiments/pool_span.py
 
 Run from the repository root on the GPU machine."""
-import os, statistics, sys
+import os, sys
 sys.path.insert(0, "tests/bench")
 import bench_kernels as B
 import torch
-from triton.testing import do_bench
+import rows
 
 ROUNDS = int(os.environ.get("EXP_ROUNDS", "5"))
-CEIL = 4.25e12  # bytes/s: the H200 device-copy ceiling of issue 2 (read + write)
 dev = "cuda"; torch.manual_seed(0)
 kvd = B.Kvd(os.environ["EXP_LIB"])
-
-
-def t(fn):
-    return do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
 
 
 def case(label, L, shape, row, nbufs, pools):
@@ -56,15 +51,7 @@ def case(label, L, shape, row, nbufs, pools):
                 lambda si=si, src=src, packed=packed: [torch.index_select(s, 0, si, out=p) for s, p in zip(src, packed)])
             keep.append((a, si, di))
         keep.append((src, dst, packed))
-    times = {k: [] for k in fns}
-    for _ in range(ROUNDS):
-        for k, fn in fns.items():
-            times[k].append(t(fn))
-    print(f"\n{label}: {nbytes / 1e6:.1f} MB moved (read + write)")
-    for k, xs in times.items():
-        us = statistics.median(xs)
-        print(f"  {k:44s} {us:8.2f} us  {nbytes / us / 1e6:5.2f} TB/s  {100 * nbytes / us / 1e-6 / CEIL:5.1f}%  "
-              + " ".join(f"{v:.2f}" for v in xs), flush=True)
+    rows.report(label, fns, nbytes, ROUNDS)
     del keep, fns, x, y
     torch.cuda.empty_cache()
 
