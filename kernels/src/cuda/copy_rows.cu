@@ -81,10 +81,12 @@ template <typename V> __device__ __forceinline__ void store_once(V *p, const V &
  * so the first line holds 48 bytes: what a one-pass kernel needs before it
  * can load its indices.  The row addresses fill the second line, read
  * (side_now) while the indices load, so its miss overlaps their round
- * trip.  Tables, layer strides and what only the grid-stride loop or an
- * out-of-range pair needs come after.
+ * trip.  The out-of-range counter follows; a one-pass call within one
+ * layer launches with only these (RowHead), since the size of a parameter
+ * block costs launch time of its own (round 12).  Tables, layer strides
+ * and what only the grid-stride loop needs come after (RowCopy).
  */
-struct RowCopy {
+struct RowHead {
     const void *dst_idx;
     const void *src_idx; /* NULL: src row = pair index (store) */
     int64_t count;       /* pairs */
@@ -96,14 +98,17 @@ struct RowCopy {
     char *dst[2];
     int64_t src_stride[2]; /* bytes between rows */
     int64_t dst_stride[2];
-    /* --- cold --- */
+    /* --- third line --- */
+    unsigned long long *oob;
+};
+
+struct RowCopy : RowHead {
     const uint64_t *src_tab[2]; /* per-layer addresses, or NULL */
     const uint64_t *dst_tab[2];
     int64_t src_layer_stride;
     int64_t dst_layer_stride;
     int64_t tasks; /* count * nbufs * num_layers */
-    unsigned long long *oob;
-    int nbufs; /* 2: K and V, 1: MLA */
+    int nbufs;     /* 2: K and V, 1: MLA */
     bool idx64;
 };
 
@@ -115,7 +120,7 @@ struct Side {
     int64_t dst_stride;
 };
 
-__device__ __forceinline__ Side side_of(const RowCopy &p, int buf)
+__device__ __forceinline__ Side side_of(const RowHead &p, int buf)
 {
     return Side{p.src[buf], p.dst[buf], p.src_stride[buf], p.dst_stride[buf]};
 }
@@ -123,7 +128,7 @@ __device__ __forceinline__ Side side_of(const RowCopy &p, int buf)
 /* side_of, read here: the compiler may not sink the parameter reads past
  * this point (to where the row addresses are first used, after the
  * indices arrive). */
-__device__ __forceinline__ Side side_now(const RowCopy &p, int buf)
+__device__ __forceinline__ Side side_now(const RowHead &p, int buf)
 {
     Side w = side_of(p, buf);
     asm volatile("" : "+l"(w.src), "+l"(w.dst), "+l"(w.src_stride), "+l"(w.dst_stride));
@@ -185,15 +190,15 @@ __device__ __forceinline__ Task decode(const RowCopy &p, int64_t t)
 /* One row: dst slot d of (layer, buf) from src row s, w the buffer's
  * rows.  counts: this task is the pair's first (buffer 0, layer 0), the
  * one that counts it when out of range.  Without LAYERS the call is one
- * layer without tables and no layer field is read. */
-template <typename V, int U, bool LAYERS>
-__device__ __forceinline__ void copy_task(const RowCopy &p, const Side &w, bool counts, int64_t layer,
+ * layer without tables, p may be a RowHead, and no layer field is read. */
+template <typename V, int U, bool LAYERS, typename P>
+__device__ __forceinline__ void copy_task(const P &p, const Side &w, bool counts, int64_t layer,
                                           int buf, int64_t d, int64_t s, int lane, int g)
 {
     /* layer addresses first: a table load need not wait for the indices */
     const char *sbase = w.src;
     char *dbase = w.dst;
-    if (LAYERS) {
+    if constexpr (LAYERS) {
         sbase = p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][layer]
                                : sbase + layer * p.src_layer_stride;
         dbase = p.dst_tab[buf] ? (char *)(uintptr_t)p.dst_tab[buf][layer]
@@ -210,10 +215,11 @@ __device__ __forceinline__ void copy_task(const RowCopy &p, const Side &w, bool 
     const char *srow = sbase + s * w.src_stride;
     char *drow = dbase + d * w.dst_stride;
 
-    if (LAYERS && sizeof(V) > 1 && (p.src_tab[buf] || p.dst_tab[buf]) &&
-        (((uintptr_t)srow | (uintptr_t)drow) & (sizeof(V) - 1))) {
-        copy_row_bytes(srow, drow, p.row_bytes, lane, g);
-        return;
+    if constexpr (LAYERS && sizeof(V) > 1) {
+        if ((p.src_tab[buf] || p.dst_tab[buf]) && (((uintptr_t)srow | (uintptr_t)drow) & (sizeof(V) - 1))) {
+            copy_row_bytes(srow, drow, p.row_bytes, lane, g);
+            return;
+        }
     }
     copy_span<V, U>((const V *)srow, (V *)drow, lane, p.row_bytes / (int64_t)sizeof(V), g);
 }
@@ -259,6 +265,11 @@ copy_rows_kernel(const RowCopy p, int gshift)
  * the index width, so that a kernel reads only the parameters its call
  * needs (see RowCopy). */
 enum class Rows { kStore, kOneLayer, kLayers };
+
+/* A one-pass kernel's parameters: all of RowCopy over layers, its head
+ * (120 bytes instead of 184) within one layer. */
+template <Rows R>
+using OnceParams = typename std::conditional<R == Rows::kLayers, RowCopy, RowHead>::type;
 
 /* Layer addresses come from per-layer tables on either side. */
 bool has_tables(const RowCopy &p)
@@ -310,14 +321,14 @@ template <int U> __host__ __device__ __forceinline__ int lane_shift(int64_t vecs
  * all at once (or in a few waves), where a grid-stride loop has nothing
  * to overlap.  No division, no loop over tasks, 32-bit thread numbering
  * (the grid is small), the group size worked out here rather than passed
- * (a parameter past RowCopy would sit on a line of its own).  Store: the
+ * (a parameter past the head would sit on a line of its own).  Store: the
  * source row is token i's, known before its slot index arrives, so the
  * row's first vectors load in the same round trip as the index and only
  * the stores wait for the slot.
  */
 template <typename V, int U, Rows R, bool IDX64>
 __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM)
-copy_rows_once(const RowCopy p)
+copy_rows_once(const __grid_constant__ OnceParams<R> p)
 {
     const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
     const int gshift = lane_shift<U>(vecs);
@@ -370,7 +381,7 @@ copy_rows_once(const RowCopy p)
  * 64-byte line of the kernel parameters: they start at bank offset 0x210
  * on sm_90, so view[0] fills the first line's last 48 bytes and view[1]
  * opens the second.  A line's first read in a launch is a constant-cache
- * miss that the index load waits for (RowCopy); one line per block is
+ * miss that the index load waits for (RowHead); one line per block is
  * what the seed's kernels read.  Indices and bounds are read from view[0]
  * at fixed offsets (the same in both views), a store's row addresses from
  * its buffer's view, so a V block's second line loads beside its index.
@@ -390,20 +401,31 @@ struct RowView {
 };
 static_assert(sizeof(RowView) == 48, "a view must be one parameter line's 48 bytes");
 
-template <int NV> struct RowViews {
-    RowView view[NV]; /* K and V, or the single buffer in view[0] */
+/* What row_blocks_fit works out: both views and every tail field. */
+struct RowBlocks {
+    RowView view[2]; /* K and V, or the single buffer in view[0] */
     unsigned long long *oob;
     int64_t src_layer_stride; /* bytes, Rows::kLayers only */
     int64_t dst_layer_stride;
 };
-/* A store's blocks read their buffer's view; a transfer here has one
- * buffer, and its launch carries one view only.  The size of a parameter
- * block costs launch time apart from the lines a block reads: on an H200,
- * 200 unread bytes after a 48-byte block added 0.06-0.09 us to a small
- * store, and one view instead of two took 0.03 us off MLA at 64 and 1,024
- * rows (tests/bench/results round 12). */
-using RowBlocks = RowViews<2>;
-template <Rows R> using RowBlocksOf = RowViews<R == Rows::kStore ? 2 : 1>;
+/* What a launch of kind R carries of it: a store's blocks read their
+ * buffer's view, a transfer here has one buffer, and only a call over
+ * layers reads layer strides.  The size of a parameter block costs launch
+ * time apart from the lines a block reads: on an H200, 200 unread bytes
+ * after a 48-byte block added 0.06-0.09 us to a small store, and one view
+ * instead of two took 0.03 us off MLA at 64 and 1,024 rows
+ * (tests/bench/results round 12).  So a store carries 104 bytes, a
+ * transfer within a layer 56, one over layers 72. */
+template <Rows R> struct RowBlocksOf {
+    RowView view[R == Rows::kStore ? 2 : 1];
+    unsigned long long *oob;
+};
+template <> struct RowBlocksOf<Rows::kLayers> {
+    RowView view[1];
+    unsigned long long *oob;
+    int64_t src_layer_stride;
+    int64_t dst_layer_stride;
+};
 
 template <typename V, Rows R, bool IDX64>
 __global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ RowBlocksOf<R> p)
@@ -430,7 +452,7 @@ __global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ 
     }
     const char *sbase = w.src;
     char *dbase = w.dst;
-    if (R == Rows::kLayers) {
+    if constexpr (R == Rows::kLayers) {
         sbase += blockIdx.z * p.src_layer_stride;
         dbase += blockIdx.z * p.dst_layer_stride;
     }
@@ -489,8 +511,10 @@ kvd_status_t launch_row_blocks(const RowBlocks &b, const RowCopy &p, int64_t num
         RowBlocksOf<R> v;
         memcpy(v.view, b.view, sizeof(v.view));
         v.oob = b.oob;
-        v.src_layer_stride = b.src_layer_stride;
-        v.dst_layer_stride = b.dst_layer_stride;
+        if constexpr (R == Rows::kLayers) {
+            v.src_layer_stride = b.src_layer_stride;
+            v.dst_layer_stride = b.dst_layer_stride;
+        }
         copy_row_blocks<V, R, decltype(i64)::value><<<grid, threads, 0, st>>>(v);
         KVD_CUDA_LAUNCHED("copy_row_blocks");
         return KVD_OK;
@@ -512,8 +536,9 @@ kvd_status_t launch_once(const RowCopy &p, int64_t num_layers, int64_t bx, const
     const dim3 grid((unsigned)bx, (unsigned)num_layers, (unsigned)p.nbufs);
     cudaStream_t st = kvd__stream(launch);
     return with_kind(rows_kind(p, num_layers), p.idx64, [&](auto r, auto i64) {
-        copy_rows_once<V, U, decltype(r)::value, decltype(i64)::value>
-            <<<grid, KVD_BLOCK_THREADS, 0, st>>>(p);
+        constexpr Rows R = decltype(r)::value;
+        copy_rows_once<V, U, R, decltype(i64)::value>
+            <<<grid, KVD_BLOCK_THREADS, 0, st>>>(static_cast<const OnceParams<R> &>(p));
         KVD_CUDA_LAUNCHED("copy_rows_once");
         return KVD_OK;
     });

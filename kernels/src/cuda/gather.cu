@@ -3,7 +3,7 @@
  * of req_to_page up to ceil(seq_lens[r] / page_size) columns, dummy_slot
  * after.  Small calls: one pass, a thread per vector of every row
  * (gather_even when the page size is a power of two and the rows are
- * whole 16-byte vectors, gather_once otherwise).  Larger ones: one block
+ * whole vectors, gather_once otherwise).  Larger ones: one block
  * per output row (grid-stride over rows).  Rows move in 16-byte vectors
  * when every row start is 16-byte aligned.
  */
@@ -20,7 +20,7 @@ constexpr int kUnroll = 4;
 
 /* Every field within the first two 64-byte lines of the kernel
  * parameters, where a line's first read in a launch is a constant-cache
- * miss (see RowCopy in copy_rows.cu). */
+ * miss (see RowHead in copy_rows.cu). */
 struct Gather {
     const void *req;
     const void *seq;
@@ -175,10 +175,11 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
 /*
  * The one-pass kernel's common form: page size a power of two, whole
  * vectors on both sides (table columns and max_pages multiples of VEC,
- * row starts 16-byte aligned), the index widths as template parameters,
+ * row starts 16-byte aligned when VEC > 1), the index widths as template
+ * parameters,
  * columns and counts in 32 bits.  What the path from the index loads to
  * the table load reads lies in the first parameter line (48 bytes at bank
- * offset 0x210 on sm_90; see RowCopy in copy_rows.cu): no width flag
+ * offset 0x210 on sm_90; see RowHead in copy_rows.cu): no width flag
  * before the index loads, and nothing from the second line (whose first
  * read stalls the warp) until the table load is on its way, so the load's
  * registers start at zero and dead columns take the dummy after it.  No
@@ -210,6 +211,12 @@ static_assert(offsetof(GatherEven, out) == 48, "the path to the table load must 
  * the same as 256 on an H200, tests/bench/results round 12). */
 #ifndef KVD_GATHER_EVEN_THREADS
 #define KVD_GATHER_EVEN_THREADS KVD_BLOCK_THREADS
+#endif
+
+/* 1: every gather moves one element per thread, aligned or not (a
+ * build-time experiment knob: the seed's grid shape, round 13). */
+#ifndef KVD_GATHER_NARROW
+#define KVD_GATHER_NARROW 0
 #endif
 
 template <typename T, int VEC, typename R, typename L>
@@ -302,11 +309,9 @@ kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
     const int64_t bx = nvec / KVD_BLOCK_THREADS + (nvec % KVD_BLOCK_THREADS != 0);
     if (bx <= limit && p.bs <= limit && kvd__mul_sat(bx, p.bs) <= limit) {
         const dim3 grid((unsigned)bx, (unsigned)p.bs);
-        if constexpr (VEC > 1) {
-            GatherEven e;
-            if (even_fits<VEC>(p, &e))
-                return launch_even<T, VEC>(e, p.req64, p.seq64, nvec, p.bs, launch);
-        }
+        GatherEven e;
+        if (even_fits<VEC>(p, &e))
+            return launch_even<T, VEC>(e, p.req64, p.seq64, nvec, p.bs, launch);
         if (p.page_shift >= 0)
             gather_once<T, VEC, true><<<grid, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p);
         else
@@ -327,12 +332,10 @@ template <typename T, int VEC> void load_rows(void)
     (void)cudaFuncGetAttributes(&a, (const void *)gather_kernel<T, VEC>);
     (void)cudaFuncGetAttributes(&a, (const void *)gather_once<T, VEC, true>);
     (void)cudaFuncGetAttributes(&a, (const void *)gather_once<T, VEC, false>);
-    if constexpr (VEC > 1) {
-        (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int64_t, int64_t>);
-        (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int64_t, int32_t>);
-        (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int32_t, int64_t>);
-        (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int32_t, int32_t>);
-    }
+    (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int64_t, int64_t>);
+    (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int64_t, int32_t>);
+    (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int32_t, int64_t>);
+    (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int32_t, int32_t>);
 }
 
 } // namespace
@@ -373,7 +376,8 @@ extern "C" kvd_status_t kvd_cuda_page_table_gather(const kvd_gather_args_t *a,
     p.oob = a->oob_count;
 
     /* Vectors need every row start 16-byte aligned on both sides. */
-    const bool wide = (((uintptr_t)a->req_to_page | (uint64_t)a->table_stride |
+    const bool wide = !KVD_GATHER_NARROW &&
+                      (((uintptr_t)a->req_to_page | (uint64_t)a->table_stride |
                         (uintptr_t)a->out | (uint64_t)a->out_stride) & 15) == 0;
     kvd__cuda_load_kernels();
     if (a->table_dtype == KVD_DTYPE_I64)
