@@ -1620,6 +1620,9 @@ static const gather_case_t GATHER_CASES[] = {
     {I64, I32, I32, 8, 256, 4, 64, 300, 0, 0, D_ZERO},
     {I32, I64, I32, 64, 1024, 16, 512, 1022, 2, 0, D_NEG},   /* columns not whole vectors */
     {I32, I32, I32, 32, 1022, 16, 256, 2048, 0, 2, D_RANDOM}, /* max_pages not whole vectors */
+    /* rows not 16-byte aligned, page a power of two: gather_even one element a thread */
+    {I32, I64, I32, 40, 300, 4, 100, 301, 1, 1, D_RANDOM},
+    {I64, I32, I64, 48, 500, 8, 200, 700, 1, 3, D_NEG},
 };
 
 static void run_gather(const gather_case_t *c0, int launch, uint64_t seed)
