@@ -176,8 +176,7 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
  * The one-pass kernel's common form: page size a power of two, whole
  * vectors on both sides (table columns and max_pages multiples of VEC,
  * row starts 16-byte aligned when VEC > 1), the index widths as template
- * parameters,
- * columns and counts in 32 bits.  What the path from the index loads to
+ * parameters, columns and counts in 32 bits.  What the path from the index loads to
  * the table load reads lies in the first parameter line (48 bytes at bank
  * offset 0x210 on sm_90; see RowHead in copy_rows.cu): no width flag
  * before the index loads, and nothing from the second line (whose first
