@@ -88,6 +88,36 @@ static uint64_t checksum(const uint8_t *p, size_t n)
     return h;
 }
 
+/* A host pool of the test's shape, named name. */
+static kvd_pool_spec_t host_spec(const char *name)
+{
+    kvd_pool_spec_t spec;
+
+    memset(&spec, 0, sizeof(spec));
+    spec.kind = KVD_MEM_HOST;
+    spec.num_layers = LAYERS;
+    spec.num_slots = SLOTS;
+    spec.slot_bytes = SLOT_BYTES;
+    spec.name = name;
+    return spec;
+}
+
+/* Every slot of every layer, pool a to pool b, through libkvdock. */
+static kvd_kv_transfer_t all_slots(uint64_t a, uint64_t b)
+{
+    kvd_kv_transfer_t t;
+
+    memset(&t, 0, sizeof(t));
+    t.src_pool = a;
+    t.dst_pool = b;
+    t.src.values = idx;
+    t.src.count = SLOTS;
+    t.src.dtype = KVD_DTYPE_I64;
+    t.dst = t.src;
+    t.all_layers = true;
+    return t;
+}
+
 /* The doomed client: a libkvdock session that is killed somewhere along
  * the way.  It makes no Check assertion, directly or through the harness:
  * every passing assertion writes a message into a file this process
@@ -110,29 +140,17 @@ static void doomed_child(int ready, unsigned seed)
         _exit(3);
     snprintf(na, sizeof(na), "doomed-a-%d", (int)getpid());
     snprintf(nb, sizeof(nb), "doomed-b-%d", (int)getpid());
-    memset(&spec, 0, sizeof(spec));
-    spec.kind = KVD_MEM_HOST;
-    spec.num_layers = LAYERS;
-    spec.num_slots = SLOTS;
-    spec.slot_bytes = SLOT_BYTES;
-    spec.name = na;
+    spec = host_spec(na);
     if (kvd_pool_create(cli, &spec, &a) != KVD_OK)
         _exit(3);
-    spec.name = nb;
+    spec = host_spec(nb);
     if (kvd_pool_create(cli, &spec, &b) != KVD_OK)
         _exit(3);
     /* the dead client holds a mapping of the daemon's memory too */
     if (kvd_pool_export(cli, a.id, NULL, 0, &m) != KVD_OK)
         _exit(4);
     memset(m->base, (int)(seed & 0xff), m->bytes);
-    memset(&t, 0, sizeof(t));
-    t.src_pool = a.id;
-    t.dst_pool = b.id;
-    t.src.values = idx;
-    t.src.count = SLOTS;
-    t.src.dtype = KVD_DTYPE_I64;
-    t.dst = t.src;
-    t.all_layers = true;
+    t = all_slots(a.id, b.id);
     for (i = 0; i < TRANSFERS; i++)
         if (kvd_kv_transfer_submit(cli, &t, NULL, NULL, &ids[i]) != KVD_OK)
             _exit(5);
@@ -365,23 +383,11 @@ START_TEST(test_daemon_sigkill_inflight_then_restart)
 
     ck_assert_int_eq(kvd_client_create(D.sock, "survivor", &cli), KVD_OK);
     kvd_client_set_timeout(cli, 20000);
-    memset(&spec, 0, sizeof(spec));
-    spec.kind = KVD_MEM_HOST;
-    spec.num_layers = LAYERS;
-    spec.num_slots = SLOTS;
-    spec.slot_bytes = SLOT_BYTES;
-    spec.name = "src";
+    spec = host_spec("src");
     ck_assert_int_eq(kvd_pool_create(cli, &spec, &a), KVD_OK);
-    spec.name = "dst";
+    spec = host_spec("dst");
     ck_assert_int_eq(kvd_pool_create(cli, &spec, &b), KVD_OK);
-    memset(&t, 0, sizeof(t));
-    t.src_pool = a.id;
-    t.dst_pool = b.id;
-    t.src.values = idx;
-    t.src.count = SLOTS;
-    t.src.dtype = KVD_DTYPE_I64;
-    t.dst = t.src;
-    t.all_layers = true;
+    t = all_slots(a.id, b.id);
     for (i = 0; i < 64; i++)
         ck_assert_int_eq(kvd_kv_transfer_submit(cli, &t, NULL, NULL, &ids[i]), KVD_OK);
 
