@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Round 14 experiment: the page-table gather's one-pass kernel (gather_even<int, 4, int64, int32>,
+the bench's bs=1 and bs=64 cases) run four ways, against the seed:
+- lib: the library's entry point (the kernel in the runtime's fat binary, launched with <<<>>>);
+- mod: the same kernel source compiled to PTX here, assembled with ptxas for sm_90 and loaded as a
+  module of its own (cuModuleLoadData), launched with cuLaunchKernel (module_path.cu);
+- mod_req: mod with the kernel's .maxntid made .reqntid (the block size required, as Triton's PTX
+  has it);
+- mod_req_a: mod_req assembled for sm_90a (Triton's target).
+Every way is checked against torch first (output poisoned).  Then, by default, EXP_ROUNDS rounds
+of do_bench turns (L2 flushed) with the lowest turn, the median of the lowest third and the median
+of all; with EXP_NCU=1, six launches of each instead, the seed first, for ncu:
+
+    EXP_LIB=<libkvdock_kernels.so> EXP_ROUNDS=16 python3 tests/bench/experiments/module_path.py
+    EXP_LIB=<libkvdock_kernels.so> EXP_NCU=1 ncu --clock-control none --cache-control all \\
+        --kernel-name regex:"_gather_page|gather_even" --metrics gpu__time_duration.sum --csv \\
+        python3 tests/bench/experiments/module_path.py > r.csv
+
+Run from the repository root with the seed at .peer, where nvcc and ptxas are on the PATH (it
+builds module_path.cu and the PTX into EXP_MP_DIR, default /tmp/modpath).  Not yet run on a GPU
+when written (round 13 had no device time left)."""
+import ctypes, os, re, statistics, subprocess, sys
+sys.path.insert(0, "tests/bench"); sys.path.insert(0, ".peer")
+import bench_kernels as B
+import torch
+from triton.testing import do_bench
+from tokenspeed_kernel.ops.kvcache import triton as K
+
+ROUNDS = int(os.environ.get("EXP_ROUNDS", "12"))
+WORK = os.environ.get("EXP_MP_DIR", "/tmp/modpath")
+THREADS, VEC = 256, 4  # gather_even's block and vector (KVD_GATHER_EVEN_THREADS, int32 x 4)
+dev = "cuda"; torch.manual_seed(0)
+
+
+def sh(*cmd):
+    subprocess.run(cmd, check=True)
+
+
+def build():
+    """libmodpath.so, and the three cubins with the entry's name."""
+    os.makedirs(WORK, exist_ok=True)
+    lib = f"{WORK}/libmodpath.so"
+    sh("nvcc", "-O3", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "tests/bench/experiments/module_path.cu",
+       "-o", lib)
+    ptx = f"{WORK}/gather.ptx"
+    sh("nvcc", "-ptx", "-O3", "-arch=sm_90", "--expt-relaxed-constexpr", "-DNDEBUG", "-Ikernels/include",
+       "-Ikernels/src", "kernels/src/cuda/gather.cu", "-o", ptx)
+    text = open(ptx).read()
+    m = re.search(r"\.entry\s+(\S*gather_evenIiLi4EliE\S*)\(", text)
+    assert m, "gather_even<int, 4, int64, int32> not found in the PTX"
+    name = m.group(1)
+    # the entry's directives lie between its parameter list and its body
+    head_end = text.index("{", m.end())
+    head = text[m.start():head_end]
+    assert f".maxntid {THREADS}, 1, 1" in head, head
+    req = text[:m.start()] + head.replace(".maxntid", ".reqntid") + text[head_end:]
+    req_a = re.sub(r"^\.target sm_90$", ".target sm_90a", req, count=1, flags=re.M)
+    assert req_a != req, "no .target sm_90 line"
+    cubins = {}
+    for tag, src, arch in (("mod", text, "sm_90"), ("mod_req", req, "sm_90"), ("mod_req_a", req_a, "sm_90a")):
+        p = f"{WORK}/{tag}.ptx"
+        open(p, "w").write(src)
+        sh("ptxas", "-O3", f"-arch={arch}", p, "-o", f"{WORK}/{tag}.cubin")
+        cubins[tag] = open(f"{WORK}/{tag}.cubin", "rb").read()
+    return lib, name, cubins
+
+
+class GatherEven(ctypes.Structure):
+    """gather.cu's GatherEven, field for field (80 bytes)."""
+    _fields_ = [("req", ctypes.c_void_p), ("seq", ctypes.c_void_p), ("table", ctypes.c_void_p),
+                ("table_rows", ctypes.c_uint64), ("table_stride", ctypes.c_uint32), ("cols", ctypes.c_uint32),
+                ("max_pages", ctypes.c_uint32), ("page_shift", ctypes.c_uint32), ("out", ctypes.c_void_p),
+                ("out_stride", ctypes.c_int64), ("dummy", ctypes.c_int64), ("oob", ctypes.c_void_p)]
+
+
+assert ctypes.sizeof(GatherEven) == 80 and GatherEven.out.offset == 48
+
+libpath, entry, cubins = build()
+mp = ctypes.CDLL(libpath)
+mp.mp_load.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p]
+mp.mp_launch.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
+assert mp.mp_init() == 0, "mp_init failed"
+slots = {}
+for k, (tag, image) in enumerate(cubins.items()):
+    rc = mp.mp_load(k, image, entry.encode())
+    assert rc == 0, f"mp_load {tag}: CUresult {rc}"
+    slots[tag] = k
+kvd = B.Kvd(os.environ["EXP_LIB"])
+req_to_page = torch.randint(0, 1 << 20, (1024, 8192), dtype=torch.int32, device=dev)
+
+cases = []
+for bs, maxp in ((1, 256), (64, 2048)):
+    g = B.GatherCase(req_to_page, bs, maxp)
+    p = GatherEven(g.rpi.data_ptr(), g.seq.data_ptr(), req_to_page.data_ptr(), req_to_page.shape[0],
+                   req_to_page.stride(0) * 4, min(req_to_page.shape[1], maxp), maxp, 4, g.out.data_ptr(),
+                   g.out.stride(0) * 4, 0, None)
+    gx = (maxp // VEC + THREADS - 1) // THREADS
+    fns = {"seed": g.seed(K), "lib": kvd.bind("kvd_cuda_page_table_gather", g.args(), B.Launch(None, 0, 0))}
+    for tag, k in slots.items():
+        fns[tag] = lambda k=k, p=p, gx=gx, bs=bs: mp.mp_launch(k, gx, bs, THREADS, ctypes.addressof(p), None)
+    for name, fn in fns.items():
+        g.out.fill_(-1); fn(); torch.cuda.synchronize()
+        ok = torch.equal(g.out, g.ref)
+        print(f"check gather bs={bs} {name}: {'ok' if ok else 'MISMATCH'}", flush=True)
+        assert ok
+    cases.append((f"gather bs={bs}", fns, p))
+
+if os.environ.get("EXP_NCU"):
+    for label, fns, _ in cases:
+        for name, fn in fns.items():
+            for _ in range(6):
+                fn()
+            torch.cuda.synchronize()
+            print(f"ran {label} {name}", flush=True)
+    sys.exit(0)
+
+turns = {label: {name: [] for name in fns} for label, fns, _ in cases}
+for r in range(ROUNDS):
+    for label, fns, _ in cases:
+        for name, fn in fns.items():
+            turns[label][name].append(do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3)
+    print(f"round {r + 1}/{ROUNDS}", flush=True)
+print(f"\nus over {ROUNDS} rounds: lowest turn / median of the lowest third / median")
+for label, by in turns.items():
+    for name, xs in by.items():
+        s = sorted(xs)
+        print(f"{label:13s} {name:10s} {s[0]:5.2f} / {statistics.median(s[:max(1, len(s) // 3)]):5.2f} / "
+              f"{statistics.median(s):5.2f}   " + " ".join(f"{v:.2f}" for v in xs), flush=True)
