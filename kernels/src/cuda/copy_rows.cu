@@ -405,14 +405,7 @@ struct RowView {
 };
 static_assert(sizeof(RowView) == 48, "a view must be one parameter line's 48 bytes");
 
-/* What row_blocks_fit works out: both views and every tail field. */
-struct RowBlocks {
-    RowView view[2]; /* K and V, or the single buffer in view[0] */
-    unsigned long long *oob;
-    int64_t src_layer_stride; /* bytes, Rows::kLayers only */
-    int64_t dst_layer_stride;
-};
-/* What a launch of kind R carries of it: a store's blocks read their
+/* What a block-per-row launch of kind R carries: a store's blocks read their
  * buffer's view, a transfer here has one buffer, and only a call over
  * layers reads layer strides.  The size of a parameter block costs launch
  * time apart from the lines a block reads: on an H200, 200 unread bytes
@@ -466,12 +459,11 @@ __global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ 
     store_once((V *)dbase + (uint64_t)d * w.dst_stride + t, r);
 }
 
-/* p as a block-per-row launch, when its shape allows one: no layer
- * tables, a store or a single buffer, rows of at most a block's vectors,
- * strides and bounds within 32 bits, every block resident at once within
- * the budget. */
+/* p can run as a block-per-row launch: no layer tables, a store or a
+ * single buffer, rows of at most a block's vectors, strides and bounds
+ * within 32 bits, every block resident at once within the budget. */
 template <typename V>
-bool row_blocks_fit(const RowCopy &p, int64_t num_layers, const kvd_grid_limits_t &g, RowBlocks *b)
+bool row_blocks_fit(const RowCopy &p, int64_t num_layers, const kvd_grid_limits_t &g)
 {
     const int64_t vecs = p.row_bytes / (int64_t)sizeof(V);
     if (has_tables(p) || vecs > 1024 ||
@@ -482,45 +474,46 @@ bool row_blocks_fit(const RowCopy &p, int64_t num_layers, const kvd_grid_limits_
     if (kvd__mul_sat(blocks, lanes) > g.one_wave * KVD_BLOCK_THREADS || blocks > g.budget ||
         p.dst_slots > UINT32_MAX || (p.src_idx && p.src_slots > UINT32_MAX))
         return false;
-    memset(b, 0, sizeof(*b));
-    for (int k = 0; k < p.nbufs; k++) {
-        const int64_t ss = p.src_stride[k] / (int64_t)sizeof(V);
-        const int64_t ds = p.dst_stride[k] / (int64_t)sizeof(V);
-        if (ss > UINT32_MAX || ds > UINT32_MAX)
+    for (int k = 0; k < p.nbufs; k++)
+        if (p.src_stride[k] / (int64_t)sizeof(V) > UINT32_MAX ||
+            p.dst_stride[k] / (int64_t)sizeof(V) > UINT32_MAX)
             return false;
-        RowView &w = b->view[k];
+    return true;
+}
+
+/* p's block-per-row parameters for kind R, once row_blocks_fit<V> holds. */
+template <typename V, Rows R> RowBlocksOf<R> row_views(const RowCopy &p)
+{
+    RowBlocksOf<R> b;
+    memset(&b, 0, sizeof(b));
+    for (int k = 0; k < p.nbufs && k < (int)(sizeof(b.view) / sizeof(b.view[0])); k++) {
+        RowView &w = b.view[k];
         w.dst_idx = p.dst_idx;
         w.src_idx = p.src_idx;
         w.src = p.src[k];
         w.dst = p.dst[k];
-        w.src_stride = (uint32_t)ss;
-        w.dst_stride = (uint32_t)ds;
+        w.src_stride = (uint32_t)(p.src_stride[k] / (int64_t)sizeof(V));
+        w.dst_stride = (uint32_t)(p.dst_stride[k] / (int64_t)sizeof(V));
         w.src_slots = p.src_idx ? (uint32_t)p.src_slots : 0;
         w.dst_slots = (uint32_t)p.dst_slots;
     }
-    b->oob = p.oob;
-    b->src_layer_stride = p.src_layer_stride;
-    b->dst_layer_stride = p.dst_layer_stride;
-    return true;
+    b.oob = p.oob;
+    if constexpr (R == Rows::kLayers) {
+        b.src_layer_stride = p.src_layer_stride;
+        b.dst_layer_stride = p.dst_layer_stride;
+    }
+    return b;
 }
 
 template <typename V>
-kvd_status_t launch_row_blocks(const RowBlocks &b, const RowCopy &p, int64_t num_layers,
-                               const kvd_launch_t *launch)
+kvd_status_t launch_row_blocks(const RowCopy &p, int64_t num_layers, const kvd_launch_t *launch)
 {
     const dim3 grid((unsigned)p.count, (unsigned)p.nbufs, (unsigned)num_layers);
     const unsigned threads = (unsigned)(p.row_bytes / (int64_t)sizeof(V));
     cudaStream_t st = kvd__stream(launch);
     return with_kind(rows_kind(p, num_layers), p.idx64, [&](auto r, auto i64) {
         constexpr Rows R = decltype(r)::value;
-        RowBlocksOf<R> v;
-        memcpy(v.view, b.view, sizeof(v.view));
-        v.oob = b.oob;
-        if constexpr (R == Rows::kLayers) {
-            v.src_layer_stride = b.src_layer_stride;
-            v.dst_layer_stride = b.dst_layer_stride;
-        }
-        copy_row_blocks<V, R, decltype(i64)::value><<<grid, threads, 0, st>>>(v);
+        copy_row_blocks<V, R, decltype(i64)::value><<<grid, threads, 0, st>>>(row_views<V, R>(p));
         KVD_CUDA_LAUNCHED("copy_row_blocks");
         return KVD_OK;
     });
@@ -570,9 +563,8 @@ kvd_status_t launch_width(const RowCopy &p, int64_t num_layers, const kvd_launch
         return st;
     int64_t bx;
 
-    RowBlocks rb;
-    if (row_blocks_fit<V>(p, num_layers, g, &rb))
-        return launch_row_blocks<V>(rb, p, num_layers, launch);
+    if (row_blocks_fit<V>(p, num_layers, g))
+        return launch_row_blocks<V>(p, num_layers, launch);
     if (by <= g.one_wave && once_blocks(p.count, lane_shift<1>(vecs), by, &bx) <= g.one_wave)
         return launch_once<V, 1>(p, num_layers, bx, launch);
     const int gshift = lane_shift<kUnroll>(vecs);

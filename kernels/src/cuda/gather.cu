@@ -307,10 +307,10 @@ kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
     const int64_t nvec = p.max_pages / VEC + (p.max_pages % VEC != 0);
     const int64_t bx = nvec / KVD_BLOCK_THREADS + (nvec % KVD_BLOCK_THREADS != 0);
     if (bx <= limit && p.bs <= limit && kvd__mul_sat(bx, p.bs) <= limit) {
-        const dim3 grid((unsigned)bx, (unsigned)p.bs);
         GatherEven e;
         if (even_fits<VEC>(p, &e))
             return launch_even<T, VEC>(e, p.req64, p.seq64, nvec, p.bs, launch);
+        const dim3 grid((unsigned)bx, (unsigned)p.bs);
         if (p.page_shift >= 0)
             gather_once<T, VEC, true><<<grid, KVD_BLOCK_THREADS, 0, kvd__stream(launch)>>>(p);
         else
