@@ -140,11 +140,23 @@ __device__ __forceinline__ int64_t kvd__load_index(const void *p, bool is64, int
  * one past the early exit of a padding slot; a volatile access it must
  * make on every path).  The row copies load a store's token row with it,
  * the gather its row's index and length (kvd__load_index_now). */
+#ifndef KVD_LOAD_NOW_KIND /* a build-time experiment knob (round 14) */
+#define KVD_LOAD_NOW_KIND 0
+#endif
+#if KVD_LOAD_NOW_KIND == 0
+#define KVD_LOAD_NOW_OP "ld.volatile.global" /* LDG.E.STRONG.SYS */
+#elif KVD_LOAD_NOW_KIND == 1
+#define KVD_LOAD_NOW_OP "ld.relaxed.gpu.global" /* LDG.E.STRONG.GPU */
+#elif KVD_LOAD_NOW_KIND == 2
+#define KVD_LOAD_NOW_OP "ld.global" /* weak: ptxas may move it */
+#else
+#define KVD_LOAD_NOW_OP "ld.global.nc"
+#endif
 template <typename V> __device__ __forceinline__ V kvd__load_now(const V *p);
 template <> __device__ __forceinline__ uint4 kvd__load_now(const uint4 *p)
 {
     uint4 v;
-    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+    asm volatile(KVD_LOAD_NOW_OP ".v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(__cvta_generic_to_global(p)));
     return v;
@@ -152,7 +164,7 @@ template <> __device__ __forceinline__ uint4 kvd__load_now(const uint4 *p)
 template <> __device__ __forceinline__ uint2 kvd__load_now(const uint2 *p)
 {
     uint2 v;
-    asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];"
+    asm volatile(KVD_LOAD_NOW_OP ".v2.u32 {%0, %1}, [%2];"
                  : "=r"(v.x), "=r"(v.y)
                  : "l"(__cvta_generic_to_global(p)));
     return v;
@@ -162,7 +174,7 @@ template <> __device__ __forceinline__ uint2 kvd__load_now(const uint2 *p)
     template <> __device__ __forceinline__ T kvd__load_now(const T *p)                  \
     {                                                                                    \
         T v;                                                                             \
-        asm volatile("ld.volatile.global." PT " %0, [%1];" : "=" C(v)                  \
+        asm volatile(KVD_LOAD_NOW_OP "." PT " %0, [%1];" : "=" C(v)                  \
                      : "l"(__cvta_generic_to_global(p)));                                \
         return v;                                                                        \
     }
@@ -175,7 +187,7 @@ KVD_LOAD_NOW_SCALAR(uint16_t, "u16", "h")
 template <> __device__ __forceinline__ uint8_t kvd__load_now(const uint8_t *p)
 {
     uint16_t v;
-    asm volatile("ld.volatile.global.u8 %0, [%1];" : "=h"(v) : "l"(__cvta_generic_to_global(p)));
+    asm volatile(KVD_LOAD_NOW_OP ".u8 %0, [%1];" : "=h"(v) : "l"(__cvta_generic_to_global(p)));
     return (uint8_t)v;
 }
 

@@ -17,7 +17,7 @@ typedef CUresult (*get_fn)(CUfunction *, CUmodule, const char *);
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               CUstream, void **, void **);
 
-enum { MP_SLOTS = 8 };
+enum { MP_SLOTS = 24 };
 static load_fn mp_module_load;
 static get_fn mp_get_function;
 static launch_fn mp_drv_launch;
@@ -62,6 +62,16 @@ extern "C" int mp_launch(int slot, unsigned gx, unsigned gy, unsigned bx, void *
 {
     void *args[1] = {params};
 
+    if (slot < 0 || slot >= MP_SLOTS || !mp_fn[slot])
+        return -1;
+    return (int)mp_drv_launch(mp_fn[slot], gx, gy, 1, bx, 1, 1, 0, (CUstream)stream, args, NULL);
+}
+
+/* Slot's kernel on a (gx, gy) grid of bx-thread blocks with its parameters
+ * one by one (args[i] points at the i-th), as Triton's launcher passes
+ * them: for the seed's own cubin. */
+extern "C" int mp_launch_args(int slot, unsigned gx, unsigned gy, unsigned bx, void **args, void *stream)
+{
     if (slot < 0 || slot >= MP_SLOTS || !mp_fn[slot])
         return -1;
     return (int)mp_drv_launch(mp_fn[slot], gx, gy, 1, bx, 1, 1, 0, (CUstream)stream, args, NULL);

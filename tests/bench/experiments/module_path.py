@@ -7,6 +7,11 @@ the bench's bs=1 and bs=64 cases) run four ways, against the seed:
 - mod_req: mod with the kernel's .maxntid made .reqntid (the block size required, as Triton's PTX
   has it);
 - mod_req_a: mod_req assembled for sm_90a (Triton's target).
+EXP_MP_SEED=1 adds the seed's own kernel as Triton compiled it, through the same driver launch:
+- seed_mod: its cubin as is; seed_ptxas: its PTX assembled by the local ptxas for sm_90a.
+EXP_MP_VARIANTS=1 adds gather_variants.cu's twelve shapes between gather_even and the seed's kernel
+(v_even ... v_pred), loaded as one module of their own; with EXP_MP_LONE=1 too, v_even and
+v_seedlike also each alone in a module (lone_even, lone_seedlike).
 Every way is checked against torch first (output poisoned).  Then, by default, EXP_ROUNDS rounds
 of do_bench turns (L2 flushed) with the lowest turn, the median of the lowest third and the median
 of all; with EXP_NCU=1, six launches of each instead, the seed first, for ncu:
@@ -17,8 +22,8 @@ of all; with EXP_NCU=1, six launches of each instead, the seed first, for ncu:
         python3 tests/bench/experiments/module_path.py > r.csv
 
 Run from the repository root with the seed at .peer, where nvcc and ptxas are on the PATH (it
-builds module_path.cu and the PTX into EXP_MP_DIR, default /tmp/modpath).  Not yet run on a GPU
-when written (round 13 had no device time left)."""
+builds module_path.cu and the PTX into EXP_MP_DIR, default /tmp/modpath).  Round 14's results:
+tests/bench/results/2026-12-03-h200-round14.md."""
 import ctypes, os, re, statistics, subprocess, sys
 sys.path.insert(0, "tests/bench"); sys.path.insert(0, ".peer")
 import bench_kernels as B
@@ -75,16 +80,103 @@ class GatherEven(ctypes.Structure):
 
 assert ctypes.sizeof(GatherEven) == 80 and GatherEven.out.offset == 48
 
+
+class GatherL1(ctypes.Structure):
+    """gather_variants.cu's GatherL1 (48 bytes: the parameter bank's first line)."""
+    _fields_ = [("req", ctypes.c_void_p), ("seq", ctypes.c_void_p), ("table", ctypes.c_void_p),
+                ("out", ctypes.c_void_p), ("table_stride", ctypes.c_uint32), ("out_stride", ctypes.c_uint32),
+                ("cols_shift", ctypes.c_uint32), ("max_pages", ctypes.c_uint32)]
+
+
+class GatherL1Pad(ctypes.Structure):
+    _fields_ = [("a", GatherL1), ("pad", ctypes.c_char * 32)]
+
+
+class GatherL1X(ctypes.Structure):
+    _fields_ = [("a", GatherL1), ("table_rows", ctypes.c_uint32), ("dummy", ctypes.c_int32)]
+
+
+assert [ctypes.sizeof(t) for t in (GatherL1, GatherL1Pad, GatherL1X)] == [48, 80, 56]
+
+def seed_kernels(g):
+    """The seed's gather for case g as Triton compiled it, run through module_path.cu instead of
+    Triton's launcher: its cubin as is (seed_mod) and its PTX assembled by the local ptxas
+    (seed_ptxas), with the parameters Triton passes (the pointers and strides in the Python
+    signature's order, then null scratch pointers).  {} when the compiled kernel is not what this
+    expects (the reason printed)."""
+    import triton
+    grid = (g.bs, triton.cdiv(g.maxp, 128))
+    ck = K._gather_page_table_with_padding_kernel[grid](g.table, g.rpi, g.seq, g.out, g.table.stride(0),
+                                                         g.out.stride(0), g.maxp, 16, 0, BLOCK_COLS=128, num_warps=4)
+    ptx, cubin = ck.asm.get("ptx"), ck.asm.get("cubin")
+    m = re.search(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx or "")
+    if not m or not cubin or getattr(ck.metadata, "shared", 0):
+        print(f"seed module: skipped (asm keys {sorted(ck.asm)}, shared {getattr(ck.metadata, 'shared', '?')})")
+        return {}
+    name, types = m.group(1), re.findall(r"\.param\s+\.([usb](?:32|64))", m.group(2))
+    print(f"seed module: {name}, params {types}, block {ck.metadata.num_warps * 32}", flush=True)
+    want = [g.table.data_ptr(), g.rpi.data_ptr(), g.seq.data_ptr(), g.out.data_ptr(), g.table.stride(0),
+            g.out.stride(0)]
+    if len(types) < len(want) or any(t[1:] != "64" for t in types[:4]) or any(t[1:] != "64" for t in types[6:]):
+        print("seed module: skipped (parameters not as expected)")
+        return {}
+    vals = [(ctypes.c_uint64 if t[1:] == "64" else ctypes.c_int32)(want[i] if i < len(want) else 0)
+            for i, t in enumerate(types)]
+    args = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
+    p = f"{WORK}/seed.ptx"
+    open(p, "w").write(ptx)
+    sh("ptxas", "-O3", "-arch=sm_90a", p, "-o", f"{WORK}/seed.cubin")
+    out = {}
+    for tag, image in (("seed_mod", cubin), ("seed_ptxas", open(f"{WORK}/seed.cubin", "rb").read())):
+        k = len(slots) + len(more_slots)
+        rc = mp.mp_load(k, image, name.encode())
+        assert rc == 0, f"mp_load {tag}: CUresult {rc}"
+        more_slots.append(k)
+        out[tag] = lambda k=k, args=args, vals=vals: mp.mp_launch_args(
+            k, grid[0], grid[1], ck.metadata.num_warps * 32, ctypes.addressof(args), None)
+    return out
+
+
 libpath, entry, cubins = build()
 mp = ctypes.CDLL(libpath)
 mp.mp_load.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p]
 mp.mp_launch.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
+mp.mp_launch_args.argtypes = mp.mp_launch.argtypes
 assert mp.mp_init() == 0, "mp_init failed"
-slots = {}
+slots, more_slots = {}, []  # more_slots: those loaded after the three mods
 for k, (tag, image) in enumerate(cubins.items()):
     rc = mp.mp_load(k, image, entry.encode())
     assert rc == 0, f"mp_load {tag}: CUresult {rc}"
     slots[tag] = k
+variants = {}  # tag: (slot, (bs, max_pages) -> (gx, gy, block))
+if os.environ.get("EXP_MP_VARIANTS"):
+    cdiv = lambda a, b: (a + b - 1) // b
+    sh("nvcc", "-cubin", "-O3", "-arch=sm_90", "tests/bench/experiments/gather_variants.cu", "-o", f"{WORK}/variants.cubin")
+    image = open(f"{WORK}/variants.cubin", "rb").read()
+    even = lambda bs, m: (cdiv(m // 4, 256), bs, 256)
+    for tag, shape, kind in (("v_even", even, "even"), ("v_even_nooob", even, "even"),
+                             ("v_even_x", lambda bs, m: (bs, cdiv(m // 4, 256), 256), "even"),
+                             ("v_even64", lambda bs, m: (cdiv(m // 4, 64), bs, 64), "even"),
+                             ("v_narrow", lambda bs, m: (bs, cdiv(m, 128), 128), "even"),
+                             ("v_seedlike", lambda bs, m: (bs, cdiv(m, 128), 128), "even"),
+                             ("v_l1", even, "l1"), ("v_l1_pad", even, "l1pad"), ("v_l1_late", even, "l1x"),
+                             ("v_l1_bound", even, "l1x"),
+                             ("v_pred_seed", lambda bs, m: (bs, cdiv(m, 128), 128), "even"),
+                             ("v_pred", lambda bs, m: (bs, cdiv(m, 128), 128), "even")):
+        k = len(slots) + len(more_slots)
+        rc = mp.mp_load(k, image, tag.encode())
+        assert rc == 0, f"mp_load {tag}: CUresult {rc}"
+        more_slots.append(k)
+        variants[tag] = (k, shape, kind)
+if os.environ.get("EXP_MP_LONE"):  # v_even and v_seedlike again, each alone in a module of its own
+    for lone, (tag, shape) in enumerate((("v_even", even), ("v_seedlike", lambda bs, m: (bs, cdiv(m, 128), 128))), 1):
+        sh("nvcc", "-cubin", "-O3", "-arch=sm_90", f"-DLONE={lone}", "tests/bench/experiments/gather_variants.cu",
+           "-o", f"{WORK}/lone{lone}.cubin")
+        k = len(slots) + len(more_slots)
+        rc = mp.mp_load(k, open(f"{WORK}/lone{lone}.cubin", "rb").read(), tag.encode())
+        assert rc == 0, f"mp_load lone {tag}: CUresult {rc}"
+        more_slots.append(k)
+        variants["lone_" + tag[2:]] = (k, shape, "even")
 kvd = B.Kvd(os.environ["EXP_LIB"])
 req_to_page = torch.randint(0, 1 << 20, (1024, 8192), dtype=torch.int32, device=dev)
 
@@ -98,6 +190,15 @@ for bs, maxp in ((1, 256), (64, 2048)):
     fns = {"seed": g.seed(K), "lib": kvd.bind("kvd_cuda_page_table_gather", g.args(), B.Launch(None, 0, 0))}
     for tag, k in slots.items():
         fns[tag] = lambda k=k, p=p, gx=gx, bs=bs: mp.mp_launch(k, gx, bs, THREADS, ctypes.addressof(p), None)
+    if os.environ.get("EXP_MP_SEED"):
+        fns.update(seed_kernels(g))
+    l1 = GatherL1(g.rpi.data_ptr(), g.seq.data_ptr(), req_to_page.data_ptr(), g.out.data_ptr(),
+                  req_to_page.stride(0) * 4, g.out.stride(0) * 4, min(req_to_page.shape[1], maxp) | 4 << 27, maxp)
+    blocks = {"even": p, "l1": l1, "l1pad": GatherL1Pad(l1), "l1x": GatherL1X(l1, req_to_page.shape[0], 0)}
+    for tag, (k, shape, kind) in variants.items():
+        gx, gy, bx = shape(bs, maxp)
+        fns[tag] = lambda k=k, q=blocks[kind], gx=gx, gy=gy, bx=bx: mp.mp_launch(k, gx, gy, bx, ctypes.addressof(q),
+                                                                                 None)
     for name, fn in fns.items():
         g.out.fill_(-1); fn(); torch.cuda.synchronize()
         ok = torch.equal(g.out, g.ref)
