@@ -12,7 +12,8 @@ rows by the seed, the library and two plain CUDA shapes; per-layer MLA at 64 and
 rows and the page-table gather at bs=1 and 64 by the seed and the library.  EXP_LIB2
 to EXP_LIB4 add builds of the library; EXP_LP_LEAN=1 keeps only runtime launches; EXP_JSON
 writes every turn (for pool_turns.py --lp), EXP_STAMPS when each turn ran (to read beside a
-clock log).  Each case is checked once first.
+clock log); EXP_LP_ROTATE=1 starts round r of each case at its r-th variant, so that no variant
+always runs first (round 14).  Each case is checked once first.
 
     EXP_LP_STATIC=liblp_static.so EXP_LP_SHARED=liblp_shared.so EXP_LIB=<libkvdock_kernels.so> \
         EXP_ROUNDS=11 python3 tests/bench/experiments/launch_path.py
@@ -144,9 +145,13 @@ for bs, maxp in ((1, 256), (64, 2048)):
 
 res = {k: {n: [] for n in v} for k, v in cases.items()}
 stamps = []  # (case, variant, wall-clock start, end, us) of every turn, for EXP_STAMPS
+ROTATE = bool(os.environ.get("EXP_LP_ROTATE"))  # round r starts each case at its r-th variant (mod count)
 for r in range(ROUNDS):
     for k, v in cases.items():
-        for n, fn in v.items():
+        order = list(v.items())
+        if ROTATE:
+            order = order[r % len(order):] + order[:r % len(order)]
+        for n, fn in order:
             t0 = time.time()
             res[k][n].append(t(fn))
             stamps.append((k, n, t0, time.time(), res[k][n][-1]))

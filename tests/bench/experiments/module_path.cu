@@ -20,7 +20,9 @@ typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned
 enum { MP_SLOTS = 24 };
 static load_fn mp_module_load;
 static get_fn mp_get_function;
+typedef CUresult (*launch_ex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
 static launch_fn mp_drv_launch;
+static launch_ex_fn mp_drv_launch_ex;
 static CUfunction mp_fn[MP_SLOTS];
 
 static int entry(const char *name, void **fn)
@@ -38,7 +40,7 @@ extern "C" int mp_init(void)
         return 1;
     if (!entry("cuModuleLoadData", (void **)&mp_module_load) ||
         !entry("cuModuleGetFunction", (void **)&mp_get_function) ||
-        !entry("cuLaunchKernel", (void **)&mp_drv_launch))
+        !entry("cuLaunchKernel", (void **)&mp_drv_launch) || !entry("cuLaunchKernelEx", (void **)&mp_drv_launch_ex))
         return 2;
     return 0;
 }
@@ -75,4 +77,24 @@ extern "C" int mp_launch_args(int slot, unsigned gx, unsigned gy, unsigned bx, v
     if (slot < 0 || slot >= MP_SLOTS || !mp_fn[slot])
         return -1;
     return (int)mp_drv_launch(mp_fn[slot], gx, gy, 1, bx, 1, 1, 0, (CUstream)stream, args, NULL);
+}
+
+/* mp_launch (params: one block) or mp_launch_args (args: one pointer per
+ * parameter) through cuLaunchKernelEx with no attributes, the call Triton's
+ * launcher makes. */
+extern "C" int mp_launch_ex(int slot, unsigned gx, unsigned gy, unsigned bx, void *params, void **args, void *stream)
+{
+    void *one[1] = {params};
+    CUlaunchConfig c = {};
+
+    if (slot < 0 || slot >= MP_SLOTS || !mp_fn[slot])
+        return -1;
+    c.gridDimX = gx;
+    c.gridDimY = gy;
+    c.gridDimZ = 1;
+    c.blockDimX = bx;
+    c.blockDimY = 1;
+    c.blockDimZ = 1;
+    c.hStream = (CUstream)stream;
+    return (int)mp_drv_launch_ex(&c, mp_fn[slot], args ? args : one, NULL);
 }

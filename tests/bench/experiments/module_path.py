@@ -9,12 +9,17 @@ the bench's bs=1 and bs=64 cases) run four ways, against the seed:
 - mod_req_a: mod_req assembled for sm_90a (Triton's target).
 EXP_MP_SEED=1 adds the seed's own kernel as Triton compiled it, through the same driver launch:
 - seed_mod: its cubin as is; seed_ptxas: its PTX assembled by the local ptxas for sm_90a.
+EXP_MP_EX=1 adds mod_ex and seed_modex: mod and seed_mod launched with cuLaunchKernelEx (no
+attributes), as Triton's launcher launches.
+EXP_MP_SPIN=<us> adds lib_spin and seed_mod_spin: lib and seed_mod each after a host busy-wait of
+that many microseconds (does the host's pace, not the launch, change the GPU's time?).
 EXP_MP_VARIANTS=1 adds gather_variants.cu's twelve shapes between gather_even and the seed's kernel
 (v_even ... v_pred), loaded as one module of their own; with EXP_MP_LONE=1 too, v_even and
 v_seedlike also each alone in a module (lone_even, lone_seedlike).
 Every way is checked against torch first (output poisoned).  Then, by default, EXP_ROUNDS rounds
 of do_bench turns (L2 flushed) with the lowest turn, the median of the lowest third and the median
-of all; with EXP_NCU=1, six launches of each instead, the seed first, for ncu:
+of all (EXP_MP_PARTIAL=<path>: every turn so far written there as JSON after each round); with
+EXP_NCU=1, six launches of each instead, the seed first, for ncu:
 
     EXP_LIB=<libkvdock_kernels.so> EXP_ROUNDS=16 python3 tests/bench/experiments/module_path.py
     EXP_LIB=<libkvdock_kernels.so> EXP_NCU=1 ncu --clock-control none --cache-control all \\
@@ -24,7 +29,7 @@ of all; with EXP_NCU=1, six launches of each instead, the seed first, for ncu:
 Run from the repository root with the seed at .peer, where nvcc and ptxas are on the PATH (it
 builds module_path.cu and the PTX into EXP_MP_DIR, default /tmp/modpath).  Round 14's results:
 tests/bench/results/2026-12-03-h200-round14.md."""
-import ctypes, os, re, statistics, subprocess, sys
+import ctypes, os, re, statistics, subprocess, sys, time
 sys.path.insert(0, "tests/bench"); sys.path.insert(0, ".peer")
 import bench_kernels as B
 import torch
@@ -98,6 +103,13 @@ class GatherL1X(ctypes.Structure):
 
 assert [ctypes.sizeof(t) for t in (GatherL1, GatherL1Pad, GatherL1X)] == [48, 80, 56]
 
+def spin(seconds):
+    """Busy-wait on the host: a launch that leaves the host later, as the seed's Python-side launch does."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def seed_kernels(g):
     """The seed's gather for case g as Triton compiled it, run through module_path.cu instead of
     Triton's launcher: its cubin as is (seed_mod) and its PTX assembled by the local ptxas
@@ -134,6 +146,9 @@ def seed_kernels(g):
         more_slots.append(k)
         out[tag] = lambda k=k, args=args, vals=vals: mp.mp_launch_args(
             k, grid[0], grid[1], ck.metadata.num_warps * 32, ctypes.addressof(args), None)
+        if os.environ.get("EXP_MP_EX") and tag == "seed_mod":
+            out["seed_modex"] = lambda k=k, args=args, vals=vals: mp.mp_launch_ex(
+                k, grid[0], grid[1], ck.metadata.num_warps * 32, None, ctypes.addressof(args), None)
     return out
 
 
@@ -142,6 +157,8 @@ mp = ctypes.CDLL(libpath)
 mp.mp_load.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p]
 mp.mp_launch.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
 mp.mp_launch_args.argtypes = mp.mp_launch.argtypes
+mp.mp_launch_ex.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+                            ctypes.c_void_p]
 assert mp.mp_init() == 0, "mp_init failed"
 slots, more_slots = {}, []  # more_slots: those loaded after the three mods
 for k, (tag, image) in enumerate(cubins.items()):
@@ -190,6 +207,9 @@ for bs, maxp in ((1, 256), (64, 2048)):
     fns = {"seed": g.seed(K), "lib": kvd.bind("kvd_cuda_page_table_gather", g.args(), B.Launch(None, 0, 0))}
     for tag, k in slots.items():
         fns[tag] = lambda k=k, p=p, gx=gx, bs=bs: mp.mp_launch(k, gx, bs, THREADS, ctypes.addressof(p), None)
+    if os.environ.get("EXP_MP_EX"):  # mod through cuLaunchKernelEx
+        fns["mod_ex"] = lambda k=slots["mod"], p=p, gx=gx, bs=bs: mp.mp_launch_ex(k, gx, bs, THREADS,
+                                                                                ctypes.addressof(p), None, None)
     if os.environ.get("EXP_MP_SEED"):
         fns.update(seed_kernels(g))
     l1 = GatherL1(g.rpi.data_ptr(), g.seq.data_ptr(), req_to_page.data_ptr(), g.out.data_ptr(),
@@ -199,6 +219,10 @@ for bs, maxp in ((1, 256), (64, 2048)):
         gx, gy, bx = shape(bs, maxp)
         fns[tag] = lambda k=k, q=blocks[kind], gx=gx, gy=gy, bx=bx: mp.mp_launch(k, gx, gy, bx, ctypes.addressof(q),
                                                                                  None)
+    if os.environ.get("EXP_MP_SPIN"):  # lib and seed_mod again, each after a host busy-wait
+        spin_s = float(os.environ["EXP_MP_SPIN"]) * 1e-6
+        for name in [n for n in ("lib", "seed_mod") if n in fns]:
+            fns[name + "_spin"] = lambda f=fns[name]: (spin(spin_s), f())
     for name, fn in fns.items():
         g.out.fill_(-1); fn(); torch.cuda.synchronize()
         ok = torch.equal(g.out, g.ref)
@@ -221,6 +245,10 @@ for r in range(ROUNDS):
         for name, fn in fns.items():
             turns[label][name].append(do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3)
     print(f"round {r + 1}/{ROUNDS}", flush=True)
+    if os.environ.get("EXP_MP_PARTIAL"):  # every turn so far, for a run that may be cut short
+        import json
+        with open(os.environ["EXP_MP_PARTIAL"], "w") as f:
+            json.dump(turns, f)
 print(f"\nus over {ROUNDS} rounds: lowest turn / median of the lowest third / median")
 for label, by in turns.items():
     for name, xs in by.items():
