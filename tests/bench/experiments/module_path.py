@@ -11,8 +11,9 @@ EXP_MP_SEED=1 adds the seed's own kernel as Triton compiled it, through the same
 - seed_mod: its cubin as is; seed_ptxas: its PTX assembled by the local ptxas for sm_90a.
 EXP_MP_EX=1 adds mod_ex and seed_modex: mod and seed_mod launched with cuLaunchKernelEx (no
 attributes), as Triton's launcher launches.
-EXP_MP_SPIN=<us> adds lib_spin and seed_mod_spin: lib and seed_mod each after a host busy-wait of
-that many microseconds (does the host's pace, not the launch, change the GPU's time?).
+EXP_MP_SPIN=<us> adds seed_spin, lib_spin and seed_mod_spin: seed, lib and seed_mod each after a
+host busy-wait of that many microseconds (does the host's pace, not the launch, change the GPU's
+time?).
 EXP_MP_VARIANTS=1 adds gather_variants.cu's twelve shapes between gather_even and the seed's kernel
 (v_even ... v_pred), loaded as one module of their own; with EXP_MP_LONE=1 too, v_even and
 v_seedlike also each alone in a module (lone_even, lone_seedlike).
@@ -221,7 +222,7 @@ for bs, maxp in ((1, 256), (64, 2048)):
                                                                                  None)
     if os.environ.get("EXP_MP_SPIN"):  # lib and seed_mod again, each after a host busy-wait
         spin_s = float(os.environ["EXP_MP_SPIN"]) * 1e-6
-        for name in [n for n in ("lib", "seed_mod") if n in fns]:
+        for name in [n for n in ("seed", "lib", "seed_mod") if n in fns]:
             fns[name + "_spin"] = lambda f=fns[name]: (spin(spin_s), f())
     for name, fn in fns.items():
         g.out.fill_(-1); fn(); torch.cuda.synchronize()
