@@ -140,7 +140,10 @@ __device__ __forceinline__ int64_t kvd__load_index(const void *p, bool is64, int
  * one past the early exit of a padding slot; a volatile access it must
  * make on every path).  The row copies load a store's token row with it,
  * the gather its row's index and length (kvd__load_index_now). */
-#ifndef KVD_LOAD_NOW_KIND /* a build-time experiment knob (round 14) */
+/* How the load is issued (a build-time experiment knob).  On an H200
+ * (tests/bench/results round 14) 1 timed as 0; with 2 or 3 ptxas moved the
+ * load past the slot index test, and a store took 0.26-0.29 us longer. */
+#ifndef KVD_LOAD_NOW_KIND
 #define KVD_LOAD_NOW_KIND 0
 #endif
 #if KVD_LOAD_NOW_KIND == 0
