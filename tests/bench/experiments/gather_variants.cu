@@ -157,29 +157,24 @@ template <bool CHECKS> __device__ __forceinline__ void pred1(const GatherEven &p
         atomicAdd(p.oob, 1ull);
 }
 
-#ifndef LONE
-extern "C" __global__ void __launch_bounds__(128) v_pred_seed(const GatherEven p) { pred1<false>(p); }
-extern "C" __global__ void __launch_bounds__(128) v_pred(const GatherEven p) { pred1<true>(p); }
-#endif
-
-/* -DLONE=1 or 2 builds only v_even or only v_seedlike: a kernel alone in its
- * module, as the seed's is (module_path.py, EXP_MP_LONE=1). */
-#ifndef LONE
-extern "C" __global__ void __launch_bounds__(256) v_l1(const __grid_constant__ GatherL1 p) { line1<0>(p); }
-extern "C" __global__ void __launch_bounds__(256) v_l1_pad(const __grid_constant__ GatherL1Pad p) { line1<0>(p); }
-extern "C" __global__ void __launch_bounds__(256) v_l1_late(const __grid_constant__ GatherL1X p) { line1<1>(p); }
-extern "C" __global__ void __launch_bounds__(256) v_l1_bound(const __grid_constant__ GatherL1X p) { line1<2>(p); }
-
-#endif
+/* The kernels.  -DLONE=1 or 2 builds only v_even or only v_seedlike: a
+ * kernel alone in its module, as the seed's is (module_path.py,
+ * EXP_MP_LONE=1). */
 #if !defined(LONE) || LONE == 1
 extern "C" __global__ void __launch_bounds__(256) v_even(const GatherEven p) { even<256, false, true>(p); }
+#endif
+#if !defined(LONE) || LONE == 2
+extern "C" __global__ void __launch_bounds__(128) v_seedlike(const GatherEven p) { narrow<false>(p); }
 #endif
 #ifndef LONE
 extern "C" __global__ void __launch_bounds__(256) v_even_nooob(const GatherEven p) { even<256, false, false>(p); }
 extern "C" __global__ void __launch_bounds__(256) v_even_x(const GatherEven p) { even<256, true, true>(p); }
 extern "C" __global__ void __launch_bounds__(64) v_even64(const GatherEven p) { even<64, false, true>(p); }
 extern "C" __global__ void __launch_bounds__(128) v_narrow(const GatherEven p) { narrow<true>(p); }
-#endif
-#if !defined(LONE) || LONE == 2
-extern "C" __global__ void __launch_bounds__(128) v_seedlike(const GatherEven p) { narrow<false>(p); }
+extern "C" __global__ void __launch_bounds__(256) v_l1(const __grid_constant__ GatherL1 p) { line1<0>(p); }
+extern "C" __global__ void __launch_bounds__(256) v_l1_pad(const __grid_constant__ GatherL1Pad p) { line1<0>(p); }
+extern "C" __global__ void __launch_bounds__(256) v_l1_late(const __grid_constant__ GatherL1X p) { line1<1>(p); }
+extern "C" __global__ void __launch_bounds__(256) v_l1_bound(const __grid_constant__ GatherL1X p) { line1<2>(p); }
+extern "C" __global__ void __launch_bounds__(128) v_pred_seed(const GatherEven p) { pred1<false>(p); }
+extern "C" __global__ void __launch_bounds__(128) v_pred(const GatherEven p) { pred1<true>(p); }
 #endif

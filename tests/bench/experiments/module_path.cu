@@ -4,8 +4,9 @@
  * kernels are PTX with .reqntid, assembled for sm_90a and loaded as a
  * module of their own (cuModuleLoadData) that the driver launches; the
  * library's are in the runtime's fat binary.  This loads any image (cubin
- * or PTX) as its own module and launches a kernel of it that takes one
- * parameter block, through the driver, as Triton does.
+ * or PTX) as its own module and launches a kernel of it through the driver,
+ * as Triton does: with one parameter block or the parameters one by one,
+ * through cuLaunchKernel or cuLaunchKernelEx (Triton's call).
  *
  *   nvcc -O3 -arch=sm_90 -shared -Xcompiler -fPIC module_path.cu -o libmodpath.so
  */
@@ -16,11 +17,11 @@ typedef CUresult (*load_fn)(CUmodule *, const void *);
 typedef CUresult (*get_fn)(CUfunction *, CUmodule, const char *);
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               CUstream, void **, void **);
+typedef CUresult (*launch_ex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
 
 enum { MP_SLOTS = 24 };
 static load_fn mp_module_load;
 static get_fn mp_get_function;
-typedef CUresult (*launch_ex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
 static launch_fn mp_drv_launch;
 static launch_ex_fn mp_drv_launch_ex;
 static CUfunction mp_fn[MP_SLOTS];
