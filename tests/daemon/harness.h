@@ -36,6 +36,14 @@ int kvdt_stop(kvdt_daemon_t *d);
 int kvdt_wait_exit(kvdt_daemon_t *d, int timeout_ms);
 /* Print the daemon's log (on failure). */
 void kvdt_dump_log(const kvdt_daemon_t *d);
+/* In a child just forked from a test: close every descriptor from 3 up but
+ * keep (-1: none).  Check's message file is among them, and every process
+ * that holds it can write into the test's record: the faults suite failed
+ * twice in sanitizer runs under load with "Bad message type", its record
+ * holding a path where a message should start.  A forked child calls this
+ * before anything else and makes no Check assertion, so that the test's
+ * own process is the record's only writer. */
+void kvdt_child_close_fds(int keep);
 
 int kvdt_connect(const char *sock);
 
