@@ -465,9 +465,9 @@ START_TEST(test_64_clients_10000_ops)
     /* warm-up: one client's session, so that the idle level counts what a
      * first client makes once (stats tables, allocator arenas) */
     pids[0] = fork();
-    ck_assert_int_ge(pids[0], 0);
     if (pids[0] == 0)
         client_main(CLIENTS); /* tags of its own */
+    ck_assert_int_ge(pids[0], 0);
     ck_assert_int_eq(waitpid(pids[0], &i, 0), pids[0]);
     ck_assert_msg(WIFEXITED(i) && WEXITSTATUS(i) == 0, "warm-up client failed");
     settle(watcher);
@@ -477,9 +477,9 @@ START_TEST(test_64_clients_10000_ops)
     t0 = now_ns();
     for (i = 0; i < CLIENTS; i++) {
         pids[i] = fork();
-        ck_assert_int_ge(pids[i], 0);
         if (pids[i] == 0)
             client_main(i);
+        ck_assert_int_ge(pids[i], 0);
     }
     for (i = 0; i < CLIENTS;) {
         int st;
