@@ -28,6 +28,7 @@ import os, statistics, sys
 sys.path.insert(0, "tests/bench"); sys.path.insert(0, ".peer")
 import bench_kernels as B
 import torch
+from small_cases import modes, small_cases
 from tokenspeed_kernel.ops.kvcache import triton as K
 
 ROUNDS = int(os.environ.get("EXP_ROUNDS", "12"))
@@ -37,52 +38,18 @@ builds = [("lib", B.Kvd(os.environ["EXP_LIB"]))] + (
     [("lib2", B.Kvd(os.environ["EXP_LIB2"]))] if os.environ.get("EXP_LIB2") else [])
 
 
-def lib_makers(fname, args):
-    """Per build, a maker of a callable that launches on the stream current when it is made
-    (inside a capture: the capture stream)."""
-    return {name: (lambda lib=lib: lib.bind(fname, args, B.Launch(torch.cuda.current_stream().cuda_stream, 0, 0)))
-            for name, lib in builds}
+def maker(sc, lib):
+    """A maker of case sc's call by lib (None: the seed's), made inside a capture: the library
+    launches on the stream current when it is made (the capture stream), the seed on torch's
+    current stream by itself."""
+    if lib is None:
+        return lambda: sc.seed
+    return lambda: lib.bind(sc.fname, sc.args, B.Launch(torch.cuda.current_stream().cuda_stream, 0, 0))
 
 
-cases = []  # (label, {variant: maker}, clear, right): clear() then one call, and right() must hold
-H, D, P = 8, 128, 1 << 20
-row = H * D * 2
-kpool = torch.randn(P, H, D, dtype=torch.bfloat16, device=dev); vpool = torch.randn_like(kpool)
-for N in (1, 32, 512):
-    ks = torch.randn(N, H, D, dtype=torch.bfloat16, device=dev); vs = torch.randn_like(ks)
-    loc = torch.randperm(P, device=dev)[:N]
-    a = B.StoreArgs(ks.data_ptr(), vs.data_ptr(), row, row, kpool.data_ptr(), vpool.data_ptr(), row, row, P,
-                    loc.data_ptr(), B.KVD_DTYPE_I64, N, row, None)
-    makers = {"seed": lambda ks=ks, vs=vs, loc=loc: (lambda: K.store_kv_cache(ks, vs, kpool, vpool, loc))}
-    makers.update(lib_makers("kvd_cuda_kv_store", a))
-    cases.append((f"store N={N}", makers, lambda loc=loc: (kpool.index_fill_(0, loc, 0), vpool.index_fill_(0, loc, 0)),
-                  lambda ks=ks, vs=vs, loc=loc: torch.equal(kpool[loc], ks) and torch.equal(vpool[loc], vs)))
-
-P2 = 1 << 19
-src_k = torch.randn(P2, H, D, dtype=torch.bfloat16, device=dev); src_v = torch.randn_like(src_k)
-dst_k = torch.zeros_like(src_k); dst_v = torch.zeros_like(src_k)
-si = torch.randperm(P2, device=dev)[:64]; di = torch.randperm(P2, device=dev)[:64]
-ta = B.one_layer_transfer(src_k, src_v, dst_k, dst_v, si, di, row)
-makers = {"seed": lambda: (lambda: K.transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, si, di, row))}
-makers.update(lib_makers("kvd_cuda_kv_transfer", ta))
-cases.append(("per-layer L=64", makers, lambda: (dst_k.index_fill_(0, di, 0), dst_v.index_fill_(0, di, 0)),
-              lambda: torch.equal(dst_k[di], src_k[si]) and torch.equal(dst_v[di], src_v[si])))
-
-mla_src = torch.randn(P2, 1, 576, dtype=torch.bfloat16, device=dev); mla_dst = torch.zeros_like(mla_src)
-for L in (64, 1024):
-    msi = torch.randperm(P2, device=dev)[:L]; mdi = torch.randperm(P2, device=dev)[:L]
-    ma = B.one_layer_transfer(mla_src, None, mla_dst, None, msi, mdi, 1152)
-    makers = {"seed": lambda msi=msi, mdi=mdi: (lambda: K.transfer_kv_per_layer_mla(mla_src, mla_dst, msi, mdi, 1152))}
-    makers.update(lib_makers("kvd_cuda_kv_transfer", ma))
-    cases.append((f"mla L={L}", makers, lambda mdi=mdi: mla_dst.index_fill_(0, mdi, 0),
-                  lambda msi=msi, mdi=mdi: torch.equal(mla_dst[mdi], mla_src[msi])))
-
-req_to_page = torch.randint(0, 1 << 20, (1024, 8192), dtype=torch.int32, device=dev)
-for bs, maxp in ((1, 256), (64, 2048)):
-    g = B.GatherCase(req_to_page, bs, maxp)
-    makers = {"seed": lambda g=g: g.seed(K)}
-    makers.update(lib_makers("kvd_cuda_page_table_gather", g.args()))
-    cases.append((f"gather bs={bs}", makers, lambda g=g: g.out.fill_(-1), lambda g=g: torch.equal(g.out, g.ref)))
+# (label, {variant: maker}, clear, right): clear() then one call, and right() must hold
+cases = [(sc.label, {"seed": maker(sc, None), **{name: maker(sc, lib) for name, lib in builds}}, sc.clear, sc.right)
+         for sc in small_cases(B, K, dev)]
 
 # check every variant once, outside any capture (this also compiles the seed's kernels)
 for label, makers, clear, right in cases:
@@ -156,6 +123,4 @@ print(f"\nus per launch over {ROUNDS} rounds of {LAUNCHES} (flush, launch) pairs
       " lowest / median of the lowest third / median")
 for label, by in per.items():
     for name, xs in by.items():
-        s = sorted(xs)
-        print(f"{label:15s} {name:5s} {s[0]:6.2f} / {statistics.median(s[:max(1, len(s) // 3)]):6.2f} / "
-              f"{statistics.median(s):6.2f}   " + " ".join(f"{v:.2f}" for v in xs), flush=True)
+        print(f"{label:15s} {name:5s} {modes(xs)}   " + " ".join(f"{v:.2f}" for v in xs), flush=True)

@@ -23,6 +23,7 @@ import ctypes, os, statistics, sys, time
 sys.path.insert(0, "tests/bench"); sys.path.insert(0, ".peer")
 import bench_kernels as B
 import torch, triton
+from small_cases import small_cases
 from triton.testing import do_bench
 from tokenspeed_kernel.ops.kvcache import triton as K
 
@@ -80,68 +81,28 @@ for tag, m in libs.items():
     if not os.environ.get("EXP_LP_LEAN"):
         cases["empty"][f"drv_{tag}"] = lambda m=m: ok(m.lp_empty_drv(None))
 
-H, D, P = 8, 128, 1 << 20
-row = H * D * 2
-kpool = torch.randn(P, H, D, dtype=torch.bfloat16, device=dev); vpool = torch.randn_like(kpool)
-for N in (1, 32, 512):
-    ks = torch.randn(N, H, D, dtype=torch.bfloat16, device=dev); vs = torch.randn_like(ks)
-    loc = torch.randperm(P, device=dev)[:N]
-    a = B.StoreArgs(ks.data_ptr(), vs.data_ptr(), row, row, kpool.data_ptr(), vpool.data_ptr(), row, row, P,
-                    loc.data_ptr(), B.KVD_DTYPE_I64, N, row, None)
-    c = with_builds({"seed": lambda ks=ks, vs=vs, loc=loc: K.store_kv_cache(ks, vs, kpool, vpool, loc)},
-                    "kvd_cuda_kv_store", a)
-    for tag, m in libs.items():
-        for path in ("rt", "drv") + (("rt256",) if tag == "static" else ()):
-            if os.environ.get("EXP_LP_LEAN") and path != "rt":
-                continue  # the runtime path only
-            f = getattr(m, f"lp_store_{path}")
-            c[f"{path}_{tag}"] = (lambda f=f, ks=ks, vs=vs, loc=loc, N=N:
-                                  ok(f(None, ks.data_ptr(), vs.data_ptr(), kpool.data_ptr(), vpool.data_ptr(),
-                                       loc.data_ptr(), N, row)))
-    for w, name in enumerate(("big", "checks", "libgrid") if "static" in libs else ()):
-        c[name] = (lambda w=w, ks=ks, vs=vs, loc=loc, N=N:
-                   ok(libs["static"].lp_store_variant(w, None, ks.data_ptr(), vs.data_ptr(), kpool.data_ptr(),
-                                                      vpool.data_ptr(), loc.data_ptr(), N, row)))
-    for w, name in enumerate(("packed", "spread", "spread_ntid", "packed_pad") if "static" in libs else ()):
-        c[name] = (lambda w=w, ks=ks, vs=vs, loc=loc, N=N:
-                   ok(libs["static"].lp_store_lines_run(w, None, ks.data_ptr(), vs.data_ptr(), kpool.data_ptr(),
-                                                        vpool.data_ptr(), loc.data_ptr(), N, row)))
-    check_each(f"store N={N}", c, lambda loc=loc: (kpool.index_fill_(0, loc, 0), vpool.index_fill_(0, loc, 0)),
-               lambda ks=ks, vs=vs, loc=loc: torch.equal(kpool[loc], ks) and torch.equal(vpool[loc], vs))
-    cases[f"store N={N}"] = c
-
-# per-layer MHA transfer, 64 rows (library builds and the seed only)
-P2 = 1 << 19
-src_k = torch.randn(P2, H, D, dtype=torch.bfloat16, device=dev); src_v = torch.randn_like(src_k)
-dst_k = torch.zeros_like(src_k); dst_v = torch.zeros_like(src_k)
-si = torch.randperm(P2, device=dev)[:64]; di = torch.randperm(P2, device=dev)[:64]
-ta = B.one_layer_transfer(src_k, src_v, dst_k, dst_v, si, di, row)
-c = with_builds({"seed": lambda: K.transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, si, di, row)},
-                "kvd_cuda_kv_transfer", ta)
-for w, name in enumerate(("pair_seed", "pair_split") if "static" in libs else ()):
-    c[name] = (lambda w=w: ok(libs["static"].lp_pair_run(w, None, src_k.data_ptr(), src_v.data_ptr(), dst_k.data_ptr(),
-                                                         dst_v.data_ptr(), si.data_ptr(), di.data_ptr(), 64, row)))
-check_each("per-layer L=64", c, lambda: (dst_k.index_fill_(0, di, 0), dst_v.index_fill_(0, di, 0)),
-           lambda: torch.equal(dst_k[di], src_k[si]) and torch.equal(dst_v[di], src_v[si]))
-cases["per-layer L=64"] = c
-
-# per-layer MLA (1,152-byte rows) and the page-table gather: the seed and the library builds
-mla_src = torch.randn(P2, 1, 576, dtype=torch.bfloat16, device=dev); mla_dst = torch.zeros_like(mla_src)
-for L in (64, 1024):
-    msi = torch.randperm(P2, device=dev)[:L]; mdi = torch.randperm(P2, device=dev)[:L]
-    ma = B.one_layer_transfer(mla_src, None, mla_dst, None, msi, mdi, 1152)
-    c = with_builds({"seed": lambda msi=msi, mdi=mdi: K.transfer_kv_per_layer_mla(mla_src, mla_dst, msi, mdi, 1152)},
-                    "kvd_cuda_kv_transfer", ma)
-    check_each(f"mla L={L}", c, lambda mdi=mdi: mla_dst.index_fill_(0, mdi, 0),
-               lambda msi=msi, mdi=mdi: torch.equal(mla_dst[mdi], mla_src[msi]))
-    cases[f"mla L={L}"] = c
-
-req_to_page = torch.randint(0, 1 << 20, (1024, 8192), dtype=torch.int32, device=dev)
-for bs, maxp in ((1, 256), (64, 2048)):
-    g = B.GatherCase(req_to_page, bs, maxp)
-    c = with_builds({"seed": g.seed(K)}, "kvd_cuda_page_table_gather", g.args())
-    check_each(f"gather bs={bs}", c, lambda g=g: g.out.fill_(-1), lambda g=g: torch.equal(g.out, g.ref))
-    cases[f"gather bs={bs}"] = c
+# the small cases: the seed and every library build, plus launch_path.cu's shapes where built
+for sc in small_cases(B, K, dev):
+    c = with_builds({"seed": sc.seed}, sc.fname, sc.args)
+    if sc.label.startswith("store"):
+        ptrs = (sc.ks.data_ptr(), sc.vs.data_ptr(), sc.kpool.data_ptr(), sc.vpool.data_ptr(), sc.loc.data_ptr())
+        for tag, m in libs.items():
+            for path in ("rt", "drv") + (("rt256",) if tag == "static" else ()):
+                if os.environ.get("EXP_LP_LEAN") and path != "rt":
+                    continue  # the runtime path only
+                f = getattr(m, f"lp_store_{path}")
+                c[f"{path}_{tag}"] = lambda f=f, ptrs=ptrs, sc=sc: ok(f(None, *ptrs, sc.N, sc.row))
+        for w, name in enumerate(("big", "checks", "libgrid") if "static" in libs else ()):
+            c[name] = lambda w=w, ptrs=ptrs, sc=sc: ok(libs["static"].lp_store_variant(w, None, *ptrs, sc.N, sc.row))
+        for w, name in enumerate(("packed", "spread", "spread_ntid", "packed_pad") if "static" in libs else ()):
+            c[name] = lambda w=w, ptrs=ptrs, sc=sc: ok(libs["static"].lp_store_lines_run(w, None, *ptrs, sc.N, sc.row))
+    if sc.label == "per-layer L=64" and "static" in libs:
+        ptrs = (sc.sk.data_ptr(), sc.sv.data_ptr(), sc.dk.data_ptr(), sc.dv.data_ptr(), sc.si.data_ptr(),
+                sc.di.data_ptr())
+        for w, name in enumerate(("pair_seed", "pair_split")):
+            c[name] = lambda w=w, ptrs=ptrs, sc=sc: ok(libs["static"].lp_pair_run(w, None, *ptrs, 64, sc.row))
+    check_each(sc.label, c, sc.clear, sc.right)
+    cases[sc.label] = c
 
 res = {k: {n: [] for n in v} for k, v in cases.items()}
 stamps = []  # (case, variant, wall-clock start, end, us) of every turn, for EXP_STAMPS

@@ -30,10 +30,11 @@ EXP_NCU=1, six launches of each instead, the seed first, for ncu:
 Run from the repository root with the seed at .peer, where nvcc and ptxas are on the PATH (it
 builds module_path.cu and the PTX into EXP_MP_DIR, default /tmp/modpath).  Round 14's results:
 tests/bench/results/2026-12-03-h200-round14.md."""
-import ctypes, os, re, statistics, subprocess, sys, time
+import ctypes, os, re, subprocess, sys, time
 sys.path.insert(0, "tests/bench"); sys.path.insert(0, ".peer")
 import bench_kernels as B
 import torch
+from small_cases import modes
 from triton.testing import do_bench
 from tokenspeed_kernel.ops.kvcache import triton as K
 
@@ -253,6 +254,4 @@ for r in range(ROUNDS):
 print(f"\nus over {ROUNDS} rounds: lowest turn / median of the lowest third / median")
 for label, by in turns.items():
     for name, xs in by.items():
-        s = sorted(xs)
-        print(f"{label:13s} {name:10s} {s[0]:5.2f} / {statistics.median(s[:max(1, len(s) // 3)]):5.2f} / "
-              f"{statistics.median(s):5.2f}   " + " ".join(f"{v:.2f}" for v in xs), flush=True)
+        print(f"{label:13s} {name:13s} {modes(xs)}   " + " ".join(f"{v:.2f}" for v in xs), flush=True)
