@@ -11,7 +11,8 @@
 # .carry/bg.tgz: unpacked into .carry/bg first); nothing is built here.
 # Stages, in order:
 #
-#   info      nvidia-smi -L, driver and CUDA versions, torch and triton
+#   info      nvidia-smi -L, driver and CUDA versions, torch and triton, the
+#             GPU's uuid, clocks and power limit, the host's kernel and CPU
 #   test      ctest -L gpu: every GPU suite (kernels against the CPU
 #             reference, the cuda daemon, IPC workers, the Python worker)
 #   memcheck  each GPU test binary once under compute-sanitizer memcheck,
@@ -108,6 +109,10 @@ stage_info() {
     nvidia-smi -L || return 1
     nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
     nvidia-smi | sed -n 's/.*\(Driver Version:.*CUDA Version: *[0-9.]*\).*/\1/p'
+    # which machine this is: small-case times differed between machines of one kind (round 14)
+    nvidia-smi --query-gpu=uuid,vbios_version,pstate,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu,pcie.link.gen.current \
+        --format=csv
+    echo "host: $(uname -r), $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | sort | uniq -c | head -n 2 | tr -s ' ')"
     if command -v nvcc >/dev/null; then nvcc --version | tail -n 2; fi
     cmake --version | head -n 1
     python3 -c 'import torch, triton; print("torch", torch.__version__, "CUDA", torch.version.cuda, "| triton", triton.__version__)' ||

@@ -11,16 +11,17 @@ EXP_MP_SEED=1 adds the seed's own kernel as Triton compiled it, through the same
 - seed_mod: its cubin as is; seed_ptxas: its PTX assembled by the local ptxas for sm_90a.
 EXP_MP_EX=1 adds mod_ex and seed_modex: mod and seed_mod launched with cuLaunchKernelEx (no
 attributes), as Triton's launcher launches.
-EXP_MP_SPIN=<us> adds seed_spin, lib_spin and seed_mod_spin: seed, lib and seed_mod each after a
-host busy-wait of that many microseconds (does the host's pace, not the launch, change the GPU's
-time?).
 EXP_MP_VARIANTS=1 adds gather_variants.cu's twelve shapes between gather_even and the seed's kernel
 (v_even ... v_pred), loaded as one module of their own; with EXP_MP_LONE=1 too, v_even and
 v_seedlike also each alone in a module (lone_even, lone_seedlike).
 Every way is checked against torch first (output poisoned).  Then, by default, EXP_ROUNDS rounds
 of do_bench turns (L2 flushed) with the lowest turn, the median of the lowest third and the median
 of all (EXP_MP_PARTIAL=<path>: every turn so far written there as JSON after each round); with
-EXP_NCU=1, six launches of each instead, the seed first, for ncu:
+EXP_MP_GRAPH=1, rounds of graph replays instead (small_cases.GraphPace: 50 (flush, launch) pairs
+in a CUDA graph, no host between launches), and EXP_MP_DUP=<n> captures each way n times over
+(name#k, the copies' graphs made in turn: how far apart the same launch in separate graphs
+lies); with EXP_NCU=1, six launches of each instead, the seed
+first, for ncu:
 
     EXP_LIB=<libkvdock_kernels.so> EXP_ROUNDS=16 python3 tests/bench/experiments/module_path.py
     EXP_LIB=<libkvdock_kernels.so> EXP_NCU=1 ncu --clock-control none --cache-control all \\
@@ -29,12 +30,13 @@ EXP_NCU=1, six launches of each instead, the seed first, for ncu:
 
 Run from the repository root with the seed at .peer, where nvcc and ptxas are on the PATH (it
 builds module_path.cu and the PTX into EXP_MP_DIR, default /tmp/modpath).  Round 14's results:
-tests/bench/results/2026-12-03-h200-round14.md."""
-import ctypes, os, re, subprocess, sys, time
+tests/bench/results/2026-12-03-h200-round14.md; round 15's (graph replays):
+tests/bench/results/2026-12-03-h200-round15.md."""
+import ctypes, os, re, subprocess, sys
 sys.path.insert(0, "tests/bench"); sys.path.insert(0, ".peer")
 import bench_kernels as B
 import torch
-from small_cases import modes
+from small_cases import GraphPace, modes
 from triton.testing import do_bench
 from tokenspeed_kernel.ops.kvcache import triton as K
 
@@ -42,6 +44,7 @@ ROUNDS = int(os.environ.get("EXP_ROUNDS", "12"))
 WORK = os.environ.get("EXP_MP_DIR", "/tmp/modpath")
 THREADS, VEC = 256, 4  # gather_even's block and vector (KVD_GATHER_EVEN_THREADS, int32 x 4)
 dev = "cuda"; torch.manual_seed(0)
+STREAM = [None]  # the stream the driver launches go to: None (legacy) but inside a graph capture
 
 
 def sh(*cmd):
@@ -105,13 +108,6 @@ class GatherL1X(ctypes.Structure):
 
 assert [ctypes.sizeof(t) for t in (GatherL1, GatherL1Pad, GatherL1X)] == [48, 80, 56]
 
-def spin(seconds):
-    """Busy-wait on the host: a launch that leaves the host later, as the seed's Python-side launch does."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
 def seed_kernels(g):
     """The seed's gather for case g as Triton compiled it, run through module_path.cu instead of
     Triton's launcher: its cubin as is (seed_mod) and its PTX assembled by the local ptxas
@@ -147,10 +143,10 @@ def seed_kernels(g):
         assert rc == 0, f"mp_load {tag}: CUresult {rc}"
         more_slots.append(k)
         out[tag] = lambda k=k, args=args, vals=vals: mp.mp_launch_args(
-            k, grid[0], grid[1], ck.metadata.num_warps * 32, ctypes.addressof(args), None)
+            k, grid[0], grid[1], ck.metadata.num_warps * 32, ctypes.addressof(args), STREAM[0])
         if os.environ.get("EXP_MP_EX") and tag == "seed_mod":
             out["seed_modex"] = lambda k=k, args=args, vals=vals: mp.mp_launch_ex(
-                k, grid[0], grid[1], ck.metadata.num_warps * 32, None, ctypes.addressof(args), None)
+                k, grid[0], grid[1], ck.metadata.num_warps * 32, None, ctypes.addressof(args), STREAM[0])
     return out
 
 
@@ -206,12 +202,15 @@ for bs, maxp in ((1, 256), (64, 2048)):
                    req_to_page.stride(0) * 4, min(req_to_page.shape[1], maxp), maxp, 4, g.out.data_ptr(),
                    g.out.stride(0) * 4, 0, None)
     gx = (maxp // VEC + THREADS - 1) // THREADS
-    fns = {"seed": g.seed(K), "lib": kvd.bind("kvd_cuda_page_table_gather", g.args(), B.Launch(None, 0, 0))}
+    args = g.args()
+    fns = {"seed": g.seed(K), "lib": kvd.bind("kvd_cuda_page_table_gather", args, B.Launch(None, 0, 0))}
+    # in a capture the library is bound anew to the capture stream (the others read STREAM[0])
+    relib = lambda args=args: kvd.bind("kvd_cuda_page_table_gather", args, B.Launch(STREAM[0], 0, 0))
     for tag, k in slots.items():
-        fns[tag] = lambda k=k, p=p, gx=gx, bs=bs: mp.mp_launch(k, gx, bs, THREADS, ctypes.addressof(p), None)
+        fns[tag] = lambda k=k, p=p, gx=gx, bs=bs: mp.mp_launch(k, gx, bs, THREADS, ctypes.addressof(p), STREAM[0])
     if os.environ.get("EXP_MP_EX"):  # mod through cuLaunchKernelEx
         fns["mod_ex"] = lambda k=slots["mod"], p=p, gx=gx, bs=bs: mp.mp_launch_ex(k, gx, bs, THREADS,
-                                                                                ctypes.addressof(p), None, None)
+                                                                                ctypes.addressof(p), None, STREAM[0])
     if os.environ.get("EXP_MP_SEED"):
         fns.update(seed_kernels(g))
     l1 = GatherL1(g.rpi.data_ptr(), g.seq.data_ptr(), req_to_page.data_ptr(), g.out.data_ptr(),
@@ -220,20 +219,16 @@ for bs, maxp in ((1, 256), (64, 2048)):
     for tag, (k, shape, kind) in variants.items():
         gx, gy, bx = shape(bs, maxp)
         fns[tag] = lambda k=k, q=blocks[kind], gx=gx, gy=gy, bx=bx: mp.mp_launch(k, gx, gy, bx, ctypes.addressof(q),
-                                                                                 None)
-    if os.environ.get("EXP_MP_SPIN"):  # lib and seed_mod again, each after a host busy-wait
-        spin_s = float(os.environ["EXP_MP_SPIN"]) * 1e-6
-        for name in [n for n in ("seed", "lib", "seed_mod") if n in fns]:
-            fns[name + "_spin"] = lambda f=fns[name]: (spin(spin_s), f())
+                                                                                 STREAM[0])
     for name, fn in fns.items():
         g.out.fill_(-1); fn(); torch.cuda.synchronize()
         ok = torch.equal(g.out, g.ref)
         print(f"check gather bs={bs} {name}: {'ok' if ok else 'MISMATCH'}", flush=True)
         assert ok
-    cases.append((f"gather bs={bs}", fns, p))
+    cases.append((f"gather bs={bs}", fns, relib, g))
 
 if os.environ.get("EXP_NCU"):
-    for label, fns, _ in cases:
+    for label, fns, _, _ in cases:
         for name, fn in fns.items():
             for _ in range(6):
                 fn()
@@ -241,9 +236,31 @@ if os.environ.get("EXP_NCU"):
             print(f"ran {label} {name}", flush=True)
     sys.exit(0)
 
-turns = {label: {name: [] for name in fns} for label, fns, _ in cases}
+if os.environ.get("EXP_MP_GRAPH"):
+    def maker(name, fn, relib):
+        """name's call made inside a capture: on the capture stream."""
+        def make():
+            STREAM[0] = torch.cuda.current_stream().cuda_stream
+            return relib() if name == "lib" else fn
+        return make
+    pace = GraphPace()
+    dup = int(os.environ.get("EXP_MP_DUP", "1"))
+    copies = lambda name: [name] if dup == 1 else [f"{name}#{k}" for k in range(dup)]
+    per = pace.rounds({label: {copy: maker(name, fn, relib) for k in range(dup) for name, fn in fns.items()
+                               for copy in copies(name)[k:k + 1]} for label, fns, relib, _ in cases},
+                      ROUNDS, {label: (lambda g=g: g.out.fill_(-1), lambda g=g: torch.equal(g.out, g.ref))
+                               for label, _, _, g in cases}, lambda m: print(m, flush=True))
+    STREAM[0] = None
+    print(f"\nus per launch over {ROUNDS} rounds of {pace.launches} (flush, launch) pairs ({pace.how}):"
+          " lowest / median of the lowest third / median")
+    for label, by in per.items():
+        for name, xs in by.items():
+            print(f"{label:13s} {name:13s} {modes(xs)}   " + " ".join(f"{v:.2f}" for v in xs), flush=True)
+    sys.exit(0)
+
+turns = {label: {name: [] for name in fns} for label, fns, _, _ in cases}
 for r in range(ROUNDS):
-    for label, fns, _ in cases:
+    for label, fns, _, _ in cases:
         for name, fn in fns.items():
             turns[label][name].append(do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3)
     print(f"round {r + 1}/{ROUNDS}", flush=True)
