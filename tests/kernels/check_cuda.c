@@ -1623,6 +1623,10 @@ static const gather_case_t GATHER_CASES[] = {
     /* rows not 16-byte aligned, page a power of two: gather_even one element a thread */
     {I32, I64, I32, 40, 300, 4, 100, 301, 1, 1, D_RANDOM},
     {I64, I32, I64, 48, 500, 8, 200, 700, 1, 3, D_NEG},
+    /* the smallest calls (gather_pred, at most a block per multiprocessor; bs=1 above too):
+     * the index widths the cases above leave out, a block boundary, a table narrower than out */
+    {I32, I32, I64, 4, 700, 32, 64, 650, 1, 2, D_NEG},
+    {I64, I32, I64, 3, 130, 2, 16, 200, 0, 0, D_RANDOM},
 };
 
 static void run_gather(const gather_case_t *c0, int launch, uint64_t seed)

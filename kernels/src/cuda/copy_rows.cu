@@ -32,6 +32,7 @@
  * address tables the addresses are only known on the device, so each row
  * checks its own alignment and falls back to bytes if it must.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include <type_traits>
@@ -381,17 +382,15 @@ copy_rows_once(const __grid_constant__ OnceParams<R> p)
  * 64 and 1,024 rows; with K and V transfers the wide kernel stayed ahead
  * (tests/bench/results round 6).
  *
- * What a block reads on its way lies in one or two 48-byte views, each a
- * 64-byte line of the kernel parameters: they start at bank offset 0x210
- * on sm_90, so view[0] fills the first line's last 48 bytes and view[1]
- * opens the second.  A line's first read in a launch is a constant-cache
- * miss that the index load waits for (RowHead); one line per block is
- * what the seed's kernels read.  Indices and bounds are read from view[0]
- * at fixed offsets (the same in both views), a store's row addresses from
- * its buffer's view, so a V block's second line loads beside its index.
- * Strides and bounds are 32-bit (row_blocks_fit checks that they fit),
- * the lanes per row come from the block size, and only an out-of-range
- * pair or a call over layers reads past view[1].
+ * A transfer's block reads what it needs on its way from one 48-byte
+ * view: the kernel parameters start at bank offset 0x210 on sm_90, so
+ * the view fills the first 64-byte line's last 48 bytes.  A line's first
+ * read in a launch is a constant-cache miss that the loads wait for
+ * (RowHead); one line per block is what the seed's kernels read.  A store
+ * (StoreBlocks) has its own layout, with everything its two loads need in
+ * the first line.  Strides and bounds are 32-bit (row_blocks_fit checks
+ * that they fit), the lanes per row come from the block size, and only an
+ * out-of-range pair or a call over layers reads past the first line.
  */
 struct RowView {
     const void *dst_idx;
@@ -405,19 +404,38 @@ struct RowView {
 };
 static_assert(sizeof(RowView) == 48, "a view must be one parameter line's 48 bytes");
 
-/* What a block-per-row launch of kind R carries: a store's blocks read their
- * buffer's view, a transfer here has one buffer, and only a call over
- * layers reads layer strides.  The size of a parameter block costs launch
- * time apart from the lines a block reads: on an H200, 200 unread bytes
- * after a 48-byte block added 0.06-0.09 us to a small store, and one view
- * instead of two took 0.03 us off MLA at 64 and 1,024 rows
- * (tests/bench/results round 12).  So a store carries 104 bytes, a
- * transfer within a layer 56, one over layers 72 (the last 16-64 bytes
- * cut measured no change of their own, round 13). */
+/* What a block-per-row launch of kind R carries: a transfer here has one
+ * buffer, and only a call over layers reads layer strides.  The size of a
+ * parameter block costs launch time apart from the lines a block reads:
+ * on an H200, 200 unread bytes after a 48-byte block added 0.06-0.09 us
+ * to a small store, and one view instead of two took 0.03 us off MLA at
+ * 64 and 1,024 rows (tests/bench/results round 12).  So a transfer within
+ * a layer carries 56 bytes, one over layers 72 (the last 16-64 bytes cut
+ * measured no change of their own, round 13), a store 72. */
 template <Rows R> struct RowBlocksOf {
-    RowView view[R == Rows::kStore ? 2 : 1];
+    RowView view[1];
     unsigned long long *oob;
 };
+/* A store's: the slot indices, both token sources and the bound in the
+ * first line, so that a V block's row load, like a K block's, waits on
+ * that line alone; the destinations in the second, read once the slot
+ * index is back.  Against two 48-byte views (a V block's row address in
+ * the second line) this measured the same within 0.04 us at 1-512 tokens
+ * on an H200, host's pace out (tests/bench/results round 15); it stays for
+ * the smaller block and the plainer kernel. */
+template <> struct RowBlocksOf<Rows::kStore> {
+    const void *dst_idx;
+    const char *src[2];
+    uint32_t src_stride[2]; /* vectors between rows */
+    uint32_t dst_slots;
+    uint32_t dst_stride[2];
+    uint32_t unused;
+    /* --- second line --- */
+    char *dst[2];
+    unsigned long long *oob;
+};
+static_assert(offsetof(RowBlocksOf<Rows::kStore>, dst) == 48,
+              "a store's row loads must need the first line only");
 template <> struct RowBlocksOf<Rows::kLayers> {
     RowView view[1];
     unsigned long long *oob;
@@ -429,34 +447,40 @@ template <typename V, Rows R, bool IDX64>
 __global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ RowBlocksOf<R> p)
 {
     const uint32_t i = blockIdx.x;
-    /* transfers here have one buffer: their view at fixed offsets */
-    const RowView &w = p.view[R == Rows::kStore ? blockIdx.y : 0];
     const uint32_t t = threadIdx.x;
-    /* indices and bounds are the same in both views: read view[0]'s, at
-     * fixed offsets, so the index load does not wait on a computed one */
-    const int64_t d = kvd__load_index(p.view[0].dst_idx, IDX64, i);
-    int64_t s = i;
-    V r;
-    if (R == Rows::kStore) /* the token row is known before the slot index arrives */
-        r = kvd__load_now((const V *)w.src + (uint64_t)i * w.src_stride + t);
-    else
-        s = kvd__load_index(p.view[0].src_idx, IDX64, i);
-    if (d < 0 || s < 0)
-        return; /* padding */
-    if (d >= (int64_t)p.view[0].dst_slots || (R != Rows::kStore && s >= (int64_t)p.view[0].src_slots)) {
-        if (t == 0 && blockIdx.y == 0 && blockIdx.z == 0 && p.oob)
-            atomicAdd(p.oob, 1ull);
-        return;
+    if constexpr (R == Rows::kStore) {
+        const uint32_t b = blockIdx.y;
+        const int64_t d = kvd__load_index(p.dst_idx, IDX64, i);
+        /* the token row is known before the slot index arrives */
+        const V r = kvd__load_now((const V *)p.src[b] + (uint64_t)i * p.src_stride[b] + t);
+        if (d < 0)
+            return; /* padding */
+        if (d >= (int64_t)p.dst_slots) {
+            if (t == 0 && b == 0 && p.oob)
+                atomicAdd(p.oob, 1ull);
+            return;
+        }
+        store_once((V *)p.dst[b] + (uint64_t)d * p.dst_stride[b] + t, r);
+    } else {
+        const RowView &w = p.view[0];
+        const int64_t d = kvd__load_index(w.dst_idx, IDX64, i);
+        const int64_t s = kvd__load_index(w.src_idx, IDX64, i);
+        if (d < 0 || s < 0)
+            return; /* padding */
+        if (d >= (int64_t)w.dst_slots || s >= (int64_t)w.src_slots) {
+            if (t == 0 && blockIdx.z == 0 && p.oob)
+                atomicAdd(p.oob, 1ull);
+            return;
+        }
+        const char *sbase = w.src;
+        char *dbase = w.dst;
+        if constexpr (R == Rows::kLayers) {
+            sbase += blockIdx.z * p.src_layer_stride;
+            dbase += blockIdx.z * p.dst_layer_stride;
+        }
+        const V r = load_once((const V *)sbase + (uint64_t)s * w.src_stride + t);
+        store_once((V *)dbase + (uint64_t)d * w.dst_stride + t, r);
     }
-    const char *sbase = w.src;
-    char *dbase = w.dst;
-    if constexpr (R == Rows::kLayers) {
-        sbase += blockIdx.z * p.src_layer_stride;
-        dbase += blockIdx.z * p.dst_layer_stride;
-    }
-    if (R != Rows::kStore)
-        r = load_once((const V *)sbase + (uint64_t)s * w.src_stride + t);
-    store_once((V *)dbase + (uint64_t)d * w.dst_stride + t, r);
 }
 
 /* p can run as a block-per-row launch: no layer tables, a store or a
@@ -486,22 +510,31 @@ template <typename V, Rows R> RowBlocksOf<R> row_views(const RowCopy &p)
 {
     RowBlocksOf<R> b;
     memset(&b, 0, sizeof(b));
-    for (int k = 0; k < p.nbufs && k < (int)(sizeof(b.view) / sizeof(b.view[0])); k++) {
-        RowView &w = b.view[k];
+    if constexpr (R == Rows::kStore) {
+        b.dst_idx = p.dst_idx;
+        b.dst_slots = (uint32_t)p.dst_slots;
+        for (int k = 0; k < p.nbufs && k < 2; k++) {
+            b.src[k] = p.src[k];
+            b.dst[k] = p.dst[k];
+            b.src_stride[k] = (uint32_t)(p.src_stride[k] / (int64_t)sizeof(V));
+            b.dst_stride[k] = (uint32_t)(p.dst_stride[k] / (int64_t)sizeof(V));
+        }
+    } else {
+        RowView &w = b.view[0];
         w.dst_idx = p.dst_idx;
         w.src_idx = p.src_idx;
-        w.src = p.src[k];
-        w.dst = p.dst[k];
-        w.src_stride = (uint32_t)(p.src_stride[k] / (int64_t)sizeof(V));
-        w.dst_stride = (uint32_t)(p.dst_stride[k] / (int64_t)sizeof(V));
-        w.src_slots = p.src_idx ? (uint32_t)p.src_slots : 0;
+        w.src = p.src[0];
+        w.dst = p.dst[0];
+        w.src_stride = (uint32_t)(p.src_stride[0] / (int64_t)sizeof(V));
+        w.dst_stride = (uint32_t)(p.dst_stride[0] / (int64_t)sizeof(V));
+        w.src_slots = (uint32_t)p.src_slots;
         w.dst_slots = (uint32_t)p.dst_slots;
+        if constexpr (R == Rows::kLayers) {
+            b.src_layer_stride = p.src_layer_stride;
+            b.dst_layer_stride = p.dst_layer_stride;
+        }
     }
     b.oob = p.oob;
-    if constexpr (R == Rows::kLayers) {
-        b.src_layer_stride = p.src_layer_stride;
-        b.dst_layer_stride = p.dst_layer_stride;
-    }
     return b;
 }
 

@@ -1,9 +1,11 @@
 /*
  * Page-table gather with padding: row r of out is row req_pool_indices[r]
  * of req_to_page up to ceil(seq_lens[r] / page_size) columns, dummy_slot
- * after.  Small calls: one pass, a thread per vector of every row
- * (gather_even when the page size is a power of two and the rows are
- * whole vectors, gather_once otherwise).  Larger ones: one block
+ * after.  The smallest calls (a block per multiprocessor at most, page
+ * size a power of two): gather_pred, an element a thread.  Small calls:
+ * one pass, a thread per vector of every row (gather_even when the page
+ * size is a power of two and the rows are whole vectors, gather_once
+ * otherwise).  Larger ones: one block
  * per output row (grid-stride over rows).  Rows move in 16-byte vectors
  * when every row start is 16-byte aligned.
  */
@@ -251,6 +253,95 @@ __global__ void __launch_bounds__(KVD_GATHER_EVEN_THREADS, KVD_MIN_BLOCKS_PER_SM
         atomicAdd(p.oob, 1ull);
 }
 
+/* v = *src where live (a predicated load: no branch for ptxas to move the
+ * index loads below), else v unchanged; the same for a store. */
+__device__ __forceinline__ void load_if(int32_t &v, const int32_t *src, bool live)
+{
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q ld.global.b32 %0, [%1];\n\t}"
+                 : "+r"(v)
+                 : "l"(__cvta_generic_to_global(src)), "r"((uint32_t)live));
+}
+__device__ __forceinline__ void load_if(int64_t &v, const int64_t *src, bool live)
+{
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q ld.global.b64 %0, [%1];\n\t}"
+                 : "+l"(v)
+                 : "l"(__cvta_generic_to_global(src)), "r"((uint32_t)live));
+}
+__device__ __forceinline__ void store_if(int32_t *dst, int32_t v, bool live)
+{
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q st.global.b32 [%0], %1;\n\t}" ::"l"(
+                     __cvta_generic_to_global(dst)),
+                 "r"(v), "r"((uint32_t)live)
+                 : "memory");
+}
+__device__ __forceinline__ void store_if(int64_t *dst, int64_t v, bool live)
+{
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q st.global.b64 [%0], %1;\n\t}" ::"l"(
+                     __cvta_generic_to_global(dst)),
+                 "l"(v), "r"((uint32_t)live)
+                 : "memory");
+}
+
+/*
+ * gather_even's work for the smallest calls, in the seed's shape: blocks
+ * of kPredThreads threads, one element each, rows on x; no branch, the
+ * table load and the store predicated.  A call takes it when its blocks
+ * number at most the multiprocessors (pred_fits).  On an H200 at bs=1
+ * (one row of 256 pages), host's pace out and paired with the seed, it
+ * trailed the seed by 0.05 us where gather_even trailed by 0.12 (the seed
+ * against itself: 0.05); at bs=64 this shape trailed gather_even by
+ * 0.1-0.3 us, so larger calls keep that (tests/bench/results round 15).
+ */
+constexpr int kPredThreads = 128;
+
+template <typename T, typename R, typename L>
+__global__ void __launch_bounds__(kPredThreads) gather_pred(const GatherEven p)
+{
+    using UR = typename std::make_unsigned<R>::type;
+    using UL = typename std::make_unsigned<L>::type;
+    const uint32_t r = blockIdx.x;
+    const R req = ((const R *)p.req)[r];
+    const L len = ((const L *)p.seq)[r];
+    const uint32_t c = blockIdx.y * kPredThreads + threadIdx.x;
+    const UL pages = len > 0 ? (((UL)len - 1) >> p.page_shift) + 1 : 0;
+    uint32_t n = pages < (UL)p.cols ? (uint32_t)pages : p.cols;
+    n = (uint64_t)(int64_t)req < p.table_rows ? n : 0;
+    T v = 0;
+    load_if(v, (const T *)(p.table + (uint64_t)(UR)req * p.table_stride) + c, c < n);
+    v = c < n ? v : (T)p.dummy;
+    store_if((T *)(p.out + (uint64_t)r * p.out_stride) + c, v, c < p.max_pages);
+    if (c == 0 && req >= 0 && (uint64_t)(int64_t)req >= p.table_rows && p.oob)
+        atomicAdd(p.oob, 1ull);
+}
+
+/* p's call takes gather_pred: its blocks (bs by *by) number at most the
+ * multiprocessors, within the budget (the rest of what gather_pred needs
+ * is even_fits<1>'s). */
+bool pred_fits(const Gather &p, const kvd_grid_limits_t &g, int64_t *by)
+{
+    *by = p.max_pages / kPredThreads + (p.max_pages % kPredThreads != 0);
+    return p.bs <= g.sms && *by <= g.sms && p.bs * *by <= g.sms && p.bs * *by <= g.budget;
+}
+
+/* gather_pred<T, R, L> with R and L the index widths. */
+template <typename T>
+kvd_status_t launch_pred(const GatherEven &e, bool req64, bool seq64, int64_t bs, int64_t by,
+                         const kvd_launch_t *launch)
+{
+    const dim3 grid((unsigned)bs, (unsigned)by);
+    cudaStream_t st = kvd__stream(launch);
+    if (req64 && seq64)
+        gather_pred<T, int64_t, int64_t><<<grid, kPredThreads, 0, st>>>(e);
+    else if (req64)
+        gather_pred<T, int64_t, int32_t><<<grid, kPredThreads, 0, st>>>(e);
+    else if (seq64)
+        gather_pred<T, int32_t, int64_t><<<grid, kPredThreads, 0, st>>>(e);
+    else
+        gather_pred<T, int32_t, int32_t><<<grid, kPredThreads, 0, st>>>(e);
+    KVD_CUDA_LAUNCHED("gather_pred");
+    return KVD_OK;
+}
+
 /* gather_even<T, VEC, R, L> with R and L the index widths of p, a
  * thread per vector of each of the bs rows of nvec vectors. */
 template <typename T, int VEC>
@@ -302,12 +393,15 @@ kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
     if (st != KVD_OK)
         return st;
     const int64_t limit = g.one_wave;
+    int64_t by;
+    GatherEven e;
+    if (pred_fits(p, g, &by) && even_fits<1>(p, &e))
+        return launch_pred<T>(e, p.req64, p.seq64, p.bs, by, launch);
     /* One pass when every vector of every row fits on the device at once
      * (past that, the loop's four vectors per thread won on an H200). */
     const int64_t nvec = p.max_pages / VEC + (p.max_pages % VEC != 0);
     const int64_t bx = nvec / KVD_BLOCK_THREADS + (nvec % KVD_BLOCK_THREADS != 0);
     if (bx <= limit && p.bs <= limit && kvd__mul_sat(bx, p.bs) <= limit) {
-        GatherEven e;
         if (even_fits<VEC>(p, &e))
             return launch_even<T, VEC>(e, p.req64, p.seq64, nvec, p.bs, launch);
         const dim3 grid((unsigned)bx, (unsigned)p.bs);
@@ -335,6 +429,10 @@ template <typename T, int VEC> void load_rows(void)
     (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int64_t, int32_t>);
     (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int32_t, int64_t>);
     (void)cudaFuncGetAttributes(&a, (const void *)gather_even<T, VEC, int32_t, int32_t>);
+    (void)cudaFuncGetAttributes(&a, (const void *)gather_pred<T, int64_t, int64_t>);
+    (void)cudaFuncGetAttributes(&a, (const void *)gather_pred<T, int64_t, int32_t>);
+    (void)cudaFuncGetAttributes(&a, (const void *)gather_pred<T, int32_t, int64_t>);
+    (void)cudaFuncGetAttributes(&a, (const void *)gather_pred<T, int32_t, int32_t>);
 }
 
 } // namespace
