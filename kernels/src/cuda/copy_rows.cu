@@ -387,8 +387,8 @@ copy_rows_once(const __grid_constant__ OnceParams<R> p)
  * the view fills the first 64-byte line's last 48 bytes.  A line's first
  * read in a launch is a constant-cache miss that the loads wait for
  * (RowHead); one line per block is what the seed's kernels read.  A store
- * (StoreBlocks) has its own layout, with everything its two loads need in
- * the first line.  Strides and bounds are 32-bit (row_blocks_fit checks
+ * has a layout of its own (RowBlocksOf<Rows::kStore>), with everything its
+ * two loads need in the first line.  Strides and bounds are 32-bit (row_blocks_fit checks
  * that they fit), the lanes per row come from the block size, and only an
  * out-of-range pair or a call over layers reads past the first line.
  */

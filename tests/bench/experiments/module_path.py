@@ -20,8 +20,7 @@ of all (EXP_MP_PARTIAL=<path>: every turn so far written there as JSON after eac
 EXP_MP_GRAPH=1, rounds of graph replays instead (small_cases.GraphPace: 50 (flush, launch) pairs
 in a CUDA graph, no host between launches), and EXP_MP_DUP=<n> captures each way n times over
 (name#k, the copies' graphs made in turn: how far apart the same launch in separate graphs
-lies); with EXP_NCU=1, six launches of each instead, the seed
-first, for ncu:
+lies); with EXP_NCU=1, six launches of each instead, the seed first, for ncu:
 
     EXP_LIB=<libkvdock_kernels.so> EXP_ROUNDS=16 python3 tests/bench/experiments/module_path.py
     EXP_LIB=<libkvdock_kernels.so> EXP_NCU=1 ncu --clock-control none --cache-control all \\
@@ -245,9 +244,8 @@ if os.environ.get("EXP_MP_GRAPH"):
         return make
     pace = GraphPace()
     dup = int(os.environ.get("EXP_MP_DUP", "1"))
-    copies = lambda name: [name] if dup == 1 else [f"{name}#{k}" for k in range(dup)]
-    per = pace.rounds({label: {copy: maker(name, fn, relib) for k in range(dup) for name, fn in fns.items()
-                               for copy in copies(name)[k:k + 1]} for label, fns, relib, _ in cases},
+    per = pace.rounds({label: {(name if dup == 1 else f"{name}#{k}"): maker(name, fn, relib)
+                               for k in range(dup) for name, fn in fns.items()} for label, fns, relib, _ in cases},
                       ROUNDS, {label: (lambda g=g: g.out.fill_(-1), lambda g=g: torch.equal(g.out, g.ref))
                                for label, _, _, g in cases}, lambda m: print(m, flush=True))
     STREAM[0] = None
