@@ -1,8 +1,9 @@
 """The seed bench's small cases, as the launch experiments time them (launch_path, ncu_small,
 graph_pace): store N=1, 32 and 512 (8 heads x 128, bf16, into pools of 2^20 slots); per-layer MHA
 at 64 rows and per-layer MLA (1,152-byte rows) at 64 and 1,024 rows (pools of 2^19 slots); the
-page-table gather at bs=1 and 64 (bench_kernels.GatherCase).  Imported by the scripts beside it
-(run from the repository root, this folder is on their path)."""
+page-table gather at bs=1 and 64 (bench_kernels.GatherCase); modes(), the lowest / lower-mode /
+median line; GraphPace, the timing of calls inside CUDA graphs (graph_pace, module_path).
+Imported by the scripts beside it (run from the repository root, this folder is on their path)."""
 import types
 
 
