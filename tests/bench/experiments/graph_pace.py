@@ -29,7 +29,7 @@ import os, sys
 sys.path.insert(0, "tests/bench"); sys.path.insert(0, ".peer")
 import bench_kernels as B
 import torch
-from small_cases import GraphPace, modes, small_cases
+from small_cases import GraphPace, copy_groups, modes, paired, small_cases
 from tokenspeed_kernel.ops.kvcache import triton as K
 
 ROUNDS = int(os.environ.get("EXP_ROUNDS", "12"))
@@ -63,18 +63,8 @@ for label, makers, clear, right in cases:
         print(f"check {label} {name}: {'ok' if good else 'MISMATCH'}", flush=True)
         assert good
 
-
-def copies(makers):
-    """{name#k: make}: copy group k made in turn, its order rotated by k (in round 15 the copies
-    made later in a group tended to trail: rotating spreads that over every variant)."""
-    if DUP == 1:
-        return dict(makers)
-    names = list(makers)
-    return {f"{name}#{k}": makers[name] for k in range(DUP) for name in names[k % len(names):] + names[:k % len(names)]}
-
-
 pace = GraphPace(LAUNCHES, int(os.environ.get("EXP_GP_FLUSH_MIB", "256")), dev)
-per = pace.rounds({label: copies(makers) for label, makers, _, _ in cases}, ROUNDS,
+per = pace.rounds({label: copy_groups(makers, DUP) for label, makers, _, _ in cases}, ROUNDS,
                   {label: (clear, right) for label, _, clear, right in cases}, lambda m: print(m, flush=True))
 print(f"\nus per launch over {ROUNDS} rounds of {LAUNCHES} (flush, launch) pairs ({pace.how}):"
       " lowest / median of the lowest third / median")
@@ -82,15 +72,4 @@ for label, by in per.items():
     for name, xs in by.items():
         print(f"{label:15s} {name:7s} {modes(xs)}   " + " ".join(f"{v:.2f}" for v in xs), flush=True)
 if DUP > 1:
-    import statistics
-    print(f"\nus, each copy's lower mode less that of the seed's copy of its group ({DUP} pairs):"
-          " mean [lowest, highest]; pairs ahead of the seed")
-    lower = lambda xs: statistics.median(sorted(xs)[:max(1, len(xs) // 3)])
-    for label, makers, _, _ in cases:
-        for name in makers:
-            if name == "seed":
-                continue
-            d = [lower(per[label][f"{name}#{k}"]) - lower(per[label][f"seed#{k}"]) for k in range(DUP)]
-            print(f"{label:15s} {name:7s} {statistics.mean(d):+6.3f} [{min(d):+.2f}, {max(d):+.2f}]"
-                  f"  {sum(x < 0 for x in d)}/{DUP} ahead, {sum(x == 0 for x in d)} tied", flush=True)
-
+    paired(per, list(cases[0][1]), DUP, lambda m: print(m, flush=True))

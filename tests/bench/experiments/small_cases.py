@@ -11,7 +11,8 @@ def small_cases(B, K, dev):
     """The eight cases in that order, each a namespace with label; seed (the seed's call); fname
     and args (the library's entry point and its arguments, to bind); clear() (what a call writes,
     cleared) and right() (the destination checked against torch after one call); and its tensors
-    (a store: ks, vs, loc, kpool, vpool, N, row; per-layer MHA: sk, sv, dk, dv, si, di, row)."""
+    (a store: ks, vs, loc, kpool, vpool, N, row; per-layer MHA: sk, sv, dk, dv, si, di, row; MLA:
+    src, dst, si, di)."""
     import torch
     cases = []
     H, D, P = 8, 128, 1 << 20
@@ -42,7 +43,7 @@ def small_cases(B, K, dev):
 
     ms = torch.randn(P2, 1, 576, dtype=torch.bfloat16, device=dev); md = torch.zeros_like(ms)
     for L in (64, 1024):
-        c = types.SimpleNamespace(label=f"mla L={L}", fname="kvd_cuda_kv_transfer")
+        c = types.SimpleNamespace(label=f"mla L={L}", fname="kvd_cuda_kv_transfer", src=ms, dst=md)
         c.si = torch.randperm(P2, device=dev)[:L]; c.di = torch.randperm(P2, device=dev)[:L]
         c.args = B.one_layer_transfer(ms, None, md, None, c.si, c.di, 1152)
         c.seed = lambda c=c: K.transfer_kv_per_layer_mla(ms, md, c.si, c.di, 1152)
@@ -153,3 +154,31 @@ class GraphPace:
                     per[label][name].append(self.replay(captured, base))
             say(f"round {r + 1}/{rounds}")
         return per
+
+
+def copy_groups(makers, dup):
+    """{name#k: make} for dup > 1 ({name: make} otherwise): group k's copies made in turn, in an
+    order rotated by k (in round 15 the copies made later in a group tended to trail: rotating
+    spreads that over every variant)."""
+    if dup == 1:
+        return dict(makers)
+    names = list(makers)
+    return {f"{name}#{k}": makers[name] for k in range(dup) for name in names[k % len(names):] + names[:k % len(names)]}
+
+
+def paired(per, names, dup, say=print):
+    """For per {label: {name#k: [us per round]}} from GraphPace.rounds over copy_groups: each
+    variant's copies less the seed's copy of the same group (their lower modes), as a mean over
+    the dup pairs, the range, and how many pairs were ahead and tied."""
+    import statistics
+    say(f"\nus, each copy's lower mode less that of the seed's copy of its group ({dup} pairs):"
+        " mean [lowest, highest]; pairs ahead of the seed")
+    lower = lambda xs: statistics.median(sorted(xs)[:max(1, len(xs) // 3)])
+    for label, by in per.items():
+        for name in names:
+            if name == "seed" or f"{name}#0" not in by:
+                continue
+            d = [lower(by[f"{name}#{k}"]) - lower(by[f"seed#{k}"]) for k in range(dup)]
+            say(f"{label:15s} {name:9s} {statistics.mean(d):+6.3f} [{min(d):+.2f}, {max(d):+.2f}]"
+                f"  {sum(x < 0 for x in d)}/{dup} ahead, {sum(x == 0 for x in d)} tied")
+
