@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Round 16 experiment (written in round 15, not yet run on a GPU): the block-per-row kernels of a
+"""Round 16 experiment (written in round 15, not yet run on a GPU; its Python path and its builds
+ran here against stand-ins for torch, the seed and the driver): the block-per-row kernels of a
 store and of a per-layer MLA transfer in the shapes of row_variants.cu (its header lists them),
 against the seed and the library, with the host's pace taken out.
 
