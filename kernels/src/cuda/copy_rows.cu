@@ -463,14 +463,16 @@ __global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ 
         store_once((V *)p.dst[b] + (uint64_t)d * p.dst_stride[b] + t, r);
     } else {
         const RowView &w = p.view[0];
-        const int64_t d = kvd__load_index(w.dst_idx, IDX64, i);
+        /* The row load waits on its source index alone, and is pinned
+         * before the destination's tests: whichever index arrives last, the
+         * row is on its way.  The destination index is pinned too, so that
+         * it is not sunk past the source's test. */
+        const int64_t d = kvd__load_index_now(w.dst_idx, IDX64, i);
         const int64_t s = kvd__load_index(w.src_idx, IDX64, i);
-        if (d < 0 || s < 0)
-            return; /* padding */
-        if (d >= (int64_t)w.dst_slots || s >= (int64_t)w.src_slots) {
-            if (t == 0 && blockIdx.z == 0 && p.oob)
+        if (s < 0 || s >= (int64_t)w.src_slots) {
+            if (s >= 0 && d >= 0 && t == 0 && blockIdx.z == 0 && p.oob)
                 atomicAdd(p.oob, 1ull);
-            return;
+            return; /* padding (either index negative), or out of range */
         }
         const char *sbase = w.src;
         char *dbase = w.dst;
@@ -478,7 +480,14 @@ __global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ 
             sbase += blockIdx.z * p.src_layer_stride;
             dbase += blockIdx.z * p.dst_layer_stride;
         }
-        const V r = load_once((const V *)sbase + (uint64_t)s * w.src_stride + t);
+        const V r = kvd__load_now((const V *)sbase + (uint64_t)s * w.src_stride + t);
+        if (d < 0)
+            return; /* padding */
+        if (d >= (int64_t)w.dst_slots) {
+            if (t == 0 && blockIdx.z == 0 && p.oob)
+                atomicAdd(p.oob, 1ull);
+            return;
+        }
         store_once((V *)dbase + (uint64_t)d * w.dst_stride + t, r);
     }
 }
