@@ -453,10 +453,12 @@ __global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ 
         const int64_t d = kvd__load_index(p.dst_idx, IDX64, i);
         /* the token row is known before the slot index arrives */
         const V r = kvd__load_now((const V *)p.src[b] + (uint64_t)i * p.src_stride[b] + t);
-        if (d < 0)
-            return; /* padding */
-        if (d >= (int64_t)p.dst_slots) {
-            if (t == 0 && b == 0 && p.oob)
+        /* One unsigned test takes padding (negative, so huge as unsigned)
+         * and an index out of range: a compare and a branch fewer on the
+         * way to the store (the SASS of round 16; 0.02-0.05 us at store
+         * N=1 and MLA 64 rows with the host's pace out, an H200). */
+        if ((uint64_t)d >= p.dst_slots) {
+            if (d >= 0 && t == 0 && b == 0 && p.oob) /* not padding: out of range */
                 atomicAdd(p.oob, 1ull);
             return;
         }
@@ -469,7 +471,7 @@ __global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ 
          * it is not sunk past the source's test. */
         const int64_t d = kvd__load_index_now(w.dst_idx, IDX64, i);
         const int64_t s = kvd__load_index(w.src_idx, IDX64, i);
-        if (s < 0 || s >= (int64_t)w.src_slots) {
+        if ((uint64_t)s >= w.src_slots) {
             if (s >= 0 && d >= 0 && t == 0 && blockIdx.z == 0 && p.oob)
                 atomicAdd(p.oob, 1ull);
             return; /* padding (either index negative), or out of range */
@@ -481,10 +483,8 @@ __global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ 
             dbase += blockIdx.z * p.dst_layer_stride;
         }
         const V r = kvd__load_now((const V *)sbase + (uint64_t)s * w.src_stride + t);
-        if (d < 0)
-            return; /* padding */
-        if (d >= (int64_t)w.dst_slots) {
-            if (t == 0 && blockIdx.z == 0 && p.oob)
+        if ((uint64_t)d >= w.dst_slots) {
+            if (d >= 0 && t == 0 && blockIdx.z == 0 && p.oob) /* not padding: out of range */
                 atomicAdd(p.oob, 1ull);
             return;
         }
