@@ -47,7 +47,14 @@ class Store(ctypes.Structure):
                 ("dst", ctypes.c_void_p * 2), ("oob", ctypes.c_void_p)]
 
 
+class StoreL2(ctypes.Structure):
+    _fields_ = [("dst_idx", ctypes.c_void_p), ("src", ctypes.c_void_p * 2), ("dst", ctypes.c_void_p * 2),
+                ("dst_slots", ctypes.c_uint32), ("unused", ctypes.c_uint32), ("src_stride", ctypes.c_uint32 * 2),
+                ("dst_stride", ctypes.c_uint32 * 2), ("oob", ctypes.c_void_p)]
+
+
 assert ctypes.sizeof(OneLayer) == 56 and ctypes.sizeof(Store) == 72 and Store.dst.offset == 48
+assert ctypes.sizeof(StoreL2) == 72 and StoreL2.src_stride.offset == 48
 
 os.makedirs(WORK, exist_ok=True)
 subprocess.run(["nvcc", "-O3", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC",
@@ -60,8 +67,12 @@ mp.mp_launch.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_ui
 assert mp.mp_init() == 0, "mp_init failed"
 image = open(f"{WORK}/row_variants.cubin", "rb").read()
 # name: (threads a block, or None for one a vector of the row)
-TRANSFERS = {"t_lib": None, "t_src": None, "t_src128": 128, "t_pred": None, "t_seed": 128}
-STORES = {"s_lib": None, "s_weak": None, "s_nc": None}
+TRANSFERS = {"t_lib": None, "t_src": None, "t_src128": 128, "t_pred": None, "t_seed": 128, "t_cold": None}
+STORES = {"s_lib": Store, "s_weak": Store, "s_nc": Store, "s_cold": Store, "s_sel": Store, "s_l2": StoreL2}
+PICK = os.environ.get("EXP_RP_VARIANTS")  # comma-separated names to time (default: all)
+if PICK:
+    TRANSFERS = {k: v for k, v in TRANSFERS.items() if k in PICK.split(",")}
+    STORES = {k: v for k, v in STORES.items() if k in PICK.split(",")}
 slot = {}
 for k, name in enumerate(list(TRANSFERS) + list(STORES)):
     rc = mp.mp_load(k, image, name.encode())
@@ -91,12 +102,14 @@ def variants(sc):
            "lib": lambda: kvd.bind(sc.fname, sc.args, B.Launch(torch.cuda.current_stream().cuda_stream, 0, 0))}
     if sc.label.startswith("store"):
         vec = sc.row // 16
-        blk = Store(sc.loc.data_ptr(), (ctypes.c_void_p * 2)(sc.ks.data_ptr(), sc.vs.data_ptr()),
-                    (ctypes.c_uint32 * 2)(sc.ks.stride(0) * 2 // 16, sc.vs.stride(0) * 2 // 16), sc.kpool.shape[0],
-                    (ctypes.c_uint32 * 2)(vec, vec), 0,
-                    (ctypes.c_void_p * 2)(sc.kpool.data_ptr(), sc.vpool.data_ptr()), None)
-        for name in STORES:
-            out[name] = on_stream(launcher(name, sc.N, 2, vec, blk))
+        src = (ctypes.c_void_p * 2)(sc.ks.data_ptr(), sc.vs.data_ptr())
+        src_stride = (ctypes.c_uint32 * 2)(sc.ks.stride(0) * 2 // 16, sc.vs.stride(0) * 2 // 16)
+        dst = (ctypes.c_void_p * 2)(sc.kpool.data_ptr(), sc.vpool.data_ptr())
+        dst_stride = (ctypes.c_uint32 * 2)(vec, vec)
+        blocks = {Store: Store(sc.loc.data_ptr(), src, src_stride, sc.kpool.shape[0], dst_stride, 0, dst, None),
+                  StoreL2: StoreL2(sc.loc.data_ptr(), src, dst, sc.kpool.shape[0], 0, src_stride, dst_stride, None)}
+        for name, layout in STORES.items():
+            out[name] = on_stream(launcher(name, sc.N, 2, vec, blocks[layout]))
     else:
         vec = 1152 // 16
         blk = OneLayer(RowView(sc.di.data_ptr(), sc.si.data_ptr(), sc.src.data_ptr(), sc.dst.data_ptr(), vec, vec,
