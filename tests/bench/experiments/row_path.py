@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Round 16 experiment (written in round 15, not yet run on a GPU; its Python path and its builds
-ran here against stand-ins for torch, the seed and the driver): the block-per-row kernels of a
-store and of a per-layer MLA transfer in the shapes of row_variants.cu (its header lists them),
-against the seed and the library, with the host's pace taken out.
+"""Round 16 experiment (written in round 15; run in round 16, calls 1 and 4): the block-per-row kernels of a
+store and of a per-layer MLA transfer in the shapes of row_variants.cu (its header lists them and what
+the calls found), against the seed and the library, with the host's pace taken out.
 
-Cases (small_cases.py): store N=1 and 32 (s_lib, s_weak, s_nc), per-layer MLA at 64 and 1,024 rows
-(t_lib, t_src, t_src128, t_pred, t_seed).  Each variant is loaded from row_variants.cu as a module
+Cases (small_cases.py): store N=1 and 32 (s_lib, s_weak, s_nc, s_cold, s_sel, s_l2), per-layer MLA at
+64 and 1,024 rows (t_lib, t_src, t_src128, t_pred, t_seed, t_cold); EXP_RP_VARIANTS=a,b,... times
+only those (the seed, the library and seedB always).  Each variant is loaded from row_variants.cu as a module
 of its own and launched through module_path.cu's driver launch, with the library's parameter block
 for the kernel (56 bytes for a transfer, 72 for a store).  Every variant is checked against torch
 first (the output cleared), and every graph after its first replay.  Then EXP_ROUNDS rounds of
