@@ -1627,6 +1627,11 @@ static const gather_case_t GATHER_CASES[] = {
      * the index widths the cases above leave out, a block boundary, a table narrower than out */
     {I32, I32, I64, 4, 700, 32, 64, 650, 1, 2, D_NEG},
     {I64, I32, I64, 3, 130, 2, 16, 200, 0, 0, D_RANDOM},
+    /* gather_pred's live test (column x page size < length) at page sizes 1 and 2^20, and a
+     * page of 2^32, past its shift limit (another kernel takes it) */
+    {I32, I64, I32, 2, 256, 1, 64, 300, 0, 0, D_ZERO},
+    {I64, I64, I64, 2, 200, (int64_t)1 << 20, 16, 150, 0, 3, D_NEG},
+    {I32, I32, I64, 1, 16, (int64_t)1 << 32, 8, 16, 0, 0, D_RANDOM},
 };
 
 static void run_gather(const gather_case_t *c0, int launch, uint64_t seed)

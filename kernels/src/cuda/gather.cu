@@ -291,24 +291,31 @@ __device__ __forceinline__ void store_if(int64_t *dst, int64_t v, bool live)
  * trailed the seed by 0.05 us where gather_even trailed by 0.12 (the seed
  * against itself: 0.05); at bs=64 this shape trailed gather_even by
  * 0.1-0.3 us, so larger calls keep that (tests/bench/results round 15).
+ *
+ * Column c is live when c < ceil(len / page_size), that is when
+ * c * page_size < len: the product needs no length, so the length meets
+ * one compare on its way to the table load rather than a page count (a
+ * shift, two adds, a select, a minimum).  On an H200 the two forms timed
+ * the same within 0.01 us (24 graph pairs, tests/bench/results round 16);
+ * this one stays as the plainer.  pred_fits keeps the page shift within
+ * 31 bits, so the product of a 32-bit column fits an int64_t.
  */
 constexpr int kPredThreads = 128;
+constexpr uint32_t kPredMaxShift = 31;
 
 template <typename T, typename R, typename L>
 __global__ void __launch_bounds__(kPredThreads) gather_pred(const GatherEven p)
 {
     using UR = typename std::make_unsigned<R>::type;
-    using UL = typename std::make_unsigned<L>::type;
     const uint32_t r = blockIdx.x;
     const R req = ((const R *)p.req)[r];
     const L len = ((const L *)p.seq)[r];
     const uint32_t c = blockIdx.y * kPredThreads + threadIdx.x;
-    const UL pages = len > 0 ? (((UL)len - 1) >> p.page_shift) + 1 : 0;
-    uint32_t n = pages < (UL)p.cols ? (uint32_t)pages : p.cols;
-    n = (uint64_t)(int64_t)req < p.table_rows ? n : 0;
+    const int64_t first = (int64_t)((uint64_t)c << p.page_shift); /* the column's first token */
+    const bool live = c < p.cols && first < (int64_t)len && (uint64_t)(int64_t)req < p.table_rows;
     T v = 0;
-    load_if(v, (const T *)(p.table + (uint64_t)(UR)req * p.table_stride) + c, c < n);
-    v = c < n ? v : (T)p.dummy;
+    load_if(v, (const T *)(p.table + (uint64_t)(UR)req * p.table_stride) + c, live);
+    v = live ? v : (T)p.dummy;
     store_if((T *)(p.out + (uint64_t)r * p.out_stride) + c, v, c < p.max_pages);
     if (c == 0 && req >= 0 && (uint64_t)(int64_t)req >= p.table_rows && p.oob)
         atomicAdd(p.oob, 1ull);
@@ -320,7 +327,8 @@ __global__ void __launch_bounds__(kPredThreads) gather_pred(const GatherEven p)
 bool pred_fits(const Gather &p, const kvd_grid_limits_t &g, int64_t *by)
 {
     *by = p.max_pages / kPredThreads + (p.max_pages % kPredThreads != 0);
-    return p.bs <= g.sms && *by <= g.sms && p.bs * *by <= g.sms && p.bs * *by <= g.budget;
+    return p.page_shift <= (int)kPredMaxShift && p.bs <= g.sms && *by <= g.sms && p.bs * *by <= g.sms &&
+           p.bs * *by <= g.budget;
 }
 
 /* gather_pred<T, R, L> with R and L the index widths. */

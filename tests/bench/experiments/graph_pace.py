@@ -14,7 +14,8 @@ graphs made in turn, in an order rotated by k): how far apart the same launch li
 graphs; it also prints, for each variant, its copies' differences from the seed's copy of the same
 group (the lower modes, pair by pair; round 15 made each group in one order, the seed first), and
 EXP_GP_CONTROL=1 adds seedB, the seed's call captured again after the builds',
-whose differences are what two graphs of one launch give.
+whose differences are what two graphs of one launch give. EXP_GP_CASES=<regex> keeps the cases
+whose label it matches (for example 'gather').
 
 Cases: store N=1, 32, 512 (8 heads x 128, bf16); per-layer MHA at 64 rows; per-layer MLA at 64
 and 1,024 rows; the page-table gather at bs=1 and 64: the seed's kernel and the library's
@@ -25,7 +26,7 @@ every graph after its first replay.
 
 Run from the repository root with the seed at .peer. Round 15's results:
 tests/bench/results/2026-12-03-h200-round15.md."""
-import os, sys
+import os, re, sys
 sys.path.insert(0, "tests/bench"); sys.path.insert(0, ".peer")
 import bench_kernels as B
 import torch
@@ -51,7 +52,8 @@ def maker(sc, lib):
 # (label, {variant: maker}, clear, right): clear() then one call, and right() must hold
 control = {"seedB": None} if os.environ.get("EXP_GP_CONTROL") else {}
 cases = [(sc.label, {"seed": maker(sc, None), **{name: maker(sc, lib) for name, lib in builds + list(control.items())}},
-          sc.clear, sc.right) for sc in small_cases(B, K, dev)]
+          sc.clear, sc.right) for sc in small_cases(B, K, dev)
+         if re.search(os.environ.get("EXP_GP_CASES", ""), sc.label)]
 DUP = int(os.environ.get("EXP_GP_DUP", "1"))
 
 # check every variant once, outside any capture (this also compiles the seed's kernels)
