@@ -157,6 +157,33 @@ template <bool CHECKS> __device__ __forceinline__ void pred1(const GatherEven &p
         atomicAdd(p.oob, 1ull);
 }
 
+/* The library's gather_pred since 7e82f47 (round 16: a column is live when
+ * column x page size < length, so the length meets one compare), with the
+ * page shift from the parameters (SHIFT < 0) or compiled in (SHIFT >= 0,
+ * as the seed compiles its page size in): written for round 17, not yet
+ * run on a GPU. */
+template <int SHIFT> __device__ __forceinline__ void live(const GatherEven &p)
+{
+    const uint32_t r = blockIdx.x;
+    const int64_t req = ((const int64_t *)p.req)[r];
+    const int len = ((const int *)p.seq)[r];
+    const uint32_t c = blockIdx.y * 128 + threadIdx.x;
+    const uint32_t shift = SHIFT < 0 ? p.page_shift : (uint32_t)SHIFT;
+    const bool on = c < p.cols && (int64_t)((uint64_t)c << shift) < (int64_t)len && (uint64_t)req < p.table_rows;
+    const int *src = (const int *)(p.table + (uint64_t)req * p.table_stride) + c;
+    int *dst = (int *)(p.out + (uint64_t)r * p.out_stride) + c;
+    int v = 0;
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q ld.global.b32 %0, [%1];\n\t}"
+                 : "+r"(v)
+                 : "l"(src), "r"((uint32_t)on));
+    v = on ? v : (int)p.dummy;
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q st.global.b32 [%0], %1;\n\t}" ::"l"(dst),
+                 "r"(v), "r"((uint32_t)(c < p.max_pages))
+                 : "memory");
+    if (c == 0 && req >= 0 && (uint64_t)req >= p.table_rows && p.oob)
+        atomicAdd(p.oob, 1ull);
+}
+
 /* The kernels.  -DLONE=1 or 2 builds only v_even or only v_seedlike: a
  * kernel alone in its module, as the seed's is (module_path.py,
  * EXP_MP_LONE=1). */
@@ -177,4 +204,7 @@ extern "C" __global__ void __launch_bounds__(256) v_l1_late(const __grid_constan
 extern "C" __global__ void __launch_bounds__(256) v_l1_bound(const __grid_constant__ GatherL1X p) { line1<2>(p); }
 extern "C" __global__ void __launch_bounds__(128) v_pred_seed(const GatherEven p) { pred1<false>(p); }
 extern "C" __global__ void __launch_bounds__(128) v_pred(const GatherEven p) { pred1<true>(p); }
+extern "C" __global__ void __launch_bounds__(128) v_live(const GatherEven p) { live<-1>(p); }
+/* pages of 16 tokens only (the bench's gather) */
+extern "C" __global__ void __launch_bounds__(128) v_live16(const GatherEven p) { live<4>(p); }
 #endif

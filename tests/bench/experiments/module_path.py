@@ -11,8 +11,9 @@ EXP_MP_SEED=1 adds the seed's own kernel as Triton compiled it, through the same
 - seed_mod: its cubin as is; seed_ptxas: its PTX assembled by the local ptxas for sm_90a.
 EXP_MP_EX=1 adds mod_ex and seed_modex: mod and seed_mod launched with cuLaunchKernelEx (no
 attributes), as Triton's launcher launches.
-EXP_MP_VARIANTS=1 adds gather_variants.cu's twelve shapes between gather_even and the seed's kernel
-(v_even ... v_pred), loaded as one module of their own; with EXP_MP_LONE=1 too, v_even and
+EXP_MP_VARIANTS=1 adds gather_variants.cu's fourteen shapes between gather_even and the seed's kernel
+(v_even ... v_pred; v_live and v_live16, round 17's: the library's gather_pred, its page shift
+read or compiled in), loaded as one module of their own; with EXP_MP_LONE=1 too, v_even and
 v_seedlike also each alone in a module (lone_even, lone_seedlike).
 Every way is checked against torch first (output poisoned).  Then, by default, EXP_ROUNDS rounds
 of do_bench turns (L2 flushed) with the lowest turn, the median of the lowest third and the median
@@ -176,7 +177,9 @@ if os.environ.get("EXP_MP_VARIANTS"):
                              ("v_l1", even, "l1"), ("v_l1_pad", even, "l1pad"), ("v_l1_late", even, "l1x"),
                              ("v_l1_bound", even, "l1x"),
                              ("v_pred_seed", lambda bs, m: (bs, cdiv(m, 128), 128), "even"),
-                             ("v_pred", lambda bs, m: (bs, cdiv(m, 128), 128), "even")):
+                             ("v_pred", lambda bs, m: (bs, cdiv(m, 128), 128), "even"),
+                             ("v_live", lambda bs, m: (bs, cdiv(m, 128), 128), "even"),
+                             ("v_live16", lambda bs, m: (bs, cdiv(m, 128), 128), "even")):
         k = len(slots) + len(more_slots)
         rc = mp.mp_load(k, image, tag.encode())
         assert rc == 0, f"mp_load {tag}: CUresult {rc}"
