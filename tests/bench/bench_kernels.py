@@ -223,6 +223,11 @@ def check_layout():
             assert got == off, f"{cls.__name__}.{f}: ctypes offset {got} != C {off}"
 
 
+# Each entry point's argument structure (its second argument is a Launch).
+ENTRY_ARGS = {"kvd_cuda_kv_store": StoreArgs, "kvd_cuda_fp8_set": Fp8SetArgs,
+              "kvd_cuda_page_table_gather": GatherArgs, "kvd_cuda_kv_transfer": TransferArgs}
+
+
 class KvdError(Exception):
     def __init__(self, what, name, detail):
         super().__init__(f"{what}: KVD_{name}: {detail}")
@@ -242,8 +247,7 @@ class Kvd:
         lib.kvd_kernels_abi_version.restype = c_int
         lib.kvd_cuda_probe.argtypes = [c_char_p, c_size_t]
         lib.kvd_cuda_probe.restype = c_int
-        for name, cls in [("kvd_cuda_kv_store", StoreArgs), ("kvd_cuda_fp8_set", Fp8SetArgs),
-                          ("kvd_cuda_page_table_gather", GatherArgs), ("kvd_cuda_kv_transfer", TransferArgs)]:
+        for name, cls in ENTRY_ARGS.items():
             fn = getattr(lib, name)
             fn.argtypes = [POINTER(cls), POINTER(Launch)]
             fn.restype = c_int

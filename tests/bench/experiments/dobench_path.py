@@ -27,13 +27,11 @@ TURNS = int(os.environ.get("EXP_TURNS", "6"))
 dev = "cuda"; torch.manual_seed(0)
 kvd = B.Kvd(os.environ["EXP_LIB"])
 held = ctypes.PyDLL(os.environ["EXP_LIB"])
-ARGTYPES = {"kvd_cuda_kv_store": B.StoreArgs, "kvd_cuda_kv_transfer": B.TransferArgs,
-            "kvd_cuda_page_table_gather": B.GatherArgs}
 
 
 def gil_held(sc):
     fn = getattr(held, sc.fname)
-    fn.argtypes = [ctypes.POINTER(ARGTYPES[sc.fname]), ctypes.POINTER(B.Launch)]
+    fn.argtypes = [ctypes.POINTER(B.ENTRY_ARGS[sc.fname]), ctypes.POINTER(B.Launch)]
     fn.restype = ctypes.c_int
     launch = B.Launch(torch.cuda.current_stream().cuda_stream or None, 0, 0)
     pa, pl = ctypes.byref(sc.args), ctypes.byref(launch)
