@@ -184,6 +184,57 @@ template <int SHIFT> __device__ __forceinline__ void live(const GatherEven &p)
         atomicAdd(p.oob, 1ull);
 }
 
+/* Round 17: the same one element a thread, page size 16 compiled in, on
+ * smaller parameter blocks, to see whether the 80-byte GatherEven is what
+ * keeps v_pred_seed (the seed's own logic) 0.03 us behind the seed at bs=1
+ * (round 17 call 1): LIVE false is the seed's logic (no bounds) on the
+ * seed's 48 bytes (GatherL1, as Triton's four pointers and two strides);
+ * LIVE true the library's (v_live16's) on GatherL1X (56 bytes, no
+ * out-of-range count) or GatherP64 (64 bytes, with it). */
+struct GatherP64 {
+    GatherL1 a;
+    uint32_t table_rows;
+    int32_t dummy;
+    unsigned long long *oob;
+};
+static_assert(sizeof(GatherP64) == 64, "64 bytes");
+
+template <bool LIVE, bool OOB, typename P> __device__ __forceinline__ void small(const P &q)
+{
+    const GatherL1 &p = *(const GatherL1 *)&q;
+    const uint32_t r = blockIdx.x;
+    const int64_t req = ((const int64_t *)p.req)[r];
+    const int len = ((const int *)p.seq)[r];
+    const uint32_t c = blockIdx.y * 128 + threadIdx.x;
+    const uint32_t cols = p.cols_shift & ((1u << 27) - 1);
+    bool on;
+    int dummy = 0;
+    uint32_t rows = 0;
+    if constexpr (LIVE) {
+        const GatherL1X &x = *(const GatherL1X *)&q;
+        rows = x.table_rows;
+        dummy = x.dummy;
+        on = c < cols && (int64_t)((uint64_t)c << 4) < (int64_t)len && (uint64_t)req < rows;
+    } else {
+        on = (int)c < (len + 15) >> 4 && c < p.max_pages;
+    }
+    const int *src = (const int *)(p.table + (uint64_t)req * p.table_stride) + c;
+    int *dst = (int *)(p.out + (uint64_t)r * p.out_stride) + c;
+    int v = 0;
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q ld.global.b32 %0, [%1];\n\t}"
+                 : "+r"(v)
+                 : "l"(src), "r"((uint32_t)on));
+    v = on ? v : dummy;
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q st.global.b32 [%0], %1;\n\t}" ::"l"(dst),
+                 "r"(v), "r"((uint32_t)(c < p.max_pages))
+                 : "memory");
+    if constexpr (OOB) {
+        const GatherP64 &x = *(const GatherP64 *)&q;
+        if (c == 0 && req >= 0 && (uint64_t)req >= rows && x.oob)
+            atomicAdd(x.oob, 1ull);
+    }
+}
+
 /* The kernels.  -DLONE=1 or 2 builds only v_even or only v_seedlike: a
  * kernel alone in its module, as the seed's is (module_path.py,
  * EXP_MP_LONE=1). */
@@ -207,4 +258,7 @@ extern "C" __global__ void __launch_bounds__(128) v_pred(const GatherEven p) { p
 extern "C" __global__ void __launch_bounds__(128) v_live(const GatherEven p) { live<-1>(p); }
 /* pages of 16 tokens only (the bench's gather) */
 extern "C" __global__ void __launch_bounds__(128) v_live16(const GatherEven p) { live<4>(p); }
+extern "C" __global__ void __launch_bounds__(128) v_seed_l1(const __grid_constant__ GatherL1 p) { small<false, false>(p); }
+extern "C" __global__ void __launch_bounds__(128) v_live_l1x(const __grid_constant__ GatherL1X p) { small<true, false>(p); }
+extern "C" __global__ void __launch_bounds__(128) v_live_p64(const __grid_constant__ GatherP64 p) { small<true, true>(p); }
 #endif

@@ -11,9 +11,11 @@ EXP_MP_SEED=1 adds the seed's own kernel as Triton compiled it, through the same
 - seed_mod: its cubin as is; seed_ptxas: its PTX assembled by the local ptxas for sm_90a.
 EXP_MP_EX=1 adds mod_ex and seed_modex: mod and seed_mod launched with cuLaunchKernelEx (no
 attributes), as Triton's launcher launches.
-EXP_MP_VARIANTS=1 adds gather_variants.cu's fourteen shapes between gather_even and the seed's kernel
+EXP_MP_VARIANTS=1 adds gather_variants.cu's seventeen shapes between gather_even and the seed's kernel
 (v_even ... v_pred; v_live and v_live16, round 17's: the library's gather_pred, its page shift
-read or compiled in), loaded as one module of their own; with EXP_MP_LONE=1 too, v_even and
+read or compiled in; v_seed_l1, v_live_l1x, v_live_p64: one element a thread on 48-, 56- and
+64-byte blocks), loaded as one module of their own (EXP_MP_PICK=a,b,... times only those
+ways, the seed and lib always); with EXP_MP_LONE=1 too, v_even and
 v_seedlike also each alone in a module (lone_even, lone_seedlike).
 Every way is checked against torch first (output poisoned).  Then, by default, EXP_ROUNDS rounds
 of do_bench turns (L2 flushed) with the lowest turn, the median of the lowest third and the median
@@ -106,7 +108,11 @@ class GatherL1X(ctypes.Structure):
     _fields_ = [("a", GatherL1), ("table_rows", ctypes.c_uint32), ("dummy", ctypes.c_int32)]
 
 
-assert [ctypes.sizeof(t) for t in (GatherL1, GatherL1Pad, GatherL1X)] == [48, 80, 56]
+class GatherP64(ctypes.Structure):
+    _fields_ = [("a", GatherL1X), ("oob", ctypes.c_void_p)]
+
+
+assert [ctypes.sizeof(t) for t in (GatherL1, GatherL1Pad, GatherL1X, GatherP64)] == [48, 80, 56, 64]
 
 def seed_kernels(g):
     """The seed's gather for case g as Triton compiled it, run through module_path.cu instead of
@@ -179,7 +185,10 @@ if os.environ.get("EXP_MP_VARIANTS"):
                              ("v_pred_seed", lambda bs, m: (bs, cdiv(m, 128), 128), "even"),
                              ("v_pred", lambda bs, m: (bs, cdiv(m, 128), 128), "even"),
                              ("v_live", lambda bs, m: (bs, cdiv(m, 128), 128), "even"),
-                             ("v_live16", lambda bs, m: (bs, cdiv(m, 128), 128), "even")):
+                             ("v_live16", lambda bs, m: (bs, cdiv(m, 128), 128), "even"),
+                             ("v_seed_l1", lambda bs, m: (bs, cdiv(m, 128), 128), "l1"),
+                             ("v_live_l1x", lambda bs, m: (bs, cdiv(m, 128), 128), "l1x"),
+                             ("v_live_p64", lambda bs, m: (bs, cdiv(m, 128), 128), "p64")):
         k = len(slots) + len(more_slots)
         rc = mp.mp_load(k, image, tag.encode())
         assert rc == 0, f"mp_load {tag}: CUresult {rc}"
@@ -217,11 +226,14 @@ for bs, maxp in ((1, 256), (64, 2048)):
         fns.update(seed_kernels(g))
     l1 = GatherL1(g.rpi.data_ptr(), g.seq.data_ptr(), req_to_page.data_ptr(), g.out.data_ptr(),
                   req_to_page.stride(0) * 4, g.out.stride(0) * 4, min(req_to_page.shape[1], maxp) | 4 << 27, maxp)
-    blocks = {"even": p, "l1": l1, "l1pad": GatherL1Pad(l1), "l1x": GatherL1X(l1, req_to_page.shape[0], 0)}
+    blocks = {"even": p, "l1": l1, "l1pad": GatherL1Pad(l1), "l1x": GatherL1X(l1, req_to_page.shape[0], 0),
+              "p64": GatherP64(GatherL1X(l1, req_to_page.shape[0], 0), None)}
     for tag, (k, shape, kind) in variants.items():
         gx, gy, bx = shape(bs, maxp)
         fns[tag] = lambda k=k, q=blocks[kind], gx=gx, gy=gy, bx=bx: mp.mp_launch(k, gx, gy, bx, ctypes.addressof(q),
                                                                                  STREAM[0])
+    if os.environ.get("EXP_MP_PICK"):  # comma-separated ways to keep (the seed and lib always)
+        fns = {n: f for n, f in fns.items() if n in ("seed", "lib") or n in os.environ["EXP_MP_PICK"].split(",")}
     for name, fn in fns.items():
         g.out.fill_(-1); fn(); torch.cuda.synchronize()
         ok = torch.equal(g.out, g.ref)
