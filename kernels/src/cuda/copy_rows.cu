@@ -464,31 +464,31 @@ __global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ 
         }
         store_once((V *)p.dst[b] + (uint64_t)d * p.dst_stride[b] + t, r);
     } else {
+        /* Straight-line, as the seed's kernel: the row load predicated on
+         * its source index's test alone, the store on both, the
+         * out-of-range count after the store.  No branch before the store,
+         * so the row load waits on the source index only (round 16 pinned
+         * it with volatile loads behind taken branches instead; on an H200
+         * this form took 0.04 us off MLA at 64 rows, level with the seed,
+         * and timed the same at 1,024 rows within 0.02 us: graph pairs,
+         * tests/bench/results round 17).  A negative (padding) index is
+         * huge as unsigned: one compare takes padding and out of range. */
         const RowView &w = p.view[0];
-        /* The row load waits on its source index alone, and is pinned
-         * before the destination's tests: whichever index arrives last, the
-         * row is on its way.  The destination index is pinned too, so that
-         * it is not sunk past the source's test. */
-        const int64_t d = kvd__load_index_now(w.dst_idx, IDX64, i);
+        const int64_t d = kvd__load_index(w.dst_idx, IDX64, i);
         const int64_t s = kvd__load_index(w.src_idx, IDX64, i);
-        if ((uint64_t)s >= w.src_slots) {
-            if (s >= 0 && d >= 0 && t == 0 && blockIdx.z == 0 && p.oob)
-                atomicAdd(p.oob, 1ull);
-            return; /* padding (either index negative), or out of range */
-        }
+        const bool src_ok = (uint64_t)s < w.src_slots, dst_ok = (uint64_t)d < w.dst_slots;
         const char *sbase = w.src;
         char *dbase = w.dst;
         if constexpr (R == Rows::kLayers) {
             sbase += blockIdx.z * p.src_layer_stride;
             dbase += blockIdx.z * p.dst_layer_stride;
         }
-        const V r = kvd__load_now((const V *)sbase + (uint64_t)s * w.src_stride + t);
-        if ((uint64_t)d >= w.dst_slots) {
-            if (d >= 0 && t == 0 && blockIdx.z == 0 && p.oob) /* not padding: out of range */
-                atomicAdd(p.oob, 1ull);
-            return;
-        }
-        store_once((V *)dbase + (uint64_t)d * w.dst_stride + t, r);
+        V r = {};
+        kvd__load_if(r, (const V *)sbase + (uint64_t)s * w.src_stride + t, src_ok);
+        kvd__store_if((V *)dbase + (uint64_t)d * w.dst_stride + t, r, src_ok && dst_ok);
+        /* neither index padding, one out of range: counted once per pair */
+        if (!(src_ok && dst_ok) && s >= 0 && d >= 0 && t == 0 && blockIdx.z == 0 && p.oob)
+            atomicAdd(p.oob, 1ull);
     }
 }
 

@@ -200,4 +200,78 @@ __device__ __forceinline__ int64_t kvd__load_index_now(const void *p, bool is64,
     return is64 ? kvd__load_now((const int64_t *)p + i) : (int64_t)kvd__load_now((const int32_t *)p + i);
 }
 
+/*
+ * Predicated accesses: v = *p where live, else v unchanged; *p = v where
+ * live.  No branch, so ptxas has nothing to sink a load below: the load
+ * waits on what its address and predicate need, and nothing else (a plain
+ * load before a branch it sank below an early exit, tests/bench/results
+ * round 16).  The gather's table loads and the block-per-row transfer's
+ * row copies use them.
+ */
+#define KVD_PRED_Q "{\n\t.reg .pred q;\n\tsetp.ne.u32 q, "
+template <typename V> __device__ __forceinline__ void kvd__load_if(V &v, const V *p, bool live);
+template <typename V> __device__ __forceinline__ void kvd__store_if(V *p, const V &v, bool live);
+template <> __device__ __forceinline__ void kvd__load_if(uint4 &v, const uint4 *p, bool live)
+{
+    asm volatile(KVD_PRED_Q "%5, 0;\n\t@q ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+                 : "l"(__cvta_generic_to_global(p)), "r"((uint32_t)live));
+}
+template <> __device__ __forceinline__ void kvd__store_if(uint4 *p, const uint4 &v, bool live)
+{
+    asm volatile(KVD_PRED_Q "%5, 0;\n\t@q st.global.v4.u32 [%0], {%1, %2, %3, %4};\n\t}" ::"l"(
+                     __cvta_generic_to_global(p)),
+                 "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"((uint32_t)live)
+                 : "memory");
+}
+template <> __device__ __forceinline__ void kvd__load_if(uint2 &v, const uint2 *p, bool live)
+{
+    asm volatile(KVD_PRED_Q "%3, 0;\n\t@q ld.global.v2.u32 {%0, %1}, [%2];\n\t}"
+                 : "+r"(v.x), "+r"(v.y)
+                 : "l"(__cvta_generic_to_global(p)), "r"((uint32_t)live));
+}
+template <> __device__ __forceinline__ void kvd__store_if(uint2 *p, const uint2 &v, bool live)
+{
+    asm volatile(KVD_PRED_Q "%3, 0;\n\t@q st.global.v2.u32 [%0], {%1, %2};\n\t}" ::"l"(
+                     __cvta_generic_to_global(p)),
+                 "r"(v.x), "r"(v.y), "r"((uint32_t)live)
+                 : "memory");
+}
+/* The scalar forms: T in a register of constraint C, accessed as PTX type PT. */
+#define KVD_PRED_SCALAR(T, PT, C)                                                                  \
+    template <> __device__ __forceinline__ void kvd__load_if(T &v, const T *p, bool live)          \
+    {                                                                                              \
+        asm volatile(KVD_PRED_Q "%2, 0;\n\t@q ld.global." PT " %0, [%1];\n\t}"                    \
+                     : "+" C(v)                                                                    \
+                     : "l"(__cvta_generic_to_global(p)), "r"((uint32_t)live));                     \
+    }                                                                                              \
+    template <> __device__ __forceinline__ void kvd__store_if(T *p, const T &v, bool live)         \
+    {                                                                                              \
+        asm volatile(KVD_PRED_Q "%2, 0;\n\t@q st.global." PT " [%0], %1;\n\t}" ::"l"(                \
+                         __cvta_generic_to_global(p)),                                             \
+                     C(v), "r"((uint32_t)live)                                                     \
+                     : "memory");                                                                  \
+    }
+KVD_PRED_SCALAR(int64_t, "b64", "l")
+KVD_PRED_SCALAR(int32_t, "b32", "r")
+KVD_PRED_SCALAR(uint32_t, "b32", "r")
+KVD_PRED_SCALAR(uint16_t, "b16", "h")
+#undef KVD_PRED_SCALAR
+/* no 8-bit register: through a 16-bit one */
+template <> __device__ __forceinline__ void kvd__load_if(uint8_t &v, const uint8_t *p, bool live)
+{
+    uint16_t w = v;
+    asm volatile(KVD_PRED_Q "%2, 0;\n\t@q ld.global.u8 %0, [%1];\n\t}"
+                 : "+h"(w)
+                 : "l"(__cvta_generic_to_global(p)), "r"((uint32_t)live));
+    v = (uint8_t)w;
+}
+template <> __device__ __forceinline__ void kvd__store_if(uint8_t *p, const uint8_t &v, bool live)
+{
+    asm volatile(KVD_PRED_Q "%2, 0;\n\t@q st.global.u8 [%0], %1;\n\t}" ::"l"(__cvta_generic_to_global(p)),
+                 "h"((uint16_t)v), "r"((uint32_t)live)
+                 : "memory");
+}
+#undef KVD_PRED_Q
+
 #endif /* KVDOCK_CUDA_COMMON_CUH */

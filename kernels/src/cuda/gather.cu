@@ -253,35 +253,6 @@ __global__ void __launch_bounds__(KVD_GATHER_EVEN_THREADS, KVD_MIN_BLOCKS_PER_SM
         atomicAdd(p.oob, 1ull);
 }
 
-/* v = *src where live (a predicated load: no branch for ptxas to move the
- * index loads below), else v unchanged; the same for a store. */
-__device__ __forceinline__ void load_if(int32_t &v, const int32_t *src, bool live)
-{
-    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q ld.global.b32 %0, [%1];\n\t}"
-                 : "+r"(v)
-                 : "l"(__cvta_generic_to_global(src)), "r"((uint32_t)live));
-}
-__device__ __forceinline__ void load_if(int64_t &v, const int64_t *src, bool live)
-{
-    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q ld.global.b64 %0, [%1];\n\t}"
-                 : "+l"(v)
-                 : "l"(__cvta_generic_to_global(src)), "r"((uint32_t)live));
-}
-__device__ __forceinline__ void store_if(int32_t *dst, int32_t v, bool live)
-{
-    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q st.global.b32 [%0], %1;\n\t}" ::"l"(
-                     __cvta_generic_to_global(dst)),
-                 "r"(v), "r"((uint32_t)live)
-                 : "memory");
-}
-__device__ __forceinline__ void store_if(int64_t *dst, int64_t v, bool live)
-{
-    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q st.global.b64 [%0], %1;\n\t}" ::"l"(
-                     __cvta_generic_to_global(dst)),
-                 "l"(v), "r"((uint32_t)live)
-                 : "memory");
-}
-
 /*
  * gather_even's work for the smallest calls, in the seed's shape: blocks
  * of kPredThreads threads, one element each, rows on x; no branch, the
@@ -314,9 +285,9 @@ __global__ void __launch_bounds__(kPredThreads) gather_pred(const GatherEven p)
     const int64_t first = (int64_t)((uint64_t)c << p.page_shift); /* the column's first token */
     const bool live = c < p.cols && first < (int64_t)len && (uint64_t)(int64_t)req < p.table_rows;
     T v = 0;
-    load_if(v, (const T *)(p.table + (uint64_t)(UR)req * p.table_stride) + c, live);
+    kvd__load_if(v, (const T *)(p.table + (uint64_t)(UR)req * p.table_stride) + c, live);
     v = live ? v : (T)p.dummy;
-    store_if((T *)(p.out + (uint64_t)r * p.out_stride) + c, v, c < p.max_pages);
+    kvd__store_if((T *)(p.out + (uint64_t)r * p.out_stride) + c, v, c < p.max_pages);
     if (c == 0 && req >= 0 && (uint64_t)(int64_t)req >= p.table_rows && p.oob)
         atomicAdd(p.oob, 1ull);
 }

@@ -4,7 +4,7 @@ store and of a per-layer MLA transfer in the shapes of row_variants.cu (its head
 the calls found), against the seed and the library, with the host's pace taken out.
 
 Cases (small_cases.py): store N=1 and 32 (s_lib, s_weak, s_nc, s_cold, s_sel, s_l2), per-layer MLA at
-64 and 1,024 rows (t_lib, t_src, t_src128, t_pred, t_seed, t_cold, t_ool); EXP_RP_VARIANTS=a,b,... times
+64 and 1,024 rows (t_lib, t_src, t_src128, t_pred, t_seed, t_cold, t_ool, t_pred_oob); EXP_RP_VARIANTS=a,b,... times
 only those (the seed, the library and seedB always).  Each variant is loaded from row_variants.cu as a module
 of its own and launched through module_path.cu's driver launch, with the library's parameter block
 for the kernel (56 bytes for a transfer, 72 for a store).  Every variant is checked against torch
@@ -68,7 +68,7 @@ assert mp.mp_init() == 0, "mp_init failed"
 image = open(f"{WORK}/row_variants.cubin", "rb").read()
 # name: (threads a block, or None for one a vector of the row)
 TRANSFERS = {"t_lib": None, "t_src": None, "t_src128": 128, "t_pred": None, "t_seed": 128, "t_cold": None,
-             "t_ool": None}
+             "t_ool": None, "t_pred_oob": None}
 STORES = {"s_lib": Store, "s_weak": Store, "s_nc": Store, "s_cold": Store, "s_sel": Store, "s_l2": StoreL2}
 PICK = os.environ.get("EXP_RP_VARIANTS")  # comma-separated names to time (default: all)
 if PICK:
