@@ -50,7 +50,8 @@ constexpr int kUnroll = 4;
 constexpr int kUnrollDeep = 8;
 
 /* Cache policy of the row copies (a build-time experiment knob): 1 marks
- * loads and stores evict-first, since every byte is touched once. */
+ * loads and stores evict-first, since every byte is touched once (the
+ * block-per-row transfer's predicated accesses excepted). */
 #ifndef KVD_COPY_STREAMING
 #define KVD_COPY_STREAMING 0
 #endif

@@ -203,10 +203,10 @@ __device__ __forceinline__ int64_t kvd__load_index_now(const void *p, bool is64,
 /*
  * Predicated accesses: v = *p where live, else v unchanged; *p = v where
  * live.  No branch, so ptxas has nothing to sink a load below: the load
- * waits on what its address and predicate need, and nothing else (a plain
- * load before a branch it sank below an early exit, tests/bench/results
- * round 16).  The gather's table loads and the block-per-row transfer's
- * row copies use them.
+ * waits on what its address and predicate need, and nothing else (in
+ * round 16 ptxas sank a plain load written before a test below the test's
+ * early exit, tests/bench/results).  The gather's table loads and the
+ * block-per-row transfer's row copies use them.
  */
 #define KVD_PRED_Q "{\n\t.reg .pred q;\n\tsetp.ne.u32 q, "
 template <typename V> __device__ __forceinline__ void kvd__load_if(V &v, const V *p, bool live);
