@@ -160,8 +160,9 @@ template <bool CHECKS> __device__ __forceinline__ void pred1(const GatherEven &p
 /* The library's gather_pred since 7e82f47 (round 16: a column is live when
  * column x page size < length, so the length meets one compare), with the
  * page shift from the parameters (SHIFT < 0) or compiled in (SHIFT >= 0,
- * as the seed compiles its page size in): written for round 17, not yet
- * run on a GPU. */
+ * as the seed compiles its page size in).  Round 17 calls 1-3: compiling
+ * the shift in changed nothing.  small() below repeats its predicated load
+ * and store: kept as they ran (sharing them reorders the PTX). */
 template <int SHIFT> __device__ __forceinline__ void live(const GatherEven &p)
 {
     const uint32_t r = blockIdx.x;
