@@ -1811,6 +1811,14 @@ static const xfer_case_t XFER_CASES[] = {
     {64, 1152, 4, XF_STRIDE, 1, I32, IDX_MIXED, DEV, DEV, 0, 0, 128, 0, 0, L_DEFAULT},
     {100, 1152, 3, XF_STRIDE, 1, I64, IDX_PERM, DEV, DEV, 0, 0, 64, 0, 0, L_DEFAULT},
     {64, 2048, 4, XF_STRIDE, 0, I64, IDX_PERM, DEV, DEV, 0, 0, 128, 0, 0, L_DEFAULT},
+    /* one buffer, few rows (the block-per-row kernel, its loads and stores predicated), with
+     * padding and out-of-range pairs: 64-bit indices at 16-byte vectors, then rows of 24, 12,
+     * 6 and 3 bytes for each narrower vector (8, 4, 2 and 1 bytes; 12 over two layers) */
+    {64, 1152, 1, XF_STRIDE, 1, I64, IDX_MIXED, DEV, DEV, 0, 0, 0, 0, 0, L_DEFAULT},
+    {64, 24, 1, XF_STRIDE, 1, I64, IDX_MIXED, DEV, DEV, 0, 0, 0, 0, 0, L_DEFAULT},
+    {64, 12, 2, XF_STRIDE, 1, I32, IDX_MIXED, DEV, DEV, 0, 0, 64, 0, 0, L_DEFAULT},
+    {64, 6, 1, XF_STRIDE, 1, I64, IDX_MIXED, DEV, DEV, 0, 0, 0, 0, 0, L_DEFAULT},
+    {64, 3, 1, XF_STRIDE, 1, I32, IDX_MIXED, DEV, DEV, 0, 0, 0, 0, 0, L_DEFAULT},
     /* pinned host pools */
     {64, 2048, 32, XF_TABLE, 0, I64, IDX_PERM, PIN, DEV, 0, 0, 128, 0, 0, L_DEFAULT},
     {1024, 2048, 32, XF_TABLE, 0, I32, IDX_MIXED, DEV, PIN, 0, 0, 128, 0, 0, L_MB8},
