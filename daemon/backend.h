@@ -22,6 +22,7 @@
 #include <uv.h>
 
 #include "kvdock/kernels.h"
+#include "hostmem.h"
 #include "kvdock/status.h"
 #include "options.h"
 
@@ -93,7 +94,14 @@ struct kvd_backend {
     /* Bytes a MEM_DEVICE_VMM allocation rounds up to (what it holds); 0
      * where there are no VMM pools. */
     uint64_t vmm_granularity;
+    /* The host-memory budget (set by the server before any request):
+     * staging is counted there. */
+    kvd_hostmem_t *hostmem;
 
+    /* Free and total device memory; NULL where there is no device. */
+    kvd_status_t (*device_memory)(kvd_backend_t *be, uint64_t *free_bytes, uint64_t *total_bytes);
+    /* Device kinds are refused (ENOMEM) when they would leave the device
+     * less free memory than --device-memory-margin. */
     kvd_status_t (*mem_create)(kvd_backend_t *be, int kind, uint64_t bytes, const char *label,
                                kvd_mem_t **out, char *why, size_t why_len);
     /* Import a client's region: ipc (MEM_DEVICE) or fd (MEM_HOST,
@@ -105,8 +113,11 @@ struct kvd_backend {
     /* n uint64 values copied to memory the kernels can read (device tables). */
     kvd_status_t (*table_create)(kvd_backend_t *be, const uint64_t *vals, size_t n, void **out);
     void (*table_destroy)(kvd_backend_t *be, void *table);
-    /* Operand staging the kernels can read (pinned on cuda). */
-    void *(*staging_alloc)(kvd_backend_t *be, size_t bytes);
+    /* Operand staging the kernels can read (pinned on cuda), counted as
+     * staging in the host-memory budget: KVD_OK, or the budget's refusal
+     * (ELIMIT, ENOMEM) with why set. */
+    kvd_status_t (*staging_alloc)(kvd_backend_t *be, size_t bytes, void **out, char *why,
+                                  size_t why_len);
     void (*staging_free)(kvd_backend_t *be, void *p, size_t bytes);
 
     kvd_status_t (*event_open)(kvd_backend_t *be, const unsigned char *handle, size_t len,

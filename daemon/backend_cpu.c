@@ -188,13 +188,27 @@ static void cpu_table_destroy(kvd_backend_t *be, void *t)
     free(t);
 }
 
-static void *cpu_staging_alloc(kvd_backend_t *be, size_t bytes)
+static kvd_status_t cpu_staging_alloc(kvd_backend_t *be, size_t bytes, void **out, char *why,
+                                      size_t why_len)
 {
-    return malloc(bytes ? bytes : 1);
+    kvd_status_t st = kvd_hostmem_reserve(be->hostmem, KVD_HM_STAGING, bytes, why, why_len);
+
+    if (st != KVD_OK)
+        return st;
+    *out = malloc(bytes ? bytes : 1);
+    if (*out == NULL) {
+        kvd_hostmem_release(be->hostmem, KVD_HM_STAGING, bytes);
+        snprintf(why, why_len, "out of memory");
+        return KVD_ENOMEM;
+    }
+    return KVD_OK;
 }
 
 static void cpu_staging_free(kvd_backend_t *be, void *p, size_t bytes)
 {
+    if (p == NULL)
+        return;
+    kvd_hostmem_release(be->hostmem, KVD_HM_STAGING, bytes);
     free(p);
 }
 

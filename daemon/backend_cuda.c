@@ -108,6 +108,7 @@ typedef struct staging_block {
 typedef struct staging_slab {
     struct staging_slab *next;
     void *mem;
+    size_t bytes;
 } staging_slab_t;
 
 typedef struct job_fifo {
@@ -133,6 +134,7 @@ static kvd_job_t *fifo_pop(job_fifo_t *q)
 typedef struct cuda_backend {
     kvd_backend_t be;
     int dev;
+    uint64_t device_margin; /* device memory device pools leave free */
     /* completion by polling: jobs in flight per stream, in launch order,
      * queried by the poller thread (poll) or by the loop itself (loop) */
     int use_poll;
@@ -535,6 +537,41 @@ static kvd_status_t register_host(kvd_mem_t *m, char *why, size_t why_len)
     return cuda_fail(e, "cudaHostRegister", why, why_len);
 }
 
+static kvd_status_t cuda_device_memory(kvd_backend_t *be, uint64_t *free_bytes,
+                                       uint64_t *total_bytes)
+{
+    size_t f = 0, t = 0;
+    cudaError_t e = cudaMemGetInfo(&f, &t);
+
+    (void)be;
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaMemGetInfo", NULL, 0);
+    *free_bytes = f;
+    *total_bytes = t;
+    return KVD_OK;
+}
+
+/* A device allocation must leave the workers device-memory-margin free. */
+static kvd_status_t check_device_room(cuda_backend_t *cb, uint64_t bytes, char *why,
+                                      size_t why_len)
+{
+    uint64_t f, t;
+    char a[32], b[32], c[32];
+    kvd_status_t st = cuda_device_memory(&cb->be, &f, &t);
+
+    if (st != KVD_OK) {
+        snprintf(why, why_len, "cannot read the device's free memory");
+        return st;
+    }
+    if (bytes > f || f - bytes < cb->device_margin) {
+        snprintf(why, why_len, "%s requested, %s free on the device, of which %s stays free "
+                 "for the workers (device-memory-margin)", kvd_fmt_bytes(bytes, a, sizeof(a)),
+                 kvd_fmt_bytes(f, b, sizeof(b)), kvd_fmt_bytes(cb->device_margin, c, sizeof(c)));
+        return KVD_ENOMEM;
+    }
+    return KVD_OK;
+}
+
 static kvd_status_t cuda_mem_create(kvd_backend_t *be, int kind, uint64_t bytes,
                                     const char *label, kvd_mem_t **out, char *why,
                                     size_t why_len)
@@ -543,6 +580,9 @@ static kvd_status_t cuda_mem_create(kvd_backend_t *be, int kind, uint64_t bytes,
     kvd_mem_t *m;
     kvd_status_t st = KVD_OK;
     cudaError_t e;
+
+    if (kind != KVD_MEM_HOST && (st = check_device_room(cb, bytes, why, why_len)) != KVD_OK)
+        return st;
 
     m = mem_new(kind, kind == KVD_MEM_HOST     ? HOW_HOST
                       : kind == KVD_MEM_DEVICE ? HOW_MALLOC
@@ -788,6 +828,15 @@ static void cuda_table_destroy(kvd_backend_t *be, void *t)
     (void)cudaGetLastError();
 }
 
+/* Larger staging blocks kept pinned for reuse: at most STAGING_KEEP_BYTES,
+ * and no more than an eighth of the host-memory budget. */
+static uint64_t staging_keep(const cuda_backend_t *cb)
+{
+    uint64_t share = cb->be.hostmem->budget / 8;
+
+    return share < STAGING_KEEP_BYTES ? share : STAGING_KEEP_BYTES;
+}
+
 static int bin_of(size_t bytes)
 {
     int b = 0;
@@ -800,26 +849,49 @@ static int bin_of(size_t bytes)
     return b; /* STAGING_BINS: too large to cache */
 }
 
+/* Pin bytes of staging, counted in the budget. */
+static kvd_status_t staging_pin(cuda_backend_t *cb, size_t bytes, void **out, char *why,
+                                size_t why_len)
+{
+    kvd_status_t st = kvd_hostmem_reserve(cb->be.hostmem, KVD_HM_STAGING, bytes, why, why_len);
+
+    if (st != KVD_OK)
+        return st;
+    if (cudaHostAlloc(out, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+        (void)cudaGetLastError();
+        kvd_hostmem_release(cb->be.hostmem, KVD_HM_STAGING, bytes);
+        snprintf(why, why_len, "cannot pin %zu bytes of host memory", bytes);
+        return KVD_ENOMEM;
+    }
+    return KVD_OK;
+}
+
+static void staging_unpin(cuda_backend_t *cb, void *p, size_t bytes)
+{
+    cudaFreeHost(p);
+    kvd_hostmem_release(cb->be.hostmem, KVD_HM_STAGING, bytes);
+}
+
 /* Fill small bin b from a new slab: pinning memory costs far more than a
  * request (and cudaFreeHost synchronizes), so it happens once per slab. */
-static int staging_refill(cuda_backend_t *cb, int b)
+static kvd_status_t staging_refill(cuda_backend_t *cb, int b, char *why, size_t why_len)
 {
     size_t cap = (size_t)1 << (STAGING_MIN_SHIFT + b), n, i;
     size_t bytes = cap * 64;
     staging_slab_t *slab = malloc(sizeof(*slab));
+    kvd_status_t st;
 
     if (bytes < STAGING_SLAB_MIN)
         bytes = STAGING_SLAB_MIN;
     if (bytes > STAGING_SLAB_MAX)
         bytes = STAGING_SLAB_MAX;
     if (slab == NULL)
-        return -1;
-    if (cudaHostAlloc(&slab->mem, bytes, cudaHostAllocPortable | cudaHostAllocMapped) !=
-        cudaSuccess) {
-        (void)cudaGetLastError();
+        return KVD_ENOMEM;
+    if ((st = staging_pin(cb, bytes, &slab->mem, why, why_len)) != KVD_OK) {
         free(slab);
-        return -1;
+        return st;
     }
+    slab->bytes = bytes;
     slab->next = cb->slabs;
     cb->slabs = slab;
     n = bytes / cap;
@@ -828,30 +900,29 @@ static int staging_refill(cuda_backend_t *cb, int b)
         blk->next = cb->bins[b];
         cb->bins[b] = blk;
     }
-    return 0;
+    return KVD_OK;
 }
 
-static void *cuda_staging_alloc(kvd_backend_t *be, size_t bytes)
+static kvd_status_t cuda_staging_alloc(kvd_backend_t *be, size_t bytes, void **out, char *why,
+                                       size_t why_len)
 {
     cuda_backend_t *cb = (cuda_backend_t *)be;
     int b = bin_of(bytes);
     size_t cap = b < STAGING_BINS ? (size_t)1 << (STAGING_MIN_SHIFT + b) : bytes;
-    void *p = NULL;
+    kvd_status_t st;
 
-    if (b < STAGING_SLAB_BINS && cb->bins[b] == NULL && staging_refill(cb, b) != 0)
-        return NULL;
+    if (b < STAGING_SLAB_BINS && cb->bins[b] == NULL &&
+        (st = staging_refill(cb, b, why, why_len)) != KVD_OK)
+        return st;
     if (b < STAGING_BINS && cb->bins[b] != NULL) {
         staging_block_t *blk = cb->bins[b];
         cb->bins[b] = blk->next;
         if (b >= STAGING_SLAB_BINS)
             cb->staging_cached -= cap;
-        return blk;
+        *out = blk;
+        return KVD_OK;
     }
-    if (cudaHostAlloc(&p, cap, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    return p;
+    return staging_pin(cb, cap, out, why, why_len);
 }
 
 static void cuda_staging_free(kvd_backend_t *be, void *p, size_t bytes)
@@ -863,7 +934,7 @@ static void cuda_staging_free(kvd_backend_t *be, void *p, size_t bytes)
     if (p == NULL)
         return;
     if (b < STAGING_SLAB_BINS ||
-        (b < STAGING_BINS && cb->staging_cached + cap <= STAGING_KEEP_BYTES)) {
+        (b < STAGING_BINS && cb->staging_cached + cap <= staging_keep(cb))) {
         staging_block_t *blk = p;
         blk->next = cb->bins[b];
         cb->bins[b] = blk;
@@ -871,7 +942,7 @@ static void cuda_staging_free(kvd_backend_t *be, void *p, size_t bytes)
             cb->staging_cached += cap;
         return;
     }
-    cudaFreeHost(p); /* past the cache, or larger than any bin: rare */
+    staging_unpin(cb, p, cap); /* past the cache, or larger than any bin: rare */
 }
 
 /* ---- events ---------------------------------------------------------------- */
@@ -1141,6 +1212,7 @@ kvd_status_t kvd_backend_cuda_create(uv_loop_t *loop, const kvd_options_t *opts,
     pthread_mutex_init(&cb->poll_mu, NULL);
     pthread_cond_init(&cb->poll_cv, NULL);
     cb->dev = (int)opts->device;
+    cb->device_margin = opts->device_memory_margin;
     cb->be.name = "cuda";
     cb->be.proto_backend = 2; /* BACKEND_CUDA */
     snprintf(cb->be.device_name, sizeof(cb->be.device_name), "%.127s", prop.name);
@@ -1192,6 +1264,7 @@ kvd_status_t kvd_backend_cuda_create(uv_loop_t *loop, const kvd_options_t *opts,
         cb->poller_started = 1;
     }
 
+    cb->be.device_memory = cuda_device_memory;
     cb->be.mem_create = cuda_mem_create;
     cb->be.mem_import = cuda_mem_import;
     cb->be.mem_destroy = cuda_mem_destroy;

@@ -13,16 +13,57 @@
 #include "dispatch.h"
 #include "log.h"
 
+/* Every connection may hold one read chunk without counting it: a client
+ * can always be read and answered, whatever the others hold. */
 #define READ_CHUNK (64u << 10)
+/* Replies a connection may have queued and still be read while socket
+ * memory is full. */
+#define WQ_FREE (64u << 10)
 #define MAX_PENDING_FDS (2 * KVD_MAX_FDS_PER_FRAME)
 
 static void on_poll(uv_poll_t *h, int status, int events);
 
+/* Stop reading this client: too much in flight, or its unread replies pile
+ * up (past its own limit, or past a little while socket memory is full). */
 static int paused(const kvd_conn_t *c)
 {
     const kvd_options_t *o = &c->srv->opts;
 
-    return c->inflight >= o->max_inflight || c->wq_bytes >= o->max_write_queue_bytes;
+    return c->inflight >= o->max_inflight || c->wq_bytes >= o->max_write_queue_bytes ||
+           (c->wq_bytes > WQ_FREE && kvd_hostmem_full(&c->srv->hostmem, KVD_HM_SOCKETS));
+}
+
+/* The frame deadline: set when bytes of an incomplete frame wait while the
+ * daemon reads, renewed for each new frame, cleared when nothing waits or
+ * the daemon has stopped reading (back-pressure is not the client's delay).
+ * Before hello the hello's deadline stands. */
+static void update_deadline(kvd_conn_t *c)
+{
+    const kvd_options_t *o = &c->srv->opts;
+    uint64_t start;
+
+    if (c->deadline_hello)
+        return;
+    if (o->frame_timeout_ms == 0 || c->closing || c->close_after_flush ||
+        c->rlen == c->rstart || paused(c)) {
+        c->deadline_ns = 0;
+        return;
+    }
+    start = c->rabs + c->rstart;
+    if (c->deadline_ns == 0 || c->deadline_frame != start) {
+        c->deadline_ns = kvd_now_ns() + o->frame_timeout_ms * 1000000ull;
+        c->deadline_frame = start;
+    }
+}
+
+/* Give back the read buffer and what it counted. */
+static void free_rbuf(kvd_conn_t *c)
+{
+    kvd_hostmem_release(&c->srv->hostmem, KVD_HM_SOCKETS, c->rcharged);
+    c->rcharged = 0;
+    free(c->rbuf);
+    c->rbuf = NULL;
+    c->rcap = c->rlen = c->rstart = 0;
 }
 
 static void update_poll(kvd_conn_t *c)
@@ -35,6 +76,7 @@ static void update_poll(kvd_conn_t *c)
         ev |= UV_READABLE;
     if (c->wq != NULL && !c->flush_queued)
         ev |= UV_WRITABLE; /* a flush found the socket full */
+    update_deadline(c);
     if (ev == c->poll_events)
         return;
     if (ev != 0)
@@ -89,12 +131,13 @@ static void free_fdgroups(kvd_conn_t *c)
     c->fdq_tail = NULL;
 }
 
-static void free_wbuf(kvd_wbuf_t *w)
+static void free_wbuf(kvd_conn_t *c, kvd_wbuf_t *w)
 {
     int i;
 
     for (i = 0; i < w->nfds; i++)
         close(w->fds[i]);
+    kvd_hostmem_release(&c->srv->hostmem, KVD_HM_SOCKETS, w->len);
     free(w->buf);
     free(w);
 }
@@ -117,14 +160,13 @@ void kvd_conn_close(kvd_conn_t *c, const char *reason)
     while (c->wq) {
         kvd_wbuf_t *w = c->wq;
         c->wq = w->next;
-        free_wbuf(w);
+        free_wbuf(c, w);
     }
     c->wq_tail = NULL;
     c->wq_bytes = 0;
+    c->deadline_ns = 0;
     free_fdgroups(c);
-    free(c->rbuf);
-    c->rbuf = NULL;
-    c->rcap = c->rlen = c->rstart = 0;
+    free_rbuf(c);
     /* What it owns leaves the registry now; the memory goes once the
      * operations that use it have completed. */
     kvd_registry_drop_owner(&srv->reg, &c->owner);
@@ -147,6 +189,9 @@ void kvd_conn_close_after_flush(kvd_conn_t *c, const char *reason)
         return;
     c->close_after_flush = 1;
     c->close_reason = reason;
+    /* nothing more is read: bytes of a frame not yet whole are of no use */
+    free_fdgroups(c);
+    free_rbuf(c);
     if (!close_if_done(c))
         update_poll(c);
 }
@@ -207,7 +252,7 @@ void kvd__conn_flush(kvd_conn_t *c)
             c->wq = w->next;
             if (c->wq == NULL)
                 c->wq_tail = NULL;
-            free_wbuf(w);
+            free_wbuf(c, w);
             w = c->wq;
         }
     }
@@ -236,11 +281,12 @@ kvd_status_t kvd__conn_send(kvd_conn_t *c, const ProtobufCMessage *msg, const in
         free(w);
         return st;
     }
+    kvd_hostmem_charge(&c->srv->hostmem, KVD_HM_SOCKETS, w->len);
     for (i = 0; i < nfds; i++) {
         w->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
         if (w->fds[i] < 0) {
             w->nfds = i;
-            free_wbuf(w);
+            free_wbuf(c, w);
             return KVD_EIO;
         }
     }
@@ -359,11 +405,38 @@ static int process_frames(kvd_conn_t *c, unsigned *handled)
     return -1;
 }
 
-/* Room for the next read: compact, and grow to hold a whole frame. */
-static int make_room(kvd_conn_t *c)
+/* Set the read buffer's capacity to cap bytes, counting what passes the
+ * first chunk as socket memory.  0, or -1 with why set: the budget refused
+ * (-2: out of memory). */
+static int resize_rbuf(kvd_conn_t *c, size_t cap, char *why, size_t why_len)
+{
+    kvd_hostmem_t *hm = &c->srv->hostmem;
+    uint64_t charge = cap > READ_CHUNK ? cap - READ_CHUNK : 0;
+    uint8_t *nb;
+
+    if (charge > c->rcharged &&
+        kvd_hostmem_reserve(hm, KVD_HM_SOCKETS, charge - c->rcharged, why, why_len) != KVD_OK)
+        return -1;
+    nb = realloc(c->rbuf, cap);
+    if (nb == NULL) {
+        if (charge > c->rcharged)
+            kvd_hostmem_release(hm, KVD_HM_SOCKETS, charge - c->rcharged);
+        return -2;
+    }
+    if (charge < c->rcharged)
+        kvd_hostmem_release(hm, KVD_HM_SOCKETS, c->rcharged - charge);
+    c->rcharged = charge;
+    c->rbuf = nb;
+    c->rcap = cap;
+    return 0;
+}
+
+/* Room for the next read: compact, and grow towards the end of the frame
+ * being read as its bytes arrive, doubling, never to its announced length
+ * at once (a header alone pins no memory).  See resize_rbuf for the result. */
+static int make_room(kvd_conn_t *c, char *why, size_t why_len)
 {
     size_t plen = 0, want, avail = c->rlen - c->rstart;
-    uint8_t *nb;
 
     if (c->rstart > 0 && (c->rstart == c->rlen || c->rcap - c->rlen < READ_CHUNK / 4)) {
         memmove(c->rbuf, c->rbuf + c->rstart, avail);
@@ -372,27 +445,26 @@ static int make_room(kvd_conn_t *c)
         c->rstart = 0;
     }
     want = c->rlen + READ_CHUNK;
-    if (kvd_frame_parse(unread(c), avail, UINT64_MAX, &plen) != KVD_PARSE_NEED_MORE ||
-        avail >= KVD_FRAME_HEADER_BYTES) {
+    if (avail >= KVD_FRAME_HEADER_BYTES) {
         /* the header is checked against the maximum before we get here */
-        size_t frame_end = c->rstart + KVD_FRAME_HEADER_BYTES + plen;
-        if (frame_end > want)
-            want = frame_end;
+        size_t frame_end;
+
+        (void)kvd_frame_parse(unread(c), avail, UINT64_MAX, &plen);
+        frame_end = c->rstart + KVD_FRAME_HEADER_BYTES + plen;
+        if (frame_end > want) {
+            size_t doubled = 2 * c->rcap > want ? 2 * c->rcap : want;
+            want = frame_end < doubled ? frame_end : doubled;
+        }
     }
     if (want <= c->rcap)
         return 0;
-    nb = realloc(c->rbuf, want);
-    if (nb == NULL)
-        return -1;
-    c->rbuf = nb;
-    c->rcap = want;
-    return 0;
+    return resize_rbuf(c, want, why, why_len);
 }
 
 static void shrink_buffer(kvd_conn_t *c)
 {
     size_t avail = c->rlen - c->rstart;
-    uint8_t *nb;
+    char why[8];
 
     if (c->rcap <= 4 * READ_CHUNK || avail > READ_CHUNK)
         return;
@@ -400,16 +472,29 @@ static void shrink_buffer(kvd_conn_t *c)
     c->rabs += c->rstart;
     c->rlen = avail;
     c->rstart = 0;
-    nb = realloc(c->rbuf, READ_CHUNK);
-    if (nb != NULL) {
-        c->rbuf = nb;
-        c->rcap = READ_CHUNK;
-    }
+    (void)resize_rbuf(c, READ_CHUNK, why, sizeof(why)); /* a shrink: never refused */
+}
+
+/* The frame being read does not fit in the socket memory: say so and close. */
+static void refuse_frame(kvd_conn_t *c, const char *why)
+{
+    char msg[300];
+    size_t plen = 0;
+
+    (void)kvd_frame_parse(unread(c), c->rlen - c->rstart, UINT64_MAX, &plen);
+    snprintf(msg, sizeof(msg), "frame of %zu bytes refused: %s (max-socket-buffer-bytes)", plen,
+             why);
+    c->srv->stats.refused_socket_mem++;
+    kvd_log(KVD_LOG_WARN, "event=frame_refused client=%" PRIu64 " bytes=%zu reason=socket_memory",
+            c->id, plen);
+    kvd__reply_error(c, 0, KVD_ELIMIT, msg);
+    kvd_conn_close_after_flush(c, "frame refused: socket memory full");
 }
 
 static void read_and_process(kvd_conn_t *c)
 {
     unsigned handled = 0;
+    char why[200];
 
     for (;;) {
         int fds[KVD_MAX_FDS_PER_FRAME], nfds = 0, r;
@@ -420,8 +505,12 @@ static void read_and_process(kvd_conn_t *c)
             return;
         if (r > 0)
             break;
-        if (make_room(c) != 0) {
-            kvd_conn_close(c, "out of memory");
+        if ((r = make_room(c, why, sizeof(why))) != 0) {
+            if (r == -2) {
+                kvd_conn_close(c, "out of memory");
+                return;
+            }
+            refuse_frame(c, why);
             return;
         }
         n = kvd_sock_recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, fds, &nfds,
@@ -473,6 +562,7 @@ static void read_and_process(kvd_conn_t *c)
             kvd__server_kick(c->srv, c);
         else
             shrink_buffer(c);
+        update_deadline(c);
     }
 }
 
@@ -484,6 +574,35 @@ void kvd__conn_process(kvd_conn_t *c)
         return;
     if (process_frames(c, &handled) > 0 && !c->closing && has_frame(c) && !paused(c))
         kvd__server_kick(c->srv, c);
+    update_deadline(c);
+}
+
+void kvd__conn_hello_done(kvd_conn_t *c)
+{
+    c->deadline_hello = 0;
+    c->deadline_ns = 0;
+    update_deadline(c);
+}
+
+void kvd__conn_check_deadline(kvd_conn_t *c, uint64_t now_ns)
+{
+    const kvd_options_t *o = &c->srv->opts;
+    char msg[160];
+
+    if (c->closing || c->deadline_ns == 0 || now_ns < c->deadline_ns)
+        return;
+    if (c->deadline_hello) {
+        c->srv->stats.timeouts_hello++;
+        snprintf(msg, sizeof(msg), "no hello within %" PRIu64 " ms of connecting "
+                 "(hello-timeout-ms)", o->hello_timeout_ms);
+    } else {
+        c->srv->stats.timeouts_frame++;
+        snprintf(msg, sizeof(msg), "a frame was not whole %" PRIu64 " ms after its first byte "
+                 "(frame-timeout-ms)", o->frame_timeout_ms);
+    }
+    kvd__reply_error(c, 0, KVD_ETIMEDOUT, msg);
+    kvd__conn_flush(c); /* as far as the socket takes it now; then it goes */
+    kvd_conn_close(c, c->deadline_hello ? "hello timeout" : "frame timeout");
 }
 
 static void on_poll(uv_poll_t *h, int status, int events)
@@ -524,6 +643,10 @@ kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, const struct ucred *cred
     c->uid = cred->uid;
     c->admin = kvd__server_peer_admin(srv, cred->uid);
     c->owner.client_id = c->id;
+    if (srv->opts.hello_timeout_ms != 0) {
+        c->deadline_hello = 1;
+        c->deadline_ns = kvd_now_ns() + srv->opts.hello_timeout_ms * 1000000ull;
+    }
     c->next = srv->conns;
     if (srv->conns)
         srv->conns->prev = c;

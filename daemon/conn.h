@@ -58,6 +58,12 @@ struct kvd_conn {
     size_t rstart; /* first unconsumed byte */
     size_t rlen;   /* bytes in rbuf */
     uint64_t rabs; /* stream offset of rbuf[0] */
+    uint64_t rcharged; /* rbuf bytes counted as socket memory (past the first chunk) */
+    /* the deadline that closes the connection: the hello's, or that of
+     * the frame starting at deadline_frame (a stream offset); 0: none */
+    uint64_t deadline_ns;
+    uint64_t deadline_frame;
+    int deadline_hello;
     kvd_fdgroup_t *fdq, *fdq_tail;
     /* write side */
     kvd_wbuf_t *wq, *wq_tail;
@@ -101,5 +107,10 @@ void kvd__conn_op_end(kvd_conn_t *c);
 
 /* Handle buffered frames (up to the per-event cap). */
 void kvd__conn_process(kvd_conn_t *c);
+
+/* The hello was accepted: the hello deadline no longer applies. */
+void kvd__conn_hello_done(kvd_conn_t *c);
+/* Close c if its deadline has passed at now_ns (the server's sweep). */
+void kvd__conn_check_deadline(kvd_conn_t *c, uint64_t now_ns);
 
 #endif

@@ -156,6 +156,7 @@ int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *
     kvd_req_t r;
     const kvd_op_def_t *op;
     kvd_status_t st;
+    char field[128];
     int i;
 
     req = kvdock__request__unpack(NULL, len, payload);
@@ -178,7 +179,12 @@ int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *
     kvdock__response__init(&r.resp);
     r.resp.id = req->id;
 
-    if (r.op_index == kvd__op_count) {
+    if (kvd_wire_string_with_nul(&kvdock__request__descriptor, payload, len, field,
+                                 sizeof(field)) > 0) {
+        /* the decoder cut that string at its NUL: refuse it whole */
+        st = kvd__req_fail(&r, KVD_EINVAL, "%s holds a NUL byte (names and text are refused, "
+                           "not cut)", field);
+    } else if (r.op_index == kvd__op_count) {
         if (req->op_case == KVDOCK__REQUEST__OP__NOT_SET)
             st = kvd__req_fail(&r, KVD_EUNKNOWNOP, "the request names no operation this daemon "
                                "knows (none set, or one newer than protocol version %u)",

@@ -77,6 +77,15 @@ void *kvd__req_alloc(kvd_req_t *r, size_t bytes);
  * limit?  KVD_OK or KVD_ELIMIT (with the message set). */
 kvd_status_t kvd__check_mem_limits(kvd_req_t *r, uint64_t bytes);
 
+/* Reserve bytes (rounded up to whole pages) of host memory of kind (enum
+ * kvd_hostmem_kind) for obj, which records them: the registry gives them
+ * back when obj is freed.  KVD_OK, or the budget's refusal (message set,
+ * prefixed with what). */
+kvd_status_t kvd__reserve_host(kvd_req_t *r, kvd_obj_t *obj, int kind, uint64_t bytes,
+                               const char *what);
+/* Give back what kvd__reserve_host counted for an object that was never added. */
+void kvd__unreserve_host(kvd_req_t *r, kvd_obj_t *obj);
+
 /* Handlers, one file per group. */
 kvd_status_t kvd__op_hello(kvd_req_t *r);
 kvd_status_t kvd__op_ping(kvd_req_t *r);

@@ -101,3 +101,15 @@ void kvd__seterr(char *err, size_t len, const char *fmt, ...)
     vsnprintf(err, len, fmt, ap);
     va_end(ap);
 }
+
+int kvd_ratelimit_take(kvd_ratelimit_t *rl, uint64_t now_ns, uint64_t *held_back)
+{
+    if (rl->last_ns != 0 && now_ns - rl->last_ns < 1000000000ull) {
+        rl->held++;
+        return 0;
+    }
+    *held_back = rl->held;
+    rl->held = 0;
+    rl->last_ns = now_ns;
+    return 1;
+}

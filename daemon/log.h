@@ -11,6 +11,7 @@
 
 #include <inttypes.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum kvd_log_level {
     KVD_LOG_ERROR = 0,
@@ -35,6 +36,16 @@ int kvd_log_level_parse(const char *name);
 /* Format a message into err[len] (nothing when err is NULL or len 0). */
 void kvd__seterr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 const char *kvd_log_level_name(int level);
+
+/* At most one line a second for an event that can repeat without end (a
+ * client flood, descriptors exhausted): kvd_ratelimit_take says whether a
+ * line may be written now and how many were held back since the last. */
+typedef struct kvd_ratelimit {
+    uint64_t last_ns;
+    uint64_t held;
+} kvd_ratelimit_t;
+
+int kvd_ratelimit_take(kvd_ratelimit_t *rl, uint64_t now_ns, uint64_t *held_back);
 
 /* Copy s into buf (len bytes) as a log value: quoted when it holds spaces,
  * '=' or quotes, with control characters and quotes escaped. */

@@ -39,6 +39,9 @@ int main(int argc, char **argv)
     case KVD_OPTS_PRINT:
         kvd_options_print(&opts, stdout);
         return 0;
+    case KVD_OPTS_EXAMPLE:
+        kvd_options_print_example(stdout);
+        return 0;
     case KVD_OPTS_ERROR:
         fprintf(stderr, "kvdockd: %s\n", err);
         return 2;
@@ -51,6 +54,9 @@ int main(int argc, char **argv)
      * (see kvd_cuda_load_kernels).  Set before the first CUDA call. */
     setenv("CUDA_MODULE_LOADING", "EAGER", 1);
     signal(SIGPIPE, SIG_IGN);
+    /* a memfd past RLIMIT_FSIZE then fails with EFBIG (refused, ENOMEM)
+     * instead of killing the daemon */
+    signal(SIGXFSZ, SIG_IGN);
     raise_fd_limit();
 
     if (uv_loop_init(&loop) != 0) {

@@ -377,6 +377,24 @@ char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
     family(&b, "kvdock_memory_bytes", "gauge",
            "bytes of pools and buffers allocated by kvdockd and not yet released");
     sb_printf(&b, "kvdock_memory_bytes %" PRIu64 "\n", srv->reg.live_bytes);
+    family(&b, "kvdock_host_memory_budget_bytes", "gauge",
+           "host memory kvdockd may reserve for its clients (host-memory-budget)");
+    sb_printf(&b, "kvdock_host_memory_budget_bytes %" PRIu64 "\n", srv->hostmem.budget);
+    family(&b, "kvdock_host_memory_bytes", "gauge",
+           "host memory held against the budget, by kind");
+    for (k = 0; k < KVD_HM_COUNT; k++)
+        sample_u(&b, "kvdock_host_memory_bytes", "kind", kvd_hostmem_kind_name(k),
+                 srv->hostmem.used[k]);
+    family(&b, "kvdock_host_memory_limit_bytes", "gauge",
+           "the most each kind of host memory may hold");
+    for (k = 0; k < KVD_HM_COUNT; k++)
+        sample_u(&b, "kvdock_host_memory_limit_bytes", "kind", kvd_hostmem_kind_name(k),
+                 srv->hostmem.cap[k]);
+    family(&b, "kvdock_host_memory_refused_total", "counter",
+           "host-memory reservations refused (budget, kind's limit or the machine's memory)");
+    for (k = 0; k < KVD_HM_COUNT; k++)
+        sample_u(&b, "kvdock_host_memory_refused_total", "kind", kvd_hostmem_kind_name(k),
+                 srv->hostmem.refused[k]);
     family(&b, "kvdock_buffers", "gauge", "live registered buffers");
     sb_printf(&b, "kvdock_buffers %u\n", srv->reg.nbuffers);
     family(&b, "kvdock_events", "gauge", "live registered interprocess events");
@@ -390,6 +408,16 @@ char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
     sb_printf(&b, "kvdock_clients %u\n", clients);
     family(&b, "kvdock_connections_total", "counter", "client connections accepted");
     sb_printf(&b, "kvdock_connections_total %" PRIu64 "\n", st->connections);
+    family(&b, "kvdock_connections_dropped_total", "counter",
+           "connections closed or refused to protect the daemon, by reason");
+    sample_u(&b, "kvdock_connections_dropped_total", "reason", "hello_timeout",
+             st->timeouts_hello);
+    sample_u(&b, "kvdock_connections_dropped_total", "reason", "frame_timeout",
+             st->timeouts_frame);
+    sample_u(&b, "kvdock_connections_dropped_total", "reason", "socket_memory",
+             st->refused_socket_mem);
+    sample_u(&b, "kvdock_connections_dropped_total", "reason", "no_descriptors",
+             st->refused_no_fd);
     family(&b, "kvdock_inflight_requests", "gauge",
            "requests handed to the backend and not yet completed");
     sb_printf(&b, "kvdock_inflight_requests %u\n", srv->inflight);

@@ -23,6 +23,9 @@ kvd_status_t kvd__op_buffer_register(kvd_req_t *r)
         return kvd__req_fail(r, KVD_EINVAL, "kind must be MEM_HOST or MEM_DEVICE");
     if (strlen(br->name) >= KVD_NAME_MAX)
         return kvd__req_fail(r, KVD_EINVAL, "name is longer than %d bytes", KVD_NAME_MAX - 1);
+    if (br->name[0] != '\0' && !kvd_pool_name_valid(br->name))
+        return kvd__req_fail(r, KVD_EINVAL, "a buffer name is empty or up to 63 characters of "
+                             "[A-Za-z0-9._-]");
     if (r->conn->owner.buffers >= r->srv->opts.max_buffers)
         return kvd__req_fail(r, KVD_ELIMIT, "this client has %u buffers already (max-buffers)",
                          r->conn->owner.buffers);
@@ -35,9 +38,16 @@ kvd_status_t kvd__op_buffer_register(kvd_req_t *r)
         free(b);
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     }
+    if (br->kind == KVDOCK__MEM_KIND__MEM_HOST &&
+        (st = kvd__reserve_host(r, &b->obj, KVD_HM_BUFFERS, br->bytes, "host buffer")) !=
+            KVD_OK) {
+        free(b);
+        return st;
+    }
     st = be->mem_create(be, (int)br->kind, br->bytes, br->name[0] ? br->name : "buffer", &b->mem,
                         why, sizeof(why));
     if (st != KVD_OK) {
+        kvd__unreserve_host(r, &b->obj);
         free(b);
         return kvd__req_fail(r, st, "cannot allocate %" PRIu64 " bytes: %s", br->bytes, why);
     }
@@ -48,6 +58,7 @@ kvd_status_t kvd__op_buffer_register(kvd_req_t *r)
     snprintf(b->name, sizeof(b->name), "%s", br->name);
     if (kvd_registry_add(&r->srv->reg, &b->obj, &r->conn->owner) != KVD_OK) {
         be->mem_destroy(be, &b->mem);
+        kvd__unreserve_host(r, &b->obj);
         free(b);
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     }

@@ -36,6 +36,7 @@ typedef struct dataop {
     uint64_t rows;       /* rows the request covers */
     uint64_t rows_valid; /* rows not known to be padding */
     uint64_t row_bytes;  /* bytes written per row */
+    kvd_status_t stage_status; /* why the last stage() failed */
 } dataop_t;
 
 /* An index operand resolved to memory the kernels read. */
@@ -81,17 +82,24 @@ static void hold(dataop_t *d, kvd_obj_t *o)
     d->refs[d->nrefs++] = o;
 }
 
-/* A staging copy of n bytes from src (NULL: left uninitialised), freed with d. */
+/* A staging copy of n bytes from src (NULL: left uninitialised), freed with
+ * d; NULL when refused, with r's message set and the status in
+ * d->stage_status (the budget's ELIMIT, or ENOMEM). */
 static void *stage(kvd_req_t *r, dataop_t *d, const void *src, size_t n)
 {
     kvd_backend_t *be = r->srv->backend;
-    void *p;
+    char why[200] = "";
+    void *p = NULL;
 
-    if (d->nstaging == MAX_STAGING)
+    if (d->nstaging == MAX_STAGING) {
+        d->stage_status = kvd__req_fail(r, KVD_EINTERNAL, "too many staged operands");
         return NULL;
-    p = be->staging_alloc(be, n);
-    if (p == NULL)
+    }
+    d->stage_status = be->staging_alloc(be, n, &p, why, sizeof(why));
+    if (d->stage_status != KVD_OK) {
+        (void)kvd__req_fail(r, d->stage_status, "staging %zu bytes: %s", n, why);
         return NULL;
+    }
     if (n && src != NULL)
         memcpy(p, src, n);
     d->staging[d->nstaging] = p;
@@ -230,7 +238,7 @@ static kvd_status_t get_indices(kvd_req_t *r, dataop_t *d, const Kvdock__Indices
         /* checked in the (aligned) staging copy: raw bytes need not be */
         out->ptr = stage(r, d, vals, bytes);
         if (out->ptr == NULL)
-            return kvd__req_fail(r, KVD_ENOMEM, "out of memory staging %s", what);
+            return d->stage_status;
         st = check_inline(r, out->ptr, n, esize == 8, bound, what, &out->valid);
         if (st != KVD_OK)
             return st;
@@ -269,7 +277,7 @@ static kvd_status_t widen(kvd_req_t *r, dataop_t *d, idx_t *x)
 
     w = stage(r, d, NULL, (size_t)x->count * sizeof(int64_t));
     if (w == NULL)
-        return kvd__req_fail(r, KVD_ENOMEM, "out of memory staging indices");
+        return d->stage_status;
     for (int64_t i = 0; i < x->count; i++)
         w[i] = v[i];
     x->ptr = w;
@@ -304,7 +312,7 @@ static kvd_status_t get_data(kvd_req_t *r, dataop_t *d, const Kvdock__Data *dd, 
                              " (the rows its indices name)", what, dd->inline_.len, most);
         *ptr = stage(r, d, dd->inline_.data, (size_t)need);
         if (*ptr == NULL && need > 0)
-            return kvd__req_fail(r, KVD_ENOMEM, "out of memory staging %s", what);
+            return d->stage_status;
         return KVD_OK;
     }
     {
@@ -604,7 +612,7 @@ static kvd_status_t do_fp8_set(kvd_req_t *r, dataop_t *d)
         if (!p->mla)
             a->v_scale_ptr = stage(r, d, f->v_head_scales, f->num_heads * sizeof(float));
         if (a->k_scale_ptr == NULL || (!p->mla && a->v_scale_ptr == NULL))
-            return kvd__req_fail(r, KVD_ENOMEM, "out of memory staging scales");
+            return d->stage_status;
         break;
     default:
         return kvd__req_fail(r, KVD_EINVAL, "scale_mode %d is unknown", (int)f->scale_mode);

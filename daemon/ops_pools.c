@@ -2,6 +2,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dispatch.h"
 #include "log.h"
@@ -30,6 +31,28 @@ kvd_status_t kvd__check_mem_limits(kvd_req_t *r, uint64_t bytes)
                          " (max-total-pool-bytes)",
                          bytes, o->max_total_pool_bytes);
     return KVD_OK;
+}
+
+kvd_status_t kvd__reserve_host(kvd_req_t *r, kvd_obj_t *obj, int kind, uint64_t bytes,
+                               const char *what)
+{
+    char why[200];
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    kvd_status_t st;
+
+    bytes = (bytes + page - 1) / page * page; /* memfds hold whole pages */
+    st = kvd_hostmem_reserve(&r->srv->hostmem, kind, bytes, why, sizeof(why));
+    if (st != KVD_OK)
+        return kvd__req_fail(r, st, "%s: %s", what, why);
+    obj->host_bytes = bytes;
+    obj->host_kind = kind;
+    return KVD_OK;
+}
+
+void kvd__unreserve_host(kvd_req_t *r, kvd_obj_t *obj)
+{
+    kvd_hostmem_release(&r->srv->hostmem, obj->host_kind, obj->host_bytes);
+    obj->host_bytes = 0;
 }
 
 static void fill_info(const kvd_pool_t *p, Kvdock__PoolInfo *pi)
@@ -150,8 +173,14 @@ kvd_status_t kvd__op_pool_create(kvd_req_t *r)
     p = calloc(1, sizeof(*p));
     if (p == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    if (pc->kind == KVDOCK__MEM_KIND__MEM_HOST &&
+        (st = kvd__reserve_host(r, &p->obj, KVD_HM_POOLS, total, "host pool")) != KVD_OK) {
+        free(p);
+        return st;
+    }
     st = be->mem_create(be, (int)pc->kind, total, pc->name, &p->mem, why, sizeof(why));
     if (st != KVD_OK) {
+        kvd__unreserve_host(r, &p->obj);
         free(p);
         return kvd__req_fail(r, st, "cannot allocate %" PRIu64 " bytes: %s", total, why);
     }
@@ -172,6 +201,7 @@ kvd_status_t kvd__op_pool_create(kvd_req_t *r)
     st = register_pool(r, p);
     if (st != KVD_OK) {
         be->mem_destroy(be, &p->mem);
+        kvd__unreserve_host(r, &p->obj);
         free(p);
     }
     return st;

@@ -28,6 +28,9 @@ kvd_status_t kvd__op_hello(kvd_req_t *r)
     lim->max_inline_bytes = (uint32_t)o->max_inline_bytes;
     lim->max_total_pools = (uint32_t)o->max_total_pools;
     lim->max_buffers = (uint32_t)o->max_buffers;
+    lim->host_memory_budget = srv->hostmem.budget;
+    lim->hello_timeout_ms = o->hello_timeout_ms;
+    lim->frame_timeout_ms = o->frame_timeout_ms;
     rep->protocol_version = KVD_PROTOCOL_VERSION;
     rep->daemon_version = (char *)KVD_DAEMON_VERSION;
     rep->backend = (Kvdock__Backend)srv->backend->proto_backend;
@@ -54,8 +57,11 @@ kvd_status_t kvd__op_hello(kvd_req_t *r)
     if (strlen(h->client_name) >= sizeof(c->name))
         return kvd__req_fail(r, KVD_EINVAL, "client_name is longer than %zu bytes",
                          sizeof(c->name) - 1);
+    if (!kvd_text_valid(h->client_name))
+        return kvd__req_fail(r, KVD_EINVAL, "client_name holds a control character");
     snprintf(c->name, sizeof(c->name), "%s", h->client_name);
     c->hello_done = 1;
+    kvd__conn_hello_done(c);
     kvd_log(KVD_LOG_INFO, "event=hello client=%" PRIu64 " name=%s", c->id,
             kvd_log_quote(c->name, name, sizeof(name)));
     return KVD_OK;
@@ -71,6 +77,46 @@ kvd_status_t kvd__op_ping(kvd_req_t *r)
     p->payload = r->req->ping->payload; /* lives until the reply is packed */
     r->resp.result_case = KVDOCK__RESPONSE__RESULT_PONG;
     r->resp.pong = p;
+    return KVD_OK;
+}
+
+/* The host-memory budget and its use by kind; device memory on cuda. */
+static kvd_status_t fill_memory(kvd_req_t *r, Kvdock__StatusReply *s)
+{
+    kvd_server_t *srv = r->srv;
+    const kvd_hostmem_t *hm = &srv->hostmem;
+    Kvdock__HostMemory *h = kvd__req_alloc(r, sizeof(*h));
+    uint64_t total = 0, avail = 0;
+    int k;
+
+    if (h == NULL)
+        return KVD_ENOMEM;
+    kvdock__host_memory__init(h);
+    h->budget = hm->budget;
+    h->used = hm->total;
+    if (kvd_sysmem(&total, &avail) == 0) {
+        h->available = avail;
+        h->machine = total;
+    }
+    h->kinds = kvd__req_alloc(r, sizeof(*h->kinds) * KVD_HM_COUNT);
+    if (h->kinds == NULL)
+        return KVD_ENOMEM;
+    for (k = 0; k < KVD_HM_COUNT; k++) {
+        Kvdock__MemoryUse *u = kvd__req_alloc(r, sizeof(*u));
+        if (u == NULL)
+            return KVD_ENOMEM;
+        kvdock__memory_use__init(u);
+        u->kind = (char *)kvd_hostmem_kind_name(k);
+        u->used = hm->used[k];
+        u->limit = hm->cap[k];
+        u->refused = hm->refused[k];
+        h->kinds[h->n_kinds++] = u;
+    }
+    s->host_memory = h;
+    if (srv->backend->device_memory != NULL &&
+        srv->backend->device_memory(srv->backend, &s->device_memory_free,
+                                    &s->device_memory_total) == KVD_OK)
+        s->device_memory_margin = srv->opts.device_memory_margin;
     return KVD_OK;
 }
 
@@ -95,6 +141,8 @@ kvd_status_t kvd__op_status(kvd_req_t *r)
     s->inflight = srv->inflight;
     s->socket_path = srv->socket_path;
     s->shutting_down = srv->shutting_down != 0;
+    if (fill_memory(r, s) != KVD_OK)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     for (c = srv->conns; c; c = c->next)
         if (!c->closing)
             n++;

@@ -48,6 +48,25 @@ const kvd_option_def_t kvd__option_table[] = {
      "bytes of pools and buffers in the daemon; 0: no limit"},
     {"max-inline-bytes", KVD_OPT_SIZE, OFF(max_inline_bytes), "4M", 0, 1 << 30, NULL,
      "largest inline Data or Indices payload of one request (ELIMIT past it)"},
+    {"host-memory-budget", KVD_OPT_MEMSIZE, OFF(host_memory_budget), "50%", 16 << 20, INT64_MAX,
+     NULL,
+     "host memory the daemon may reserve for its clients (host pools and buffers, pinned "
+     "staging, socket buffers, cache slabs): a SIZE, or a share of the machine's memory (or of "
+     "its cgroup's limit) as N%; a reservation past it is refused (ELIMIT), and one past what "
+     "the machine has available (ENOMEM)"},
+    {"max-socket-buffer-bytes", KVD_OPT_SIZE, OFF(max_socket_buffer_bytes), "1G", 1 << 20,
+     INT64_MAX, NULL,
+     "receive buffers (past each connection's first 64 KiB) and unsent replies of all "
+     "connections together, within the host-memory budget; a connection whose frame does not "
+     "fit is refused (ELIMIT) and closed"},
+    {"device-memory-margin", KVD_OPT_SIZE, OFF(device_memory_margin), "1G", 0, INT64_MAX, NULL,
+     "device memory that device pools leave free for the workers (ENOMEM past it)"},
+    {"hello-timeout-ms", KVD_OPT_UINT, OFF(hello_timeout_ms), "5000", 0, 3600000, NULL,
+     "a connection that has not said hello this long after connecting is closed; 0: never"},
+    {"frame-timeout-ms", KVD_OPT_UINT, OFF(frame_timeout_ms), "5000", 0, 3600000, NULL,
+     "a frame not whole this long after its first byte arrived is dropped with its "
+     "connection (time the daemon is not reading, under back-pressure, does not count); "
+     "0: never"},
     {"reqs-per-event", KVD_OPT_UINT, OFF(reqs_per_event), "32", 1, 1 << 16, NULL,
      "requests handled per read event of one connection, so a busy client cannot starve others"},
     {"max-write-queue-bytes", KVD_OPT_SIZE, OFF(max_write_queue_bytes), "64M", 4096, INT64_MAX,
@@ -221,6 +240,44 @@ static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const c
         }
         *(int64_t *)field = sv;
         return KVD_OK;
+    case KVD_OPT_MEMSIZE: {
+        kvd_memsize_t *m = (kvd_memsize_t *)field;
+        size_t n = strlen(value);
+
+        if (n > 1 && value[n - 1] == '%') {
+            char num[32];
+            if (n - 1 >= sizeof(num)) {
+                kvd__seterr(err, err_len, "%s: '%s' is not a percentage", d->name, value);
+                return KVD_EINVAL;
+            }
+            memcpy(num, value, n - 1);
+            num[n - 1] = '\0';
+            if (parse_number(num, 0, 0, &sv, &uv) != 0) {
+                kvd__seterr(err, err_len, "%s: '%s' is not a percentage", d->name, value);
+                return KVD_EINVAL;
+            }
+            if (uv < 1 || uv > 100) {
+                kvd__seterr(err, err_len, "%s: %s is outside [1%%, 100%%]", d->name, value);
+                return KVD_ERANGE;
+            }
+            m->bytes = 0;
+            m->percent = (uint32_t)uv;
+            return KVD_OK;
+        }
+        if (parse_number(value, 0, 1, &sv, &uv) != 0) {
+            kvd__seterr(err, err_len, "%s: '%s' is not a size (a number with an optional K, M, "
+                        "G or T) or a percentage (N%%)", d->name, value);
+            return KVD_EINVAL;
+        }
+        if (uv < (uint64_t)d->min || uv > (uint64_t)d->max) {
+            kvd__seterr(err, err_len, "%s: %" PRIu64 " is outside [%" PRId64 ", %" PRId64 "]",
+                        d->name, uv, d->min, d->max);
+            return KVD_ERANGE;
+        }
+        m->bytes = uv;
+        m->percent = 0;
+        return KVD_OK;
+    }
     case KVD_OPT_UINT:
     case KVD_OPT_SIZE:
         if (parse_number(value, 0, d->type == KVD_OPT_SIZE, &sv, &uv) != 0) {
@@ -407,6 +464,8 @@ kvd_opts_action_t kvd_options_parse_args(kvd_options_t *o, int argc, char **argv
                 return KVD_OPTS_VERSION;
             if (strcmp(arg, "--print-config") == 0)
                 continue;
+            if (strcmp(arg, "--print-example-config") == 0)
+                return KVD_OPTS_EXAMPLE;
             if (strncmp(arg, "--", 2) != 0) {
                 kvd__seterr(err, err_len, "unexpected argument '%s' (options are --name value)", arg);
                 return KVD_OPTS_ERROR;
@@ -416,7 +475,7 @@ kvd_opts_action_t kvd_options_parse_args(kvd_options_t *o, int argc, char **argv
             name_len = eq ? (size_t)(eq - name) : strlen(name);
             d = find(name, name_len);
             if (d == NULL) {
-                kvd__seterr(err, err_len, "unknown option '%.*s' (see --help)", (int)name_len, arg);
+                kvd__seterr(err, err_len, "unknown option '--%.*s' (see --help)", (int)name_len, name);
                 return KVD_OPTS_ERROR;
             }
             if (eq) {
@@ -470,7 +529,22 @@ void kvd_options_format(const kvd_options_t *o, const kvd_option_def_t *d, char 
     case KVD_OPT_SIZE:
         snprintf(buf, len, "%" PRIu64, *(const uint64_t *)field);
         break;
+    case KVD_OPT_MEMSIZE: {
+        const kvd_memsize_t *m = (const kvd_memsize_t *)field;
+        if (m->percent)
+            snprintf(buf, len, "%u%%", m->percent);
+        else
+            snprintf(buf, len, "%" PRIu64, m->bytes);
+        break;
     }
+    }
+}
+
+uint64_t kvd_memsize_bytes(const kvd_memsize_t *m, uint64_t total)
+{
+    if (m->percent == 0)
+        return m->bytes;
+    return total / 100 * m->percent + total % 100 * m->percent / 100;
 }
 
 static const char *type_word(const kvd_option_def_t *d)
@@ -480,6 +554,7 @@ static const char *type_word(const kvd_option_def_t *d)
     case KVD_OPT_INT: return "N";
     case KVD_OPT_UINT: return "N";
     case KVD_OPT_SIZE: return "SIZE";
+    case KVD_OPT_MEMSIZE: return "SIZE|N%";
     case KVD_OPT_ENUM: return d->choices;
     }
     return "?";
@@ -491,6 +566,7 @@ void kvd_options_help(FILE *f, const char *prog)
 
     fprintf(f,
             "usage: %s [--name VALUE | --name=VALUE]... [--help] [--version] [--print-config]\n"
+            "       [--print-example-config]\n"
             "\n"
             "kvdockd owns KV-cache pools and moves KV data on request over a Unix socket.\n"
             "Every option can also be set in the --config file as `name = value`.\n"
@@ -504,9 +580,35 @@ void kvd_options_help(FILE *f, const char *prog)
         fprintf(f, "  %-34s %s", head, d->help);
         if (d->def[0] != '\0')
             fprintf(f, " [default: %s]", d->def);
-        if (d->type == KVD_OPT_INT || d->type == KVD_OPT_UINT || d->type == KVD_OPT_SIZE)
+        if (d->type == KVD_OPT_INT || d->type == KVD_OPT_UINT || d->type == KVD_OPT_SIZE ||
+            d->type == KVD_OPT_MEMSIZE)
             fprintf(f, " [range: %" PRId64 "..%" PRId64 "]", d->min, d->max);
         fputc('\n', f);
+    }
+}
+
+void kvd_options_print_example(FILE *f)
+{
+    size_t i;
+
+    fputs("# kvdockd example configuration: `name = value` lines, \"#\" starts a comment.\n"
+          "# Every option of `kvdockd --help` may appear here; options given on the\n"
+          "# command line override this file.  Use it with: kvdockd --config FILE\n"
+          "# SIZE values take an optional K, M, G or T suffix (powers of 1024).\n"
+          "# The values below are the defaults; uncomment a line to change it.\n"
+          "# Generated by `kvdockd --print-example-config`.\n",
+          f);
+    for (i = 0; i < kvd__option_count; i++) {
+        const kvd_option_def_t *d = &kvd__option_table[i];
+
+        if (strcmp(d->name, "config") == 0)
+            continue; /* a config file cannot name another one */
+        fprintf(f, "\n# %s", d->help);
+        if (d->type == KVD_OPT_ENUM)
+            fprintf(f, " (%s)", d->choices);
+        else if (d->type != KVD_OPT_STR)
+            fprintf(f, " (%s, %" PRId64 "..%" PRId64 ")", type_word(d), d->min, d->max);
+        fprintf(f, "\n# %s =%s%s\n", d->name, d->def[0] ? " " : "", d->def);
     }
 }
 

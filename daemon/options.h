@@ -36,6 +36,12 @@ enum kvd_cuda_completion {
     KVD_COMPLETION_HOSTFUNC = 2, /* cudaLaunchHostFunc */
 };
 
+/* A size given absolutely or as a share of physical memory. */
+typedef struct kvd_memsize {
+    uint64_t bytes;   /* used when percent is 0 */
+    uint32_t percent; /* 1..100: that share of the machine's memory */
+} kvd_memsize_t;
+
 typedef struct kvd_options {
     char socket[KVD_OPT_STR_MAX];       /* "" = kvd_default_socket_path() */
     char socket_group[KVD_OPT_STR_MAX]; /* "" = no group */
@@ -52,6 +58,11 @@ typedef struct kvd_options {
     uint64_t max_pool_bytes;
     uint64_t max_total_pool_bytes;
     uint64_t max_inline_bytes;
+    kvd_memsize_t host_memory_budget; /* host memory the daemon may reserve */
+    uint64_t max_socket_buffer_bytes; /* socket buffers of all connections */
+    uint64_t device_memory_margin;    /* device memory left free by device pools */
+    uint64_t hello_timeout_ms;        /* connect -> hello; 0: none */
+    uint64_t frame_timeout_ms;        /* first byte of a frame -> its last; 0: none */
     uint64_t reqs_per_event;
     uint64_t max_write_queue_bytes;
     uint64_t shutdown_timeout_ms;
@@ -72,6 +83,7 @@ typedef enum kvd_opt_type {
     KVD_OPT_UINT, /* uint64_t */
     KVD_OPT_SIZE, /* uint64_t, with an optional K, M, G or T suffix (powers of 1024) */
     KVD_OPT_ENUM, /* int: index into choices ("a|b|c") */
+    KVD_OPT_MEMSIZE, /* kvd_memsize_t: a SIZE (bounds as for SIZE) or "N%" of physical memory */
 } kvd_opt_type_t;
 
 typedef struct kvd_option_def {
@@ -109,6 +121,7 @@ typedef enum kvd_opts_action {
     KVD_OPTS_HELP = 1,
     KVD_OPTS_VERSION = 2,
     KVD_OPTS_PRINT = 3, /* --print-config */
+    KVD_OPTS_EXAMPLE = 4, /* --print-example-config */
     KVD_OPTS_ERROR = -1,
 } kvd_opts_action_t;
 
@@ -124,8 +137,15 @@ void kvd_options_help(FILE *f, const char *prog);
 void kvd_options_format(const kvd_options_t *o, const kvd_option_def_t *d, char *buf,
                         size_t len);
 
+/* deploy/kvdockd.example.conf: every option, commented, with its
+ * description and default. */
+void kvd_options_print_example(FILE *f);
+
 /* Every option as a config file would hold it. */
 void kvd_options_print(const kvd_options_t *o, FILE *f);
+
+/* What a memsize option comes to on a machine of total bytes. */
+uint64_t kvd_memsize_bytes(const kvd_memsize_t *m, uint64_t total);
 
 /* Name of stream class i ("reload", ...). */
 const char *kvd_stream_class_name(int sc);

@@ -6,10 +6,11 @@
 
 #include "log.h"
 
-void kvd_registry_init(kvd_registry_t *reg, kvd_backend_t *be)
+void kvd_registry_init(kvd_registry_t *reg, kvd_backend_t *be, kvd_hostmem_t *hostmem)
 {
     memset(reg, 0, sizeof(*reg));
     reg->be = be;
+    reg->hostmem = hostmem;
     reg->next_id = 1;
     reg->orphans.client_id = 0; /* the daemon itself: no connection has id 0 */
     kvd_idmap_init(&reg->objs);
@@ -37,6 +38,8 @@ static void free_obj(kvd_registry_t *reg, kvd_obj_t *obj)
     kvd_backend_t *be = reg->be;
 
     reg->live_bytes -= obj->bytes;
+    if (obj->host_bytes)
+        kvd_hostmem_release(reg->hostmem, obj->host_kind, obj->host_bytes);
     switch (obj->type) {
     case KVD_OBJ_POOL:
         kvd_pool_free(be, (kvd_pool_t *)obj);
@@ -251,5 +254,13 @@ int kvd_pool_name_valid(const char *name)
               c == '.' || c == '_' || c == '-'))
             return 0;
     }
+    return 1;
+}
+
+int kvd_text_valid(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 0;
     return 1;
 }

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "hostmem.h"
 #include "idmap.h"
 
 #define KVD_NAME_MAX 64
@@ -51,6 +52,8 @@ struct kvd_obj {
     int shared;
     int orphaned;       /* creator gone; owner is the registry's own */
     uint64_t bytes;     /* counted against the limits */
+    uint64_t host_bytes; /* counted against the host-memory budget, as host_kind */
+    int host_kind;       /* enum kvd_hostmem_kind */
     kvd_obj_t *onext, *oprev;
 };
 
@@ -95,6 +98,7 @@ typedef struct kvd_event {
 
 typedef struct kvd_registry {
     kvd_backend_t *be;
+    kvd_hostmem_t *hostmem; /* where host_bytes are given back */
     kvd_idmap_t objs;
     uint64_t next_id;
     kvd_pool_t *pools; /* live pools, newest first */
@@ -103,7 +107,7 @@ typedef struct kvd_registry {
     uint64_t live_bytes;  /* bytes of pools and buffers not yet released */
 } kvd_registry_t;
 
-void kvd_registry_init(kvd_registry_t *reg, kvd_backend_t *be);
+void kvd_registry_init(kvd_registry_t *reg, kvd_backend_t *be, kvd_hostmem_t *hostmem);
 
 /* Release a pool's memory and tables and free it: for a pool the registry
  * drops, or one that failed before it was added. */
@@ -136,7 +140,9 @@ kvd_status_t kvd_obj_may_use(const kvd_obj_t *obj, uint64_t client_id);
  * creator's id is never reused), or an admin for a shared one. */
 kvd_status_t kvd_obj_may_drop(const kvd_obj_t *obj, uint64_t client_id, int admin);
 
-/* Is name a valid pool name (1..63 of [A-Za-z0-9._-])? */
+/* Is name a valid pool, buffer or cache name (1..63 of [A-Za-z0-9._-])? */
 int kvd_pool_name_valid(const char *name);
+/* Is s free text without control characters (client names)? */
+int kvd_text_valid(const char *s);
 
 #endif

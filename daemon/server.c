@@ -24,6 +24,7 @@
 #include "systemd.h"
 
 #define ACCEPTS_PER_EVENT 64
+#define ACCEPT_BACKOFF_MS 100
 #define FLUSH_GRACE_NS (2ull * 1000000000ull)
 /* Past the drain timeout, work still on a device stream can only be waiting
  * for something that will not come (an event no one records): give it this
@@ -60,6 +61,56 @@ static void refuse(int fd, kvd_status_t st, const char *msg)
     close(fd);
 }
 
+static void on_accept(uv_poll_t *h, int status, int events);
+
+static void open_spare(kvd_server_t *srv)
+{
+    if (srv->spare_fd < 0)
+        srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void backoff_cb(uv_timer_t *t)
+{
+    kvd_server_t *srv = t->data;
+
+    open_spare(srv);
+    if (srv->listening && !srv->shutting_down)
+        uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);
+}
+
+/*
+ * accept failed with EMFILE or ENFILE: the connection stays in the backlog
+ * and the socket stays readable, so returning would spin.  As libuv and
+ * nginx do, give up the spare descriptor, accept the connection with it,
+ * tell the client why and close it; with no spare to give up, stop
+ * accepting for a moment.  Returns 1 when a connection was taken off the
+ * backlog.
+ */
+static int shed_connection(kvd_server_t *srv, int err)
+{
+    uint64_t held = 0;
+    int fd = -1;
+
+    if (srv->spare_fd >= 0) {
+        close(srv->spare_fd);
+        srv->spare_fd = -1;
+        fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0)
+            refuse(fd, KVD_ELIMIT, "kvdockd has no file descriptor left for this connection "
+                   "(RLIMIT_NOFILE); try again when other clients have gone");
+        open_spare(srv);
+    }
+    srv->stats.refused_no_fd += fd >= 0;
+    if (kvd_ratelimit_take(&srv->accept_log, kvd_now_ns(), &held))
+        kvd_log(KVD_LOG_WARN, "event=accept_no_descriptors error=\"%s\" action=%s "
+                "repeated=%" PRIu64, strerror(err), fd >= 0 ? "refused" : "paused", held);
+    if (fd >= 0)
+        return 1;
+    uv_poll_stop(&srv->listen_poll);
+    uv_timer_start(&srv->accept_backoff, backoff_cb, ACCEPT_BACKOFF_MS, 0);
+    return 0;
+}
+
 static void on_accept(uv_poll_t *h, int status, int events)
 {
     kvd_server_t *srv = h->data;
@@ -74,9 +125,18 @@ static void on_accept(uv_poll_t *h, int status, int events)
         int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
         if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE) {
+                if (shed_connection(srv, errno))
+                    continue;
+                break;
+            }
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
-                errno != ECONNABORTED)
-                kvd_log(KVD_LOG_WARN, "event=accept_error error=\"%s\"", strerror(errno));
+                errno != ECONNABORTED) {
+                uint64_t held = 0;
+                if (kvd_ratelimit_take(&srv->accept_log, kvd_now_ns(), &held))
+                    kvd_log(KVD_LOG_WARN, "event=accept_error error=\"%s\" repeated=%" PRIu64,
+                            strerror(errno), held);
+            }
             break;
         }
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
@@ -295,8 +355,12 @@ static void stop_listening(kvd_server_t *srv)
         return;
     srv->listening = 0;
     close_handle(srv, (uv_handle_t *)&srv->listen_poll);
+    uv_timer_stop(&srv->accept_backoff);
     close(srv->listen_fd);
     srv->listen_fd = -1;
+    if (srv->spare_fd >= 0)
+        close(srv->spare_fd);
+    srv->spare_fd = -1;
     if (!srv->activated && unlink(srv->socket_path) != 0 && errno != ENOENT)
         kvd_log(KVD_LOG_WARN, "event=unlink_failed path=%s error=\"%s\"", srv->socket_path,
                 strerror(errno));
@@ -313,6 +377,8 @@ static void finish(kvd_server_t *srv)
     }
     uv_timer_stop(&srv->drain_timer);
     close_handle(srv, (uv_handle_t *)&srv->drain_timer);
+    close_handle(srv, (uv_handle_t *)&srv->sweep);
+    close_handle(srv, (uv_handle_t *)&srv->accept_backoff);
     close_handle(srv, (uv_handle_t *)&srv->sig_term);
     close_handle(srv, (uv_handle_t *)&srv->sig_int);
     close_handle(srv, (uv_handle_t *)&srv->idle);
@@ -536,6 +602,63 @@ void kvd__server_conn_gone(kvd_server_t *srv, kvd_conn_t *c)
         release_backend(srv);
 }
 
+/* ---- deadlines ---------------------------------------------------------- */
+
+static void sweep_cb(uv_timer_t *t)
+{
+    kvd_server_t *srv = t->data;
+    uint64_t now = kvd_now_ns();
+    kvd_conn_t *c;
+
+    /* a closed connection stays on the list until its close callback */
+    for (c = srv->conns; c; c = c->next)
+        kvd__conn_check_deadline(c, now);
+}
+
+/* Deadlines are checked a few times within the shorter of them; one timer
+ * for all connections costs nothing on the request path. */
+static void start_sweep(kvd_server_t *srv)
+{
+    uint64_t h = srv->opts.hello_timeout_ms, f = srv->opts.frame_timeout_ms, ms;
+
+    if (h == 0 && f == 0)
+        return;
+    ms = (h == 0 ? f : f == 0 ? h : h < f ? h : f) / 4;
+    ms = ms < 10 ? 10 : ms > 1000 ? 1000 : ms;
+    uv_timer_start(&srv->sweep, sweep_cb, ms, ms);
+}
+
+/* ---- the host-memory budget ---------------------------------------------- */
+
+static kvd_status_t init_budget(kvd_server_t *srv, char *why, size_t why_len)
+{
+    const kvd_memsize_t *m = &srv->opts.host_memory_budget;
+    uint64_t total = 0, avail = 0, budget;
+    char a[32], b[32];
+
+    if (kvd_sysmem(&total, &avail) != 0) {
+        if (m->percent != 0) {
+            snprintf(why, why_len, "cannot read the machine's memory (/proc/meminfo) to take "
+                     "%u%% of it: give --host-memory-budget as a size", m->percent);
+            return KVD_EIO;
+        }
+        total = 0;
+    }
+    budget = kvd_memsize_bytes(m, total);
+    kvd_hostmem_init(&srv->hostmem, budget);
+    srv->hostmem.cap[KVD_HM_SOCKETS] = srv->opts.max_socket_buffer_bytes < budget
+                                           ? srv->opts.max_socket_buffer_bytes
+                                           : budget;
+    srv->mem_total = total;
+    kvd_log(KVD_LOG_INFO, "event=host_memory_budget budget=%" PRIu64 " machine=%" PRIu64
+            " available=%" PRIu64, budget, total, avail);
+    if (total != 0 && budget > total)
+        kvd_log(KVD_LOG_WARN, "event=host_memory_budget_large budget=\"%s\" machine=\"%s\" "
+                "hint=\"reservations are also refused past what the machine has available\"",
+                kvd_fmt_bytes(budget, a, sizeof(a)), kvd_fmt_bytes(total, b, sizeof(b)));
+    return KVD_OK;
+}
+
 /* ---- lifecycle --------------------------------------------------------- */
 
 static kvd_status_t pick_backend(kvd_server_t *srv, char *why, size_t why_len)
@@ -566,6 +689,7 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     srv->loop = loop;
     srv->opts = *opts;
     srv->listen_fd = -1;
+    srv->spare_fd = -1;
     srv->uid = getuid();
     srv->next_client_id = 1;
     srv->start_ns = kvd_now_ns();
@@ -579,10 +703,13 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     if (st != KVD_OK)
         goto fail;
     srv->activated = srv->listen_fd >= 0;
+    if ((st = init_budget(srv, why, why_len)) != KVD_OK)
+        goto fail;
     st = pick_backend(srv, why, why_len);
     if (st != KVD_OK)
         goto fail;
-    kvd_registry_init(&srv->reg, srv->backend);
+    srv->backend->hostmem = &srv->hostmem;
+    kvd_registry_init(&srv->reg, srv->backend, &srv->hostmem);
     if (srv->opts.metrics[0] != '\0' &&
         (st = kvd_metrics_create(srv, &srv->metrics, why, why_len)) != KVD_OK)
         goto fail_backend;
@@ -618,6 +745,12 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     srv->flush_check.data = srv;
     uv_timer_init(loop, &srv->drain_timer);
     srv->drain_timer.data = srv;
+    uv_timer_init(loop, &srv->accept_backoff);
+    srv->accept_backoff.data = srv;
+    uv_timer_init(loop, &srv->sweep);
+    srv->sweep.data = srv;
+    start_sweep(srv);
+    open_spare(srv);
     *out = srv;
     return KVD_OK;
 

@@ -12,6 +12,8 @@
 #include <uv.h>
 
 #include "backend.h"
+#include "hostmem.h"
+#include "log.h"
 #include "options.h"
 #include "registry.h"
 #include "stats.h"
@@ -37,6 +39,13 @@ typedef struct kvd_server {
     uint64_t spin_until_ns;
     uv_timer_t drain_timer;
     kvd_backend_t *backend;
+    kvd_hostmem_t hostmem; /* the host-memory budget (hostmem.h) */
+    uint64_t mem_total;    /* the machine's memory (or its cgroup's limit) at start */
+    int spare_fd;          /* held open so that a connection can be accepted and
+                            * refused when the descriptors run out; -1 if none */
+    uv_timer_t accept_backoff; /* accepting paused: no descriptor to refuse with */
+    kvd_ratelimit_t accept_log;
+    uv_timer_t sweep;      /* closes connections past their hello or frame deadline */
     kvd_registry_t reg;
     kvd_stats_t stats;
     struct kvd_metrics *metrics; /* the Prometheus endpoint (--metrics), or NULL */

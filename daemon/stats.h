@@ -40,6 +40,11 @@ typedef struct kvd_stats {
     uint64_t bytes_in;
     uint64_t bytes_out;
     uint64_t connections;
+    /* connections closed or refused to keep the daemon's resources */
+    uint64_t timeouts_hello;      /* no hello in time */
+    uint64_t timeouts_frame;      /* a frame not whole in time */
+    uint64_t refused_no_fd;       /* accepted and refused: no descriptors left */
+    uint64_t refused_socket_mem;  /* a frame that did not fit the socket-buffer memory */
 } kvd_stats_t;
 
 int kvd_stats_init(kvd_stats_t *s, size_t nops);

@@ -294,6 +294,20 @@ static int cmd_status(opts_t *o)
                h->limits.max_frame_bytes, h->limits.max_inflight, h->limits.max_pools,
                h->limits.max_pool_bytes, h->limits.max_total_pool_bytes,
                h->limits.max_inline_bytes);
+        printf(",\"host_memory\":{\"budget\":%" PRIu64 ",\"used\":%" PRIu64
+               ",\"available\":%" PRIu64 ",\"machine\":%" PRIu64 ",\"kinds\":[",
+               s.host_budget, s.host_used, s.host_available, s.host_machine);
+        for (uint32_t k = 0; k < s.num_host_kinds; k++) {
+            printf("%s{\"kind\":", k ? "," : "");
+            kvd__cli_json_str(s.host_kinds[k].kind);
+            printf(",\"used\":%" PRIu64 ",\"limit\":%" PRIu64 ",\"refused\":%" PRIu64 "}",
+                   s.host_kinds[k].used, s.host_kinds[k].limit, s.host_kinds[k].refused);
+        }
+        printf("]}");
+        if (s.device_total > 0)
+            printf(",\"device_memory\":{\"free\":%" PRIu64 ",\"total\":%" PRIu64
+                   ",\"margin\":%" PRIu64 "}",
+                   s.device_free, s.device_total, s.device_margin);
         printf(",\"client_list\":[");
         for (size_t i = 0; i < shown; i++) {
             printf("%s{\"id\":%" PRIu64 ",\"name\":", i ? "," : "", cl[i].id);
@@ -321,6 +335,34 @@ static int cmd_status(opts_t *o)
         printf("  events      %u\n", s.events);
         printf("  in flight   %u\n", s.inflight);
         printf("  max frame   %s, %u in flight per client\n", lim, h->limits.max_inflight);
+        {
+            char u[32], b[32], a[32], m[32];
+            kvd__cli_human_bytes(u, sizeof(u), (double)s.host_used);
+            kvd__cli_human_bytes(b, sizeof(b), (double)s.host_budget);
+            kvd__cli_human_bytes(a, sizeof(a), (double)s.host_available);
+            kvd__cli_human_bytes(m, sizeof(m), (double)s.host_machine);
+            printf("  host memory %s used of a %s budget (the machine: %s available of %s)\n",
+                   u, b, a, m);
+        }
+        if (s.device_total > 0) {
+            char f[32], t2[32], mg[32];
+            kvd__cli_human_bytes(f, sizeof(f), (double)s.device_free);
+            kvd__cli_human_bytes(t2, sizeof(t2), (double)s.device_total);
+            kvd__cli_human_bytes(mg, sizeof(mg), (double)s.device_margin);
+            printf("  device mem  %s free of %s (device pools leave %s free)\n", f, t2, mg);
+        }
+        if (s.num_host_kinds > 0) {
+            putchar('\n');
+            table_init(&t, "MEMORY,>USED,>LIMIT,>REFUSED");
+            for (uint32_t k = 0; k < s.num_host_kinds; k++) {
+                char u[32], l[32], r[24];
+                kvd__cli_human_bytes(u, sizeof(u), (double)s.host_kinds[k].used);
+                kvd__cli_human_bytes(l, sizeof(l), (double)s.host_kinds[k].limit);
+                snprintf(r, sizeof(r), "%" PRIu64, s.host_kinds[k].refused);
+                table_row(&t, s.host_kinds[k].kind, u, l, r);
+            }
+            table_print(&t);
+        }
         if (shown > 0) {
             putchar('\n');
             table_init(&t, ">ID,NAME,>PID,>UID,>INFLIGHT,>POOLS,>REQUESTS");

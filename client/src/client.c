@@ -330,6 +330,24 @@ static kvd_status_t status_finish(kvd_client_t *cli, kvd__pending_t *p)
     kvd__copy_str(o->socket_path, sizeof(o->socket_path), s->socket_path);
     o->shutting_down = s->shutting_down != 0;
     o->num_clients = s->n_client_list;
+    if (s->host_memory != NULL) {
+        const Kvdock__HostMemory *h = s->host_memory;
+
+        o->host_budget = h->budget;
+        o->host_used = h->used;
+        o->host_available = h->available;
+        o->host_machine = h->machine;
+        for (size_t i = 0; i < h->n_kinds && i < KVD_MEMORY_KINDS_MAX; i++) {
+            kvd_memory_use_t *u = &o->host_kinds[o->num_host_kinds++];
+            kvd__copy_str(u->kind, sizeof(u->kind), h->kinds[i]->kind);
+            u->used = h->kinds[i]->used;
+            u->limit = h->kinds[i]->limit;
+            u->refused = h->kinds[i]->refused;
+        }
+    }
+    o->device_free = s->device_memory_free;
+    o->device_total = s->device_memory_total;
+    o->device_margin = s->device_memory_margin;
     for (size_t i = 0; i < s->n_client_list && i < p->out.status.cap; i++) {
         const Kvdock__ClientInfo *ci = s->client_list[i];
         kvd_client_entry_t *e = &p->out.status.clients[i];

@@ -191,6 +191,89 @@ ssize_t kvd_sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int 
     return n;
 }
 
+/* A varint at *p (before end); -1 when it is cut off or longer than 10 bytes. */
+static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+    uint64_t v = 0;
+    int shift;
+
+    for (shift = 0; shift < 70 && *p < end; shift += 7) {
+        uint8_t b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Depth of nested messages the scan follows; deeper ones are left to the
+ * decoder (the protocol nests three deep). */
+#define SCAN_DEPTH 8
+
+static int scan_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p,
+                        const uint8_t *end, int depth, char *path, size_t path_len)
+{
+    while (p < end) {
+        uint64_t key, len;
+        const ProtobufCFieldDescriptor *f;
+
+        if (get_varint(&p, end, &key) != 0)
+            return -1;
+        switch (key & 7) {
+        case 0:
+            if (get_varint(&p, end, &len) != 0)
+                return -1;
+            continue;
+        case 1:
+            if (end - p < 8)
+                return -1;
+            p += 8;
+            continue;
+        case 5:
+            if (end - p < 4)
+                return -1;
+            p += 4;
+            continue;
+        case 2:
+            break;
+        default:
+            return -1; /* groups: the decoder says what it makes of them */
+        }
+        if (get_varint(&p, end, &len) != 0 || len > (uint64_t)(end - p))
+            return -1;
+        f = key >> 3 <= UINT32_MAX
+                ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3))
+                : NULL;
+        if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, (size_t)len)) {
+            snprintf(path, path_len, "%s", f->name);
+            return 1;
+        }
+        if (f != NULL && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < SCAN_DEPTH) {
+            char sub[128];
+            int r = scan_strings(f->descriptor, p, p + len, depth + 1, sub, sizeof(sub));
+            if (r != 0) {
+                if (r > 0)
+                    snprintf(path, path_len, "%s.%s", f->name, sub);
+                return r;
+            }
+        }
+        p += len;
+    }
+    return 0;
+}
+
+int kvd_wire_string_with_nul(const ProtobufCMessageDescriptor *desc, const uint8_t *buf,
+                             size_t len, char *path, size_t path_len)
+{
+    if (desc == NULL || (buf == NULL && len > 0))
+        return -1;
+    if (path_len > 0)
+        path[0] = '\0';
+    return len ? scan_strings(desc, buf, buf + len, 0, path, path_len) : 0;
+}
+
 kvd_status_t kvd_default_socket_path(char *buf, size_t len)
 {
     const char *env;

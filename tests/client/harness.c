@@ -103,6 +103,9 @@ int kvt_daemon_start(kvt_daemon_t *d, const char *backend, const char *const *ex
     argv[argc++] = d->socket;
     argv[argc++] = "--backend";
     argv[argc++] = backend;
+    /* no test daemon reserves more than this unless extra says otherwise */
+    argv[argc++] = "--host-memory-budget";
+    argv[argc++] = "2G";
     for (int i = 0; extra != NULL && extra[i] != NULL && argc < 62; i++)
         argv[argc++] = extra[i];
     argv[argc] = NULL;

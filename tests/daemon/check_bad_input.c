@@ -307,6 +307,18 @@ static void raw_msg(m_t *m, const ProtobufCMessage *msg, size_t cut)
     m->raw_len += n - cut;
 }
 
+/* The frame of a request, with every byte X of its strings made NUL: a
+ * decoder would cut "abXcd" to "ab". */
+static void nul_in_strings(m_t *m)
+{
+    size_t i;
+
+    raw_msg(m, &m->req.base, 0);
+    for (i = 4; i < m->raw_len; i++)
+        if (m->raw[i] == 'X')
+            m->raw[i] = 0;
+    m->raw_id = m->req.id;
+}
 #define B(fn) static void fn(ctx_t *x, m_t *m)
 
 /* ---- frames ------------------------------------------------------------- */
@@ -419,6 +431,17 @@ B(s_long_name)
     m->req.hello = &m->hello;
     m->hello.protocol_version = KVD_PROTOCOL_VERSION;
     m->hello.client_name = m->name;
+}
+B(s_control_name)
+{
+    s_long_name(x, m);
+    m->hello.client_name = "worker\n0";
+}
+B(s_nul_name)
+{
+    s_long_name(x, m);
+    m->hello.client_name = "workerX0";
+    nul_in_strings(m);
 }
 B(s_second_hello)
 {
@@ -870,6 +893,11 @@ B(p_long_name)
     m->name[64] = '\0';
     create_base(m, m->name);
 }
+B(p_nul_name)
+{
+    create_base(m, "abXcd");
+    nul_in_strings(m);
+}
 B(p_layers_zero)
 {
     create_base(m, "nolayers");
@@ -1078,6 +1106,19 @@ B(b_long_name)
     m->name[70] = '\0';
     m->br.name = m->name;
 }
+B(b_bad_name)
+{
+    b_zero(x, m);
+    m->br.bytes = 64;
+    m->br.name = "k v";
+}
+B(b_nul_name)
+{
+    b_zero(x, m);
+    m->br.bytes = 64;
+    m->br.name = "kXv";
+    nul_in_strings(m);
+}
 B(b_drop_dropped)
 {
     m->req.op_case = KVDOCK__REQUEST__OP_BUFFER_DROP;
@@ -1136,6 +1177,8 @@ static const row_t rows[] = {
     {"request before hello", s_before_hello, KVD_EPROTO, ON_FRESH, 0},
     {"pool_create before hello", s_pool_before_hello, KVD_EPROTO, ON_FRESH, 0},
     {"hello with a 70-byte client name", s_long_name, KVD_EINVAL, ON_FRESH, 0},
+    {"hello with a newline in the client name", s_control_name, KVD_EINVAL, ON_FRESH, 0},
+    {"hello with a NUL byte in the client name", s_nul_name, KVD_EINVAL, ON_FRESH, 0},
     {"second hello", s_second_hello, KVD_EPROTO, ON_OWNER, 0},
     {"Sync on ping", s_sync_on_ping, KVD_EINVAL, ON_OWNER, 0},
     {"Sync on status", s_sync_on_status, KVD_EINVAL, ON_OWNER, 0},
@@ -1228,6 +1271,7 @@ static const row_t rows[] = {
     {"pool_create, name with a space", p_bad_name, KVD_EINVAL, ON_OWNER, 0},
     {"pool_create, empty name", p_empty_name, KVD_EINVAL, ON_OWNER, 0},
     {"pool_create, 64-byte name", p_long_name, KVD_EINVAL, ON_OWNER, 0},
+    {"pool_create, name with a NUL byte (ab\\0cd)", p_nul_name, KVD_EINVAL, ON_OWNER, 0},
     {"pool_create, 0 layers", p_layers_zero, KVD_EINVAL, ON_OWNER, 0},
     {"pool_create, slot_bytes 0", p_slot_bytes_zero, KVD_EINVAL, ON_OWNER, 0},
     {"pool_create, kind unset", p_kind_unset, KVD_EINVAL, ON_OWNER, 0},
@@ -1267,6 +1311,8 @@ static const row_t rows[] = {
     {"buffer_register, kind VMM", b_kind, KVD_EINVAL, ON_OWNER, 0},
     {"buffer_register, device buffer on cpu", b_device, KVD_ENOTSUP, ON_OWNER, 0},
     {"buffer_register, 70-byte name", b_long_name, KVD_EINVAL, ON_OWNER, 0},
+    {"buffer_register, name with a space", b_bad_name, KVD_EINVAL, ON_OWNER, 0},
+    {"buffer_register, name with a NUL byte", b_nul_name, KVD_EINVAL, ON_OWNER, 0},
     {"buffer_drop of a dropped buffer", b_drop_dropped, KVD_ENOENT, ON_OWNER, 0},
     {"buffer_drop naming a pool id", b_drop_pool_id, KVD_ENOENT, ON_OWNER, 0},
     {"event_register, handle of 10 bytes", e_handle_length, KVD_EINVAL, ON_OWNER, 0},

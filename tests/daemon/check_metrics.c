@@ -127,7 +127,8 @@ static int logged_port(const kvdt_daemon_t *d)
 
 static void setup(void)
 {
-    const char *const extra[] = {"--metrics", "127.0.0.1:0", NULL};
+    const char *const extra[] = {"--metrics", "127.0.0.1:0", "--host-memory-budget", "64M",
+                                 "--hello-timeout-ms", "200", NULL};
 
     kvdt_start(&D, extra);
     port = logged_port(&D);
@@ -591,7 +592,23 @@ START_TEST(test_scrape)
     req.store = &s;
     ck_assert_int_eq(kvdt_status_of(fd, &req), 0);
 
+    /* a connection that never says hello, closed at its deadline, counted */
+    {
+        int silent = kvdt_connect(D.sock);
+        ck_assert_int_ge(silent, 0);
+        ck_assert(kvdt_closed(silent, 3000));
+        close(silent);
+    }
     scrape(&E2);
+    ck_assert_double_eq(value_of(&E2, "kvdock_connections_dropped_total",
+                                 "reason=\"hello_timeout\""), 1);
+    ck_assert_double_eq(value_of(&E2, "kvdock_connections_dropped_total",
+                                 "reason=\"frame_timeout\""), 0);
+    ck_assert_double_eq(value_of(&E2, "kvdock_host_memory_budget_bytes", ""), 64 << 20);
+    ck_assert_double_eq(value_of(&E2, "kvdock_host_memory_bytes", "kind=\"pools\""), 4096);
+    ck_assert_double_eq(value_of(&E2, "kvdock_host_memory_limit_bytes", "kind=\"pools\""),
+                        64 << 20);
+    ck_assert_double_eq(value_of(&E2, "kvdock_host_memory_refused_total", "kind=\"pools\""), 0);
     ck_assert_double_eq(value_of(&E2, "kvdock_requests_total", "op=\"ping\""), 5);
     ck_assert_double_eq(value_of(&E2, "kvdock_request_duration_seconds_count", "op=\"ping\""), 5);
     ck_assert_double_eq(

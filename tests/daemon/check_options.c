@@ -295,19 +295,28 @@ END_TEST
 
 START_TEST(test_example_config)
 {
-    /* deploy/kvdockd.example.conf parses, and names every option */
+    /* deploy/kvdockd.example.conf is what the table generates now, parses,
+     * and names every option */
     kvd_options_t o;
     FILE *f = fopen(KVD_EXAMPLE_CONF, "r");
-    char *text = NULL;
-    size_t cap = 0, i;
+    char *text = NULL, *gen = NULL;
+    size_t cap = 0, i, gen_len = 0;
     ssize_t n;
-    char all[16384] = "";
+    char all[32768] = "";
+    FILE *g;
 
     ck_assert_ptr_nonnull(f);
     while ((n = getline(&text, &cap, f)) > 0)
         strncat(all, text, sizeof(all) - strlen(all) - 1);
     fclose(f);
     free(text);
+    g = open_memstream(&gen, &gen_len);
+    ck_assert_ptr_nonnull(g);
+    kvd_options_print_example(g);
+    fclose(g);
+    ck_assert_msg(strcmp(all, gen) == 0, "deploy/kvdockd.example.conf is out of date: "
+                  "regenerate it with `kvdockd --print-example-config`");
+    free(gen);
     for (i = 0; i < kvd__option_count; i++) {
         char want[80];
         if (strcmp(kvd__option_table[i].name, "config") == 0)

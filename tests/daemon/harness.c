@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -88,6 +89,14 @@ void kvdt_child_close_fds(int keep)
         close(fds[i]);
 }
 
+static rlim_t child_nofile, child_fsize;
+
+void kvdt_set_limits(uint64_t nofile, uint64_t fsize)
+{
+    child_nofile = (rlim_t)nofile;
+    child_fsize = (rlim_t)fsize;
+}
+
 static pid_t spawn(const char *sock, const char *log, const char *const *extra)
 {
     const char *argv[64];
@@ -103,6 +112,9 @@ static pid_t spawn(const char *sock, const char *log, const char *const *extra)
     argv[argc++] = sock;
     argv[argc++] = "--log-level";
     argv[argc++] = "debug";
+    /* a test daemon never reserves more than this (extra may say less) */
+    argv[argc++] = "--host-memory-budget";
+    argv[argc++] = KVDT_HOST_BUDGET;
     for (i = 0; extra && extra[i] && argc < 62; i++)
         argv[argc++] = extra[i];
     argv[argc] = NULL;
@@ -111,6 +123,16 @@ static pid_t spawn(const char *sock, const char *log, const char *const *extra)
         int lf;
 
         kvdt_child_close_fds(-1);
+        if (child_nofile) {
+            struct rlimit rl = {child_nofile, child_nofile};
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+                _exit(126);
+        }
+        if (child_fsize) {
+            struct rlimit rl = {child_fsize, child_fsize};
+            if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+                _exit(126);
+        }
         lf = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
         if (lf >= 0) {
             dup2(lf, 2);

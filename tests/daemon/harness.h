@@ -13,6 +13,14 @@
 #include "kvdock/wire.h"
 
 #define KVDT_TIMEOUT_MS 10000
+/* Every daemon a test starts has this host-memory budget unless its extra
+ * arguments give another: no test can fill a CI machine's memory. */
+#define KVDT_HOST_BUDGET "2G"
+
+/* Resource limits (RLIMIT_NOFILE, RLIMIT_FSIZE; 0: inherited) of the
+ * daemons started from now on.  RLIMIT_FSIZE makes a memfd larger than it
+ * fail, so a test of a huge reservation cannot reserve it by accident. */
+void kvdt_set_limits(uint64_t nofile, uint64_t fsize);
 
 typedef struct kvdt_daemon {
     pid_t pid;

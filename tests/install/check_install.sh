@@ -33,7 +33,7 @@ for f in bin/kvdockd bin/kvdock include/kvdock/client.h include/kvdock/status.h 
          lib/systemd/system/kvdockd.socket; do
   [ -e "$prefix/$f" ] || fail "$f not installed"
 done
-for f in libkvdock.so libkvdock.so.2 libkvdock.a libkvdock_kernels.so libkvdock_kernels.a \
+for f in libkvdock.so libkvdock.so.3 libkvdock.a libkvdock_kernels.so libkvdock_kernels.a \
          pkgconfig/kvdock.pc pkgconfig/kvdock-kernels.pc cmake/kvdock/kvdockConfig.cmake \
          cmake/kvdock/kvdockConfigVersion.cmake; do
   [ -e "$libdir/$f" ] || fail "lib/$f not installed"
@@ -86,7 +86,7 @@ pkg-config --exists --print-errors kvdock || fail "pkg-config kvdock"
   fail "pkg-config version differs from kvdockd --version"
 "$cc" -Wall -Werror -std=c11 -o "$tmp/pc_shared" "$consumer/consumer.c" \
   $(pkg-config --cflags --libs kvdock) -Wl,-rpath,"$(pkg-config --variable=libdir kvdock)"
-grep -q 'NEEDED.*libkvdock\.so\.2' <<< "$(readelf -d "$tmp/pc_shared")" || fail "pc_shared does not use libkvdock.so.2"
+grep -q 'NEEDED.*libkvdock\.so\.3' <<< "$(readelf -d "$tmp/pc_shared")" || fail "pc_shared does not use libkvdock.so.3"
 run_consumer pc_shared "$tmp/pc_shared"
 
 step "pkg-config, static"
@@ -107,8 +107,8 @@ step "find_package(kvdock)"
   { cat "$tmp/consumer-cfg.log"; fail "consumer configure"; }
 "$cmake" --build "$tmp/consumer-build" > "$tmp/consumer-build.log" 2>&1 ||
   { cat "$tmp/consumer-build.log"; fail "consumer build"; }
-grep -q 'NEEDED.*libkvdock\.so\.2' <<< "$(readelf -d "$tmp/consumer-build/consumer_shared")" ||
-  fail "consumer_shared does not use libkvdock.so.2"
+grep -q 'NEEDED.*libkvdock\.so\.3' <<< "$(readelf -d "$tmp/consumer-build/consumer_shared")" ||
+  fail "consumer_shared does not use libkvdock.so.3"
 if grep -q 'NEEDED.*libkvdock' <<< "$(readelf -d "$tmp/consumer-build/consumer_static")"; then
   fail "consumer_static needs libkvdock.so"
 fi

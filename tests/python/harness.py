@@ -45,7 +45,9 @@ class Daemon:
         self.dir = tempfile.mkdtemp(prefix="kvdock-pytest-")
         self.socket = os.path.join(self.dir, "run", "kvdockd.sock")
         self.log = os.path.join(self.dir, "kvdockd.log")
-        argv = [path, "--socket", self.socket, "--backend", backend] + (extra or [])
+        # no test daemon reserves more than 2 GiB unless extra says otherwise
+        argv = [path, "--socket", self.socket, "--backend", backend,
+                "--host-memory-budget", "2G"] + (extra or [])
         self._logf = open(self.log, "wb")
         self.proc = subprocess.Popen(argv, stdout=self._logf, stderr=subprocess.STDOUT,
                                      preexec_fn=_die_with_parent)

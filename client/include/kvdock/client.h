@@ -45,8 +45,9 @@
 extern "C" {
 #endif
 
-/* 2: kvd_pool_info_t.orphaned; kvd_client_abi_version(). */
-#define KVD_CLIENT_ABI_VERSION 2
+/* 2: kvd_pool_info_t.orphaned; kvd_client_abi_version().
+ * 3: kvd_daemon_status_t's host-memory budget and device memory. */
+#define KVD_CLIENT_ABI_VERSION 3
 
 /* KVD_CLIENT_ABI_VERSION of the library loaded at run time (a caller built
  * against another header, or a ctypes binding, compares it with its own). */
@@ -201,6 +202,16 @@ typedef struct kvd_client_entry {
     uint64_t requests;
 } kvd_client_entry_t;
 
+/* One kind of host memory the daemon holds ("pools", "buffers", "staging",
+ * "sockets", "cache"). */
+#define KVD_MEMORY_KINDS_MAX 8
+typedef struct kvd_memory_use {
+    char kind[16];
+    uint64_t used;
+    uint64_t limit;
+    uint64_t refused; /* reservations refused since the daemon started */
+} kvd_memory_use_t;
+
 typedef struct kvd_daemon_status {
     char daemon_version[KVD_NAME_MAX];
     int32_t backend;
@@ -215,6 +226,17 @@ typedef struct kvd_daemon_status {
     char socket_path[256];
     bool shutting_down;
     size_t num_clients; /* entries in the reply (may exceed the array) */
+    /* the host-memory budget (kvdockd --host-memory-budget) and its use */
+    uint64_t host_budget;
+    uint64_t host_used;
+    uint64_t host_available; /* the machine's available memory now */
+    uint64_t host_machine;   /* the machine's memory (or its cgroup's limit) */
+    kvd_memory_use_t host_kinds[KVD_MEMORY_KINDS_MAX];
+    uint32_t num_host_kinds;
+    /* cuda: device memory free and in all, and what device pools leave free */
+    uint64_t device_free;
+    uint64_t device_total;
+    uint64_t device_margin;
 } kvd_daemon_status_t;
 
 /* Daemon status; the connected clients go to clients[0..cap) (may be NULL

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import List, Optional
 
 #: The ABI this module was written against (KVD_CLIENT_ABI_VERSION).
-CLIENT_ABI_VERSION = 2
+CLIENT_ABI_VERSION = 3
 
 NAME_MAX = 64
 IPC_HANDLE_BYTES = 64
@@ -129,6 +129,18 @@ class ClientEntry(Structure):
     ]
 
 
+MEMORY_KINDS_MAX = 8
+
+
+class MemoryUse(Structure):
+    _fields_ = [
+        ("kind", c_char * 16),
+        ("used", c_uint64),
+        ("limit", c_uint64),
+        ("refused", c_uint64),
+    ]
+
+
 class DaemonStatus(Structure):
     _fields_ = [
         ("daemon_version", c_char * NAME_MAX),
@@ -144,6 +156,15 @@ class DaemonStatus(Structure):
         ("socket_path", c_char * 256),
         ("shutting_down", c_bool),
         ("num_clients", c_size_t),
+        ("host_budget", c_uint64),
+        ("host_used", c_uint64),
+        ("host_available", c_uint64),
+        ("host_machine", c_uint64),
+        ("host_kinds", MemoryUse * MEMORY_KINDS_MAX),
+        ("num_host_kinds", c_uint32),
+        ("device_free", c_uint64),
+        ("device_total", c_uint64),
+        ("device_margin", c_uint64),
     ]
 
 

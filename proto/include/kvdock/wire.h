@@ -76,6 +76,16 @@ ssize_t kvd_sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int 
  */
 kvd_status_t kvd_default_socket_path(char *buf, size_t len);
 
+/*
+ * Does a string field of the encoded message buf (of type desc, nested
+ * messages included) hold a NUL byte?  The decoder cuts such a string at
+ * the NUL, so "ab\0cd" would pass for "ab": the daemon refuses it first.
+ * 1 with path set to the field ("pool_create.name"), 0 when none does, -1
+ * when the bytes do not parse (left to the decoder to refuse).
+ */
+int kvd_wire_string_with_nul(const ProtobufCMessageDescriptor *desc, const uint8_t *buf,
+                             size_t len, char *path, size_t path_len);
+
 /* The operation's name ("transfer", "pool_create", ...), "unknown" if none. */
 const char *kvd_op_name(int op_case);
 
