@@ -21,11 +21,11 @@ shared/peer placed at <repo>/.peer.  Rows go to $OUT/kvdock_vs_seed.json
 
 --repeat N times the seed and kvdock N times each per row and reports the
 median of the N medians (their spread goes to the JSON and the printed
-row): on an H200 the median of one do_bench call of a ~5 us kernel moved by
-up to 0.6 us between calls.  It lands in one of two modes about 0.6 us
-apart, the empty kernel's too, whichever kernel is timed (round 16), so with
-N > 1 each row also gives the lowest of the N medians of each side and
-their ratio ("lower"): the two kernels compared within one mode.
+row): the median of one do_bench call of a ~5 us kernel lands in one of
+two modes about 0.6 us apart, the empty kernel's too, whichever kernel is
+timed, so with N > 1 each row also gives the lowest of the N medians of
+each side and their ratio ("lower"): the two kernels compared within one
+mode.
 
 Needs torch and triton only (no numpy).
 """
