@@ -19,7 +19,7 @@ set(KVD_PKG_DIR ${CMAKE_BINARY_DIR}/pkg)
 set(KVD_PROTO_GEN_C ${CMAKE_BINARY_DIR}/proto/gen/kvdock.pb-c.c)
 set_source_files_properties(${KVD_PROTO_GEN_C} PROPERTIES GENERATED TRUE COMPILE_OPTIONS "-w")
 add_library(kvdock_client_pkg STATIC $<TARGET_OBJECTS:kvdock_client_obj>
-  ${CMAKE_SOURCE_DIR}/proto/src/wire.c ${KVD_PROTO_GEN_C})
+  $<TARGET_OBJECTS:kvdock_vocab> ${CMAKE_SOURCE_DIR}/proto/src/wire.c ${KVD_PROTO_GEN_C})
 add_dependencies(kvdock_client_pkg kvdock_proto)
 target_link_libraries(kvdock_client_pkg PRIVATE kvdock_proto)
 set_target_properties(kvdock_client_pkg PROPERTIES OUTPUT_NAME kvdock
@@ -29,11 +29,12 @@ install(TARGETS kvdockd kvdock RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS kvdock_client_shared kvdock_kernels_shared
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS kvdock_client_pkg kvdock_kernels ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-# client.h includes status.h; the element-type numbers (KVD_DTYPE_*) the
-# client API takes are in kernels.h.
+# client.h and kernels.h include the shared vocabulary, status.h and
+# types.h (proto/include).
 install(FILES
   ${CMAKE_SOURCE_DIR}/client/include/kvdock/client.h
-  ${CMAKE_SOURCE_DIR}/kernels/include/kvdock/status.h
+  ${CMAKE_SOURCE_DIR}/proto/include/kvdock/status.h
+  ${CMAKE_SOURCE_DIR}/proto/include/kvdock/types.h
   ${CMAKE_SOURCE_DIR}/kernels/include/kvdock/kernels.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kvdock)
 

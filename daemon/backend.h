@@ -24,21 +24,14 @@
 #include "kvdock/kernels.h"
 #include "hostmem.h"
 #include "kvdock/status.h"
+#include "kvdock/types.h"
+#include "op_list.h"
 #include "options.h"
-
-#define KVD_IPC_HANDLE_BYTES 64
-
-/* Memory kinds: the proto's MemKind numbers. */
-enum kvd_mem_kind {
-    KVD_MEM_HOST = 1,
-    KVD_MEM_DEVICE = 2,
-    KVD_MEM_DEVICE_VMM = 3,
-};
 
 /* One region of memory the daemon can address: allocated by it (exportable)
  * or imported from a client. */
 typedef struct kvd_mem {
-    int kind;        /* enum kvd_mem_kind */
+    int kind;        /* kvd_mem_kind_t */
     void *ptr;       /* the daemon's address (device or host, unified) */
     uint64_t bytes;  /* usable bytes from ptr */
     uint64_t map_bytes; /* bytes a client maps from fd (page-rounded) */
@@ -49,10 +42,9 @@ typedef struct kvd_mem {
 } kvd_mem_t;
 
 typedef enum kvd_job_kind {
-    KVD_JOB_STORE = 0,
-    KVD_JOB_FP8_SET = 1,
-    KVD_JOB_GATHER = 2,
-    KVD_JOB_TRANSFER = 3,
+#define KVD_JOB_KIND_(K, member, args_t, fn) KVD_JOB_##K,
+    KVD_JOBS(KVD_JOB_KIND_)
+#undef KVD_JOB_KIND_
 } kvd_job_kind_t;
 
 typedef struct kvd_job kvd_job_t;
@@ -60,10 +52,9 @@ typedef struct kvd_backend kvd_backend_t;
 struct kvd_job {
     kvd_job_kind_t kind;
     union {
-        kvd_store_args_t store;
-        kvd_fp8_set_args_t fp8;
-        kvd_gather_args_t gather;
-        kvd_transfer_args_t transfer;
+#define KVD_JOB_ARGS_(K, member, args_t, fn) args_t member;
+        KVD_JOBS(KVD_JOB_ARGS_)
+#undef KVD_JOB_ARGS_
     } a;
     int sclass;          /* enum kvd_stream_class */
     uint32_t max_blocks; /* 0: the class's budget */
@@ -89,8 +80,8 @@ struct kvd_backend {
     int proto_backend;    /* Kvdock__Backend */
     char device_name[128];
     int device_ordinal;   /* -1 on cpu */
-    int priority[KVD_SC_COUNT]; /* stream priority used (CUDA numbers on cuda) */
-    uint32_t blocks[KVD_SC_COUNT];
+    int priority[KVD_STREAM_END]; /* stream priority used (CUDA numbers on cuda) */
+    uint32_t blocks[KVD_STREAM_END];
     /* Bytes a MEM_DEVICE_VMM allocation rounds up to (what it holds); 0
      * where there are no VMM pools. */
     uint64_t vmm_granularity;
@@ -150,6 +141,11 @@ kvd_status_t kvd__memfd_create(const char *label, uint64_t bytes, int *fd, void 
  * least bytes. */
 kvd_status_t kvd__memfd_map(int fd, uint64_t bytes, void **ptr, uint64_t *map_bytes, char *why,
                             size_t why_len);
+
+/* Run job's kernel (cuda: on launch's stream; else the CPU reference),
+ * adding the indices it skipped as out of range to *oob. */
+kvd_status_t kvd__job_run(kvd_job_t *job, int cuda, unsigned long long *oob,
+                          const kvd_launch_t *launch);
 
 /* Append job to the list head/tail (no lock: the caller holds the list's). */
 static inline void kvd__jobs_append(kvd_job_t **head, kvd_job_t **tail, kvd_job_t *job)

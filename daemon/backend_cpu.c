@@ -27,7 +27,7 @@ typedef struct cpu_backend {
     kvd_backend_t be;
     uv_async_t async;
     kvd_done_list_t done;
-    cpu_queue_t q[KVD_SC_COUNT];
+    cpu_queue_t q[KVD_STREAM_END];
     uint32_t pending; /* loop thread only */
     void (*destroy_cb)(void *arg);
     void *destroy_arg;
@@ -42,26 +42,8 @@ static void push_done(cpu_backend_t *cb, kvd_job_t *job)
 static void run_job(kvd_job_t *job)
 {
     unsigned long long oob = 0;
-    kvd_status_t st = KVD_EINTERNAL;
+    kvd_status_t st = kvd__job_run(job, 0, &oob, NULL);
 
-    switch (job->kind) {
-    case KVD_JOB_STORE:
-        job->a.store.oob_count = &oob;
-        st = kvd_cpu_kv_store(&job->a.store, NULL);
-        break;
-    case KVD_JOB_FP8_SET:
-        job->a.fp8.oob_count = &oob;
-        st = kvd_cpu_fp8_set(&job->a.fp8, NULL);
-        break;
-    case KVD_JOB_GATHER:
-        job->a.gather.oob_count = &oob;
-        st = kvd_cpu_page_table_gather(&job->a.gather, NULL);
-        break;
-    case KVD_JOB_TRANSFER:
-        job->a.transfer.oob_count = &oob;
-        st = kvd_cpu_kv_transfer(&job->a.transfer, NULL);
-        break;
-    }
     job->status = st;
     job->skipped_oob = oob;
     if (st != KVD_OK)
@@ -228,7 +210,7 @@ static kvd_status_t cpu_submit(kvd_backend_t *be, kvd_job_t *job)
     cpu_backend_t *cb = (cpu_backend_t *)be;
     cpu_queue_t *q;
 
-    if (job->sclass < 0 || job->sclass >= KVD_SC_COUNT)
+    if (job->sclass < KVD_STREAM_FIRST || job->sclass >= KVD_STREAM_END)
         return KVD_EINVAL;
     if (job->wait_event || job->record_event)
         return KVD_ENOTSUP;
@@ -249,7 +231,7 @@ static void cpu_cancel_pending(kvd_backend_t *be)
     cpu_backend_t *cb = (cpu_backend_t *)be;
     int i;
 
-    for (i = 0; i < KVD_SC_COUNT; i++) {
+    for (i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++) {
         kvd_job_t *list, *next;
 
         pthread_mutex_lock(&cb->q[i].mu);
@@ -274,7 +256,7 @@ static void stop_workers(cpu_backend_t *cb)
 {
     int i;
 
-    for (i = 0; i < KVD_SC_COUNT; i++) {
+    for (i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++) {
         cpu_queue_t *q = &cb->q[i];
         if (!q->started)
             continue;
@@ -291,7 +273,7 @@ static void free_backend(cpu_backend_t *cb)
 {
     int i;
 
-    for (i = 0; i < KVD_SC_COUNT; i++) {
+    for (i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++) {
         pthread_mutex_destroy(&cb->q[i].mu);
         pthread_cond_destroy(&cb->q[i].cv);
     }
@@ -332,7 +314,7 @@ kvd_status_t kvd_backend_cpu_create(uv_loop_t *loop, const kvd_options_t *opts,
     cb->be.proto_backend = 1; /* BACKEND_CPU */
     snprintf(cb->be.device_name, sizeof(cb->be.device_name), "cpu");
     cb->be.device_ordinal = -1;
-    for (i = 0; i < KVD_SC_COUNT; i++) {
+    for (i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++) {
         cb->be.priority[i] = (int)opts->priority[i];
         cb->be.blocks[i] = (uint32_t)opts->blocks[i];
     }
@@ -350,7 +332,7 @@ kvd_status_t kvd_backend_cpu_create(uv_loop_t *loop, const kvd_options_t *opts,
     cb->be.pending = cpu_pending;
     cb->be.destroy = cpu_destroy;
     kvd__done_init(&cb->done);
-    for (i = 0; i < KVD_SC_COUNT; i++) {
+    for (i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++) {
         pthread_mutex_init(&cb->q[i].mu, NULL);
         pthread_cond_init(&cb->q[i].cv, NULL);
         cb->q[i].owner = cb;
@@ -361,7 +343,7 @@ kvd_status_t kvd_backend_cpu_create(uv_loop_t *loop, const kvd_options_t *opts,
         return KVD_EINTERNAL;
     }
     cb->async.data = cb;
-    for (i = 0; i < KVD_SC_COUNT; i++) {
+    for (i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++) {
         if (pthread_create(&cb->q[i].thread, NULL, worker_main, &cb->q[i]) != 0) {
             snprintf(why, why_len, "cannot start worker threads");
             stop_workers(cb);

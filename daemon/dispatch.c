@@ -9,30 +9,12 @@
 
 #include "log.h"
 
-#define OP(c, h, f) {KVDOCK__REQUEST__OP_##c, h, f}
-#define H KVD_OPF_HELLO
-
-/* One row per operation: existence, hello-first, permission and Sync are
- * checked from these flags before the handler runs. */
+/* One row per operation (op_list.h): existence, hello-first, permission
+ * and Sync are checked from these flags before the handler runs. */
 const kvd_op_def_t kvd__op_table[] = {
-    OP(HELLO, kvd__op_hello, 0),
-    OP(PING, kvd__op_ping, H),
-    OP(STATUS, kvd__op_status, H),
-    OP(STATS, kvd__op_stats, H),
-    OP(POOL_CREATE, kvd__op_pool_create, H),
-    OP(POOL_EXPORT, kvd__op_pool_export, H),
-    OP(POOL_IMPORT, kvd__op_pool_import, H),
-    OP(POOL_DROP, kvd__op_pool_drop, H),
-    OP(POOL_LIST, kvd__op_pool_list, H),
-    OP(BUFFER_REGISTER, kvd__op_buffer_register, H),
-    OP(BUFFER_DROP, kvd__op_buffer_drop, H),
-    OP(EVENT_REGISTER, kvd__op_event_register, H),
-    OP(EVENT_DROP, kvd__op_event_drop, H),
-    OP(STORE, kvd__op_store, H | KVD_OPF_DATA),
-    OP(FP8_SET, kvd__op_fp8_set, H | KVD_OPF_DATA),
-    OP(GATHER, kvd__op_gather, H | KVD_OPF_DATA),
-    OP(TRANSFER, kvd__op_transfer, H | KVD_OPF_DATA),
-    OP(SHUTDOWN, kvd__op_shutdown, H | KVD_OPF_ADMIN),
+#define KVD_OP_ROW_(name, OP, flags) {KVDOCK__REQUEST__OP_##OP, kvd__op_##name, flags},
+    KVD_OPS(KVD_OP_ROW_)
+#undef KVD_OP_ROW_
 };
 const size_t kvd__op_count = sizeof(kvd__op_table) / sizeof(kvd__op_table[0]);
 

@@ -13,6 +13,7 @@
 
 #include "conn.h"
 #include "kvdock/wire.h"
+#include "op_list.h"
 
 enum kvd_op_flags {
     KVD_OPF_HELLO = 1u << 0, /* needs a hello first */
@@ -86,24 +87,9 @@ kvd_status_t kvd__reserve_host(kvd_req_t *r, kvd_obj_t *obj, int kind, uint64_t 
 /* Give back what kvd__reserve_host counted for an object that was never added. */
 void kvd__unreserve_host(kvd_req_t *r, kvd_obj_t *obj);
 
-/* Handlers, one file per group. */
-kvd_status_t kvd__op_hello(kvd_req_t *r);
-kvd_status_t kvd__op_ping(kvd_req_t *r);
-kvd_status_t kvd__op_status(kvd_req_t *r);
-kvd_status_t kvd__op_stats(kvd_req_t *r);
-kvd_status_t kvd__op_shutdown(kvd_req_t *r);
-kvd_status_t kvd__op_pool_create(kvd_req_t *r);
-kvd_status_t kvd__op_pool_export(kvd_req_t *r);
-kvd_status_t kvd__op_pool_import(kvd_req_t *r);
-kvd_status_t kvd__op_pool_drop(kvd_req_t *r);
-kvd_status_t kvd__op_pool_list(kvd_req_t *r);
-kvd_status_t kvd__op_buffer_register(kvd_req_t *r);
-kvd_status_t kvd__op_buffer_drop(kvd_req_t *r);
-kvd_status_t kvd__op_event_register(kvd_req_t *r);
-kvd_status_t kvd__op_event_drop(kvd_req_t *r);
-kvd_status_t kvd__op_store(kvd_req_t *r);
-kvd_status_t kvd__op_fp8_set(kvd_req_t *r);
-kvd_status_t kvd__op_gather(kvd_req_t *r);
-kvd_status_t kvd__op_transfer(kvd_req_t *r);
+/* Handlers, one file per group: kvd__op_<name> for each row of KVD_OPS. */
+#define KVD_OP_DECLARE_(name, OP, flags) kvd_status_t kvd__op_##name(kvd_req_t *r);
+KVD_OPS(KVD_OP_DECLARE_)
+#undef KVD_OP_DECLARE_
 
 #endif

@@ -55,8 +55,11 @@ void kvd_metrics_close(kvd_metrics_t *m);
 /* Free, once the loop has run the close callbacks; NULL is fine. */
 void kvd_metrics_destroy(kvd_metrics_t **m);
 
+/* GET /metrics answered so far (0 for NULL). */
+uint64_t kvd_metrics_scrapes(const kvd_metrics_t *m);
+
 /* The exposition text of srv's counters, malloc'd (*len bytes, NUL
- * terminated); NULL when out of memory. */
+ * terminated); NULL when out of memory (metrics_render.c). */
 char *kvd_metrics_render(const kvd_server_t *srv, size_t *len);
 
 #endif

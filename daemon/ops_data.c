@@ -351,15 +351,11 @@ static kvd_status_t get_sync(kvd_req_t *r, dataop_t *d, int sclass, int may_copy
     d->job.sclass = sclass;
     if (s == NULL)
         return KVD_OK;
-    switch (s->stream) {
-    case KVDOCK__STREAM_CLASS__STREAM_DEFAULT: break;
-    case KVDOCK__STREAM_CLASS__STREAM_RELOAD: d->job.sclass = KVD_SC_RELOAD; break;
-    case KVDOCK__STREAM_CLASS__STREAM_WRITE: d->job.sclass = KVD_SC_WRITE; break;
-    case KVDOCK__STREAM_CLASS__STREAM_OFFLOAD: d->job.sclass = KVD_SC_OFFLOAD; break;
-    case KVDOCK__STREAM_CLASS__STREAM_D2D: d->job.sclass = KVD_SC_D2D; break;
-    default:
+    /* the proto's numbers are kvd_stream_class_t's */
+    if ((int)s->stream < 0 || (int)s->stream >= KVD_STREAM_END)
         return kvd__req_fail(r, KVD_EINVAL, "sync.stream %d is not a stream class", (int)s->stream);
-    }
+    if (s->stream != KVDOCK__STREAM_CLASS__STREAM_DEFAULT)
+        d->job.sclass = (int)s->stream;
     if (s->copy_engine && !may_copy_engine)
         return kvd__req_fail(r, KVD_EINVAL, "sync.copy_engine applies to transfers only");
     if ((st = get_event(r, d, s->wait_event, "wait_event", &d->job.wait_event)) != KVD_OK)
@@ -499,7 +495,7 @@ static kvd_status_t do_store(kvd_req_t *r, dataop_t *d)
     } else if ((st = get_data(r, d, s->v, need, most, 1, "v", &v)) != KVD_OK) {
         return st;
     }
-    if ((st = get_sync(r, d, KVD_SC_WRITE, 0)) != KVD_OK)
+    if ((st = get_sync(r, d, KVD_STREAM_WRITE, 0)) != KVD_OK)
         return st;
 
     if (loc.count == 0) {
@@ -617,7 +613,7 @@ static kvd_status_t do_fp8_set(kvd_req_t *r, dataop_t *d)
     default:
         return kvd__req_fail(r, KVD_EINVAL, "scale_mode %d is unknown", (int)f->scale_mode);
     }
-    if ((st = get_sync(r, d, KVD_SC_WRITE, 0)) != KVD_OK)
+    if ((st = get_sync(r, d, KVD_STREAM_WRITE, 0)) != KVD_OK)
         return st;
 
     if (loc.count == 0) {
@@ -697,7 +693,7 @@ static kvd_status_t do_gather(kvd_req_t *r, dataop_t *d)
         return kvd__req_fail(r, KVD_EOVERFLOW, "output size overflows");
     if ((st = get_bufref(r, d, g->out, need, esize, "out", &out, NULL)) != KVD_OK)
         return st;
-    if ((st = get_sync(r, d, KVD_SC_WRITE, 0)) != KVD_OK)
+    if ((st = get_sync(r, d, KVD_STREAM_WRITE, 0)) != KVD_OK)
         return st;
 
     d->job.kind = KVD_JOB_GATHER;
@@ -799,11 +795,11 @@ static kvd_status_t do_transfer(kvd_req_t *r, dataop_t *d)
             return st;
     }
     if (dst->kind != KVD_MEM_HOST && src->kind == KVD_MEM_HOST)
-        sclass = KVD_SC_RELOAD;
+        sclass = KVD_STREAM_RELOAD;
     else if (src->kind != KVD_MEM_HOST && dst->kind == KVD_MEM_HOST)
-        sclass = KVD_SC_OFFLOAD;
+        sclass = KVD_STREAM_OFFLOAD;
     else
-        sclass = KVD_SC_D2D;
+        sclass = KVD_STREAM_D2D;
     if ((st = get_sync(r, d, sclass, 1)) != KVD_OK)
         return st;
     if ((d->job.flags & KVD_LAUNCH_COPY_ENGINE) && (si.on_device || di.on_device))

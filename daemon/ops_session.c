@@ -184,7 +184,7 @@ kvd_status_t kvd__op_stats(kvd_req_t *r)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     kvdock__stats_reply__init(s);
     s->ops = kvd__req_alloc(r, sizeof(*s->ops) * nops);
-    s->streams = kvd__req_alloc(r, sizeof(*s->streams) * KVD_SC_COUNT);
+    s->streams = kvd__req_alloc(r, sizeof(*s->streams) * KVD_STREAM_END);
     if (s->ops == NULL || s->streams == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     for (i = 0; i < nops; i++) {
@@ -204,7 +204,7 @@ kvd_status_t kvd__op_stats(kvd_req_t *r)
         o->sum_us = k->sum_us;
         s->ops[s->n_ops++] = o;
     }
-    for (i = 0; i < KVD_SC_COUNT; i++) {
+    for (i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++) {
         const kvd_stream_counters_t *k = &srv->stats.streams[i];
         Kvdock__StreamStats *t = kvd__req_alloc(r, sizeof(*t));
         if (t == NULL)

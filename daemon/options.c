@@ -80,26 +80,25 @@ const kvd_option_def_t kvd__option_table[] = {
      "comma-separated group ids whose members (primary group) may connect"},
     {"admin-uids", KVD_OPT_STR, OFF(admin_uids), "", 0, 0, NULL,
      "comma-separated user ids that are admins besides the daemon's user and root"},
-    {"reload-blocks", KVD_OPT_UINT, OFF(blocks[KVD_SC_RELOAD]), "0", 0, 1 << 20, NULL,
+    {"reload-blocks", KVD_OPT_UINT, OFF(blocks[KVD_STREAM_RELOAD]), "0", 0, 1 << 20, NULL,
      "thread-block budget of the reload stream (host to device); 0: no limit"},
-    {"write-blocks", KVD_OPT_UINT, OFF(blocks[KVD_SC_WRITE]), "0", 0, 1 << 20, NULL,
+    {"write-blocks", KVD_OPT_UINT, OFF(blocks[KVD_STREAM_WRITE]), "0", 0, 1 << 20, NULL,
      "thread-block budget of the write stream (store, fp8 set, gather); 0: no limit"},
-    {"offload-blocks", KVD_OPT_UINT, OFF(blocks[KVD_SC_OFFLOAD]), "32", 0, 1 << 20, NULL,
+    {"offload-blocks", KVD_OPT_UINT, OFF(blocks[KVD_STREAM_OFFLOAD]), "32", 0, 1 << 20, NULL,
      "thread-block budget of the offload stream (device to host); 0: no limit"},
-    {"d2d-blocks", KVD_OPT_UINT, OFF(blocks[KVD_SC_D2D]), "32", 0, 1 << 20, NULL,
+    {"d2d-blocks", KVD_OPT_UINT, OFF(blocks[KVD_STREAM_D2D]), "32", 0, 1 << 20, NULL,
      "thread-block budget of the device-to-device stream; 0: no limit"},
-    {"reload-priority", KVD_OPT_INT, OFF(priority[KVD_SC_RELOAD]), "1", 0, 16, NULL,
+    {"reload-priority", KVD_OPT_INT, OFF(priority[KVD_STREAM_RELOAD]), "1", 0, 16, NULL,
      "urgency of the reload stream: 0 lowest, higher runs first (clamped to the device's range)"},
-    {"write-priority", KVD_OPT_INT, OFF(priority[KVD_SC_WRITE]), "1", 0, 16, NULL,
+    {"write-priority", KVD_OPT_INT, OFF(priority[KVD_STREAM_WRITE]), "1", 0, 16, NULL,
      "urgency of the write stream"},
-    {"offload-priority", KVD_OPT_INT, OFF(priority[KVD_SC_OFFLOAD]), "0", 0, 16, NULL,
+    {"offload-priority", KVD_OPT_INT, OFF(priority[KVD_STREAM_OFFLOAD]), "0", 0, 16, NULL,
      "urgency of the offload stream"},
-    {"d2d-priority", KVD_OPT_INT, OFF(priority[KVD_SC_D2D]), "0", 0, 16, NULL,
+    {"d2d-priority", KVD_OPT_INT, OFF(priority[KVD_STREAM_D2D]), "0", 0, 16, NULL,
      "urgency of the device-to-device stream"},
     {"cuda-completion", KVD_OPT_ENUM, OFF(cuda_completion), "loop", 0, 0, "loop|poll|hostfunc",
      "how the cuda backend learns that work is done: loop (the event loop polls the streams "
-     "between socket events while work is in flight: no thread hand-off; the fastest, "
-     "tests/bench/results), poll (a thread polls an event per operation while work is in "
+     "between socket events while work is in flight: no thread hand-off; the fastest), poll (a thread polls an event per operation while work is in "
      "flight) or hostfunc (cudaLaunchHostFunc; no polling)"},
     {"busy-poll-us", KVD_OPT_UINT, OFF(busy_poll_us), "50", 0, 1000000, NULL,
      "after a request comes in or a reply goes out, poll the sockets without sleeping for this "
@@ -627,9 +626,10 @@ void kvd_options_print(const kvd_options_t *o, FILE *f)
 
 const char *kvd_stream_class_name(int sc)
 {
-    static const char *const names[KVD_SC_COUNT] = {"reload", "write", "offload", "d2d"};
+    static const char *const names[KVD_STREAM_END] = {"default", "reload", "write", "offload",
+                                                      "d2d"};
 
-    return sc >= 0 && sc < KVD_SC_COUNT ? names[sc] : "unknown";
+    return sc >= 0 && sc < KVD_STREAM_END ? names[sc] : "unknown";
 }
 
 int kvd_options_id_listed(const char *list, uint64_t id)

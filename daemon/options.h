@@ -11,17 +11,9 @@
 #include <stdio.h>
 
 #include "kvdock/status.h"
+#include "kvdock/types.h"
 
 #define KVD_OPT_STR_MAX 256
-
-/* Stream classes: the index into the per-class option arrays. */
-enum kvd_stream_class {
-    KVD_SC_RELOAD = 0,
-    KVD_SC_WRITE = 1,
-    KVD_SC_OFFLOAD = 2,
-    KVD_SC_D2D = 3,
-    KVD_SC_COUNT = 4,
-};
 
 enum kvd_backend_choice {
     KVD_BACKEND_CPU = 0,
@@ -69,8 +61,8 @@ typedef struct kvd_options {
     char allow_uids[KVD_OPT_STR_MAX];
     char allow_gids[KVD_OPT_STR_MAX];
     char admin_uids[KVD_OPT_STR_MAX];
-    uint64_t blocks[KVD_SC_COUNT];  /* per-class block budget, 0 = no limit */
-    int64_t priority[KVD_SC_COUNT]; /* per-class urgency, higher runs first */
+    uint64_t blocks[KVD_STREAM_END];  /* per-class block budget, 0 = no limit */
+    int64_t priority[KVD_STREAM_END]; /* per-class urgency, higher runs first */
     int cuda_completion;            /* enum kvd_cuda_completion */
     uint64_t busy_poll_us;          /* poll without sleeping this long after activity */
     char metrics[KVD_OPT_STR_MAX];  /* Prometheus endpoint [HOST:]PORT; "" = off */

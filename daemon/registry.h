@@ -25,8 +25,6 @@
 #include "hostmem.h"
 #include "idmap.h"
 
-#define KVD_NAME_MAX 64
-
 typedef enum kvd_obj_type {
     KVD_OBJ_POOL = 1,
     KVD_OBJ_BUFFER = 2,

@@ -24,7 +24,7 @@ int kvd_stats_init(kvd_stats_t *s, size_t nops)
     if (s->ops == NULL)
         return -1;
     s->nops = nops;
-    for (i = 0; i < KVD_SC_COUNT; i++) {
+    for (i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++) {
         kvd_stream_counters_t z = {0};
         s->streams[i] = z;
     }

@@ -36,7 +36,7 @@ typedef struct kvd_stream_counters {
 typedef struct kvd_stats {
     kvd_op_counters_t *ops; /* one per dispatch-table row, plus "unknown" */
     size_t nops;
-    kvd_stream_counters_t streams[KVD_SC_COUNT];
+    kvd_stream_counters_t streams[KVD_STREAM_END];
     uint64_t bytes_in;
     uint64_t bytes_out;
     uint64_t connections;

@@ -12,6 +12,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#ifdef KVD_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 enum map_how {
     MAP_NONE = 0, /* handle or descriptor only */
     MAP_MMAP = 1,
@@ -224,4 +228,46 @@ kvd_status_t kvd_import_region_from_mapping(const kvd_mapping_t *m, kvd_import_r
     region->fd = m->fd;
     region->bytes = m->bytes;
     return KVD_OK;
+}
+
+/* Copy between host memory and a mapping (dir: cudaMemcpy's kind). */
+static kvd_status_t mapping_copy(const kvd_mapping_t *m, uint64_t offset, void *host, uint64_t len,
+                                 int to_mapping)
+{
+    char *at;
+
+    if (m == NULL || m->base == NULL || (host == NULL && len > 0))
+        return kvd__client_fail(NULL, KVD_ENULL, "no mapping or no host memory");
+    if (offset > m->bytes || len > m->bytes - offset)
+        return kvd__client_fail(NULL, KVD_ERANGE, "bytes [%llu, %llu) pass the mapping's %llu",
+                                (unsigned long long)offset, (unsigned long long)(offset + len),
+                                (unsigned long long)m->bytes);
+    at = (char *)m->base + offset;
+    if (m->kind == KVD_MEM_HOST) {
+        if (to_mapping)
+            memcpy(at, host, len);
+        else
+            memcpy(host, at, len);
+        return KVD_OK;
+    }
+#ifdef KVD_HAVE_CUDA
+    if (cudaMemcpy(to_mapping ? (void *)at : host, to_mapping ? (const void *)host : at, len,
+                   cudaMemcpyDefault) != cudaSuccess)
+        return kvd__client_fail(NULL, KVD_ECUDA, "cudaMemcpy: %s",
+                                cudaGetErrorString(cudaGetLastError()));
+    return KVD_OK;
+#else
+    return kvd__client_fail(NULL, KVD_ENOTSUP, "this libkvdock was built without CUDA: it cannot "
+                            "copy to or from device memory");
+#endif
+}
+
+kvd_status_t kvd_mapping_write(kvd_mapping_t *m, uint64_t offset, const void *src, uint64_t len)
+{
+    return mapping_copy(m, offset, (void *)src, len, 1);
+}
+
+kvd_status_t kvd_mapping_read(const kvd_mapping_t *m, uint64_t offset, void *dst, uint64_t len)
+{
+    return mapping_copy(m, offset, dst, len, 0);
 }

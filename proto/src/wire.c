@@ -300,25 +300,11 @@ kvd_status_t kvd_default_socket_path(char *buf, size_t len)
 
 const char *kvd_op_name(int op_case)
 {
-    switch (op_case) {
-    case KVDOCK__REQUEST__OP_HELLO: return "hello";
-    case KVDOCK__REQUEST__OP_PING: return "ping";
-    case KVDOCK__REQUEST__OP_STATUS: return "status";
-    case KVDOCK__REQUEST__OP_STATS: return "stats";
-    case KVDOCK__REQUEST__OP_POOL_CREATE: return "pool_create";
-    case KVDOCK__REQUEST__OP_POOL_EXPORT: return "pool_export";
-    case KVDOCK__REQUEST__OP_POOL_IMPORT: return "pool_import";
-    case KVDOCK__REQUEST__OP_POOL_DROP: return "pool_drop";
-    case KVDOCK__REQUEST__OP_POOL_LIST: return "pool_list";
-    case KVDOCK__REQUEST__OP_BUFFER_REGISTER: return "buffer_register";
-    case KVDOCK__REQUEST__OP_BUFFER_DROP: return "buffer_drop";
-    case KVDOCK__REQUEST__OP_EVENT_REGISTER: return "event_register";
-    case KVDOCK__REQUEST__OP_EVENT_DROP: return "event_drop";
-    case KVDOCK__REQUEST__OP_STORE: return "store";
-    case KVDOCK__REQUEST__OP_FP8_SET: return "fp8_set";
-    case KVDOCK__REQUEST__OP_GATHER: return "gather";
-    case KVDOCK__REQUEST__OP_TRANSFER: return "transfer";
-    case KVDOCK__REQUEST__OP_SHUTDOWN: return "shutdown";
-    default: return "unknown";
-    }
+    /* the Request oneof's field names are the operations' names */
+    const ProtobufCFieldDescriptor *f =
+        op_case > 0 ? protobuf_c_message_descriptor_get_field(&kvdock__request__descriptor,
+                                                              (unsigned)op_case)
+                    : NULL;
+
+    return f != NULL && (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) ? f->name : "unknown";
 }

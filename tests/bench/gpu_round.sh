@@ -20,8 +20,9 @@
 #             (smaller counts); skipped, saying so, without compute-sanitizer
 #   bench     tests/bench/bench_kernels.py: kvdock against the seed,
 #             rows in $OUT/kvdock_vs_seed.json
-#   daemonbench  tests/bench/bench_daemon.sh: `kvdock bench` through a cuda
-#             daemon, figures in $OUT/bench_daemon.json
+#   daemonbench  tests/bench/bench_daemon.sh: `kvdock bench` and bench_paths
+#             through a cuda daemon, figures in $OUT/bench_daemon.json and
+#             $OUT/bench_paths.json
 #
 # Pick stages as arguments after BUILD_DIR or with STAGES="test bench"
 # (default: all five).  Each stage's output is tee'd to
@@ -109,7 +110,7 @@ stage_info() {
     nvidia-smi -L || return 1
     nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
     nvidia-smi | sed -n 's/.*\(Driver Version:.*CUDA Version: *[0-9.]*\).*/\1/p'
-    # which machine this is: small-case times differed between machines of one kind (round 14)
+    # which machine this is: small-case times differ between machines of one kind
     nvidia-smi --query-gpu=uuid,vbios_version,pstate,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu,pcie.link.gen.current \
         --format=csv
     echo "host: $(uname -r), $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | sort | uniq -c | head -n 2 | tr -s ' ')"
@@ -204,18 +205,14 @@ stage_bench() {
         python3 tests/bench/bench_kernels.py --lib "$lib" --peer "$PEER"
 }
 
-# The daemon benchmark of issue 3 (kvdock bench through a fresh daemon).
-# Once per completion mode, so they can be compared (out/<mode>/).
+# The daemon benchmark: kvdock bench and bench_paths through a fresh cuda
+# daemon on its defaults.
 stage_daemonbench() {
-    local mode rc=0
-    for mode in poll loop hostfunc; do
-        mkdir -p "$OUT/$mode"
-        echo "--- cuda-completion $mode"
-        KVDOCKD_ARGS="--cuda-completion $mode" timeout --kill-after=15 "$BENCH_TIMEOUT" \
-            tests/bench/bench_daemon.sh "$BUILD/daemon/kvdockd" --kvdock "$BUILD/client/kvdock" \
-            --backend cuda --out "$OUT/$mode" || rc=1
-        cat "$OUT/$mode/bench_daemon.txt" 2>/dev/null
-    done
+    local rc=0
+    timeout --kill-after=15 "$BENCH_TIMEOUT" \
+        tests/bench/bench_daemon.sh "$BUILD/daemon/kvdockd" --kvdock "$BUILD/client/kvdock" \
+        --bench-paths "$BUILD/tests/bench/bench_paths" --backend cuda --out "$OUT" || rc=1
+    cat "$OUT/bench_daemon.json" "$OUT/bench_paths.json" 2>/dev/null
     return "$rc"
 }
 

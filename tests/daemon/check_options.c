@@ -23,8 +23,8 @@ START_TEST(test_defaults)
     ck_assert_int_eq(o.log_level, 2);
     ck_assert_uint_eq(o.max_frame_bytes, 16u << 20);
     ck_assert_uint_eq(o.max_inline_bytes, 4u << 20);
-    ck_assert_uint_eq(o.blocks[KVD_SC_OFFLOAD], 32);
-    ck_assert_int_eq(o.priority[KVD_SC_RELOAD], 1);
+    ck_assert_uint_eq(o.blocks[KVD_STREAM_OFFLOAD], 32);
+    ck_assert_int_eq(o.priority[KVD_STREAM_RELOAD], 1);
     ck_assert_int_eq(kvd_options_check(&o, err, sizeof(err)), KVD_OK);
     /* every default is itself a valid value of its option */
     for (i = 0; i < kvd__option_count; i++)
@@ -49,7 +49,7 @@ START_TEST(test_set_values)
     ck_assert_int_eq(kvd_options_set(&o, "max-total-pool-bytes", "1T", err, sizeof(err)), KVD_OK);
     ck_assert_uint_eq(o.max_total_pool_bytes, 1ull << 40);
     ck_assert_int_eq(kvd_options_set(&o, "d2d-blocks", "8", err, sizeof(err)), KVD_OK);
-    ck_assert_uint_eq(o.blocks[KVD_SC_D2D], 8);
+    ck_assert_uint_eq(o.blocks[KVD_STREAM_D2D], 8);
     ck_assert_int_eq(kvd_options_set(&o, "log-level", "debug", err, sizeof(err)), KVD_OK);
     ck_assert_int_eq(o.log_level, 3);
     ck_assert_int_eq(kvd_options_set(&o, "socket", "/run/x.sock", err, sizeof(err)), KVD_OK);
@@ -161,7 +161,7 @@ START_TEST(test_config_file)
     ck_assert_int_eq(o.backend, KVD_BACKEND_CPU);
     ck_assert_uint_eq(o.max_inflight, 7);
     ck_assert_str_eq(o.socket, "/run/kvdock/test.sock");
-    ck_assert_uint_eq(o.blocks[KVD_SC_OFFLOAD], 4);
+    ck_assert_uint_eq(o.blocks[KVD_STREAM_OFFLOAD], 4);
     unlink(path);
 }
 END_TEST

@@ -27,7 +27,7 @@ libdir=$(dirname "$(find "$prefix" -name kvdock.pc -path '*/pkgconfig/*' | head 
 libdir=$(cd "$libdir" && pwd)
 
 step "installed files"
-for f in bin/kvdockd bin/kvdock include/kvdock/client.h include/kvdock/status.h include/kvdock/kernels.h \
+for f in bin/kvdockd bin/kvdock include/kvdock/client.h include/kvdock/status.h include/kvdock/types.h include/kvdock/kernels.h \
          share/kvdock/kvdockd.example.conf share/kvdock/systemd/kvdockd.service \
          share/kvdock/systemd/kvdockd.socket lib/systemd/system/kvdockd.service \
          lib/systemd/system/kvdockd.socket; do

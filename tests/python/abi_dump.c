@@ -2,8 +2,9 @@
  * Prints the size and field offsets of every libkvdock structure that the
  * Python package mirrors with ctypes (client/python/kvdock/_capi.py), one
  * line each: "Struct size" and "Struct.field offset".  test_abi.py
- * compares them with ctypes' own layout.  Generated from _capi.py's field
- * lists; a field missing from client.h fails to compile.
+ * compares them with ctypes' own layout, and the constants the package
+ * copies ("CONST NAME value") with its copies.  Generated from _capi.py's
+ * field lists; a field missing from client.h fails to compile.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -15,10 +16,40 @@ static const char *cur;
 #define S_BEGIN(T, name) (cur = (name), printf("%s %zu\n", cur, sizeof(T)))
 #define F(T, f) printf("%s.%s %zu\n", cur, #f, offsetof(T, f))
 #define S_END() ((void)0)
+/* A constant the Python package copies: "CONST NAME value". */
+#define K(name) printf("CONST %s %lld\n", #name, (long long)KVD_##name)
 
 int main(void)
 {
     printf("ABI %d\n", KVD_CLIENT_ABI_VERSION);
+    K(NAME_MAX);
+    K(IPC_HANDLE_BYTES);
+    K(HIST_MAX);
+    K(MEMORY_KINDS_MAX);
+    K(MEM_UNSPECIFIED);
+    K(MEM_HOST);
+    K(MEM_DEVICE);
+    K(MEM_DEVICE_VMM);
+    K(BACKEND_UNSPECIFIED);
+    K(BACKEND_CPU);
+    K(BACKEND_CUDA);
+    K(STREAM_DEFAULT);
+    K(STREAM_RELOAD);
+    K(STREAM_WRITE);
+    K(STREAM_OFFLOAD);
+    K(STREAM_D2D);
+    K(FP8_SCALE_NONE);
+    K(FP8_SCALE_TENSOR);
+    K(FP8_SCALE_PER_HEAD);
+    K(DTYPE_U8);
+    K(DTYPE_I32);
+    K(DTYPE_I64);
+    K(DTYPE_F32);
+    K(DTYPE_F16);
+    K(DTYPE_BF16);
+    K(DTYPE_E4M3);
+    K(DTYPE_E5M2);
+    K(EXPORT_NO_MAP);
     S_BEGIN(kvd_limits_t, "Limits");
     F(kvd_limits_t, max_frame_bytes);
     F(kvd_limits_t, max_inflight);

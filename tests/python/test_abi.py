@@ -1,6 +1,8 @@
 """The ctypes structures of kvdock._capi mirror client.h exactly: sizes and
 field offsets compared with what the C compiler says (abi_dump.c, built by
-CMake and passed as $KVDOCK_ABI_DUMP), and the ABI version agrees."""
+CMake and passed as $KVDOCK_ABI_DUMP); the enums and constants the package
+copies (kvdock/types.h, client.h) have the header's values; and the ABI
+version agrees."""
 
 from __future__ import annotations
 
@@ -20,6 +22,11 @@ class TestAbi(unittest.TestCase):
         out = subprocess.run([exe], check=True, stdout=subprocess.PIPE, text=True).stdout
         seen = 0
         for line in out.splitlines():
+            if line.startswith("CONST "):
+                _, name, value = line.split()
+                self.assertEqual(getattr(C, name), int(value), f"constant {name}")
+                seen += 1
+                continue
             key, value = line.split()
             if key == "ABI":
                 self.assertEqual(int(value), C.CLIENT_ABI_VERSION, "KVD_CLIENT_ABI_VERSION")

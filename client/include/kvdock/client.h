@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "kvdock/status.h"
+#include "kvdock/types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,17 +54,7 @@ extern "C" {
  * against another header, or a ctypes binding, compares it with its own). */
 int kvd_client_abi_version(void);
 
-#define KVD_NAME_MAX 64         /* pool, client and device names, with NUL */
-#define KVD_IPC_HANDLE_BYTES 64 /* cudaIpcMemHandle_t / cudaIpcEventHandle_t */
 #define KVD_HIST_MAX 64         /* latency histogram bounds kept per op */
-
-/* Where memory lives (the proto's MemKind). */
-typedef enum kvd_mem_kind {
-    KVD_MEM_UNSPECIFIED = 0,
-    KVD_MEM_HOST = 1,       /* memfd pages */
-    KVD_MEM_DEVICE = 2,     /* cudaMalloc, legacy CUDA IPC handle */
-    KVD_MEM_DEVICE_VMM = 3, /* cuMemCreate, POSIX file descriptor */
-} kvd_mem_kind_t;
 
 /* The daemon's backend (the proto's Backend). */
 typedef enum kvd_backend {
@@ -72,15 +63,6 @@ typedef enum kvd_backend {
     KVD_BACKEND_CUDA = 2,
 } kvd_backend_t;
 
-/* Stream classes (the proto's StreamClass). */
-typedef enum kvd_stream_class {
-    KVD_STREAM_DEFAULT = 0,
-    KVD_STREAM_RELOAD = 1,
-    KVD_STREAM_WRITE = 2,
-    KVD_STREAM_OFFLOAD = 3,
-    KVD_STREAM_D2D = 4,
-} kvd_stream_class_t;
-
 /* FP8 set scaling (the proto's ScaleMode). */
 typedef enum kvd_fp8_scale {
     KVD_FP8_SCALE_NONE = 0,
@@ -88,8 +70,9 @@ typedef enum kvd_fp8_scale {
     KVD_FP8_SCALE_PER_HEAD = 2, /* k_head_scales, v_head_scales */
 } kvd_fp8_scale_t;
 
-/* Element types: the numbers of kvd_dtype_t in kvdock/kernels.h and of the
- * proto's DType (KVD_DTYPE_I32 = 1, KVD_DTYPE_I64 = 2, ...). */
+/* Names, memory kinds, stream classes and element types (kvd_dtype_t,
+ * KVD_DTYPE_I64, ...) come from kvdock/types.h, shared with the daemon and
+ * the kernel library. */
 
 /* "host", "device", "device-vmm"; "unknown" otherwise. */
 const char *kvd_mem_kind_name(int kind);
@@ -367,6 +350,13 @@ void kvd_mapping_destroy(kvd_mapping_t **p);
 /* Address of layer's K (v false) or V (v true) in a daemon-owned pool's
  * mapping (pool.layer_stride, pool.v_offset); NULL when out of range. */
 void *kvd_mapping_layer(const kvd_mapping_t *m, uint32_t layer, bool v);
+
+/* Copy len bytes between the caller's host memory and a mapping at offset:
+ * memcpy for host memory, a synchronous CUDA copy for device memory
+ * (KVD_ENOTSUP in a library built without CUDA).  KVD_ERANGE when
+ * [offset, offset + len) passes the mapping's end; nothing is copied then. */
+kvd_status_t kvd_mapping_write(kvd_mapping_t *m, uint64_t offset, const void *src, uint64_t len);
+kvd_status_t kvd_mapping_read(const kvd_mapping_t *m, uint64_t offset, void *dst, uint64_t len);
 
 /* New shared host memory for an import: a memfd of bytes, mapped here,
  * sealed against shrinking and growing (the daemon requires a memfd it

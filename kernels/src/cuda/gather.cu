@@ -113,16 +113,14 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
  * vectors the device holds all at once.  The row's index and length load
  * first, before the exit of the threads past the row (which waits for a
  * parameter line), as volatile loads so that the compiler cannot sink them
- * past it (ptxas did so with a store's row load: kvd__load_now);
- * on an H200 that took 0.16 us off bs=64 (tests/bench/results round 10).
+ * past it (ptxas did so with a store's row load: kvd__load_now).
  * Column c of the row is live when c < ceil(len / page_size) and
  * c < table_cols.  With a power-of-two page size (POW2) that is one
  * count of live columns, by shifts, and the path from the index loads to
  * the table load has no branch; otherwise each column tests
  * c * page_size < len (no division).  The out-of-range count comes last,
- * off that path.  Against one kernel that branched on the page size and
- * counted first, this took 0.14 us off bs=1 and 0.08 us off bs=64 on an
- * H200 (kernel-only times; tests/bench/results round 11).
+ * off that path: no branch on the page size and no count stands between
+ * the index loads and the table load.
  */
 template <typename T, int VEC, bool POW2>
 __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gather_once(const Gather p)
@@ -187,9 +185,8 @@ __global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gath
  * thread exits early: the store is predicated, so the index loads are
  * plain loads that nothing can sink below a branch.  A vector is loaded
  * whole when its first column is live (it lies within the table row, which
- * has whole vectors).  Against gather_once on an H200 this took 0.05 us
- * off bs=1 and 0.06 us off bs=64 (kernel-only medians) and 0.07-0.12 us
- * off the lowest do_bench turns (tests/bench/results round 12).
+ * has whole vectors).  It is the faster of the two one-pass kernels where
+ * rows are aligned.
  */
 struct GatherEven {
     const void *req;
@@ -208,20 +205,8 @@ struct GatherEven {
 };
 static_assert(offsetof(GatherEven, out) == 48, "the path to the table load must fit the first line");
 
-/* gather_even's block size (a build-time experiment knob: 128 measured
- * the same as 256 on an H200, tests/bench/results round 12). */
-#ifndef KVD_GATHER_EVEN_THREADS
-#define KVD_GATHER_EVEN_THREADS KVD_BLOCK_THREADS
-#endif
-
-/* 1: every gather moves one element per thread, aligned or not (a
- * build-time experiment knob: the seed's grid shape, round 13). */
-#ifndef KVD_GATHER_NARROW
-#define KVD_GATHER_NARROW 0
-#endif
-
 template <typename T, int VEC, typename R, typename L>
-__global__ void __launch_bounds__(KVD_GATHER_EVEN_THREADS, KVD_MIN_BLOCKS_PER_SM) gather_even(const GatherEven p)
+__global__ void __launch_bounds__(KVD_BLOCK_THREADS, KVD_MIN_BLOCKS_PER_SM) gather_even(const GatherEven p)
 {
     using V = Vec<T, VEC>;
     using UR = typename std::make_unsigned<R>::type;
@@ -229,7 +214,7 @@ __global__ void __launch_bounds__(KVD_GATHER_EVEN_THREADS, KVD_MIN_BLOCKS_PER_SM
     const uint32_t r = blockIdx.y;
     const R req = ((const R *)p.req)[r];
     const L len = ((const L *)p.seq)[r];
-    const uint32_t c = (blockIdx.x * KVD_GATHER_EVEN_THREADS + threadIdx.x) * VEC;
+    const uint32_t c = (blockIdx.x * KVD_BLOCK_THREADS + threadIdx.x) * VEC;
     /* live columns: ceil(len / page_size), at most cols; none for a
      * padding or out-of-range row or len <= 0 (the address is then never
      * dereferenced) */
@@ -257,18 +242,14 @@ __global__ void __launch_bounds__(KVD_GATHER_EVEN_THREADS, KVD_MIN_BLOCKS_PER_SM
  * gather_even's work for the smallest calls, in the seed's shape: blocks
  * of kPredThreads threads, one element each, rows on x; no branch, the
  * table load and the store predicated.  A call takes it when its blocks
- * number at most the multiprocessors (pred_fits).  On an H200 at bs=1
- * (one row of 256 pages), host's pace out and paired with the seed, it
- * trailed the seed by 0.05 us where gather_even trailed by 0.12 (the seed
- * against itself: 0.05); at bs=64 this shape trailed gather_even by
- * 0.1-0.3 us, so larger calls keep that (tests/bench/results round 15).
+ * number at most the multiprocessors (pred_fits): the seed's shape wins
+ * only there, and gather_even wins once the call needs more blocks.
  *
  * Column c is live when c < ceil(len / page_size), that is when
  * c * page_size < len: the product needs no length, so the length meets
  * one compare on its way to the table load rather than a page count (a
- * shift, two adds, a select, a minimum).  On an H200 the two forms timed
- * the same within 0.01 us (24 graph pairs, tests/bench/results round 16);
- * this one stays as the plainer.  pred_fits keeps the page shift within
+ * shift, two adds, a select, a minimum); the two time the same, and this
+ * is the plainer.  pred_fits keeps the page shift within
  * 31 bits, so the product of a 32-bit column fits an int64_t.
  */
 constexpr int kPredThreads = 128;
@@ -327,17 +308,17 @@ template <typename T, int VEC>
 kvd_status_t launch_even(const GatherEven &e, bool req64, bool seq64, int64_t nvec, int64_t bs,
                          const kvd_launch_t *launch)
 {
-    const int64_t bx = nvec / KVD_GATHER_EVEN_THREADS + (nvec % KVD_GATHER_EVEN_THREADS != 0);
+    const int64_t bx = nvec / KVD_BLOCK_THREADS + (nvec % KVD_BLOCK_THREADS != 0);
     const dim3 grid((unsigned)bx, (unsigned)bs);
     cudaStream_t st = kvd__stream(launch);
     if (req64 && seq64)
-        gather_even<T, VEC, int64_t, int64_t><<<grid, KVD_GATHER_EVEN_THREADS, 0, st>>>(e);
+        gather_even<T, VEC, int64_t, int64_t><<<grid, KVD_BLOCK_THREADS, 0, st>>>(e);
     else if (req64)
-        gather_even<T, VEC, int64_t, int32_t><<<grid, KVD_GATHER_EVEN_THREADS, 0, st>>>(e);
+        gather_even<T, VEC, int64_t, int32_t><<<grid, KVD_BLOCK_THREADS, 0, st>>>(e);
     else if (seq64)
-        gather_even<T, VEC, int32_t, int64_t><<<grid, KVD_GATHER_EVEN_THREADS, 0, st>>>(e);
+        gather_even<T, VEC, int32_t, int64_t><<<grid, KVD_BLOCK_THREADS, 0, st>>>(e);
     else
-        gather_even<T, VEC, int32_t, int32_t><<<grid, KVD_GATHER_EVEN_THREADS, 0, st>>>(e);
+        gather_even<T, VEC, int32_t, int32_t><<<grid, KVD_BLOCK_THREADS, 0, st>>>(e);
     KVD_CUDA_LAUNCHED("gather_even");
     return KVD_OK;
 }
@@ -377,7 +358,7 @@ kvd_status_t launch_rows(const Gather &p, const kvd_launch_t *launch)
     if (pred_fits(p, g, &by) && even_fits<1>(p, &e))
         return launch_pred<T>(e, p.req64, p.seq64, p.bs, by, launch);
     /* One pass when every vector of every row fits on the device at once
-     * (past that, the loop's four vectors per thread won on an H200). */
+     * (past that, the loop's four vectors per thread win). */
     const int64_t nvec = p.max_pages / VEC + (p.max_pages % VEC != 0);
     const int64_t bx = nvec / KVD_BLOCK_THREADS + (nvec % KVD_BLOCK_THREADS != 0);
     if (bx <= limit && p.bs <= limit && kvd__mul_sat(bx, p.bs) <= limit) {
@@ -452,8 +433,7 @@ extern "C" kvd_status_t kvd_cuda_page_table_gather(const kvd_gather_args_t *a,
     p.oob = a->oob_count;
 
     /* Vectors need every row start 16-byte aligned on both sides. */
-    const bool wide = !KVD_GATHER_NARROW &&
-                      (((uintptr_t)a->req_to_page | (uint64_t)a->table_stride |
+    const bool wide = (((uintptr_t)a->req_to_page | (uint64_t)a->table_stride |
                         (uintptr_t)a->out | (uint64_t)a->out_stride) & 15) == 0;
     kvd__cuda_load_kernels();
     if (a->table_dtype == KVD_DTYPE_I64)

@@ -1,0 +1,44 @@
+/* What both backends share about jobs: running one's kernel, and the
+ * finished-job list they hand to the loop thread. */
+#include "backend.h"
+
+kvd_status_t kvd__job_run(kvd_job_t *job, int cuda, unsigned long long *oob,
+                          const kvd_launch_t *launch)
+{
+    switch (job->kind) {
+#define KVD_JOB_RUN_(K, member, args_t, fn)                                                      \
+    case KVD_JOB_##K:                                                                            \
+        job->a.member.oob_count = oob;                                                           \
+        return cuda ? kvd_cuda_##fn(&job->a.member, launch) : kvd_cpu_##fn(&job->a.member, launch);
+        KVD_JOBS(KVD_JOB_RUN_)
+#undef KVD_JOB_RUN_
+    }
+    return KVD_EINTERNAL;
+}
+
+void kvd__done_init(kvd_done_list_t *dl)
+{
+    pthread_mutex_init(&dl->mu, NULL);
+    dl->head = dl->tail = NULL;
+}
+
+void kvd__done_destroy(kvd_done_list_t *dl)
+{
+    pthread_mutex_destroy(&dl->mu);
+}
+
+void kvd__done_push(kvd_done_list_t *dl, kvd_job_t *job)
+{
+    pthread_mutex_lock(&dl->mu);
+    kvd__jobs_append(&dl->head, &dl->tail, job);
+    pthread_mutex_unlock(&dl->mu);
+}
+
+kvd_job_t *kvd__done_take(kvd_done_list_t *dl)
+{
+    pthread_mutex_lock(&dl->mu);
+    kvd_job_t *list = dl->head;
+    dl->head = dl->tail = NULL;
+    pthread_mutex_unlock(&dl->mu);
+    return list;
+}

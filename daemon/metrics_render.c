@@ -1,0 +1,301 @@
+/* The Prometheus endpoint's exposition text, from the server's counters,
+ * registry and connections at scrape time (see metrics.h). */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "dispatch.h"
+#include "kvdock/wire.h"
+#include "log.h"
+#include "metrics.h"
+#include "server.h"
+
+/* ---- the exposition text ----------------------------------------------- */
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} sbuf_t;
+
+static void sb_put(sbuf_t *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 16384;
+        char *np;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        np = realloc(b->p, cap);
+        if (np == NULL) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf_t *b, const char *fmt, ...)
+{
+    char small[512];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(small, sizeof(small), fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->oom = 1;
+        return;
+    }
+    if ((size_t)n < sizeof(small)) {
+        sb_put(b, small, (size_t)n);
+        return;
+    }
+    {
+        char *big = malloc((size_t)n + 1);
+        if (big == NULL) {
+            b->oom = 1;
+            return;
+        }
+        va_start(ap, fmt);
+        vsnprintf(big, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+        sb_put(b, big, (size_t)n);
+        free(big);
+    }
+}
+
+/* A label value: backslash, double quote and newline escaped. */
+static void sb_label(sbuf_t *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\')
+            sb_put(b, "\\\\", 2);
+        else if (*s == '"')
+            sb_put(b, "\\\"", 2);
+        else if (*s == '\n')
+            sb_put(b, "\\n", 2);
+        else
+            sb_put(b, s, 1);
+    }
+}
+
+static void family(sbuf_t *b, const char *name, const char *type, const char *help)
+{
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* name{key="value"} v, for one label. */
+static void sample_u(sbuf_t *b, const char *name, const char *key, const char *value, uint64_t v)
+{
+    sb_printf(b, "%s{%s=\"", name, key);
+    sb_label(b, value);
+    sb_printf(b, "\"} %" PRIu64 "\n", v);
+}
+
+static void sample_d(sbuf_t *b, const char *name, const char *key, const char *value, double v)
+{
+    sb_printf(b, "%s{%s=\"", name, key);
+    sb_label(b, value);
+    sb_printf(b, "\"} %.9g\n", v);
+}
+
+static const char *kind_name(int kind)
+{
+    switch (kind) {
+    case KVD_MEM_HOST: return "host";
+    case KVD_MEM_DEVICE: return "device";
+    case KVD_MEM_DEVICE_VMM: return "device-vmm";
+    }
+    return "unknown";
+}
+
+#define NKINDS 4 /* index = enum kvd_mem_kind; 0: unknown */
+
+char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
+{
+    const kvd_stats_t *st = &srv->stats;
+    sbuf_t b = {0};
+    uint64_t now = kvd_now_ns();
+    uint64_t pools[NKINDS] = {0}, pool_bytes[NKINDS] = {0};
+    uint64_t imp_pools[NKINDS] = {0}, imp_bytes[NKINDS] = {0};
+    const kvd_pool_t *p;
+    const kvd_conn_t *c;
+    uint32_t clients = 0;
+    size_t i;
+    int k;
+
+    /* build */
+    family(&b, "kvdock_build_info", "gauge",
+           "kvdockd build: version, protocol, backend in use, device, CUDA support (always 1)");
+    sb_printf(&b, "kvdock_build_info{version=\"%s\",protocol=\"%u\",backend=\"", KVD_DAEMON_VERSION,
+              KVD_PROTOCOL_VERSION);
+    sb_label(&b, srv->backend ? srv->backend->name : "none");
+    sb_put(&b, "\",device=\"", 10);
+    sb_label(&b, srv->backend ? srv->backend->device_name : "");
+#ifdef KVD_HAVE_CUDA
+    sb_printf(&b, "\",cuda=\"yes\"} 1\n");
+#else
+    sb_printf(&b, "\",cuda=\"no\"} 1\n");
+#endif
+    family(&b, "kvdock_uptime_seconds", "gauge", "seconds since kvdockd started");
+    sb_printf(&b, "kvdock_uptime_seconds %.3f\n", (double)(now - srv->start_ns) / 1e9);
+    family(&b, "kvdock_shutting_down", "gauge", "1 while kvdockd drains before exiting");
+    sb_printf(&b, "kvdock_shutting_down %d\n", srv->shutting_down ? 1 : 0);
+
+    /* per operation */
+    family(&b, "kvdock_requests_total", "counter", "requests answered, by operation");
+    for (i = 0; i < st->nops; i++)
+        sample_u(&b, "kvdock_requests_total", "op", kvd__op_row_name(i), st->ops[i].requests);
+    family(&b, "kvdock_request_errors_total", "counter",
+           "requests answered with an error status, by operation");
+    for (i = 0; i < st->nops; i++)
+        sample_u(&b, "kvdock_request_errors_total", "op", kvd__op_row_name(i), st->ops[i].errors);
+    family(&b, "kvdock_request_bytes_total", "counter",
+           "bytes moved by successful requests, by operation");
+    for (i = 0; i < st->nops; i++)
+        sample_u(&b, "kvdock_request_bytes_total", "op", kvd__op_row_name(i), st->ops[i].bytes);
+    family(&b, "kvdock_request_duration_seconds", "histogram",
+           "time from a request's arrival to its reply, by operation");
+    for (i = 0; i < st->nops; i++) {
+        const kvd_op_counters_t *o = &st->ops[i];
+        uint64_t cum = 0;
+        int j;
+
+        for (j = 0; j <= KVD_HIST_BOUNDS; j++) {
+            cum += o->counts[j];
+            sb_printf(&b, "kvdock_request_duration_seconds_bucket{op=\"");
+            sb_label(&b, kvd__op_row_name(i));
+            if (j < KVD_HIST_BOUNDS)
+                sb_printf(&b, "\",le=\"%g\"} %" PRIu64 "\n", kvd__hist_bounds_us[j] / 1e6, cum);
+            else
+                sb_printf(&b, "\",le=\"+Inf\"} %" PRIu64 "\n", cum);
+        }
+        sample_d(&b, "kvdock_request_duration_seconds_sum", "op", kvd__op_row_name(i), o->sum_us / 1e6);
+        sample_u(&b, "kvdock_request_duration_seconds_count", "op", kvd__op_row_name(i), cum);
+    }
+
+    /* per stream class */
+    family(&b, "kvdock_stream_queue_depth", "gauge",
+           "operations queued or running on the stream class");
+    for (k = KVD_STREAM_FIRST; k < KVD_STREAM_END; k++)
+        sample_u(&b, "kvdock_stream_queue_depth", "stream", kvd_stream_class_name(k),
+                 st->streams[k].depth);
+    family(&b, "kvdock_stream_busy_seconds_total", "counter",
+           "time the stream class had work queued or running");
+    for (k = KVD_STREAM_FIRST; k < KVD_STREAM_END; k++)
+        sample_d(&b, "kvdock_stream_busy_seconds_total", "stream", kvd_stream_class_name(k),
+                 (double)kvd_stats_stream_busy(st, k, now) / 1e9);
+    family(&b, "kvdock_stream_launches_total", "counter",
+           "operations completed on the stream class");
+    for (k = KVD_STREAM_FIRST; k < KVD_STREAM_END; k++)
+        sample_u(&b, "kvdock_stream_launches_total", "stream", kvd_stream_class_name(k),
+                 st->streams[k].launches);
+    family(&b, "kvdock_stream_bytes_total", "counter", "bytes moved on the stream class");
+    for (k = KVD_STREAM_FIRST; k < KVD_STREAM_END; k++)
+        sample_u(&b, "kvdock_stream_bytes_total", "stream", kvd_stream_class_name(k),
+                 st->streams[k].bytes);
+
+    /* memory */
+    for (p = srv->reg.pools; p; p = p->next) {
+        int kind = p->kind > 0 && p->kind < NKINDS ? p->kind : 0;
+        if (p->imported) {
+            imp_pools[kind]++;
+            imp_bytes[kind] += (uint64_t)p->num_layers * p->num_slots *
+                               (p->slot_stride ? p->slot_stride : p->slot_bytes) *
+                               (p->mla ? 1u : 2u);
+        } else {
+            pools[kind]++;
+            pool_bytes[kind] += p->obj.bytes;
+        }
+    }
+    family(&b, "kvdock_pools", "gauge", "live pools owned by kvdockd, by memory kind");
+    for (k = 1; k < NKINDS; k++)
+        sample_u(&b, "kvdock_pools", "kind", kind_name(k), pools[k]);
+    family(&b, "kvdock_pool_bytes", "gauge",
+           "bytes of live pools allocated by kvdockd, by memory kind");
+    for (k = 1; k < NKINDS; k++)
+        sample_u(&b, "kvdock_pool_bytes", "kind", kind_name(k), pool_bytes[k]);
+    family(&b, "kvdock_imported_pools", "gauge",
+           "live pools over clients' own memory, by memory kind");
+    for (k = 1; k < NKINDS; k++)
+        sample_u(&b, "kvdock_imported_pools", "kind", kind_name(k), imp_pools[k]);
+    family(&b, "kvdock_imported_pool_bytes", "gauge",
+           "bytes addressed by pools over clients' own memory, by memory kind");
+    for (k = 1; k < NKINDS; k++)
+        sample_u(&b, "kvdock_imported_pool_bytes", "kind", kind_name(k), imp_bytes[k]);
+    family(&b, "kvdock_memory_bytes", "gauge",
+           "bytes of pools and buffers allocated by kvdockd and not yet released");
+    sb_printf(&b, "kvdock_memory_bytes %" PRIu64 "\n", srv->reg.live_bytes);
+    family(&b, "kvdock_host_memory_budget_bytes", "gauge",
+           "host memory kvdockd may reserve for its clients (host-memory-budget)");
+    sb_printf(&b, "kvdock_host_memory_budget_bytes %" PRIu64 "\n", srv->hostmem.budget);
+    family(&b, "kvdock_host_memory_bytes", "gauge",
+           "host memory held against the budget, by kind");
+    for (k = 0; k < KVD_HM_COUNT; k++)
+        sample_u(&b, "kvdock_host_memory_bytes", "kind", kvd_hostmem_kind_name(k),
+                 srv->hostmem.used[k]);
+    family(&b, "kvdock_host_memory_limit_bytes", "gauge",
+           "the most each kind of host memory may hold");
+    for (k = 0; k < KVD_HM_COUNT; k++)
+        sample_u(&b, "kvdock_host_memory_limit_bytes", "kind", kvd_hostmem_kind_name(k),
+                 srv->hostmem.cap[k]);
+    family(&b, "kvdock_host_memory_refused_total", "counter",
+           "host-memory reservations refused (budget, kind's limit or the machine's memory)");
+    for (k = 0; k < KVD_HM_COUNT; k++)
+        sample_u(&b, "kvdock_host_memory_refused_total", "kind", kvd_hostmem_kind_name(k),
+                 srv->hostmem.refused[k]);
+    family(&b, "kvdock_buffers", "gauge", "live registered buffers");
+    sb_printf(&b, "kvdock_buffers %u\n", srv->reg.nbuffers);
+    family(&b, "kvdock_events", "gauge", "live registered interprocess events");
+    sb_printf(&b, "kvdock_events %u\n", srv->reg.nevents);
+
+    /* clients */
+    for (c = srv->conns; c; c = c->next)
+        if (!c->closing)
+            clients++;
+    family(&b, "kvdock_clients", "gauge", "clients connected");
+    sb_printf(&b, "kvdock_clients %u\n", clients);
+    family(&b, "kvdock_connections_total", "counter", "client connections accepted");
+    sb_printf(&b, "kvdock_connections_total %" PRIu64 "\n", st->connections);
+    family(&b, "kvdock_connections_dropped_total", "counter",
+           "connections closed or refused to protect the daemon, by reason");
+    sample_u(&b, "kvdock_connections_dropped_total", "reason", "hello_timeout",
+             st->timeouts_hello);
+    sample_u(&b, "kvdock_connections_dropped_total", "reason", "frame_timeout",
+             st->timeouts_frame);
+    sample_u(&b, "kvdock_connections_dropped_total", "reason", "socket_memory",
+             st->refused_socket_mem);
+    sample_u(&b, "kvdock_connections_dropped_total", "reason", "no_descriptors",
+             st->refused_no_fd);
+    family(&b, "kvdock_inflight_requests", "gauge",
+           "requests handed to the backend and not yet completed");
+    sb_printf(&b, "kvdock_inflight_requests %u\n", srv->inflight);
+    family(&b, "kvdock_socket_received_bytes_total", "counter",
+           "bytes read from client sockets");
+    sb_printf(&b, "kvdock_socket_received_bytes_total %" PRIu64 "\n", st->bytes_in);
+    family(&b, "kvdock_socket_sent_bytes_total", "counter", "bytes written to client sockets");
+    sb_printf(&b, "kvdock_socket_sent_bytes_total %" PRIu64 "\n", st->bytes_out);
+    if (srv->metrics != NULL) {
+        family(&b, "kvdock_metrics_scrapes_total", "counter", "GET /metrics answered");
+        sb_printf(&b, "kvdock_metrics_scrapes_total %" PRIu64 "\n", kvd_metrics_scrapes(srv->metrics));
+    }
+
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.len;
+    return b.p;
+}
+
