@@ -78,6 +78,15 @@ void *kvd__req_alloc(kvd_req_t *r, size_t bytes);
  * limit?  KVD_OK or KVD_ELIMIT (with the message set). */
 kvd_status_t kvd__check_mem_limits(kvd_req_t *r, uint64_t bytes);
 
+/* The path (kvd_copy_path_t) a transfer between memory of src_kind and
+ * dst_kind takes when the request does not say and its indices can be
+ * read when it arrives: the copy engines between host and device memory
+ * (--host-copy-path), kernels otherwise. */
+int kvd__default_path(const kvd_options_t *o, int src_kind, int dst_kind);
+/* The path stream class sclass takes by default: its host-device
+ * direction's (reload, offload), kernels otherwise. */
+int kvd__stream_path(const kvd_options_t *o, int sclass);
+
 /* Reserve bytes (rounded up to whole pages) of host memory of kind (enum
  * kvd_hostmem_kind) for obj, which records them: the registry gives them
  * back when obj is freed.  KVD_OK, or the budget's refusal (message set,

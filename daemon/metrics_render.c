@@ -201,6 +201,20 @@ char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
     for (k = KVD_STREAM_FIRST; k < KVD_STREAM_END; k++)
         sample_u(&b, "kvdock_stream_launches_total", "stream", kvd_stream_class_name(k),
                  st->streams[k].launches);
+    family(&b, "kvdock_stream_copy_engine_launches_total", "counter",
+           "operations of the stream class that ran on the copy engines");
+    for (k = KVD_STREAM_FIRST; k < KVD_STREAM_END; k++)
+        sample_u(&b, "kvdock_stream_copy_engine_launches_total", "stream",
+                 kvd_stream_class_name(k), st->streams[k].copy_engine_launches);
+    family(&b, "kvdock_stream_default_path", "gauge",
+           "how the stream class moves transfers when a request does not say (1 for its path)");
+    for (k = KVD_STREAM_FIRST; k < KVD_STREAM_END; k++) {
+        int path = kvd__stream_path(&srv->opts, k);
+        sb_printf(&b, "kvdock_stream_default_path{stream=\"%s\",path=\"copy_engine\"} %d\n",
+                  kvd_stream_class_name(k), path == KVD_PATH_COPY_ENGINE);
+        sb_printf(&b, "kvdock_stream_default_path{stream=\"%s\",path=\"kernel\"} %d\n",
+                  kvd_stream_class_name(k), path == KVD_PATH_KERNEL);
+    }
     family(&b, "kvdock_stream_bytes_total", "counter", "bytes moved on the stream class");
     for (k = KVD_STREAM_FIRST; k < KVD_STREAM_END; k++)
         sample_u(&b, "kvdock_stream_bytes_total", "stream", kvd_stream_class_name(k),

@@ -37,6 +37,7 @@ typedef struct dataop {
     uint64_t rows_valid; /* rows not known to be padding */
     uint64_t row_bytes;  /* bytes written per row */
     kvd_status_t stage_status; /* why the last stage() failed */
+    int path;            /* kvd_copy_path_t: asked for, then the one run */
 } dataop_t;
 
 /* An index operand resolved to memory the kernels read. */
@@ -343,12 +344,13 @@ static kvd_status_t get_event(kvd_req_t *r, dataop_t *d, uint64_t id, const char
     return KVD_OK;
 }
 
-static kvd_status_t get_sync(kvd_req_t *r, dataop_t *d, int sclass, int may_copy_engine)
+static kvd_status_t get_sync(kvd_req_t *r, dataop_t *d, int sclass, int is_transfer)
 {
     const Kvdock__Sync *s = r->req->sync;
     kvd_status_t st;
 
     d->job.sclass = sclass;
+    d->path = KVD_PATH_DEFAULT;
     if (s == NULL)
         return KVD_OK;
     /* the proto's numbers are kvd_stream_class_t's */
@@ -356,15 +358,64 @@ static kvd_status_t get_sync(kvd_req_t *r, dataop_t *d, int sclass, int may_copy
         return kvd__req_fail(r, KVD_EINVAL, "sync.stream %d is not a stream class", (int)s->stream);
     if (s->stream != KVDOCK__STREAM_CLASS__STREAM_DEFAULT)
         d->job.sclass = (int)s->stream;
-    if (s->copy_engine && !may_copy_engine)
-        return kvd__req_fail(r, KVD_EINVAL, "sync.copy_engine applies to transfers only");
+    if ((int)s->path < KVD_PATH_DEFAULT || (int)s->path > KVD_PATH_KERNEL)
+        return kvd__req_fail(r, KVD_EINVAL, "sync.path %d is not a copy path", (int)s->path);
+    d->path = (int)s->path;
+    if (s->copy_engine) {
+        if (d->path == KVD_PATH_KERNEL)
+            return kvd__req_fail(r, KVD_EINVAL, "sync.copy_engine and sync.path = PATH_KERNEL "
+                                 "disagree");
+        d->path = KVD_PATH_COPY_ENGINE;
+    }
+    if (d->path == KVD_PATH_COPY_ENGINE && !is_transfer)
+        return kvd__req_fail(r, KVD_EINVAL, "the copy engines move transfers only (sync.path)");
     if ((st = get_event(r, d, s->wait_event, "wait_event", &d->job.wait_event)) != KVD_OK)
         return st;
     if ((st = get_event(r, d, s->record_event, "record_event", &d->job.record_event)) != KVD_OK)
         return st;
     d->job.max_blocks = s->max_blocks;
-    d->job.flags = s->copy_engine ? KVD_LAUNCH_COPY_ENGINE : 0;
     d->reply_at_enqueue = s->reply_at_enqueue;
+    return KVD_OK;
+}
+
+int kvd__stream_path(const kvd_options_t *o, int sclass)
+{
+    return kvd__default_path(o, sclass == KVD_STREAM_RELOAD ? KVD_MEM_HOST : KVD_MEM_DEVICE,
+                             sclass == KVD_STREAM_OFFLOAD ? KVD_MEM_HOST : KVD_MEM_DEVICE);
+}
+
+int kvd__default_path(const kvd_options_t *o, int src_kind, int dst_kind)
+{
+    if ((src_kind == KVD_MEM_HOST) != (dst_kind == KVD_MEM_HOST))
+        return o->host_copy_path == KVD_HOST_PATH_COPY_ENGINE ? KVD_PATH_COPY_ENGINE
+                                                              : KVD_PATH_KERNEL;
+    return KVD_PATH_KERNEL;
+}
+
+/* The path of a transfer between memory of src_kind and dst_kind, after
+ * get_sync: the one asked for, or the default.  The copy engines' rows
+ * are listed from the indices when the request arrives, not in stream
+ * order: device-resident indices cannot be read then, and indices in a
+ * buffer that a worker writes before its wait event would be read too
+ * early.  Such a transfer gets a kernel by default, and EINVAL when it
+ * asks for the copy engines. */
+static kvd_status_t choose_path(kvd_req_t *r, dataop_t *d, int src_kind, int dst_kind,
+                                int indices_on_device, int buffer_indices)
+{
+    int readable = !indices_on_device && !(buffer_indices && d->job.wait_event != NULL);
+
+    if (d->path == KVD_PATH_COPY_ENGINE && indices_on_device)
+        return kvd__req_fail(r, KVD_EINVAL, "the copy engines need host-readable indices (inline "
+                             "or in a host buffer)");
+    if (d->path == KVD_PATH_COPY_ENGINE && !readable)
+        return kvd__req_fail(r, KVD_EINVAL, "the copy engines with sync.wait_event need inline "
+                             "indices (buffer indices are read when the request arrives)");
+    if (d->path == KVD_PATH_DEFAULT) {
+        d->path = kvd__default_path(&r->srv->opts, src_kind, dst_kind);
+        if (d->path == KVD_PATH_COPY_ENGINE && !readable)
+            d->path = KVD_PATH_KERNEL;
+    }
+    d->job.flags = d->path == KVD_PATH_COPY_ENGINE ? KVD_LAUNCH_COPY_ENGINE : 0;
     return KVD_OK;
 }
 
@@ -384,6 +435,7 @@ static void send_op_reply(dataop_t *d, kvd_status_t st, const char *msg, int enq
     op.skipped_oob = enqueued ? 0 : d->job.skipped_oob;
     op.bytes = bytes;
     op.enqueued = enqueued;
+    op.path = (Kvdock__CopyPath)(d->path == KVD_PATH_DEFAULT ? KVD_PATH_KERNEL : d->path);
     kvd__reply_deferred(d->conn, d->req_id, d->op_index, d->t_start_ns, st, msg, &op, bytes);
 }
 
@@ -392,7 +444,8 @@ static void job_done(kvd_job_t *job)
     dataop_t *d = (dataop_t *)job;
     kvd_conn_t *c = d->conn;
 
-    kvd_stats_stream_leave(&d->srv->stats, job->sclass, written_bytes(d), kvd_now_ns());
+    kvd_stats_stream_leave(&d->srv->stats, job->sclass, written_bytes(d),
+                           d->path == KVD_PATH_COPY_ENGINE, kvd_now_ns());
     if (!d->replied) {
         send_op_reply(d, job->status, job->detail, 0);
     } else if (job->status != KVD_OK) {
@@ -800,18 +853,10 @@ static kvd_status_t do_transfer(kvd_req_t *r, dataop_t *d)
         sclass = KVD_STREAM_OFFLOAD;
     else
         sclass = KVD_STREAM_D2D;
-    if ((st = get_sync(r, d, sclass, 1)) != KVD_OK)
+    if ((st = get_sync(r, d, sclass, 1)) != KVD_OK ||
+        (st = choose_path(r, d, src->kind, dst->kind, si.on_device || di.on_device,
+                          (t->src && t->src->buffer) || (t->dst && t->dst->buffer))) != KVD_OK)
         return st;
-    if ((d->job.flags & KVD_LAUNCH_COPY_ENGINE) && (si.on_device || di.on_device))
-        return kvd__req_fail(r, KVD_EINVAL, "sync.copy_engine needs host-readable indices (inline "
-                         "or in a host buffer)");
-    /* The copy engines' rows are listed from the indices at submission, before
-     * the stream reaches the wait event: indices a worker writes after its
-     * event would be read too early. */
-    if ((d->job.flags & KVD_LAUNCH_COPY_ENGINE) && d->job.wait_event != NULL &&
-        ((t->src && t->src->buffer) || (t->dst && t->dst->buffer)))
-        return kvd__req_fail(r, KVD_EINVAL, "sync.copy_engine with sync.wait_event needs inline "
-                         "indices (buffer indices are read when the request arrives)");
 
     d->job.kind = KVD_JOB_TRANSFER;
     memset(a, 0, sizeof(*a));

@@ -120,6 +120,26 @@ static kvd_status_t fill_memory(kvd_req_t *r, Kvdock__StatusReply *s)
     return KVD_OK;
 }
 
+/* Each stream class's default path. */
+static kvd_status_t fill_paths(kvd_req_t *r, Kvdock__StatusReply *s)
+{
+    int i;
+
+    s->stream_paths = kvd__req_alloc(r, sizeof(*s->stream_paths) * KVD_STREAM_END);
+    if (s->stream_paths == NULL)
+        return KVD_ENOMEM;
+    for (i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++) {
+        Kvdock__StreamPath *p = kvd__req_alloc(r, sizeof(*p));
+        if (p == NULL)
+            return KVD_ENOMEM;
+        kvdock__stream_path__init(p);
+        p->stream = (Kvdock__StreamClass)i;
+        p->path = (Kvdock__CopyPath)kvd__stream_path(&r->srv->opts, i);
+        s->stream_paths[s->n_stream_paths++] = p;
+    }
+    return KVD_OK;
+}
+
 kvd_status_t kvd__op_status(kvd_req_t *r)
 {
     kvd_server_t *srv = r->srv;
@@ -141,7 +161,7 @@ kvd_status_t kvd__op_status(kvd_req_t *r)
     s->inflight = srv->inflight;
     s->socket_path = srv->socket_path;
     s->shutting_down = srv->shutting_down != 0;
-    if (fill_memory(r, s) != KVD_OK)
+    if (fill_memory(r, s) != KVD_OK || fill_paths(r, s) != KVD_OK)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     for (c = srv->conns; c; c = c->next)
         if (!c->closing)
@@ -217,6 +237,8 @@ kvd_status_t kvd__op_stats(kvd_req_t *r)
         t->bytes = k->bytes;
         t->busy_ns = kvd_stats_stream_busy(&srv->stats, (int)i, now);
         t->queue_depth = k->depth;
+        t->path = (Kvdock__CopyPath)kvd__stream_path(&srv->opts, (int)i);
+        t->copy_engine_launches = k->copy_engine_launches;
         s->streams[s->n_streams++] = t;
     }
     s->bytes_in = srv->stats.bytes_in;

@@ -96,6 +96,13 @@ const kvd_option_def_t kvd__option_table[] = {
      "urgency of the offload stream"},
     {"d2d-priority", KVD_OPT_INT, OFF(priority[KVD_STREAM_D2D]), "0", 0, 16, NULL,
      "urgency of the device-to-device stream"},
+    {"host-copy-path", KVD_OPT_ENUM, OFF(host_copy_path), "copy-engine", 0, 0,
+     "copy-engine|kernel",
+     "how transfers between host and device memory move by default: copy-engine (no SM is "
+     "used, so a worker's forward pass keeps the whole GPU: the kernels of two processes "
+     "time-slice it) or kernel (faster for small scattered rows when the GPU is otherwise "
+     "idle; harmful beside a running forward pass unless under MPS with a small block "
+     "budget); a request may ask for either (Sync.path)"},
     {"cuda-completion", KVD_OPT_ENUM, OFF(cuda_completion), "loop", 0, 0, "loop|poll|hostfunc",
      "how the cuda backend learns that work is done: loop (the event loop polls the streams "
      "between socket events while work is in flight: no thread hand-off; the fastest), poll (a thread polls an event per operation while work is in "

@@ -34,6 +34,12 @@ typedef struct kvd_memsize {
     uint32_t percent; /* 1..100: that share of the machine's memory */
 } kvd_memsize_t;
 
+/* --host-copy-path: the index in its choices. */
+enum kvd_host_path {
+    KVD_HOST_PATH_COPY_ENGINE = 0,
+    KVD_HOST_PATH_KERNEL = 1,
+};
+
 typedef struct kvd_options {
     char socket[KVD_OPT_STR_MAX];       /* "" = kvd_default_socket_path() */
     char socket_group[KVD_OPT_STR_MAX]; /* "" = no group */
@@ -64,6 +70,7 @@ typedef struct kvd_options {
     uint64_t blocks[KVD_STREAM_END];  /* per-class block budget, 0 = no limit */
     int64_t priority[KVD_STREAM_END]; /* per-class urgency, higher runs first */
     int cuda_completion;            /* enum kvd_cuda_completion */
+    int host_copy_path;             /* enum kvd_host_path */
     uint64_t busy_poll_us;          /* poll without sleeping this long after activity */
     char metrics[KVD_OPT_STR_MAX];  /* Prometheus endpoint [HOST:]PORT; "" = off */
     int metrics_allow_remote;       /* 1: a non-loopback metrics address is allowed */

@@ -67,11 +67,13 @@ void kvd_stats_stream_enter(kvd_stats_t *s, int sclass, uint64_t now_ns)
         c->busy_since = now_ns;
 }
 
-void kvd_stats_stream_leave(kvd_stats_t *s, int sclass, uint64_t bytes, uint64_t now_ns)
+void kvd_stats_stream_leave(kvd_stats_t *s, int sclass, uint64_t bytes, int copy_engine,
+                            uint64_t now_ns)
 {
     kvd_stream_counters_t *c = &s->streams[sclass];
 
     c->launches++;
+    c->copy_engine_launches += copy_engine != 0;
     c->bytes += bytes;
     if (c->depth > 0 && --c->depth == 0)
         c->busy_ns += now_ns - c->busy_since;

@@ -27,6 +27,7 @@ typedef struct kvd_op_counters {
 
 typedef struct kvd_stream_counters {
     uint64_t launches;
+    uint64_t copy_engine_launches;
     uint64_t bytes;
     uint64_t busy_ns;
     uint64_t busy_since;
@@ -53,7 +54,8 @@ void kvd_stats_deinit(kvd_stats_t *s);
 /* A reply sent: op row, its status, bytes moved, latency. */
 void kvd_stats_op(kvd_stats_t *s, size_t op, int status, uint64_t bytes, uint64_t latency_ns);
 void kvd_stats_stream_enter(kvd_stats_t *s, int sclass, uint64_t now_ns);
-void kvd_stats_stream_leave(kvd_stats_t *s, int sclass, uint64_t bytes, uint64_t now_ns);
+void kvd_stats_stream_leave(kvd_stats_t *s, int sclass, uint64_t bytes, int copy_engine,
+                            uint64_t now_ns);
 /* Busy time including the current busy period. */
 uint64_t kvd_stats_stream_busy(const kvd_stats_t *s, int sclass, uint64_t now_ns);
 

@@ -244,6 +244,16 @@ static bool opt_is(const char *a, const char *name)
 /* ------------------------------------------------------------------------ */
 /* status                                                                    */
 
+/* A kvd_copy_path_t as a word. */
+static const char *path_name(int path)
+{
+    return path == KVD_PATH_COPY_ENGINE ? "copy-engine" : path == KVD_PATH_KERNEL ? "kernel"
+                                                                                  : "default";
+}
+
+static const char *const stream_names[KVD_STREAM_END] = {"default", "reload", "write", "offload",
+                                                         "d2d"};
+
 #define MAX_CLIENTS_SHOWN 1024
 
 static int cmd_status(opts_t *o)
@@ -304,6 +314,11 @@ static int cmd_status(opts_t *o)
                    s.host_kinds[k].used, s.host_kinds[k].limit, s.host_kinds[k].refused);
         }
         printf("]}");
+        printf(",\"stream_paths\":{");
+        for (int i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++)
+            printf("%s\"%s\":\"%s\"", i > KVD_STREAM_FIRST ? "," : "", stream_names[i],
+                   path_name(s.stream_paths[i]));
+        printf("}");
         if (s.device_total > 0)
             printf(",\"device_memory\":{\"free\":%" PRIu64 ",\"total\":%" PRIu64
                    ",\"margin\":%" PRIu64 "}",
@@ -351,6 +366,11 @@ static int cmd_status(opts_t *o)
             kvd__cli_human_bytes(mg, sizeof(mg), (double)s.device_margin);
             printf("  device mem  %s free of %s (device pools leave %s free)\n", f, t2, mg);
         }
+        printf("  copy paths ");
+        for (int i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++)
+            printf("%s%s %s", i > KVD_STREAM_FIRST ? ", " : "", stream_names[i],
+                   path_name(s.stream_paths[i]));
+        putchar('\n');
         if (s.num_host_kinds > 0) {
             putchar('\n');
             table_init(&t, "MEMORY,>USED,>LIMIT,>REFUSED");
@@ -732,8 +752,10 @@ static int cmd_stats(opts_t *o)
             printf("%s{\"name\":", i ? "," : "");
             kvd__cli_json_str(p->name);
             printf(",\"priority\":%d,\"max_blocks\":%u,\"launches\":%" PRIu64 ",\"bytes\":%" PRIu64
-                   ",\"busy_ns\":%" PRIu64 ",\"queue_depth\":%u}",
-                   p->priority, p->max_blocks, p->launches, p->bytes, p->busy_ns, p->queue_depth);
+                   ",\"busy_ns\":%" PRIu64 ",\"queue_depth\":%u,\"path\":\"%s\","
+                   "\"copy_engine_launches\":%" PRIu64 "}",
+                   p->priority, p->max_blocks, p->launches, p->bytes, p->busy_ns, p->queue_depth,
+                   path_name(p->path), p->copy_engine_launches);
         }
         printf("]}\n");
     } else {
@@ -762,10 +784,11 @@ static int cmd_stats(opts_t *o)
         table_print(&t);
         if (nstreams > 0) {
             putchar('\n');
-            table_init(&t, "STREAM,>PRIORITY,>MAX_BLOCKS,>LAUNCHES,>BYTES,>BUSY_MS,>QUEUED");
+            table_init(&t, "STREAM,PATH,>PRIORITY,>MAX_BLOCKS,>LAUNCHES,>ON_CE,>BYTES,>BUSY_MS,"
+                           ">QUEUED");
             for (size_t i = 0; i < nstreams; i++) {
                 const kvd_stream_stats_t *p = &streams[i];
-                char pr[16], mb[16], la[24], b[32], busy[32], q[16];
+                char pr[16], mb[16], la[24], ce[24], b[32], busy[32], q[16];
 
                 snprintf(pr, sizeof(pr), "%d", p->priority);
                 if (p->max_blocks)
@@ -776,7 +799,8 @@ static int cmd_stats(opts_t *o)
                 kvd__cli_human_bytes(b, sizeof(b), (double)p->bytes);
                 snprintf(busy, sizeof(busy), "%.1f", (double)p->busy_ns / 1e6);
                 snprintf(q, sizeof(q), "%u", p->queue_depth);
-                table_row(&t, p->name, pr, mb, la, b, busy, q);
+                snprintf(ce, sizeof(ce), "%" PRIu64, p->copy_engine_launches);
+                table_row(&t, p->name, path_name(p->path), pr, mb, la, ce, b, busy, q);
             }
             table_print(&t);
         }

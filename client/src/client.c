@@ -348,6 +348,9 @@ static kvd_status_t status_finish(kvd_client_t *cli, kvd__pending_t *p)
     o->device_free = s->device_memory_free;
     o->device_total = s->device_memory_total;
     o->device_margin = s->device_memory_margin;
+    for (size_t i = 0; i < s->n_stream_paths; i++)
+        if ((int)s->stream_paths[i]->stream >= 0 && (int)s->stream_paths[i]->stream < KVD_STREAM_END)
+            o->stream_paths[s->stream_paths[i]->stream] = (int32_t)s->stream_paths[i]->path;
     for (size_t i = 0; i < s->n_client_list && i < p->out.status.cap; i++) {
         const Kvdock__ClientInfo *ci = s->client_list[i];
         kvd_client_entry_t *e = &p->out.status.clients[i];
@@ -444,6 +447,8 @@ static kvd_status_t stats_finish(kvd_client_t *cli, kvd__pending_t *p)
         d->bytes = ss->bytes;
         d->busy_ns = ss->busy_ns;
         d->queue_depth = ss->queue_depth;
+        d->path = (int32_t)ss->path;
+        d->copy_engine_launches = ss->copy_engine_launches;
     }
     return KVD_OK;
 }

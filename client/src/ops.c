@@ -89,6 +89,7 @@ static Kvdock__Sync *sync_build(const kvd_sync_t *in, Kvdock__Sync *s)
     s->stream = (Kvdock__StreamClass)in->stream;
     s->max_blocks = in->max_blocks;
     s->copy_engine = in->copy_engine;
+    s->path = (Kvdock__CopyPath)in->path;
     return s;
 }
 
@@ -121,6 +122,7 @@ static kvd_status_t op_finish(kvd_client_t *cli, kvd__pending_t *p)
         o->skipped_oob = r->skipped_oob;
         o->bytes = r->bytes;
         o->enqueued = r->enqueued != 0;
+        o->path = (int32_t)r->path;
     }
     return KVD_OK;
 }

@@ -646,6 +646,12 @@ B(st_copy_engine)
     m->sync.copy_engine = 1;
     m->req.sync = &m->sync;
 }
+B(st_path_copy_engine)
+{
+    st_copy_engine(x, m);
+    m->sync.copy_engine = 0;
+    m->sync.path = KVDOCK__COPY_PATH__PATH_COPY_ENGINE;
+}
 B(st_inline_limit)
 {
     store_base(x, m, x->mha);
@@ -1219,6 +1225,7 @@ static const row_t rows[] = {
     {"store recording a buffer id as event", st_record_event, KVD_ENOENT, ON_OWNER, 0},
     {"store on stream class 99", st_stream, KVD_EINVAL, ON_OWNER, 0},
     {"store with copy_engine", st_copy_engine, KVD_EINVAL, ON_OWNER, 0},
+    {"store with path = PATH_COPY_ENGINE", st_path_copy_engine, KVD_EINVAL, ON_OWNER, 0},
     {"store with 513 inline indices (4 KiB max)", st_inline_limit, KVD_ELIMIT, ON_OWNER, 0},
     {"store loc raw bytes: 7, not whole I64s", st_raw_partial, KVD_ESHAPE, ON_OWNER, 0},
     {"store loc raw bytes of dtype F32", st_raw_dtype, KVD_EDTYPE, ON_OWNER, 0},

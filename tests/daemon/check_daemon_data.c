@@ -1042,6 +1042,135 @@ START_TEST(test_data_counters)
 }
 END_TEST
 
+/* One transfer of slot 1 to slot 2 with sync; the response. */
+static Kvdock__Response *transfer_with(int fd, uint64_t pool, Kvdock__Sync *sync)
+{
+    Kvdock__Request req;
+    Kvdock__Transfer t = KVDOCK__TRANSFER__INIT;
+    Kvdock__Indices si, di;
+    static int64_t s1 = 1, d1 = 2;
+
+    kvdt_req_init(&req, 80);
+    set_inline(&si, &s1, 1);
+    set_inline(&di, &d1, 1);
+    t.src_pool = t.dst_pool = pool;
+    t.src = &si;
+    t.dst = &di;
+    t.all_layers = 1;
+    req.op_case = KVDOCK__REQUEST__OP_TRANSFER;
+    req.transfer = &t;
+    req.sync = sync;
+    return kvdt_call(fd, &req);
+}
+
+START_TEST(test_copy_path)
+{
+    /* the path asked for runs and is reported; bad choices are refused */
+    int fd = kvdt_client(&D, "paths");
+    Kvdock__Sync sync = KVDOCK__SYNC__INIT;
+    Kvdock__Response *r;
+    Kvdock__Request req;
+    Kvdock__StatsRequest sr = KVDOCK__STATS_REQUEST__INIT;
+    Kvdock__StatusRequest st = KVDOCK__STATUS_REQUEST__INIT;
+    mpool_t a;
+    size_t i;
+
+    mpool_open(fd, &a, "paths", 2, 4, 64, 0);
+    fill_random(a.map, a.info->bytes, 7);
+    /* host to host: kernels by default */
+    r = transfer_with(fd, a.id, NULL);
+    ck_assert_int_eq(op_ok(r)->path, KVDOCK__COPY_PATH__PATH_KERNEL);
+    ck_assert_uint_eq(r->op->bytes, 2 * 2 * 64);
+    kvdock__response__free_unpacked(r, NULL);
+    /* asked for: the copy engines, then kernels; the bytes land either way */
+    memset(a.map + a.info->v_offset + 2 * 64, 0, 64);
+    sync.path = KVDOCK__COPY_PATH__PATH_COPY_ENGINE;
+    r = transfer_with(fd, a.id, &sync);
+    ck_assert_int_eq(op_ok(r)->path, KVDOCK__COPY_PATH__PATH_COPY_ENGINE);
+    kvdock__response__free_unpacked(r, NULL);
+    ck_assert_mem_eq(a.map + a.info->v_offset + 2 * 64, a.map + a.info->v_offset + 64, 64);
+    sync.path = KVDOCK__COPY_PATH__PATH_KERNEL;
+    r = transfer_with(fd, a.id, &sync);
+    ck_assert_int_eq(op_ok(r)->path, KVDOCK__COPY_PATH__PATH_KERNEL);
+    kvdock__response__free_unpacked(r, NULL);
+    /* the old flag still means the copy engines */
+    sync.path = KVDOCK__COPY_PATH__PATH_DEFAULT;
+    sync.copy_engine = 1;
+    r = transfer_with(fd, a.id, &sync);
+    ck_assert_int_eq(op_ok(r)->path, KVDOCK__COPY_PATH__PATH_COPY_ENGINE);
+    kvdock__response__free_unpacked(r, NULL);
+    /* errors: the flag against PATH_KERNEL, an unknown path */
+    sync.path = KVDOCK__COPY_PATH__PATH_KERNEL;
+    r = transfer_with(fd, a.id, &sync);
+    ck_assert_uint_eq(r->status, KVD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(r->message, "disagree"));
+    kvdock__response__free_unpacked(r, NULL);
+    sync.copy_engine = 0;
+    sync.path = (Kvdock__CopyPath)7;
+    r = transfer_with(fd, a.id, &sync);
+    ck_assert_uint_eq(r->status, KVD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(r->message, "not a copy path"));
+    kvdock__response__free_unpacked(r, NULL);
+    /* the stats count what ran on the copy engines (the d2d class here) and
+     * say each class's default path */
+    kvdt_req_init(&req, 81);
+    req.op_case = KVDOCK__REQUEST__OP_STATS;
+    req.stats = &sr;
+    r = kvdt_call(fd, &req);
+    for (i = 0; i < r->stats->n_streams; i++) {
+        const Kvdock__StreamStats *t = r->stats->streams[i];
+        int hostdev = strcmp(t->name, "reload") == 0 || strcmp(t->name, "offload") == 0;
+        ck_assert_int_eq(t->path, hostdev ? KVDOCK__COPY_PATH__PATH_COPY_ENGINE
+                                          : KVDOCK__COPY_PATH__PATH_KERNEL);
+        if (strcmp(t->name, "d2d") == 0) {
+            ck_assert_uint_eq(t->launches, 4);
+            ck_assert_uint_eq(t->copy_engine_launches, 2);
+        }
+    }
+    kvdock__response__free_unpacked(r, NULL);
+    kvdt_req_init(&req, 82);
+    req.op_case = KVDOCK__REQUEST__OP_STATUS;
+    req.status = &st;
+    r = kvdt_call(fd, &req);
+    ck_assert_uint_eq(r->status_reply->n_stream_paths, 4);
+    for (i = 0; i < 4; i++) {
+        const Kvdock__StreamPath *p = r->status_reply->stream_paths[i];
+        int hostdev = p->stream == KVDOCK__STREAM_CLASS__STREAM_RELOAD ||
+                      p->stream == KVDOCK__STREAM_CLASS__STREAM_OFFLOAD;
+        ck_assert_int_eq(p->path, hostdev ? KVDOCK__COPY_PATH__PATH_COPY_ENGINE
+                                          : KVDOCK__COPY_PATH__PATH_KERNEL);
+    }
+    kvdock__response__free_unpacked(r, NULL);
+    mpool_close(&a);
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_copy_path_option)
+{
+    /* --host-copy-path kernel: every class moves with kernels by default */
+    const char *extra[] = {"--host-copy-path", "kernel", NULL};
+    kvdt_daemon_t d;
+    Kvdock__Request req;
+    Kvdock__StatusRequest st = KVDOCK__STATUS_REQUEST__INIT;
+    Kvdock__Response *r;
+    int fd;
+    size_t i;
+
+    kvdt_start(&d, extra);
+    fd = kvdt_client(&d, "paths");
+    kvdt_req_init(&req, 83);
+    req.op_case = KVDOCK__REQUEST__OP_STATUS;
+    req.status = &st;
+    r = kvdt_call(fd, &req);
+    for (i = 0; i < r->status_reply->n_stream_paths; i++)
+        ck_assert_int_eq(r->status_reply->stream_paths[i]->path, KVDOCK__COPY_PATH__PATH_KERNEL);
+    kvdock__response__free_unpacked(r, NULL);
+    close(fd);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
+}
+END_TEST
+
 static Suite *data_suite(void)
 {
     Suite *s = suite_create("daemon_data");
@@ -1060,6 +1189,8 @@ static Suite *data_suite(void)
     tcase_add_test(tc, test_pipelined);
     tcase_add_test(tc, test_half_close_answers_all);
     tcase_add_test(tc, test_data_counters);
+    tcase_add_test(tc, test_copy_path);
+    tcase_add_test(tc, test_copy_path_option);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");

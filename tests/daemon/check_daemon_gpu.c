@@ -60,8 +60,10 @@ static Kvdock__Response *create_kind(int fd, const char *name, int kind, uint32_
     return kvdt_call(fd, &req);
 }
 
+/* A transfer asking for path (Kvdock__CopyPath); the path that ran must be
+ * want. */
 static Kvdock__OpReply transfer(int fd, uint64_t src, uint64_t dst, int64_t *si, int64_t *di,
-                                size_t n, int all, int copy_engine)
+                                size_t n, int all, int path, int want)
 {
     Kvdock__Request req;
     Kvdock__Transfer t = KVDOCK__TRANSFER__INIT;
@@ -79,20 +81,23 @@ static Kvdock__OpReply transfer(int fd, uint64_t src, uint64_t dst, int64_t *si,
     t.src = &a;
     t.dst = &b;
     t.all_layers = all;
-    sync.copy_engine = copy_engine;
+    sync.path = (Kvdock__CopyPath)path;
     req.sync = &sync;
     req.op_case = KVDOCK__REQUEST__OP_TRANSFER;
     req.transfer = &t;
     r = kvdt_call(fd, &req);
     ck_assert_ptr_nonnull(r);
     ck_assert_msg(r->status == 0, "transfer: %s", r->message);
+    ck_assert_msg((int)r->op->path == want, "transfer ran on path %d, not %d", (int)r->op->path,
+                  want);
     out = *r->op;
     kvdock__response__free_unpacked(r, NULL);
     return out;
 }
 
-/* host -> device -> host through the daemon, against the CPU reference */
-static void round_trip(int kind, int copy_engine)
+/* host -> device -> host through the daemon, against the CPU reference,
+ * asking for path; the copy engines by default between host and device */
+static void round_trip(int kind, int path)
 {
     int fd = kvdt_client(&D, "gpu");
     Kvdock__Response *r = create_kind(fd, "dev", kind, 2, 64, 96);
@@ -114,8 +119,10 @@ static void round_trip(int kind, int copy_engine)
     m2 = kvdt_pool_map(fd, h2, &i2, &l2);
     fill_random(m1, i1->bytes, 7);
     memset(m2, 0xee, i2->bytes);
-    transfer(fd, h1, dev, s1, d1, 5, 1, copy_engine);
-    transfer(fd, dev, h2, s2, d2, 5, 1, copy_engine);
+    transfer(fd, h1, dev, s1, d1, 5, 1, path,
+             path == KVD_PATH_DEFAULT ? KVD_PATH_COPY_ENGINE : path);
+    transfer(fd, dev, h2, s2, d2, 5, 1, path,
+             path == KVD_PATH_DEFAULT ? KVD_PATH_COPY_ENGINE : path);
 
     /* expected: the same two transfers on host copies (the device pool
      * starts zeroed) */
@@ -157,19 +164,25 @@ static void round_trip(int kind, int copy_engine)
 
 START_TEST(test_device_round_trip)
 {
-    round_trip(KVDOCK__MEM_KIND__MEM_DEVICE, 0);
+    round_trip(KVDOCK__MEM_KIND__MEM_DEVICE, KVD_PATH_DEFAULT);
 }
 END_TEST
 
 START_TEST(test_device_round_trip_copy_engine)
 {
-    round_trip(KVDOCK__MEM_KIND__MEM_DEVICE, 1);
+    round_trip(KVDOCK__MEM_KIND__MEM_DEVICE, KVD_PATH_COPY_ENGINE);
+}
+END_TEST
+
+START_TEST(test_device_round_trip_kernel)
+{
+    round_trip(KVDOCK__MEM_KIND__MEM_DEVICE, KVD_PATH_KERNEL);
 }
 END_TEST
 
 START_TEST(test_vmm_round_trip)
 {
-    round_trip(KVDOCK__MEM_KIND__MEM_DEVICE_VMM, 0);
+    round_trip(KVDOCK__MEM_KIND__MEM_DEVICE_VMM, KVD_PATH_DEFAULT);
 }
 END_TEST
 
@@ -313,7 +326,7 @@ START_TEST(test_import_legacy_handle)
     hp = kvdt_pool_create(fd, "stage", 1, 16, 64, 0);
     hm = kvdt_pool_map(fd, hp, &hi, &hl);
     fill_random(hm, hi->bytes, 9);
-    op = transfer(fd, hp, id, si, di, 3, 0, 0);
+    op = transfer(fd, hp, id, si, di, 3, 0, KVD_PATH_DEFAULT, KVD_PATH_COPY_ENGINE);
     ck_assert_uint_eq(op.bytes, 3 * 2 * 64);
     back = malloc(total);
     ck_assert_int_eq(cudaMemcpy(back, mine, total, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -379,7 +392,48 @@ START_TEST(test_device_indices_oob)
     ck_assert_msg(r->status == 0, "%s", r->message);
     ck_assert_uint_eq(r->op->skipped_oob, 1);
     kvdock__response__free_unpacked(r, NULL);
+
+    /* device to host with device-resident indices: the copy engines cannot
+     * read them when the request arrives, so a kernel moves the rows by
+     * default, and asking for the copy engines is refused */
+    {
+        Kvdock__Sync sync = KVDOCK__SYNC__INIT;
+        uint64_t host = kvdt_pool_create(fd, "h", 1, 8, 32, 0);
+
+        t.dst_pool = host;
+        r = kvdt_call(fd, &req);
+        ck_assert_msg(r->status == 0, "%s", r->message);
+        ck_assert_int_eq(r->op->path, KVDOCK__COPY_PATH__PATH_KERNEL);
+        kvdock__response__free_unpacked(r, NULL);
+        sync.path = KVDOCK__COPY_PATH__PATH_COPY_ENGINE;
+        req.sync = &sync;
+        r = kvdt_call(fd, &req);
+        ck_assert_uint_eq(r->status, KVD_EINVAL);
+        ck_assert_ptr_nonnull(strstr(r->message, "host-readable"));
+        kvdock__response__free_unpacked(r, NULL);
+        req.sync = NULL;
+    }
     cudaIpcCloseMemHandle(p);
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_device_room)
+{
+    /* a device pool past the device's free memory less the margin: ENOMEM,
+     * nothing allocated (free memory read before and after) */
+    int fd = kvdt_client(&D, "room");
+    size_t free0 = 0, free1 = 0, total = 0;
+    Kvdock__Response *r;
+
+    ck_assert_int_eq(cudaMemGetInfo(&free0, &total), cudaSuccess);
+    r = create_kind(fd, "too-big", KVDOCK__MEM_KIND__MEM_DEVICE, 1, (free0 >> 20) + 1, 1 << 20);
+    ck_assert_uint_eq(r->status, KVD_ENOMEM);
+    ck_assert_ptr_nonnull(strstr(r->message, "device-memory-margin"));
+    kvdock__response__free_unpacked(r, NULL);
+    ck_assert_int_eq(cudaMemGetInfo(&free1, &total), cudaSuccess);
+    ck_assert_uint_ge(free1 + (64u << 20), free0);
+    ck_assert(kvdt_ping_ok(fd));
     close(fd);
 }
 END_TEST
@@ -424,7 +478,7 @@ START_TEST(test_event_record)
     m1 = kvdt_pool_map(fd, hp, &i1, &l1);
     m2 = kvdt_pool_map(fd, hp2, &i2, &l2);
     fill_random(m1, i1->bytes, 3);
-    transfer(fd, hp, dp, s, d, 4, 1, 0);
+    transfer(fd, hp, dp, s, d, 4, 1, KVD_PATH_DEFAULT, KVD_PATH_COPY_ENGINE);
 
     /* device -> host, answered at enqueue; completion through our event */
     kvdt_req_init(&req, 61);
@@ -467,11 +521,13 @@ static Suite *gpu_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_device_round_trip);
     tcase_add_test(tc, test_device_round_trip_copy_engine);
+    tcase_add_test(tc, test_device_round_trip_kernel);
     tcase_add_test(tc, test_vmm_round_trip);
     tcase_add_test(tc, test_device_export_ipc);
     tcase_add_test(tc, test_vmm_export_fd);
     tcase_add_test(tc, test_import_legacy_handle);
     tcase_add_test(tc, test_device_indices_oob);
+    tcase_add_test(tc, test_device_room);
     tcase_add_test(tc, test_event_record);
     suite_add_tcase(s, tc);
     return s;

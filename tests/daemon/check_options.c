@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dispatch.h"
 #include "options.h"
 
 static char err[512];
@@ -329,6 +330,30 @@ START_TEST(test_example_config)
 }
 END_TEST
 
+START_TEST(test_default_path)
+{
+    /* host <-> device on the copy engines (or kernels with
+     * --host-copy-path kernel); every other pair on kernels */
+    kvd_options_t o;
+    static const int kinds[] = {KVD_MEM_HOST, KVD_MEM_DEVICE, KVD_MEM_DEVICE_VMM};
+    size_t i, j;
+
+    kvd_options_init(&o);
+    for (i = 0; i < 3; i++)
+        for (j = 0; j < 3; j++)
+            ck_assert_int_eq(kvd__default_path(&o, kinds[i], kinds[j]),
+                             (i == 0) != (j == 0) ? KVD_PATH_COPY_ENGINE : KVD_PATH_KERNEL);
+    ck_assert_int_eq(kvd__stream_path(&o, KVD_STREAM_RELOAD), KVD_PATH_COPY_ENGINE);
+    ck_assert_int_eq(kvd__stream_path(&o, KVD_STREAM_OFFLOAD), KVD_PATH_COPY_ENGINE);
+    ck_assert_int_eq(kvd__stream_path(&o, KVD_STREAM_WRITE), KVD_PATH_KERNEL);
+    ck_assert_int_eq(kvd__stream_path(&o, KVD_STREAM_D2D), KVD_PATH_KERNEL);
+    ck_assert_int_eq(kvd_options_set(&o, "host-copy-path", "kernel", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__default_path(&o, KVD_MEM_HOST, KVD_MEM_DEVICE), KVD_PATH_KERNEL);
+    ck_assert_int_eq(kvd__stream_path(&o, KVD_STREAM_OFFLOAD), KVD_PATH_KERNEL);
+    ck_assert_int_eq(kvd_options_set(&o, "host-copy-path", "sm", err, sizeof(err)), KVD_EINVAL);
+}
+END_TEST
+
 static Suite *options_suite(void)
 {
     Suite *s = suite_create("options");
@@ -344,6 +369,7 @@ static Suite *options_suite(void)
     tcase_add_test(tc, test_args);
     tcase_add_test(tc, test_help_lists_every_option);
     tcase_add_test(tc, test_example_config);
+    tcase_add_test(tc, test_default_path);
     suite_add_tcase(s, tc);
     return s;
 }

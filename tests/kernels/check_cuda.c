@@ -2034,6 +2034,19 @@ START_TEST(test_transfer)
 }
 END_TEST
 
+/* Every transfer shape again through the copy engines, which the daemon
+ * takes by default between host and device memory: indices, layer tables
+ * and the counter then lie in pinned host memory, where the path reads
+ * them; rows, padding, out-of-range pairs, tables and layers as above. */
+START_TEST(test_transfer_copy_engine)
+{
+    xfer_case_t c = XFER_CASES[_i];
+
+    c.host_meta = 1;
+    run_transfer(&c, _i % 2 ? L_CE_STREAM : L_CE, case_seed("transfer_ce", _i, 0));
+}
+END_TEST
+
 /* ======================================================================== */
 /* launch settings: every variant gives the same bytes                        */
 
@@ -2678,6 +2691,7 @@ static Suite *cuda_suite(void)
         {"fp8_exhaustive", test_fp8_exhaustive, ARRAY_LEN(FP8_EXHAUSTIVE)},
         {"gather", test_gather, ARRAY_LEN(GATHER_CASES)},
         {"transfer", test_transfer, ARRAY_LEN(XFER_CASES)},
+        {"transfer_copy_engine", test_transfer_copy_engine, ARRAY_LEN(XFER_CASES)},
         {"launch", test_launch, 4},
         {"big_pool", test_big_pool, 4},
         {"wide_bounds", test_wide_bounds, 3},

@@ -50,6 +50,10 @@ int main(void)
     K(DTYPE_E4M3);
     K(DTYPE_E5M2);
     K(EXPORT_NO_MAP);
+    K(STREAM_END);
+    K(PATH_DEFAULT);
+    K(PATH_COPY_ENGINE);
+    K(PATH_KERNEL);
     S_BEGIN(kvd_limits_t, "Limits");
     F(kvd_limits_t, max_frame_bytes);
     F(kvd_limits_t, max_inflight);
@@ -101,6 +105,7 @@ int main(void)
     F(kvd_daemon_status_t, device_free);
     F(kvd_daemon_status_t, device_total);
     F(kvd_daemon_status_t, device_margin);
+    F(kvd_daemon_status_t, stream_paths);
     S_END();
     S_BEGIN(kvd_memory_use_t, "MemoryUse");
     F(kvd_memory_use_t, kind);
@@ -126,6 +131,8 @@ int main(void)
     F(kvd_stream_stats_t, bytes);
     F(kvd_stream_stats_t, busy_ns);
     F(kvd_stream_stats_t, queue_depth);
+    F(kvd_stream_stats_t, path);
+    F(kvd_stream_stats_t, copy_engine_launches);
     S_END();
     S_BEGIN(kvd_daemon_stats_t, "DaemonStats");
     F(kvd_daemon_stats_t, bytes_in);
@@ -221,12 +228,14 @@ int main(void)
     F(kvd_sync_t, stream);
     F(kvd_sync_t, max_blocks);
     F(kvd_sync_t, copy_engine);
+    F(kvd_sync_t, path);
     S_END();
     S_BEGIN(kvd_op_result_t, "OpResult");
     F(kvd_op_result_t, rows);
     F(kvd_op_result_t, skipped_oob);
     F(kvd_op_result_t, bytes);
     F(kvd_op_result_t, enqueued);
+    F(kvd_op_result_t, path);
     S_END();
     S_BEGIN(kvd_kv_store_t, "KvStore");
     F(kvd_kv_store_t, pool);

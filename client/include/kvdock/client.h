@@ -47,7 +47,9 @@ extern "C" {
 #endif
 
 /* 2: kvd_pool_info_t.orphaned; kvd_client_abi_version().
- * 3: kvd_daemon_status_t's host-memory budget and device memory. */
+ * 3: kvd_daemon_status_t's host-memory budget, device memory and stream
+ *    paths; kvd_sync_t.path, kvd_op_result_t.path, the copy path in
+ *    kvd_stream_stats_t; kvd_mapping_write/read. */
 #define KVD_CLIENT_ABI_VERSION 3
 
 /* KVD_CLIENT_ABI_VERSION of the library loaded at run time (a caller built
@@ -220,6 +222,8 @@ typedef struct kvd_daemon_status {
     uint64_t device_free;
     uint64_t device_total;
     uint64_t device_margin;
+    /* each stream class's default path (kvd_copy_path_t), by class number */
+    int32_t stream_paths[KVD_STREAM_END];
 } kvd_daemon_status_t;
 
 /* Daemon status; the connected clients go to clients[0..cap) (may be NULL
@@ -249,6 +253,8 @@ typedef struct kvd_stream_stats {
     uint64_t bytes;
     uint64_t busy_ns;
     uint32_t queue_depth;
+    int32_t path;                  /* kvd_copy_path_t: the class's default */
+    uint64_t copy_engine_launches; /* operations that ran on the copy engines */
 } kvd_stream_stats_t;
 
 typedef struct kvd_daemon_stats {
@@ -485,7 +491,10 @@ typedef struct kvd_sync {
     bool reply_at_enqueue; /* reply once enqueued */
     int32_t stream;        /* kvd_stream_class_t; 0: the op's class */
     uint32_t max_blocks;   /* thread-block budget; 0: the class default */
-    bool copy_engine;      /* transfers: use the copy engines */
+    bool copy_engine;      /* the same as path = KVD_PATH_COPY_ENGINE */
+    int32_t path;          /* kvd_copy_path_t: how a transfer moves; 0: the
+                            * daemon's choice (copy engines between host and
+                            * device memory, kernels otherwise) */
 } kvd_sync_t;
 
 /* What a data operation did. */
@@ -494,6 +503,7 @@ typedef struct kvd_op_result {
     uint64_t skipped_oob;
     uint64_t bytes;
     bool enqueued;
+    int32_t path; /* kvd_copy_path_t: how the rows moved */
 } kvd_op_result_t;
 
 typedef struct kvd_kv_store {

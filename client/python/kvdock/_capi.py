@@ -55,6 +55,12 @@ STREAM_RELOAD = 1
 STREAM_WRITE = 2
 STREAM_OFFLOAD = 3
 STREAM_D2D = 4
+STREAM_END = 5
+
+# kvd_copy_path_t
+PATH_DEFAULT = 0
+PATH_COPY_ENGINE = 1
+PATH_KERNEL = 2
 
 # kvd_fp8_scale_t
 FP8_SCALE_NONE = 0
@@ -163,6 +169,7 @@ class DaemonStatus(Structure):
         ("device_free", c_uint64),
         ("device_total", c_uint64),
         ("device_margin", c_uint64),
+        ("stream_paths", c_int32 * STREAM_END),
     ]
 
 
@@ -188,6 +195,8 @@ class StreamStats(Structure):
         ("bytes", c_uint64),
         ("busy_ns", c_uint64),
         ("queue_depth", c_uint32),
+        ("path", c_int32),
+        ("copy_engine_launches", c_uint64),
     ]
 
 
@@ -309,6 +318,7 @@ class Sync(Structure):
         ("stream", c_int32),
         ("max_blocks", c_uint32),
         ("copy_engine", c_bool),
+        ("path", c_int32),
     ]
 
 
@@ -318,6 +328,7 @@ class OpResult(Structure):
         ("skipped_oob", c_uint64),
         ("bytes", c_uint64),
         ("enqueued", c_bool),
+        ("path", c_int32),
     ]
 
 

@@ -139,6 +139,11 @@ class OpResult:
     skipped_oob: int
     bytes: int
     enqueued: bool
+    path: str = "kernel"  # how a transfer's rows moved: "copy_engine" or "kernel"
+
+
+_PATHS = {None: C.PATH_DEFAULT, "copy_engine": C.PATH_COPY_ENGINE, "kernel": C.PATH_KERNEL}
+_PATH_NAMES = {C.PATH_COPY_ENGINE: "copy_engine", C.PATH_KERNEL: "kernel"}
 
 
 def _kind_name(kind: int) -> str:
@@ -168,7 +173,8 @@ def _pool_info(p: C.PoolInfo) -> PoolInfo:
 
 
 def _op_result(r: C.OpResult) -> OpResult:
-    return OpResult(rows=r.rows, skipped_oob=r.skipped_oob, bytes=r.bytes, enqueued=bool(r.enqueued))
+    return OpResult(rows=r.rows, skipped_oob=r.skipped_oob, bytes=r.bytes,
+                    enqueued=bool(r.enqueued), path=_PATH_NAMES.get(r.path, "kernel"))
 
 
 def _struct_dict(s: ctypes.Structure) -> Dict[str, Any]:
@@ -1507,14 +1513,17 @@ class Client:
         return known.id
 
     def _sync(self, wait_event: EventLike, record_event: EventLike, reply_at_enqueue: bool,
-              stream: Optional[str], max_blocks: int, copy_engine: bool) -> C.Sync:
+              stream: Optional[str], max_blocks: int, copy_engine: bool,
+              path: Optional[str] = None) -> C.Sync:
         if stream not in _STREAMS and not isinstance(stream, int):
             raise ValueError(f"stream must be one of {[s for s in _STREAMS if s]}")
+        if path not in _PATHS:
+            raise ValueError(f"path must be 'copy_engine', 'kernel' or None, not {path!r}")
         return C.Sync(wait_event=self._event_id(wait_event),
                       record_event=self._event_id(record_event),
                       reply_at_enqueue=reply_at_enqueue,
                       stream=stream if isinstance(stream, int) else _STREAMS[stream],
-                      max_blocks=max_blocks, copy_engine=copy_engine)
+                      max_blocks=max_blocks, copy_engine=copy_engine, path=_PATHS[path])
 
     def _data_op(self, fn: Callable[..., int], args: Any, sync: C.Sync, req: _Req) -> Future:
         if req.staged_cuda or (req.cuda and not sync.wait_event):
@@ -1651,10 +1660,13 @@ class Client:
                        layer: Optional[int] = None, num_layers: int = 1,
                        wait_event: EventLike = None, record_event: EventLike = None,
                        reply_at_enqueue: bool = False, stream: Optional[str] = None,
-                       max_blocks: int = 0, copy_engine: bool = False) -> Future:
+                       max_blocks: int = 0, copy_engine: bool = False,
+                       path: Optional[str] = None) -> Future:
         """Copy slots src_indices of pool src to slots dst_indices of pool dst
         (same slot_bytes, both MHA or both MLA): every layer (layer None, the
-        default), or layers [layer, layer + num_layers)."""
+        default), or layers [layer, layer + num_layers).  path: "copy_engine",
+        "kernel", or None for the daemon's choice (the copy engines between
+        host and device memory); the result's path says which ran."""
         req = _Req(self)
         try:
             a = C.KvTransfer(src_pool=_pool_id(src), dst_pool=_pool_id(dst),
@@ -1664,7 +1676,7 @@ class Client:
                              layer_begin=0 if layer is None else layer,
                              layer_count=0 if layer is None else num_layers)
             sync = self._sync(wait_event, record_event, reply_at_enqueue, stream, max_blocks,
-                              copy_engine)
+                              copy_engine, path)
         except BaseException:
             req.cleanup()
             raise

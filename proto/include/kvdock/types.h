@@ -51,6 +51,13 @@ typedef enum kvd_stream_class {
 #define KVD_STREAM_FIRST 1
 #define KVD_STREAM_END 5
 
+/* How a transfer moves its rows (the proto's CopyPath). */
+typedef enum kvd_copy_path {
+    KVD_PATH_DEFAULT = 0,     /* the daemon's choice */
+    KVD_PATH_COPY_ENGINE = 1, /* the copy engines: no SM */
+    KVD_PATH_KERNEL = 2,      /* a copy kernel within the class's block budget */
+} kvd_copy_path_t;
+
 #ifdef __cplusplus
 }
 #endif
