@@ -36,6 +36,8 @@ static void free_backend(cuda_backend_t *cb)
     int i;
 
     kvd__cuda_stop_poller(cb);
+    kvd__cuda_copy_stop(cb);
+    pthread_mutex_destroy(&cb->ce_mu);
     while (cb->ev_nfree > 0)
         cudaEventDestroy(cb->ev_free[--cb->ev_nfree]);
     free(cb->ev_free);
@@ -127,6 +129,8 @@ kvd_status_t kvd_backend_cuda_create(uv_loop_t *loop, const kvd_options_t *opts,
         return KVD_ENOMEM;
     kvd__done_init(&cb->done);
     pthread_mutex_init(&cb->poll_mu, NULL);
+    pthread_mutex_init(&cb->ce_mu, NULL);
+    cb->ce_threads = (int)opts->copy_threads;
     pthread_cond_init(&cb->poll_cv, NULL);
     cb->dev = (int)opts->device;
     cb->device_margin = opts->device_memory_margin;

@@ -139,6 +139,15 @@ typedef struct cuda_backend {
     staging_block_t *bins[STAGING_BINS];
     staging_slab_t *slabs;
     uint64_t staging_cached; /* bytes of larger blocks in the bins */
+    /* copy-engine workers (cuda_copy.c): per stream class, threads with
+     * streams of their own that issue the copy descriptors off the loop */
+    struct ce_worker *ce[KVD_STREAM_END];
+    int ce_threads;          /* workers per class (--copy-threads); 0: on the loop */
+    int ce_next[KVD_STREAM_END]; /* round robin over a class's workers */
+    int ce_cancel;           /* cancel_pending: parts not yet issued are skipped */
+    pthread_mutex_t ce_mu;   /* the workers' queues, the event free list */
+    cudaEvent_t *ce_events;  /* free events for the parts (under ce_mu) */
+    uint32_t ce_nevents, ce_cap;
     void (*destroy_cb)(void *arg);
     void *destroy_arg;
 } cuda_backend_t;
@@ -156,6 +165,14 @@ kvd_status_t kvd__cuda_vmm_prop(cuda_backend_t *cb, CUmemAllocationProp *prop, u
                                 char *why, size_t why_len);
 void kvd__cuda_mem_ops(kvd_backend_t *be);
 void kvd__cuda_staging_release(cuda_backend_t *cb);
+
+/* cuda_copy.c: a copy-engine transfer split over the class's workers by
+ * rows (KVD_OK: it completes through the done list); starting and stopping
+ * the workers. */
+kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd_job_t *job);
+void kvd__cuda_copy_stop(cuda_backend_t *cb);
+/* cuda_work.c: a finished job to the loop (done list and wake-up). */
+void kvd__cuda_push_done(cuda_backend_t *cb, kvd_job_t *job);
 
 /* cuda_work.c: the work functions of the backend's table; the completion
  * handlers (the async wake-up, the loop mode's idle pass, the poller

@@ -19,7 +19,7 @@
 
 /* ---- completions ----------------------------------------------------------- */
 
-static void push_done(cuda_backend_t *cb, kvd_job_t *job)
+void kvd__cuda_push_done(cuda_backend_t *cb, kvd_job_t *job)
 {
     kvd__done_push(&cb->done, job);
     uv_async_send(&cb->async);
@@ -30,7 +30,7 @@ static void CUDART_CB host_done(void *arg)
 {
     kvd_job_t *job = arg;
 
-    push_done((cuda_backend_t *)job->be, job);
+    kvd__cuda_push_done((cuda_backend_t *)job->be, job);
 }
 
 /* The poller: while work is in flight it queries the event recorded after
@@ -69,7 +69,7 @@ void *kvd__cuda_poller_main(void *arg)
             (void)fifo_pop(&cb->inflight[i]);
             cb->n_inflight--;
             pthread_mutex_unlock(&cb->poll_mu);
-            push_done(cb, job);
+            kvd__cuda_push_done(cb, job);
             progressed = 1;
         }
         if (progressed)
@@ -225,6 +225,20 @@ static kvd_status_t cuda_submit(kvd_backend_t *be, kvd_job_t *job)
     job->status = KVD_OK;
     job->skipped_oob = 0;
     job->detail[0] = '\0';
+    job->be = be;
+    job->done_event = NULL;
+
+    /* The copy engines cost the issuing thread about a microsecond per
+     * descriptor, and the call blocks while its stream holds enough queued
+     * work: never on the loop thread. */
+    if ((job->flags & KVD_LAUNCH_COPY_ENGINE) && job->kind == KVD_JOB_TRANSFER &&
+        cb->ce_threads > 0) {
+        st = kvd__cuda_copy_submit(cb, job);
+        if (st != KVD_OK)
+            goto fail;
+        cb->pending++;
+        return KVD_OK;
+    }
 
     if (job->wait_event != NULL) {
         e = cudaStreamWaitEvent(s, (cudaEvent_t)job->wait_event, 0);
@@ -246,7 +260,6 @@ static kvd_status_t cuda_submit(kvd_backend_t *be, kvd_job_t *job)
         if (e != cudaSuccess)
             kvd_log(KVD_LOG_WARN, "event=record_failed error=\"%s\"", cudaGetErrorString(e));
     }
-    job->be = be;
     cb->pending++;
     if (cb->loop_poll) { /* loop thread only: no lock; the event comes in kvd__cuda_idle_cb */
         job->done_event = NULL;
@@ -282,7 +295,7 @@ static kvd_status_t cuda_submit(kvd_backend_t *be, kvd_job_t *job)
         e = cudaStreamSynchronize(s);
         if (e != cudaSuccess)
             job->status = kvd__cuda_fail(e, "cudaStreamSynchronize", job->detail, sizeof(job->detail));
-        push_done(cb, job);
+        kvd__cuda_push_done(cb, job);
     }
     return KVD_OK;
 
@@ -293,7 +306,9 @@ fail:
 
 static void cuda_cancel_pending(kvd_backend_t *be)
 {
-    /* everything submitted is already on a stream: nothing waits host-side */
+    /* everything else is already on a stream; the copy workers skip the
+     * parts they have not issued yet */
+    ((cuda_backend_t *)be)->ce_cancel = 1;
 }
 
 static uint32_t cuda_pending(kvd_backend_t *be)

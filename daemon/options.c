@@ -103,6 +103,11 @@ const kvd_option_def_t kvd__option_table[] = {
      "time-slice it) or kernel (faster for small scattered rows when the GPU is otherwise "
      "idle; harmful beside a running forward pass unless under MPS with a small block "
      "budget); a request may ask for either (Sync.path)"},
+    {"copy-threads", KVD_OPT_UINT, OFF(copy_threads), "2", 0, 8, NULL,
+     "threads per stream class that hand copy-engine transfers to the driver, each on a "
+     "stream of its own (issuing costs about a microsecond per contiguous run, and blocks "
+     "while the stream is full: never on the event loop); a transfer is split by rows among "
+     "them; 0: issue on the event loop"},
     {"cuda-completion", KVD_OPT_ENUM, OFF(cuda_completion), "loop", 0, 0, "loop|poll|hostfunc",
      "how the cuda backend learns that work is done: loop (the event loop polls the streams "
      "between socket events while work is in flight: no thread hand-off; the fastest), poll (a thread polls an event per operation while work is in "

@@ -71,6 +71,7 @@ typedef struct kvd_options {
     int64_t priority[KVD_STREAM_END]; /* per-class urgency, higher runs first */
     int cuda_completion;            /* enum kvd_cuda_completion */
     int host_copy_path;             /* enum kvd_host_path */
+    uint64_t copy_threads;          /* copy-engine issuing threads per stream class */
     uint64_t busy_poll_us;          /* poll without sleeping this long after activity */
     char metrics[KVD_OPT_STR_MAX];  /* Prometheus endpoint [HOST:]PORT; "" = off */
     int metrics_allow_remote;       /* 1: a non-loopback metrics address is allowed */

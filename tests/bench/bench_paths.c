@@ -13,8 +13,18 @@
  *              one on device indices (host memory on cpu).  Target: the
  *              daemon within 1.1 times in-process.
  *
- * Usage: bench_paths [--socket PATH] [--json] [--iterations N] [--layers N]
- *        [--slots N] [--slot-bytes N] [--max-blocks N] [--kind host|device]
+ *   chunks     the copy-engine curve through the daemon: --chunk-total
+ *              bytes (default 1 GiB) moved between a device pool and a
+ *              host pool as chunks of 2 KiB to 2 MiB, scattered in random
+ *              order on the device side and in order on the host side (as
+ *              shared/tools/dma_chunks.cu moves them, the yardstick to run
+ *              beside it), each direction by one transfer request, on the
+ *              copy engines and on kernels; and both directions at once.
+ *              Each figure is the best of 3 timed requests after one warm.
+ *
+ * Usage: bench_paths [--case all-layer|chunks|both] [--socket PATH] [--json]
+ *        [--iterations N] [--layers N] [--slots N] [--slot-bytes N]
+ *        [--max-blocks N] [--kind host|device] [--chunk-total BYTES]
  * The pools it makes are private to its connection.  Figures go to stdout
  * (a table, or one JSON object with --json).
  */
@@ -49,7 +59,11 @@ typedef struct opts {
     uint64_t slot_bytes;
     uint32_t max_blocks; /* 0: the daemon's budget of the stream class */
     int32_t kind;        /* 0: by backend */
+    int cases;           /* CASE_* bits */
+    uint64_t chunk_total;
 } opts_t;
+
+enum { CASE_ALL_LAYER = 1, CASE_CHUNKS = 2 };
 
 static uint64_t align_up(uint64_t v, uint64_t a)
 {
@@ -423,11 +437,8 @@ static const char *verdict(bool have, bool pass)
     return !have ? "n/a" : pass ? "PASS" : "MISS";
 }
 
-static void print_all_layer(const opts_t *o, const kvd_hello_info_t *h, int32_t kind,
-                            const all_layer_t *r)
+static void print_all_layer(const opts_t *o, const all_layer_t *r)
 {
-    printf("bench_paths: kvdockd %s, backend %s, device %s, %s pools\n", h->daemon_version,
-           kvd_backend_name(h->backend), h->device_name, kvd_mem_kind_name(kind));
     printf("all-layer transfer: %u layers x %" PRIu64 " slots x %" PRIu64 " bytes (MHA), %" PRIu64
            " runs, thread blocks %u\n\n",
            o->layers, o->slots, o->slot_bytes, o->iterations, r->max_blocks);
@@ -458,16 +469,9 @@ static void json_lat(const char *key, const kvd_lat_t *l)
            key, l->count, l->p50, l->p99, l->mean);
 }
 
-static void json_all_layer(const opts_t *o, const kvd_hello_info_t *h, int32_t kind,
-                           const all_layer_t *r)
+static void json_all_layer(const opts_t *o, const all_layer_t *r)
 {
-    printf("{\"bench\":\"bench_paths\",\"backend\":");
-    kvd__cli_json_str(kvd_backend_name(h->backend));
-    printf(",\"device\":");
-    kvd__cli_json_str(h->device_name);
-    printf(",\"pool_kind\":");
-    kvd__cli_json_str(kvd_mem_kind_name(kind));
-    printf(",\"all_layer\":{\"layers\":%u,\"slots\":%" PRIu64 ",\"slot_bytes\":%" PRIu64
+    printf("\"all_layer\":{\"layers\":%u,\"slots\":%" PRIu64 ",\"slot_bytes\":%" PRIu64
            ",\"bytes\":%" PRIu64 ",\"max_blocks\":%u,",
            o->layers, o->slots, o->slot_bytes, r->bytes, r->max_blocks);
     json_lat("daemon", &r->daemon);
@@ -485,11 +489,197 @@ static void json_all_layer(const opts_t *o, const kvd_hello_info_t *h, int32_t k
     r->have_ratio_inline ? printf("%.4f", r->ratio_inline) : printf("null");
     printf(",\"ratio_buffer\":");
     r->have_ratio_buffer ? printf("%.4f", r->ratio_buffer) : printf("null");
-    printf(",\"target_ratio\":%.2f,\"pass\":%s}}\n", TARGET_RATIO,
+    printf(",\"target_ratio\":%.2f,\"pass\":%s}", TARGET_RATIO,
            r->have_ratio_inline && r->ratio_inline <= TARGET_RATIO &&
                    (!r->have_ratio_buffer || r->ratio_buffer <= TARGET_RATIO)
                ? "true"
                : "false");
+}
+
+/* ------------------------------------------------------------------------ */
+/* chunks: the copy-engine curve                                             */
+
+#define NCHUNK 10
+static const uint64_t chunk_sizes[NCHUNK] = {2048,  4096,   8192,    16384,   32768,
+                                             65536, 131072, 262144, 1 << 20, 2 << 20};
+
+typedef struct chunk_row {
+    uint64_t bytes;
+    double ce_d2h, ce_h2d, k_d2h, k_h2d, both; /* GB/s; both: d2h + h2d at once */
+} chunk_row_t;
+
+/* Best of 3 timed requests (after a warm one) of transfer t with sync s,
+ * as GB/s of bytes; n requests at once when n is 2 (t[0] and t[1]). */
+static kvd_status_t time_requests(kvd_client_t *cli, const kvd_kv_transfer_t *t, int n,
+                                  const kvd_sync_t *s, uint64_t bytes, double *gbps)
+{
+    double best = 0;
+
+    for (int rep = 0; rep < 4; rep++) {
+        uint64_t id[2];
+        kvd_op_result_t r[2];
+        double t0 = kvd__cli_now_us(), us;
+        kvd_status_t st;
+
+        for (int i = 0; i < n; i++)
+            if ((st = kvd_kv_transfer_submit(cli, &t[i], s, &r[i], &id[i])) != KVD_OK)
+                return st;
+        for (int i = 0; i < n; i++)
+            if ((st = kvd_client_wait(cli, id[i])) != KVD_OK)
+                return st;
+        us = kvd__cli_now_us() - t0;
+        if (r[0].path != s->path)
+            return KVD_EINTERNAL;
+        if (rep > 0 && (double)bytes / us / 1e3 > best)
+            best = (double)bytes / us / 1e3;
+    }
+    *gbps = best;
+    return KVD_OK;
+}
+
+static int run_chunks(kvd_client_t *cli, const opts_t *o, chunk_row_t *rows)
+{
+    const uint64_t total = o->chunk_total;
+    uint64_t nmax = total / chunk_sizes[0], ib = 0, dev_id = 0, host_id = 0;
+    kvd_mapping_t *imap = NULL;
+    int64_t *perm = malloc(2 * nmax * sizeof(int64_t)), *seq = malloc(nmax * sizeof(int64_t));
+    kvd_progress_t p;
+    char prefix[48];
+    kvd_status_t st = KVD_OK;
+    int rc = 0;
+
+    kvd__bench_progress_start(&p, isatty(STDERR_FILENO) != 0, "copy-engine curve");
+    if (perm == NULL || seq == NULL) {
+        rc = fail(NULL, KVD_ENOMEM, "memory");
+        goto out;
+    }
+    kvd__bench_prefix(prefix, sizeof(prefix));
+    /* indices in a host buffer: the device side's random picks, the host's in order */
+    st = kvd_buffer_register(cli, 2 * nmax * sizeof(int64_t), KVD_MEM_HOST, "bench-chunks", &ib,
+                             &imap);
+    if (st != KVD_OK) {
+        rc = fail(cli, st, "index buffer");
+        goto out;
+    }
+    for (int c = 0; c < NCHUNK; c++) {
+        uint64_t S = chunk_sizes[c], n = total / S;
+        kvd_pool_spec_t spec;
+        kvd_pool_info_t dev, host;
+        kvd_kv_transfer_t t[2];
+        kvd_sync_t sync;
+        char name[KVD_NAME_MAX];
+
+        /* n random chunks of a device pool twice as large, n host chunks in order */
+        kvd__bench_permutation(perm, 2 * n, 40 + (uint64_t)c);
+        for (uint64_t i = 0; i < n; i++)
+            seq[i] = (int64_t)i;
+        if ((st = kvd_mapping_write(imap, 0, perm, n * sizeof(int64_t))) != KVD_OK ||
+            (st = kvd_mapping_write(imap, nmax * sizeof(int64_t), seq, n * sizeof(int64_t))) !=
+                KVD_OK) {
+            rc = fail(NULL, st, "indices");
+            goto out;
+        }
+        memset(&spec, 0, sizeof(spec));
+        spec.name = name;
+        spec.num_layers = 1;
+        spec.slot_bytes = S;
+        spec.mla = true; /* one buffer: a chunk is a row */
+        snprintf(name, sizeof(name), "%s-dev", prefix);
+        spec.kind = KVD_MEM_DEVICE;
+        spec.num_slots = 2 * n;
+        if ((st = kvd_pool_create(cli, &spec, &dev)) != KVD_OK) {
+            rc = fail(cli, st, "device pool");
+            goto out;
+        }
+        dev_id = dev.id;
+        snprintf(name, sizeof(name), "%s-host", prefix);
+        spec.kind = KVD_MEM_HOST;
+        spec.num_slots = n;
+        if ((st = kvd_pool_create(cli, &spec, &host)) != KVD_OK) {
+            rc = fail(cli, st, "host pool");
+            goto out;
+        }
+        host_id = host.id;
+        memset(t, 0, sizeof(t));
+        /* t[0]: device -> host; t[1]: host -> device */
+        t[0].src_pool = dev.id;
+        t[0].dst_pool = host.id;
+        t[0].src = (kvd_indices_t){NULL, n, KVD_DTYPE_I64, ib, 0};
+        t[0].dst = (kvd_indices_t){NULL, n, KVD_DTYPE_I64, ib, nmax * sizeof(int64_t)};
+        t[0].all_layers = true;
+        t[1] = t[0];
+        t[1].src_pool = host.id;
+        t[1].dst_pool = dev.id;
+        t[1].src = t[0].dst;
+        t[1].dst = t[0].src;
+        memset(&sync, 0, sizeof(sync));
+        rows[c].bytes = S;
+        sync.path = KVD_PATH_COPY_ENGINE;
+        if ((st = time_requests(cli, &t[0], 1, &sync, total, &rows[c].ce_d2h)) != KVD_OK ||
+            (st = time_requests(cli, &t[1], 1, &sync, total, &rows[c].ce_h2d)) != KVD_OK)
+            goto xfer_fail;
+        /* both at once: half each way, d2h from the first half of the picks */
+        t[0].src.count = t[0].dst.count = t[1].src.count = t[1].dst.count = n / 2;
+        t[1].src.offset += n / 2 * sizeof(int64_t);
+        t[1].dst.offset += n / 2 * sizeof(int64_t);
+        if ((st = time_requests(cli, t, 2, &sync, n / 2 * 2 * S, &rows[c].both)) != KVD_OK)
+            goto xfer_fail;
+        t[0].src.count = t[0].dst.count = t[1].src.count = t[1].dst.count = n;
+        t[1].src.offset = t[0].dst.offset;
+        t[1].dst.offset = 0;
+        sync.path = KVD_PATH_KERNEL;
+        sync.max_blocks = o->max_blocks;
+        if ((st = time_requests(cli, &t[0], 1, &sync, total, &rows[c].k_d2h)) != KVD_OK ||
+            (st = time_requests(cli, &t[1], 1, &sync, total, &rows[c].k_h2d)) != KVD_OK)
+            goto xfer_fail;
+        if ((st = kvd_pool_drop(cli, dev_id, NULL)) != KVD_OK ||
+            (st = kvd_pool_drop(cli, host_id, NULL)) != KVD_OK) {
+            rc = fail(cli, st, "pool drop");
+            goto out;
+        }
+        dev_id = host_id = 0;
+        kvd__bench_progress_set(&p, (double)(c + 1) / NCHUNK);
+        continue;
+xfer_fail:
+        rc = fail(cli, st, "chunk transfer");
+        goto out;
+    }
+    kvd__bench_progress_end(&p, "done");
+out:
+    if (dev_id)
+        (void)kvd_pool_drop(cli, dev_id, NULL);
+    if (host_id)
+        (void)kvd_pool_drop(cli, host_id, NULL);
+    kvd_mapping_destroy(&imap);
+    if (ib)
+        (void)kvd_buffer_drop(cli, ib);
+    free(perm);
+    free(seq);
+    return rc;
+}
+
+static void print_chunks(const opts_t *o, const chunk_row_t *rows)
+{
+    printf("\ncopy-engine curve through the daemon: %.0f MiB as scattered chunks, one request "
+           "each way (best of 3, GB/s); kernels at %s blocks\n\n",
+           (double)o->chunk_total / (1 << 20),
+           o->max_blocks ? "the requested" : "the stream class's");
+    printf("%10s %10s %10s %10s %10s %12s\n", "chunk", "ce d2h", "ce h2d", "both", "kernel d2h",
+           "kernel h2d");
+    for (int c = 0; c < NCHUNK; c++)
+        printf("%10" PRIu64 " %10.1f %10.1f %10.1f %10.1f %12.1f\n", rows[c].bytes,
+               rows[c].ce_d2h, rows[c].ce_h2d, rows[c].both, rows[c].k_d2h, rows[c].k_h2d);
+}
+
+static void json_chunks(const opts_t *o, const chunk_row_t *rows)
+{
+    printf("\"chunks\":{\"total_bytes\":%" PRIu64 ",\"rows\":[", o->chunk_total);
+    for (int c = 0; c < NCHUNK; c++)
+        printf("%s{\"chunk_bytes\":%" PRIu64 ",\"ce_d2h_gbps\":%.2f,\"ce_h2d_gbps\":%.2f,"
+               "\"ce_both_gbps\":%.2f,\"kernel_d2h_gbps\":%.2f,\"kernel_h2d_gbps\":%.2f}",
+               c ? "," : "", rows[c].bytes, rows[c].ce_d2h, rows[c].ce_h2d, rows[c].both,
+               rows[c].k_d2h, rows[c].k_h2d);
+    printf("]}");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -498,7 +688,8 @@ static int usage(const char *msg)
 {
     fprintf(stderr, "bench_paths: %s\nusage: bench_paths [--socket PATH] [--json] "
                     "[--iterations N] [--layers N] [--slots N] [--slot-bytes N] "
-                    "[--max-blocks N] [--kind host|device]\n", msg);
+                    "[--max-blocks N] [--kind host|device] [--case all-layer|chunks|both] "
+                    "[--chunk-total BYTES]\n", msg);
     return 2;
 }
 
@@ -519,14 +710,15 @@ static bool num(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 
 int main(int argc, char **argv)
 {
-    opts_t o = {NULL, false, 100, 32, 1024, 2048, 0, 0};
+    opts_t o = {NULL, false, 100, 32, 1024, 2048, 0, 0, CASE_ALL_LAYER, 1ull << 30};
     kvd_client_t *cli = NULL;
     const kvd_hello_info_t *h;
     all_layer_t res;
+    chunk_row_t rows[NCHUNK];
     uint64_t v;
     int32_t kind;
     bool cuda;
-    int rc;
+    int rc = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -550,10 +742,18 @@ int main(int argc, char **argv)
             o.slot_bytes = v;
         else if (strcmp(a, "--max-blocks") == 0 && num(val, 1, 1u << 20, &v))
             o.max_blocks = (uint32_t)v;
+        else if (strcmp(a, "--chunk-total") == 0 && num(val, 4 << 20, 1ull << 34, &v))
+            o.chunk_total = v;
         else if (strcmp(a, "--kind") == 0 && strcmp(val, "host") == 0)
             o.kind = KVD_MEM_HOST;
         else if (strcmp(a, "--kind") == 0 && strcmp(val, "device") == 0)
             o.kind = KVD_MEM_DEVICE;
+        else if (strcmp(a, "--case") == 0 && strcmp(val, "all-layer") == 0)
+            o.cases = CASE_ALL_LAYER;
+        else if (strcmp(a, "--case") == 0 && strcmp(val, "chunks") == 0)
+            o.cases = CASE_CHUNKS;
+        else if (strcmp(a, "--case") == 0 && strcmp(val, "both") == 0)
+            o.cases = CASE_ALL_LAYER | CASE_CHUNKS;
         else
             return usage("a bad option or value");
     }
@@ -562,13 +762,39 @@ int main(int argc, char **argv)
     h = kvd_client_info(cli);
     cuda = h->backend == KVD_BACKEND_CUDA;
     kind = o.kind ? o.kind : cuda ? KVD_MEM_DEVICE : KVD_MEM_HOST;
+    if ((o.cases & CASE_CHUNKS) && !cuda) {
+        kvd_client_destroy(&cli);
+        return usage("the chunks case needs a cuda daemon (device and host pools)");
+    }
     memset(&res, 0, sizeof(res));
-    rc = run_all_layer(cli, &o, kind, cuda, h->device_ordinal, &res);
-    if (rc == 0) {
-        if (o.json)
-            json_all_layer(&o, h, kind, &res);
-        else
-            print_all_layer(&o, h, kind, &res);
+    memset(rows, 0, sizeof(rows));
+    if (o.cases & CASE_ALL_LAYER)
+        rc = run_all_layer(cli, &o, kind, cuda, h->device_ordinal, &res);
+    if (rc == 0 && (o.cases & CASE_CHUNKS))
+        rc = run_chunks(cli, &o, rows);
+    if (rc == 0 && o.json) {
+        printf("{\"bench\":\"bench_paths\",\"backend\":");
+        kvd__cli_json_str(kvd_backend_name(h->backend));
+        printf(",\"device\":");
+        kvd__cli_json_str(h->device_name);
+        printf(",\"pool_kind\":");
+        kvd__cli_json_str(kvd_mem_kind_name(kind));
+        if (o.cases & CASE_ALL_LAYER) {
+            printf(",");
+            json_all_layer(&o, &res);
+        }
+        if (o.cases & CASE_CHUNKS) {
+            printf(",");
+            json_chunks(&o, rows);
+        }
+        printf("}\n");
+    } else if (rc == 0) {
+        printf("bench_paths: kvdockd %s, backend %s, device %s, %s pools\n", h->daemon_version,
+               kvd_backend_name(h->backend), h->device_name, kvd_mem_kind_name(kind));
+        if (o.cases & CASE_ALL_LAYER)
+            print_all_layer(&o, &res);
+        if (o.cases & CASE_CHUNKS)
+            print_chunks(&o, rows);
     }
     kvd_client_destroy(&cli);
     return rc;

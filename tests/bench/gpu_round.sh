@@ -23,9 +23,14 @@
 #   daemonbench  tests/bench/bench_daemon.sh: `kvdock bench` and bench_paths
 #             through a cuda daemon, figures in $OUT/bench_daemon.json and
 #             $OUT/bench_paths.json
+#   chunks    the copy engines' ceiling per chunk size (dma_chunks.cu from
+#             $TOOLS, default .carry/tools: a copy of shared/tools) beside
+#             the daemon's copy-engine path (bench_paths --case chunks)
+#   interference  tests/bench/bench_interference.py: a worker's decode and
+#             prefill steps beside the daemon's movement, each path
 #
 # Pick stages as arguments after BUILD_DIR or with STAGES="test bench"
-# (default: all five).  Each stage's output is tee'd to
+# (default: all seven).  Each stage's output is tee'd to
 # $OUT/<stage>.log (OUT defaults to /tmp/kvdock-gpu-round); a summary with
 # every stage's exit code ends the run, and the script exits non-zero when
 # any stage failed.  Per-stage time limits (seconds): TEST_TIMEOUT (420),
@@ -38,16 +43,17 @@ set -u
 BUILD=build-gpu
 if [ $# -gt 0 ]; then
     case "$1" in
-    info | test | memcheck | bench | daemonbench) ;;
+    info | test | memcheck | bench | daemonbench | chunks | interference) ;;
     *) BUILD=$1; shift ;;
     esac
 fi
 if [ $# -gt 0 ]; then
     STAGES="$*"
 fi
-STAGES=${STAGES:-"info test memcheck bench daemonbench"}
+STAGES=${STAGES:-"info test memcheck bench daemonbench chunks interference"}
 OUT=${OUT:-/tmp/kvdock-gpu-round}
 PEER=${PEER:-.peer}
+TOOLS=${TOOLS:-.carry/tools}
 TEST_TIMEOUT=${TEST_TIMEOUT:-420}
 MEMCHECK_TIMEOUT=${MEMCHECK_TIMEOUT:-480}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-540}
@@ -216,6 +222,39 @@ stage_daemonbench() {
     return "$rc"
 }
 
+# The copy engines' ceiling per chunk size (shared/tools/dma_chunks.cu,
+# copied to $TOOLS) beside the daemon's copy-engine path at the same sizes
+# (bench_paths --case chunks).
+stage_chunks() {
+    local rc=0 src="$TOOLS/dma_chunks.cu"
+    if [ -f "$src" ] && command -v nvcc >/dev/null; then
+        nvcc -O2 -arch=sm_90 -std=c++17 -o "$OUT/dma_chunks" "$src" &&
+            timeout --kill-after=15 "$BENCH_TIMEOUT" "$OUT/dma_chunks" | tee "$OUT/dma_chunks.txt" || rc=1
+    else
+        echo "no yardstick: $src or nvcc missing"
+    fi
+    local dir sock pid
+    dir=$(mktemp -d /tmp/kvdock-chunks-XXXXXX)
+    sock="$dir/kvdockd.sock"
+    "$BUILD/daemon/kvdockd" --backend cuda --socket "$sock" --log-level warn >"$OUT/chunks-kvdockd.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+    timeout --kill-after=15 "$BENCH_TIMEOUT" "$BUILD/tests/bench/bench_paths" --socket "$sock" \
+        --case chunks || rc=1
+    timeout --kill-after=15 "$BENCH_TIMEOUT" "$BUILD/tests/bench/bench_paths" --socket "$sock" \
+        --case chunks --json >"$OUT/chunks.json" || rc=1
+    kill "$pid"; wait "$pid"
+    rm -rf "$dir"
+    return "$rc"
+}
+
+# A worker's forward pass beside the daemon's movement, each path
+# (bench_interference.py; MPS too where it starts).
+stage_interference() {
+    PYTHONUNBUFFERED=1 timeout --kill-after=15 "$BENCH_TIMEOUT" \
+        python3 tests/bench/bench_interference.py --build "$BUILD" --mps
+}
+
 for s in $STAGES; do
     case "$s" in
     info) run_stage info stage_info ;;
@@ -223,8 +262,10 @@ for s in $STAGES; do
     memcheck) run_stage memcheck stage_memcheck ;;
     bench) run_stage bench stage_bench ;;
     daemonbench) run_stage daemonbench stage_daemonbench ;;
+    chunks) run_stage chunks stage_chunks ;;
+    interference) run_stage interference stage_interference ;;
     *)
-        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench)" >&2
+        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench chunks interference)" >&2
         NAMES+=("$s")
         CODES+=(2)
         SECS+=(0)

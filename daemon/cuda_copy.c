@@ -1,0 +1,316 @@
+/*
+ * Copy-engine transfers of the cuda backend, issued by worker threads.
+ *
+ * Handing a copy to the copy engines (cudaMemcpyBatchAsync) costs the
+ * calling thread about a microsecond per descriptor, and the call blocks
+ * once its stream holds enough queued work: a stream waiting on a
+ * client's event would block whoever calls it.  So the loop thread never
+ * issues copy-engine work.  Each stream class has --copy-threads workers,
+ * each with a stream of its own at the class's priority; a transfer is
+ * split by rows into a part per worker (two issuing threads reach about
+ * half again the descriptor rate of one at 16-32 KiB; more add nothing),
+ * every part waits on the request's wait event, and the worker that issues
+ * the last part joins the others through their events, records the
+ * request's record event and queues a host function that hands the job
+ * back to the loop.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_backend.h"
+#include "log.h"
+
+/* Rows below which a transfer is not split. */
+#define MIN_PART_ROWS 256
+
+typedef struct ce_group ce_group_t;
+
+typedef struct ce_part {
+    ce_group_t *g;
+    kvd_transfer_args_t a; /* its rows */
+    unsigned long long oob;
+    cudaEvent_t done;      /* recorded after its copies */
+    int recorded;
+    struct ce_part *next;
+} ce_part_t;
+
+struct ce_group {
+    cuda_backend_t *cb;
+    kvd_job_t *job;
+    int nparts;
+    int to_issue; /* atomic: parts not yet issued */
+    kvd_status_t status; /* the first error (under cb->ce_mu) */
+    char detail[sizeof(((kvd_job_t *)0)->detail)];
+    ce_part_t parts[];
+};
+
+typedef struct ce_worker {
+    cuda_backend_t *cb;
+    pthread_t th;
+    int started;
+    int stop;
+    cudaStream_t stream;
+    pthread_cond_t cv;
+    ce_part_t *head, *tail; /* under cb->ce_mu */
+} ce_worker_t;
+
+/* An event for a part, from the free list that group_done refills (it may
+ * not call CUDA, so it cannot destroy them). */
+static cudaEvent_t event_get(cuda_backend_t *cb)
+{
+    cudaEvent_t ev = NULL;
+
+    pthread_mutex_lock(&cb->ce_mu);
+    if (cb->ce_nevents > 0)
+        ev = cb->ce_events[--cb->ce_nevents];
+    pthread_mutex_unlock(&cb->ce_mu);
+    if (ev == NULL && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return ev;
+}
+
+/* Under cb->ce_mu. */
+static void event_put(cuda_backend_t *cb, cudaEvent_t ev)
+{
+    if (cb->ce_nevents == cb->ce_cap) {
+        uint32_t cap = cb->ce_cap ? 2 * cb->ce_cap : 64;
+        cudaEvent_t *n = realloc(cb->ce_events, cap * sizeof(*n));
+        if (n == NULL)
+            return; /* leaks one event handle rather than fail the job */
+        cb->ce_events = n;
+        cb->ce_cap = cap;
+    }
+    cb->ce_events[cb->ce_nevents++] = ev;
+}
+
+static void group_fail(ce_group_t *g, kvd_status_t st, const char *detail)
+{
+    pthread_mutex_lock(&g->cb->ce_mu);
+    if (g->status == KVD_OK) {
+        g->status = st;
+        snprintf(g->detail, sizeof(g->detail), "%s", detail);
+    }
+    pthread_mutex_unlock(&g->cb->ce_mu);
+}
+
+/* On a CUDA thread once the last part's stream reaches it: no CUDA calls. */
+static void CUDART_CB group_done(void *arg)
+{
+    ce_group_t *g = arg;
+    cuda_backend_t *cb = g->cb;
+    kvd_job_t *job = g->job;
+    unsigned long long oob = 0;
+    int i;
+
+    pthread_mutex_lock(&cb->ce_mu);
+    for (i = 0; i < g->nparts; i++) {
+        oob += g->parts[i].oob;
+        event_put(cb, g->parts[i].done);
+    }
+    pthread_mutex_unlock(&cb->ce_mu);
+    *job->oob = oob; /* the job's pinned counter: read by finish_job */
+    if (g->status != KVD_OK) {
+        job->status = g->status;
+        snprintf(job->detail, sizeof(job->detail), "%s", g->detail);
+    }
+    free(g);
+    kvd__cuda_push_done(cb, job);
+}
+
+/* Issue one part on w's stream; the last part issued joins the others. */
+static void issue(ce_worker_t *w, ce_part_t *p)
+{
+    ce_group_t *g = p->g;
+    kvd_job_t *job = g->job;
+    cudaError_t e;
+
+    if (w->cb->ce_cancel) {
+        group_fail(g, KVD_ESHUTDOWN, "cancelled before it started");
+    } else if (job->wait_event != NULL &&
+               (e = cudaStreamWaitEvent(w->stream, (cudaEvent_t)job->wait_event, 0)) !=
+                   cudaSuccess) {
+        char why[160];
+        group_fail(g, kvd__cuda_fail(e, "cudaStreamWaitEvent", why, sizeof(why)), why);
+    } else {
+        kvd_launch_t launch = {w->stream, 0, KVD_LAUNCH_COPY_ENGINE};
+        kvd_status_t st = kvd_cuda_kv_transfer(&p->a, &launch);
+
+        if (st != KVD_OK)
+            group_fail(g, st, kvd_last_error_detail());
+        else if (cudaEventRecord(p->done, w->stream) == cudaSuccess)
+            p->recorded = 1;
+        else
+            group_fail(g, KVD_ECUDA, "cudaEventRecord after a copy-engine part failed");
+    }
+    if (__atomic_sub_fetch(&g->to_issue, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    /* the last part issued: after every part, the record event and the end */
+    for (int i = 0; i < g->nparts; i++)
+        if (&g->parts[i] != p && g->parts[i].recorded)
+            (void)cudaStreamWaitEvent(w->stream, g->parts[i].done, 0);
+    if (job->record_event != NULL && g->status == KVD_OK &&
+        cudaEventRecord((cudaEvent_t)job->record_event, w->stream) != cudaSuccess)
+        kvd_log(KVD_LOG_WARN, "event=record_failed path=copy_engine");
+    if ((e = cudaLaunchHostFunc(w->stream, group_done, g)) != cudaSuccess) {
+        /* the copies are queued: wait for them here rather than lose their end */
+        (void)cudaGetLastError();
+        if ((e = cudaStreamSynchronize(w->stream)) != cudaSuccess) {
+            char why[160];
+            group_fail(g, kvd__cuda_fail(e, "cudaStreamSynchronize", why, sizeof(why)), why);
+        }
+        group_done(g);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    ce_worker_t *w = arg;
+    cuda_backend_t *cb = w->cb;
+
+    cudaSetDevice(cb->dev);
+    pthread_mutex_lock(&cb->ce_mu);
+    for (;;) {
+        ce_part_t *p;
+
+        while (w->head == NULL && !w->stop)
+            pthread_cond_wait(&w->cv, &cb->ce_mu);
+        if (w->head == NULL)
+            break;
+        p = w->head;
+        w->head = p->next;
+        if (w->head == NULL)
+            w->tail = NULL;
+        pthread_mutex_unlock(&cb->ce_mu);
+        issue(w, p);
+        pthread_mutex_lock(&cb->ce_mu);
+    }
+    pthread_mutex_unlock(&cb->ce_mu);
+    return NULL;
+}
+
+/* The class's workers, started at its first copy-engine transfer. */
+static kvd_status_t workers_of(cuda_backend_t *cb, int sclass, char *why, size_t why_len)
+{
+    ce_worker_t *ws;
+    int i;
+
+    if (cb->ce[sclass] != NULL)
+        return KVD_OK;
+    ws = calloc((size_t)cb->ce_threads, sizeof(*ws));
+    if (ws == NULL)
+        return KVD_ENOMEM;
+    for (i = 0; i < cb->ce_threads; i++) {
+        ce_worker_t *w = &ws[i];
+        cudaError_t e = cudaStreamCreateWithPriority(&w->stream, cudaStreamNonBlocking,
+                                                     cb->be.priority[sclass]);
+        w->cb = cb;
+        pthread_cond_init(&w->cv, NULL);
+        if (e != cudaSuccess || pthread_create(&w->th, NULL, worker_main, w) != 0) {
+            snprintf(why, why_len, "cannot start copy-engine workers");
+            (void)cudaGetLastError();
+            cb->ce[sclass] = ws; /* stopped and freed with the backend */
+            return KVD_ECUDA;
+        }
+        w->started = 1;
+    }
+    cb->ce[sclass] = ws;
+    return KVD_OK;
+}
+
+kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd_job_t *job)
+{
+    const kvd_transfer_args_t *a = &job->a.transfer;
+    size_t esize = a->idx_dtype == KVD_DTYPE_I64 ? 8 : 4;
+    int64_t rows = a->count, per;
+    int n, i, first;
+    ce_worker_t *ws;
+    ce_group_t *g;
+    kvd_status_t st;
+
+    if ((st = workers_of(cb, job->sclass, job->detail, sizeof(job->detail))) != KVD_OK)
+        return st;
+    ws = cb->ce[job->sclass];
+    n = rows / MIN_PART_ROWS < cb->ce_threads ? (int)(rows / MIN_PART_ROWS) : cb->ce_threads;
+    if (n < 1)
+        n = 1;
+    g = calloc(1, sizeof(*g) + (size_t)n * sizeof(ce_part_t));
+    if (g == NULL)
+        return KVD_ENOMEM;
+    g->cb = cb;
+    g->job = job;
+    g->nparts = n;
+    g->to_issue = n;
+    per = (rows + n - 1) / n;
+    for (i = 0; i < n; i++) {
+        ce_part_t *p = &g->parts[i];
+        int64_t lo = i * per, hi = lo + per < rows ? lo + per : rows;
+
+        p->g = g;
+        p->a = *a;
+        p->a.src_idx = (const char *)a->src_idx + (size_t)lo * esize;
+        p->a.dst_idx = (const char *)a->dst_idx + (size_t)lo * esize;
+        p->a.count = hi > lo ? hi - lo : 0;
+        p->a.oob_count = &p->oob; /* each part counts its own rows */
+        p->done = event_get(cb);
+        if (p->done == NULL) {
+            while (--i >= 0)
+                cudaEventDestroy(g->parts[i].done);
+            free(g);
+            snprintf(job->detail, sizeof(job->detail), "no CUDA event for a copy part");
+            return KVD_ECUDA;
+        }
+    }
+    /* spread over the workers, starting where the last job stopped */
+    first = cb->ce_next[job->sclass];
+    cb->ce_next[job->sclass] = (first + n) % cb->ce_threads;
+    pthread_mutex_lock(&cb->ce_mu);
+    for (i = 0; i < n; i++) {
+        ce_worker_t *w = &ws[(first + i) % cb->ce_threads];
+        ce_part_t *p = &g->parts[i];
+
+        p->next = NULL;
+        if (w->tail)
+            w->tail->next = p;
+        else
+            w->head = p;
+        w->tail = p;
+        pthread_cond_signal(&w->cv);
+    }
+    pthread_mutex_unlock(&cb->ce_mu);
+    return KVD_OK;
+}
+
+void kvd__cuda_copy_stop(cuda_backend_t *cb)
+{
+    int sc, i;
+
+    for (sc = KVD_STREAM_FIRST; sc < KVD_STREAM_END; sc++) {
+        ce_worker_t *ws = cb->ce[sc];
+
+        if (ws == NULL)
+            continue;
+        pthread_mutex_lock(&cb->ce_mu);
+        for (i = 0; i < cb->ce_threads; i++) {
+            ws[i].stop = 1;
+            pthread_cond_signal(&ws[i].cv);
+        }
+        pthread_mutex_unlock(&cb->ce_mu);
+        for (i = 0; i < cb->ce_threads; i++) {
+            if (ws[i].started)
+                pthread_join(ws[i].th, NULL);
+            if (ws[i].stream != NULL)
+                cudaStreamDestroy(ws[i].stream);
+            pthread_cond_destroy(&ws[i].cv);
+        }
+        free(ws);
+        cb->ce[sc] = NULL;
+    }
+    while (cb->ce_nevents > 0)
+        cudaEventDestroy(cb->ce_events[--cb->ce_nevents]);
+    free(cb->ce_events);
+    cb->ce_events = NULL;
+    cb->ce_cap = 0;
+}
