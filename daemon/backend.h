@@ -60,7 +60,13 @@ struct kvd_job {
     uint32_t max_blocks; /* 0: the class's budget */
     uint32_t flags;      /* KVD_LAUNCH_* */
     void *wait_event;    /* backend event (kvd_backend_ops.event_open), or NULL */
+    void *layer_event;   /* recorded after the work, before record_event: the
+                          * event of a layer group (cache loads), or NULL */
     void *record_event;
+    /* the job before this one of the same request (same stream class), or
+     * NULL: this one starts once that one's work is done */
+    kvd_job_t *after;
+    void *owner;         /* the submitter's */
     /* filled by the backend */
     kvd_status_t status;
     unsigned long long skipped_oob;
@@ -73,6 +79,7 @@ struct kvd_job {
     unsigned long long *oob; /* device-accessible counter */
     uint32_t oob_slot;
     void *done_event; /* cuda: recorded after the work, polled for completion */
+    void *ce_group;   /* cuda: its copy-engine parts while they run */
 };
 
 struct kvd_backend {

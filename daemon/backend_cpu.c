@@ -212,7 +212,8 @@ static kvd_status_t cpu_submit(kvd_backend_t *be, kvd_job_t *job)
 
     if (job->sclass < KVD_STREAM_FIRST || job->sclass >= KVD_STREAM_END)
         return KVD_EINVAL;
-    if (job->wait_event || job->record_event)
+    /* one worker per class runs a request's jobs in order: after holds */
+    if (job->wait_event || job->record_event || job->layer_event)
         return KVD_ENOTSUP;
     q = &cb->q[job->sclass];
     job->status = KVD_OK;

@@ -171,8 +171,10 @@ void kvd__cuda_staging_release(cuda_backend_t *cb);
  * the workers. */
 kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd_job_t *job);
 void kvd__cuda_copy_stop(cuda_backend_t *cb);
-/* cuda_work.c: a finished job to the loop (done list and wake-up). */
+/* cuda_work.c: a finished job to the loop (done list and wake-up); the
+ * job's layer and record events recorded on s. */
 void kvd__cuda_push_done(cuda_backend_t *cb, kvd_job_t *job);
+void kvd__cuda_record_events(const kvd_job_t *job, cudaStream_t s);
 
 /* cuda_work.c: the work functions of the backend's table; the completion
  * handlers (the async wake-up, the loop mode's idle pass, the poller

@@ -40,6 +40,10 @@ struct ce_group {
     kvd_job_t *job;
     int nparts;
     int to_issue; /* atomic: parts not yet issued */
+    cudaEvent_t end;      /* recorded after every part (for the job after it) */
+    cudaEvent_t wait_end; /* the end of the job before it, or NULL */
+    int issued;           /* every part issued, end recorded (under cb->ce_mu) */
+    struct ce_group *next; /* the job after it, held back until this one is issued */
     kvd_status_t status; /* the first error (under cb->ce_mu) */
     char detail[sizeof(((kvd_job_t *)0)->detail)];
     ce_part_t parts[];
@@ -110,6 +114,10 @@ static void CUDART_CB group_done(void *arg)
         oob += g->parts[i].oob;
         event_put(cb, g->parts[i].done);
     }
+    /* a job after it that has not waited yet waits on an event given back
+     * here: at worst on later work, never too little */
+    event_put(cb, g->end);
+    job->ce_group = NULL;
     pthread_mutex_unlock(&cb->ce_mu);
     *job->oob = oob; /* the job's pinned counter: read by finish_job */
     if (g->status != KVD_OK) {
@@ -118,6 +126,28 @@ static void CUDART_CB group_done(void *arg)
     }
     free(g);
     kvd__cuda_push_done(cb, job);
+}
+
+/* Queue g's parts on its class's workers (under cb->ce_mu). */
+static void dispatch(cuda_backend_t *cb, ce_group_t *g)
+{
+    int sc = g->job->sclass, first = cb->ce_next[sc], i;
+    ce_worker_t *ws = cb->ce[sc];
+
+    /* spread over the workers, starting where the last job stopped */
+    cb->ce_next[sc] = (first + g->nparts) % cb->ce_threads;
+    for (i = 0; i < g->nparts; i++) {
+        ce_worker_t *w = &ws[(first + i) % cb->ce_threads];
+        ce_part_t *p = &g->parts[i];
+
+        p->next = NULL;
+        if (w->tail)
+            w->tail->next = p;
+        else
+            w->head = p;
+        w->tail = p;
+        pthread_cond_signal(&w->cv);
+    }
 }
 
 /* Issue one part on w's stream; the last part issued joins the others. */
@@ -129,9 +159,11 @@ static void issue(ce_worker_t *w, ce_part_t *p)
 
     if (w->cb->ce_cancel) {
         group_fail(g, KVD_ESHUTDOWN, "cancelled before it started");
-    } else if (job->wait_event != NULL &&
-               (e = cudaStreamWaitEvent(w->stream, (cudaEvent_t)job->wait_event, 0)) !=
-                   cudaSuccess) {
+    } else if ((job->wait_event != NULL &&
+                (e = cudaStreamWaitEvent(w->stream, (cudaEvent_t)job->wait_event, 0)) !=
+                    cudaSuccess) ||
+               (g->wait_end != NULL &&
+                (e = cudaStreamWaitEvent(w->stream, g->wait_end, 0)) != cudaSuccess)) {
         char why[160];
         group_fail(g, kvd__cuda_fail(e, "cudaStreamWaitEvent", why, sizeof(why)), why);
     } else {
@@ -147,13 +179,21 @@ static void issue(ce_worker_t *w, ce_part_t *p)
     }
     if (__atomic_sub_fetch(&g->to_issue, 1, __ATOMIC_ACQ_REL) != 0)
         return;
-    /* the last part issued: after every part, the record event and the end */
+    /* the last part issued: after every part, the job's events, its end
+     * (for the job after it, which may go now) and the hand-back */
     for (int i = 0; i < g->nparts; i++)
         if (&g->parts[i] != p && g->parts[i].recorded)
             (void)cudaStreamWaitEvent(w->stream, g->parts[i].done, 0);
-    if (job->record_event != NULL && g->status == KVD_OK &&
-        cudaEventRecord((cudaEvent_t)job->record_event, w->stream) != cudaSuccess)
-        kvd_log(KVD_LOG_WARN, "event=record_failed path=copy_engine");
+    if (g->status == KVD_OK)
+        kvd__cuda_record_events(job, w->stream);
+    (void)cudaEventRecord(g->end, w->stream);
+    pthread_mutex_lock(&w->cb->ce_mu);
+    g->issued = 1;
+    if (g->next != NULL) {
+        g->next->wait_end = g->end;
+        dispatch(w->cb, g->next);
+    }
+    pthread_mutex_unlock(&w->cb->ce_mu);
     if ((e = cudaLaunchHostFunc(w->stream, group_done, g)) != cudaSuccess) {
         /* the copies are queued: wait for them here rather than lose their end */
         (void)cudaGetLastError();
@@ -225,14 +265,12 @@ kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd_job_t *job)
     const kvd_transfer_args_t *a = &job->a.transfer;
     size_t esize = a->idx_dtype == KVD_DTYPE_I64 ? 8 : 4;
     int64_t rows = a->count, per;
-    int n, i, first;
-    ce_worker_t *ws;
+    int n, i;
     ce_group_t *g;
     kvd_status_t st;
 
     if ((st = workers_of(cb, job->sclass, job->detail, sizeof(job->detail))) != KVD_OK)
         return st;
-    ws = cb->ce[job->sclass];
     n = rows / MIN_PART_ROWS < cb->ce_threads ? (int)(rows / MIN_PART_ROWS) : cb->ce_threads;
     if (n < 1)
         n = 1;
@@ -263,22 +301,29 @@ kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd_job_t *job)
             return KVD_ECUDA;
         }
     }
-    /* spread over the workers, starting where the last job stopped */
-    first = cb->ce_next[job->sclass];
-    cb->ce_next[job->sclass] = (first + n) % cb->ce_threads;
-    pthread_mutex_lock(&cb->ce_mu);
-    for (i = 0; i < n; i++) {
-        ce_worker_t *w = &ws[(first + i) % cb->ce_threads];
-        ce_part_t *p = &g->parts[i];
-
-        p->next = NULL;
-        if (w->tail)
-            w->tail->next = p;
-        else
-            w->head = p;
-        w->tail = p;
-        pthread_cond_signal(&w->cv);
+    g->end = event_get(cb);
+    if (g->end == NULL) {
+        for (i = 0; i < n; i++)
+            cudaEventDestroy(g->parts[i].done);
+        free(g);
+        snprintf(job->detail, sizeof(job->detail), "no CUDA event for a copy job");
+        return KVD_ECUDA;
     }
+    /* a job after another of its request waits for that one's end: until
+     * that one is issued (its end recorded), its issuer dispatches this one */
+    pthread_mutex_lock(&cb->ce_mu);
+    job->ce_group = g;
+    if (job->after != NULL && job->after->ce_group != NULL) {
+        ce_group_t *prev = job->after->ce_group;
+
+        if (!prev->issued) {
+            prev->next = g;
+            pthread_mutex_unlock(&cb->ce_mu);
+            return KVD_OK;
+        }
+        g->wait_end = prev->end;
+    }
+    dispatch(cb, g);
     pthread_mutex_unlock(&cb->ce_mu);
     return KVD_OK;
 }

@@ -202,6 +202,17 @@ void kvd__cuda_idle_cb(uv_idle_t *h)
 
 /* ---- work ------------------------------------------------------------------ */
 
+void kvd__cuda_record_events(const kvd_job_t *job, cudaStream_t s)
+{
+    void *evs[2] = {job->layer_event, job->record_event};
+
+    for (int i = 0; i < 2; i++)
+        if (evs[i] != NULL && cudaEventRecord((cudaEvent_t)evs[i], s) != cudaSuccess) {
+            kvd_log(KVD_LOG_WARN, "event=record_failed error=\"%s\"",
+                    cudaGetErrorString(cudaGetLastError()));
+        }
+}
+
 static kvd_status_t cuda_submit(kvd_backend_t *be, kvd_job_t *job)
 {
     cuda_backend_t *cb = (cuda_backend_t *)be;
@@ -255,11 +266,8 @@ static kvd_status_t cuda_submit(kvd_backend_t *be, kvd_job_t *job)
         snprintf(job->detail, sizeof(job->detail), "%s", kvd_last_error_detail());
         goto fail;
     }
-    if (job->record_event != NULL) {
-        e = cudaEventRecord((cudaEvent_t)job->record_event, s);
-        if (e != cudaSuccess)
-            kvd_log(KVD_LOG_WARN, "event=record_failed error=\"%s\"", cudaGetErrorString(e));
-    }
+    /* (a job after another of its request is on the same stream: in order) */
+    kvd__cuda_record_events(job, s);
     cb->pending++;
     if (cb->loop_poll) { /* loop thread only: no lock; the event comes in kvd__cuda_idle_cb */
         job->done_event = NULL;
