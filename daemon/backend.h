@@ -67,6 +67,14 @@ struct kvd_job {
      * NULL: this one starts once that one's work is done */
     kvd_job_t *after;
     void *owner;         /* the submitter's */
+    /* Set by submit when another thread enqueues the job's device work
+     * (and records its events) later: the backend then calls issued(job),
+     * if set, on the loop thread once it has, before done(job).  Until then
+     * a reply at enqueue would let the client wait on an event not yet
+     * recorded, which CUDA treats as already complete. */
+    int issue_later;
+    void (*issued)(kvd_job_t *job);
+    kvd_job_t *issued_next; /* the backend's */
     /* filled by the backend */
     kvd_status_t status;
     unsigned long long skipped_oob;
@@ -171,12 +179,17 @@ static inline void kvd__jobs_append(kvd_job_t **head, kvd_job_t **tail, kvd_job_
 typedef struct kvd_done_list {
     pthread_mutex_t mu;
     kvd_job_t *head, *tail;
+    kvd_job_t *issued_head, *issued_tail; /* jobs issued off the loop thread */
 } kvd_done_list_t;
 
 void kvd__done_init(kvd_done_list_t *dl);
 void kvd__done_destroy(kvd_done_list_t *dl);
 void kvd__done_push(kvd_done_list_t *dl, kvd_job_t *job);
-/* Everything pushed so far, oldest first, linked through job->next. */
-kvd_job_t *kvd__done_take(kvd_done_list_t *dl);
+/* A job whose work another thread has just enqueued (issue_later). */
+void kvd__issued_push(kvd_done_list_t *dl, kvd_job_t *job);
+/* Everything pushed so far, oldest first: the finished jobs linked
+ * through job->next, and (*issued) those issued, through issued_next.
+ * Taken together, so that a job's issue is always seen before its end. */
+kvd_job_t *kvd__done_take(kvd_done_list_t *dl, kvd_job_t **issued);
 
 #endif

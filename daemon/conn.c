@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "caches.h"
 #include "dispatch.h"
 #include "log.h"
 
@@ -170,6 +171,7 @@ void kvd_conn_close(kvd_conn_t *c, const char *reason)
     /* What it owns leaves the registry now; the memory goes once the
      * operations that use it have completed. */
     kvd_registry_drop_owner(&srv->reg, &c->owner);
+    kvd__leases_drop(c);
     maybe_finish(c);
     kvd__server_check_drained(srv);
 }
@@ -641,6 +643,7 @@ kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, const struct ucred *cred
     c->id = srv->next_client_id++;
     c->pid = cred->pid;
     c->uid = cred->uid;
+    c->gid = cred->gid;
     c->admin = kvd__server_peer_admin(srv, cred->uid);
     c->owner.client_id = c->id;
     if (srv->opts.hello_timeout_ms != 0) {

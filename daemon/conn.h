@@ -44,6 +44,7 @@ struct kvd_conn {
     uint64_t id;
     pid_t pid;
     uid_t uid;
+    gid_t gid;
     char name[64];
     int hello_done;
     int admin;
@@ -72,6 +73,8 @@ struct kvd_conn {
     uint32_t inflight; /* requests deferred to the backend, not completed */
     uint64_t requests;
     kvd_owner_t owner;
+    struct kvd_lease *leases; /* cache leases it holds (caches.h) */
+    uint32_t nleases;
     kvd_conn_t *next, *prev;
     kvd_conn_t *ready_next;
     int in_ready;

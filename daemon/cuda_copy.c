@@ -194,6 +194,8 @@ static void issue(ce_worker_t *w, ce_part_t *p)
         dispatch(w->cb, g->next);
     }
     pthread_mutex_unlock(&w->cb->ce_mu);
+    kvd__issued_push(&w->cb->done, job); /* before group_done can push it as done */
+    uv_async_send(&w->cb->async);
     if ((e = cudaLaunchHostFunc(w->stream, group_done, g)) != cudaSuccess) {
         /* the copies are queued: wait for them here rather than lose their end */
         (void)cudaGetLastError();
@@ -311,6 +313,7 @@ kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd_job_t *job)
     }
     /* a job after another of its request waits for that one's end: until
      * that one is issued (its end recorded), its issuer dispatches this one */
+    job->issue_later = 1;
     pthread_mutex_lock(&cb->ce_mu);
     job->ce_group = g;
     if (job->after != NULL && job->after->ce_group != NULL) {

@@ -99,9 +99,14 @@ static void finish_job(cuda_backend_t *cb, kvd_job_t *job)
 void kvd__cuda_async_cb(uv_async_t *h)
 {
     cuda_backend_t *cb = h->data;
-    kvd_job_t *list, *next;
+    kvd_job_t *list, *next, *issued, *inext;
 
-    list = kvd__done_take(&cb->done);
+    list = kvd__done_take(&cb->done, &issued);
+    for (; issued; issued = inext) {
+        inext = issued->issued_next;
+        if (issued->issued != NULL)
+            issued->issued(issued);
+    }
     for (; list; list = next) {
         next = list->next;
         finish_job(cb, list);

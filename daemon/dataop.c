@@ -312,9 +312,9 @@ kvd_status_t kvd__get_event(kvd_req_t *r, kvd_dataop_t *d, uint64_t id, const ch
         return KVD_OK;
     o = kvd_registry_get(&r->srv->reg, id, KVD_OBJ_EVENT);
     if (o == NULL)
-        return kvd__req_fail(r, KVD_ENOENT, "sync.%s: no event %" PRIu64, what, id);
+        return kvd__req_fail(r, KVD_ENOENT, "%s: no event %" PRIu64, what, id);
     if (kvd_obj_may_use(o, r->conn->id) != KVD_OK)
-        return kvd__req_fail(r, KVD_EPERM, "sync.%s: event %" PRIu64 " belongs to another client",
+        return kvd__req_fail(r, KVD_EPERM, "%s: event %" PRIu64 " belongs to another client",
                          what, id);
     kvd__hold(d, o);
     *ev = ((kvd_event_t *)o)->ev;
@@ -346,9 +346,10 @@ kvd_status_t kvd__get_sync(kvd_req_t *r, kvd_dataop_t *d, int sclass, int is_tra
     }
     if (d->path == KVD_PATH_COPY_ENGINE && !is_transfer)
         return kvd__req_fail(r, KVD_EINVAL, "the copy engines move transfers only (sync.path)");
-    if ((st = kvd__get_event(r, d, s->wait_event, "wait_event", &d->job.wait_event)) != KVD_OK)
-        return st;
-    if ((st = kvd__get_event(r, d, s->record_event, "record_event", &d->job.record_event)) != KVD_OK)
+    if ((st = kvd__get_event(r, d, s->wait_event, "sync.wait_event", &d->job.wait_event)) !=
+            KVD_OK ||
+        (st = kvd__get_event(r, d, s->record_event, "sync.record_event",
+                             &d->job.record_event)) != KVD_OK)
         return st;
     d->job.max_blocks = s->max_blocks;
     d->reply_at_enqueue = s->reply_at_enqueue;
@@ -418,6 +419,18 @@ static void send_op_reply(kvd_dataop_t *d, kvd_status_t st, const char *msg, int
     kvd__reply_deferred(d->conn, d->req_id, d->op_index, d->t_start_ns, st, msg, &op, bytes);
 }
 
+/* A job's work is on the device, its events recorded: once every job's is,
+ * a reply at enqueue may go. */
+static void job_issued(kvd_job_t *job)
+{
+    kvd_dataop_t *d = job->owner;
+
+    if (--d->to_issue == 0 && !d->replied) {
+        d->replied = 1;
+        send_op_reply(d, KVD_OK, NULL, 1);
+    }
+}
+
 /* The loop thread, as each job completes: the last one ends the operation. */
 static void job_done(kvd_job_t *job)
 {
@@ -457,13 +470,18 @@ kvd_status_t kvd__submit(kvd_req_t *r, kvd_dataop_t *d)
     kvd_status_t st = KVD_OK;
     uint32_t i;
 
+    if (d->njobs > 1) { /* recorded once the last job is done */
+        kvd__dataop_job(d, d->njobs - 1)->record_event = d->job.record_event;
+        d->job.record_event = NULL;
+    }
     for (i = 0; i < d->njobs; i++) {
         kvd_job_t *job = kvd__dataop_job(d, i);
 
         job->done = job_done;
+        job->issued = d->reply_at_enqueue ? job_issued : NULL;
         job->owner = d;
         job->after = i > 0 ? kvd__dataop_job(d, i - 1) : NULL;
-        if (i > 0) { /* the request's settings; its events on the first and last */
+        if (i > 0) { /* the request's settings; it waits before the first */
             job->sclass = d->job.sclass;
             job->max_blocks = d->job.max_blocks;
             job->flags = d->job.flags;
@@ -472,6 +490,7 @@ kvd_status_t kvd__submit(kvd_req_t *r, kvd_dataop_t *d)
         if (st != KVD_OK)
             break;
         d->pending++;
+        d->to_issue += job->issue_later != 0;
     }
     if (d->pending == 0) {
         kvd_job_t *job = &d->job;
@@ -486,7 +505,7 @@ kvd_status_t kvd__submit(kvd_req_t *r, kvd_dataop_t *d)
     r->deferred = 1;
     kvd__conn_op_begin(r->conn);
     kvd_stats_stream_enter(&r->srv->stats, d->job.sclass, kvd_now_ns());
-    if (d->reply_at_enqueue) {
+    if (d->reply_at_enqueue && d->to_issue == 0) {
         d->replied = 1;
         send_op_reply(d, KVD_OK, NULL, 1);
     }

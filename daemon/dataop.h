@@ -13,7 +13,8 @@
 
 #include "dispatch.h"
 
-#define KVD_DATAOP_MAX_REFS 8
+/* the operands, and a cache load's layer events (at most 128) */
+#define KVD_DATAOP_MAX_REFS (8 + 128)
 #define KVD_DATAOP_MAX_STAGING 8
 
 typedef struct kvd_dataop kvd_dataop_t;
@@ -33,6 +34,7 @@ struct kvd_dataop {
     uint64_t t_start_ns;
     int reply_at_enqueue;
     int replied;
+    uint32_t to_issue;   /* jobs whose work another thread has yet to enqueue */
     kvd_obj_t *refs[KVD_DATAOP_MAX_REFS];
     int nrefs;
     void *staging[KVD_DATAOP_MAX_STAGING];

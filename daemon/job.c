@@ -20,6 +20,7 @@ void kvd__done_init(kvd_done_list_t *dl)
 {
     pthread_mutex_init(&dl->mu, NULL);
     dl->head = dl->tail = NULL;
+    dl->issued_head = dl->issued_tail = NULL;
 }
 
 void kvd__done_destroy(kvd_done_list_t *dl)
@@ -34,11 +35,25 @@ void kvd__done_push(kvd_done_list_t *dl, kvd_job_t *job)
     pthread_mutex_unlock(&dl->mu);
 }
 
-kvd_job_t *kvd__done_take(kvd_done_list_t *dl)
+void kvd__issued_push(kvd_done_list_t *dl, kvd_job_t *job)
+{
+    job->issued_next = NULL;
+    pthread_mutex_lock(&dl->mu);
+    if (dl->issued_tail)
+        dl->issued_tail->issued_next = job;
+    else
+        dl->issued_head = job;
+    dl->issued_tail = job;
+    pthread_mutex_unlock(&dl->mu);
+}
+
+kvd_job_t *kvd__done_take(kvd_done_list_t *dl, kvd_job_t **issued)
 {
     pthread_mutex_lock(&dl->mu);
     kvd_job_t *list = dl->head;
+    *issued = dl->issued_head;
     dl->head = dl->tail = NULL;
+    dl->issued_head = dl->issued_tail = NULL;
     pthread_mutex_unlock(&dl->mu);
     return list;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "caches.h"
 #include "conn.h"
 #include "dispatch.h"
 #include "kvdock/wire.h"
@@ -121,6 +122,47 @@ static const char *kind_name(int kind)
 }
 
 #define NKINDS 4 /* index = enum kvd_mem_kind; 0: unknown */
+
+/* The cache tier: one sample per cache of each family, labelled with the
+ * cache's name and its owner (names are unique per owner). */
+#define CACHE_FAMILIES(X)                                                                          \
+    X(blocks, "gauge", "blocks resident", s->ready)                                             \
+    X(capacity_blocks, "gauge", "blocks the cache's budget holds", s->capacity)                 \
+    X(used_bytes, "gauge", "bytes of resident blocks", kvd_cache_used(s))                       \
+    X(budget_bytes, "gauge", "the cache's budget", s->budget)                                   \
+    X(held_bytes, "gauge", "host memory the cache holds: slabs, entries, index", s->held_bytes) \
+    X(leases, "gauge", "leases held on the cache's blocks", k->leases)                          \
+    X(lookups_total, "counter", "lookups", s->n.lookups)                                        \
+    X(requested_tokens_total, "counter", "tokens of the keys lookups asked for",                 \
+      s->n.keys_asked * s->layout.tokens_per_block)                                             \
+    X(hit_tokens_total, "counter", "tokens of the keys lookups found",                           \
+      s->n.keys_hit * s->layout.tokens_per_block)                                               \
+    X(saves_total, "counter", "saves", s->n.saves)                                              \
+    X(stored_blocks_total, "counter", "blocks saves stored", s->n.stored)                       \
+    X(dedup_blocks_total, "counter", "blocks saves found there already", s->n.skipped)          \
+    X(refused_blocks_total, "counter", "blocks saves could not store (all held)", s->n.refused) \
+    X(loads_total, "counter", "loads", s->n.loads)                                              \
+    X(loaded_blocks_total, "counter", "blocks loaded", s->n.loaded)                             \
+    X(evictions_total, "counter", "blocks evicted", s->n.evictions)                             \
+    X(bytes_in_total, "counter", "bytes saved into the cache", s->n.bytes_in)                   \
+    X(bytes_out_total, "counter", "bytes loaded from the cache", s->n.bytes_out)
+
+static void render_caches(sbuf_t *b, const kvd_server_t *srv)
+{
+    const kvd_cache_t *k;
+
+#define CACHE_FAMILY_(fam, type, help, expr)                                                       \
+    family(b, "kvdock_cache_" #fam, type, "the cache tier: " help);                               \
+    for (k = srv->caches; k; k = k->next) {                                                      \
+        const kvd_cache_store_t *s = &k->store;                                                  \
+        (void)s;                                                                                 \
+        sb_printf(b, "kvdock_cache_" #fam "{cache=\"");                                           \
+        sb_label(b, k->name);                                                                    \
+        sb_printf(b, "\",owner=\"%u\"} %" PRIu64 "\n", (unsigned)k->owner_uid, (uint64_t)(expr));  \
+    }
+    CACHE_FAMILIES(CACHE_FAMILY_)
+#undef CACHE_FAMILY_
+}
 
 char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
 {
@@ -269,6 +311,7 @@ char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
     for (k = 0; k < KVD_HM_COUNT; k++)
         sample_u(&b, "kvdock_host_memory_refused_total", "kind", kvd_hostmem_kind_name(k),
                  srv->hostmem.refused[k]);
+    render_caches(&b, srv);
     family(&b, "kvdock_buffers", "gauge", "live registered buffers");
     sb_printf(&b, "kvdock_buffers %u\n", srv->reg.nbuffers);
     family(&b, "kvdock_events", "gauge", "live registered interprocess events");

@@ -30,6 +30,15 @@
     X(fp8_set, FP8_SET, KVD_OPF_HELLO | KVD_OPF_DATA)                                           \
     X(gather, GATHER, KVD_OPF_HELLO | KVD_OPF_DATA)                                             \
     X(transfer, TRANSFER, KVD_OPF_HELLO | KVD_OPF_DATA)                                         \
+    X(cache_create, CACHE_CREATE, KVD_OPF_HELLO)                                                \
+    X(cache_drop, CACHE_DROP, KVD_OPF_HELLO)                                                    \
+    X(cache_list, CACHE_LIST, KVD_OPF_HELLO)                                                    \
+    X(cache_stats, CACHE_STATS, KVD_OPF_HELLO)                                                  \
+    X(cache_lookup, CACHE_LOOKUP, KVD_OPF_HELLO)                                                \
+    X(cache_save, CACHE_SAVE, KVD_OPF_HELLO | KVD_OPF_DATA)                                     \
+    X(cache_load, CACHE_LOAD, KVD_OPF_HELLO | KVD_OPF_DATA)                                     \
+    X(cache_evict, CACHE_EVICT, KVD_OPF_HELLO)                                                  \
+    X(cache_release, CACHE_RELEASE, KVD_OPF_HELLO)                                              \
     X(shutdown, SHUTDOWN, KVD_OPF_HELLO | KVD_OPF_ADMIN)
 
 /*

@@ -48,6 +48,12 @@ const kvd_option_def_t kvd__option_table[] = {
      "bytes of pools and buffers in the daemon; 0: no limit"},
     {"max-inline-bytes", KVD_OPT_SIZE, OFF(max_inline_bytes), "4M", 0, 1 << 30, NULL,
      "largest inline Data or Indices payload of one request (ELIMIT past it)"},
+    {"max-caches", KVD_OPT_UINT, OFF(max_caches), "64", 1, 1 << 16, NULL,
+     "caches of the cache tier in the daemon, all users together (ELIMIT past it)"},
+    {"max-leases", KVD_OPT_UINT, OFF(max_leases), "4096", 1, 1 << 20, NULL,
+     "cache leases one client may hold at once (ELIMIT past it)"},
+    {"cache-lease-ms", KVD_OPT_UINT, OFF(cache_lease_ms), "30000", 1, 600000, NULL,
+     "how long a cache lease holds its blocks when the lookup names no time"},
     {"host-memory-budget", KVD_OPT_MEMSIZE, OFF(host_memory_budget), "50%", 16 << 20, INT64_MAX,
      NULL,
      "host memory the daemon may reserve for its clients (host pools and buffers, pinned "

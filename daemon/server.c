@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "caches.h"
 #include "conn.h"
 #include "dispatch.h"
 #include "kvdock/wire.h"
@@ -336,6 +337,7 @@ static void release_backend(kvd_server_t *srv)
 {
     if (srv->backend == NULL)
         return;
+    kvd__caches_destroy(srv);
     kvd_registry_deinit(&srv->reg);
     srv->backend->destroy(srv->backend, backend_gone_cb, srv);
 }
@@ -611,20 +613,22 @@ static void sweep_cb(uv_timer_t *t)
     kvd_conn_t *c;
 
     /* a closed connection stays on the list until its close callback */
-    for (c = srv->conns; c; c = c->next)
+    for (c = srv->conns; c; c = c->next) {
+        if (c->leases != NULL)
+            kvd__leases_expire(c, now);
         kvd__conn_check_deadline(c, now);
+    }
 }
 
-/* Deadlines are checked a few times within the shorter of them; one timer
- * for all connections costs nothing on the request path. */
+/* Deadlines are checked a few times within the shorter of them, and cache
+ * leases end within 100 ms of their time; one timer for all connections
+ * costs nothing on the request path. */
 static void start_sweep(kvd_server_t *srv)
 {
     uint64_t h = srv->opts.hello_timeout_ms, f = srv->opts.frame_timeout_ms, ms;
 
-    if (h == 0 && f == 0)
-        return;
     ms = (h == 0 ? f : f == 0 ? h : h < f ? h : f) / 4;
-    ms = ms < 10 ? 10 : ms > 1000 ? 1000 : ms;
+    ms = ms < 10 ? 10 : ms > 100 ? 100 : ms;
     uv_timer_start(&srv->sweep, sweep_cb, ms, ms);
 }
 
@@ -692,6 +696,8 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     srv->spare_fd = -1;
     srv->uid = getuid();
     srv->next_client_id = 1;
+    srv->next_cache_id = 1;
+    srv->next_lease_id = 1;
     srv->start_ns = kvd_now_ns();
     if (kvd_stats_init(&srv->stats, kvd__op_count + 1) != 0) {
         free(srv);

@@ -54,6 +54,8 @@ typedef struct kvd_server {
     uint32_t nconns;
     kvd_conn_t *ready;     /* connections with frames left to handle */
     uint64_t next_client_id;
+    struct kvd_cache *caches; /* the cache tier's caches (caches.h) */
+    uint64_t next_cache_id, next_lease_id;
     uint64_t start_ns;
     uint32_t inflight;     /* requests submitted to the backend, not completed */
     uid_t uid;

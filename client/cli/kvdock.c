@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "cache.h"
 #include "top.h"
 #include "util.h"
 #include "kvdock/client.h"
@@ -102,143 +103,10 @@ static void human_duration_ms(char *buf, size_t cap, uint64_t ms)
         snprintf(buf, cap, "%" PRIu64 ".%03" PRIu64 " s", s, ms % 1000);
 }
 
-/* A table of strings, printed with aligned columns. */
-#define TABLE_MAX_COLS 16
-#define CELL_MAX 96
-
-typedef struct table {
-    int ncols;
-    const char *head[TABLE_MAX_COLS];
-    bool right[TABLE_MAX_COLS];
-    char (*cells)[TABLE_MAX_COLS][CELL_MAX];
-    size_t nrows;
-    size_t cap;
-} table_t;
-
-static void table_init(table_t *t, const char *spec)
-{
-    /* spec: "NAME,>COUNT,..."; '>' marks a right-aligned column. */
-    static char buf[512];
-    char *save = NULL, *tok;
-
-    memset(t, 0, sizeof(*t));
-    snprintf(buf, sizeof(buf), "%s", spec);
-    for (tok = strtok_r(buf, ",", &save); tok != NULL && t->ncols < TABLE_MAX_COLS;
-         tok = strtok_r(NULL, ",", &save)) {
-        t->right[t->ncols] = tok[0] == '>';
-        t->head[t->ncols++] = tok[0] == '>' ? tok + 1 : tok;
-    }
-}
-
-static void table_row(table_t *t, ...)
-{
-    va_list ap;
-
-    if (t->nrows == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 16;
-        void *n = realloc(t->cells, cap * sizeof(*t->cells));
-
-        if (n == NULL) {
-            fprintf(stderr, "kvdock: out of memory\n");
-            exit(EXIT_DAEMON);
-        }
-        t->cells = n;
-        t->cap = cap;
-    }
-    va_start(ap, t);
-    for (int c = 0; c < t->ncols; c++) {
-        const char *s = va_arg(ap, const char *);
-
-        snprintf(t->cells[t->nrows][c], CELL_MAX, "%s", s != NULL ? s : "");
-    }
-    va_end(ap);
-    t->nrows++;
-}
-
-static void table_print(table_t *t)
-{
-    size_t w[TABLE_MAX_COLS];
-
-    for (int c = 0; c < t->ncols; c++) {
-        w[c] = strlen(t->head[c]);
-        for (size_t r = 0; r < t->nrows; r++)
-            if (strlen(t->cells[r][c]) > w[c])
-                w[c] = strlen(t->cells[r][c]);
-    }
-    for (int c = 0; c < t->ncols; c++)
-        printf(c + 1 < t->ncols || t->right[c] ? "%s%*s" : "%s%-*s", c ? "  " : "",
-               t->right[c] ? (int)w[c] : -(int)w[c], t->head[c]);
-    putchar('\n');
-    for (size_t r = 0; r < t->nrows; r++) {
-        for (int c = 0; c < t->ncols; c++) {
-            if (c + 1 == t->ncols && !t->right[c])
-                printf("%s%s", c ? "  " : "", t->cells[r][c]);
-            else
-                printf("%s%*s", c ? "  " : "", t->right[c] ? (int)w[c] : -(int)w[c],
-                       t->cells[r][c]);
-        }
-        putchar('\n');
-    }
-    free(t->cells);
-    t->cells = NULL;
-}
-
-/* Parse a count with an optional binary suffix (k, m, g, t). */
-static bool parse_u64(const char *s, uint64_t *out, bool suffix)
-{
-    char *end;
-    unsigned long long v;
-    uint64_t mul = 1;
-
-    if (s == NULL || s[0] == '\0' || s[0] == '-')
-        return false;
-    errno = 0;
-    v = strtoull(s, &end, 0);
-    if (errno != 0 || end == s)
-        return false;
-    if (suffix && *end != '\0') {
-        switch (*end) {
-        case 'k':
-        case 'K': mul = 1ull << 10; break;
-        case 'm':
-        case 'M': mul = 1ull << 20; break;
-        case 'g':
-        case 'G': mul = 1ull << 30; break;
-        case 't':
-        case 'T': mul = 1ull << 40; break;
-        default: return false;
-        }
-        end++;
-        if (*end == 'i' || *end == 'I')
-            end++;
-        if (*end == 'b' || *end == 'B')
-            end++;
-    }
-    if (*end != '\0' || (mul > 1 && v > UINT64_MAX / mul))
-        return false;
-    *out = (uint64_t)v * mul;
-    return true;
-}
-
 /* The value of option argv[*i] ("--x V" or "--x=V"); NULL if missing. */
 static const char *opt_value(opts_t *o, int *i, const char *name)
 {
-    const char *a = o->argv[*i];
-    size_t n = strlen(name);
-
-    if (strncmp(a, name, n) == 0 && a[n] == '=')
-        return a + n + 1;
-    if (*i + 1 >= o->argc)
-        return NULL;
-    (*i)++;
-    return o->argv[*i];
-}
-
-static bool opt_is(const char *a, const char *name)
-{
-    size_t n = strlen(name);
-
-    return strncmp(a, name, n) == 0 && (a[n] == '\0' || a[n] == '=');
+    return kvd__cli_opt_value(o->argc, o->argv, i, name);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -333,7 +201,7 @@ static int cmd_status(opts_t *o)
         printf("]}\n");
     } else {
         char up[64], pb[64], lim[64], num[64];
-        table_t t;
+        kvd__cli_table_t t;
 
         human_duration_ms(up, sizeof(up), s.uptime_ms);
         kvd__cli_human_bytes(pb, sizeof(pb), (double)s.pool_bytes);
@@ -373,19 +241,19 @@ static int cmd_status(opts_t *o)
         putchar('\n');
         if (s.num_host_kinds > 0) {
             putchar('\n');
-            table_init(&t, "MEMORY,>USED,>LIMIT,>REFUSED");
+            kvd__cli_table_init(&t, "MEMORY,>USED,>LIMIT,>REFUSED");
             for (uint32_t k = 0; k < s.num_host_kinds; k++) {
                 char u[32], l[32], r[24];
                 kvd__cli_human_bytes(u, sizeof(u), (double)s.host_kinds[k].used);
                 kvd__cli_human_bytes(l, sizeof(l), (double)s.host_kinds[k].limit);
                 snprintf(r, sizeof(r), "%" PRIu64, s.host_kinds[k].refused);
-                table_row(&t, s.host_kinds[k].kind, u, l, r);
+                kvd__cli_table_row(&t, s.host_kinds[k].kind, u, l, r);
             }
-            table_print(&t);
+            kvd__cli_table_print(&t);
         }
         if (shown > 0) {
             putchar('\n');
-            table_init(&t, ">ID,NAME,>PID,>UID,>INFLIGHT,>POOLS,>REQUESTS");
+            kvd__cli_table_init(&t, ">ID,NAME,>PID,>UID,>INFLIGHT,>POOLS,>REQUESTS");
             for (size_t i = 0; i < shown; i++) {
                 char id[24], pid[16], uid[16], inf[16], pools[16];
 
@@ -395,9 +263,9 @@ static int cmd_status(opts_t *o)
                 snprintf(inf, sizeof(inf), "%u", cl[i].inflight);
                 snprintf(pools, sizeof(pools), "%u", cl[i].pools);
                 snprintf(num, sizeof(num), "%" PRIu64, cl[i].requests);
-                table_row(&t, id, cl[i].name, pid, uid, inf, pools, num);
+                kvd__cli_table_row(&t, id, cl[i].name, pid, uid, inf, pools, num);
             }
-            table_print(&t);
+            kvd__cli_table_print(&t);
         }
     }
     rc = 0;
@@ -427,9 +295,9 @@ static void pool_json(const kvd_pool_info_t *p)
 
 static void pools_table(const kvd_pool_info_t *p, size_t n)
 {
-    table_t t;
+    kvd__cli_table_t t;
 
-    table_init(&t, ">ID,NAME,KIND,>LAYERS,>SLOTS,>SLOT_BYTES,LAYOUT,>PAGE,>BYTES,>OWNER,FLAGS");
+    kvd__cli_table_init(&t, ">ID,NAME,KIND,>LAYERS,>SLOTS,>SLOT_BYTES,LAYOUT,>PAGE,>BYTES,>OWNER,FLAGS");
     for (size_t i = 0; i < n; i++) {
         char id[24], layers[16], slots[24], sb[24], page[16], bytes[32], owner[24], flags[32];
 
@@ -444,10 +312,10 @@ static void pools_table(const kvd_pool_info_t *p, size_t n)
                  p[i].shared && p[i].imported ? "," : "", p[i].imported ? "imported" : "",
                  p[i].orphaned && (p[i].shared || p[i].imported) ? "," : "",
                  p[i].orphaned ? "orphaned" : "");
-        table_row(&t, id, p[i].name, kvd_mem_kind_name(p[i].kind), layers, slots, sb,
+        kvd__cli_table_row(&t, id, p[i].name, kvd_mem_kind_name(p[i].kind), layers, slots, sb,
                   p[i].mla ? "mla" : "mha", page, bytes, owner, flags[0] ? flags : "-");
     }
-    table_print(&t);
+    kvd__cli_table_print(&t);
 }
 
 static int cmd_pools(opts_t *o)
@@ -516,7 +384,7 @@ static int cmd_pool_create(opts_t *o)
         const char *a = o->argv[i];
         const char *val;
 
-        if (opt_is(a, "--kind")) {
+        if (kvd__cli_opt_is(a, "--kind")) {
             if ((val = opt_value(o, &i, "--kind")) == NULL)
                 return usage_error("pool create", "--kind needs a value");
             if (strcmp(val, "host") == 0)
@@ -528,26 +396,26 @@ static int cmd_pool_create(opts_t *o)
             else
                 return usage_error("pool create",
                                    "--kind must be host, device or device-vmm, not '%s'", val);
-        } else if (opt_is(a, "--layers")) {
-            if ((val = opt_value(o, &i, "--layers")) == NULL || !parse_u64(val, &v, false) ||
+        } else if (kvd__cli_opt_is(a, "--layers")) {
+            if ((val = opt_value(o, &i, "--layers")) == NULL || !kvd__cli_parse_u64(val, &v, false) ||
                 v == 0 || v > UINT32_MAX)
                 return usage_error("pool create", "--layers needs a count from 1 to %u",
                                    UINT32_MAX);
             spec.num_layers = (uint32_t)v;
             have_layers = true;
-        } else if (opt_is(a, "--slots")) {
-            if ((val = opt_value(o, &i, "--slots")) == NULL || !parse_u64(val, &v, true) || v == 0)
+        } else if (kvd__cli_opt_is(a, "--slots")) {
+            if ((val = opt_value(o, &i, "--slots")) == NULL || !kvd__cli_parse_u64(val, &v, true) || v == 0)
                 return usage_error("pool create", "--slots needs a positive count");
             spec.num_slots = v;
             have_slots = true;
-        } else if (opt_is(a, "--slot-bytes")) {
-            if ((val = opt_value(o, &i, "--slot-bytes")) == NULL || !parse_u64(val, &v, true) ||
+        } else if (kvd__cli_opt_is(a, "--slot-bytes")) {
+            if ((val = opt_value(o, &i, "--slot-bytes")) == NULL || !kvd__cli_parse_u64(val, &v, true) ||
                 v == 0)
                 return usage_error("pool create", "--slot-bytes needs a positive size");
             spec.slot_bytes = v;
             have_sb = true;
-        } else if (opt_is(a, "--page-size")) {
-            if ((val = opt_value(o, &i, "--page-size")) == NULL || !parse_u64(val, &v, false) ||
+        } else if (kvd__cli_opt_is(a, "--page-size")) {
+            if ((val = opt_value(o, &i, "--page-size")) == NULL || !kvd__cli_parse_u64(val, &v, false) ||
                 v > UINT32_MAX)
                 return usage_error("pool create", "--page-size needs a count");
             spec.page_size = (uint32_t)v;
@@ -611,10 +479,10 @@ static int cmd_pool_drop(opts_t *o)
     for (int i = 2; i < o->argc; i++) {
         const char *a = o->argv[i];
 
-        if (opt_is(a, "--id")) {
+        if (kvd__cli_opt_is(a, "--id")) {
             const char *val = opt_value(o, &i, "--id");
 
-            if (val == NULL || !parse_u64(val, &id, false) || id == 0)
+            if (val == NULL || !kvd__cli_parse_u64(val, &id, false) || id == 0)
                 return usage_error("pool drop", "--id needs a pool id");
         } else if (a[0] == '-') {
             return usage_error("pool drop", "unknown option '%s'", a);
@@ -760,12 +628,12 @@ static int cmd_stats(opts_t *o)
         printf("]}\n");
     } else {
         char in[32], out_b[32];
-        table_t t;
+        kvd__cli_table_t t;
 
         kvd__cli_human_bytes(in, sizeof(in), (double)s.bytes_in);
         kvd__cli_human_bytes(out_b, sizeof(out_b), (double)s.bytes_out);
         printf("connections %" PRIu64 "  socket in %s  out %s\n\n", s.connections, in, out_b);
-        table_init(&t, "OP,>REQUESTS,>ERRORS,>BYTES,>MEAN_US,>P50_US,>P99_US");
+        kvd__cli_table_init(&t, "OP,>REQUESTS,>ERRORS,>BYTES,>MEAN_US,>P50_US,>P99_US");
         for (size_t i = 0; i < nops; i++) {
             const kvd_op_stats_t *p = &ops[i];
             char req[24], err[24], b[32], mean[32], p50[32], p99[32];
@@ -779,12 +647,12 @@ static int cmd_stats(opts_t *o)
                 snprintf(mean, sizeof(mean), "-");
             fmt_quantile(p50, sizeof(p50), p, 0.50);
             fmt_quantile(p99, sizeof(p99), p, 0.99);
-            table_row(&t, p->op, req, err, b, mean, p50, p99);
+            kvd__cli_table_row(&t, p->op, req, err, b, mean, p50, p99);
         }
-        table_print(&t);
+        kvd__cli_table_print(&t);
         if (nstreams > 0) {
             putchar('\n');
-            table_init(&t, "STREAM,PATH,>PRIORITY,>MAX_BLOCKS,>LAUNCHES,>ON_CE,>BYTES,>BUSY_MS,"
+            kvd__cli_table_init(&t, "STREAM,PATH,>PRIORITY,>MAX_BLOCKS,>LAUNCHES,>ON_CE,>BYTES,>BUSY_MS,"
                            ">QUEUED");
             for (size_t i = 0; i < nstreams; i++) {
                 const kvd_stream_stats_t *p = &streams[i];
@@ -800,9 +668,9 @@ static int cmd_stats(opts_t *o)
                 snprintf(busy, sizeof(busy), "%.1f", (double)p->busy_ns / 1e6);
                 snprintf(q, sizeof(q), "%u", p->queue_depth);
                 snprintf(ce, sizeof(ce), "%" PRIu64, p->copy_engine_launches);
-                table_row(&t, p->name, path_name(p->path), pr, mb, la, ce, b, busy, q);
+                kvd__cli_table_row(&t, p->name, path_name(p->path), pr, mb, la, ce, b, busy, q);
             }
-            table_print(&t);
+            kvd__cli_table_print(&t);
         }
     }
     rc = 0;
@@ -828,13 +696,13 @@ static int cmd_ping(opts_t *o)
         const char *a = o->argv[i];
         const char *val;
 
-        if (opt_is(a, "--count") || strcmp(a, "-c") == 0) {
+        if (kvd__cli_opt_is(a, "--count") || strcmp(a, "-c") == 0) {
             val = opt_value(o, &i, strcmp(a, "-c") == 0 ? "-c" : "--count");
-            if (val == NULL || !parse_u64(val, &count, true) || count == 0 || count > 100000000)
+            if (val == NULL || !kvd__cli_parse_u64(val, &count, true) || count == 0 || count > 100000000)
                 return usage_error("ping", "--count needs a count from 1 to 100000000");
-        } else if (opt_is(a, "--size")) {
+        } else if (kvd__cli_opt_is(a, "--size")) {
             val = opt_value(o, &i, "--size");
-            if (val == NULL || !parse_u64(val, &size, true) || size > (64u << 20))
+            if (val == NULL || !kvd__cli_parse_u64(val, &size, true) || size > (64u << 20))
                 return usage_error("ping", "--size needs a payload size up to 64 MiB");
         } else {
             return usage_error("ping", "unexpected argument '%s'", a);
@@ -950,6 +818,11 @@ static int cmd_bench(opts_t *o)
 /* ------------------------------------------------------------------------ */
 /* top (client/cli/top.c)                                                    */
 
+static int cmd_cache(opts_t *o)
+{
+    return kvd__cli_cache(o->socket, o->json, o->argc, o->argv);
+}
+
 static int cmd_top(opts_t *o)
 {
     return kvd__cli_top(o->socket, o->json, o->argc, o->argv);
@@ -973,6 +846,7 @@ static const cmd_t cmds[] = {
      "Round-trip a ping through the daemon and print the times.", cmd_ping},
     {"shutdown", "shutdown [--no-drain] [--json]",
      "Ask the daemon to exit, finishing in-flight work first (admin only).", cmd_shutdown},
+    {"cache", KVD_CACHE_USAGE, KVD_CACHE_HELP, cmd_cache},
     {"bench", KVD_BENCH_USAGE, KVD_BENCH_HELP, cmd_bench},
     {"top", KVD_TOP_USAGE, KVD_TOP_HELP, cmd_top},
 };
@@ -1074,6 +948,8 @@ int main(int argc, char **argv)
             kvd__cli_bench_help();
         if (c->run == cmd_top)
             kvd__cli_top_help();
+        if (c->run == cmd_cache)
+            kvd__cli_cache_help();
         free(rest);
         return 0;
     }

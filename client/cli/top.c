@@ -2,7 +2,7 @@
  * kvdock top: a live terminal view of kvdockd.
  *
  * Every interval it asks the daemon for its status (clients, in flight),
- * its counters (per operation, per stream class) and its pools, and shows
+ * its counters (per operation, per stream class), its pools and caches, and shows
  * rates from the difference with the previous sample.  Plain ANSI escape
  * sequences, no curses: the alternate screen, the cursor hidden, each
  * frame drawn from the top-left corner; the terminal in non-canonical
@@ -36,6 +36,7 @@
 #define MAX_STREAMS 16
 #define MAX_CLIENTS 4096
 #define MAX_POOLS 4096
+#define MAX_CACHES 256
 #define MAX_LINES 512
 #define LINE_MAX_BYTES 512
 
@@ -53,6 +54,8 @@ typedef struct sample {
     size_t nstreams;
     kvd_pool_info_t *pools;
     size_t npools;
+    kvd_cache_info_t *caches;
+    size_t ncaches;
     int valid;
 } sample_t;
 
@@ -70,7 +73,8 @@ static int sample_alloc(sample_t *s)
     s->clients = calloc(MAX_CLIENTS, sizeof(*s->clients));
     s->ops = calloc(MAX_OPS, sizeof(*s->ops));
     s->pools = calloc(MAX_POOLS, sizeof(*s->pools));
-    return s->clients && s->ops && s->pools ? 0 : -1;
+    s->caches = calloc(MAX_CACHES, sizeof(*s->caches));
+    return s->clients && s->ops && s->pools && s->caches ? 0 : -1;
 }
 
 static void sample_free(sample_t *s)
@@ -78,6 +82,7 @@ static void sample_free(sample_t *s)
     free(s->clients);
     free(s->ops);
     free(s->pools);
+    free(s->caches);
     memset(s, 0, sizeof(*s));
 }
 
@@ -112,6 +117,11 @@ static kvd_status_t take_sample(kvd_client_t *cli, sample_t *s, const char **wha
     if (st != KVD_OK)
         return st;
     s->npools = n < MAX_POOLS ? n : MAX_POOLS;
+    *what = "caches";
+    st = kvd_cache_list(cli, s->caches, MAX_CACHES, &n);
+    if (st != KVD_OK)
+        return st;
+    s->ncaches = n < MAX_CACHES ? n : MAX_CACHES;
     s->t_ns = now_ns();
     s->valid = 1;
     return KVD_OK;
@@ -183,6 +193,51 @@ static const kvd_stream_stats_t *find_stream(const sample_t *s, const char *name
         if (strcmp(s->streams[i].name, name) == 0)
             return &s->streams[i];
     return NULL;
+}
+
+static const kvd_cache_info_t *find_cache(const sample_t *s, uint64_t id)
+{
+    for (size_t i = 0; s->valid && i < s->ncaches; i++)
+        if (s->caches[i].id == id)
+            return &s->caches[i];
+    return NULL;
+}
+
+/* The cache tier: each cache's contents, and over the last interval its
+ * hit rate (tokens found of tokens asked for) and traffic. */
+static void cache_lines(frame_t *f, const sample_t *cur, const sample_t *prev, double dt)
+{
+    char used[32], budget[32], hit[16], in[48], out[48];
+
+    if (cur->ncaches == 0)
+        return;
+    fline(f, STYLE_HEAD, "%-20s %9s %21s %7s %9s %11s %11s %8s %6s", "CACHE", "BLOCKS",
+          "USED / BUDGET", "HIT", "LOOKUP/S", "SAVE", "LOAD", "EVICT/S", "LEASES");
+    for (size_t i = 0; i < cur->ncaches; i++) {
+        const kvd_cache_info_t *c = &cur->caches[i], *p = find_cache(prev, c->id);
+        uint64_t asked = c->keys_asked - (p ? p->keys_asked : 0);
+        uint64_t hits = c->keys_hit - (p ? p->keys_hit : 0);
+        char both[80];
+
+        kvd__cli_human_bytes(used, sizeof(used), (double)c->used_bytes);
+        kvd__cli_human_bytes(budget, sizeof(budget), (double)c->budget_bytes);
+        snprintf(both, sizeof(both), "%s / %s", used, budget);
+        if (p == NULL || dt <= 0) {
+            fline(f, STYLE_PLAIN, "%-20.20s %9u %21s %7s %9s %11s %11s %8s %6u", c->name,
+                  c->blocks, both, "-", "-", "-", "-", "-", c->leases);
+            continue;
+        }
+        if (asked > 0)
+            snprintf(hit, sizeof(hit), "%.1f%%", 100.0 * (double)hits / (double)asked);
+        else
+            snprintf(hit, sizeof(hit), "-");
+        human_rate(in, sizeof(in), rate(c->bytes_in, p->bytes_in, dt));
+        human_rate(out, sizeof(out), rate(c->bytes_out, p->bytes_out, dt));
+        fline(f, STYLE_PLAIN, "%-20.20s %9u %21s %7s %9.1f %11s %11s %8.1f %6u", c->name,
+              c->blocks, both, hit, rate(c->lookups, p->lookups, dt), in, out,
+              rate(c->evictions, p->evictions, dt), c->leases);
+    }
+    fline(f, STYLE_PLAIN, "%s", "");
 }
 
 static const kvd_client_entry_t *find_client(const sample_t *s, uint64_t id)
@@ -334,6 +389,7 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
         }
     }
     fline(f, STYLE_PLAIN, "%s", "");
+    cache_lines(f, cur, prev, dt);
 
     /* clients */
     fline(f, STYLE_HEAD, "%6s %-24s %8s %6s %8s %6s %9s %12s", "ID", "CLIENT", "PID", "UID",

@@ -3,7 +3,11 @@
  */
 #include "util.h"
 
+#include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 void kvd__cli_json_str(const char *s)
@@ -54,4 +58,130 @@ int kvd__cli_cmp_double(const void *a, const void *b)
     double x = *(const double *)a, y = *(const double *)b;
 
     return (x > y) - (x < y);
+}
+
+void kvd__cli_table_init(kvd__cli_table_t *t, const char *spec)
+{
+    static char buf[512];
+    char *save = NULL, *tok;
+
+    memset(t, 0, sizeof(*t));
+    snprintf(buf, sizeof(buf), "%s", spec);
+    for (tok = strtok_r(buf, ",", &save); tok != NULL && t->ncols < KVD_CLI_TABLE_MAX_COLS;
+         tok = strtok_r(NULL, ",", &save)) {
+        t->right[t->ncols] = tok[0] == '>';
+        t->head[t->ncols++] = tok[0] == '>' ? tok + 1 : tok;
+    }
+}
+
+void kvd__cli_table_row(kvd__cli_table_t *t, ...)
+{
+    va_list ap;
+
+    if (t->nrows == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 16;
+        void *n = realloc(t->cells, cap * sizeof(*t->cells));
+
+        if (n == NULL) {
+            fprintf(stderr, "kvdock: out of memory\n");
+            exit(1);
+        }
+        t->cells = n;
+        t->cap = cap;
+    }
+    va_start(ap, t);
+    for (int c = 0; c < t->ncols; c++) {
+        const char *s = va_arg(ap, const char *);
+
+        snprintf(t->cells[t->nrows][c], KVD_CLI_CELL_MAX, "%s", s != NULL ? s : "");
+    }
+    va_end(ap);
+    t->nrows++;
+}
+
+void kvd__cli_table_print(kvd__cli_table_t *t)
+{
+    size_t w[KVD_CLI_TABLE_MAX_COLS];
+
+    for (int c = 0; c < t->ncols; c++) {
+        w[c] = strlen(t->head[c]);
+        for (size_t r = 0; r < t->nrows; r++)
+            if (strlen(t->cells[r][c]) > w[c])
+                w[c] = strlen(t->cells[r][c]);
+    }
+    for (int c = 0; c < t->ncols; c++) {
+        if (c + 1 == t->ncols && !t->right[c])
+            printf("%s%s", c ? "  " : "", t->head[c]);
+        else
+            printf("%s%*s", c ? "  " : "", t->right[c] ? (int)w[c] : -(int)w[c], t->head[c]);
+    }
+    putchar('\n');
+    for (size_t r = 0; r < t->nrows; r++) {
+        for (int c = 0; c < t->ncols; c++) {
+            if (c + 1 == t->ncols && !t->right[c])
+                printf("%s%s", c ? "  " : "", t->cells[r][c]);
+            else
+                printf("%s%*s", c ? "  " : "", t->right[c] ? (int)w[c] : -(int)w[c],
+                       t->cells[r][c]);
+        }
+        putchar('\n');
+    }
+    free(t->cells);
+    t->cells = NULL;
+}
+
+bool kvd__cli_parse_u64(const char *s, uint64_t *out, bool suffix)
+{
+    char *end;
+    unsigned long long v;
+    uint64_t mul = 1;
+
+    if (s == NULL || s[0] == '\0' || s[0] == '-')
+        return false;
+    errno = 0;
+    v = strtoull(s, &end, 0);
+    if (errno != 0 || end == s)
+        return false;
+    if (suffix && *end != '\0') {
+        switch (*end) {
+        case 'k':
+        case 'K': mul = 1ull << 10; break;
+        case 'm':
+        case 'M': mul = 1ull << 20; break;
+        case 'g':
+        case 'G': mul = 1ull << 30; break;
+        case 't':
+        case 'T': mul = 1ull << 40; break;
+        default: return false;
+        }
+        end++;
+        if (*end == 'i' || *end == 'I')
+            end++;
+        if (*end == 'b' || *end == 'B')
+            end++;
+    }
+    if (*end != '\0' || (mul > 1 && v > UINT64_MAX / mul))
+        return false;
+    *out = (uint64_t)v * mul;
+    return true;
+}
+
+bool kvd__cli_opt_is(const char *a, const char *name)
+{
+    size_t n = strlen(name);
+
+    return strncmp(a, name, n) == 0 && (a[n] == '\0' || a[n] == '=');
+}
+
+const char *kvd__cli_opt_value(int argc, char **argv, int *i, const char *name)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+
+    if (strncmp(a, name, n) == 0 && a[n] == '=')
+        return a + n + 1;
+    if (*i + 1 >= argc)
+        return NULL;
+    (*i)++;
+    return argv[*i];
 }

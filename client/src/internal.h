@@ -72,6 +72,17 @@ typedef union kvd__out {
     struct {
         kvd_op_result_t *out;
     } op;
+    struct {
+        kvd_cache_info_t *out;
+        size_t cap;
+        size_t *count; /* lists */
+    } cache;
+    struct {
+        kvd_cache_lookup_result_t *out;
+    } lookup;
+    struct {
+        kvd_cache_evict_result_t *out;
+    } evict;
 } kvd__out_t;
 
 struct kvd__pending {
@@ -162,6 +173,19 @@ void kvd__copy_str(char *dst, size_t cap, const char *src);
 /* Drop the pending entry for a request that failed before it was sent,
  * and free a reply with its descriptors. */
 void kvd__pending_free(kvd__pending_t *p);
+
+/* Data operations' parts (ops.c): an Indices message and what it points
+ * to; a Sync (NULL for in NULL); send an operation whose reply is an
+ * OpReply (blocking when req_id is NULL). */
+typedef struct kvd__idx_msg {
+    Kvdock__Indices msg;
+    Kvdock__BufRef ref;
+} kvd__idx_msg_t;
+kvd_status_t kvd__indices_build(kvd_client_t *cli, const kvd_indices_t *in, kvd__idx_msg_t *t,
+                                const char *what);
+Kvdock__Sync *kvd__sync_build(const kvd_sync_t *in, Kvdock__Sync *s);
+kvd_status_t kvd__op_call(kvd_client_t *cli, Kvdock__Request *req, kvd_op_result_t *out,
+                          uint64_t *req_id);
 
 /* A PoolInfo as the API's struct (pools.c). */
 void kvd__pool_info_from_pb(kvd_pool_info_t *dst, const Kvdock__PoolInfo *src);

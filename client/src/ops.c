@@ -10,20 +10,14 @@
 #error "Indices.raw is little-endian: this host's arrays would need converting"
 #endif
 
-/* One Indices message and what it points to. */
-typedef struct idx_msg {
-    Kvdock__Indices msg;
-    Kvdock__BufRef ref;
-} idx_msg_t;
-
 /* One Data message and its buffer reference. */
 typedef struct data_msg {
     Kvdock__Data msg;
     Kvdock__BufRef ref;
 } data_msg_t;
 
-static kvd_status_t indices_build(kvd_client_t *cli, const kvd_indices_t *in, idx_msg_t *t,
-                                  const char *what)
+kvd_status_t kvd__indices_build(kvd_client_t *cli, const kvd_indices_t *in, kvd__idx_msg_t *t,
+                                const char *what)
 {
     int32_t dtype = in->dtype == 0 ? 2 /* I64 */ : in->dtype;
     uint64_t size = dtype == 1 ? 4 : 8;
@@ -78,7 +72,7 @@ static Kvdock__Data *data_build(const kvd_data_t *in, data_msg_t *t)
     return NULL;
 }
 
-static Kvdock__Sync *sync_build(const kvd_sync_t *in, Kvdock__Sync *s)
+Kvdock__Sync *kvd__sync_build(const kvd_sync_t *in, Kvdock__Sync *s)
 {
     if (in == NULL)
         return NULL;
@@ -123,12 +117,14 @@ static kvd_status_t op_finish(kvd_client_t *cli, kvd__pending_t *p)
         o->bytes = r->bytes;
         o->enqueued = r->enqueued != 0;
         o->path = (int32_t)r->path;
+        o->stored = r->stored;
+        o->skipped = r->skipped;
+        o->refused = r->refused;
     }
     return KVD_OK;
 }
 
-/* Send req (blocking when req_id is NULL). */
-static kvd_status_t op_go(kvd_client_t *cli, Kvdock__Request *req, kvd_op_result_t *out,
+kvd_status_t kvd__op_call(kvd_client_t *cli, Kvdock__Request *req, kvd_op_result_t *out,
                           uint64_t *req_id)
 {
     kvd__out_t o;
@@ -146,13 +142,13 @@ static kvd_status_t store_go(kvd_client_t *cli, const kvd_kv_store_t *a, const k
     Kvdock__Request req = KVDOCK__REQUEST__INIT;
     Kvdock__Store m = KVDOCK__STORE__INIT;
     Kvdock__Sync s;
-    idx_msg_t loc;
+    kvd__idx_msg_t loc;
     data_msg_t k, v;
     kvd_status_t st;
 
     if (cli == NULL || a == NULL)
         return kvd__client_fail(cli, KVD_ENULL, "client or args is NULL");
-    st = indices_build(cli, &a->loc, &loc, "store loc");
+    st = kvd__indices_build(cli, &a->loc, &loc, "store loc");
     if (st != KVD_OK)
         return st;
     m.pool = a->pool;
@@ -161,10 +157,10 @@ static kvd_status_t store_go(kvd_client_t *cli, const kvd_kv_store_t *a, const k
     m.k = data_build(&a->k, &k);
     m.v = data_build(&a->v, &v);
     m.src_stride = a->src_stride;
-    req.sync = sync_build(sync, &s);
+    req.sync = kvd__sync_build(sync, &s);
     req.op_case = KVDOCK__REQUEST__OP_STORE;
     req.store = &m;
-    return op_go(cli, &req, out, req_id);
+    return kvd__op_call(cli, &req, out, req_id);
 }
 
 kvd_status_t kvd_kv_store(kvd_client_t *cli, const kvd_kv_store_t *args, const kvd_sync_t *sync,
@@ -187,7 +183,7 @@ static kvd_status_t fp8_go(kvd_client_t *cli, const kvd_kv_fp8_set_t *a, const k
     Kvdock__Request req = KVDOCK__REQUEST__INIT;
     Kvdock__Fp8Set m = KVDOCK__FP8_SET__INIT;
     Kvdock__Sync s;
-    idx_msg_t loc;
+    kvd__idx_msg_t loc;
     data_msg_t k, v;
     kvd_status_t st;
 
@@ -195,7 +191,7 @@ static kvd_status_t fp8_go(kvd_client_t *cli, const kvd_kv_fp8_set_t *a, const k
         return kvd__client_fail(cli, KVD_ENULL, "client or args is NULL");
     if (a->scale_mode == KVD_FP8_SCALE_PER_HEAD && a->k_head_scales == NULL)
         return kvd__client_fail(cli, KVD_ENULL, "per-head scaling needs k_head_scales");
-    st = indices_build(cli, &a->loc, &loc, "fp8_set loc");
+    st = kvd__indices_build(cli, &a->loc, &loc, "fp8_set loc");
     if (st != KVD_OK)
         return st;
     m.pool = a->pool;
@@ -218,10 +214,10 @@ static kvd_status_t fp8_go(kvd_client_t *cli, const kvd_kv_fp8_set_t *a, const k
             m.v_head_scales = (float *)a->v_head_scales;
         }
     }
-    req.sync = sync_build(sync, &s);
+    req.sync = kvd__sync_build(sync, &s);
     req.op_case = KVDOCK__REQUEST__OP_FP8_SET;
     req.fp8_set = &m;
-    return op_go(cli, &req, out, req_id);
+    return kvd__op_call(cli, &req, out, req_id);
 }
 
 kvd_status_t kvd_kv_fp8_set(kvd_client_t *cli, const kvd_kv_fp8_set_t *args, const kvd_sync_t *sync,
@@ -245,15 +241,15 @@ static kvd_status_t gather_go(kvd_client_t *cli, const kvd_page_table_gather_t *
     Kvdock__PageTableGather m = KVDOCK__PAGE_TABLE_GATHER__INIT;
     Kvdock__BufRef table, dst;
     Kvdock__Sync s;
-    idx_msg_t rows, lens;
+    kvd__idx_msg_t rows, lens;
     kvd_status_t st;
 
     if (cli == NULL || a == NULL)
         return kvd__client_fail(cli, KVD_ENULL, "client or args is NULL");
-    st = indices_build(cli, &a->req_pool_indices, &rows, "gather req_pool_indices");
+    st = kvd__indices_build(cli, &a->req_pool_indices, &rows, "gather req_pool_indices");
     if (st != KVD_OK)
         return st;
-    st = indices_build(cli, &a->seq_lens, &lens, "gather seq_lens");
+    st = kvd__indices_build(cli, &a->seq_lens, &lens, "gather seq_lens");
     if (st != KVD_OK)
         return st;
     bufref_build(&a->req_to_page, &table);
@@ -270,10 +266,10 @@ static kvd_status_t gather_go(kvd_client_t *cli, const kvd_page_table_gather_t *
     m.max_num_pages = a->max_num_pages;
     m.page_size = a->page_size;
     m.dummy_slot = a->dummy_slot;
-    req.sync = sync_build(sync, &s);
+    req.sync = kvd__sync_build(sync, &s);
     req.op_case = KVDOCK__REQUEST__OP_GATHER;
     req.gather = &m;
-    return op_go(cli, &req, out, req_id);
+    return kvd__op_call(cli, &req, out, req_id);
 }
 
 kvd_status_t kvd_page_table_gather(kvd_client_t *cli, const kvd_page_table_gather_t *args,
@@ -297,15 +293,15 @@ static kvd_status_t transfer_go(kvd_client_t *cli, const kvd_kv_transfer_t *a,
     Kvdock__Request req = KVDOCK__REQUEST__INIT;
     Kvdock__Transfer m = KVDOCK__TRANSFER__INIT;
     Kvdock__Sync s;
-    idx_msg_t src, dst;
+    kvd__idx_msg_t src, dst;
     kvd_status_t st;
 
     if (cli == NULL || a == NULL)
         return kvd__client_fail(cli, KVD_ENULL, "client or args is NULL");
-    st = indices_build(cli, &a->src, &src, "transfer src");
+    st = kvd__indices_build(cli, &a->src, &src, "transfer src");
     if (st != KVD_OK)
         return st;
-    st = indices_build(cli, &a->dst, &dst, "transfer dst");
+    st = kvd__indices_build(cli, &a->dst, &dst, "transfer dst");
     if (st != KVD_OK)
         return st;
     m.src_pool = a->src_pool;
@@ -315,10 +311,10 @@ static kvd_status_t transfer_go(kvd_client_t *cli, const kvd_kv_transfer_t *a,
     m.all_layers = a->all_layers;
     m.layer_begin = a->layer_begin;
     m.layer_count = a->layer_count;
-    req.sync = sync_build(sync, &s);
+    req.sync = kvd__sync_build(sync, &s);
     req.op_case = KVDOCK__REQUEST__OP_TRANSFER;
     req.transfer = &m;
-    return op_go(cli, &req, out, req_id);
+    return kvd__op_call(cli, &req, out, req_id);
 }
 
 kvd_status_t kvd_kv_transfer(kvd_client_t *cli, const kvd_kv_transfer_t *args,

@@ -471,6 +471,77 @@ START_TEST(test_cli_pools_and_drop)
 }
 END_TEST
 
+START_TEST(test_cli_cache)
+{
+    /* create, ls, stats, clear, drop; tables and JSON; a cache outlives
+     * the kvdock that made it; usage and daemon errors */
+    kvd_client_t *c = kvt_connect("cache-cli");
+    kvd_cache_info_t info;
+    result_t r;
+
+    r = cli("cache", "create", "cli-prefix", "--layers", "4", "--tokens-per-block", "16",
+            "--token-bytes", "256", "--budget", "4m", "--dtype", "bf16", "--shared", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "created cache cli-prefix"));
+    ck_assert_ptr_nonnull(strstr(r.out, "128 blocks of 32.0 KiB"));
+    result_free(&r);
+    KVT_OK(c, kvd_cache_stats(c, 0, "cli-prefix", &info)); /* still there */
+    ck_assert_uint_eq(info.layout.num_layers, 4);
+    ck_assert_uint_eq(info.block_bytes, 4 * 2 * 16 * 256);
+    ck_assert(info.shared);
+    r = cli("cache", "create", "cli-prefix", "--layers", "4", "--tokens-per-block", "16",
+            "--token-bytes", "256", "--budget", "4m", "--dtype", "bf16", "--shared", "--open",
+            "--json", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
+    result_free(&r);
+    r = cli("cache", "ls", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "BLOCKS"));
+    ck_assert_ptr_nonnull(strstr(r.out, "cli-prefix"));
+    ck_assert_ptr_nonnull(strstr(r.out, "4L kv 16x256 B bf16"));
+    result_free(&r);
+    r = cli("--json", "cache", "ls", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"tokens_per_block\":16"));
+    result_free(&r);
+    r = cli("cache", "stats", "cli-prefix", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "0 of 128"));
+    result_free(&r);
+    r = cli("cache", "stats", "--id", "999999", "--json", NULL);
+    EXPECT_RC(r, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "ENOENT"));
+    result_free(&r);
+    r = cli("cache", "clear", "cli-prefix", "--json", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"evicted\":0"));
+    result_free(&r);
+    r = cli("cache", "create", "big", "--layers", "1", "--tokens-per-block", "1",
+            "--token-bytes", "1", "--budget", "3g", NULL); /* past the 2 GiB budget */
+    EXPECT_RC(r, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "ELIMIT"));
+    result_free(&r);
+    r = cli("cache", "create", "nolayout", "--budget", "1m", NULL);
+    EXPECT_RC(r, 2);
+    result_free(&r);
+    r = cli("cache", "frobnicate", NULL);
+    EXPECT_RC(r, 2);
+    result_free(&r);
+    r = cli("cache", "drop", "cli-prefix", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "dropped cache cli-prefix"));
+    result_free(&r);
+    KVT_ERR(c, kvd_cache_stats(c, 0, "cli-prefix", &info), KVD_ENOENT);
+    r = cli("cache", "ls", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_str_eq(r.out, "no caches\n");
+    result_free(&r);
+    kvd_client_destroy(&c);
+}
+END_TEST
+
 START_TEST(test_cli_unknown_pool)
 {
     result_t r = cli("pool", "drop", "no-such-pool-anywhere", NULL);
@@ -600,6 +671,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_cli_unknown_pool);
     tcase_add_test(tc, test_cli_ping);
     tcase_add_test(tc, test_cli_stats);
+    tcase_add_test(tc, test_cli_cache);
     tcase_add_test(tc, test_cli_usage_errors);
     tcase_add_test(tc, test_cli_no_daemon);
     tcase_add_test(tc, test_cli_default_socket_from_env);

@@ -592,6 +592,41 @@ START_TEST(test_scrape)
     req.store = &s;
     ck_assert_int_eq(kvdt_status_of(fd, &req), 0);
 
+    /* a cache, looked up once: its figures, labelled by name and owner */
+    {
+        Kvdock__CacheCreate cc = KVDOCK__CACHE_CREATE__INIT;
+        Kvdock__CacheLayout cl = KVDOCK__CACHE_LAYOUT__INIT;
+        Kvdock__CacheLookup lk = KVDOCK__CACHE_LOOKUP__INIT;
+        Kvdock__CacheKeys ks = KVDOCK__CACHE_KEYS__INIT;
+        Kvdock__Response *r;
+        uint8_t keys[3][8] = {"key-one", "key-two", "key-thr"};
+
+        cl.num_layers = 2;
+        cl.tokens_per_block = 4;
+        cl.token_bytes = 64;
+        cl.dtype = "bf16";
+        cc.name = "mxc";
+        cc.layout = &cl;
+        cc.budget_bytes = 16 * 2 * 2 * 4 * 64;
+        kvdt_req_init(&req, 32);
+        req.op_case = KVDOCK__REQUEST__OP_CACHE_CREATE;
+        req.cache_create = &cc;
+        kvdt_send(fd, &req, NULL, 0);
+        r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+        ck_assert_msg(r->status == 0, "cache_create: %u %s", r->status, r->message);
+        ck_assert_uint_eq(r->cache->capacity, 16);
+        lk.cache = r->cache->id;
+        kvdock__response__free_unpacked(r, NULL);
+        ks.blob.data = &keys[0][0];
+        ks.blob.len = sizeof(keys);
+        ks.key_size = 8;
+        lk.keys = &ks;
+        kvdt_req_init(&req, 33);
+        req.op_case = KVDOCK__REQUEST__OP_CACHE_LOOKUP;
+        req.cache_lookup = &lk;
+        ck_assert_int_eq(kvdt_status_of(fd, &req), 0);
+    }
+
     /* a connection that never says hello, closed at its deadline, counted */
     {
         int silent = kvdt_connect(D.sock);
@@ -604,6 +639,16 @@ START_TEST(test_scrape)
                                  "reason=\"hello_timeout\""), 1);
     ck_assert_double_eq(value_of(&E2, "kvdock_connections_dropped_total",
                                  "reason=\"frame_timeout\""), 0);
+    {
+        char lab[64];
+        snprintf(lab, sizeof(lab), "cache=\"mxc\",owner=\"%u\"", (unsigned)getuid());
+        ck_assert_double_eq(value_of(&E2, "kvdock_cache_lookups_total", lab), 1);
+        ck_assert_double_eq(value_of(&E2, "kvdock_cache_requested_tokens_total", lab), 12);
+        ck_assert_double_eq(value_of(&E2, "kvdock_cache_hit_tokens_total", lab), 0);
+        ck_assert_double_eq(value_of(&E2, "kvdock_cache_capacity_blocks", lab), 16);
+        ck_assert_double_eq(value_of(&E2, "kvdock_cache_blocks", lab), 0);
+        ck_assert_double_eq(value_of(&E2, "kvdock_cache_budget_bytes", lab), 16 * 1024);
+    }
     ck_assert_double_eq(value_of(&E2, "kvdock_host_memory_budget_bytes", ""), 64 << 20);
     ck_assert_double_eq(value_of(&E2, "kvdock_host_memory_bytes", "kind=\"pools\""), 4096);
     ck_assert_double_eq(value_of(&E2, "kvdock_host_memory_limit_bytes", "kind=\"pools\""),

@@ -268,6 +268,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         n = send_some(sv[1], data + off, frame_end - off, &pending_fd);
         off += n;
+        if (expect_ok && off == frame_end) {
+            /* a valid session runs as a client that waits for each reply
+             * (a load after a save finds the saved blocks complete) */
+            for (int t = 0; t < 2000 && replies < (unsigned)frame_no; t++) {
+                if (drain(sv[1], &rx) < 0)
+                    break;
+                turn(sv[1], 1);
+            }
+        }
         if (n == 0) {
             /* the socket is full (or the daemon closed it): let it run */
             if (drain(sv[1], &rx) < 0)

@@ -450,6 +450,103 @@ static void event_ops(void)
     frame(&r);
 }
 
+/* The cache tier: a cache of the pool's layout (2 layers, pages of 4
+ * slots of 32 bytes), a save, a lookup with a lease, loads by keys and by
+ * the lease, another lease released, an eviction, figures, a list, a drop
+ * (ids as the first session of a fresh daemon gets them). */
+static void cache_ops(void)
+{
+    Kvdock__Request r = KVDOCK__REQUEST__INIT;
+    Kvdock__CacheCreate cc = KVDOCK__CACHE_CREATE__INIT;
+    Kvdock__CacheLayout cl = KVDOCK__CACHE_LAYOUT__INIT;
+    Kvdock__CacheKeys keys = KVDOCK__CACHE_KEYS__INIT;
+    Kvdock__CacheSave sv = KVDOCK__CACHE_SAVE__INIT;
+    Kvdock__CacheLookup lk = KVDOCK__CACHE_LOOKUP__INIT;
+    Kvdock__CacheLoad ld = KVDOCK__CACHE_LOAD__INIT;
+    Kvdock__CacheEvict ev = KVDOCK__CACHE_EVICT__INIT;
+    Kvdock__CacheStats cs = KVDOCK__CACHE_STATS__INIT;
+    Kvdock__CacheRelease rl = KVDOCK__CACHE_RELEASE__INIT;
+    Kvdock__CacheList list = KVDOCK__CACHE_LIST__INIT;
+    Kvdock__CacheDrop cd = KVDOCK__CACHE_DROP__INIT;
+    Kvdock__Indices pages = KVDOCK__INDICES__INIT, back = KVDOCK__INDICES__INIT;
+    static uint8_t blob[3 * 16] = "chain-key-0000aa" "chain-key-0001bb" "chain-key-0002cc";
+    int64_t p[3] = {0, 1, 2}, q[3] = {5, 6, 7};
+
+    cl.num_layers = 2;
+    cl.tokens_per_block = 4;
+    cl.token_bytes = 32;
+    cl.dtype = "bf16";
+    cc.name = "seedcache";
+    cc.layout = &cl;
+    cc.budget_bytes = 64 << 10;
+    cc.shared = 1;
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_CREATE;
+    r.cache_create = &cc;
+    frame(&r);
+    keys.blob.data = blob;
+    keys.blob.len = sizeof(blob);
+    keys.key_size = 16;
+    pages.n_values = 3;
+    pages.values = p;
+    back.n_values = 3;
+    back.values = q;
+    sv.cache = 1;
+    sv.pool = 1;
+    sv.keys = &keys;
+    sv.blocks = &pages;
+    kvdock__request__init(&r);
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_SAVE;
+    r.cache_save = &sv;
+    frame(&r);
+    lk.cache = 1;
+    lk.keys = &keys;
+    lk.lease = 1;
+    kvdock__request__init(&r);
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_LOOKUP;
+    r.cache_lookup = &lk;
+    frame(&r);
+    ld.cache = 1;
+    ld.pool = 1;
+    ld.keys = &keys;
+    ld.blocks = &back;
+    kvdock__request__init(&r);
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_LOAD;
+    r.cache_load = &ld;
+    frame(&r);
+    ld.keys = NULL;
+    ld.lease = 1; /* the load ends it */
+    frame(&r);
+    kvdock__request__init(&r);
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_LOOKUP;
+    r.cache_lookup = &lk;
+    frame(&r);
+    rl.lease = 2;
+    kvdock__request__init(&r);
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_RELEASE;
+    r.cache_release = &rl;
+    frame(&r);
+    ev.cache = 1;
+    ev.keys = &keys;
+    kvdock__request__init(&r);
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_EVICT;
+    r.cache_evict = &ev;
+    frame(&r);
+    cs.name = "seedcache";
+    kvdock__request__init(&r);
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_STATS;
+    r.cache_stats = &cs;
+    frame(&r);
+    kvdock__request__init(&r);
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_LIST;
+    r.cache_list = &list;
+    frame(&r);
+    cd.cache = 1;
+    kvdock__request__init(&r);
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_DROP;
+    r.cache_drop = &cd;
+    frame(&r);
+}
+
 static void shutdown_op(int drain)
 {
     Kvdock__Request r = KVDOCK__REQUEST__INIT;
@@ -514,6 +611,8 @@ int main(int argc, char **argv)
     transfer_raw(1, 2); end("transfer");
     begin(); hello(KVD_PROTOCOL_VERSION); pool_create("a", 2, 16, 32, 1, 0, 0);
     pool_create("b", 2, 16, 32, 1, 0, 0); transfer(1, 2, 1, 0, 0, 0); end("transfer-mla");
+    begin(); hello(KVD_PROTOCOL_VERSION); pool_create("c", 2, 64, 32, 0, 4, 0); cache_ops();
+    end("cache");
     begin(); hello(KVD_PROTOCOL_VERSION); shutdown_op(1); end("shutdown");
     begin(); hello(KVD_PROTOCOL_VERSION); pool_create("a", 1, 16384, 256, 0, 0, 0);
     pool_create("b", 1, 16384, 256, 0, 0, 0); transfer(1, 2, 0, 0, 0, 0); shutdown_op(0);

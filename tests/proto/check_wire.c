@@ -268,6 +268,15 @@ static const struct {
     {"fp8_set", KVDOCK__REQUEST__OP_FP8_SET, "fp8_set"},
     {"gather", KVDOCK__REQUEST__OP_GATHER, "gather"},
     {"transfer", KVDOCK__REQUEST__OP_TRANSFER, "transfer"},
+    {"cache_create", KVDOCK__REQUEST__OP_CACHE_CREATE, "cache_create"},
+    {"cache_drop", KVDOCK__REQUEST__OP_CACHE_DROP, "cache_drop"},
+    {"cache_list", KVDOCK__REQUEST__OP_CACHE_LIST, "cache_list"},
+    {"cache_stats", KVDOCK__REQUEST__OP_CACHE_STATS, "cache_stats"},
+    {"cache_lookup", KVDOCK__REQUEST__OP_CACHE_LOOKUP, "cache_lookup"},
+    {"cache_save", KVDOCK__REQUEST__OP_CACHE_SAVE, "cache_save"},
+    {"cache_load", KVDOCK__REQUEST__OP_CACHE_LOAD, "cache_load"},
+    {"cache_evict", KVDOCK__REQUEST__OP_CACHE_EVICT, "cache_evict"},
+    {"cache_release", KVDOCK__REQUEST__OP_CACHE_RELEASE, "cache_release"},
     {"shutdown", KVDOCK__REQUEST__OP_SHUTDOWN, "shutdown"},
 };
 #define N_REQUEST_OPS (int)(sizeof(request_ops) / sizeof(request_ops[0]))
@@ -286,6 +295,10 @@ static const struct {
     {"buffer", KVDOCK__RESPONSE__RESULT_BUFFER},
     {"event", KVDOCK__RESPONSE__RESULT_EVENT},
     {"op", KVDOCK__RESPONSE__RESULT_OP},
+    {"cache", KVDOCK__RESPONSE__RESULT_CACHE},
+    {"caches", KVDOCK__RESPONSE__RESULT_CACHES},
+    {"cache_lookup", KVDOCK__RESPONSE__RESULT_CACHE_LOOKUP},
+    {"cache_evict", KVDOCK__RESPONSE__RESULT_CACHE_EVICT},
 };
 #define N_RESPONSE_RESULTS (int)(sizeof(response_results) / sizeof(response_results[0]))
 

@@ -49,8 +49,10 @@ extern "C" {
 /* 2: kvd_pool_info_t.orphaned; kvd_client_abi_version().
  * 3: kvd_daemon_status_t's host-memory budget, device memory and stream
  *    paths; kvd_sync_t.path, kvd_op_result_t.path, the copy path in
- *    kvd_stream_stats_t; kvd_mapping_write/read. */
-#define KVD_CLIENT_ABI_VERSION 3
+ *    kvd_stream_stats_t; kvd_mapping_write/read.
+ * 4: the cache tier (kvd_cache_*); kvd_op_result_t.stored, skipped,
+ *    refused. */
+#define KVD_CLIENT_ABI_VERSION 4
 
 /* KVD_CLIENT_ABI_VERSION of the library loaded at run time (a caller built
  * against another header, or a ctypes binding, compares it with its own). */
@@ -488,7 +490,7 @@ typedef struct kvd_bufref {
 typedef struct kvd_sync {
     uint64_t wait_event;   /* registered event waited on first (0: none) */
     uint64_t record_event; /* registered event recorded when done (0: none) */
-    bool reply_at_enqueue; /* reply once enqueued */
+    bool reply_at_enqueue; /* reply once the work and its events are enqueued */
     int32_t stream;        /* kvd_stream_class_t; 0: the op's class */
     uint32_t max_blocks;   /* thread-block budget; 0: the class default */
     bool copy_engine;      /* the same as path = KVD_PATH_COPY_ENGINE */
@@ -504,6 +506,11 @@ typedef struct kvd_op_result {
     uint64_t bytes;
     bool enqueued;
     int32_t path; /* kvd_copy_path_t: how the rows moved */
+    /* cache saves: blocks stored, found there already, refused (every
+     * block held) */
+    uint32_t stored;
+    uint32_t skipped;
+    uint32_t refused;
 } kvd_op_result_t;
 
 typedef struct kvd_kv_store {
@@ -575,6 +582,174 @@ kvd_status_t kvd_kv_transfer(kvd_client_t *cli, const kvd_kv_transfer_t *args,
                              const kvd_sync_t *sync, kvd_op_result_t *out);
 kvd_status_t kvd_kv_transfer_submit(kvd_client_t *cli, const kvd_kv_transfer_t *args,
                                     const kvd_sync_t *sync, kvd_op_result_t *out, uint64_t *req_id);
+
+/* ------------------------------------------------------------------------ */
+/* The cache tier                                                            */
+/*
+ * A cache is a named store of KV blocks in the daemon's host memory, shared
+ * by the workers of a node; blocks are named by keys (1 to
+ * KVD_CACHE_KEY_MAX bytes: in serving engines, hashes of a block's tokens
+ * chained to the key before it).  The proto's "The cache tier" says what
+ * each operation does; kvd_block_hashes() makes keys from token ids.
+ */
+
+#define KVD_CACHE_KEY_MAX 64
+#define KVD_CACHE_ALLOW_MAX 16 /* allowed users, and groups, of a cache */
+#define KVD_CACHE_KEYS_MAX 65536 /* keys in one request */
+#define KVD_CACHE_LAYER_EVENTS_MAX 128
+
+typedef struct kvd_cache_layout {
+    uint32_t num_layers;
+    bool mla;                  /* one latent per layer instead of K and V */
+    uint32_t tokens_per_block;
+    uint64_t token_bytes;      /* one token's row of one layer's K (or V) */
+    char dtype[16];            /* a label ("bf16"), compared exactly */
+} kvd_cache_layout_t;
+
+typedef struct kvd_cache_spec {
+    const char *name; /* 1..63 of [A-Za-z0-9._-] */
+    kvd_cache_layout_t layout;
+    uint64_t budget_bytes;
+    bool shared;
+    const uint32_t *allow_uids; /* shared: only these users and groups (none: */
+    uint32_t num_allow_uids;    /* every peer allowed to connect) */
+    const uint32_t *allow_gids;
+    uint32_t num_allow_gids;
+    bool open_existing; /* return a usable cache of this name and layout */
+} kvd_cache_spec_t;
+
+typedef struct kvd_cache_info {
+    uint64_t id;
+    char name[KVD_NAME_MAX];
+    kvd_cache_layout_t layout;
+    uint64_t budget_bytes;
+    uint64_t block_bytes;
+    uint32_t capacity;   /* blocks the budget holds */
+    uint32_t blocks;     /* resident */
+    uint64_t used_bytes;
+    uint64_t held_bytes; /* host memory held: slabs, entries, index */
+    bool shared;
+    uint32_t owner_uid;
+    uint32_t allow_uids[KVD_CACHE_ALLOW_MAX];
+    uint32_t num_allow_uids;
+    uint32_t allow_gids[KVD_CACHE_ALLOW_MAX];
+    uint32_t num_allow_gids;
+    uint64_t lookups;
+    uint64_t keys_asked;
+    uint64_t keys_hit;
+    uint64_t saves;
+    uint64_t stored;
+    uint64_t skipped;
+    uint64_t refused;
+    uint64_t loads;
+    uint64_t loaded;
+    uint64_t evictions;
+    uint32_t leases;
+    uint64_t bytes_in;
+    uint64_t bytes_out;
+} kvd_cache_info_t;
+
+/* A chain of count keys: keys[i] of lens[i] bytes each, or (keys NULL) a
+ * blob of count keys of key_size bytes back to back. */
+typedef struct kvd_cache_keys {
+    const void *const *keys;
+    const size_t *lens;
+    const void *blob;
+    uint32_t key_size;
+    uint32_t count;
+} kvd_cache_keys_t;
+
+typedef struct kvd_cache_lookup_result {
+    uint32_t hits;              /* leading keys present */
+    uint64_t lease;             /* the lease on them, or 0 */
+    uint64_t lease_expires_ms;  /* from the reply */
+} kvd_cache_lookup_result_t;
+
+typedef struct kvd_cache_save {
+    uint64_t cache;
+    uint64_t pool;
+    kvd_cache_keys_t keys;
+    kvd_indices_t blocks;  /* inline: one page of the pool per key */
+    const void *parent;    /* the key before keys[0] in its chain, or NULL */
+    size_t parent_len;
+} kvd_cache_save_t;
+
+typedef struct kvd_cache_load {
+    uint64_t cache;
+    uint64_t pool;
+    kvd_cache_keys_t keys;   /* or count 0 with a lease */
+    uint64_t lease;
+    kvd_indices_t blocks;    /* inline: one page of the pool per key */
+    const uint64_t *layer_events; /* registered events, one per layer group */
+    uint32_t num_layer_events;
+} kvd_cache_load_t;
+
+typedef struct kvd_cache_evict_result {
+    uint32_t evicted;
+    uint32_t busy;
+    uint32_t missing;
+} kvd_cache_evict_result_t;
+
+/* Make a cache (or, with open_existing, find it); out may be NULL. */
+kvd_status_t kvd_cache_create(kvd_client_t *cli, const kvd_cache_spec_t *spec,
+                              kvd_cache_info_t *out);
+kvd_status_t kvd_cache_create_submit(kvd_client_t *cli, const kvd_cache_spec_t *spec,
+                                     kvd_cache_info_t *out, uint64_t *req_id);
+/* Drop a cache by id, or by name when cache is 0 (owner or admin). */
+kvd_status_t kvd_cache_drop(kvd_client_t *cli, uint64_t cache, const char *name);
+kvd_status_t kvd_cache_drop_submit(kvd_client_t *cli, uint64_t cache, const char *name,
+                                   uint64_t *req_id);
+/* The caches this client may see: the first cap to out, *count how many. */
+kvd_status_t kvd_cache_list(kvd_client_t *cli, kvd_cache_info_t *out, size_t cap, size_t *count);
+kvd_status_t kvd_cache_list_submit(kvd_client_t *cli, kvd_cache_info_t *out, size_t cap,
+                                   size_t *count, uint64_t *req_id);
+/* One cache's figures, by id, or by name when cache is 0. */
+kvd_status_t kvd_cache_stats(kvd_client_t *cli, uint64_t cache, const char *name,
+                             kvd_cache_info_t *out);
+kvd_status_t kvd_cache_stats_submit(kvd_client_t *cli, uint64_t cache, const char *name,
+                                    kvd_cache_info_t *out, uint64_t *req_id);
+/* How many leading keys are cached; with lease, held for this client
+ * (lease_ms 0: the daemon's default). */
+kvd_status_t kvd_cache_lookup(kvd_client_t *cli, uint64_t cache, const kvd_cache_keys_t *keys,
+                              bool lease, uint32_t lease_ms, kvd_cache_lookup_result_t *out);
+kvd_status_t kvd_cache_lookup_submit(kvd_client_t *cli, uint64_t cache,
+                                     const kvd_cache_keys_t *keys, bool lease, uint32_t lease_ms,
+                                     kvd_cache_lookup_result_t *out, uint64_t *req_id);
+/* Save the blocks not yet cached; out->stored, skipped, refused. */
+kvd_status_t kvd_cache_save(kvd_client_t *cli, const kvd_cache_save_t *args,
+                            const kvd_sync_t *sync, kvd_op_result_t *out);
+kvd_status_t kvd_cache_save_submit(kvd_client_t *cli, const kvd_cache_save_t *args,
+                                   const kvd_sync_t *sync, kvd_op_result_t *out,
+                                   uint64_t *req_id);
+/* Load cached blocks (by keys or a lease) into the pool's pages. */
+kvd_status_t kvd_cache_load(kvd_client_t *cli, const kvd_cache_load_t *args,
+                            const kvd_sync_t *sync, kvd_op_result_t *out);
+kvd_status_t kvd_cache_load_submit(kvd_client_t *cli, const kvd_cache_load_t *args,
+                                   const kvd_sync_t *sync, kvd_op_result_t *out,
+                                   uint64_t *req_id);
+/* Evict keys and every block after them, or (all) everything not held. */
+kvd_status_t kvd_cache_evict(kvd_client_t *cli, uint64_t cache, const kvd_cache_keys_t *keys,
+                             bool all, kvd_cache_evict_result_t *out);
+kvd_status_t kvd_cache_evict_submit(kvd_client_t *cli, uint64_t cache,
+                                    const kvd_cache_keys_t *keys, bool all,
+                                    kvd_cache_evict_result_t *out, uint64_t *req_id);
+/* End a lease before its time. */
+kvd_status_t kvd_cache_release(kvd_client_t *cli, uint64_t lease);
+kvd_status_t kvd_cache_release_submit(kvd_client_t *cli, uint64_t lease, uint64_t *req_id);
+
+/*
+ * Chained block keys from token ids, the way serving engines name blocks:
+ * key i is a 32-byte hash of (key i-1, or salt for the first; the tokens
+ * of block i), for every whole block of tokens_per_block tokens.  Equal
+ * prefixes (and equal salts: a model and its settings) give equal chains.
+ * out receives num_tokens / tokens_per_block keys of KVD_BLOCK_HASH_BYTES;
+ * *count says how many.  The hash is BLAKE2s-256, so that another
+ * implementation (kvdock.block_hashes in Python) gives the same keys.
+ */
+#define KVD_BLOCK_HASH_BYTES 32
+kvd_status_t kvd_block_hashes(const int64_t *tokens, size_t num_tokens, uint32_t tokens_per_block,
+                              const void *salt, size_t salt_len, uint8_t *out, size_t cap_keys,
+                              size_t *count);
 
 #ifdef __cplusplus
 }

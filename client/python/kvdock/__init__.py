@@ -38,6 +38,7 @@ and orders the daemon against its stream with interprocess events::
     cli.transfer(gpu, host, slots, slots, wait_event=ready)  # offload, ordered after `ready`
 """
 
+from ._cache import Cache, CacheEvicted, CacheInfo, CacheLookup, block_hashes
 from ._capi import CLIENT_ABI_VERSION, library_path
 from ._client import (
     BufIndices,
@@ -61,13 +62,15 @@ from ._client import (
 
 __version__ = "0.1.0"
 
-for _cls in (BufIndices, BufRef, Buffer, Client, Error, Event, Future, HelloInfo, HostMemory,
-             Limits, Mapping, OpResult, Pool, PoolInfo, Timeout):
+for _cls in (BufIndices, BufRef, Buffer, Cache, CacheEvicted, CacheInfo, CacheLookup, Client,
+             Error, Event, Future, HelloInfo, HostMemory, Limits, Mapping, OpResult, Pool,
+             PoolInfo, Timeout):
     _cls.__module__ = __name__  # shown as kvdock.Error, not kvdock._client.Error
 del _cls
 
 __all__ = [
-    "BufIndices", "BufRef", "Buffer", "CLIENT_ABI_VERSION", "Client", "Error", "Event",
-    "Future", "HelloInfo", "HostMemory", "Limits", "Mapping", "OpResult", "Pool", "PoolInfo",
-    "Timeout", "as_completed", "library_path", "wait_all", "__version__",
+    "BufIndices", "BufRef", "Buffer", "CLIENT_ABI_VERSION", "Cache", "CacheEvicted",
+    "CacheInfo", "CacheLookup", "Client", "Error", "Event", "Future", "HelloInfo", "HostMemory",
+    "Limits", "Mapping", "OpResult", "Pool", "PoolInfo", "Timeout", "as_completed",
+    "block_hashes", "library_path", "wait_all", "__version__",
 ]

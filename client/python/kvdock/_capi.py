@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import List, Optional
 
 #: The ABI this module was written against (KVD_CLIENT_ABI_VERSION).
-CLIENT_ABI_VERSION = 3
+CLIENT_ABI_VERSION = 4
 
 NAME_MAX = 64
 IPC_HANDLE_BYTES = 64
@@ -78,6 +78,13 @@ DTYPE_E4M3 = 6
 DTYPE_E5M2 = 7
 
 EXPORT_NO_MAP = 1 << 0
+
+# the cache tier
+CACHE_KEY_MAX = 64
+CACHE_ALLOW_MAX = 16
+CACHE_KEYS_MAX = 65536
+CACHE_LAYER_EVENTS_MAX = 128
+BLOCK_HASH_BYTES = 32
 
 # kvdock/status.h: (name, number)
 STATUS_NAMES = {
@@ -329,6 +336,9 @@ class OpResult(Structure):
         ("bytes", c_uint64),
         ("enqueued", c_bool),
         ("path", c_int32),
+        ("stored", c_uint32),
+        ("skipped", c_uint32),
+        ("refused", c_uint32),
     ]
 
 
@@ -389,6 +399,104 @@ class KvTransfer(Structure):
         ("layer_begin", c_uint32),
         ("layer_count", c_uint32),
     ]
+
+
+class CacheLayout(Structure):
+    _fields_ = [
+        ("num_layers", c_uint32),
+        ("mla", c_bool),
+        ("tokens_per_block", c_uint32),
+        ("token_bytes", c_uint64),
+        ("dtype", c_char * 16),
+    ]
+
+
+class CacheSpec(Structure):
+    _fields_ = [
+        ("name", c_char_p),
+        ("layout", CacheLayout),
+        ("budget_bytes", c_uint64),
+        ("shared", c_bool),
+        ("allow_uids", POINTER(c_uint32)),
+        ("num_allow_uids", c_uint32),
+        ("allow_gids", POINTER(c_uint32)),
+        ("num_allow_gids", c_uint32),
+        ("open_existing", c_bool),
+    ]
+
+
+class CacheInfo(Structure):
+    _fields_ = [
+        ("id", c_uint64),
+        ("name", c_char * NAME_MAX),
+        ("layout", CacheLayout),
+        ("budget_bytes", c_uint64),
+        ("block_bytes", c_uint64),
+        ("capacity", c_uint32),
+        ("blocks", c_uint32),
+        ("used_bytes", c_uint64),
+        ("held_bytes", c_uint64),
+        ("shared", c_bool),
+        ("owner_uid", c_uint32),
+        ("allow_uids", c_uint32 * CACHE_ALLOW_MAX),
+        ("num_allow_uids", c_uint32),
+        ("allow_gids", c_uint32 * CACHE_ALLOW_MAX),
+        ("num_allow_gids", c_uint32),
+        ("lookups", c_uint64),
+        ("keys_asked", c_uint64),
+        ("keys_hit", c_uint64),
+        ("saves", c_uint64),
+        ("stored", c_uint64),
+        ("skipped", c_uint64),
+        ("refused", c_uint64),
+        ("loads", c_uint64),
+        ("loaded", c_uint64),
+        ("evictions", c_uint64),
+        ("leases", c_uint32),
+        ("bytes_in", c_uint64),
+        ("bytes_out", c_uint64),
+    ]
+
+
+class CacheKeys(Structure):
+    _fields_ = [
+        ("keys", POINTER(c_void_p)),
+        ("lens", POINTER(c_size_t)),
+        ("blob", c_void_p),
+        ("key_size", c_uint32),
+        ("count", c_uint32),
+    ]
+
+
+class CacheLookupResult(Structure):
+    _fields_ = [("hits", c_uint32), ("lease", c_uint64), ("lease_expires_ms", c_uint64)]
+
+
+class CacheSave(Structure):
+    _fields_ = [
+        ("cache", c_uint64),
+        ("pool", c_uint64),
+        ("keys", CacheKeys),
+        ("blocks", Indices),
+        ("parent", c_void_p),
+        ("parent_len", c_size_t),
+    ]
+
+
+class CacheLoad(Structure):
+    _fields_ = [
+        ("cache", c_uint64),
+        ("pool", c_uint64),
+        ("keys", CacheKeys),
+        ("lease", c_uint64),
+        ("blocks", Indices),
+        ("layer_events", POINTER(c_uint64)),
+        ("num_layer_events", c_uint32),
+    ]
+
+
+class CacheEvictResult(Structure):
+    _fields_ = [("evicted", c_uint32), ("busy", c_uint32), ("missing", c_uint32)]
 
 
 # ---------------------------------------------------------------------------
@@ -518,6 +626,20 @@ def _declare(lib: ctypes.CDLL) -> None:
     _fn(lib, "kvd_kv_fp8_set_submit", c_int, cli, P(KvFp8Set), P(Sync), P(OpResult), u64p)
     _fn(lib, "kvd_page_table_gather_submit", c_int, cli, P(PageTableGather), P(Sync), P(OpResult), u64p)
     _fn(lib, "kvd_kv_transfer_submit", c_int, cli, P(KvTransfer), P(Sync), P(OpResult), u64p)
+
+    _fn(lib, "kvd_cache_create_submit", c_int, cli, P(CacheSpec), P(CacheInfo), u64p)
+    _fn(lib, "kvd_cache_drop_submit", c_int, cli, c_uint64, c_char_p, u64p)
+    _fn(lib, "kvd_cache_list_submit", c_int, cli, P(CacheInfo), c_size_t, P(c_size_t), u64p)
+    _fn(lib, "kvd_cache_stats_submit", c_int, cli, c_uint64, c_char_p, P(CacheInfo), u64p)
+    _fn(lib, "kvd_cache_lookup_submit", c_int, cli, c_uint64, P(CacheKeys), c_bool, c_uint32,
+        P(CacheLookupResult), u64p)
+    _fn(lib, "kvd_cache_save_submit", c_int, cli, P(CacheSave), P(Sync), P(OpResult), u64p)
+    _fn(lib, "kvd_cache_load_submit", c_int, cli, P(CacheLoad), P(Sync), P(OpResult), u64p)
+    _fn(lib, "kvd_cache_evict_submit", c_int, cli, c_uint64, P(CacheKeys), c_bool,
+        P(CacheEvictResult), u64p)
+    _fn(lib, "kvd_cache_release_submit", c_int, cli, c_uint64, u64p)
+    _fn(lib, "kvd_block_hashes", c_int, P(c_int64), c_size_t, c_uint32, c_void_p, c_size_t,
+        c_void_p, c_size_t, P(c_size_t))
 
 
 def cstr(b: bytes) -> str:

@@ -10,9 +10,13 @@ import threading
 import weakref
 from ctypes import byref, c_bool, c_size_t, c_uint8, c_uint64, c_void_p
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence,
+                    Tuple, Union)
 
 from . import _capi as C
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._cache import Cache, CacheInfo
 
 try:  # numpy is optional: without it, bytes-like objects and tensors (no torch path uses it)
     import numpy as np
@@ -140,6 +144,9 @@ class OpResult:
     bytes: int
     enqueued: bool
     path: str = "kernel"  # how a transfer's rows moved: "copy_engine" or "kernel"
+    stored: int = 0   # cache saves: blocks stored,
+    skipped: int = 0  # found there already,
+    refused: int = 0  # or refused (every block held)
 
 
 _PATHS = {None: C.PATH_DEFAULT, "copy_engine": C.PATH_COPY_ENGINE, "kernel": C.PATH_KERNEL}
@@ -174,7 +181,8 @@ def _pool_info(p: C.PoolInfo) -> PoolInfo:
 
 def _op_result(r: C.OpResult) -> OpResult:
     return OpResult(rows=r.rows, skipped_oob=r.skipped_oob, bytes=r.bytes,
-                    enqueued=bool(r.enqueued), path=_PATH_NAMES.get(r.path, "kernel"))
+                    enqueued=bool(r.enqueued), path=_PATH_NAMES.get(r.path, "kernel"),
+                    stored=r.stored, skipped=r.skipped, refused=r.refused)
 
 
 def _struct_dict(s: ctypes.Structure) -> Dict[str, Any]:
@@ -1685,6 +1693,49 @@ class Client:
     def transfer(self, src: PoolLike, dst: PoolLike, src_indices: Any, dst_indices: Any,
                  **kw: Any) -> OpResult:
         return self._block(self.transfer_async(src, dst, src_indices, dst_indices, **kw))
+
+    # -- the cache tier (kvdock._cache) ------------------------------------
+    def create_cache_async(self, name: str, **kw: Any) -> Future:
+        from ._cache import create_cache_async
+        return create_cache_async(self, name, **kw)
+
+    def create_cache(self, name: str, *, num_layers: int, tokens_per_block: int,
+                     token_bytes: int, budget_bytes: int, mla: bool = False, dtype: str = "",
+                     shared: bool = False, allow_uids: Sequence[int] = (),
+                     allow_gids: Sequence[int] = (), open_existing: bool = False) -> "Cache":
+        """Make a cache of the cache tier: blocks of num_layers layers of
+        tokens_per_block token rows of token_bytes, K and V (or one latent
+        with mla), within budget_bytes of the daemon's host memory.  dtype
+        is a label compared exactly (never interpreted).  shared: other
+        users may use it (only allow_uids / allow_gids when given).
+        open_existing: a cache of this name and layout is returned instead
+        of EEXIST."""
+        return self._block(self.create_cache_async(
+            name, num_layers=num_layers, tokens_per_block=tokens_per_block,
+            token_bytes=token_bytes, budget_bytes=budget_bytes, mla=mla, dtype=dtype,
+            shared=shared, allow_uids=allow_uids, allow_gids=allow_gids,
+            open_existing=open_existing))
+
+    def cache(self, name: str) -> "Cache":
+        """A handle on a cache this client may use, by name (ENOENT if none)."""
+        from ._cache import cache_by_name
+        return cache_by_name(self, name)
+
+    def caches_async(self, cap: int = 256) -> Future:
+        from ._cache import caches_async
+        return caches_async(self, cap)
+
+    def caches(self, cap: int = 256) -> List["CacheInfo"]:
+        """The caches this client may see."""
+        return self._block(self.caches_async(cap))
+
+    def drop_cache_async(self, cache: Union["Cache", int, str]) -> Future:
+        from ._cache import drop_cache_async
+        return drop_cache_async(self, cache)
+
+    def drop_cache(self, cache: Union["Cache", int, str]) -> None:
+        """Drop a cache (a handle, an id or a name): owner or admin."""
+        self._block(self.drop_cache_async(cache))
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "closed"

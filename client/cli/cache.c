@@ -1,0 +1,426 @@
+/*
+ * kvdock cache: the cache tier's caches from the command line (create, ls,
+ * stats, drop, clear).
+ */
+#include "cache.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvdock/client.h"
+#include "util.h"
+
+#define EXIT_DAEMON 1
+#define EXIT_USAGE 2
+
+static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("kvdock: cache: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nusage: kvdock %s\n", KVD_CACHE_USAGE);
+    return EXIT_USAGE;
+}
+
+static int daemon_error(kvd_client_t *cli, kvd_status_t st, const char *what)
+{
+    const char *msg = kvd_client_last_error(cli);
+
+    fprintf(stderr, "kvdock: %s: %s: %s\n", what, kvd_err_name(st),
+            msg[0] != '\0' ? msg : kvd_strerror(st));
+    return EXIT_DAEMON;
+}
+
+/* "12.5%" of hit tokens among those asked for, or "-". */
+static void hit_rate(char *buf, size_t cap, const kvd_cache_info_t *c)
+{
+    if (c->keys_asked == 0)
+        snprintf(buf, cap, "-");
+    else
+        snprintf(buf, cap, "%.1f%%", 100.0 * (double)c->keys_hit / (double)c->keys_asked);
+}
+
+static void ids_json(const uint32_t *ids, uint32_t n)
+{
+    putchar('[');
+    for (uint32_t i = 0; i < n; i++)
+        printf("%s%u", i ? "," : "", ids[i]);
+    putchar(']');
+}
+
+static void cache_json(const kvd_cache_info_t *c)
+{
+    printf("{\"id\":%" PRIu64 ",\"name\":", c->id);
+    kvd__cli_json_str(c->name);
+    printf(",\"layout\":{\"num_layers\":%u,\"mla\":%s,\"tokens_per_block\":%u,"
+           "\"token_bytes\":%" PRIu64 ",\"dtype\":",
+           c->layout.num_layers, c->layout.mla ? "true" : "false", c->layout.tokens_per_block,
+           c->layout.token_bytes);
+    kvd__cli_json_str(c->layout.dtype);
+    printf("},\"budget_bytes\":%" PRIu64 ",\"block_bytes\":%" PRIu64 ",\"capacity\":%u,"
+           "\"blocks\":%u,\"used_bytes\":%" PRIu64 ",\"held_bytes\":%" PRIu64 ",\"shared\":%s,"
+           "\"owner_uid\":%u,\"allow_uids\":",
+           c->budget_bytes, c->block_bytes, c->capacity, c->blocks, c->used_bytes, c->held_bytes,
+           c->shared ? "true" : "false", c->owner_uid);
+    ids_json(c->allow_uids, c->num_allow_uids);
+    printf(",\"allow_gids\":");
+    ids_json(c->allow_gids, c->num_allow_gids);
+    printf(",\"lookups\":%" PRIu64 ",\"keys_asked\":%" PRIu64 ",\"keys_hit\":%" PRIu64
+           ",\"hit_tokens\":%" PRIu64 ",\"asked_tokens\":%" PRIu64 ",\"saves\":%" PRIu64
+           ",\"stored\":%" PRIu64 ",\"skipped\":%" PRIu64 ",\"refused\":%" PRIu64
+           ",\"loads\":%" PRIu64 ",\"loaded\":%" PRIu64 ",\"evictions\":%" PRIu64
+           ",\"leases\":%u,\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 "}",
+           c->lookups, c->keys_asked, c->keys_hit, c->keys_hit * c->layout.tokens_per_block,
+           c->keys_asked * c->layout.tokens_per_block, c->saves, c->stored, c->skipped,
+           c->refused, c->loads, c->loaded, c->evictions, c->leases, c->bytes_in, c->bytes_out);
+}
+
+static void layout_text(char *buf, size_t cap, const kvd_cache_info_t *c)
+{
+    char row[32];
+
+    kvd__cli_human_bytes(row, sizeof(row), (double)c->layout.token_bytes);
+    snprintf(buf, cap, "%uL %s %ux%s%s%s", c->layout.num_layers, c->layout.mla ? "mla" : "kv",
+             c->layout.tokens_per_block, row, c->layout.dtype[0] ? " " : "", c->layout.dtype);
+}
+
+static void caches_table(const kvd_cache_info_t *c, size_t n)
+{
+    kvd__cli_table_t t;
+
+    kvd__cli_table_init(&t, "ID,NAME,LAYOUT,>BLOCKS,>USED,>BUDGET,>HIT,>SAVES,>LOADS,>EVICTED,"
+                            ">LEASES,>OWNER,FLAGS");
+    for (size_t i = 0; i < n; i++) {
+        char id[24], lay[64], blocks[24], used[32], budget[32], hit[16], saves[24], loads[24],
+            ev[24], leases[16], owner[16];
+
+        snprintf(id, sizeof(id), "%" PRIu64, c[i].id);
+        layout_text(lay, sizeof(lay), &c[i]);
+        snprintf(blocks, sizeof(blocks), "%u", c[i].blocks);
+        kvd__cli_human_bytes(used, sizeof(used), (double)c[i].used_bytes);
+        kvd__cli_human_bytes(budget, sizeof(budget), (double)c[i].budget_bytes);
+        hit_rate(hit, sizeof(hit), &c[i]);
+        snprintf(saves, sizeof(saves), "%" PRIu64, c[i].saves);
+        snprintf(loads, sizeof(loads), "%" PRIu64, c[i].loads);
+        snprintf(ev, sizeof(ev), "%" PRIu64, c[i].evictions);
+        snprintf(leases, sizeof(leases), "%u", c[i].leases);
+        snprintf(owner, sizeof(owner), "%u", c[i].owner_uid);
+        kvd__cli_table_row(&t, id, c[i].name, lay, blocks, used, budget, hit, saves, loads, ev,
+                           leases, owner,
+                           !c[i].shared ? "-"
+                           : c[i].num_allow_uids || c[i].num_allow_gids ? "shared,restricted"
+                                                                        : "shared");
+    }
+    kvd__cli_table_print(&t);
+}
+
+static void cache_text(const kvd_cache_info_t *c)
+{
+    char a[32], b[32], lay[64], hit[16];
+
+    layout_text(lay, sizeof(lay), c);
+    hit_rate(hit, sizeof(hit), c);
+    printf("cache %s (id %" PRIu64 "), owner uid %u%s\n", c->name, c->id, c->owner_uid,
+           c->shared ? ", shared" : "");
+    kvd__cli_human_bytes(a, sizeof(a), (double)c->block_bytes);
+    printf("  layout       %s: blocks of %s\n", lay, a);
+    kvd__cli_human_bytes(a, sizeof(a), (double)c->used_bytes);
+    kvd__cli_human_bytes(b, sizeof(b), (double)c->budget_bytes);
+    printf("  blocks       %u of %u (%s of %s)\n", c->blocks, c->capacity, a, b);
+    kvd__cli_human_bytes(a, sizeof(a), (double)c->held_bytes);
+    printf("  host memory  %s held (slabs, entries, index)\n", a);
+    printf("  lookups      %" PRIu64 ": %" PRIu64 " of %" PRIu64 " tokens hit (%s)\n", c->lookups,
+           c->keys_hit * c->layout.tokens_per_block, c->keys_asked * c->layout.tokens_per_block,
+           hit);
+    kvd__cli_human_bytes(a, sizeof(a), (double)c->bytes_in);
+    printf("  saves        %" PRIu64 ": %" PRIu64 " blocks stored (%s), %" PRIu64
+           " found there, %" PRIu64 " refused\n",
+           c->saves, c->stored, a, c->skipped, c->refused);
+    kvd__cli_human_bytes(a, sizeof(a), (double)c->bytes_out);
+    printf("  loads        %" PRIu64 ": %" PRIu64 " blocks (%s)\n", c->loads, c->loaded, a);
+    printf("  evictions    %" PRIu64 "\n  leases       %u held now\n", c->evictions, c->leases);
+    if (c->num_allow_uids || c->num_allow_gids) {
+        printf("  allowed      uids");
+        for (uint32_t i = 0; i < c->num_allow_uids; i++)
+            printf(" %u", c->allow_uids[i]);
+        printf("; gids");
+        for (uint32_t i = 0; i < c->num_allow_gids; i++)
+            printf(" %u", c->allow_gids[i]);
+        putchar('\n');
+    }
+}
+
+/* "1,2,3" into ids (at most KVD_CACHE_ALLOW_MAX). */
+static bool parse_ids(const char *s, uint32_t *ids, uint32_t *n)
+{
+    char buf[256], *save = NULL, *tok;
+
+    if (s == NULL || strlen(s) >= sizeof(buf))
+        return false;
+    snprintf(buf, sizeof(buf), "%s", s);
+    *n = 0;
+    for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        uint64_t v;
+        if (*n == KVD_CACHE_ALLOW_MAX || !kvd__cli_parse_u64(tok, &v, false) || v > UINT32_MAX)
+            return false;
+        ids[(*n)++] = (uint32_t)v;
+    }
+    return *n > 0;
+}
+
+static int cmd_create(kvd_client_t **cli, const char *socket, bool json, int argc, char **argv)
+{
+    kvd_cache_spec_t s;
+    kvd_cache_info_t info;
+    uint32_t uids[KVD_CACHE_ALLOW_MAX], gids[KVD_CACHE_ALLOW_MAX];
+    bool have_layers = false, have_tpb = false, have_tb = false, have_budget = false;
+    kvd_status_t st;
+    uint64_t v;
+
+    memset(&s, 0, sizeof(s));
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *val;
+
+        if (kvd__cli_opt_is(a, "--layers")) {
+            if ((val = kvd__cli_opt_value(argc, argv, &i, "--layers")) == NULL ||
+                !kvd__cli_parse_u64(val, &v, false) || v == 0 || v > UINT32_MAX)
+                return usage("--layers needs a count from 1");
+            s.layout.num_layers = (uint32_t)v;
+            have_layers = true;
+        } else if (kvd__cli_opt_is(a, "--tokens-per-block")) {
+            if ((val = kvd__cli_opt_value(argc, argv, &i, "--tokens-per-block")) == NULL ||
+                !kvd__cli_parse_u64(val, &v, false) || v == 0 || v > UINT32_MAX)
+                return usage("--tokens-per-block needs a count from 1");
+            s.layout.tokens_per_block = (uint32_t)v;
+            have_tpb = true;
+        } else if (kvd__cli_opt_is(a, "--token-bytes")) {
+            if ((val = kvd__cli_opt_value(argc, argv, &i, "--token-bytes")) == NULL ||
+                !kvd__cli_parse_u64(val, &v, true) || v == 0)
+                return usage("--token-bytes needs a positive size");
+            s.layout.token_bytes = v;
+            have_tb = true;
+        } else if (kvd__cli_opt_is(a, "--budget")) {
+            if ((val = kvd__cli_opt_value(argc, argv, &i, "--budget")) == NULL ||
+                !kvd__cli_parse_u64(val, &v, true) || v == 0)
+                return usage("--budget needs a positive size (k, m, g suffixes)");
+            s.budget_bytes = v;
+            have_budget = true;
+        } else if (kvd__cli_opt_is(a, "--dtype")) {
+            if ((val = kvd__cli_opt_value(argc, argv, &i, "--dtype")) == NULL ||
+                strlen(val) >= sizeof(s.layout.dtype))
+                return usage("--dtype needs a label of at most 15 characters");
+            snprintf(s.layout.dtype, sizeof(s.layout.dtype), "%s", val);
+        } else if (kvd__cli_opt_is(a, "--allow-uids")) {
+            if (!parse_ids(kvd__cli_opt_value(argc, argv, &i, "--allow-uids"), uids,
+                           &s.num_allow_uids))
+                return usage("--allow-uids needs 1 to %d comma-separated user ids",
+                             KVD_CACHE_ALLOW_MAX);
+            s.allow_uids = uids;
+        } else if (kvd__cli_opt_is(a, "--allow-gids")) {
+            if (!parse_ids(kvd__cli_opt_value(argc, argv, &i, "--allow-gids"), gids,
+                           &s.num_allow_gids))
+                return usage("--allow-gids needs 1 to %d comma-separated group ids",
+                             KVD_CACHE_ALLOW_MAX);
+            s.allow_gids = gids;
+        } else if (strcmp(a, "--mla") == 0) {
+            s.layout.mla = true;
+        } else if (strcmp(a, "--shared") == 0) {
+            s.shared = true;
+        } else if (strcmp(a, "--open") == 0) {
+            s.open_existing = true;
+        } else if (a[0] == '-') {
+            return usage("unknown option '%s'", a);
+        } else if (s.name == NULL) {
+            s.name = a;
+        } else {
+            return usage("unexpected argument '%s'", a);
+        }
+    }
+    if (s.name == NULL)
+        return usage("a cache NAME is needed");
+    if (!have_layers || !have_tpb || !have_tb || !have_budget)
+        return usage("--layers, --tokens-per-block, --token-bytes and --budget are required");
+    if (kvd_client_create(socket, "kvdock-cli", cli) != KVD_OK) {
+        fprintf(stderr, "kvdock: %s\n", kvd_client_last_error(NULL));
+        return EXIT_DAEMON;
+    }
+    if ((st = kvd_cache_create(*cli, &s, &info)) != KVD_OK)
+        return daemon_error(*cli, st, "cache create");
+    if (json) {
+        printf("{\"cache\":");
+        cache_json(&info);
+        printf("}\n");
+    } else {
+        char b[32], blk[32];
+        kvd__cli_human_bytes(b, sizeof(b), (double)info.budget_bytes);
+        kvd__cli_human_bytes(blk, sizeof(blk), (double)info.block_bytes);
+        printf("%s cache %s (id %" PRIu64 "): %u blocks of %s in %s%s\n",
+               s.open_existing ? "ready:" : "created", info.name, info.id, info.capacity, blk, b,
+               info.shared ? ", shared" : "");
+    }
+    return 0;
+}
+
+/* All caches this client may see (*out malloc'd). */
+static kvd_status_t list_all(kvd_client_t *cli, kvd_cache_info_t **out, size_t *n)
+{
+    size_t cap = 16;
+
+    for (;;) {
+        kvd_cache_info_t *c = calloc(cap, sizeof(*c));
+        kvd_status_t st;
+
+        if (c == NULL)
+            return KVD_ENOMEM;
+        st = kvd_cache_list(cli, c, cap, n);
+        if (st != KVD_OK || *n <= cap) {
+            *out = c;
+            return st;
+        }
+        free(c);
+        cap = *n;
+    }
+}
+
+static int cmd_ls(kvd_client_t **cli, const char *socket, bool json, int argc, char **argv)
+{
+    kvd_cache_info_t *c = NULL;
+    size_t n = 0;
+    kvd_status_t st;
+
+    if (argc > 2)
+        return usage("ls takes no arguments ('%s')", argv[2]);
+    if (kvd_client_create(socket, "kvdock-cli", cli) != KVD_OK) {
+        fprintf(stderr, "kvdock: %s\n", kvd_client_last_error(NULL));
+        return EXIT_DAEMON;
+    }
+    if ((st = list_all(*cli, &c, &n)) != KVD_OK) {
+        free(c);
+        return daemon_error(*cli, st, "cache ls");
+    }
+    if (json) {
+        printf("{\"caches\":[");
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                putchar(',');
+            cache_json(&c[i]);
+        }
+        printf("]}\n");
+    } else if (n == 0) {
+        printf("no caches\n");
+    } else {
+        caches_table(c, n);
+    }
+    free(c);
+    return 0;
+}
+
+/* stats, drop and clear name one cache: NAME or --id ID. */
+static int cmd_one(kvd_client_t **cli, const char *socket, bool json, int argc, char **argv)
+{
+    const char *sub = argv[1], *name = NULL;
+    char what[32];
+    uint64_t id = 0;
+    kvd_cache_info_t info;
+    kvd_status_t st;
+
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+
+        if (kvd__cli_opt_is(a, "--id")) {
+            const char *val = kvd__cli_opt_value(argc, argv, &i, "--id");
+            if (val == NULL || !kvd__cli_parse_u64(val, &id, false) || id == 0)
+                return usage("--id needs a cache id");
+        } else if (a[0] == '-') {
+            return usage("unknown option '%s'", a);
+        } else if (name == NULL) {
+            name = a;
+        } else {
+            return usage("unexpected argument '%s'", a);
+        }
+    }
+    if (name == NULL && id == 0)
+        return usage("%s needs a cache NAME (or --id ID)", sub);
+    snprintf(what, sizeof(what), "cache %s", sub);
+    if (kvd_client_create(socket, "kvdock-cli", cli) != KVD_OK) {
+        fprintf(stderr, "kvdock: %s\n", kvd_client_last_error(NULL));
+        return EXIT_DAEMON;
+    }
+    if ((st = kvd_cache_stats(*cli, id, name, &info)) != KVD_OK)
+        return daemon_error(*cli, st, what);
+    if (strcmp(sub, "stats") == 0) {
+        if (json) {
+            printf("{\"cache\":");
+            cache_json(&info);
+            printf("}\n");
+        } else {
+            cache_text(&info);
+        }
+        return 0;
+    }
+    if (strcmp(sub, "drop") == 0) {
+        if ((st = kvd_cache_drop(*cli, info.id, NULL)) != KVD_OK)
+            return daemon_error(*cli, st, what);
+        if (json) {
+            printf("{\"dropped\":%" PRIu64 ",\"blocks\":%u}\n", info.id, info.blocks);
+        } else {
+            printf("dropped cache %s (id %" PRIu64 ", %u blocks)\n", info.name, info.id,
+                   info.blocks);
+        }
+        return 0;
+    }
+    /* clear */
+    {
+        kvd_cache_evict_result_t ev;
+        if ((st = kvd_cache_evict(*cli, info.id, NULL, true, &ev)) != KVD_OK)
+            return daemon_error(*cli, st, what);
+        if (json)
+            printf("{\"cache\":%" PRIu64 ",\"evicted\":%u}\n", info.id, ev.evicted);
+        else
+            printf("cleared cache %s: %u blocks evicted%s\n", info.name, ev.evicted,
+                   ev.evicted < info.blocks ? " (held blocks stay)" : "");
+    }
+    return 0;
+}
+
+int kvd__cli_cache(const char *socket, bool json, int argc, char **argv)
+{
+    kvd_client_t *cli = NULL;
+    int rc;
+
+    if (argc < 2)
+        return usage("a subcommand is needed: create, ls, stats, drop or clear");
+    if (strcmp(argv[1], "create") == 0)
+        rc = cmd_create(&cli, socket, json, argc, argv);
+    else if (strcmp(argv[1], "ls") == 0 || strcmp(argv[1], "list") == 0)
+        rc = cmd_ls(&cli, socket, json, argc, argv);
+    else if (strcmp(argv[1], "stats") == 0 || strcmp(argv[1], "drop") == 0 ||
+             strcmp(argv[1], "clear") == 0)
+        rc = cmd_one(&cli, socket, json, argc, argv);
+    else
+        rc = usage("unknown subcommand '%s' (create, ls, stats, drop or clear)", argv[1]);
+    kvd_client_destroy(&cli);
+    return rc;
+}
+
+void kvd__cli_cache_help(void)
+{
+    printf("\ncache create options:\n"
+           "  --layers N            layers of a block, >= 1\n"
+           "  --tokens-per-block N  tokens of a block (the engine's block size)\n"
+           "  --token-bytes N       one token's row of one layer's K (or V)\n"
+           "  --budget SIZE         host memory for blocks at most (k, m, g suffixes)\n"
+           "  --mla                 one latent per layer instead of K and V\n"
+           "  --dtype LABEL         element type label, compared exactly (\"bf16\")\n"
+           "  --shared              other users may use it\n"
+           "  --allow-uids A,B      shared with these users only (and --allow-gids)\n"
+           "  --open                return an existing cache of this name and layout\n"
+           "\nA cache belongs to the user that made it and stays until dropped.\n");
+}

@@ -1,0 +1,340 @@
+"""The cache tier: caches of KV blocks in kvdockd's host memory, named by
+chained block hashes and shared by the workers of a node.
+
+A worker that has just run a prompt's prefill saves its blocks; a worker
+(the same one later, or another process) that gets a prompt with the same
+prefix looks it up, loads the blocks found into its own KV cache and
+computes only the rest::
+
+    keys = kvdock.block_hashes(token_ids, tokens_per_block=16, salt=b"llama-3-8b")
+    cache = cli.create_cache("prefix", num_layers=32, tokens_per_block=16,
+                             token_bytes=8 * 128 * 2, budget_bytes=8 << 30,
+                             dtype="bf16", shared=True, open_existing=True)
+    hit = cache.lookup(keys, lease=True)            # leading blocks present, held
+    cache.load(gpu_pool, blocks=pages[:hit.hits], lease=hit.lease)
+    ...                                             # prefill the rest, then
+    cache.save(gpu_pool, keys, blocks=pages)        # present ones are skipped
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import operator
+from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
+
+from . import _capi as C
+from ._client import Error, EventLike, Future, OpResult, PoolLike, _op_result, _pool_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._client import Client
+
+KeyChain = Sequence[bytes]
+
+
+def block_hashes(token_ids: Any, tokens_per_block: int, salt: bytes = b"") -> List[bytes]:
+    """Chained 32-byte keys of the whole blocks of token_ids, the way serving
+    engines name KV blocks: key i = BLAKE2s-256(key i-1 || the block's
+    tokens as little-endian int64), key -1 = BLAKE2s-256(salt).  Equal
+    prefixes (under an equal salt: the model and whatever else changes the
+    KV) give equal chains.  The same function as libkvdock's
+    kvd_block_hashes, so C and Python workers share blocks.
+
+    token_ids: a sequence of ints, a numpy array or a tensor."""
+    if tokens_per_block < 1:
+        raise ValueError("tokens_per_block must be >= 1")
+    if hasattr(token_ids, "tolist"):
+        token_ids = token_ids.tolist()
+    toks = [operator.index(t) for t in token_ids]
+    prev = hashlib.blake2s(bytes(salt)).digest()
+    out = []
+    for i in range(len(toks) // tokens_per_block):
+        block = toks[i * tokens_per_block:(i + 1) * tokens_per_block]
+        h = hashlib.blake2s(prev)
+        h.update(b"".join(t.to_bytes(8, "little", signed=True) for t in block))
+        prev = h.digest()
+        out.append(prev)
+    return out
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """A cache's layout, budget, contents and counters."""
+
+    id: int
+    name: str
+    num_layers: int
+    mla: bool
+    tokens_per_block: int
+    token_bytes: int
+    dtype: str
+    budget_bytes: int
+    block_bytes: int
+    capacity: int
+    blocks: int
+    used_bytes: int
+    held_bytes: int
+    shared: bool
+    owner_uid: int
+    allow_uids: Tuple[int, ...]
+    allow_gids: Tuple[int, ...]
+    lookups: int
+    keys_asked: int
+    keys_hit: int
+    saves: int
+    stored: int
+    skipped: int
+    refused: int
+    loads: int
+    loaded: int
+    evictions: int
+    leases: int
+    bytes_in: int
+    bytes_out: int
+
+
+@dataclass(frozen=True)
+class CacheLookup:
+    """How many leading keys are cached; the lease on them (0: none)."""
+
+    hits: int
+    lease: int = 0
+    lease_expires_ms: int = 0
+
+
+@dataclass(frozen=True)
+class CacheEvicted:
+    evicted: int
+    busy: int
+    missing: int
+
+
+def _cache_info(c: C.CacheInfo) -> CacheInfo:
+    lay = c.layout
+    return CacheInfo(
+        id=c.id, name=C.cstr(c.name), num_layers=lay.num_layers, mla=bool(lay.mla),
+        tokens_per_block=lay.tokens_per_block, token_bytes=lay.token_bytes,
+        dtype=C.cstr(lay.dtype), budget_bytes=c.budget_bytes, block_bytes=c.block_bytes,
+        capacity=c.capacity, blocks=c.blocks, used_bytes=c.used_bytes, held_bytes=c.held_bytes,
+        shared=bool(c.shared), owner_uid=c.owner_uid,
+        allow_uids=tuple(c.allow_uids[:c.num_allow_uids]),
+        allow_gids=tuple(c.allow_gids[:c.num_allow_gids]),
+        lookups=c.lookups, keys_asked=c.keys_asked, keys_hit=c.keys_hit, saves=c.saves,
+        stored=c.stored, skipped=c.skipped, refused=c.refused, loads=c.loads, loaded=c.loaded,
+        evictions=c.evictions, leases=c.leases, bytes_in=c.bytes_in, bytes_out=c.bytes_out)
+
+
+def _keys(keys: Optional[KeyChain]) -> Tuple[C.CacheKeys, Tuple[Any, ...]]:
+    """A CacheKeys over keys (bytes each) and what must stay alive with it:
+    one blob when every key has the same length (a chain of hashes), else a
+    list."""
+    k = C.CacheKeys()
+    if keys is None:
+        return k, ()
+    if isinstance(keys, (bytes, bytearray, memoryview)):
+        raise TypeError("keys: a sequence of bytes keys, not one bytes object")
+    ks = [bytes(x) for x in keys]
+    if not ks:
+        return k, ()
+    if len({len(x) for x in ks}) == 1 and 1 <= len(ks[0]) <= C.CACHE_KEY_MAX:
+        blob = ctypes.create_string_buffer(b"".join(ks), len(ks) * len(ks[0]))
+        k.blob = ctypes.addressof(blob)
+        k.key_size = len(ks[0])
+        k.count = len(ks)
+        return k, (blob,)
+    bufs = [ctypes.create_string_buffer(x, len(x)) for x in ks]
+    ptrs = (c_void_p * len(ks))(*[ctypes.addressof(b) for b in bufs])
+    lens = (c_size_t * len(ks))(*[len(x) for x in ks])
+    k.keys = ctypes.cast(ptrs, ctypes.POINTER(c_void_p))
+    k.lens = lens
+    k.count = len(ks)
+    return k, (bufs, ptrs, lens)
+
+
+def _pages(blocks: Any, what: str = "blocks") -> Tuple[C.Indices, Any]:
+    """Page indices, sent inline: a list, numpy array or tensor (any device)."""
+    if hasattr(blocks, "detach") and hasattr(blocks, "cpu"):  # a tensor
+        blocks = blocks.detach().reshape(-1).cpu().tolist()
+    elif hasattr(blocks, "tolist"):
+        blocks = blocks.tolist()
+    try:
+        vals = [operator.index(b) for b in blocks]
+    except TypeError:
+        raise TypeError(f"{what}: page indices must be integers") from None
+    arr = (ctypes.c_int64 * max(len(vals), 1))(*vals)
+    ix = C.Indices()
+    ix.values = ctypes.addressof(arr)
+    ix.count = len(vals)
+    ix.dtype = C.DTYPE_I64
+    return ix, arr
+
+
+class Cache:
+    """A handle on a cache of the cache tier (``Client.create_cache``)."""
+
+    def __init__(self, client: "Client", info: CacheInfo) -> None:
+        self.client = client
+        self.info = info
+
+    @property
+    def id(self) -> int:
+        return self.info.id
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def stats_async(self) -> Future:
+        out = C.CacheInfo()
+        return self.client._submit(self.client._lib.kvd_cache_stats_submit,
+                                   (self.id, None, byref(out)), lambda: _cache_info(out), (out,))
+
+    def stats(self) -> CacheInfo:
+        """The cache's contents and counters now."""
+        return self.client._block(self.stats_async())
+
+    def lookup_async(self, keys: KeyChain, *, lease: bool = False, lease_ms: int = 0) -> Future:
+        k, keep = _keys(keys)
+        out = C.CacheLookupResult()
+        return self.client._submit(
+            self.client._lib.kvd_cache_lookup_submit, (self.id, byref(k), lease, lease_ms,
+                                                       byref(out)),
+            lambda: CacheLookup(out.hits, out.lease, out.lease_expires_ms), (k, keep, out))
+
+    def lookup(self, keys: KeyChain, *, lease: bool = False, lease_ms: int = 0) -> CacheLookup:
+        """How many leading keys of the chain are cached.  With lease, those
+        blocks are held for this client until a load by the lease, release(),
+        lease_ms (0: the daemon's default), or the connection's end."""
+        return self.client._block(self.lookup_async(keys, lease=lease, lease_ms=lease_ms))
+
+    def save_async(self, pool: PoolLike, keys: KeyChain, blocks: Any, *,
+                   parent: Optional[bytes] = None, wait_event: EventLike = None,
+                   record_event: EventLike = None, reply_at_enqueue: bool = False,
+                   path: Optional[str] = None) -> Future:
+        k, keep = _keys(keys)
+        ix, arr = _pages(blocks)
+        par = bytes(parent) if parent else b""
+        pbuf = ctypes.create_string_buffer(par, len(par)) if par else None
+        a = C.CacheSave(cache=self.id, pool=_pool_id(pool), keys=k, blocks=ix,
+                        parent=ctypes.addressof(pbuf) if pbuf is not None else None,
+                        parent_len=len(par))
+        sync = self.client._sync(wait_event, record_event, reply_at_enqueue, None, 0, False, path)
+        out = C.OpResult()
+        return self.client._submit(self.client._lib.kvd_cache_save_submit,
+                                   (byref(a), byref(sync), byref(out)),
+                                   lambda: _op_result(out), (a, keep, arr, pbuf, sync, out))
+
+    def save(self, pool: PoolLike, keys: KeyChain, blocks: Any, **kw: Any) -> OpResult:
+        """Copy the blocks of keys that the cache lacks from pages blocks[i] of
+        the pool (whose layout must match the cache's).  parent: the key
+        before keys[0] when the chain goes on from blocks saved before.
+        The result's stored, skipped and refused count the blocks."""
+        return self.client._block(self.save_async(pool, keys, blocks, **kw))
+
+    def load_async(self, pool: PoolLike, keys: Optional[KeyChain] = None, *, blocks: Any,
+                   lease: int = 0, layer_events: Optional[Sequence[EventLike]] = None,
+                   wait_event: EventLike = None, record_event: EventLike = None,
+                   reply_at_enqueue: bool = False, path: Optional[str] = None) -> Future:
+        if (keys is None) == (not lease):
+            raise ValueError("load takes keys or a lease, one of them")
+        k, keep = _keys(keys)
+        ix, arr = _pages(blocks)
+        evs = [self.client._event_id(e) for e in (layer_events or ())]
+        if len(evs) > C.CACHE_LAYER_EVENTS_MAX:
+            raise ValueError(f"at most {C.CACHE_LAYER_EVENTS_MAX} layer events")
+        ev_arr = (c_uint64 * max(len(evs), 1))(*evs)
+        a = C.CacheLoad(cache=self.id, pool=_pool_id(pool), keys=k, lease=lease, blocks=ix,
+                        layer_events=ctypes.cast(ev_arr, ctypes.POINTER(c_uint64)),
+                        num_layer_events=len(evs))
+        sync = self.client._sync(wait_event, record_event, reply_at_enqueue, None, 0, False, path)
+        out = C.OpResult()
+        return self.client._submit(self.client._lib.kvd_cache_load_submit,
+                                   (byref(a), byref(sync), byref(out)),
+                                   lambda: _op_result(out), (a, keep, arr, ev_arr, sync, out))
+
+    def load(self, pool: PoolLike, keys: Optional[KeyChain] = None, **kw: Any) -> OpResult:
+        """Copy cached blocks (of keys, or of a lease: the lease's first
+        len(blocks)) into pages blocks[i] of the pool.  A key not cached is
+        refused (ENOENT) before anything moves.  layer_events (interprocess
+        events): the layers arrive in that many groups, event g recorded when
+        group g has landed, so a forward pass can start on the first layers."""
+        return self.client._block(self.load_async(pool, keys, **kw))
+
+    def evict_async(self, keys: Optional[KeyChain] = None, *, all: bool = False) -> Future:
+        k, keep = _keys(keys)
+        out = C.CacheEvictResult()
+        return self.client._submit(self.client._lib.kvd_cache_evict_submit,
+                                   (self.id, byref(k), all, byref(out)),
+                                   lambda: CacheEvicted(out.evicted, out.busy, out.missing),
+                                   (k, keep, out))
+
+    def evict(self, keys: Optional[KeyChain] = None, *, all: bool = False) -> CacheEvicted:
+        """Evict keys and every block after them in any chain, or everything
+        (all=True); held blocks stay (counted busy).  Owner or admin."""
+        return self.client._block(self.evict_async(keys, all=all))
+
+    def clear(self) -> CacheEvicted:
+        """Evict every block nothing holds."""
+        return self.evict(all=True)
+
+    def release(self, lease: Union[int, CacheLookup]) -> None:
+        """End a lease before its time."""
+        lid = lease.lease if isinstance(lease, CacheLookup) else int(lease)
+        self.client._block(self.client._submit(self.client._lib.kvd_cache_release_submit,
+                                               (lid,), lambda: None))
+
+    def drop(self) -> None:
+        """Drop the cache (owner or admin): its blocks and leases go."""
+        self.client.drop_cache(self)
+
+    def __repr__(self) -> str:
+        return f"<kvdock.Cache {self.name!r} id={self.id}>"
+
+
+def create_cache_async(client: "Client", name: str, *, num_layers: int, tokens_per_block: int,
+                       token_bytes: int, budget_bytes: int, mla: bool = False, dtype: str = "",
+                       shared: bool = False, allow_uids: Sequence[int] = (),
+                       allow_gids: Sequence[int] = (), open_existing: bool = False) -> Future:
+    if len(dtype.encode()) > 15:
+        raise ValueError("dtype is a label of at most 15 bytes")
+    uids = (c_uint32 * max(len(allow_uids), 1))(*allow_uids)
+    gids = (c_uint32 * max(len(allow_gids), 1))(*allow_gids)
+    nm = name.encode()
+    spec = C.CacheSpec(name=nm, layout=C.CacheLayout(num_layers, mla, tokens_per_block,
+                                                     token_bytes, dtype.encode()),
+                       budget_bytes=budget_bytes, shared=shared,
+                       allow_uids=ctypes.cast(uids, ctypes.POINTER(c_uint32)),
+                       num_allow_uids=len(allow_uids),
+                       allow_gids=ctypes.cast(gids, ctypes.POINTER(c_uint32)),
+                       num_allow_gids=len(allow_gids), open_existing=open_existing)
+    out = C.CacheInfo()
+    return client._submit(client._lib.kvd_cache_create_submit, (byref(spec), byref(out)),
+                          lambda: Cache(client, _cache_info(out)), (spec, nm, uids, gids, out))
+
+
+def caches_async(client: "Client", cap: int = 256) -> Future:
+    out = (C.CacheInfo * cap)()
+    count = c_size_t(0)
+    return client._submit(client._lib.kvd_cache_list_submit, (out, cap, byref(count)),
+                          lambda: [_cache_info(out[i]) for i in range(min(count.value, cap))],
+                          (out, count))
+
+
+def cache_by_name(client: "Client", name: str) -> Cache:
+    out = C.CacheInfo()
+    fut = client._submit(client._lib.kvd_cache_stats_submit, (0, name.encode(), byref(out)),
+                         lambda: Cache(client, _cache_info(out)), (out,))
+    return client._block(fut)
+
+
+def drop_cache_async(client: "Client", cache: Union[Cache, int, str]) -> Future:
+    if isinstance(cache, str):
+        args: Tuple[Any, ...] = (0, cache.encode())
+    else:
+        args = (cache.id if isinstance(cache, Cache) else int(cache), None)
+    return client._submit(client._lib.kvd_cache_drop_submit, args, lambda: None)
+
+
+__all__ = ["Cache", "CacheEvicted", "CacheInfo", "CacheLookup", "block_hashes", "Error"]

@@ -1,0 +1,588 @@
+/* The cache tier's store: see cache.h. */
+#include "cache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+/* A slab's blocks: enough for large copies of whole slabs, few enough that
+ * a cache grows in steps of about SLAB_BYTES. */
+#define SLAB_BYTES (128ull << 20)
+#define SLAB_BLOCKS_MAX (1u << 16)
+#define TABLE_MIN 64
+
+/* ---- the keyed hash ------------------------------------------------------- */
+
+static uint64_t mum(uint64_t a, uint64_t b)
+{
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+/* Keys are chosen by clients: a secret seed keeps them from aiming at one
+ * bucket; chained hashes spread well anyway. */
+static uint64_t key_hash(uint64_t seed, const uint8_t *k, size_t n)
+{
+    uint64_t h = seed ^ (n * 0x9E3779B97F4A7C15ull);
+    size_t i;
+
+    for (i = 0; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, k + i, 8);
+        h = mum(h ^ w, 0xA0761D6478BD642Full);
+    }
+    if (i < n) {
+        uint64_t w = 0;
+        memcpy(&w, k + i, n - i);
+        h = mum(h ^ w, 0xE7037ED1A0B428DBull);
+    }
+    return mum(h, 0x8EBC6AF09C88C6E3ull);
+}
+
+/* ---- entries --------------------------------------------------------------- */
+
+kvd_cblock_t *kvd_cache_block(const kvd_cache_store_t *c, uint32_t id)
+{
+    return &c->slabs[kvd_cache_slab_of(c, id)].blocks[kvd_cache_pos_of(c, id)];
+}
+
+void *kvd_cache_block_bytes(const kvd_cache_store_t *c, uint32_t id)
+{
+    return (char *)c->slabs[kvd_cache_slab_of(c, id)].ptr +
+           (uint64_t)kvd_cache_pos_of(c, id) * c->block_bytes;
+}
+
+#define B(c, id) kvd_cache_block((c), (id))
+
+/* ---- the table ------------------------------------------------------------- */
+
+static uint64_t *slot_of(const kvd_cache_store_t *c, const uint8_t *key, size_t klen)
+{
+    uint64_t h = key_hash(c->seed, key, klen), tag = h >> 32, i;
+
+    for (i = h & c->table_mask;; i = (i + 1) & c->table_mask) {
+        uint64_t v = c->table[i];
+        if (v == 0)
+            return &c->table[i];
+        if (v >> 32 == tag) {
+            const kvd_cblock_t *b = B(c, (uint32_t)v - 1);
+            if (b->klen == klen && memcmp(b->key, key, klen) == 0)
+                return &c->table[i];
+        }
+    }
+}
+
+uint32_t kvd_cache_find(const kvd_cache_store_t *c, const uint8_t *key, size_t klen)
+{
+    uint64_t v = *slot_of(c, key, klen);
+
+    return v ? (uint32_t)v - 1 : KVD_CBLOCK_NONE;
+}
+
+static void table_put(uint64_t *table, uint64_t mask, uint64_t h, uint32_t id)
+{
+    uint64_t i;
+
+    for (i = h & mask; table[i] != 0; i = (i + 1) & mask)
+        ;
+    table[i] = (h >> 32) << 32 | ((uint64_t)id + 1);
+}
+
+/* Room for one more entry at a load of at most a half. */
+static kvd_status_t table_room(kvd_cache_store_t *c, char *why, size_t why_len)
+{
+    uint64_t size = c->table_mask + 1, nsize = size * 2, i;
+    uint64_t *n;
+    kvd_status_t st;
+
+    if ((uint64_t)(c->indexed + 1) * 2 <= size)
+        return KVD_OK;
+    st = kvd_hostmem_reserve(c->hostmem, KVD_HM_CACHE, size * sizeof(uint64_t), why, why_len);
+    if (st != KVD_OK)
+        return st;
+    n = calloc(nsize, sizeof(*n));
+    if (n == NULL) {
+        kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, size * sizeof(uint64_t));
+        snprintf(why, why_len, "out of memory for the cache's index");
+        return KVD_ENOMEM;
+    }
+    for (i = 0; i < size; i++) {
+        uint64_t v = c->table[i];
+        if (v != 0) {
+            const kvd_cblock_t *b = B(c, (uint32_t)v - 1);
+            table_put(n, nsize - 1, key_hash(c->seed, b->key, b->klen), (uint32_t)v - 1);
+        }
+    }
+    free(c->table);
+    c->table = n;
+    c->table_mask = nsize - 1;
+    c->held_bytes += size * sizeof(uint64_t);
+    return KVD_OK;
+}
+
+/* Delete the entry at slot i of a linear-probing table: move up the entries
+ * after it that would no longer be found. */
+static void table_delete(kvd_cache_store_t *c, uint64_t *slot)
+{
+    uint64_t mask = c->table_mask, i = (uint64_t)(slot - c->table), j = i;
+
+    c->table[i] = 0;
+    for (;;) {
+        uint64_t v, home;
+        const kvd_cblock_t *b;
+
+        j = (j + 1) & mask;
+        v = c->table[j];
+        if (v == 0)
+            return;
+        b = B(c, (uint32_t)v - 1);
+        home = key_hash(c->seed, b->key, b->klen) & mask;
+        /* the entry at j stays unless its home lies cyclically in (i, j] */
+        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+            c->table[i] = v;
+            c->table[j] = 0;
+            i = j;
+        }
+    }
+}
+
+/* ---- recency ----------------------------------------------------------------- */
+
+static void lru_remove(kvd_cache_store_t *c, uint32_t id)
+{
+    kvd_cblock_t *b = B(c, id);
+
+    if (!b->in_lru)
+        return;
+    if (b->lru_prev)
+        B(c, b->lru_prev - 1)->lru_next = b->lru_next;
+    else
+        c->lru_head = b->lru_next;
+    if (b->lru_next)
+        B(c, b->lru_next - 1)->lru_prev = b->lru_prev;
+    else
+        c->lru_tail = b->lru_prev;
+    b->lru_prev = b->lru_next = 0;
+    b->in_lru = 0;
+}
+
+/* As the most recently used (mru), or as the least. */
+static void lru_insert(kvd_cache_store_t *c, uint32_t id, int mru)
+{
+    kvd_cblock_t *b = B(c, id);
+
+    lru_remove(c, id);
+    if (mru) {
+        b->lru_prev = 0;
+        b->lru_next = c->lru_head;
+        if (c->lru_head)
+            B(c, c->lru_head - 1)->lru_prev = id + 1;
+        else
+            c->lru_tail = id + 1;
+        c->lru_head = id + 1;
+    } else {
+        b->lru_next = 0;
+        b->lru_prev = c->lru_tail;
+        if (c->lru_tail)
+            B(c, c->lru_tail - 1)->lru_next = id + 1;
+        else
+            c->lru_head = id + 1;
+        c->lru_tail = id + 1;
+    }
+    b->in_lru = 1;
+}
+
+void kvd_cache_touch(kvd_cache_store_t *c, uint32_t id)
+{
+    kvd_cblock_t *b = B(c, id);
+
+    if (b->state == KVD_CBLOCK_READY && b->holds == 0)
+        lru_insert(c, id, 1);
+}
+
+/* ---- slabs ------------------------------------------------------------------ */
+
+static kvd_status_t slab_add(kvd_cache_store_t *c, char *why, size_t why_len)
+{
+    uint32_t s, n, i, per = 1u << c->slab_shift;
+    uint64_t bytes, meta;
+    kvd_cache_slab_t *sl = NULL;
+    uint32_t *f;
+    kvd_status_t st;
+
+    for (s = 0; s < c->nslabs_max; s++)
+        if (c->slabs[s].ptr == NULL)
+            break;
+    if (s == c->nslabs_max) {
+        snprintf(why, why_len, "the cache holds its budget's %u blocks", c->capacity);
+        return KVD_ELIMIT;
+    }
+    sl = &c->slabs[s];
+    n = (uint64_t)s * per + per <= c->capacity ? per : c->capacity - s * per;
+    bytes = (uint64_t)n * c->block_bytes;
+    meta = (uint64_t)n * (sizeof(kvd_cblock_t) + sizeof(uint32_t));
+    if ((st = kvd_hostmem_reserve(c->hostmem, KVD_HM_CACHE, bytes + meta, why, why_len)) !=
+        KVD_OK)
+        return st;
+    f = realloc(c->free_ids, ((size_t)c->nfree + n) * sizeof(*f));
+    if (f != NULL)
+        c->free_ids = f;
+    sl->blocks = calloc(n, sizeof(kvd_cblock_t));
+    if (f == NULL || sl->blocks == NULL) {
+        free(sl->blocks);
+        sl->blocks = NULL;
+        kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, bytes + meta);
+        snprintf(why, why_len, "out of memory for a slab's entries");
+        return KVD_ENOMEM;
+    }
+    st = c->mem.alloc(c->mem.ctx, bytes, &sl->ptr, &sl->handle, why, why_len);
+    if (st != KVD_OK) {
+        free(sl->blocks);
+        sl->blocks = NULL;
+        sl->ptr = NULL;
+        kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, bytes + meta);
+        return st;
+    }
+    sl->nblocks = n;
+    for (i = n; i-- > 0;) /* the lowest first */
+        c->free_ids[c->nfree++] = (s << c->slab_shift) | i;
+    c->nslabs++;
+    c->held_bytes += bytes + meta;
+    return KVD_OK;
+}
+
+static void slab_free(kvd_cache_store_t *c, uint32_t s)
+{
+    kvd_cache_slab_t *sl = &c->slabs[s];
+    uint64_t held = (uint64_t)sl->nblocks * (c->block_bytes + sizeof(kvd_cblock_t) +
+                                              sizeof(uint32_t));
+
+    c->mem.free(c->mem.ctx, sl->handle);
+    free(sl->blocks);
+    memset(sl, 0, sizeof(*sl));
+    c->nslabs--;
+    kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, held);
+    c->held_bytes -= held;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------- */
+
+kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_cache_layout_t *l,
+                                  uint64_t budget, kvd_hostmem_t *hm, const kvd_cache_mem_t *mem,
+                                  char *why, size_t why_len)
+{
+    uint64_t chunk, block, cap, per;
+    uint32_t shift = 0;
+    kvd_status_t st;
+
+    memset(c, 0, sizeof(*c));
+    if (l->num_layers < 1 || l->tokens_per_block < 1 || l->token_bytes < 1) {
+        snprintf(why, why_len, "layers, tokens per block and token bytes must be >= 1");
+        return KVD_EINVAL;
+    }
+    if (__builtin_mul_overflow((uint64_t)l->tokens_per_block, l->token_bytes, &chunk) ||
+        __builtin_mul_overflow(chunk, (uint64_t)l->num_layers * (l->mla ? 1 : 2), &block) ||
+        block > (1ull << 40)) {
+        snprintf(why, why_len, "a block of that layout is too large");
+        return KVD_EOVERFLOW;
+    }
+    cap = budget / block;
+    if (cap < 1) {
+        snprintf(why, why_len, "a budget of %llu bytes holds no block of %llu bytes",
+                 (unsigned long long)budget, (unsigned long long)block);
+        return KVD_ERANGE;
+    }
+    if (cap > UINT32_MAX - 1)
+        cap = UINT32_MAX - 1;
+    per = SLAB_BYTES / block;
+    while ((1ull << (shift + 1)) <= per && (1u << (shift + 1)) <= SLAB_BLOCKS_MAX &&
+           (1ull << shift) < cap)
+        shift++;
+    c->layout = *l;
+    c->chunk_bytes = chunk;
+    c->block_bytes = block;
+    c->budget = budget;
+    c->capacity = (uint32_t)cap;
+    c->slab_shift = shift;
+    c->nslabs_max = (uint32_t)((cap + (1ull << shift) - 1) >> shift);
+    c->hostmem = hm;
+    c->mem = *mem;
+    if (getrandom(&c->seed, sizeof(c->seed), 0) != sizeof(c->seed))
+        c->seed = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)c;
+    c->slabs = calloc(c->nslabs_max, sizeof(*c->slabs));
+    c->table = calloc(TABLE_MIN, sizeof(*c->table));
+    if (c->slabs == NULL || c->table == NULL) {
+        free(c->slabs);
+        free(c->table);
+        snprintf(why, why_len, "out of memory");
+        return KVD_ENOMEM;
+    }
+    c->table_mask = TABLE_MIN - 1;
+    st = kvd_hostmem_reserve(hm, KVD_HM_CACHE, TABLE_MIN * sizeof(uint64_t), why, why_len);
+    if (st != KVD_OK) {
+        free(c->slabs);
+        free(c->table);
+        return st;
+    }
+    c->held_bytes = TABLE_MIN * sizeof(uint64_t);
+    return KVD_OK;
+}
+
+void kvd_cache_store_deinit(kvd_cache_store_t *c)
+{
+    uint32_t s;
+
+    for (s = 0; s < c->nslabs_max; s++)
+        if (c->slabs[s].ptr != NULL)
+            slab_free(c, s);
+    kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, c->held_bytes);
+    free(c->slabs);
+    free(c->table);
+    free(c->free_ids);
+    memset(c, 0, sizeof(*c));
+}
+
+/* ---- lookups ------------------------------------------------------------------- */
+
+uint32_t kvd_cache_lookup(kvd_cache_store_t *c, const uint8_t *const *keys, const size_t *lens,
+                          uint32_t n, int touch, uint32_t *ids)
+{
+    uint32_t i, hit = 0;
+
+    for (i = 0; i < n; i++) {
+        uint32_t id = kvd_cache_find(c, keys[i], lens[i]);
+        if (id == KVD_CBLOCK_NONE || B(c, id)->state != KVD_CBLOCK_READY)
+            break;
+        if (ids != NULL)
+            ids[i] = id;
+        hit++;
+    }
+    if (touch) /* the last first: parents stay more recent than children */
+        for (i = hit; i-- > 0;)
+            kvd_cache_touch(c, ids != NULL ? ids[i] : kvd_cache_find(c, keys[i], lens[i]));
+    return hit;
+}
+
+/* ---- eviction ------------------------------------------------------------------ */
+
+static int evictable(const kvd_cblock_t *b)
+{
+    return b->state == KVD_CBLOCK_READY && b->holds == 0 && b->children == 0;
+}
+
+/* Take block id out of the index and give it back to the free list; then
+ * its parent loses a child (iteratively: dead parents may chain up). */
+static void release_block(kvd_cache_store_t *c, uint32_t id)
+{
+    for (;;) {
+        kvd_cblock_t *b = B(c, id), *p;
+        uint32_t parent = b->parent;
+
+        lru_remove(c, id);
+        if (b->state != KVD_CBLOCK_DEAD) {
+            table_delete(c, slot_of(c, b->key, b->klen));
+            c->indexed--;
+        }
+        if (b->state == KVD_CBLOCK_READY)
+            c->ready--;
+        memset(b, 0, sizeof(*b));
+        c->free_ids[c->nfree++] = id;
+        if (!parent)
+            return;
+        p = B(c, parent - 1);
+        if (--p->children > 0)
+            return;
+        if (p->state != KVD_CBLOCK_DEAD || p->holds > 0) {
+            if (evictable(p) && !p->in_lru)
+                lru_insert(c, parent - 1, 0);
+            return;
+        }
+        id = parent - 1;
+    }
+}
+
+/* Evict the least recently used evictable block: KVD_OK, or KVD_EBUSY
+ * when there is none. */
+static kvd_status_t evict_one(kvd_cache_store_t *c)
+{
+    while (c->lru_tail) {
+        uint32_t id = c->lru_tail - 1;
+
+        if (!evictable(B(c, id))) {
+            lru_remove(c, id); /* back once free to go */
+            continue;
+        }
+        release_block(c, id);
+        c->n.evictions++;
+        return KVD_OK;
+    }
+    return KVD_EBUSY;
+}
+
+kvd_status_t kvd_cache_reserve(kvd_cache_store_t *c, uint32_t parent, const uint8_t *key,
+                               size_t klen, uint32_t *out, char *why, size_t why_len)
+{
+    kvd_cblock_t *b;
+    kvd_status_t st;
+    uint32_t id;
+
+    if (klen < 1 || klen > KVD_CACHE_KEY_MAX)
+        return KVD_EINVAL;
+    if ((st = table_room(c, why, why_len)) != KVD_OK)
+        return st;
+    if (c->nfree == 0 && (st = slab_add(c, why, why_len)) != KVD_OK &&
+        evict_one(c) != KVD_OK) {
+        if (c->indexed == 0) /* no room for a first slab: the host-memory budget's why */
+            return st;
+        snprintf(why, why_len, "every block of the cache is leased, being loaded or saved, or "
+                 "the parent of one");
+        return KVD_EBUSY;
+    }
+    id = c->free_ids[--c->nfree];
+    b = B(c, id);
+    memset(b, 0, sizeof(*b));
+    memcpy(b->key, key, klen);
+    b->klen = (uint8_t)klen;
+    b->state = KVD_CBLOCK_FILLING;
+    b->holds = 1;
+    if (parent != KVD_CBLOCK_NONE) {
+        b->parent = parent + 1;
+        B(c, parent)->children++;
+    }
+    *slot_of(c, key, klen) = (key_hash(c->seed, key, klen) >> 32) << 32 | ((uint64_t)id + 1);
+    c->indexed++;
+    *out = id;
+    return KVD_OK;
+}
+
+int kvd_cache_commit(kvd_cache_store_t *c, uint32_t id)
+{
+    kvd_cblock_t *b = B(c, id);
+
+    if (b->parent && B(c, b->parent - 1)->state == KVD_CBLOCK_DEAD) {
+        kvd_cache_abort(c, id);
+        return 0;
+    }
+    b->state = KVD_CBLOCK_READY;
+    c->ready++;
+    kvd_cache_unhold(c, id);
+    return 1;
+}
+
+void kvd_cache_abort(kvd_cache_store_t *c, uint32_t id)
+{
+    kvd_cblock_t *b = B(c, id);
+
+    if (b->holds > 0)
+        b->holds--;
+    if (b->holds == 0 && b->children == 0) {
+        release_block(c, id);
+        return;
+    }
+    table_delete(c, slot_of(c, b->key, b->klen));
+    c->indexed--;
+    b->state = KVD_CBLOCK_DEAD;
+}
+
+void kvd_cache_hold(kvd_cache_store_t *c, uint32_t id)
+{
+    kvd_cblock_t *b = B(c, id);
+
+    b->holds++;
+    lru_remove(c, id);
+}
+
+void kvd_cache_unhold(kvd_cache_store_t *c, uint32_t id)
+{
+    kvd_cblock_t *b = B(c, id);
+
+    if (b->holds > 0)
+        b->holds--;
+    if (b->holds > 0)
+        return;
+    if (b->state == KVD_CBLOCK_READY)
+        lru_insert(c, id, 1); /* just used */
+    else if (b->state == KVD_CBLOCK_DEAD && b->children == 0)
+        release_block(c, id);
+}
+
+/* ---- explicit eviction ------------------------------------------------------------ */
+
+/* The subtree under root: one pass that collects each block's children,
+ * then a walk from root; all of it goes, or nothing when a part is held. */
+kvd_status_t kvd_cache_evict_key(kvd_cache_store_t *c, const uint8_t *key, size_t klen,
+                                 uint32_t *evicted)
+{
+    uint32_t root = kvd_cache_find(c, key, klen), per = 1u << c->slab_shift, s, i, n = 0;
+    uint32_t *first, *next, *order, head, tail;
+    uint64_t ids = (uint64_t)c->nslabs_max << c->slab_shift;
+    kvd_status_t st = KVD_OK;
+
+    *evicted = 0;
+    if (root == KVD_CBLOCK_NONE)
+        return KVD_ENOENT;
+    first = malloc(ids * sizeof(*first));
+    next = malloc(ids * sizeof(*next));
+    order = malloc(ids * sizeof(*order));
+    if (first == NULL || next == NULL || order == NULL) {
+        free(first);
+        free(next);
+        free(order);
+        return KVD_ENOMEM;
+    }
+    memset(first, 0xff, ids * sizeof(*first));
+    for (s = 0; s < c->nslabs_max; s++)
+        for (i = 0; c->slabs[s].ptr != NULL && i < c->slabs[s].nblocks; i++) {
+            const kvd_cblock_t *b = &c->slabs[s].blocks[i];
+            uint32_t id = s * per + i;
+            if (b->state != KVD_CBLOCK_FREE && b->parent) {
+                next[id] = first[b->parent - 1];
+                first[b->parent - 1] = id;
+            }
+        }
+    /* breadth first from root: parents before children */
+    order[0] = root;
+    for (head = 0, tail = 1; head < tail; head++)
+        for (i = first[order[head]]; i != UINT32_MAX; i = next[i])
+            order[tail++] = i;
+    for (i = 0; i < tail; i++) {
+        const kvd_cblock_t *b = B(c, order[i]);
+        if (b->holds > 0 || b->state != KVD_CBLOCK_READY)
+            st = KVD_EBUSY;
+    }
+    if (st == KVD_OK) {
+        for (i = tail; i-- > 0;) { /* children first */
+            release_block(c, order[i]);
+            n++;
+        }
+        c->n.evictions += n;
+        *evicted = n;
+    }
+    free(first);
+    free(next);
+    free(order);
+    return st;
+}
+
+uint32_t kvd_cache_clear(kvd_cache_store_t *c)
+{
+    uint32_t n = 0, s, i, k;
+
+    while (evict_one(c) == KVD_OK)
+        n++;
+    /* give back the slabs left empty, and their free ids */
+    for (s = 0; s < c->nslabs_max; s++) {
+        int empty = c->slabs[s].ptr != NULL;
+        for (i = 0; empty && i < c->slabs[s].nblocks; i++)
+            empty = c->slabs[s].blocks[i].state == KVD_CBLOCK_FREE;
+        if (empty)
+            slab_free(c, s);
+    }
+    for (i = 0, k = 0; i < c->nfree; i++)
+        if (c->slabs[kvd_cache_slab_of(c, c->free_ids[i])].ptr != NULL)
+            c->free_ids[k++] = c->free_ids[i];
+    c->nfree = k;
+    return n;
+}

@@ -1,0 +1,182 @@
+/*
+ * The cache tier's store: one content-addressed cache of KV blocks in host
+ * memory.  No protocol here (ops_cache.c speaks it); loop thread only.
+ *
+ * A block holds every layer's K and V (or MLA latent) of tokens_per_block
+ * tokens, laid out [layer][K, V][token][token_bytes]: contiguous, so that
+ * per layer and K/V it is one chunk of tokens_per_block * token_bytes
+ * bytes, one copy descriptor.  Blocks live in slabs of a power of two of
+ * them, reserved from the host-memory budget as the cache grows, up to its
+ * own budget.  A block's id names its slab and its place in it.
+ *
+ * Keys are opaque byte strings (1 to KVD_CACHE_KEY_MAX bytes), in a hash
+ * table keyed with a secret seed (clients choose keys).  Each block keeps
+ * its parent, the key before it in the chain that stored it; a block is
+ * visible to lookups only once READY (its bytes complete).
+ *
+ * Eviction takes the least recently used block that nothing holds and no
+ * block names as parent.  Touching a chain from its last block to its
+ * first keeps every parent more recent than its children, so the least
+ * recently used block is a chain's tail: evicting it can never leave a
+ * block whose parent is gone.  Blocks that are held (leased, being loaded
+ * or saved) or that still have children leave the LRU list when eviction
+ * meets them, and come back once free to go: each is met at most once per
+ * use, so eviction costs O(1) amortized.
+ */
+#ifndef KVD_DAEMON_CACHE_H
+#define KVD_DAEMON_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hostmem.h"
+#include "kvdock/status.h"
+
+#define KVD_CACHE_KEY_MAX 64
+#define KVD_CBLOCK_NONE UINT32_MAX
+
+/* DEAD: a save that failed left it while others still held it or chained
+ * onto it; out of the index, freed once they let go. */
+enum kvd_cblock_state {
+    KVD_CBLOCK_FREE = 0,
+    KVD_CBLOCK_FILLING = 1,
+    KVD_CBLOCK_READY = 2,
+    KVD_CBLOCK_DEAD = 3,
+};
+
+typedef struct kvd_cache_layout {
+    uint32_t num_layers;
+    int mla;                   /* one latent per layer instead of K and V */
+    uint32_t tokens_per_block;
+    uint64_t token_bytes;      /* one token's row, one layer, K or V */
+    char dtype[16];            /* a label, compared exactly */
+} kvd_cache_layout_t;
+
+/* One block's entry: 88 bytes. */
+typedef struct kvd_cblock {
+    uint32_t parent;   /* id + 1 of the block before it in its chain; 0: none */
+    uint32_t lru_prev; /* id + 1 towards the most recently used; 0: none */
+    uint32_t lru_next; /* id + 1 towards the least recently used */
+    uint32_t children; /* blocks whose parent it is */
+    uint32_t holds;    /* leases, loads reading it, the save writing it */
+    uint8_t state;     /* enum kvd_cblock_state */
+    uint8_t in_lru;
+    uint8_t klen;
+    uint8_t key[KVD_CACHE_KEY_MAX];
+} kvd_cblock_t;
+
+/* Where slab memory comes from (host memory the copies can reach: pinned
+ * on cuda); the cache counts it against the host-memory budget itself. */
+typedef struct kvd_cache_mem {
+    void *ctx;
+    kvd_status_t (*alloc)(void *ctx, uint64_t bytes, void **ptr, void **handle, char *why,
+                          size_t why_len);
+    void (*free)(void *ctx, void *handle);
+} kvd_cache_mem_t;
+
+typedef struct kvd_cache_slab {
+    void *ptr;             /* nblocks blocks of block_bytes */
+    void *handle;          /* the allocator's */
+    kvd_cblock_t *blocks;  /* their entries */
+    uint32_t nblocks;
+} kvd_cache_slab_t;
+
+typedef struct kvd_cache_counters {
+    uint64_t lookups, keys_asked, keys_hit;
+    uint64_t saves, stored, skipped, refused;
+    uint64_t loads, loaded;
+    uint64_t evictions;
+    uint64_t bytes_in, bytes_out;
+} kvd_cache_counters_t;
+
+typedef struct kvd_cache_store {
+    kvd_cache_layout_t layout;
+    uint64_t block_bytes;  /* every layer, K and V */
+    uint64_t chunk_bytes;  /* one layer's K (or V): tokens_per_block * token_bytes */
+    uint64_t budget;       /* bytes of blocks */
+    uint32_t capacity;     /* blocks the budget holds */
+    uint32_t slab_shift;   /* log2 of blocks per slab */
+    uint32_t nslabs_max, nslabs;
+    kvd_cache_slab_t *slabs;
+    uint32_t *free_ids;    /* ids of free blocks in the slabs so far */
+    uint32_t nfree;
+    uint64_t *table;       /* (tag << 32) | (id + 1); 0: empty */
+    uint64_t table_mask;
+    uint32_t indexed;      /* entries in the table (filling and ready) */
+    uint32_t ready;
+    uint32_t lru_head, lru_tail; /* id + 1: most and least recently used */
+    uint64_t seed;
+    uint64_t held_bytes;   /* counted in the host-memory budget */
+    kvd_hostmem_t *hostmem;
+    kvd_cache_mem_t mem;
+    kvd_cache_counters_t n;
+} kvd_cache_store_t;
+
+/* A store for blocks of layout within budget bytes (KVD_EINVAL /
+ * KVD_ERANGE with why: bad layout, a budget below one block). */
+kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_cache_layout_t *l,
+                                  uint64_t budget, kvd_hostmem_t *hm, const kvd_cache_mem_t *mem,
+                                  char *why, size_t why_len);
+/* Frees every slab and entry (nothing may be in flight). */
+void kvd_cache_store_deinit(kvd_cache_store_t *c);
+
+/* The block's entry and its bytes. */
+kvd_cblock_t *kvd_cache_block(const kvd_cache_store_t *c, uint32_t id);
+void *kvd_cache_block_bytes(const kvd_cache_store_t *c, uint32_t id);
+/* The slab of a block, and its place there. */
+static inline uint32_t kvd_cache_slab_of(const kvd_cache_store_t *c, uint32_t id)
+{
+    return id >> c->slab_shift;
+}
+static inline uint32_t kvd_cache_pos_of(const kvd_cache_store_t *c, uint32_t id)
+{
+    return id & ((1u << c->slab_shift) - 1);
+}
+
+/* The block of key (filling or ready), or KVD_CBLOCK_NONE. */
+uint32_t kvd_cache_find(const kvd_cache_store_t *c, const uint8_t *key, size_t klen);
+/* How many of the n keys, from the first, are ready; ids[i] their blocks
+ * (ids may be NULL).  Touches them when touch is set. */
+uint32_t kvd_cache_lookup(kvd_cache_store_t *c, const uint8_t *const *keys, const size_t *lens,
+                          uint32_t n, int touch, uint32_t *ids);
+
+/* A new block for key after parent (KVD_CBLOCK_NONE: a chain's first),
+ * FILLING and held by the save: a free block, a new slab, or an evicted
+ * one.  KVD_EBUSY when nothing can be evicted (every block held or named
+ * as a parent), or the status of the slab refused when the cache holds
+ * none yet (the host-memory budget's ELIMIT, ENOMEM), with why. */
+kvd_status_t kvd_cache_reserve(kvd_cache_store_t *c, uint32_t parent, const uint8_t *key,
+                               size_t klen, uint32_t *id, char *why, size_t why_len);
+/* The save's bytes are complete: the block becomes READY and visible
+ * (and 1), unless its parent's save failed meanwhile: then it goes as if
+ * aborted (and 0). */
+int kvd_cache_commit(kvd_cache_store_t *c, uint32_t id);
+/* The save failed: the block goes as if never made.  Another save that
+ * found it filling may hold it or have chained blocks onto it: then it
+ * leaves the index now and its entry is freed when they are done, and
+ * their blocks after it go too when they commit. */
+void kvd_cache_abort(kvd_cache_store_t *c, uint32_t id);
+
+/* Held blocks are never evicted (leases, loads).  Unhold a chain from its
+ * last block to its first, so that parents stay more recent. */
+void kvd_cache_hold(kvd_cache_store_t *c, uint32_t id);
+void kvd_cache_unhold(kvd_cache_store_t *c, uint32_t id);
+/* Refresh a ready block's recency (a skipped save, a lookup). */
+void kvd_cache_touch(kvd_cache_store_t *c, uint32_t id);
+
+/* Evict the blocks of key and every block after it in any chain;
+ * *evicted counts them.  KVD_EBUSY (nothing changed) when one of them is
+ * held or filling; KVD_ENOENT when key is not there. */
+kvd_status_t kvd_cache_evict_key(kvd_cache_store_t *c, const uint8_t *key, size_t klen,
+                                 uint32_t *evicted);
+/* Evict every block nothing holds (children before parents) and give back
+ * the slabs left empty; the number evicted. */
+uint32_t kvd_cache_clear(kvd_cache_store_t *c);
+
+/* Bytes of blocks resident now (ready). */
+static inline uint64_t kvd_cache_used(const kvd_cache_store_t *c)
+{
+    return (uint64_t)c->ready * c->block_bytes;
+}
+
+#endif

@@ -1,0 +1,50 @@
+/*
+ * The daemon's named caches (the cache tier) and the leases clients hold
+ * on their blocks.  A cache belongs to a user, not to a connection, and
+ * lives until dropped; a lease belongs to the connection that took it and
+ * ends with it.  The store itself is cache.h; the operations ops_cache.c.
+ * Loop thread only.
+ */
+#ifndef KVD_DAEMON_CACHES_H
+#define KVD_DAEMON_CACHES_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cache.h"
+#include "kvdock/types.h"
+
+typedef struct kvd_server kvd_server_t;
+typedef struct kvd_conn kvd_conn_t;
+
+typedef struct kvd_cache {
+    uint64_t id;
+    char name[KVD_NAME_MAX];
+    uid_t owner_uid;
+    int shared;
+    uint32_t allow_uids[16], allow_gids[16];
+    uint32_t n_allow_uids, n_allow_gids;
+    kvd_cache_store_t store;
+    uint32_t refs;    /* the server's list, and every operation in flight */
+    int dropped;      /* out of the list; freed with its last reference */
+    uint32_t leases;  /* leases on it now */
+    struct kvd_cache *next, *prev;
+} kvd_cache_t;
+
+typedef struct kvd_lease {
+    uint64_t id;
+    kvd_cache_t *cache;
+    uint32_t *ids;    /* its blocks, in chain order (held) */
+    uint32_t n;
+    uint64_t expires_ns;
+    struct kvd_lease *next; /* the connection's */
+} kvd_lease_t;
+
+/* The connection goes: its leases end. */
+void kvd__leases_drop(kvd_conn_t *c);
+/* Leases of c past their time end (the server's sweep). */
+void kvd__leases_expire(kvd_conn_t *c, uint64_t now_ns);
+/* Every cache goes (the daemon is done: nothing in flight). */
+void kvd__caches_destroy(kvd_server_t *srv);
+
+#endif

@@ -1,0 +1,1112 @@
+/*
+ * The cache tier's operations: create, drop, list, stats, lookup, save,
+ * load, evict, release (the proto's "The cache tier" says what each
+ * means).  Saves and loads are data operations: transfers between the
+ * client's pool, viewed by pages of tokens_per_block slots, and the
+ * cache's slabs, one job per slab (and per layer group of a load) that
+ * run in order; the store's bookkeeping happens here, on the loop thread,
+ * before and after them.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "caches.h"
+#include "conn.h"
+#include "dataop.h"
+#include "log.h"
+
+#define MAX_KEYS 65536
+#define MAX_LAYER_EVENTS 128
+#define MAX_LEASE_MS 600000u
+
+/* ---- caches: identity and who may do what ------------------------------- */
+
+static void cache_unref(kvd_cache_t *k)
+{
+    if (--k->refs > 0)
+        return;
+    kvd_cache_store_deinit(&k->store);
+    free(k);
+}
+
+static int listed(const uint32_t *ids, uint32_t n, uint32_t v)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (ids[i] == v)
+            return 1;
+    return 0;
+}
+
+/* Another user's private cache is invisible (but to admins). */
+static int may_see(const kvd_cache_t *k, const kvd_conn_t *c)
+{
+    return k->owner_uid == c->uid || k->shared || c->admin;
+}
+
+static int may_use(const kvd_cache_t *k, const kvd_conn_t *c)
+{
+    if (k->owner_uid == c->uid)
+        return 1;
+    if (!k->shared)
+        return 0;
+    if (k->n_allow_uids == 0 && k->n_allow_gids == 0)
+        return 1;
+    return listed(k->allow_uids, k->n_allow_uids, c->uid) ||
+           listed(k->allow_gids, k->n_allow_gids, c->gid);
+}
+
+static int may_manage(const kvd_cache_t *k, const kvd_conn_t *c)
+{
+    return k->owner_uid == c->uid || c->admin;
+}
+
+/* A name as this caller means it: its own cache of that name first, then a
+ * shared one. */
+static kvd_cache_t *by_name(kvd_server_t *srv, const kvd_conn_t *c, const char *name)
+{
+    kvd_cache_t *k, *shared = NULL;
+
+    for (k = srv->caches; k; k = k->next) {
+        if (strcmp(k->name, name) != 0)
+            continue;
+        if (k->owner_uid == c->uid)
+            return k;
+        if (k->shared || c->admin)
+            shared = shared ? shared : k;
+    }
+    return shared;
+}
+
+/* The cache a request names (id, or name when id is 0), that the caller
+ * may see; then use (need_use) or manage. */
+static kvd_status_t find_cache(kvd_req_t *r, uint64_t id, const char *name, int need_use,
+                               kvd_cache_t **out)
+{
+    kvd_conn_t *c = r->conn;
+    kvd_cache_t *k = NULL;
+
+    if (id != 0) {
+        for (k = r->srv->caches; k; k = k->next)
+            if (k->id == id)
+                break;
+    } else if (name != NULL && name[0] != '\0') {
+        k = by_name(r->srv, c, name);
+    } else {
+        return kvd__req_fail(r, KVD_EINVAL, "name a cache by id or by name");
+    }
+    if (k == NULL || !may_see(k, c)) {
+        if (id != 0)
+            return kvd__req_fail(r, KVD_ENOENT, "no cache %" PRIu64, id);
+        return kvd__req_fail(r, KVD_ENOENT, "no cache named '%.64s'", name);
+    }
+    if (need_use ? !may_use(k, c) : !may_manage(k, c))
+        return kvd__req_fail(r, KVD_EPERM, "cache '%s' %s", k->name,
+                             need_use ? "is not shared with this user"
+                                      : "belongs to another user: only its owner or an admin "
+                                        "may do that");
+    *out = k;
+    return KVD_OK;
+}
+
+static void fill_layout(kvd_req_t *r, const kvd_cache_layout_t *l, Kvdock__CacheLayout *m)
+{
+    kvdock__cache_layout__init(m);
+    m->num_layers = l->num_layers;
+    m->mla = l->mla;
+    m->tokens_per_block = l->tokens_per_block;
+    m->token_bytes = l->token_bytes;
+    m->dtype = (char *)l->dtype;
+    (void)r;
+}
+
+static Kvdock__CacheInfo *cache_info(kvd_req_t *r, const kvd_cache_t *k)
+{
+    Kvdock__CacheInfo *ci = kvd__req_alloc(r, sizeof(*ci));
+    Kvdock__CacheLayout *l = kvd__req_alloc(r, sizeof(*l));
+    const kvd_cache_store_t *s = &k->store;
+
+    if (ci == NULL || l == NULL)
+        return NULL;
+    kvdock__cache_info__init(ci);
+    fill_layout(r, &s->layout, l);
+    ci->id = k->id;
+    ci->name = (char *)k->name;
+    ci->layout = l;
+    ci->budget_bytes = s->budget;
+    ci->block_bytes = s->block_bytes;
+    ci->capacity = s->capacity;
+    ci->blocks = s->ready;
+    ci->used_bytes = kvd_cache_used(s);
+    ci->held_bytes = s->held_bytes;
+    ci->shared = k->shared;
+    ci->owner_uid = (uint32_t)k->owner_uid;
+    ci->n_allow_uids = k->n_allow_uids;
+    ci->allow_uids = (uint32_t *)k->allow_uids;
+    ci->n_allow_gids = k->n_allow_gids;
+    ci->allow_gids = (uint32_t *)k->allow_gids;
+    ci->lookups = s->n.lookups;
+    ci->keys_asked = s->n.keys_asked;
+    ci->keys_hit = s->n.keys_hit;
+    ci->saves = s->n.saves;
+    ci->stored = s->n.stored;
+    ci->skipped = s->n.skipped;
+    ci->refused = s->n.refused;
+    ci->loads = s->n.loads;
+    ci->loaded = s->n.loaded;
+    ci->evictions = s->n.evictions;
+    ci->leases = k->leases;
+    ci->bytes_in = s->n.bytes_in;
+    ci->bytes_out = s->n.bytes_out;
+    return ci;
+}
+
+static kvd_status_t reply_info(kvd_req_t *r, const kvd_cache_t *k)
+{
+    Kvdock__CacheInfo *ci = cache_info(r, k);
+
+    if (ci == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    r->resp.result_case = KVDOCK__RESPONSE__RESULT_CACHE;
+    r->resp.cache = ci;
+    return KVD_OK;
+}
+
+/* Slab memory: the backend's host memory (pinned on cuda), counted by the
+ * store itself. */
+static kvd_status_t slab_alloc(void *ctx, uint64_t bytes, void **ptr, void **handle, char *why,
+                               size_t why_len)
+{
+    kvd_backend_t *be = ctx;
+    kvd_mem_t *m = NULL;
+    kvd_status_t st = be->mem_create(be, KVD_MEM_HOST, bytes, "cache", &m, why, why_len);
+
+    if (st != KVD_OK)
+        return st;
+    *ptr = m->ptr;
+    *handle = m;
+    return KVD_OK;
+}
+
+static void slab_free(void *ctx, void *handle)
+{
+    kvd_backend_t *be = ctx;
+    kvd_mem_t *m = handle;
+
+    be->mem_destroy(be, &m);
+}
+
+static int layout_equal(const kvd_cache_layout_t *a, const kvd_cache_layout_t *b)
+{
+    return a->num_layers == b->num_layers && !a->mla == !b->mla &&
+           a->tokens_per_block == b->tokens_per_block && a->token_bytes == b->token_bytes &&
+           strcmp(a->dtype, b->dtype) == 0;
+}
+
+kvd_status_t kvd__op_cache_create(kvd_req_t *r)
+{
+    const Kvdock__CacheCreate *cc = r->req->cache_create;
+    kvd_server_t *srv = r->srv;
+    kvd_conn_t *c = r->conn;
+    kvd_cache_layout_t l;
+    kvd_cache_mem_t mem = {srv->backend, slab_alloc, slab_free};
+    kvd_cache_t *k, *same;
+    uint32_t n = 0;
+    char why[200];
+    kvd_status_t st;
+
+    if (!kvd_pool_name_valid(cc->name))
+        return kvd__req_fail(r, KVD_EINVAL, "cache name must be 1 to 63 characters of "
+                             "[A-Za-z0-9._-]");
+    if (cc->layout == NULL)
+        return kvd__req_fail(r, KVD_ENULL, "layout is required");
+    memset(&l, 0, sizeof(l));
+    l.num_layers = cc->layout->num_layers;
+    l.mla = cc->layout->mla;
+    l.tokens_per_block = cc->layout->tokens_per_block;
+    l.token_bytes = cc->layout->token_bytes;
+    if (strlen(cc->layout->dtype) >= sizeof(l.dtype))
+        return kvd__req_fail(r, KVD_EINVAL, "layout.dtype is longer than %zu bytes",
+                             sizeof(l.dtype) - 1);
+    if (!kvd_text_valid(cc->layout->dtype))
+        return kvd__req_fail(r, KVD_EINVAL, "layout.dtype holds a control character");
+    snprintf(l.dtype, sizeof(l.dtype), "%s", cc->layout->dtype);
+    if (cc->n_allow_uids > 16 || cc->n_allow_gids > 16)
+        return kvd__req_fail(r, KVD_ELIMIT, "at most 16 allowed users and 16 groups");
+    if ((cc->n_allow_uids || cc->n_allow_gids) && !cc->shared)
+        return kvd__req_fail(r, KVD_EINVAL, "allow_uids and allow_gids restrict a shared cache");
+    if (cc->budget_bytes == 0)
+        return kvd__req_fail(r, KVD_EINVAL, "budget_bytes must be > 0");
+    if (cc->budget_bytes > srv->hostmem.budget) {
+        char a[32], b[32];
+        return kvd__req_fail(r, KVD_ELIMIT, "budget_bytes (%s) is more than the daemon's "
+                             "host-memory budget (%s, --host-memory-budget)",
+                             kvd_fmt_bytes(cc->budget_bytes, a, sizeof(a)),
+                             kvd_fmt_bytes(srv->hostmem.budget, b, sizeof(b)));
+    }
+    same = by_name(srv, c, cc->name);
+    if (same != NULL && cc->open_existing && (same->owner_uid == c->uid || same->shared)) {
+        if (!may_use(same, c))
+            return kvd__req_fail(r, KVD_EPERM, "cache '%s' is not shared with this user",
+                                 same->name);
+        if (!layout_equal(&same->store.layout, &l))
+            return kvd__req_fail(r, KVD_ESHAPE, "cache '%s' exists with another layout",
+                                 same->name);
+        return reply_info(r, same);
+    }
+    for (k = srv->caches; k; k = k->next) {
+        if (strcmp(k->name, cc->name) == 0 &&
+            (k->owner_uid == c->uid || (cc->shared && k->shared)))
+            return kvd__req_fail(r, KVD_EEXIST, "a cache named '%s' exists", cc->name);
+        n++;
+    }
+    if (n >= srv->opts.max_caches)
+        return kvd__req_fail(r, KVD_ELIMIT, "the daemon holds %u caches already (max-caches)", n);
+    k = calloc(1, sizeof(*k));
+    if (k == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    st = kvd_cache_store_init(&k->store, &l, cc->budget_bytes, &srv->hostmem, &mem, why,
+                              sizeof(why));
+    if (st != KVD_OK) {
+        free(k);
+        return kvd__req_fail(r, st, "%s", why);
+    }
+    k->id = srv->next_cache_id++;
+    snprintf(k->name, sizeof(k->name), "%s", cc->name);
+    k->owner_uid = c->uid;
+    k->shared = cc->shared;
+    k->n_allow_uids = (uint32_t)cc->n_allow_uids;
+    k->n_allow_gids = (uint32_t)cc->n_allow_gids;
+    for (size_t i = 0; i < cc->n_allow_uids; i++)
+        k->allow_uids[i] = cc->allow_uids[i];
+    for (size_t i = 0; i < cc->n_allow_gids; i++)
+        k->allow_gids[i] = cc->allow_gids[i];
+    k->refs = 1;
+    k->next = srv->caches;
+    if (srv->caches)
+        srv->caches->prev = k;
+    srv->caches = k;
+    kvd_log(KVD_LOG_INFO, "event=cache_create client=%" PRIu64 " cache=%" PRIu64 " name=%s "
+            "uid=%u layers=%u mla=%d tokens=%u token_bytes=%" PRIu64 " budget=%" PRIu64
+            " shared=%d", c->id, k->id, k->name, (unsigned)c->uid, l.num_layers, l.mla,
+            l.tokens_per_block, l.token_bytes, cc->budget_bytes, k->shared);
+    return reply_info(r, k);
+}
+
+/* ---- leases ----------------------------------------------------------------- */
+
+static void lease_end(kvd_cache_t *k, kvd_lease_t *l)
+{
+    for (uint32_t i = l->n; i-- > 0;) /* the last first */
+        kvd_cache_unhold(&k->store, l->ids[i]);
+    k->leases--;
+    free(l->ids);
+    free(l);
+    cache_unref(k);
+}
+
+/* Take lease id off c's list; NULL when it has none such. */
+static kvd_lease_t *lease_take(kvd_conn_t *c, uint64_t id)
+{
+    kvd_lease_t **pp;
+
+    for (pp = &c->leases; *pp; pp = &(*pp)->next) {
+        if ((*pp)->id == id) {
+            kvd_lease_t *l = *pp;
+            *pp = l->next;
+            c->nleases--;
+            return l;
+        }
+    }
+    return NULL;
+}
+
+void kvd__leases_drop(kvd_conn_t *c)
+{
+    while (c->leases) {
+        kvd_lease_t *l = c->leases;
+        c->leases = l->next;
+        lease_end(l->cache, l);
+    }
+    c->nleases = 0;
+}
+
+void kvd__leases_expire(kvd_conn_t *c, uint64_t now_ns)
+{
+    kvd_lease_t **pp = &c->leases;
+
+    while (*pp) {
+        kvd_lease_t *l = *pp;
+        if (now_ns >= l->expires_ns) {
+            *pp = l->next;
+            c->nleases--;
+            lease_end(l->cache, l);
+        } else {
+            pp = &l->next;
+        }
+    }
+}
+
+/* Leases on k end (k is dropped). */
+static void leases_of_cache_end(kvd_server_t *srv, kvd_cache_t *k)
+{
+    kvd_conn_t *c;
+
+    for (c = srv->conns; c; c = c->next) {
+        kvd_lease_t **pp = &c->leases;
+        while (*pp) {
+            kvd_lease_t *l = *pp;
+            if (l->cache == k) {
+                *pp = l->next;
+                c->nleases--;
+                lease_end(k, l);
+            } else {
+                pp = &l->next;
+            }
+        }
+    }
+}
+
+kvd_status_t kvd__op_cache_release(kvd_req_t *r)
+{
+    kvd_lease_t *l = lease_take(r->conn, r->req->cache_release->lease);
+
+    if (l == NULL)
+        return kvd__req_fail(r, KVD_ENOENT, "no lease %" PRIu64 " of this client",
+                             r->req->cache_release->lease);
+    lease_end(l->cache, l);
+    return KVD_OK;
+}
+
+/* ---- drop, list, stats, evict ------------------------------------------------- */
+
+static void cache_drop(kvd_server_t *srv, kvd_cache_t *k)
+{
+    leases_of_cache_end(srv, k);
+    if (k->prev)
+        k->prev->next = k->next;
+    else
+        srv->caches = k->next;
+    if (k->next)
+        k->next->prev = k->prev;
+    k->next = k->prev = NULL;
+    k->dropped = 1;
+    cache_unref(k); /* the list's; saves and loads in flight keep theirs */
+}
+
+kvd_status_t kvd__op_cache_drop(kvd_req_t *r)
+{
+    const Kvdock__CacheDrop *cd = r->req->cache_drop;
+    kvd_cache_t *k = NULL;
+    kvd_status_t st = find_cache(r, cd->cache, cd->name, 0, &k);
+
+    if (st != KVD_OK)
+        return st;
+    kvd_log(KVD_LOG_INFO, "event=cache_drop client=%" PRIu64 " cache=%" PRIu64 " name=%s "
+            "blocks=%u", r->conn->id, k->id, k->name, k->store.ready);
+    cache_drop(r->srv, k);
+    return KVD_OK;
+}
+
+void kvd__caches_destroy(kvd_server_t *srv)
+{
+    while (srv->caches)
+        cache_drop(srv, srv->caches);
+}
+
+kvd_status_t kvd__op_cache_list(kvd_req_t *r)
+{
+    Kvdock__CacheListReply *l = kvd__req_alloc(r, sizeof(*l));
+    kvd_cache_t *k = NULL;
+    size_t n = 0;
+
+    if (l == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    kvdock__cache_list_reply__init(l);
+    for (k = r->srv->caches; k; k = k->next)
+        n++;
+    l->caches = kvd__req_alloc(r, sizeof(*l->caches) * (n ? n : 1));
+    if (l->caches == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    for (k = r->srv->caches; k; k = k->next) {
+        if (!may_see(k, r->conn))
+            continue;
+        if ((l->caches[l->n_caches] = cache_info(r, k)) == NULL)
+            return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+        l->n_caches++;
+    }
+    r->resp.result_case = KVDOCK__RESPONSE__RESULT_CACHES;
+    r->resp.caches = l;
+    return KVD_OK;
+}
+
+kvd_status_t kvd__op_cache_stats(kvd_req_t *r)
+{
+    const Kvdock__CacheStats *cs = r->req->cache_stats;
+    kvd_cache_t *k = NULL;
+    kvd_status_t st = find_cache(r, cs->cache, cs->name, 1, &k);
+
+    if (st == KVD_EPERM && r->conn->admin) /* admins read every cache's figures */
+        st = KVD_OK;
+    if (st != KVD_OK)
+        return st;
+    return reply_info(r, k);
+}
+
+/* ---- keys -------------------------------------------------------------------- */
+
+typedef struct keys {
+    const uint8_t **k;
+    size_t *len;
+    uint32_t n;
+} keys_t;
+
+/* The chain of a request: 1..MAX_KEYS keys of 1..64 bytes, none twice. */
+static kvd_status_t get_keys(kvd_req_t *r, const Kvdock__CacheKeys *ck, int allow_empty,
+                             keys_t *out)
+{
+    size_t n, i;
+
+    memset(out, 0, sizeof(*out));
+    if (ck == NULL || (ck->n_keys == 0 && ck->blob.len == 0)) {
+        if (allow_empty)
+            return KVD_OK;
+        return kvd__req_fail(r, KVD_EINVAL, "keys: the chain is empty");
+    }
+    if (ck->n_keys > 0 && ck->blob.len > 0)
+        return kvd__req_fail(r, KVD_EINVAL, "keys: a list and a blob are exclusive");
+    if (ck->blob.len > 0) {
+        if (ck->key_size < 1 || ck->key_size > KVD_CACHE_KEY_MAX)
+            return kvd__req_fail(r, KVD_EINVAL, "keys.key_size %u: keys are 1 to %d bytes",
+                                 ck->key_size, KVD_CACHE_KEY_MAX);
+        if (ck->blob.len % ck->key_size != 0)
+            return kvd__req_fail(r, KVD_ESHAPE, "keys: %zu blob bytes are not whole keys of %u",
+                                 ck->blob.len, ck->key_size);
+        n = ck->blob.len / ck->key_size;
+    } else {
+        n = ck->n_keys;
+    }
+    if (n > MAX_KEYS)
+        return kvd__req_fail(r, KVD_ELIMIT, "keys: %zu keys, at most %d in one request", n,
+                             MAX_KEYS);
+    out->k = kvd__req_alloc(r, n * sizeof(*out->k));
+    out->len = kvd__req_alloc(r, n * sizeof(*out->len));
+    if (out->k == NULL || out->len == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    for (i = 0; i < n; i++) {
+        if (ck->blob.len > 0) {
+            out->k[i] = ck->blob.data + i * ck->key_size;
+            out->len[i] = ck->key_size;
+        } else {
+            out->k[i] = ck->keys[i].data;
+            out->len[i] = ck->keys[i].len;
+            if (out->len[i] < 1 || out->len[i] > KVD_CACHE_KEY_MAX)
+                return kvd__req_fail(r, KVD_EINVAL, "keys[%zu] is %zu bytes: keys are 1 to %d",
+                                     i, out->len[i], KVD_CACHE_KEY_MAX);
+        }
+    }
+    out->n = (uint32_t)n;
+    return KVD_OK;
+}
+
+/* FNV-1a, for finding duplicates (not exposed to clients' choices for long). */
+static uint64_t fnv(const uint8_t *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+
+    while (n--)
+        h = (h ^ *p++) * 1099511628211ull;
+    return h;
+}
+
+/* A key named twice in one chain is refused. */
+static kvd_status_t no_duplicates(kvd_req_t *r, const keys_t *ks)
+{
+    uint32_t size = 16, i, *tab;
+
+    while (size < 2 * ks->n)
+        size *= 2;
+    tab = kvd__req_alloc(r, size * sizeof(*tab));
+    if (tab == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    for (i = 0; i < ks->n; i++) {
+        uint32_t j = (uint32_t)fnv(ks->k[i], ks->len[i]) & (size - 1);
+        for (; tab[j] != 0; j = (j + 1) & (size - 1)) {
+            uint32_t o = tab[j] - 1;
+            if (ks->len[o] == ks->len[i] && memcmp(ks->k[o], ks->k[i], ks->len[i]) == 0)
+                return kvd__req_fail(r, KVD_EINVAL, "keys[%u] repeats keys[%u]: a chain names "
+                                     "each block once", i, o);
+        }
+        tab[j] = i + 1;
+    }
+    return KVD_OK;
+}
+
+/* ---- lookup ------------------------------------------------------------------- */
+
+kvd_status_t kvd__op_cache_lookup(kvd_req_t *r)
+{
+    const Kvdock__CacheLookup *cl = r->req->cache_lookup;
+    Kvdock__CacheLookupReply *rep;
+    kvd_cache_t *k = NULL;
+    keys_t ks;
+    uint32_t *ids = NULL, hits;
+    kvd_status_t st;
+
+    if ((st = find_cache(r, cl->cache, NULL, 1, &k)) != KVD_OK ||
+        (st = get_keys(r, cl->keys, 0, &ks)) != KVD_OK)
+        return st;
+    if (cl->lease && r->conn->nleases >= r->srv->opts.max_leases)
+        return kvd__req_fail(r, KVD_ELIMIT, "this client holds %u leases already (max-leases)",
+                             r->conn->nleases);
+    rep = kvd__req_alloc(r, sizeof(*rep));
+    ids = kvd__req_alloc(r, ks.n * sizeof(*ids));
+    if (rep == NULL || ids == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    kvdock__cache_lookup_reply__init(rep);
+    hits = kvd_cache_lookup(&k->store, ks.k, ks.len, ks.n, 1, ids);
+    k->store.n.lookups++;
+    k->store.n.keys_asked += ks.n;
+    k->store.n.keys_hit += hits;
+    rep->hits = hits;
+    if (cl->lease && hits > 0) {
+        kvd_lease_t *l = calloc(1, sizeof(*l));
+        uint32_t ms = cl->lease_ms ? cl->lease_ms : (uint32_t)r->srv->opts.cache_lease_ms;
+
+        if (l == NULL || (l->ids = malloc(hits * sizeof(*l->ids))) == NULL) {
+            free(l);
+            return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+        }
+        if (ms > MAX_LEASE_MS)
+            ms = MAX_LEASE_MS;
+        memcpy(l->ids, ids, hits * sizeof(*ids));
+        l->n = hits;
+        for (uint32_t i = 0; i < hits; i++)
+            kvd_cache_hold(&k->store, ids[i]);
+        l->id = r->srv->next_lease_id++;
+        l->cache = k;
+        k->refs++;
+        k->leases++;
+        l->expires_ns = kvd_now_ns() + (uint64_t)ms * 1000000ull;
+        l->next = r->conn->leases;
+        r->conn->leases = l;
+        r->conn->nleases++;
+        rep->lease = l->id;
+        rep->lease_expires_ms = ms;
+    }
+    r->resp.result_case = KVDOCK__RESPONSE__RESULT_CACHE_LOOKUP;
+    r->resp.cache_lookup = rep;
+    return KVD_OK;
+}
+
+/* ---- evict --------------------------------------------------------------------- */
+
+kvd_status_t kvd__op_cache_evict(kvd_req_t *r)
+{
+    const Kvdock__CacheEvict *ce = r->req->cache_evict;
+    Kvdock__CacheEvictReply *rep = kvd__req_alloc(r, sizeof(*rep));
+    kvd_cache_t *k = NULL;
+    keys_t ks;
+    kvd_status_t st;
+
+    if (rep == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    if ((st = find_cache(r, ce->cache, NULL, 0, &k)) != KVD_OK ||
+        (st = get_keys(r, ce->keys, ce->all, &ks)) != KVD_OK)
+        return st;
+    if (ce->all && ks.n > 0)
+        return kvd__req_fail(r, KVD_EINVAL, "all takes no keys");
+    kvdock__cache_evict_reply__init(rep);
+    if (ce->all) {
+        rep->evicted = kvd_cache_clear(&k->store);
+    } else {
+        for (uint32_t i = 0; i < ks.n; i++) {
+            uint32_t n = 0;
+            st = kvd_cache_evict_key(&k->store, ks.k[i], ks.len[i], &n);
+            if (st == KVD_ENOMEM)
+                return kvd__req_fail(r, st, "out of memory");
+            rep->evicted += n;
+            rep->busy += st == KVD_EBUSY;
+            rep->missing += st == KVD_ENOENT;
+        }
+    }
+    kvd_log(KVD_LOG_INFO, "event=cache_evict client=%" PRIu64 " cache=%" PRIu64 " all=%d "
+            "evicted=%u busy=%u missing=%u", r->conn->id, k->id, ce->all, rep->evicted,
+            rep->busy, rep->missing);
+    r->resp.result_case = KVDOCK__RESPONSE__RESULT_CACHE_EVICT;
+    r->resp.cache_evict = rep;
+    return KVD_OK;
+}
+
+/* ---- saves and loads ------------------------------------------------------------ */
+
+/* What a save or load carries to its finish. */
+typedef struct cacheop {
+    kvd_cache_t *cache;
+    uint32_t *ids;      /* the blocks, in chain order */
+    uint8_t *is_new;    /* saves: reserved by this save (else held while it ran) */
+    uint32_t n;
+    uint32_t stored, skipped, refused;
+    kvd_lease_t *lease; /* loads by lease: ended with the load */
+    int load;
+} cacheop_t;
+
+/* The pool's pages as a transfer side: page p holds the block's rows of
+ * each layer contiguously. */
+static void page_side(const kvd_pool_t *p, uint32_t tokens, uint32_t begin, int copy_engine,
+                      kvd_kv_side_t *s)
+{
+    kvd__fill_side(p, begin, copy_engine, s);
+    s->slot_stride = (int64_t)(p->slot_stride * tokens);
+    s->num_slots = (int64_t)(p->num_slots / tokens);
+}
+
+/* Slab s of the cache as a transfer side, from layer begin. */
+static void slab_side(const kvd_cache_store_t *c, uint32_t s, uint32_t begin, kvd_kv_side_t *d)
+{
+    const kvd_cache_slab_t *sl = &c->slabs[s];
+    uint64_t per_layer = c->chunk_bytes * (c->layout.mla ? 1 : 2);
+
+    memset(d, 0, sizeof(*d));
+    d->k = (char *)sl->ptr + begin * per_layer;
+    d->v = c->layout.mla ? NULL : (char *)d->k + c->chunk_bytes;
+    d->layer_stride = (int64_t)per_layer;
+    d->slot_stride = (int64_t)c->block_bytes;
+    d->num_slots = sl->nblocks;
+}
+
+/* The pool must hold blocks of the cache's layout, by whole pages. */
+static kvd_status_t check_pool(kvd_req_t *r, const kvd_pool_t *p, const kvd_cache_store_t *c)
+{
+    const kvd_cache_layout_t *l = &c->layout;
+
+    if (p->num_layers != l->num_layers || !p->mla != !l->mla || p->slot_bytes != l->token_bytes)
+        return kvd__req_fail(r, KVD_ESHAPE, "pool '%s' (%u layers, %s, %" PRIu64 "-byte rows) "
+                             "does not hold the cache's blocks (%u layers, %s, %" PRIu64
+                             "-byte rows)", p->name, p->num_layers, p->mla ? "MLA" : "MHA",
+                             p->slot_bytes, l->num_layers, l->mla ? "MLA" : "MHA",
+                             l->token_bytes);
+    if (p->page_size > 1 && p->page_size != l->tokens_per_block)
+        return kvd__req_fail(r, KVD_ESHAPE, "pool '%s' has pages of %u slots, the cache's "
+                             "blocks are %u tokens", p->name, p->page_size, l->tokens_per_block);
+    if (p->slot_stride != p->slot_bytes)
+        return kvd__req_fail(r, KVD_ESHAPE, "pool '%s' has rows %" PRIu64 " bytes apart: a "
+                             "block's rows must be contiguous (slot_stride = slot_bytes)",
+                             p->name, p->slot_stride);
+    if (p->num_slots < l->tokens_per_block)
+        return kvd__req_fail(r, KVD_ESHAPE, "pool '%s' holds no whole block", p->name);
+    return KVD_OK;
+}
+
+/* The page indices of a save or load: inline, one per key, none negative. */
+static kvd_status_t get_pages(kvd_req_t *r, kvd_dataop_t *d, const Kvdock__Indices *ix,
+                              const kvd_pool_t *p, uint32_t tokens, uint32_t n, int64_t **out)
+{
+    kvd_idx_t x;
+    kvd_status_t st;
+
+    if (ix != NULL && ix->buffer != NULL)
+        return kvd__req_fail(r, KVD_EINVAL, "blocks: cache operations take inline indices");
+    if ((st = kvd__get_indices(r, d, ix, (int64_t)(p->num_slots / tokens), "blocks", &x)) !=
+        KVD_OK)
+        return st;
+    if (x.count != (int64_t)n)
+        return kvd__req_fail(r, KVD_ESHAPE, "%" PRId64 " blocks for %u keys", x.count, n);
+    if (x.valid != x.count)
+        return kvd__req_fail(r, KVD_EINVAL, "blocks: a page index is negative");
+    if (x.dtype == KVD_DTYPE_I32 && (st = kvd__widen(r, d, &x)) != KVD_OK)
+        return st;
+    *out = (int64_t *)x.ptr;
+    return KVD_OK;
+}
+
+/* The blocks an operation moves, by slab: the pool's pages and the
+ * blocks' places in their slab, in one staging allocation; every layer
+ * group's jobs use them. */
+typedef struct slab_plan {
+    uint32_t nslabs;   /* slabs with blocks */
+    uint32_t *slab;    /* [nslabs] which */
+    uint32_t *count;   /* [nslabs] blocks in it */
+    int64_t **pages;   /* [nslabs] the pool's pages */
+    int64_t **places;  /* [nslabs] the blocks' places in the slab */
+} slab_plan_t;
+
+/* Plan the move of op's blocks (of a save: only the new ones). */
+static kvd_status_t plan_slabs(kvd_req_t *r, kvd_dataop_t *d, const cacheop_t *op,
+                               const int64_t *pages, int only_new, slab_plan_t *pl)
+{
+    const kvd_cache_store_t *c = &op->cache->store;
+    uint32_t *per = kvd__req_alloc(r, (c->nslabs_max + 1) * sizeof(*per));
+    uint32_t i, s, n = 0, at;
+    int64_t *stage;
+
+    memset(pl, 0, sizeof(*pl));
+    if (per == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    memset(per, 0, (c->nslabs_max + 1) * sizeof(*per));
+    for (i = 0; i < op->n; i++)
+        if (!only_new || op->is_new[i]) {
+            per[kvd_cache_slab_of(c, op->ids[i])]++;
+            n++;
+        }
+    for (s = 0; s < c->nslabs_max; s++)
+        pl->nslabs += per[s] > 0;
+    if (n == 0)
+        return KVD_OK;
+    pl->slab = kvd__req_alloc(r, pl->nslabs * sizeof(*pl->slab));
+    pl->count = kvd__req_alloc(r, pl->nslabs * sizeof(*pl->count));
+    pl->pages = kvd__req_alloc(r, pl->nslabs * sizeof(*pl->pages));
+    pl->places = kvd__req_alloc(r, pl->nslabs * sizeof(*pl->places));
+    if (pl->slab == NULL || pl->count == NULL || pl->pages == NULL || pl->places == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    if ((stage = kvd__stage(r, d, NULL, 2 * (size_t)n * sizeof(int64_t))) == NULL)
+        return d->stage_status;
+    /* per[s] becomes the slab's row in the plan; each slab's runs are
+     * filled in chain order */
+    for (s = 0, at = 0, n = 0; s < c->nslabs_max; s++) {
+        if (per[s] == 0)
+            continue;
+        pl->slab[n] = s;
+        pl->count[n] = 0;
+        pl->pages[n] = stage + at;
+        pl->places[n] = stage + at + per[s];
+        at += 2 * per[s];
+        per[s] = n++;
+    }
+    for (i = 0; i < op->n; i++) {
+        uint32_t k;
+        if (only_new && !op->is_new[i])
+            continue;
+        k = per[kvd_cache_slab_of(c, op->ids[i])];
+        pl->pages[k][pl->count[k]] = pages[i];
+        pl->places[k][pl->count[k]] = kvd_cache_pos_of(c, op->ids[i]);
+        pl->count[k]++;
+    }
+    return KVD_OK;
+}
+
+/* Jobs *next on: one per slab of the plan, for layers [begin, begin +
+ * count), from the pool into the cache (to_cache) or back. */
+static void slab_jobs(kvd_dataop_t *d, const kvd_pool_t *p, const kvd_cache_store_t *c,
+                      const slab_plan_t *pl, int to_cache, uint32_t begin, uint32_t count,
+                      uint32_t *next)
+{
+    int ce = (d->job.flags & KVD_LAUNCH_COPY_ENGINE) != 0;
+
+    for (uint32_t k = 0; k < pl->nslabs; k++) {
+        kvd_job_t *job = kvd__dataop_job(d, (*next)++);
+        kvd_transfer_args_t *a = &job->a.transfer;
+        kvd_kv_side_t ps, cs;
+
+        job->kind = KVD_JOB_TRANSFER;
+        memset(a, 0, sizeof(*a));
+        page_side(p, c->layout.tokens_per_block, begin, ce, &ps);
+        slab_side(c, pl->slab[k], begin, &cs);
+        a->src = to_cache ? ps : cs;
+        a->dst = to_cache ? cs : ps;
+        a->src_idx = to_cache ? pl->pages[k] : pl->places[k];
+        a->dst_idx = to_cache ? pl->places[k] : pl->pages[k];
+        a->idx_dtype = KVD_DTYPE_I64;
+        a->count = pl->count[k];
+        a->num_layers = count;
+        a->row_bytes = (int64_t)c->chunk_bytes;
+    }
+}
+
+/* An empty transfer (nothing to copy), so that the request's events are
+ * still waited on and recorded in stream order. */
+static void empty_job(kvd_dataop_t *d, const kvd_pool_t *p, uint32_t tokens)
+{
+    kvd_transfer_args_t *a = &d->job.a.transfer;
+
+    d->job.kind = KVD_JOB_TRANSFER;
+    memset(a, 0, sizeof(*a));
+    page_side(p, tokens, 0, (d->job.flags & KVD_LAUNCH_COPY_ENGINE) != 0, &a->src);
+    a->dst = a->src;
+    a->num_layers = 1;
+    a->idx_dtype = KVD_DTYPE_I64;
+    a->row_bytes = (int64_t)(p->slot_bytes * tokens);
+}
+
+static void save_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
+{
+    cacheop_t *op = d->ext;
+    kvd_cache_store_t *c;
+    uint32_t i;
+
+    if (op == NULL)
+        return;
+    c = &op->cache->store;
+    for (i = op->n; i-- > 0;) { /* the last first: parents end up more recent */
+        if (op->is_new[i]) {
+            if (st != KVD_OK)
+                kvd_cache_abort(c, op->ids[i]);
+            else if (!kvd_cache_commit(c, op->ids[i]))
+                op->stored--; /* another save it chained onto failed */
+        } else {
+            kvd_cache_unhold(c, op->ids[i]);
+        }
+    }
+    if (st == KVD_OK) {
+        c->n.saves++;
+        c->n.stored += op->stored;
+        c->n.skipped += op->skipped;
+        c->n.refused += op->refused;
+        c->n.bytes_in += (uint64_t)op->stored * c->block_bytes;
+        rep->stored = op->stored;
+        rep->skipped = op->skipped;
+        rep->refused = op->refused;
+        *bytes = (uint64_t)op->stored * c->block_bytes;
+    }
+    rep->rows = op->n;
+    cache_unref(op->cache);
+    free(op->ids);
+    free(op->is_new);
+    free(op);
+    d->ext = NULL;
+}
+
+/* The operation's bookkeeping, reserved before anything else can fail. */
+static kvd_status_t cacheop_new(kvd_req_t *r, kvd_dataop_t *d, kvd_cache_t *k, uint32_t n,
+                                int load, void (*finish)(kvd_dataop_t *, kvd_status_t,
+                                                         Kvdock__OpReply *, uint64_t *))
+{
+    cacheop_t *op = calloc(1, sizeof(*op));
+
+    if (op == NULL || (op->ids = calloc(n ? n : 1, sizeof(*op->ids))) == NULL ||
+        (op->is_new = calloc(n ? n : 1, 1)) == NULL) {
+        if (op != NULL)
+            free(op->ids);
+        free(op);
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    }
+    op->cache = k;
+    op->load = load;
+    k->refs++;
+    d->ext = op;
+    d->finish = finish;
+    return KVD_OK;
+}
+
+static kvd_status_t do_save(kvd_req_t *r, kvd_dataop_t *d)
+{
+    const Kvdock__CacheSave *cs = r->req->cache_save;
+    kvd_cache_t *k = NULL;
+    kvd_cache_store_t *c;
+    kvd_pool_t *p;
+    keys_t ks;
+    int64_t *pages;
+    uint32_t parent = KVD_CBLOCK_NONE, i;
+    kvd_status_t refusal = KVD_OK;
+    slab_plan_t plan;
+    cacheop_t *op;
+    char why[200];
+    kvd_status_t st;
+
+    if ((st = find_cache(r, cs->cache, NULL, 1, &k)) != KVD_OK ||
+        (st = kvd__get_pool(r, d, cs->pool, "pool", &p)) != KVD_OK ||
+        (st = check_pool(r, p, &k->store)) != KVD_OK ||
+        (st = get_keys(r, cs->keys, 0, &ks)) != KVD_OK || (st = no_duplicates(r, &ks)) != KVD_OK ||
+        (st = get_pages(r, d, cs->blocks, p, k->store.layout.tokens_per_block, ks.n, &pages)) !=
+            KVD_OK)
+        return st;
+    c = &k->store;
+    if (cs->parent.len > 0) {
+        if (cs->parent.len > KVD_CACHE_KEY_MAX)
+            return kvd__req_fail(r, KVD_EINVAL, "parent is %zu bytes: keys are 1 to %d",
+                                 cs->parent.len, KVD_CACHE_KEY_MAX);
+        parent = kvd_cache_find(c, cs->parent.data, cs->parent.len);
+        if (parent == KVD_CBLOCK_NONE)
+            return kvd__req_fail(r, KVD_ENOENT, "the parent key is not in the cache");
+    }
+    if ((st = kvd__get_sync(r, d, p->kind == KVD_MEM_HOST ? KVD_STREAM_D2D : KVD_STREAM_OFFLOAD,
+                            1)) != KVD_OK ||
+        (st = kvd__choose_path(r, d, p->kind, KVD_MEM_HOST, 0, 0)) != KVD_OK)
+        return st;
+    if ((st = cacheop_new(r, d, k, ks.n + (parent != KVD_CBLOCK_NONE), 0, save_finish)) !=
+        KVD_OK)
+        return st;
+    op = d->ext;
+    /* every block of the chain, held until the save ends: present ones
+     * (skipped), new ones (filling); the first refusal ends the chain */
+    if (parent != KVD_CBLOCK_NONE) {
+        op->ids[op->n++] = parent; /* held like a skipped block, counted as none */
+        kvd_cache_hold(c, parent);
+    }
+    for (i = 0; i < ks.n; i++) {
+        uint32_t id = kvd_cache_find(c, ks.k[i], ks.len[i]);
+
+        if (id != KVD_CBLOCK_NONE) {
+            kvd_cache_hold(c, id);
+            op->skipped++;
+        } else if ((refusal = kvd_cache_reserve(c, parent, ks.k[i], ks.len[i], &id, why,
+                                                sizeof(why))) == KVD_OK) {
+            op->is_new[op->n] = 1;
+            op->stored++;
+        } else {
+            op->refused = ks.n - i;
+            kvd_log(KVD_LOG_DEBUG, "event=cache_save_refused cache=%" PRIu64 " blocks=%u "
+                    "reason=\"%s\"", k->id, op->refused, why);
+            break;
+        }
+        op->ids[op->n++] = id;
+        parent = id;
+    }
+    if (op->refused > 0 && op->stored == 0)
+        return kvd__req_fail(r, refusal, "cache '%s' stored nothing: %s", k->name, why);
+    /* page indices line up with op->ids, which may start with the parent */
+    if (cs->parent.len > 0) {
+        int64_t *shifted = kvd__stage(r, d, NULL, (ks.n + 1) * sizeof(int64_t));
+        if (shifted == NULL)
+            return d->stage_status;
+        shifted[0] = -1; /* the parent moves nothing */
+        memcpy(shifted + 1, pages, ks.n * sizeof(int64_t));
+        pages = shifted;
+    }
+    if ((st = plan_slabs(r, d, op, pages, 1, &plan)) != KVD_OK ||
+        (st = kvd__dataop_jobs(r, d, plan.nslabs ? plan.nslabs : 1)) != KVD_OK)
+        return st;
+    if (plan.nslabs == 0) {
+        empty_job(d, p, c->layout.tokens_per_block);
+    } else {
+        uint32_t next = 0;
+        slab_jobs(d, p, c, &plan, 1, 0, c->layout.num_layers, &next);
+    }
+    d->rows = op->stored;
+    return kvd__submit(r, d);
+}
+
+static void load_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
+{
+    cacheop_t *op = d->ext;
+    kvd_cache_store_t *c;
+
+    if (op == NULL)
+        return;
+    c = &op->cache->store;
+    for (uint32_t i = op->n; i-- > 0;)
+        kvd_cache_unhold(c, op->ids[i]);
+    if (st == KVD_OK) {
+        c->n.loads++;
+        c->n.loaded += op->n;
+        c->n.bytes_out += (uint64_t)op->n * c->block_bytes;
+        *bytes = (uint64_t)op->n * c->block_bytes;
+    }
+    rep->rows = op->n;
+    if (op->lease != NULL)
+        lease_end(op->cache, op->lease);
+    cache_unref(op->cache);
+    free(op->ids);
+    free(op->is_new);
+    free(op);
+    d->ext = NULL;
+}
+
+static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
+{
+    const Kvdock__CacheLoad *cl = r->req->cache_load;
+    kvd_cache_t *k = NULL;
+    kvd_cache_store_t *c;
+    kvd_pool_t *p;
+    keys_t ks;
+    kvd_lease_t *lease = NULL;
+    int64_t *pages;
+    uint32_t n, i, g, groups, next = 0;
+    void *levs[MAX_LAYER_EVENTS];
+    slab_plan_t plan;
+    cacheop_t *op;
+    kvd_status_t st;
+
+    if ((st = find_cache(r, cl->cache, NULL, 1, &k)) != KVD_OK ||
+        (st = kvd__get_pool(r, d, cl->pool, "pool", &p)) != KVD_OK ||
+        (st = check_pool(r, p, &k->store)) != KVD_OK ||
+        (st = get_keys(r, cl->keys, cl->lease != 0, &ks)) != KVD_OK)
+        return st;
+    c = &k->store;
+    if (cl->lease != 0) {
+        if (ks.n > 0)
+            return kvd__req_fail(r, KVD_EINVAL, "keys and a lease are exclusive");
+        for (lease = r->conn->leases; lease; lease = lease->next)
+            if (lease->id == cl->lease)
+                break;
+        if (lease == NULL || lease->cache != k)
+            return kvd__req_fail(r, KVD_ENOENT, "no lease %" PRIu64 " of this client on cache "
+                                 "'%s'", cl->lease, k->name);
+        n = cl->blocks ? (uint32_t)(cl->blocks->n_values ? cl->blocks->n_values
+                                                         : cl->blocks->raw.len /
+                                                               (cl->blocks->dtype ==
+                                                                        KVDOCK__DTYPE__I32
+                                                                    ? 4
+                                                                    : 8))
+                       : 0;
+        if (n > lease->n)
+            return kvd__req_fail(r, KVD_ESHAPE, "%u blocks for a lease of %u", n, lease->n);
+    } else {
+        if ((st = no_duplicates(r, &ks)) != KVD_OK)
+            return st;
+        n = ks.n;
+    }
+    if (n == 0)
+        return kvd__req_fail(r, KVD_EINVAL, "blocks: name at least one page to load into");
+    if ((st = get_pages(r, d, cl->blocks, p, c->layout.tokens_per_block, n, &pages)) != KVD_OK)
+        return st;
+    if (cl->n_layer_events > MAX_LAYER_EVENTS || cl->n_layer_events > c->layout.num_layers)
+        return kvd__req_fail(r, KVD_EINVAL, "%zu layer events for %u layers (at most %d)",
+                             cl->n_layer_events, c->layout.num_layers, MAX_LAYER_EVENTS);
+    for (i = 0; i < cl->n_layer_events; i++)
+        if ((st = kvd__get_event(r, d, cl->layer_events[i], "layer_events", &levs[i])) != KVD_OK)
+            return st;
+    if ((st = kvd__get_sync(r, d, p->kind == KVD_MEM_HOST ? KVD_STREAM_D2D : KVD_STREAM_RELOAD,
+                            1)) != KVD_OK ||
+        (st = kvd__choose_path(r, d, KVD_MEM_HOST, p->kind, 0, 0)) != KVD_OK)
+        return st;
+    if ((st = cacheop_new(r, d, k, n, 1, load_finish)) != KVD_OK)
+        return st;
+    op = d->ext;
+    for (i = 0; i < n; i++) {
+        uint32_t id = lease ? lease->ids[i] : kvd_cache_find(c, ks.k[i], ks.len[i]);
+
+        if (id != KVD_CBLOCK_NONE && kvd_cache_block(c, id)->state == KVD_CBLOCK_FILLING)
+            return kvd__req_fail(r, KVD_ENOENT, "keys[%u] is being saved: not in the cache "
+                                 "until its bytes are complete", i);
+        if (id == KVD_CBLOCK_NONE || kvd_cache_block(c, id)->state != KVD_CBLOCK_READY)
+            return kvd__req_fail(r, KVD_ENOENT, "keys[%u] is not in the cache", i);
+        op->ids[i] = id;
+    }
+    op->n = n;
+    for (i = 0; i < n; i++)
+        kvd_cache_hold(c, op->ids[i]);
+    /* layer groups as even as they come: group g is layers [g L / G, (g + 1) L / G) */
+    groups = cl->n_layer_events ? (uint32_t)cl->n_layer_events : 1;
+    if ((st = plan_slabs(r, d, op, pages, 0, &plan)) != KVD_OK ||
+        (st = kvd__dataop_jobs(r, d, plan.nslabs ? groups * plan.nslabs : 1)) != KVD_OK)
+        return st;
+    if (plan.nslabs == 0) {
+        empty_job(d, p, c->layout.tokens_per_block);
+    } else {
+        uint32_t L = c->layout.num_layers;
+        for (g = 0; g < groups; g++) {
+            uint32_t begin = (uint32_t)((uint64_t)g * L / groups);
+            uint32_t end = (uint32_t)((uint64_t)(g + 1) * L / groups);
+            slab_jobs(d, p, c, &plan, 0, begin, end - begin, &next);
+            if (cl->n_layer_events)
+                kvd__dataop_job(d, next - 1)->layer_event = levs[g];
+        }
+    }
+    if (lease != NULL) { /* the load ends the lease: it is the load's now */
+        lease_take(r->conn, lease->id);
+        op->lease = lease;
+    }
+    d->rows = n;
+    return kvd__submit(r, d);
+}
+
+kvd_status_t kvd__op_cache_save(kvd_req_t *r)
+{
+    return kvd__dataop_run(r, do_save);
+}
+
+kvd_status_t kvd__op_cache_load(kvd_req_t *r)
+{
+    return kvd__dataop_run(r, do_load);
+}

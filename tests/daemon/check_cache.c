@@ -1,0 +1,366 @@
+/*
+ * check_cache: the cache tier's store (daemon/cache.c) on its own, against
+ * a plain model: the index finds exactly what was stored through many
+ * inserts and deletions; eviction keeps every chain a prefix and the
+ * budget; held blocks and parents stay; failed saves leave nothing;
+ * explicit eviction takes a whole subtree or nothing.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+
+static kvd_status_t test_alloc(void *ctx, uint64_t bytes, void **ptr, void **handle, char *why,
+                               size_t why_len)
+{
+    (void)ctx;
+    *ptr = malloc(bytes ? bytes : 1);
+    *handle = *ptr;
+    if (*ptr == NULL) {
+        snprintf(why, why_len, "malloc");
+        return KVD_ENOMEM;
+    }
+    return KVD_OK;
+}
+
+static void test_free(void *ctx, void *handle)
+{
+    (void)ctx;
+    free(handle);
+}
+
+static const kvd_cache_mem_t MEM = {NULL, test_alloc, test_free};
+
+/* A cache of cap blocks of 64 bytes (1 layer, MLA, 4 tokens of 16 bytes). */
+static void make(kvd_cache_store_t *c, kvd_hostmem_t *hm, uint32_t cap)
+{
+    kvd_cache_layout_t l = {1, 1, 4, 16, "u8"};
+    char why[200];
+
+    kvd_hostmem_init(hm, 1ull << 30);
+    ck_assert_int_eq(kvd_cache_store_init(c, &l, (uint64_t)cap * 64, hm, &MEM, why, sizeof(why)),
+                     KVD_OK);
+    ck_assert_uint_eq(c->capacity, cap);
+}
+
+/* Key i of chain ch: 12 bytes. */
+static void key_of(uint8_t *k, uint32_t ch, uint32_t i)
+{
+    memset(k, 0, 12);
+    memcpy(k, &ch, 4);
+    memcpy(k + 4, &i, 4);
+    k[8] = 0xc7;
+}
+
+/* Save chain ch's keys [0, n): what a save does with the store. */
+static uint32_t save_chain(kvd_cache_store_t *c, uint32_t ch, uint32_t n)
+{
+    uint32_t i, parent = KVD_CBLOCK_NONE, stored = 0, held[512], nheld = 0;
+    uint8_t k[12];
+    char why[200];
+
+    for (i = 0; i < n; i++) {
+        uint32_t id;
+
+        key_of(k, ch, i);
+        id = kvd_cache_find(c, k, 12);
+        if (id != KVD_CBLOCK_NONE) {
+            kvd_cache_hold(c, id); /* a present block of the chain stays while it saves */
+            held[nheld++] = id;
+        } else if (kvd_cache_reserve(c, parent, k, 12, &id, why, sizeof(why)) == KVD_OK) {
+            memset(kvd_cache_block_bytes(c, id), (int)(ch + i), 64);
+            held[nheld++] = id;
+            stored++;
+        } else {
+            break;
+        }
+        parent = id;
+    }
+    while (nheld-- > 0) { /* the last first */
+        kvd_cblock_t *b = kvd_cache_block(c, held[nheld]);
+        if (b->state == KVD_CBLOCK_FILLING)
+            kvd_cache_commit(c, held[nheld]);
+        else
+            kvd_cache_unhold(c, held[nheld]);
+    }
+    return stored;
+}
+
+/* How many leading keys of chain ch are there (ready). */
+static uint32_t present(kvd_cache_store_t *c, uint32_t ch, uint32_t n)
+{
+    uint8_t keys[512][12];
+    const uint8_t *kp[512];
+    size_t lens[512];
+    uint32_t i;
+
+    for (i = 0; i < n; i++) {
+        key_of(keys[i], ch, i);
+        kp[i] = keys[i];
+        lens[i] = 12;
+    }
+    return kvd_cache_lookup(c, kp, lens, n, 0, NULL);
+}
+
+START_TEST(test_prefixes_under_pressure)
+{
+    /* fill a cache of 500 blocks ten times over with random chains: each
+     * chain's present blocks form a prefix, and the budget holds */
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    enum { CHAINS = 400 };
+    uint32_t len[CHAINS], ch, i, round;
+    unsigned seed = 12345;
+
+    make(&c, &hm, 500);
+    for (ch = 0; ch < CHAINS; ch++)
+        len[ch] = 1 + (uint32_t)(rand_r(&seed) % 40);
+    for (round = 0; round < 1000; round++) {
+        ch = (uint32_t)(rand_r(&seed) % CHAINS);
+        save_chain(&c, ch, len[ch]);
+        ck_assert_uint_le(c.ready, 500);
+        ck_assert_uint_le(c.held_bytes, 500 * 64 + 500 * (sizeof(kvd_cblock_t) + 4) + 8192);
+    }
+    ck_assert_uint_gt(c.n.evictions, 5000);
+    for (ch = 0; ch < CHAINS; ch++) {
+        uint32_t p = present(&c, ch, len[ch]);
+        uint8_t k[12];
+        for (i = p; i < len[ch]; i++) { /* nothing after the first gap */
+            key_of(k, ch, i);
+            ck_assert_msg(kvd_cache_find(&c, k, 12) == KVD_CBLOCK_NONE,
+                          "chain %u: block %u present after a gap at %u", ch, i, p);
+        }
+        for (i = 0; i < p; i++) { /* and the bytes are each block's own */
+            key_of(k, ch, i);
+            ck_assert_int_eq(((uint8_t *)kvd_cache_block_bytes(&c, kvd_cache_find(&c, k, 12)))[7],
+                             (uint8_t)(ch + i));
+        }
+    }
+    kvd_cache_store_deinit(&c);
+    ck_assert_uint_eq(hm.used[KVD_HM_CACHE], 0);
+}
+END_TEST
+
+START_TEST(test_index_model)
+{
+    /* many inserts and deletions: the table finds exactly the model's keys */
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    enum { N = 3000 };
+    static uint8_t in[N];
+    uint32_t ids[N], i, step;
+    unsigned seed = 99;
+    char why[200];
+    uint8_t k[12];
+
+    make(&c, &hm, N);
+    memset(in, 0, sizeof(in));
+    for (step = 0; step < 40000; step++) {
+        i = (uint32_t)(rand_r(&seed) % N);
+        key_of(k, 7, i);
+        if (!in[i]) {
+            ck_assert_int_eq(kvd_cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &ids[i], why,
+                                               sizeof(why)), KVD_OK);
+            kvd_cache_commit(&c, ids[i]);
+            in[i] = 1;
+        } else {
+            uint32_t ev = 0;
+            ck_assert_int_eq(kvd_cache_evict_key(&c, k, 12, &ev), KVD_OK);
+            ck_assert_uint_eq(ev, 1);
+            in[i] = 0;
+        }
+    }
+    for (i = 0; i < N; i++) {
+        key_of(k, 7, i);
+        if (in[i])
+            ck_assert_uint_eq(kvd_cache_find(&c, k, 12), ids[i]);
+        else
+            ck_assert_uint_eq(kvd_cache_find(&c, k, 12), KVD_CBLOCK_NONE);
+    }
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
+START_TEST(test_holds_and_full)
+{
+    /* held blocks are never evicted; with every block held, reserve says
+     * EBUSY and changes nothing */
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    uint32_t ids[8], id, i;
+    uint8_t k[12];
+    char why[200];
+
+    make(&c, &hm, 8);
+    ck_assert_uint_eq(save_chain(&c, 1, 8), 8);
+    for (i = 0; i < 8; i++) {
+        key_of(k, 1, i);
+        ids[i] = kvd_cache_find(&c, k, 12);
+        kvd_cache_hold(&c, ids[i]);
+    }
+    key_of(k, 2, 0);
+    ck_assert_int_eq(kvd_cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
+                     KVD_EBUSY);
+    ck_assert_uint_eq(present(&c, 1, 8), 8);
+    ck_assert_uint_eq(c.indexed, 8);
+    /* released from the last: the chain's tail goes first */
+    for (i = 8; i-- > 0;)
+        kvd_cache_unhold(&c, ids[i]);
+    ck_assert_int_eq(kvd_cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
+                     KVD_OK);
+    ck_assert_uint_eq(present(&c, 1, 8), 7);
+    /* not visible while filling; gone without a trace when its save fails */
+    ck_assert_uint_eq(present(&c, 2, 1), 0);
+    ck_assert_uint_ne(kvd_cache_find(&c, k, 12), KVD_CBLOCK_NONE);
+    kvd_cache_abort(&c, id);
+    ck_assert_uint_eq(kvd_cache_find(&c, k, 12), KVD_CBLOCK_NONE);
+    ck_assert_uint_eq(c.nfree, 1);
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
+START_TEST(test_evict_subtree_and_clear)
+{
+    /* two chains sharing a prefix: evicting the shared block takes both
+     * tails; a held block in the subtree stops it all */
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    uint32_t ev = 0, a, b, id, i;
+    uint8_t k[12], k2[12];
+    char why[200];
+
+    make(&c, &hm, 64);
+    ck_assert_uint_eq(save_chain(&c, 1, 6), 6);
+    /* chain 1's first 3 blocks, then a branch of 3 more under them */
+    key_of(k, 1, 2);
+    a = kvd_cache_find(&c, k, 12);
+    for (i = 0, b = a; i < 3; i++) {
+        key_of(k2, 9, i);
+        ck_assert_int_eq(kvd_cache_reserve(&c, b, k2, 12, &id, why, sizeof(why)), KVD_OK);
+        kvd_cache_commit(&c, id);
+        b = id;
+    }
+    ck_assert_uint_eq(c.ready, 9);
+    kvd_cache_hold(&c, b);
+    ck_assert_int_eq(kvd_cache_evict_key(&c, k, 12, &ev), KVD_EBUSY);
+    ck_assert_uint_eq(c.ready, 9);
+    kvd_cache_unhold(&c, b);
+    ck_assert_int_eq(kvd_cache_evict_key(&c, k, 12, &ev), KVD_OK);
+    ck_assert_uint_eq(ev, 7); /* block 2, chain 1's 3..5, the branch's 3 */
+    ck_assert_uint_eq(present(&c, 1, 6), 2);
+    ck_assert_int_eq(kvd_cache_evict_key(&c, k, 12, &ev), KVD_ENOENT);
+    ck_assert_uint_eq(kvd_cache_clear(&c), 2);
+    ck_assert_uint_eq(c.ready, 0);
+    ck_assert_uint_eq(c.nslabs, 0);
+    ck_assert_uint_eq(c.held_bytes, 64 * sizeof(uint64_t));
+    ck_assert_uint_eq(save_chain(&c, 3, 5), 5); /* and it grows again */
+    kvd_cache_store_deinit(&c);
+    ck_assert_uint_eq(hm.used[KVD_HM_CACHE], 0);
+}
+END_TEST
+
+START_TEST(test_failed_save_under_another)
+{
+    /* save A reserves a chain; save B finds it filling, holds it and
+     * chains a block onto it; A fails: its blocks leave the index at once
+     * (a third save may store the keys again), B's block goes when B
+     * commits, and every entry is free once B lets go */
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    uint32_t a[3], b3, id, i;
+    uint8_t k[12];
+    char why[200];
+
+    make(&c, &hm, 16);
+    for (i = 0; i < 3; i++) {
+        key_of(k, 1, i);
+        ck_assert_int_eq(kvd_cache_reserve(&c, i ? a[i - 1] : KVD_CBLOCK_NONE, k, 12, &a[i],
+                                           why, sizeof(why)),
+                         KVD_OK);
+    }
+    for (i = 0; i < 3; i++) { /* B: present, filling */
+        key_of(k, 1, i);
+        ck_assert_uint_eq(kvd_cache_find(&c, k, 12), a[i]);
+        kvd_cache_hold(&c, a[i]);
+    }
+    key_of(k, 1, 3);
+    ck_assert_int_eq(kvd_cache_reserve(&c, a[2], k, 12, &b3, why, sizeof(why)), KVD_OK);
+    for (i = 3; i-- > 0;) /* A fails */
+        kvd_cache_abort(&c, a[i]);
+    for (i = 0; i < 3; i++) {
+        key_of(k, 1, i);
+        ck_assert_uint_eq(kvd_cache_find(&c, k, 12), KVD_CBLOCK_NONE);
+        ck_assert_int_eq(kvd_cache_block(&c, a[i])->state, KVD_CBLOCK_DEAD);
+    }
+    key_of(k, 1, 0); /* a third save stores the first key anew */
+    ck_assert_int_eq(kvd_cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
+                     KVD_OK);
+    ck_assert_int_eq(kvd_cache_commit(&c, id), 1);
+    ck_assert_int_eq(kvd_cache_commit(&c, b3), 0); /* its parent failed */
+    key_of(k, 1, 3);
+    ck_assert_uint_eq(kvd_cache_find(&c, k, 12), KVD_CBLOCK_NONE);
+    for (i = 3; i-- > 0;)
+        kvd_cache_unhold(&c, a[i]);
+    for (i = 0; i < 3; i++)
+        ck_assert_int_eq(kvd_cache_block(&c, a[i])->state, KVD_CBLOCK_FREE);
+    ck_assert_uint_eq(c.indexed, 1);
+    ck_assert_uint_eq(c.ready, 1);
+    ck_assert_uint_eq(present(&c, 1, 4), 1);
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
+START_TEST(test_budget_refused)
+{
+    /* the host-memory budget refuses a slab: eviction makes room instead,
+     * and a cache with nothing to evict says so */
+    kvd_cache_store_t c;
+    kvd_cache_layout_t l = {2, 0, 16, 1024, "bf16"}; /* 64 KiB blocks */
+    kvd_hostmem_t hm;
+    char why[200];
+    uint32_t id;
+    uint8_t k[12];
+
+    kvd_hostmem_init(&hm, 1ull << 20);
+    ck_assert_int_eq(kvd_cache_store_init(&c, &l, 64ull << 20, &hm, &MEM, why, sizeof(why)),
+                     KVD_OK);
+    ck_assert_uint_eq(c.block_bytes, 64 << 10);
+    ck_assert_uint_eq(c.chunk_bytes, 16 << 10);
+    key_of(k, 1, 0);
+    ck_assert_int_eq(kvd_cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
+                     KVD_ELIMIT); /* a slab would pass the 1 MiB budget */
+    ck_assert_ptr_nonnull(strstr(why, "budget"));
+    kvd_cache_store_deinit(&c);
+    ck_assert_int_eq(kvd_cache_store_init(&c, &l, 1000, &hm, &MEM, why, sizeof(why)),
+                     KVD_ERANGE);
+}
+END_TEST
+
+static Suite *cache_suite(void)
+{
+    Suite *s = suite_create("cache");
+    TCase *tc = tcase_create("store");
+
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_prefixes_under_pressure);
+    tcase_add_test(tc, test_index_model);
+    tcase_add_test(tc, test_holds_and_full);
+    tcase_add_test(tc, test_evict_subtree_and_clear);
+    tcase_add_test(tc, test_failed_save_under_another);
+    tcase_add_test(tc, test_budget_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(cache_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
