@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 
@@ -12,41 +13,91 @@
 #define SLAB_BYTES (128ull << 20)
 #define SLAB_BLOCKS_MAX (1u << 16)
 #define TABLE_MIN 64
+/* Keys a lookup hashes and prefetches at once. */
+#define LOOKUP_GROUP 32
+
+/* ---- memory for the index and the entries ---------------------------------- */
+
+#define HUGE_PAGE (2ull << 20)
+
+/* Zeroed memory for the table and the entries.  From a few MiB on, in
+ * huge pages where the kernel gives them: a long chain's lookup in a large
+ * cache touches a thousand random table slots, and without them most of
+ * those would miss the TLB as well as the cache. */
+static void *zalloc(size_t bytes)
+{
+    void *p;
+
+    if (bytes < HUGE_PAGE)
+        return calloc(1, bytes ? bytes : 1);
+    p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    (void)madvise(p, bytes, MADV_HUGEPAGE); /* a hint: fine without */
+    return p;
+}
+
+static void zfree(void *p, size_t bytes)
+{
+    if (p == NULL)
+        return;
+    if (bytes < HUGE_PAGE)
+        free(p);
+    else
+        munmap(p, bytes);
+}
 
 /* ---- the keyed hash ------------------------------------------------------- */
 
-static uint64_t mum(uint64_t a, uint64_t b)
+static inline uint64_t mum(uint64_t a, uint64_t b)
 {
     __uint128_t r = (__uint128_t)a * b;
     return (uint64_t)r ^ (uint64_t)(r >> 64);
 }
 
 /* Keys are chosen by clients: a secret seed keeps them from aiming at one
- * bucket; chained hashes spread well anyway. */
-static uint64_t key_hash(uint64_t seed, const uint8_t *k, size_t n)
+ * bucket.  Two independent products per 16 bytes (as wyhash does) so that
+ * a 32-byte key costs about one multiply's latency more than an 8-byte
+ * one. */
+static inline uint64_t key_hash(uint64_t seed, const uint8_t *k, size_t n)
 {
-    uint64_t h = seed ^ (n * 0x9E3779B97F4A7C15ull);
+    uint64_t h = seed ^ (n * 0x9E3779B97F4A7C15ull), a, b;
     size_t i;
 
-    for (i = 0; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, k + i, 8);
-        h = mum(h ^ w, 0xA0761D6478BD642Full);
+    for (i = 0; i + 16 <= n; i += 16) {
+        memcpy(&a, k + i, 8);
+        memcpy(&b, k + i + 8, 8);
+        h ^= mum(a ^ 0xA0761D6478BD642Full, b ^ seed ^ 0xE7037ED1A0B428DBull);
     }
-    if (i < n) {
-        uint64_t w = 0;
-        memcpy(&w, k + i, n - i);
-        h = mum(h ^ w, 0xE7037ED1A0B428DBull);
+    a = b = 0;
+    if (n - i > 8) {
+        memcpy(&a, k + i, 8);
+        memcpy(&b, k + i + 8, n - i - 8);
+    } else if (n > i) {
+        memcpy(&a, k + i, n - i);
     }
-    return mum(h, 0x8EBC6AF09C88C6E3ull);
+    return mum(h ^ mum(a ^ 0x8EBC6AF09C88C6E3ull, b ^ 0x589965CC75374CC3ull),
+               0x1D8E4E27C47D124Full);
+}
+
+/* Whether entry b holds key (length first; then words, no libc call). */
+static inline int key_equal(const kvd_cblock_t *b, const uint8_t *key, size_t klen)
+{
+    size_t i;
+
+    if (b->klen != klen)
+        return 0;
+    for (i = 0; i + 8 <= klen; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, b->key + i, 8);
+        memcpy(&y, key + i, 8);
+        if (x != y)
+            return 0;
+    }
+    return i == klen || memcmp(b->key + i, key + i, klen - i) == 0;
 }
 
 /* ---- entries --------------------------------------------------------------- */
-
-kvd_cblock_t *kvd_cache_block(const kvd_cache_store_t *c, uint32_t id)
-{
-    return &c->slabs[kvd_cache_slab_of(c, id)].blocks[kvd_cache_pos_of(c, id)];
-}
 
 void *kvd_cache_block_bytes(const kvd_cache_store_t *c, uint32_t id)
 {
@@ -58,20 +109,24 @@ void *kvd_cache_block_bytes(const kvd_cache_store_t *c, uint32_t id)
 
 /* ---- the table ------------------------------------------------------------- */
 
-static uint64_t *slot_of(const kvd_cache_store_t *c, const uint8_t *key, size_t klen)
+/* The slot of key (hash h) in the table, or the empty one ending its run. */
+static inline uint64_t *slot_at(const kvd_cache_store_t *c, uint64_t h, const uint8_t *key,
+                                size_t klen)
 {
-    uint64_t h = key_hash(c->seed, key, klen), tag = h >> 32, i;
+    uint64_t tag = h >> 32, i;
 
     for (i = h & c->table_mask;; i = (i + 1) & c->table_mask) {
         uint64_t v = c->table[i];
         if (v == 0)
             return &c->table[i];
-        if (v >> 32 == tag) {
-            const kvd_cblock_t *b = B(c, (uint32_t)v - 1);
-            if (b->klen == klen && memcmp(b->key, key, klen) == 0)
-                return &c->table[i];
-        }
+        if (v >> 32 == tag && key_equal(B(c, (uint32_t)v - 1), key, klen))
+            return &c->table[i];
     }
+}
+
+static uint64_t *slot_of(const kvd_cache_store_t *c, const uint8_t *key, size_t klen)
+{
+    return slot_at(c, key_hash(c->seed, key, klen), key, klen);
 }
 
 uint32_t kvd_cache_find(const kvd_cache_store_t *c, const uint8_t *key, size_t klen)
@@ -102,7 +157,7 @@ static kvd_status_t table_room(kvd_cache_store_t *c, char *why, size_t why_len)
     st = kvd_hostmem_reserve(c->hostmem, KVD_HM_CACHE, size * sizeof(uint64_t), why, why_len);
     if (st != KVD_OK)
         return st;
-    n = calloc(nsize, sizeof(*n));
+    n = zalloc(nsize * sizeof(*n));
     if (n == NULL) {
         kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, size * sizeof(uint64_t));
         snprintf(why, why_len, "out of memory for the cache's index");
@@ -115,7 +170,7 @@ static kvd_status_t table_room(kvd_cache_store_t *c, char *why, size_t why_len)
             table_put(n, nsize - 1, key_hash(c->seed, b->key, b->klen), (uint32_t)v - 1);
         }
     }
-    free(c->table);
+    zfree(c->table, size * sizeof(*c->table));
     c->table = n;
     c->table_mask = nsize - 1;
     c->held_bytes += size * sizeof(uint64_t);
@@ -229,9 +284,9 @@ static kvd_status_t slab_add(kvd_cache_store_t *c, char *why, size_t why_len)
     f = realloc(c->free_ids, ((size_t)c->nfree + n) * sizeof(*f));
     if (f != NULL)
         c->free_ids = f;
-    sl->blocks = calloc(n, sizeof(kvd_cblock_t));
+    sl->blocks = zalloc((size_t)n * sizeof(kvd_cblock_t));
     if (f == NULL || sl->blocks == NULL) {
-        free(sl->blocks);
+        zfree(sl->blocks, (size_t)n * sizeof(kvd_cblock_t));
         sl->blocks = NULL;
         kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, bytes + meta);
         snprintf(why, why_len, "out of memory for a slab's entries");
@@ -239,7 +294,7 @@ static kvd_status_t slab_add(kvd_cache_store_t *c, char *why, size_t why_len)
     }
     st = c->mem.alloc(c->mem.ctx, bytes, &sl->ptr, &sl->handle, why, why_len);
     if (st != KVD_OK) {
-        free(sl->blocks);
+        zfree(sl->blocks, (size_t)n * sizeof(kvd_cblock_t));
         sl->blocks = NULL;
         sl->ptr = NULL;
         kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, bytes + meta);
@@ -260,7 +315,7 @@ static void slab_free(kvd_cache_store_t *c, uint32_t s)
                                               sizeof(uint32_t));
 
     c->mem.free(c->mem.ctx, sl->handle);
-    free(sl->blocks);
+    zfree(sl->blocks, (size_t)sl->nblocks * sizeof(kvd_cblock_t));
     memset(sl, 0, sizeof(*sl));
     c->nslabs--;
     kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, held);
@@ -312,7 +367,7 @@ kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_cache_layout_t
     if (getrandom(&c->seed, sizeof(c->seed), 0) != sizeof(c->seed))
         c->seed = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)c;
     c->slabs = calloc(c->nslabs_max, sizeof(*c->slabs));
-    c->table = calloc(TABLE_MIN, sizeof(*c->table));
+    c->table = zalloc(TABLE_MIN * sizeof(*c->table));
     if (c->slabs == NULL || c->table == NULL) {
         free(c->slabs);
         free(c->table);
@@ -339,29 +394,115 @@ void kvd_cache_store_deinit(kvd_cache_store_t *c)
             slab_free(c, s);
     kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, c->held_bytes);
     free(c->slabs);
-    free(c->table);
+    zfree(c->table, (c->table_mask + 1) * sizeof(*c->table));
     free(c->free_ids);
     memset(c, 0, sizeof(*c));
 }
 
 /* ---- lookups ------------------------------------------------------------------- */
 
+/* Touch the blocks of a chain, ids[0] its first: the first becomes the
+ * most recently used, then the others in order.  A chain used before as a
+ * whole already lies in that order in the list: then it moves as one
+ * piece, whatever its length. */
+static void touch_chain(kvd_cache_store_t *c, const uint32_t *ids, uint32_t n)
+{
+    uint32_t i, first, last;
+    kvd_cblock_t *f, *l;
+
+    if (n == 0)
+        return;
+    for (i = 0; i < n; i++) {
+        const kvd_cblock_t *b = B(c, ids[i]);
+        if (!b->in_lru || b->holds != 0 || (i + 1 < n && b->lru_next != ids[i + 1] + 1))
+            break;
+    }
+    if (i < n) { /* one at a time, the last first */
+        for (i = n; i-- > 0;)
+            kvd_cache_touch(c, ids[i]);
+        return;
+    }
+    first = ids[0];
+    last = ids[n - 1];
+    if (c->lru_head == first + 1)
+        return;
+    f = B(c, first);
+    l = B(c, last);
+    /* unlink [first, last]: first has a predecessor, since it is not the head */
+    B(c, f->lru_prev - 1)->lru_next = l->lru_next;
+    if (l->lru_next)
+        B(c, l->lru_next - 1)->lru_prev = f->lru_prev;
+    else
+        c->lru_tail = f->lru_prev;
+    /* and put it at the head */
+    l->lru_next = c->lru_head;
+    B(c, c->lru_head - 1)->lru_prev = last + 1;
+    f->lru_prev = 0;
+    c->lru_head = first + 1;
+}
+
+/* The block after prev in a chain saved in one go: its entry follows prev's
+ * (a save takes ids in order while free ones come in order), so a chain's
+ * lookup walks its entries in memory order.  KVD_CBLOCK_NONE when that
+ * block is not key's child of prev. */
+static inline uint32_t next_in_chain(const kvd_cache_store_t *c, uint32_t prev,
+                                     const uint8_t *key, size_t klen)
+{
+    uint32_t id = prev + 1, s = kvd_cache_slab_of(c, id);
+    const kvd_cblock_t *b;
+
+    if (s >= c->nslabs_max || c->slabs[s].blocks == NULL ||
+        kvd_cache_pos_of(c, id) >= c->slabs[s].nblocks)
+        return KVD_CBLOCK_NONE;
+    b = B(c, id);
+    if (b->parent != prev + 1 || b->state != KVD_CBLOCK_READY || !key_equal(b, key, klen))
+        return KVD_CBLOCK_NONE;
+    return id;
+}
+
 uint32_t kvd_cache_lookup(kvd_cache_store_t *c, const uint8_t *const *keys, const size_t *lens,
                           uint32_t n, int touch, uint32_t *ids)
 {
-    uint32_t i, hit = 0;
+    uint32_t i, j, g = 0, m = 0, hit = 0, prev = KVD_CBLOCK_NONE;
+    uint64_t h[LOOKUP_GROUP];
 
     for (i = 0; i < n; i++) {
-        uint32_t id = kvd_cache_find(c, keys[i], lens[i]);
-        if (id == KVD_CBLOCK_NONE || B(c, id)->state != KVD_CBLOCK_READY)
-            break;
+        uint32_t id = KVD_CBLOCK_NONE;
+        uint64_t v;
+
+        if (prev != KVD_CBLOCK_NONE)
+            id = next_in_chain(c, prev, keys[i], lens[i]);
+        if (id == KVD_CBLOCK_NONE) {
+            /* through the table, a group of keys at a time: their slots'
+             * misses, then their entries', overlap */
+            if (i >= g + m) {
+                g = i;
+                m = n - i < LOOKUP_GROUP ? n - i : LOOKUP_GROUP;
+                for (j = 0; j < m; j++) {
+                    h[j] = key_hash(c->seed, keys[g + j], lens[g + j]);
+                    __builtin_prefetch(&c->table[h[j] & c->table_mask]);
+                }
+                for (j = 0; j < m; j++) {
+                    v = c->table[h[j] & c->table_mask];
+                    if (v != 0 && v >> 32 == h[j] >> 32)
+                        __builtin_prefetch(B(c, (uint32_t)v - 1));
+                }
+            }
+            v = *slot_at(c, h[i - g], keys[i], lens[i]);
+            if (v == 0 || B(c, (uint32_t)v - 1)->state != KVD_CBLOCK_READY)
+                break;
+            id = (uint32_t)v - 1;
+        }
         if (ids != NULL)
             ids[i] = id;
+        prev = id;
         hit++;
     }
-    if (touch) /* the last first: parents stay more recent than children */
+    if (touch && ids != NULL)
+        touch_chain(c, ids, hit);
+    else if (touch) /* the last first: parents stay more recent than children */
         for (i = hit; i-- > 0;)
-            kvd_cache_touch(c, ids != NULL ? ids[i] : kvd_cache_find(c, keys[i], lens[i]));
+            kvd_cache_touch(c, kvd_cache_find(c, keys[i], lens[i]));
     return hit;
 }
 

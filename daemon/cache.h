@@ -120,9 +120,6 @@ kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_cache_layout_t
 /* Frees every slab and entry (nothing may be in flight). */
 void kvd_cache_store_deinit(kvd_cache_store_t *c);
 
-/* The block's entry and its bytes. */
-kvd_cblock_t *kvd_cache_block(const kvd_cache_store_t *c, uint32_t id);
-void *kvd_cache_block_bytes(const kvd_cache_store_t *c, uint32_t id);
 /* The slab of a block, and its place there. */
 static inline uint32_t kvd_cache_slab_of(const kvd_cache_store_t *c, uint32_t id)
 {
@@ -132,6 +129,12 @@ static inline uint32_t kvd_cache_pos_of(const kvd_cache_store_t *c, uint32_t id)
 {
     return id & ((1u << c->slab_shift) - 1);
 }
+/* The block's entry (on every path of a lookup: inline) and its bytes. */
+static inline kvd_cblock_t *kvd_cache_block(const kvd_cache_store_t *c, uint32_t id)
+{
+    return &c->slabs[kvd_cache_slab_of(c, id)].blocks[kvd_cache_pos_of(c, id)];
+}
+void *kvd_cache_block_bytes(const kvd_cache_store_t *c, uint32_t id);
 
 /* The block of key (filling or ready), or KVD_CBLOCK_NONE. */
 uint32_t kvd_cache_find(const kvd_cache_store_t *c, const uint8_t *key, size_t klen);

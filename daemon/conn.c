@@ -496,16 +496,21 @@ static void refuse_frame(kvd_conn_t *c, const char *why)
 static void read_and_process(kvd_conn_t *c)
 {
     unsigned handled = 0;
+    int drained = 0;
     char why[200];
 
     for (;;) {
         int fds[KVD_MAX_FDS_PER_FRAME], nfds = 0, r;
         ssize_t n;
+        size_t room;
 
         r = process_frames(c, &handled);
         if (r < 0)
             return;
-        if (r > 0)
+        /* a read that left room emptied the socket: with every frame read
+         * whole, what comes next wakes the (level-triggered) poll again, so
+         * no read to see EAGAIN; a frame still arriving is read on */
+        if (r > 0 || (drained && c->rstart == c->rlen))
             break;
         if ((r = make_room(c, why, sizeof(why))) != 0) {
             if (r == -2) {
@@ -515,8 +520,8 @@ static void read_and_process(kvd_conn_t *c)
             refuse_frame(c, why);
             return;
         }
-        n = kvd_sock_recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, fds, &nfds,
-                          KVD_MAX_FDS_PER_FRAME);
+        room = c->rcap - c->rlen;
+        n = kvd_sock_recv(c->fd, c->rbuf + c->rlen, room, fds, &nfds, KVD_MAX_FDS_PER_FRAME);
         if (n == -EAGAIN || n == -EWOULDBLOCK)
             break;
         if (n == 0) {
@@ -536,6 +541,7 @@ static void read_and_process(kvd_conn_t *c)
             return;
         }
         c->rlen += (size_t)n;
+        drained = (size_t)n < room;
         c->srv->stats.bytes_in += (uint64_t)n;
         kvd__server_activity(c->srv);
         if (nfds > 0) {

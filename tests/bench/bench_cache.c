@@ -1,12 +1,13 @@
 /*
  * bench_cache: the cache tier through a running kvdockd.
  *
- *   lookup    a cache of tiny blocks (one 16-byte row each) filled with
- *             chains of 1,000 keys: the latency of looking up a whole
+ *   lookup    two caches of tiny blocks (one 16-byte row each) filled with
+ *             chains of 1,000 keys, one to 10,000 blocks, one to
+ *             --resident (1,000,000): the latency of looking up a whole
  *             1,000-key chain (every key present; a random chain each
- *             time) with 10,000 blocks resident, then with 1,000,000, and
- *             the daemon's resident memory per block beyond the slabs'
- *             bytes (from /proc: run it on the daemon's machine).
+ *             time) in each, the two alternating, and the daemon's
+ *             resident memory per block of the large one beyond its
+ *             slabs' bytes (from /proc: run it on the daemon's machine).
  *             Targets: p50 <= 30 us, the 1M figure <= 1.2 times the 10K
  *             one, < 200 bytes a block.  Any backend.
  *
@@ -153,49 +154,78 @@ static kvd_status_t fill(kvd_client_t *cli, uint64_t cache, uint64_t pool, uint6
     return KVD_OK;
 }
 
-/* n lookups of random chains among [0, chains), every key a hit. */
-static kvd_status_t time_lookups(kvd_client_t *cli, uint64_t cache, uint64_t chains, uint64_t n,
-                                 kvd_lat_t *out)
+/* n lookups in each of two caches, alternating (so that whatever else the
+ * machine does weighs on both alike), of random chains among [0, chains[k])
+ * of cache k, every key a hit. */
+static kvd_status_t time_lookups(kvd_client_t *cli, const uint64_t cache[2],
+                                 const uint64_t chains[2], uint64_t n, kvd_lat_t out[2])
 {
     uint8_t *keys = malloc((size_t)CHAIN * KEY);
-    double *v = malloc((size_t)n * sizeof(*v));
+    double *v[2] = {malloc((size_t)n * sizeof(double)), malloc((size_t)n * sizeof(double))};
+    uint64_t warm = n / 10;
     kvd_status_t st = KVD_OK;
 
-    if (keys == NULL || v == NULL) {
+    if (keys == NULL || v[0] == NULL || v[1] == NULL) {
         free(keys);
-        free(v);
+        free(v[0]);
+        free(v[1]);
         return KVD_ENOMEM;
     }
-    for (uint64_t i = 0; i < n + n / 10 && st == KVD_OK; i++) { /* a tenth to warm */
+    for (uint64_t i = 0; i < 2 * (n + warm) && st == KVD_OK; i++) {
         kvd_cache_keys_t k = blob_keys(keys, CHAIN);
         kvd_cache_lookup_result_t r;
+        int which = (int)(i & 1);
         double t0;
 
-        chain_keys(keys, mix(i + 77) % chains, CHAIN);
+        chain_keys(keys, (which ? 1000000000ull : 0) + mix(i + 77) % chains[which], CHAIN);
         t0 = kvd__cli_now_us();
-        st = kvd_cache_lookup(cli, cache, &k, false, 0, &r);
-        if (i >= n / 10)
-            v[i - n / 10] = kvd__cli_now_us() - t0;
+        st = kvd_cache_lookup(cli, cache[which], &k, false, 0, &r);
+        if (i / 2 >= warm)
+            v[which][i / 2 - warm] = kvd__cli_now_us() - t0;
         if (st == KVD_OK && r.hits != CHAIN)
             st = KVD_EPROTO;
     }
-    if (st == KVD_OK)
-        kvd__bench_lat(out, v, n);
+    if (st == KVD_OK) {
+        kvd__bench_lat(&out[0], v[0], n);
+        kvd__bench_lat(&out[1], v[1], n);
+    }
     free(keys);
-    free(v);
+    free(v[0]);
+    free(v[1]);
+    return st;
+}
+
+/* A cache of 16-byte blocks for chains of CHAIN keys. */
+static kvd_status_t lookup_cache(kvd_client_t *cli, const char *prefix, const char *tag,
+                                 uint64_t blocks, uint64_t *id)
+{
+    kvd_cache_spec_t cs;
+    kvd_cache_info_t info;
+    char name[96];
+    kvd_status_t st;
+
+    snprintf(name, sizeof(name), "%s-%s", prefix, tag);
+    memset(&cs, 0, sizeof(cs));
+    cs.name = name;
+    cs.layout.num_layers = 1;
+    cs.layout.mla = true;
+    cs.layout.tokens_per_block = 1;
+    cs.layout.token_bytes = 16;
+    cs.budget_bytes = blocks * 16;
+    st = kvd_cache_create(cli, &cs, &info);
+    *id = info.id;
     return st;
 }
 
 static int run_lookup(kvd_client_t *cli, const opts_t *o, lookup_res_t *r)
 {
     const uint32_t pid = kvd_client_info(cli)->daemon_pid;
-    uint64_t small = 10000 / CHAIN, large = o->resident / CHAIN;
+    uint64_t chains[2] = {10000 / CHAIN, o->resident / CHAIN}, cache[2];
     uint8_t *keys = malloc((size_t)CHAIN * KEY);
     int64_t pages[CHAIN];
     kvd_pool_spec_t ps;
     kvd_pool_info_t pool;
-    kvd_cache_spec_t cs;
-    kvd_cache_info_t info;
+    kvd_lat_t lat[2];
     kvd_status_t st;
     char name[64];
     long rss0, shm0, rss1, shm1;
@@ -215,32 +245,26 @@ static int run_lookup(kvd_client_t *cli, const opts_t *o, lookup_res_t *r)
     ps.mla = true;
     if ((st = kvd_pool_create(cli, &ps, &pool)) != KVD_OK)
         return fail(cli, st, "pool create");
-    memset(&cs, 0, sizeof(cs));
-    cs.name = name;
-    cs.layout.num_layers = 1;
-    cs.layout.mla = true;
-    cs.layout.tokens_per_block = 1;
-    cs.layout.token_bytes = 16;
-    cs.budget_bytes = large * CHAIN * 16;
+    if ((st = lookup_cache(cli, name, "small", chains[0] * CHAIN, &cache[0])) != KVD_OK ||
+        (st = fill(cli, cache[0], pool.id, 0, chains[0], keys, pages)) != KVD_OK)
+        return fail(cli, st, "the 10K cache");
     rss0 = proc_kb(pid, "VmRSS");
     shm0 = proc_kb(pid, "RssShmem");
-    if ((st = kvd_cache_create(cli, &cs, &info)) != KVD_OK)
-        return fail(cli, st, "cache create");
-    if ((st = fill(cli, info.id, pool.id, 0, small, keys, pages)) != KVD_OK)
-        return fail(cli, st, "save (10K blocks)");
-    r->small_blocks = small * CHAIN;
-    if ((st = time_lookups(cli, info.id, small, o->lookups, &r->small)) != KVD_OK)
-        return fail(cli, st, "lookups (10K blocks)");
-    if ((st = fill(cli, info.id, pool.id, small, large, keys, pages)) != KVD_OK)
-        return fail(cli, st, "save (1M blocks)");
-    r->large_blocks = large * CHAIN;
-    if ((st = time_lookups(cli, info.id, large, o->lookups, &r->large)) != KVD_OK)
-        return fail(cli, st, "lookups (1M blocks)");
-    r->ratio = r->large.p50 / r->small.p50;
+    if ((st = lookup_cache(cli, name, "large", chains[1] * CHAIN, &cache[1])) != KVD_OK ||
+        (st = fill(cli, cache[1], pool.id, 1000000000ull, 1000000000ull + chains[1], keys,
+                   pages)) != KVD_OK)
+        return fail(cli, st, "the 1M cache");
     rss1 = proc_kb(pid, "VmRSS");
     shm1 = proc_kb(pid, "RssShmem");
-    /* resident growth less the slabs' touched bytes (memfd on cpu:
-     * RssShmem; pinned on cuda: anonymous, so subtracted as bytes) */
+    r->small_blocks = chains[0] * CHAIN;
+    r->large_blocks = chains[1] * CHAIN;
+    if ((st = time_lookups(cli, cache, chains, o->lookups, lat)) != KVD_OK)
+        return fail(cli, st, "lookups");
+    r->small = lat[0];
+    r->large = lat[1];
+    r->ratio = r->large.p50 / r->small.p50;
+    /* resident growth with the large cache, less its slabs' touched bytes
+     * (memfd on cpu: RssShmem; pinned on cuda: anonymous, so the bytes) */
     r->bytes_per_block = -1;
     if (rss0 >= 0 && rss1 >= 0) {
         double grown = (double)(rss1 - rss0) * 1024.0;
@@ -248,8 +272,9 @@ static int run_lookup(kvd_client_t *cli, const opts_t *o, lookup_res_t *r)
                                                 : (double)r->large_blocks * 16.0;
         r->bytes_per_block = (grown - slabs) / (double)r->large_blocks;
     }
-    if ((st = kvd_cache_drop(cli, info.id, NULL)) != KVD_OK)
-        return fail(cli, st, "cache drop");
+    for (int i = 0; i < 2; i++)
+        if ((st = kvd_cache_drop(cli, cache[i], NULL)) != KVD_OK)
+            return fail(cli, st, "cache drop");
     (void)kvd_pool_drop(cli, pool.id, NULL);
     free(keys);
     return 0;

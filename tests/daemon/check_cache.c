@@ -143,6 +143,64 @@ START_TEST(test_prefixes_under_pressure)
 }
 END_TEST
 
+/* The recency list is whole: linked both ways, every member READY, unheld
+ * and marked, and as long as the marks say. */
+static void check_lru(const kvd_cache_store_t *c)
+{
+    uint32_t n = 0, marked = 0, prev = 0, s, i;
+
+    for (uint32_t at = c->lru_head; at; at = kvd_cache_block(c, at - 1)->lru_next) {
+        const kvd_cblock_t *b = kvd_cache_block(c, at - 1);
+        ck_assert_uint_eq(b->lru_prev, prev);
+        ck_assert(b->in_lru);
+        ck_assert_int_eq(b->state, KVD_CBLOCK_READY);
+        ck_assert_uint_eq(b->holds, 0);
+        prev = at;
+        ck_assert_uint_le(++n, c->capacity);
+    }
+    ck_assert_uint_eq(c->lru_tail, prev);
+    for (s = 0; s < c->nslabs_max; s++)
+        for (i = 0; c->slabs[s].blocks != NULL && i < c->slabs[s].nblocks; i++)
+            marked += c->slabs[s].blocks[i].in_lru;
+    ck_assert_uint_eq(marked, n);
+}
+
+START_TEST(test_lookups_touch_chains)
+{
+    /* lookups of whole chains and of prefixes, with touches, mixed with
+     * saves under pressure: the recency list stays whole, a chain just
+     * looked up is the last to go, and lookups agree with the model */
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    uint8_t keys[40][12];
+    const uint8_t *kp[40];
+    size_t kl[40];
+    uint32_t ids[40], step;
+    unsigned seed = 5;
+
+    make(&c, &hm, 120);
+    for (step = 0; step < 3000; step++) {
+        uint32_t ch = (uint32_t)(rand_r(&seed) % 12), n = 1 + (uint32_t)(rand_r(&seed) % 40), h;
+
+        if (rand_r(&seed) % 3 == 0) {
+            save_chain(&c, ch, n);
+        } else {
+            for (uint32_t i = 0; i < n; i++) {
+                key_of(keys[i], ch, i);
+                kp[i] = keys[i];
+                kl[i] = 12;
+            }
+            h = kvd_cache_lookup(&c, kp, kl, n, 1, ids);
+            ck_assert_uint_eq(h, present(&c, ch, n));
+            if (h > 0) /* its first block is now the most recent */
+                ck_assert_uint_eq(c.lru_head, ids[0] + 1);
+        }
+        check_lru(&c);
+    }
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
 START_TEST(test_index_model)
 {
     /* many inserts and deletions: the table finds exactly the model's keys */
@@ -346,6 +404,7 @@ static Suite *cache_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_prefixes_under_pressure);
     tcase_add_test(tc, test_index_model);
+    tcase_add_test(tc, test_lookups_touch_chains);
     tcase_add_test(tc, test_holds_and_full);
     tcase_add_test(tc, test_evict_subtree_and_clear);
     tcase_add_test(tc, test_failed_save_under_another);
