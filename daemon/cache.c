@@ -8,9 +8,10 @@
 #include <sys/random.h>
 #include <time.h>
 
-/* A slab's blocks: enough for large copies of whole slabs, few enough that
- * a cache grows in steps of about SLAB_BYTES. */
-#define SLAB_BYTES (128ull << 20)
+/* A slab's blocks: a save or load runs one job per slab it touches, in
+ * order, so slabs are large (a request of 2 GiB of blocks makes two or
+ * three jobs); a cache grows in steps of about SLAB_BYTES. */
+#define SLAB_BYTES (1ull << 30)
 #define SLAB_BLOCKS_MAX (1u << 16)
 #define TABLE_MIN 64
 /* Keys a lookup hashes and prefetches at once. */

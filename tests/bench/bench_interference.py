@@ -13,7 +13,9 @@ defaults otherwise):
   daemon host pool, on the path the condition names: whole pages of 16
   slots (32 KiB contiguous per layer and K/V, what a cache block is) on the
   copy engines or on kernels at a block budget, or 2 KiB rows scattered one
-  by one on the copy engines;
+  by one on the copy engines; or, through the cache tier, saves of fresh
+  blocks of 16 tokens (2 MiB each, 32 KiB per layer and K/V) from that
+  cache into a kvdockd cache and loads of blocks saved before, in turn;
 - for the in-worker alternative to small scattered rows, the compute worker
   itself packs scattered 2 KiB rows of its own cache into a contiguous
   buffer with kvdock's kernel on a low-priority stream of its own context,
@@ -28,6 +30,7 @@ With --mps the conditions run again under an MPS control daemon started
 (and stopped) here, when the machine allows it.
 """
 import argparse
+import collections
 import json
 import multiprocessing as mp
 import os
@@ -53,10 +56,11 @@ CONDITIONS = {
     "kernel_32": ({"path": "kernel", "max_blocks": 32, "rows": "pages"}, 0),
     "kernel_2": ({"path": "kernel", "max_blocks": 2, "rows": "pages"}, 0),
     "copy_engine_rows": ({"path": "copy_engine", "rows": "scattered"}, 0),
+    "cache": ({"path": None, "cache": True}, 0),
     "pack_8": (None, 8),
     "pack_2": (None, 2),
 }
-ORDER = ["copy_engine", "kernel_32", "kernel_2", "copy_engine_rows", "pack_8", "pack_2"]
+ORDER = ["copy_engine", "cache", "kernel_32", "kernel_2", "copy_engine_rows", "pack_8", "pack_2"]
 
 
 def compute_worker(conn, kernels_lib):
@@ -141,6 +145,17 @@ def mover_worker(conn, socket):
         gpu = cli.import_pool("mover-kv", k, v, page_size=PAGE)
         host = cli.create_pool("mover-host", LAYERS, SLOTS, ROW, kind="host")
 
+        cache = None
+        saved = collections.deque(maxlen=32)  # keys of saves done: 32 x 64 MiB
+
+        def cache_request(n):
+            pages = torch.randperm(SLOTS // PAGE, generator=g)[:REQ_SLOTS // PAGE].tolist()
+            if n % 2 == 0 or not saved:
+                keys = [os.urandom(32) for _ in pages]
+                return cache.save_async(gpu, keys, blocks=pages), keys
+            keys = saved[int(torch.randint(len(saved), (1,), generator=g))]
+            return cache.load_async(gpu, keys, blocks=pages), None
+
         def indices(rows):
             if rows == "pages":
                 pages = torch.randperm(SLOTS // PAGE, generator=g)[:REQ_SLOTS // PAGE]
@@ -154,18 +169,27 @@ def mover_worker(conn, socket):
                 return
             mode = msg[1]
             kw = {"path": mode["path"], "max_blocks": mode.get("max_blocks", 0)}
+            if mode.get("cache") and cache is None:
+                cache = cli.create_cache("mover-cache", num_layers=LAYERS, tokens_per_block=PAGE,
+                                         token_bytes=ROW, budget_bytes=4 << 30, dtype="u8")
             futs, moved, paths, n = [], 0, set(), 0
             t0 = time.time()
             while not conn.poll():
                 while len(futs) < INFLIGHT:
-                    idx = indices(mode["rows"])
-                    src, dst = (gpu, host) if n % 2 == 0 else (host, gpu)
-                    futs.append(cli.transfer_async(src, dst, idx, idx, **kw))
+                    if mode.get("cache"):
+                        futs.append(cache_request(n))
+                    else:
+                        idx = indices(mode["rows"])
+                        src, dst = (gpu, host) if n % 2 == 0 else (host, gpu)
+                        futs.append((cli.transfer_async(src, dst, idx, idx, **kw), None))
                     n += 1
-                r = futs.pop(0).result()
+                f, keys = futs.pop(0)
+                r = f.result()
+                if keys is not None:
+                    saved.append(keys)
                 moved += r.bytes
                 paths.add(r.path)
-            for f in futs:
+            for f, _ in futs:
                 moved += f.result().bytes
             secs = time.time() - t0
             conn.recv()  # the stop
@@ -221,7 +245,7 @@ def run_conditions(args, env_extra, label):
 
     # each movement alone first (nothing computes): the rates alone
     alone = {}
-    for name in ("copy_engine", "kernel_32"):
+    for name in ("copy_engine", "cache", "kernel_32"):
         mpipe.send(("run", CONDITIONS[name][0]))
         time.sleep(1.5)
         mpipe.send(("stop",))

@@ -27,10 +27,14 @@
 #             $TOOLS, default .carry/tools: a copy of shared/tools) beside
 #             the daemon's copy-engine path (bench_paths --case chunks)
 #   interference  tests/bench/bench_interference.py: a worker's decode and
-#             prefill steps beside the daemon's movement, each path
+#             prefill steps beside the daemon's movement, each path (the
+#             cache tier's saves and loads among them)
+#   cache     tests/bench/bench_cache: the cache tier's lookups, save and
+#             load rates, both at once, layer-wise load, against the same
+#             copies in-process; figures in $OUT/cache.json
 #
 # Pick stages as arguments after BUILD_DIR or with STAGES="test bench"
-# (default: all seven).  Each stage's output is tee'd to
+# (default: all eight).  Each stage's output is tee'd to
 # $OUT/<stage>.log (OUT defaults to /tmp/kvdock-gpu-round); a summary with
 # every stage's exit code ends the run, and the script exits non-zero when
 # any stage failed.  Per-stage time limits (seconds): TEST_TIMEOUT (420),
@@ -43,14 +47,14 @@ set -u
 BUILD=build-gpu
 if [ $# -gt 0 ]; then
     case "$1" in
-    info | test | memcheck | bench | daemonbench | chunks | interference) ;;
+    info | test | memcheck | bench | daemonbench | chunks | interference | cache) ;;
     *) BUILD=$1; shift ;;
     esac
 fi
 if [ $# -gt 0 ]; then
     STAGES="$*"
 fi
-STAGES=${STAGES:-"info test memcheck bench daemonbench chunks interference"}
+STAGES=${STAGES:-"info test memcheck bench daemonbench chunks interference cache"}
 OUT=${OUT:-/tmp/kvdock-gpu-round}
 PEER=${PEER:-.peer}
 TOOLS=${TOOLS:-.carry/tools}
@@ -255,6 +259,24 @@ stage_interference() {
         python3 tests/bench/bench_interference.py --build "$BUILD" --mps
 }
 
+# The cache tier through a fresh cuda daemon (a host-memory budget that
+# holds the benchmark's two sets of 1,024 blocks of 2 MiB).
+stage_cache() {
+    local rc=0 dir sock pid
+    dir=$(mktemp -d /tmp/kvdock-cache-XXXXXX)
+    sock="$dir/kvdockd.sock"
+    "$BUILD/daemon/kvdockd" --backend cuda --socket "$sock" --log-level warn \
+        --host-memory-budget 16G >"$OUT/cache-kvdockd.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+    timeout --kill-after=15 "$BENCH_TIMEOUT" "$BUILD/tests/bench/bench_cache" --socket "$sock" \
+        --json >"$OUT/cache.json" || rc=1
+    cat "$OUT/cache.json"
+    kill "$pid"; wait "$pid"
+    rm -rf "$dir"
+    return "$rc"
+}
+
 for s in $STAGES; do
     case "$s" in
     info) run_stage info stage_info ;;
@@ -264,8 +286,9 @@ for s in $STAGES; do
     daemonbench) run_stage daemonbench stage_daemonbench ;;
     chunks) run_stage chunks stage_chunks ;;
     interference) run_stage interference stage_interference ;;
+    cache) run_stage cache stage_cache ;;
     *)
-        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench chunks interference)" >&2
+        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench chunks interference cache)" >&2
         NAMES+=("$s")
         CODES+=(2)
         SECS+=(0)

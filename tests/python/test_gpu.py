@@ -13,6 +13,10 @@ as an inference engine writes it, against kvdockd --backend cuda.
 - A daemon-owned device pool mapped here as CUDA tensors without a copy;
   operands in registered device buffers; fp8 from CUDA bf16 tensors against
   the kernel library's CPU reference.
+- The cache tier: blocks saved from the imported KV cache, loaded back into
+  other pages with one event per layer group (each group read on a stream
+  that waits on its event only), and a second worker process that looks
+  the prompt up and loads what the first saved into its own KV cache.
 
 Skips (exit 77 through run_suite.py, printing why) where PyTorch has no
 usable CUDA device or libkvdock was built without CUDA.
@@ -26,6 +30,8 @@ import here fails the CPU CI.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import unittest
 
 import harness
@@ -281,5 +287,141 @@ class TestEvents(GpuBase):
         dev.drop()
 
 
+# ---------------------------------------------------------------------------
+# The cache tier
+
+L_C, T_C, H_C, DH_C, PAGES_C = 8, 16, 8, 64, 64  # layers, tokens a block, heads, dim, pages
+
+
+def cache_worker_kv(cli, name: str):
+    """A worker's paged KV cache: per layer K and V [pages * T, H, Dh] bf16,
+    imported with pages of T_C slots."""
+    k = [torch.zeros(PAGES_C * T_C, H_C, DH_C, dtype=torch.bfloat16, device="cuda")
+         for _ in range(L_C)]
+    v = [torch.zeros_like(t) for t in k]
+    torch.cuda.synchronize()
+    return k, v, cli.import_pool(name, k, v, page_size=T_C)
+
+
+def prompt_blocks(seed: int, n: int):
+    """The prompt's token ids and each block's K/V (layer-major), the same
+    in every process for a seed."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    tokens = torch.randint(0, 32000, (n * T_C,), generator=g, device="cuda").tolist()
+    kv = torch.randn(L_C, 2, n, T_C, H_C, DH_C, generator=g, device="cuda").to(torch.bfloat16)
+    return tokens, kv
+
+
+def write_pages(k, v, kv, pages) -> None:
+    for l in range(L_C):
+        for i, p in enumerate(pages):
+            k[l][p * T_C:(p + 1) * T_C] = kv[l, 0, i]
+            v[l][p * T_C:(p + 1) * T_C] = kv[l, 1, i]
+
+
+def pages_hold(k, v, kv, pages, layers=range(L_C)) -> bool:
+    return all(torch.equal(k[l][p * T_C:(p + 1) * T_C], kv[l, 0, i]) and
+               torch.equal(v[l][p * T_C:(p + 1) * T_C], kv[l, 1, i])
+               for l in layers for i, p in enumerate(pages))
+
+
+class TestCache(GpuBase):
+    def make_cache(self, name: str) -> kvdock.Cache:
+        return self.cli.create_cache(name, num_layers=L_C, tokens_per_block=T_C,
+                                     token_bytes=H_C * DH_C * 2, dtype="bf16",
+                                     budget_bytes=256 * L_C * 2 * T_C * H_C * DH_C * 2)
+
+    def test_save_load_layer_events(self):
+        n = 24
+        k, v, gpu = cache_worker_kv(self.cli, f"ckv-{self.tag}")
+        cache = self.make_cache(f"c-{self.tag}")
+        tokens, kv = prompt_blocks(11, n)
+        keys = kvdock.block_hashes(tokens, T_C, salt=b"test-model")
+        src = [(i * 5) % PAGES_C for i in range(n)]  # scattered pages
+        write_pages(k, v, kv, src)
+        done = torch.cuda.Event(interprocess=True)
+        done.record()
+        r = cache.save(gpu, keys, blocks=src, wait_event=done)
+        self.assertEqual((r.stored, r.skipped), (n, 0))
+        self.assertEqual(r.path, "copy_engine")
+        self.assertEqual(cache.lookup(keys).hits, n)
+        # the worker reuses the pages: load into others, a layer group at a
+        # time; a stream that waits on group g's event reads group g only
+        for t in k + v:
+            t.zero_()
+        torch.cuda.synchronize()
+        dst = [PAGES_C - 1 - i for i in range(n)]
+        groups = 4
+        evs = [torch.cuda.Event(interprocess=True) for _ in range(groups)]
+        hit = cache.lookup(keys, lease=True)
+        self.assertEqual(hit.hits, n)
+        r = cache.load(gpu, lease=hit.lease, blocks=dst, layer_events=evs, reply_at_enqueue=True)
+        self.assertTrue(r.enqueued)
+        stream = torch.cuda.Stream()
+        per = L_C // groups
+        seen = []
+        for g in range(groups):
+            with torch.cuda.stream(stream):
+                stream.wait_event(evs[g])
+                seen.append([(k[l].clone(), v[l].clone()) for l in range(g * per, (g + 1) * per)])
+        stream.synchronize()
+        for g in range(groups):
+            for j, (kk, vv) in enumerate(seen[g]):
+                l = g * per + j
+                self.assertTrue(all(torch.equal(kk[p * T_C:(p + 1) * T_C], kv[l, 0, i]) and
+                                    torch.equal(vv[p * T_C:(p + 1) * T_C], kv[l, 1, i])
+                                    for i, p in enumerate(dst)),
+                                f"layer {l} read after its group's event was not whole")
+        self.assertTrue(pages_hold(k, v, kv, dst))
+        st = cache.stats()
+        self.assertEqual((st.blocks, st.loaded, st.leases), (n, n, 0))
+        cache.drop()
+        gpu.drop()
+
+    def test_second_worker_loads_the_prefix(self):
+        """Worker A saves a prompt's blocks; worker B, another process with
+        its own KV cache, gets a prompt sharing the first 20 blocks, looks
+        it up, loads the hits and finds A's bytes."""
+        n = 28
+        k, v, gpu = cache_worker_kv(self.cli, f"akv-{self.tag}")
+        name = f"shared-{self.tag}"
+        cache = self.make_cache(name)
+        tokens, kv = prompt_blocks(23, n)
+        keys = kvdock.block_hashes(tokens, T_C, salt=b"test-model")
+        write_pages(k, v, kv, range(n))
+        torch.cuda.synchronize()
+        self.assertEqual(cache.save(gpu, keys[:20], blocks=range(20)).stored, 20)
+        out = subprocess.run([sys.executable, __file__, "cache-worker-b", D.socket, name, "23"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=300)
+        self.assertEqual(out.returncode, 0, out.stdout)
+        self.assertIn("worker b: 20 of 28 blocks hit, loaded, equal", out.stdout)
+        self.assertEqual(cache.stats().loaded, 20)
+        cache.drop()
+        gpu.drop()
+
+
+def cache_worker_b(socket: str, name: str, seed: int) -> int:
+    """The second worker (its own process): a prompt whose first 20 blocks
+    are those worker A saved, then its own."""
+    cli = kvdock.Client(socket, name="worker-b", timeout=120)
+    k, v, gpu = cache_worker_kv(cli, f"bkv-{os.getpid()}")
+    cache = cli.cache(name)
+    tokens, kv = prompt_blocks(seed, 28)
+    tokens = tokens[:20 * T_C] + [7] * (8 * T_C)  # the same prefix, another ending
+    keys = kvdock.block_hashes(tokens, T_C, salt=b"test-model")
+    hit = cache.lookup(keys, lease=True)
+    pages = list(range(30, 30 + hit.hits))
+    cache.load(gpu, lease=hit.lease, blocks=pages)
+    ok = pages_hold(k, v, kv[:, :, :hit.hits], pages)
+    print(f"worker b: {hit.hits} of {len(keys)} blocks hit, loaded, "
+          f"{'equal' if ok else 'DIFFERENT'}")
+    gpu.drop()
+    cli.close()
+    return 0 if ok and hit.hits == 20 else 1
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "cache-worker-b":
+        sys.exit(cache_worker_b(sys.argv[2], sys.argv[3], int(sys.argv[4])))
     unittest.main(verbosity=2)
