@@ -62,6 +62,10 @@ struct kvd_job {
     void *wait_event;    /* backend event (kvd_backend_ops.event_open), or NULL */
     void *layer_event;   /* recorded after the work, before record_event: the
                           * event of a layer group (cache loads), or NULL */
+    uint32_t *layer_flag; /* written flag_value after the work (before the
+                           * events): a layer group's flag (cache loads), in
+                           * host or device memory, or NULL */
+    uint32_t flag_value;
     void *record_event;
     /* the job before this one of the same request (same stream class), or
      * NULL: this one starts once that one's work is done */

@@ -48,6 +48,8 @@ static void run_job(kvd_job_t *job)
     job->skipped_oob = oob;
     if (st != KVD_OK)
         snprintf(job->detail, sizeof(job->detail), "%s", kvd_last_error_detail());
+    else if (job->layer_flag != NULL) /* the bytes are in: say so, after them */
+        __atomic_store_n(job->layer_flag, job->flag_value, __ATOMIC_RELEASE);
 }
 
 static void *worker_main(void *arg)

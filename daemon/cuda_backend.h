@@ -41,6 +41,7 @@ typedef CUresult (*pfn_import_t)(CUmemGenericAllocationHandle *, void *,
 typedef CUresult (*pfn_granularity_t)(size_t *, const CUmemAllocationProp *,
                                       CUmemAllocationGranularity_flags);
 typedef CUresult (*pfn_addr_range_t)(CUdeviceptr *, size_t *, CUdeviceptr);
+typedef CUresult (*pfn_write_value32_t)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
 typedef struct driver_api {
     pfn_mem_create_t mem_create;
@@ -54,6 +55,7 @@ typedef struct driver_api {
     pfn_import_t import_handle;
     pfn_granularity_t granularity;
     pfn_addr_range_t addr_range;
+    pfn_write_value32_t write_value32; /* cache loads' layer flags */
     int vmm; /* every VMM entry point was found */
 } driver_api_t;
 
@@ -174,7 +176,7 @@ void kvd__cuda_copy_stop(cuda_backend_t *cb);
 /* cuda_work.c: a finished job to the loop (done list and wake-up); the
  * job's layer and record events recorded on s. */
 void kvd__cuda_push_done(cuda_backend_t *cb, kvd_job_t *job);
-void kvd__cuda_record_events(const kvd_job_t *job, cudaStream_t s);
+void kvd__cuda_record_events(cuda_backend_t *cb, const kvd_job_t *job, cudaStream_t s);
 
 /* cuda_work.c: the work functions of the backend's table; the completion
  * handlers (the async wake-up, the loop mode's idle pass, the poller

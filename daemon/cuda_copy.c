@@ -185,7 +185,7 @@ static void issue(ce_worker_t *w, ce_part_t *p)
         if (&g->parts[i] != p && g->parts[i].recorded)
             (void)cudaStreamWaitEvent(w->stream, g->parts[i].done, 0);
     if (g->status == KVD_OK)
-        kvd__cuda_record_events(job, w->stream);
+        kvd__cuda_record_events(w->cb, job, w->stream);
     (void)cudaEventRecord(g->end, w->stream);
     pthread_mutex_lock(&w->cb->ce_mu);
     g->issued = 1;

@@ -207,10 +207,21 @@ void kvd__cuda_idle_cb(uv_idle_t *h)
 
 /* ---- work ------------------------------------------------------------------ */
 
-void kvd__cuda_record_events(const kvd_job_t *job, cudaStream_t s)
+void kvd__cuda_record_events(cuda_backend_t *cb, const kvd_job_t *job, cudaStream_t s)
 {
     void *evs[2] = {job->layer_event, job->record_event};
 
+    /* the layer flag: written on the stream after the work (with the fence
+     * that makes the work's writes visible first), so that a worker's
+     * stream may wait on it before or after this is queued */
+    if (job->layer_flag != NULL) {
+        CUresult r = cb->drv.write_value32 != NULL
+                         ? cb->drv.write_value32((CUstream)s, (CUdeviceptr)(uintptr_t)job->layer_flag,
+                                                 job->flag_value, 0)
+                         : CUDA_ERROR_NOT_SUPPORTED;
+        if (r != CUDA_SUCCESS)
+            kvd_log(KVD_LOG_WARN, "event=flag_write_failed result=%d", (int)r);
+    }
     for (int i = 0; i < 2; i++)
         if (evs[i] != NULL && cudaEventRecord((cudaEvent_t)evs[i], s) != cudaSuccess) {
             kvd_log(KVD_LOG_WARN, "event=record_failed error=\"%s\"",
@@ -272,7 +283,7 @@ static kvd_status_t cuda_submit(kvd_backend_t *be, kvd_job_t *job)
         goto fail;
     }
     /* (a job after another of its request is on the same stream: in order) */
-    kvd__cuda_record_events(job, s);
+    kvd__cuda_record_events(cb, job, s);
     cb->pending++;
     if (cb->loop_poll) { /* loop thread only: no lock; the event comes in kvd__cuda_idle_cb */
         job->done_event = NULL;

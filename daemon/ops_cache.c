@@ -1011,7 +1011,7 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
     keys_t ks;
     kvd_lease_t *lease = NULL;
     int64_t *pages;
-    uint32_t n, i, g, groups, next = 0;
+    uint32_t n, i, g, groups, nflags = 0, next = 0, *flags = NULL;
     void *levs[MAX_LAYER_EVENTS];
     slab_plan_t plan;
     cacheop_t *op;
@@ -1056,6 +1056,28 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
     for (i = 0; i < cl->n_layer_events; i++)
         if ((st = kvd__get_event(r, d, cl->layer_events[i], "layer_events", &levs[i])) != KVD_OK)
             return st;
+    if (cl->layer_flags != NULL) {
+        uint64_t fb = cl->layer_flags->bytes;
+        void *ptr;
+
+        if (fb == 0 || fb % sizeof(uint32_t) != 0)
+            return kvd__req_fail(r, KVD_EINVAL, "layer_flags: %" PRIu64 " bytes: give 4 per "
+                                 "layer group", fb);
+        nflags = (uint32_t)(fb / sizeof(uint32_t));
+        if (nflags > MAX_LAYER_EVENTS || nflags > c->layout.num_layers)
+            return kvd__req_fail(r, KVD_EINVAL, "layer_flags: %u groups for %u layers (at "
+                                 "most %d)", nflags, c->layout.num_layers, MAX_LAYER_EVENTS);
+        if (cl->n_layer_events != 0 && cl->n_layer_events != nflags)
+            return kvd__req_fail(r, KVD_ESHAPE, "%zu layer events and %u layer flags: one of "
+                                 "each per group", cl->n_layer_events, nflags);
+        if (cl->flag_value == 0)
+            return kvd__req_fail(r, KVD_EINVAL, "flag_value must not be 0 (a flag's value "
+                                 "before it is written)");
+        if ((st = kvd__get_bufref(r, d, cl->layer_flags, fb, sizeof(uint32_t), "layer_flags",
+                                  &ptr, NULL)) != KVD_OK)
+            return st;
+        flags = ptr;
+    }
     if ((st = kvd__get_sync(r, d, p->kind == KVD_MEM_HOST ? KVD_STREAM_D2D : KVD_STREAM_RELOAD,
                             1)) != KVD_OK ||
         (st = kvd__choose_path(r, d, KVD_MEM_HOST, p->kind, 0, 0)) != KVD_OK)
@@ -1077,7 +1099,7 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
     for (i = 0; i < n; i++)
         kvd_cache_hold(c, op->ids[i]);
     /* layer groups as even as they come: group g is layers [g L / G, (g + 1) L / G) */
-    groups = cl->n_layer_events ? (uint32_t)cl->n_layer_events : 1;
+    groups = cl->n_layer_events ? (uint32_t)cl->n_layer_events : nflags ? nflags : 1;
     if ((st = plan_slabs(r, d, op, pages, 0, &plan)) != KVD_OK ||
         (st = kvd__dataop_jobs(r, d, plan.nslabs ? groups * plan.nslabs : 1)) != KVD_OK)
         return st;
@@ -1091,6 +1113,10 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
             slab_jobs(d, p, c, &plan, 0, begin, end - begin, &next);
             if (cl->n_layer_events)
                 kvd__dataop_job(d, next - 1)->layer_event = levs[g];
+            if (flags != NULL) {
+                kvd__dataop_job(d, next - 1)->layer_flag = flags + g;
+                kvd__dataop_job(d, next - 1)->flag_value = cl->flag_value;
+            }
         }
     }
     if (lease != NULL) { /* the load ends the lease: it is the load's now */

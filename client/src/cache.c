@@ -475,6 +475,7 @@ static kvd_status_t load_go(kvd_client_t *cli, const kvd_cache_load_t *a, const 
     Kvdock__CacheLoad m = KVDOCK__CACHE_LOAD__INIT;
     Kvdock__CacheKeys k;
     Kvdock__Sync s;
+    Kvdock__BufRef flags = KVDOCK__BUF_REF__INIT;
     ProtobufCBinaryData *owned;
     kvd__idx_msg_t blocks;
     kvd_status_t st;
@@ -493,6 +494,13 @@ static kvd_status_t load_go(kvd_client_t *cli, const kvd_cache_load_t *a, const 
     m.blocks = &blocks.msg;
     m.n_layer_events = a->num_layer_events;
     m.layer_events = (uint64_t *)a->layer_events;
+    if (a->layer_flags.buffer != 0) {
+        flags.buffer = a->layer_flags.buffer;
+        flags.offset = a->layer_flags.offset;
+        flags.bytes = a->layer_flags.bytes;
+        m.layer_flags = &flags;
+        m.flag_value = a->flag_value;
+    }
     req.sync = kvd__sync_build(sync, &s);
     req.op_case = KVDOCK__REQUEST__OP_CACHE_LOAD;
     req.cache_load = &m;

@@ -355,9 +355,42 @@ kvd_status_t kvd_event_ipc_handle(void *cuda_event, uint8_t out[KVD_IPC_HANDLE_B
     return KVD_OK;
 }
 
+typedef CUresult (*wait_value32_fn)(CUstream s, CUdeviceptr addr, cuuint32_t value,
+                                   unsigned int flags);
+
+kvd_status_t kvd_stream_wait_value32(void *cuda_stream, const void *addr, uint32_t value)
+{
+    static wait_value32_fn fn;
+    CUresult r;
+
+    if (addr == NULL)
+        return kvd__client_fail(NULL, KVD_ENULL, "addr is NULL");
+    if ((uintptr_t)addr % sizeof(uint32_t) != 0)
+        return kvd__client_fail(NULL, KVD_EALIGN, "a flag is a 4-byte aligned uint32");
+    if (fn == NULL) /* a race here only looks the same pointer up twice */
+        fn = (wait_value32_fn)entry_point("cuStreamWaitValue32");
+    if (fn == NULL)
+        return kvd__client_fail(NULL, KVD_ENOTSUP,
+                                "CUDA driver entry point cuStreamWaitValue32 not found");
+    r = fn((CUstream)cuda_stream, (CUdeviceptr)(uintptr_t)addr, value, CU_STREAM_WAIT_VALUE_GEQ);
+    if (r != CUDA_SUCCESS)
+        return kvd__client_fail(NULL, KVD_ECUDA, "cuStreamWaitValue32: CUresult %d (is the flag "
+                                "in device memory, or host memory registered with CUDA?)",
+                                (int)r);
+    return KVD_OK;
+}
+
 #else /* !KVD_HAVE_CUDA */
 
 #define NO_CUDA_ "libkvdock was built without CUDA"
+
+kvd_status_t kvd_stream_wait_value32(void *cuda_stream, const void *addr, uint32_t value)
+{
+    (void)cuda_stream;
+    (void)addr;
+    (void)value;
+    return kvd__client_fail(NULL, KVD_ENOTSUP, NO_CUDA_ ": cannot wait on a flag");
+}
 
 kvd_status_t kvd__cuda_ipc_open(const kvd_client_t *cli, const uint8_t *handle, int device,
                                 void **base)

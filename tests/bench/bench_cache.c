@@ -20,7 +20,8 @@
  *             (the kernel library's copy-engine path on one stream, which
  *             is what the daemon runs), and a load with one event per layer:
  *             when the reply at enqueue comes and the first layer's event
- *             fires, against the whole load.
+ *             fires, against the whole load; and with one flag per layer in
+ *             a host buffer, polled here: when the first layer's is set.
  *             Each figure: the median of --iterations after one warm.
  *
  * Usage: bench_cache [--case lookup|transfer|all] [--socket PATH] [--json]
@@ -313,6 +314,7 @@ typedef struct transfer_res {
     double inproc_save_gbs, inproc_load_gbs;
     double ratio_save, ratio_load; /* daemon time over in-process time */
     double enqueued_us, first_layer_us, whole_load_us, first_layer_bound_us;
+    double flag_first_us, flag_whole_us, flag_bound_us;
     bool have_inproc;
 } transfer_res_t;
 
@@ -353,6 +355,8 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
     uint64_t off = 0;
     cudaStream_t s = NULL;
     cudaEvent_t *levs = calloc(L, sizeof(*levs));
+    uint64_t flag_buf = 0;
+    kvd_mapping_t *flag_map = NULL;
     uint64_t *lev_ids = calloc(L, sizeof(*lev_ids));
 
     memset(r, 0, sizeof(*r));
@@ -473,9 +477,11 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
     }
     r->combined_gbs = 2.0 * n * block / (median(t + 1, iters) * 1e3);
 
-    /* layer-wise: one event per layer, the reply at enqueue (a client may
-     * wait on an interprocess event only once its record is enqueued);
-     * then the first layer's event is polled from here */
+    /* layer-wise, two ways.  One event per layer with the reply at enqueue
+     * (a client may wait on an interprocess event only once its record is
+     * queued): when the reply comes and the first layer's event fires.
+     * One flag per layer in a host buffer, polled from here: when the
+     * first layer's flag is set (a stream may wait on a flag at any time). */
     for (uint32_t l = 0; l < L; l++) {
         uint8_t h[KVD_IPC_HANDLE_BYTES];
         if (cudaEventCreateWithFlags(&levs[l], cudaEventDisableTiming | cudaEventInterprocess) !=
@@ -484,12 +490,18 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
             (st = kvd_event_register(cli, h, &lev_ids[l])) != KVD_OK)
             return fail(cli, st ? st : KVD_ECUDA, "layer events");
     }
+    if ((st = kvd_buffer_register(cli, 4ull * L, KVD_MEM_HOST, "bench-flags", &flag_buf,
+                                  &flag_map)) != KVD_OK)
+        return fail(cli, st, "flag buffer");
     {
-        double first[64], whole[64], enq[64];
+        double first[64], whole[64], enq[64], ffirst[64], fwhole[64];
+        volatile uint32_t *flags = flag_map->base;
         uint64_t m = iters < 64 ? iters : 64;
         for (uint64_t i = 0; i <= m; i++) {
             kvd_cache_load_t a;
             kvd_sync_t sync;
+            kvd_op_result_t res;
+            uint64_t rid;
             double t0, te, t1;
 
             memset(&a, 0, sizeof(a));
@@ -516,11 +528,38 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
                 first[i - 1] = t1 - t0;
                 whole[i - 1] = kvd__cli_now_us() - t0;
             }
+            /* flags: the value of this round, polled */
+            memset(&a, 0, sizeof(a));
+            a.cache = info.id;
+            a.pool = pool.id;
+            a.keys = blob_keys(keys, n);
+            a.blocks.values = pages;
+            a.blocks.count = n;
+            a.layer_flags.buffer = flag_buf;
+            a.layer_flags.bytes = 4ull * L;
+            a.flag_value = (uint32_t)i + 1;
+            t0 = kvd__cli_now_us();
+            if ((st = kvd_cache_load_submit(cli, &a, NULL, &res, &rid)) != KVD_OK)
+                return fail(cli, st, "flagged load");
+            while (flags[0] != (uint32_t)i + 1 && kvd__cli_now_us() - t0 < 10e6)
+                ;
+            t1 = kvd__cli_now_us();
+            if ((st = kvd_client_wait(cli, rid)) != KVD_OK)
+                return fail(cli, st, "flagged load");
+            if (flags[0] != (uint32_t)i + 1 || flags[L - 1] != (uint32_t)i + 1)
+                return fail(cli, KVD_EPROTO, "a layer flag was not set");
+            if (i > 0) {
+                ffirst[i - 1] = t1 - t0;
+                fwhole[i - 1] = kvd__cli_now_us() - t0;
+            }
         }
         r->enqueued_us = median(enq, m);
         r->first_layer_us = median(first, m);
         r->whole_load_us = median(whole, m);
         r->first_layer_bound_us = 1.5 / L * r->whole_load_us + 20.0;
+        r->flag_first_us = median(ffirst, m);
+        r->flag_whole_us = median(fwhole, m);
+        r->flag_bound_us = 1.5 / L * r->flag_whole_us + 20.0;
     }
 
     /* in-process: the same copies on the copy engines, on one stream */
@@ -580,6 +619,8 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
         (void)kvd_event_drop(cli, lev_ids[l]);
         cudaEventDestroy(levs[l]);
     }
+    kvd_mapping_destroy(&flag_map);
+    (void)kvd_buffer_drop(cli, flag_buf);
     (void)kvd_cache_drop(cli, info.id, NULL);
     (void)kvd_pool_drop(cli, pool.id, NULL);
     cudaFree(dev);
@@ -611,9 +652,12 @@ static void print_transfer(const opts_t *o, const transfer_res_t *r)
     printf("  load (tier -> device)    %6.1f GB/s   in-process %6.1f GB/s   ratio %.2f\n",
            r->load_gbs, r->inproc_load_gbs, r->ratio_load);
     printf("  save and load at once    %6.1f GB/s combined\n", r->combined_gbs);
-    printf("  layer-wise load: enqueued %.0f us, first layer's event %.0f us, whole load %.0f us "
-           "(bound %.0f us)\n",
+    printf("  layer-wise load, events: enqueued %.0f us, first layer's event %.0f us, whole load "
+           "%.0f us (bound %.0f us)\n",
            r->enqueued_us, r->first_layer_us, r->whole_load_us, r->first_layer_bound_us);
+    printf("  layer-wise load, flags: first layer's flag %.0f us, whole load %.0f us (bound %.0f "
+           "us)\n",
+           r->flag_first_us, r->flag_whole_us, r->flag_bound_us);
 }
 
 static void json_transfer(const transfer_res_t *r)
@@ -622,10 +666,12 @@ static void json_transfer(const transfer_res_t *r)
            "\"load_gbs\":%.2f,\"combined_gbs\":%.2f,\"inproc_save_gbs\":%.2f,"
            "\"inproc_load_gbs\":%.2f,\"ratio_save\":%.3f,\"ratio_load\":%.3f,"
            "\"enqueued_us\":%.1f,\"first_layer_us\":%.1f,\"whole_load_us\":%.1f,"
-           "\"first_layer_bound_us\":%.1f}",
+           "\"first_layer_bound_us\":%.1f,\"flag_first_us\":%.1f,\"flag_whole_us\":%.1f,"
+           "\"flag_bound_us\":%.1f}",
            r->block_bytes, r->blocks, r->save_gbs, r->load_gbs, r->combined_gbs,
            r->inproc_save_gbs, r->inproc_load_gbs, r->ratio_save, r->ratio_load, r->enqueued_us,
-           r->first_layer_us, r->whole_load_us, r->first_layer_bound_us);
+           r->first_layer_us, r->whole_load_us, r->first_layer_bound_us, r->flag_first_us,
+           r->flag_whole_us, r->flag_bound_us);
 }
 
 static int usage(const char *msg)

@@ -7,6 +7,7 @@
  *
  * - create, open, list, stats, drop; names, layouts and budgets refused
  * - save, lookup, load round trips, dedup, a chain continued by its parent
+ * - a load's layer flags: set per group once it has landed
  * - bad input: each refusal's exact status, and nothing changed by it
  * - two clients saving one chain at once: stored once, both succeed; a
  *   lookup never reports a block whose bytes are not complete
@@ -478,6 +479,75 @@ START_TEST(test_mla_and_key_forms)
         }
     kvt_pool_free(cli, &p);
     KVT_OK(cli, kvd_cache_drop(cli, info.id, NULL));
+    kvd_client_destroy(&cli);
+}
+END_TEST
+
+START_TEST(test_layer_flags)
+{
+    /* a load sets each layer group's flag once the group has landed; bad
+     * flag arguments are refused before anything moves */
+    kvd_client_t *cli = kvt_connect("cache-flags");
+    uint64_t rng = 29, id = cache_make(cli, "flags", 32, false, NULL), buf = 0;
+    kvd_mapping_t *map = NULL;
+    volatile uint32_t *flags;
+    int64_t pages[4] = {4, 5, 6, 7};
+    kvd_cache_load_t ld;
+    kvt_pool_t p;
+    chain_t c;
+
+    pool_make(cli, &p, 8);
+    chain_make(&c, 4, NULL, 0, &rng);
+    KVT_OK(cli, save(cli, id, &p, &c, 0, 4, 0, NULL));
+    KVT_OK(cli, kvd_buffer_register(cli, 64, KVD_MEM_HOST, "flags", &buf, &map));
+    flags = map->base;
+    memset(&ld, 0, sizeof(ld));
+    ld.cache = id;
+    ld.pool = p.info.id;
+    ld.keys = keys_of(&c, 0, 4);
+    ld.blocks.values = pages;
+    ld.blocks.count = 4;
+    ld.layer_flags.buffer = buf;
+    ld.layer_flags.offset = 8;
+    ld.layer_flags.bytes = LAYERS * 4; /* a group per layer */
+    ld.flag_value = 7;
+    for (int i = 0; i < 4; i++)
+        page_poison(&p, 4 + i);
+    KVT_OK(cli, kvd_cache_load(cli, &ld, NULL, NULL));
+    for (int i = 0; i < 4; i++)
+        ck_assert(page_holds(&p, 4 + i, c.keys[i]));
+    ck_assert_uint_eq(flags[0], 0);
+    ck_assert_uint_eq(flags[1], 0);
+    ck_assert_uint_eq(flags[2], 7);
+    ck_assert_uint_eq(flags[3], 7);
+    ck_assert_uint_eq(flags[4], 0);
+    ld.layer_flags.bytes = 4; /* one group of every layer */
+    ld.flag_value = 9;
+    KVT_OK(cli, kvd_cache_load(cli, &ld, NULL, NULL));
+    ck_assert_uint_eq(flags[2], 9);
+    ck_assert_uint_eq(flags[3], 7);
+    /* refused, the flags and the pool as they were */
+    ld.layer_flags.bytes = 6;
+    KVT_ERR(cli, kvd_cache_load(cli, &ld, NULL, NULL), KVD_EINVAL);
+    ld.layer_flags.bytes = (LAYERS + 1) * 4; /* more groups than layers */
+    KVT_ERR(cli, kvd_cache_load(cli, &ld, NULL, NULL), KVD_EINVAL);
+    ld.layer_flags.bytes = 4;
+    ld.flag_value = 0;
+    KVT_ERR(cli, kvd_cache_load(cli, &ld, NULL, NULL), KVD_EINVAL);
+    ld.flag_value = 5;
+    ld.layer_flags.offset = 2;
+    KVT_ERR(cli, kvd_cache_load(cli, &ld, NULL, NULL), KVD_EALIGN);
+    ld.layer_flags.offset = 64;
+    KVT_ERR(cli, kvd_cache_load(cli, &ld, NULL, NULL), KVD_ERANGE);
+    ld.layer_flags.offset = 8;
+    ld.layer_flags.buffer = 999999;
+    KVT_ERR(cli, kvd_cache_load(cli, &ld, NULL, NULL), KVD_ENOENT);
+    ck_assert_uint_eq(flags[2], 9);
+    ck_assert_uint_eq(stats(cli, id).loads, 2);
+    kvd_mapping_destroy(&map);
+    KVT_OK(cli, kvd_buffer_drop(cli, buf));
+    kvt_pool_free(cli, &p);
+    KVT_OK(cli, kvd_cache_drop(cli, id, NULL));
     kvd_client_destroy(&cli);
 }
 END_TEST
@@ -1230,6 +1300,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_save_lookup_load);
     tcase_add_test(tc, test_mla_and_key_forms);
+    tcase_add_test(tc, test_layer_flags);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_concurrent_saves_dedup);
     tcase_add_test(tc, test_prefixes_under_pressure);

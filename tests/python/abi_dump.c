@@ -368,6 +368,8 @@ int main(void)
     F(kvd_cache_load_t, blocks);
     F(kvd_cache_load_t, layer_events);
     F(kvd_cache_load_t, num_layer_events);
+    F(kvd_cache_load_t, layer_flags);
+    F(kvd_cache_load_t, flag_value);
     S_END();
     S_BEGIN(kvd_cache_evict_result_t, "CacheEvictResult");
     F(kvd_cache_evict_result_t, evicted);

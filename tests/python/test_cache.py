@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import random
+import struct
 import unittest
 
 import harness
@@ -121,6 +122,27 @@ class CacheTest(unittest.TestCase):
         self.assertEqual((st.blocks, st.stored, st.skipped, st.loaded), (10, 10, 10, 10))
         self.assertEqual(st.bytes_out, 10 * st.block_bytes)
         self.assertIn(st.id, [c.id for c in self.cli.caches()])
+
+    def test_layer_flags(self):
+        cache = self.make("flags")
+        keys = kvdock.block_hashes(list(range(3 * TPB)), TPB)
+        self.fill(range(3), keys)
+        cache.save(self.pool, keys, blocks=range(3))
+        buf = self.cli.register_buffer(16)
+        r = cache.load(self.pool, keys, blocks=[10, 11, 12], layer_flags=buf.ref(4, 4 * LAYERS),
+                       flag_value=5)
+        self.assertEqual(r.rows, 3)
+        flags = struct.unpack("<4I", bytes(buf.mapping.memoryview()[:16]))
+        self.assertEqual(flags, (0, 5, 5, 0))
+        for i, k in enumerate(keys):
+            self.assertTrue(self.holds(10 + i, k))
+        with self.assertRaises(kvdock.Error) as e:
+            cache.load(self.pool, keys, blocks=[10, 11, 12], layer_flags=buf.ref(0, 4),
+                       flag_value=0)
+        self.assertEqual(e.exception.name, "EINVAL")
+        with self.assertRaises(ValueError):  # a stream waits on device flags only
+            buf.wait_value(0, 1)
+        buf.drop()
 
     def test_open_existing_and_names(self):
         a = self.make("shared-prefix", shared=True)

@@ -378,6 +378,45 @@ class TestCache(GpuBase):
         cache.drop()
         gpu.drop()
 
+    def test_load_layer_flags(self):
+        """Flags in a device buffer: the worker's stream waits for group g's
+        flag, queued before the daemon has even received the load, then
+        reads group g; every read finds its layers whole."""
+        n, groups = 48, 4
+        k, v, gpu = cache_worker_kv(self.cli, f"fkv-{self.tag}")
+        cache = self.make_cache(f"f-{self.tag}")
+        tokens, kv = prompt_blocks(31, n)
+        keys = kvdock.block_hashes(tokens, T_C, salt=b"test-model")
+        write_pages(k, v, kv, range(n))
+        torch.cuda.synchronize()
+        cache.save(gpu, keys, blocks=range(n))
+        for t in k + v:
+            t.zero_()
+        flags = self.cli.register_buffer(4 * groups, device=True)
+        flags.tensor(torch.int32).zero_()
+        torch.cuda.synchronize()
+        stream = torch.cuda.Stream()
+        per = L_C // groups
+        seen = []
+        for g in range(groups):  # queued first: the waits hold the stream
+            flags.wait_value(4 * g, 1, stream)
+            with torch.cuda.stream(stream):
+                seen.append([(k[l].clone(), v[l].clone()) for l in range(g * per, (g + 1) * per)])
+        fut = cache.load_async(gpu, keys, blocks=range(n), layer_flags=flags, flag_value=1)
+        fut.result(120)
+        stream.synchronize()
+        for g in range(groups):
+            for j, (kk, vv) in enumerate(seen[g]):
+                l = g * per + j
+                self.assertTrue(all(torch.equal(kk[p * T_C:(p + 1) * T_C], kv[l, 0, p]) and
+                                    torch.equal(vv[p * T_C:(p + 1) * T_C], kv[l, 1, p])
+                                    for p in range(n)),
+                                f"layer {l} read after its group's flag was not whole")
+        self.assertEqual(flags.tensor(torch.int32).tolist(), [1] * groups)
+        flags.drop()
+        cache.drop()
+        gpu.drop()
+
     def test_second_worker_loads_the_prefix(self):
         """Worker A saves a prompt's blocks; worker B, another process with
         its own KV cache, gets a prompt sharing the first 20 blocks, looks

@@ -682,6 +682,8 @@ typedef struct kvd_cache_load {
     kvd_indices_t blocks;    /* inline: one page of the pool per key */
     const uint64_t *layer_events; /* registered events, one per layer group */
     uint32_t num_layer_events;
+    kvd_bufref_t layer_flags; /* or (buffer != 0) one uint32 per layer group, set to */
+    uint32_t flag_value;      /* flag_value once the group has landed (not 0) */
 } kvd_cache_load_t;
 
 typedef struct kvd_cache_evict_result {
@@ -735,6 +737,12 @@ kvd_status_t kvd_cache_evict_submit(kvd_client_t *cli, uint64_t cache,
                                     kvd_cache_evict_result_t *out, uint64_t *req_id);
 /* End a lease before its time. */
 kvd_status_t kvd_cache_release(kvd_client_t *cli, uint64_t lease);
+
+/* Make a CUDA stream wait until the uint32 at addr is >= value (a cache
+ * load's layer flag: addr in a device buffer's mapping, or host memory
+ * registered with CUDA).  The wait may be queued before the daemon queues
+ * its write.  KVD_ENOTSUP without CUDA. */
+kvd_status_t kvd_stream_wait_value32(void *cuda_stream, const void *addr, uint32_t value);
 kvd_status_t kvd_cache_release_submit(kvd_client_t *cli, uint64_t lease, uint64_t *req_id);
 
 /*

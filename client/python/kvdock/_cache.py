@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from . import _capi as C
-from ._client import Error, EventLike, Future, OpResult, PoolLike, _op_result, _pool_id
+from ._client import (Buffer, BufRef, Error, EventLike, Future, OpResult, PoolLike, _op_result,
+                      _pool_id)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._client import Client
@@ -235,6 +236,7 @@ class Cache:
 
     def load_async(self, pool: PoolLike, keys: Optional[KeyChain] = None, *, blocks: Any,
                    lease: int = 0, layer_events: Optional[Sequence[EventLike]] = None,
+                   layer_flags: Any = None, flag_value: int = 1,
                    wait_event: EventLike = None, record_event: EventLike = None,
                    reply_at_enqueue: bool = False, path: Optional[str] = None) -> Future:
         if (keys is None) == (not lease):
@@ -245,9 +247,15 @@ class Cache:
         if len(evs) > C.CACHE_LAYER_EVENTS_MAX:
             raise ValueError(f"at most {C.CACHE_LAYER_EVENTS_MAX} layer events")
         ev_arr = (c_uint64 * max(len(evs), 1))(*evs)
+        flags = C.BufRef()
+        if layer_flags is not None:
+            ref = layer_flags.ref() if isinstance(layer_flags, Buffer) else layer_flags
+            if not isinstance(ref, BufRef):
+                raise TypeError("layer_flags: a Buffer or a BufRef (Buffer.ref(offset, 4 * groups))")
+            flags = C.BufRef(buffer=ref.buffer.id, offset=ref.offset, bytes=ref.nbytes)
         a = C.CacheLoad(cache=self.id, pool=_pool_id(pool), keys=k, lease=lease, blocks=ix,
                         layer_events=ctypes.cast(ev_arr, ctypes.POINTER(c_uint64)),
-                        num_layer_events=len(evs))
+                        num_layer_events=len(evs), layer_flags=flags, flag_value=flag_value)
         sync = self.client._sync(wait_event, record_event, reply_at_enqueue, None, 0, False, path)
         out = C.OpResult()
         return self.client._submit(self.client._lib.kvd_cache_load_submit,
@@ -257,9 +265,14 @@ class Cache:
     def load(self, pool: PoolLike, keys: Optional[KeyChain] = None, **kw: Any) -> OpResult:
         """Copy cached blocks (of keys, or of a lease: the lease's first
         len(blocks)) into pages blocks[i] of the pool.  A key not cached is
-        refused (ENOENT) before anything moves.  layer_events (interprocess
-        events): the layers arrive in that many groups, event g recorded when
-        group g has landed, so a forward pass can start on the first layers."""
+        refused (ENOENT) before anything moves.  The layers may arrive in
+        groups, each saying when it has landed, so that a forward pass starts
+        on the first layers: layer_events (interprocess events; a stream may
+        wait on one once the reply at enqueue says it is recorded), or
+        layer_flags (a Buffer or BufRef of one uint32 per group, set to
+        flag_value when the group has landed: Buffer.wait_value(4 * g,
+        flag_value) makes a stream wait at any time; a host buffer can be
+        polled)."""
         return self.client._block(self.load_async(pool, keys, **kw))
 
     def evict_async(self, keys: Optional[KeyChain] = None, *, all: bool = False) -> Future:

@@ -492,6 +492,8 @@ class CacheLoad(Structure):
         ("blocks", Indices),
         ("layer_events", POINTER(c_uint64)),
         ("num_layer_events", c_uint32),
+        ("layer_flags", BufRef),
+        ("flag_value", c_uint32),
     ]
 
 
@@ -638,6 +640,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     _fn(lib, "kvd_cache_evict_submit", c_int, cli, c_uint64, P(CacheKeys), c_bool,
         P(CacheEvictResult), u64p)
     _fn(lib, "kvd_cache_release_submit", c_int, cli, c_uint64, u64p)
+    _fn(lib, "kvd_stream_wait_value32", c_int, c_void_p, c_void_p, c_uint32)
     _fn(lib, "kvd_block_hashes", c_int, P(c_int64), c_size_t, c_uint32, c_void_p, c_size_t,
         c_void_p, c_size_t, P(c_size_t))
 

@@ -785,6 +785,22 @@ class Buffer:
             raise ValueError("this buffer is not mapped here")
         return self.mapping
 
+    def wait_value(self, offset: int, value: int, stream: Any = None) -> None:
+        """Make a CUDA stream (default: torch's current one) wait until the
+        uint32 at offset of this device buffer is >= value: a cache load's
+        layer flag.  The wait may be queued before the daemon writes."""
+        m = self._mapped()
+        if m.is_host:
+            raise ValueError("a stream waits on flags in a device buffer; poll a host one "
+                             "(array('uint32'))")
+        if not 0 <= offset <= self.bytes - 4:
+            raise IndexError(f"offset {offset} is not inside the buffer's {self.bytes} bytes")
+        if stream is None:
+            stream = _need_torch().cuda.current_stream()
+        handle = getattr(stream, "cuda_stream", stream)
+        _check(C.load().kvd_stream_wait_value32(c_void_p(handle), c_void_p(m.base + offset),
+                                                value), None)
+
     def drop(self) -> None:
         self.client.drop_buffer(self)
 
