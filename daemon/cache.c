@@ -81,6 +81,11 @@ static inline uint64_t key_hash(uint64_t seed, const uint8_t *k, size_t n)
                0x1D8E4E27C47D124Full);
 }
 
+uint64_t kvd_cache_hash(const kvd_cache_store_t *c, const uint8_t *key, size_t klen)
+{
+    return key_hash(c->seed, key, klen);
+}
+
 /* Whether entry b holds key (length first; then words, no libc call). */
 static inline int key_equal(const kvd_cblock_t *b, const uint8_t *key, size_t klen)
 {

@@ -136,6 +136,8 @@ static inline kvd_cblock_t *kvd_cache_block(const kvd_cache_store_t *c, uint32_t
 }
 void *kvd_cache_block_bytes(const kvd_cache_store_t *c, uint32_t id);
 
+/* The keyed hash of the index (its seed is secret: clients choose keys). */
+uint64_t kvd_cache_hash(const kvd_cache_store_t *c, const uint8_t *key, size_t klen);
 /* The block of key (filling or ready), or KVD_CBLOCK_NONE. */
 uint32_t kvd_cache_find(const kvd_cache_store_t *c, const uint8_t *key, size_t klen);
 /* How many of the n keys, from the first, are ready; ids[i] their blocks

@@ -215,9 +215,9 @@ void kvd__cuda_record_events(cuda_backend_t *cb, const kvd_job_t *job, cudaStrea
      * that makes the work's writes visible first), so that a worker's
      * stream may wait on it before or after this is queued */
     if (job->layer_flag != NULL) {
+        CUdeviceptr flag = (CUdeviceptr)(uintptr_t)job->layer_flag;
         CUresult r = cb->drv.write_value32 != NULL
-                         ? cb->drv.write_value32((CUstream)s, (CUdeviceptr)(uintptr_t)job->layer_flag,
-                                                 job->flag_value, 0)
+                         ? cb->drv.write_value32((CUstream)s, flag, job->flag_value, 0)
                          : CUDA_ERROR_NOT_SUPPORTED;
         if (r != CUDA_SUCCESS)
             kvd_log(KVD_LOG_WARN, "event=flag_write_failed result=%d", (int)r);

@@ -509,18 +509,10 @@ static kvd_status_t get_keys(kvd_req_t *r, const Kvdock__CacheKeys *ck, int allo
     return KVD_OK;
 }
 
-/* FNV-1a, for finding duplicates (not exposed to clients' choices for long). */
-static uint64_t fnv(const uint8_t *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-
-    while (n--)
-        h = (h ^ *p++) * 1099511628211ull;
-    return h;
-}
-
-/* A key named twice in one chain is refused. */
-static kvd_status_t no_duplicates(kvd_req_t *r, const keys_t *ks)
+/* A key named twice in one chain is refused.  The probe table hashes with
+ * the cache's secret seed: keys are the client's, and a hash it could aim
+ * would make this check quadratic. */
+static kvd_status_t no_duplicates(kvd_req_t *r, const kvd_cache_store_t *c, const keys_t *ks)
 {
     uint32_t size = 16, i, *tab;
 
@@ -530,7 +522,7 @@ static kvd_status_t no_duplicates(kvd_req_t *r, const keys_t *ks)
     if (tab == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     for (i = 0; i < ks->n; i++) {
-        uint32_t j = (uint32_t)fnv(ks->k[i], ks->len[i]) & (size - 1);
+        uint32_t j = (uint32_t)kvd_cache_hash(c, ks->k[i], ks->len[i]) & (size - 1);
         for (; tab[j] != 0; j = (j + 1) & (size - 1)) {
             uint32_t o = tab[j] - 1;
             if (ks->len[o] == ks->len[i] && memcmp(ks->k[o], ks->k[i], ks->len[i]) == 0)
@@ -906,7 +898,8 @@ static kvd_status_t do_save(kvd_req_t *r, kvd_dataop_t *d)
     if ((st = find_cache(r, cs->cache, NULL, 1, &k)) != KVD_OK ||
         (st = kvd__get_pool(r, d, cs->pool, "pool", &p)) != KVD_OK ||
         (st = check_pool(r, p, &k->store)) != KVD_OK ||
-        (st = get_keys(r, cs->keys, 0, &ks)) != KVD_OK || (st = no_duplicates(r, &ks)) != KVD_OK ||
+        (st = get_keys(r, cs->keys, 0, &ks)) != KVD_OK ||
+        (st = no_duplicates(r, &k->store, &ks)) != KVD_OK ||
         (st = get_pages(r, d, cs->blocks, p, k->store.layout.tokens_per_block, ks.n, &pages)) !=
             KVD_OK)
         return st;
@@ -1042,7 +1035,7 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
         if (n > lease->n)
             return kvd__req_fail(r, KVD_ESHAPE, "%u blocks for a lease of %u", n, lease->n);
     } else {
-        if ((st = no_duplicates(r, &ks)) != KVD_OK)
+        if ((st = no_duplicates(r, &k->store, &ks)) != KVD_OK)
             return st;
         n = ks.n;
     }
