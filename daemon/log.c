@@ -3,11 +3,30 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 int kvd__log_level = KVD_LOG_INFO;
+
+/* 1 when stderr is systemd's journal (JOURNAL_STREAM names its device and
+ * inode): each line then starts with its syslog priority, "<3>" to "<7>",
+ * which the journal takes as the line's level and strips; -1: not known. */
+static int to_journal = -1;
+
+static int stderr_is_journal(void)
+{
+    const char *js = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+
+    return js != NULL && sscanf(js, "%llu:%llu", &dev, &ino) == 2 &&
+           fstat(STDERR_FILENO, &st) == 0 && (unsigned long long)st.st_dev == dev &&
+           (unsigned long long)st.st_ino == ino;
+}
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
@@ -35,9 +54,19 @@ void kvd__log_write(int level, const char *fmt, ...)
     int m;
     va_list ap;
 
+    static const char prio[] = {'3', '4', '6', '7'}; /* err, warning, info, debug */
+
+    if (to_journal < 0)
+        to_journal = stderr_is_journal();
     gettimeofday(&tv, NULL);
     gmtime_r(&tv.tv_sec, &tm);
-    n = strftime(line, sizeof(line), "ts=%Y-%m-%dT%H:%M:%S", &tm);
+    n = 0;
+    if (to_journal && level >= 0 && level < 4) {
+        line[n++] = '<';
+        line[n++] = prio[level];
+        line[n++] = '>';
+    }
+    n += strftime(line + n, sizeof(line) - n, "ts=%Y-%m-%dT%H:%M:%S", &tm);
     m = snprintf(line + n, sizeof(line) - n, ".%03dZ level=%s ", (int)(tv.tv_usec / 1000),
                  kvd_log_level_name(level));
     if (m > 0)

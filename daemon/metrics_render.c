@@ -111,16 +111,6 @@ static void sample_d(sbuf_t *b, const char *name, const char *key, const char *v
     sb_printf(b, "\"} %.9g\n", v);
 }
 
-static const char *kind_name(int kind)
-{
-    switch (kind) {
-    case KVD_MEM_HOST: return "host";
-    case KVD_MEM_DEVICE: return "device";
-    case KVD_MEM_DEVICE_VMM: return "device-vmm";
-    }
-    return "unknown";
-}
-
 #define NKINDS 4 /* index = enum kvd_mem_kind; 0: unknown */
 
 /* The cache tier: one sample per cache of each family, labelled with the
@@ -277,19 +267,19 @@ char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
     }
     family(&b, "kvdock_pools", "gauge", "live pools owned by kvdockd, by memory kind");
     for (k = 1; k < NKINDS; k++)
-        sample_u(&b, "kvdock_pools", "kind", kind_name(k), pools[k]);
+        sample_u(&b, "kvdock_pools", "kind", kvd_mem_kind_name(k), pools[k]);
     family(&b, "kvdock_pool_bytes", "gauge",
            "bytes of live pools allocated by kvdockd, by memory kind");
     for (k = 1; k < NKINDS; k++)
-        sample_u(&b, "kvdock_pool_bytes", "kind", kind_name(k), pool_bytes[k]);
+        sample_u(&b, "kvdock_pool_bytes", "kind", kvd_mem_kind_name(k), pool_bytes[k]);
     family(&b, "kvdock_imported_pools", "gauge",
            "live pools over clients' own memory, by memory kind");
     for (k = 1; k < NKINDS; k++)
-        sample_u(&b, "kvdock_imported_pools", "kind", kind_name(k), imp_pools[k]);
+        sample_u(&b, "kvdock_imported_pools", "kind", kvd_mem_kind_name(k), imp_pools[k]);
     family(&b, "kvdock_imported_pool_bytes", "gauge",
            "bytes addressed by pools over clients' own memory, by memory kind");
     for (k = 1; k < NKINDS; k++)
-        sample_u(&b, "kvdock_imported_pool_bytes", "kind", kind_name(k), imp_bytes[k]);
+        sample_u(&b, "kvdock_imported_pool_bytes", "kind", kvd_mem_kind_name(k), imp_bytes[k]);
     family(&b, "kvdock_memory_bytes", "gauge",
            "bytes of pools and buffers allocated by kvdockd and not yet released");
     sb_printf(&b, "kvdock_memory_bytes %" PRIu64 "\n", srv->reg.live_bytes);

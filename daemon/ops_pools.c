@@ -121,9 +121,10 @@ static kvd_status_t register_pool(kvd_req_t *r, kvd_pool_t *p)
     r->resp.result_case = KVDOCK__RESPONSE__RESULT_POOL;
     r->resp.pool = pi;
     kvd_log(KVD_LOG_INFO,
-            "event=pool_%s client=%" PRIu64 " pool=%" PRIu64 " name=%s kind=%d layers=%u "
+            "event=pool_%s client=%" PRIu64 " pool=%" PRIu64 " name=%s kind=%s layers=%u "
             "slots=%" PRIu64 " slot_bytes=%" PRIu64 " mla=%d bytes=%" PRIu64,
-            p->imported ? "import" : "create", r->conn->id, p->obj.id, p->name, p->kind,
+            p->imported ? "import" : "create", r->conn->id, p->obj.id, p->name,
+            kvd_mem_kind_name(p->kind),
             p->num_layers, p->num_slots, p->slot_bytes, p->mla, p->obj.bytes);
     return KVD_OK;
 }

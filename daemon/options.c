@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "log.h"
 #include "metrics.h"
@@ -221,6 +222,23 @@ static int parse_number(const char *s, int is_signed, int allow_suffix, int64_t 
     return 0;
 }
 
+/* A switch's value ("no|yes" choices) in any of the usual spellings. */
+static const char *boolean_word(const kvd_option_def_t *d, const char *v)
+{
+    static const char *const yes[] = {"yes", "true", "on", "1"}, *const no[] = {"no", "false",
+                                                                                "off", "0"};
+
+    if (strcmp(d->choices, "no|yes") != 0)
+        return v;
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(v, yes[i]) == 0)
+            return "yes";
+        if (strcasecmp(v, no[i]) == 0)
+            return "no";
+    }
+    return v;
+}
+
 static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const char *value,
                             char *err, size_t err_len)
 {
@@ -238,7 +256,7 @@ static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const c
         snprintf(field, KVD_OPT_STR_MAX, "%s", value);
         return KVD_OK;
     case KVD_OPT_ENUM:
-        idx = choice_index(d->choices, value);
+        idx = choice_index(d->choices, boolean_word(d, value));
         if (idx < 0) {
             kvd__seterr(err, err_len, "%s: '%s' is not one of %s", d->name, value, d->choices);
             return KVD_EINVAL;
@@ -351,6 +369,36 @@ static char *trim(char *s)
     return s;
 }
 
+/* The comment of a config line: a '#' outside quotes. */
+static char *comment_of(char *line)
+{
+    char quote = 0;
+
+    for (char *p = line; *p; p++) {
+        if (quote) {
+            if (*p == quote)
+                quote = 0;
+        } else if (*p == '"' || *p == '\'') {
+            quote = *p;
+        } else if (*p == '#') {
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* A value in matching quotes loses them (paths with spaces, a '#'). */
+static char *unquote(char *v)
+{
+    size_t n = strlen(v);
+
+    if (n >= 2 && (v[0] == '"' || v[0] == '\'') && v[n - 1] == v[0]) {
+        v[n - 1] = '\0';
+        return v + 1;
+    }
+    return v;
+}
+
 kvd_status_t kvd_options_load_file(kvd_options_t *o, const char *path, char *err, size_t err_len)
 {
     FILE *f;
@@ -377,7 +425,7 @@ kvd_status_t kvd_options_load_file(kvd_options_t *o, const char *path, char *err
             st = KVD_EINVAL;
             goto out;
         }
-        hash = strchr(line, '#');
+        hash = comment_of(line);
         if (hash)
             *hash = '\0';
         s = trim(line);
@@ -391,7 +439,7 @@ kvd_status_t kvd_options_load_file(kvd_options_t *o, const char *path, char *err
         }
         *eq = '\0';
         key = trim(s);
-        val = trim(eq + 1);
+        val = unquote(trim(eq + 1));
         if (strcmp(key, "config") == 0) {
             kvd__seterr(err, err_len, "%s:%d: 'config' cannot be set in a config file", path, lineno);
             st = KVD_EINVAL;

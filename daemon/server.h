@@ -18,7 +18,7 @@
 #include "registry.h"
 #include "stats.h"
 
-#define KVD_DAEMON_VERSION "0.1.0"
+#define KVD_DAEMON_VERSION KVD_VERSION /* the project's (CMakeLists.txt) */
 
 typedef struct kvd_conn kvd_conn_t;
 

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "bench_util.h"
 #include "cache.h"
 #include "top.h"
 #include "util.h"
@@ -747,11 +748,14 @@ static int cmd_ping(opts_t *o)
             goto out;
         }
         memcpy(sorted, rtt, (size_t)count * sizeof(*sorted));
-        qsort(sorted, (size_t)count, sizeof(*sorted), kvd__cli_cmp_double);
-        mn = sorted[0];
-        mx = sorted[count - 1];
-        p50 = sorted[(count - 1) / 2];
-        p99 = sorted[(size_t)((double)(count - 1) * 0.99)];
+        {
+            kvd_lat_t lat; /* nearest rank: the p99 of 3 samples is the largest */
+            kvd__bench_lat(&lat, sorted, count);
+            mn = lat.min;
+            mx = lat.max;
+            p50 = lat.p50;
+            p99 = lat.p99;
+        }
         free(sorted);
         if (o->json) {
             printf("{\"count\":%" PRIu64 ",\"payload_bytes\":%" PRIu64
@@ -882,7 +886,8 @@ static void print_usage(FILE *f)
             "                 $KVDOCK_SOCKET, else $XDG_RUNTIME_DIR/kvdock/kvdockd.sock,\n"
             "                 else /tmp/kvdock-<uid>/kvdockd.sock)\n"
             "  --json         print one JSON object instead of tables\n"
-            "  --help         this help; 'kvdock COMMAND --help' for a command\n\n"
+            "  --help         this help; 'kvdock COMMAND --help' for a command\n"
+            "  --version      kvdock's version, its library's ABI, the protocol\n\n"
             "exit status: 0 ok, 1 daemon or connection error, 2 usage error\n",
             path);
 }
@@ -902,6 +907,12 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
 
+        if (strcmp(a, "--version") == 0) {
+            printf("kvdock %s (libkvdock ABI %d, protocol %u)\n", KVD_VERSION,
+                   kvd_client_abi_version(), KVD_PROTOCOL_VERSION);
+            free(rest);
+            return 0;
+        }
         if (strcmp(a, "--json") == 0) {
             o.json = true;
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {

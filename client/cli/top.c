@@ -405,6 +405,7 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
         }
         snprintf(name, sizeof(name), "%s%s", cl->name,
                  h != NULL && cl->id == h->client_id ? " (this top)" : "");
+        kvd__cli_printable(name);
         if (p != NULL && dt > 0)
             snprintf(a, sizeof(a), "%.1f", rate(cl->requests, p->requests, dt));
         else

@@ -60,6 +60,14 @@ int kvd__cli_cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+char *kvd__cli_printable(char *s)
+{
+    for (char *p = s; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    return s;
+}
+
 void kvd__cli_table_init(kvd__cli_table_t *t, const char *spec)
 {
     static char buf[512];
@@ -94,6 +102,7 @@ void kvd__cli_table_row(kvd__cli_table_t *t, ...)
         const char *s = va_arg(ap, const char *);
 
         snprintf(t->cells[t->nrows][c], KVD_CLI_CELL_MAX, "%s", s != NULL ? s : "");
+        kvd__cli_printable(t->cells[t->nrows][c]);
     }
     va_end(ap);
     t->nrows++;

@@ -18,7 +18,12 @@ double kvd__cli_now_us(void);
 /* qsort comparison of doubles, ascending. */
 int kvd__cli_cmp_double(const void *a, const void *b);
 
-/* A table of strings, printed with aligned columns. */
+/* s with its control characters made '?' (in place): names from the
+ * daemon go into tables and terminals as one line each. */
+char *kvd__cli_printable(char *s);
+
+/* A table of strings, printed with aligned columns.  Cells pass through
+ * kvd__cli_printable. */
 #define KVD_CLI_TABLE_MAX_COLS 16
 #define KVD_CLI_CELL_MAX 96
 typedef struct kvd__cli_table {

@@ -13,16 +13,6 @@
 
 #define HELLO_TIMEOUT_MS 30000
 
-const char *kvd_mem_kind_name(int kind)
-{
-    switch (kind) {
-    case KVD_MEM_HOST: return "host";
-    case KVD_MEM_DEVICE: return "device";
-    case KVD_MEM_DEVICE_VMM: return "device-vmm";
-    default: return "unknown";
-    }
-}
-
 const char *kvd_backend_name(int backend)
 {
     switch (backend) {

@@ -1,5 +1,6 @@
 /* Status codes to words, both made from the one table in kvdock/status.h. */
 #include "kvdock/status.h"
+#include "kvdock/types.h"
 
 const char *kvd_strerror(int status)
 {
@@ -23,4 +24,14 @@ const char *kvd_err_name(int status)
 #undef KVD_STATUS_NAME_
     }
     return "UNKNOWN";
+}
+
+const char *kvd_mem_kind_name(int kind)
+{
+    switch (kind) {
+    case KVD_MEM_HOST: return "host";
+    case KVD_MEM_DEVICE: return "device";
+    case KVD_MEM_DEVICE_VMM: return "device-vmm";
+    default: return "unknown";
+    }
 }

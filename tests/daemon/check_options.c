@@ -155,14 +155,27 @@ START_TEST(test_config_file)
                      "\n"
                      "backend = cpu\n"
                      "  max-inflight=7   # trailing comment\n"
-                     "socket = /run/kvdock/test.sock\n"
+                     "socket = \"/run/kvdock/a test #1.sock\"  # quoted: spaces and a '#'\n"
+                     "metrics = '127.0.0.1:9400'\n"
+                     "metrics-allow-remote = True\n"
                      "offload-blocks = 4\n");
     kvd_options_init(&o);
     ck_assert_int_eq(kvd_options_load_file(&o, path, err, sizeof(err)), KVD_OK);
     ck_assert_int_eq(o.backend, KVD_BACKEND_CPU);
     ck_assert_uint_eq(o.max_inflight, 7);
-    ck_assert_str_eq(o.socket, "/run/kvdock/test.sock");
+    ck_assert_str_eq(o.socket, "/run/kvdock/a test #1.sock");
+    ck_assert_str_eq(o.metrics, "127.0.0.1:9400");
+    ck_assert_int_eq(o.metrics_allow_remote, 1);
     ck_assert_uint_eq(o.blocks[KVD_STREAM_OFFLOAD], 4);
+    /* every usual spelling of a switch */
+    for (int i = 0; i < 8; i++) {
+        static const char *const words[] = {"yes", "ON", "true", "1", "no", "Off", "FALSE", "0"};
+        ck_assert_int_eq(kvd_options_set(&o, "metrics-allow-remote", words[i], err, sizeof(err)),
+                         KVD_OK);
+        ck_assert_int_eq(o.metrics_allow_remote, i < 4);
+    }
+    ck_assert_int_eq(kvd_options_set(&o, "metrics-allow-remote", "maybe", err, sizeof(err)),
+                     KVD_EINVAL);
     unlink(path);
 }
 END_TEST

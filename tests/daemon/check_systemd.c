@@ -351,6 +351,67 @@ START_TEST(test_notify_absent_or_dead)
 }
 END_TEST
 
+/* With stderr the journal's stream (JOURNAL_STREAM names its device and
+ * inode), each log line starts with its syslog priority; otherwise not. */
+START_TEST(test_journal_priority)
+{
+    for (int journal = 0; journal < 2; journal++) {
+        char dir[] = "/tmp/kvdt-journal-XXXXXX", log[64], sock[96], text[4096] = "";
+        struct stat st;
+        int lf, status;
+        pid_t pid;
+        FILE *f;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        snprintf(log, sizeof(log), "%s/err", dir);
+        snprintf(sock, sizeof(sock), "%s/run/kvdockd.sock", dir);
+        lf = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        ck_assert_int_ge(lf, 0);
+        ck_assert_int_eq(fstat(lf, &st), 0);
+        pid = fork();
+        if (pid == 0) { /* no Check assertion in the child */
+            char js[64];
+            const char *argv[] = {getenv("KVDOCKD") ? getenv("KVDOCKD") : KVDOCKD_PATH,
+                                  "--backend", "cpu", "--socket", sock,
+                                  "--host-memory-budget", "64M", NULL};
+            dup2(lf, 2);
+            snprintf(js, sizeof(js), "%llu:%llu", (unsigned long long)st.st_dev,
+                     (unsigned long long)st.st_ino);
+            if (journal)
+                setenv("JOURNAL_STREAM", js, 1);
+            else
+                unsetenv("JOURNAL_STREAM");
+            execv(argv[0], (char *const *)argv);
+            _exit(127);
+        }
+        ck_assert_int_ge(pid, 0);
+        close(lf);
+        for (int i = 0; i < 300 && access(sock, F_OK) != 0; i++)
+            usleep(10000);
+        kill(pid, SIGTERM);
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        f = fopen(log, "r");
+        ck_assert_ptr_nonnull(f);
+        (void)!fread(text, 1, sizeof(text) - 1, f);
+        fclose(f);
+        if (journal) {
+            ck_assert_msg(strncmp(text, "<6>ts=", 6) == 0, "journal line: %.80s", text);
+            ck_assert_ptr_nonnull(strstr(text, "\n<6>ts="));
+        } else {
+            ck_assert_msg(strncmp(text, "ts=", 3) == 0, "plain line: %.80s", text);
+            ck_assert_ptr_null(strstr(text, "<6>"));
+        }
+        unlink(log);
+        { /* the daemon made run/ and removed its socket at exit */
+            char run[96];
+            snprintf(run, sizeof(run), "%s/run", dir);
+            rmdir(run);
+            rmdir(dir);
+        }
+    }
+}
+END_TEST
+
 static Suite *systemd_suite(void)
 {
     Suite *s = suite_create("systemd");
@@ -358,6 +419,7 @@ static Suite *systemd_suite(void)
     TCase *ntf = tcase_create("notify");
 
     tcase_add_test(act, test_socket_activation);
+    tcase_add_test(act, test_journal_priority);
     tcase_add_test(act, test_socket_activation_overrides_option);
     tcase_add_test(act, test_listen_pid_other);
     tcase_add_loop_test(act, test_activation_bad_fd, 0, 4);

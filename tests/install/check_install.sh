@@ -26,6 +26,10 @@ prefix=$tmp/prefix
 libdir=$(dirname "$(find "$prefix" -name kvdock.pc -path '*/pkgconfig/*' | head -n 1)")/..
 libdir=$(cd "$libdir" && pwd)
 
+# the library's soname carries the client ABI of the installed header
+abi=$(sed -n 's/^#define KVD_CLIENT_ABI_VERSION \([0-9]*\).*/\1/p' "$prefix/include/kvdock/client.h")
+[ -n "$abi" ] || fail "no KVD_CLIENT_ABI_VERSION in the installed client.h"
+
 step "installed files"
 for f in bin/kvdockd bin/kvdock include/kvdock/client.h include/kvdock/status.h include/kvdock/types.h include/kvdock/kernels.h \
          share/kvdock/kvdockd.example.conf share/kvdock/systemd/kvdockd.service \
@@ -33,7 +37,7 @@ for f in bin/kvdockd bin/kvdock include/kvdock/client.h include/kvdock/status.h 
          lib/systemd/system/kvdockd.socket; do
   [ -e "$prefix/$f" ] || fail "$f not installed"
 done
-for f in libkvdock.so libkvdock.so.3 libkvdock.a libkvdock_kernels.so libkvdock_kernels.a \
+for f in libkvdock.so "libkvdock.so.$abi" libkvdock.a libkvdock_kernels.so libkvdock_kernels.a \
          pkgconfig/kvdock.pc pkgconfig/kvdock-kernels.pc cmake/kvdock/kvdockConfig.cmake \
          cmake/kvdock/kvdockConfigVersion.cmake; do
   [ -e "$libdir/$f" ] || fail "lib/$f not installed"
@@ -86,13 +90,21 @@ pkg-config --exists --print-errors kvdock || fail "pkg-config kvdock"
   fail "pkg-config version differs from kvdockd --version"
 "$cc" -Wall -Werror -std=c11 -o "$tmp/pc_shared" "$consumer/consumer.c" \
   $(pkg-config --cflags --libs kvdock) -Wl,-rpath,"$(pkg-config --variable=libdir kvdock)"
-grep -q 'NEEDED.*libkvdock\.so\.3' <<< "$(readelf -d "$tmp/pc_shared")" || fail "pc_shared does not use libkvdock.so.3"
+grep -q "NEEDED.*libkvdock\\.so\\.$abi\\]" <<< "$(readelf -d "$tmp/pc_shared")" ||
+  fail "pc_shared does not use libkvdock.so.$abi"
+# libkvdock.so.ABI is a link to libkvdock.so.ABI.MINOR.PATCH
+case "$(readlink "$libdir/libkvdock.so.$abi")" in
+libkvdock.so."$abi".*) ;;
+*) fail "libkvdock.so.$abi points at $(readlink "$libdir/libkvdock.so.$abi")" ;;
+esac
 run_consumer pc_shared "$tmp/pc_shared"
 
-step "pkg-config, static"
-static_libs=$(pkg-config --static --libs kvdock)
-"$cc" -Wall -Werror -std=c11 -o "$tmp/pc_static" "$consumer/consumer.c" \
-  $(pkg-config --cflags kvdock) ${static_libs/-lkvdock/-l:libkvdock.a}
+step "pkg-config, static, as kvdock.pc's comment says"
+# the command the installed kvdock.pc shows, run as it stands
+static_cmd=$(sed -n 's/^#   cc prog\.c \(.*-l:libkvdock\.a.*\)$/\1/p' "$libdir/pkgconfig/kvdock.pc")
+[ -n "$static_cmd" ] || fail "kvdock.pc shows no static link command"
+eval "\"\$cc\" -Wall -Werror -std=c11 -o \"\$tmp/pc_static\" \"\$consumer/consumer.c\" $static_cmd" ||
+  fail "kvdock.pc's static link command fails: $static_cmd"
 if grep -q 'NEEDED.*libkvdock' <<< "$(readelf -d "$tmp/pc_static")"; then fail "pc_static needs libkvdock.so"; fi
 run_consumer pc_static "$tmp/pc_static"
 
@@ -107,8 +119,8 @@ step "find_package(kvdock)"
   { cat "$tmp/consumer-cfg.log"; fail "consumer configure"; }
 "$cmake" --build "$tmp/consumer-build" > "$tmp/consumer-build.log" 2>&1 ||
   { cat "$tmp/consumer-build.log"; fail "consumer build"; }
-grep -q 'NEEDED.*libkvdock\.so\.3' <<< "$(readelf -d "$tmp/consumer-build/consumer_shared")" ||
-  fail "consumer_shared does not use libkvdock.so.3"
+grep -q "NEEDED.*libkvdock\\.so\\.$abi\\]" <<< "$(readelf -d "$tmp/consumer-build/consumer_shared")" ||
+  fail "consumer_shared does not use libkvdock.so.$abi"
 if grep -q 'NEEDED.*libkvdock' <<< "$(readelf -d "$tmp/consumer-build/consumer_static")"; then
   fail "consumer_static needs libkvdock.so"
 fi

@@ -74,12 +74,10 @@ typedef enum kvd_fp8_scale {
     KVD_FP8_SCALE_PER_HEAD = 2, /* k_head_scales, v_head_scales */
 } kvd_fp8_scale_t;
 
-/* Names, memory kinds, stream classes and element types (kvd_dtype_t,
- * KVD_DTYPE_I64, ...) come from kvdock/types.h, shared with the daemon and
- * the kernel library. */
+/* Names, memory kinds (and kvd_mem_kind_name), stream classes and element
+ * types (kvd_dtype_t, KVD_DTYPE_I64, ...) come from kvdock/types.h, shared
+ * with the daemon and the kernel library. */
 
-/* "host", "device", "device-vmm"; "unknown" otherwise. */
-const char *kvd_mem_kind_name(int kind);
 /* "cpu", "cuda"; "unknown" otherwise. */
 const char *kvd_backend_name(int backend);
 /* True when this library was built with CUDA (device mappings work). */

@@ -38,6 +38,9 @@ typedef enum kvd_mem_kind {
     KVD_MEM_DEVICE_VMM = 3, /* cuMemCreate, POSIX file descriptor */
 } kvd_mem_kind_t;
 
+/* "host", "device", "device-vmm"; "unknown" otherwise. */
+const char *kvd_mem_kind_name(int kind);
+
 /* Classes of work, each with its own stream (the proto's StreamClass).
  * The daemon's per-class arrays are indexed by these numbers, from
  * KVD_STREAM_FIRST to KVD_STREAM_END - 1. */
