@@ -65,13 +65,19 @@ write_basic_package_version_file(${KVD_PKG_DIR}/kvdockConfigVersion.cmake
 install(FILES ${KVD_PKG_DIR}/kvdockConfig.cmake ${KVD_PKG_DIR}/kvdockConfigVersion.cmake
   DESTINATION ${KVD_CMAKE_DIR})
 
-# The systemd units, ExecStart pointing at the installed daemon; the
+# The systemd units, ExecStart naming the kvdockd of the prefix they are
+# installed to: written at install time, since `cmake --install --prefix`
+# may name another prefix than the build was configured with; the
 # example config.
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
-  ${CMAKE_SOURCE_DIR}/deploy/kvdockd.service)
-file(READ ${CMAKE_SOURCE_DIR}/deploy/kvdockd.service KVD_UNIT)
-string(REPLACE "/usr/local/bin/kvdockd" "${CMAKE_INSTALL_FULL_BINDIR}/kvdockd" KVD_UNIT "${KVD_UNIT}")
-file(WRITE ${KVD_PKG_DIR}/kvdockd.service "${KVD_UNIT}")
+if(IS_ABSOLUTE "${CMAKE_INSTALL_BINDIR}")
+  set(kvd_bin_expr "${CMAKE_INSTALL_BINDIR}")
+else()
+  set(kvd_bin_expr "\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}")
+endif()
+install(CODE "
+  set(KVD_INSTALLED_KVDOCKD \"${kvd_bin_expr}/kvdockd\")
+  configure_file(\"${CMAKE_SOURCE_DIR}/deploy/kvdockd.service\"
+    \"${KVD_PKG_DIR}/kvdockd.service\" @ONLY)")
 set(KVD_UNITS ${KVD_PKG_DIR}/kvdockd.service ${CMAKE_SOURCE_DIR}/deploy/kvdockd.socket)
 install(FILES ${KVD_UNITS} DESTINATION ${CMAKE_INSTALL_DATADIR}/kvdock/systemd)
 if(KVD_SYSTEMD_UNIT_DIR)

@@ -380,6 +380,7 @@ static void finish(kvd_server_t *srv)
     uv_timer_stop(&srv->drain_timer);
     close_handle(srv, (uv_handle_t *)&srv->drain_timer);
     close_handle(srv, (uv_handle_t *)&srv->sweep);
+    close_handle(srv, (uv_handle_t *)&srv->watchdog);
     close_handle(srv, (uv_handle_t *)&srv->accept_backoff);
     close_handle(srv, (uv_handle_t *)&srv->sig_term);
     close_handle(srv, (uv_handle_t *)&srv->sig_int);
@@ -754,6 +755,7 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     uv_timer_init(loop, &srv->accept_backoff);
     srv->accept_backoff.data = srv;
     uv_timer_init(loop, &srv->sweep);
+    uv_timer_init(loop, &srv->watchdog);
     srv->sweep.data = srv;
     start_sweep(srv);
     open_spare(srv);
@@ -778,8 +780,16 @@ fail:
     return st;
 }
 
+static void watchdog_cb(uv_timer_t *t)
+{
+    (void)t;
+    (void)kvd_sd_notify("WATCHDOG=1");
+}
+
 int kvd_server_run(kvd_server_t *srv)
 {
+    uint64_t wd = kvd_sd_watchdog_usec();
+
     kvd_log(KVD_LOG_INFO,
             "event=ready socket=%s backend=%s device=\"%s\" pid=%d max_frame_bytes=%" PRIu64,
             srv->socket_path, srv->backend->name, srv->backend->device_name, (int)getpid(),
@@ -789,6 +799,11 @@ int kvd_server_run(kvd_server_t *srv)
         snprintf(state, sizeof(state), "READY=1\nSTATUS=serving on %s (backend %s)\nMAINPID=%d",
                  srv->socket_path, srv->backend->name, (int)getpid());
         (void)kvd_sd_notify(state);
+    }
+    if (wd >= 2000) { /* twice per interval, as sd_watchdog_enabled(3) advises */
+        srv->watchdog.data = srv;
+        uv_timer_start(&srv->watchdog, watchdog_cb, wd / 2000, wd / 2000);
+        kvd_log(KVD_LOG_INFO, "event=watchdog interval_us=%" PRIu64, wd);
     }
     uv_run(srv->loop, UV_RUN_DEFAULT);
     return 0;

@@ -46,6 +46,7 @@ typedef struct kvd_server {
     uv_timer_t accept_backoff; /* accepting paused: no descriptor to refuse with */
     kvd_ratelimit_t accept_log;
     uv_timer_t sweep;      /* closes connections past their hello or frame deadline */
+    uv_timer_t watchdog;   /* WATCHDOG=1 to systemd, from the loop: a stuck loop is seen */
     kvd_registry_t reg;
     kvd_stats_t stats;
     struct kvd_metrics *metrics; /* the Prometheus endpoint (--metrics), or NULL */

@@ -141,3 +141,20 @@ int kvd_sd_notify(const char *state)
         kvd_log(KVD_LOG_WARN, "event=sd_notify_failed socket=%s error=\"%s\"", e, strerror(-err));
     return err;
 }
+
+uint64_t kvd_sd_watchdog_usec(void)
+{
+    const char *usec = getenv("WATCHDOG_USEC"), *pid = getenv("WATCHDOG_PID");
+    unsigned long long v;
+    char *end;
+
+    if (usec == NULL || usec[0] == '\0')
+        return 0;
+    if (pid != NULL && pid[0] != '\0' && strtol(pid, NULL, 10) != (long)getpid())
+        return 0;
+    errno = 0;
+    v = strtoull(usec, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return 0;
+    return v;
+}

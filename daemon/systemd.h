@@ -9,6 +9,7 @@
 #define KVD_DAEMON_SYSTEMD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kvdock/status.h"
 
@@ -33,5 +34,12 @@ kvd_status_t kvd_sd_listen_socket(int *fd, char *path, size_t path_len, char *wh
  * 0 when NOTIFY_SOCKET is not set, 1 when sent, -errno on failure.
  */
 int kvd_sd_notify(const char *state);
+
+/*
+ * The watchdog interval systemd expects "WATCHDOG=1" within (WatchdogSec=:
+ * $WATCHDOG_USEC, for this process when $WATCHDOG_PID is unset or ours),
+ * in microseconds; 0 when there is no watchdog.
+ */
+uint64_t kvd_sd_watchdog_usec(void);
 
 #endif

@@ -412,6 +412,49 @@ START_TEST(test_journal_priority)
 }
 END_TEST
 
+/* With WATCHDOG_USEC (for this process), WATCHDOG=1 comes from the loop
+ * twice per interval; with WATCHDOG_PID naming another process, never. */
+START_TEST(test_watchdog)
+{
+    for (int ours = 1; ours >= 0; ours--) {
+        char dir[] = "/tmp/kvdt-wd-XXXXXX", path[100], msg[1024];
+        struct sockaddr_un sa;
+        kvdt_daemon_t d;
+        int nfd, pings = 0;
+        uint64_t end;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        snprintf(path, sizeof(path), "%s/notify", dir);
+        nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(nfd, 0);
+        memset(&sa, 0, sizeof(sa));
+        sa.sun_family = AF_UNIX;
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+        ck_assert_int_eq(bind(nfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        setenv("NOTIFY_SOCKET", path, 1);
+        setenv("WATCHDOG_USEC", "100000", 1);
+        if (!ours)
+            setenv("WATCHDOG_PID", "1", 1);
+        kvdt_start(&d, NULL);
+        unsetenv("NOTIFY_SOCKET");
+        unsetenv("WATCHDOG_USEC");
+        unsetenv("WATCHDOG_PID");
+        for (end = now_ms() + 600; now_ms() < end;) {
+            recv_state(nfd, msg, sizeof(msg), 50);
+            pings += strstr(msg, "WATCHDOG=1") != NULL;
+        }
+        if (ours)
+            ck_assert_msg(pings >= 6, "%d watchdog pings in 600 ms at 100 ms", pings);
+        else
+            ck_assert_int_eq(pings, 0);
+        ck_assert_int_eq(kvdt_stop(&d), 0);
+        close(nfd);
+        unlink(path);
+        rmdir(dir);
+    }
+}
+END_TEST
+
 static Suite *systemd_suite(void)
 {
     Suite *s = suite_create("systemd");
@@ -420,6 +463,7 @@ static Suite *systemd_suite(void)
 
     tcase_add_test(act, test_socket_activation);
     tcase_add_test(act, test_journal_priority);
+    tcase_add_test(act, test_watchdog);
     tcase_add_test(act, test_socket_activation_overrides_option);
     tcase_add_test(act, test_listen_pid_other);
     tcase_add_loop_test(act, test_activation_bad_fd, 0, 4);
