@@ -652,6 +652,7 @@ kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, const struct ucred *cred
     c->gid = cred->gid;
     c->admin = kvd__server_peer_admin(srv, cred->uid);
     c->owner.client_id = c->id;
+    c->owner.uid = cred->uid;
     if (srv->opts.hello_timeout_ms != 0) {
         c->deadline_hello = 1;
         c->deadline_ns = kvd_now_ns() + srv->opts.hello_timeout_ms * 1000000ull;

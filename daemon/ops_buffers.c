@@ -91,7 +91,7 @@ kvd_status_t kvd__op_buffer_drop(kvd_req_t *r)
 
     if (o == NULL)
         return kvd__req_fail(r, KVD_ENOENT, "no buffer %" PRIu64, id);
-    if (kvd_obj_may_drop(o, r->conn->id, r->conn->admin) != KVD_OK)
+    if (kvd_obj_may_drop(o, r->conn->id, r->conn->uid, r->conn->admin) != KVD_OK)
         return kvd__req_fail(r, KVD_EPERM, "buffer %" PRIu64 " belongs to another client", id);
     kvd_registry_drop(&r->srv->reg, o);
     return KVD_OK;

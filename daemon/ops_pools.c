@@ -84,7 +84,7 @@ static kvd_status_t find_pool(kvd_req_t *r, uint64_t id, const char *name, kvd_p
     if (id != 0)
         p = (kvd_pool_t *)kvd_registry_get(&r->srv->reg, id, KVD_OBJ_POOL);
     else if (name != NULL && name[0] != '\0')
-        p = kvd_registry_pool_by_name(&r->srv->reg, name);
+        p = kvd_registry_pool_by_name(&r->srv->reg, name, r->conn->id);
     else
         return kvd__req_fail(r, KVD_EINVAL, "name a pool by id or by name");
     if (p == NULL) {
@@ -96,13 +96,14 @@ static kvd_status_t find_pool(kvd_req_t *r, uint64_t id, const char *name, kvd_p
     return KVD_OK;
 }
 
-static kvd_status_t check_name(kvd_req_t *r, const char *name)
+static kvd_status_t check_name(kvd_req_t *r, const char *name, int shared)
 {
     if (!kvd_pool_name_valid(name))
         return kvd__req_fail(r, KVD_EINVAL,
                          "pool name must be 1 to 63 characters of [A-Za-z0-9._-]");
-    if (kvd_registry_pool_by_name(&r->srv->reg, name) != NULL)
-        return kvd__req_fail(r, KVD_EEXIST, "a pool named '%s' exists", name);
+    if (kvd_registry_name_taken(&r->srv->reg, name, r->conn->id, shared))
+        return kvd__req_fail(r, KVD_EEXIST, "a pool named '%s' exists%s", name,
+                             shared ? " (yours, or a shared one)" : " (yours)");
     return KVD_OK;
 }
 
@@ -140,7 +141,7 @@ kvd_status_t kvd__op_pool_create(kvd_req_t *r)
     unsigned kv = pc->mla ? 1 : 2;
 
     /* validate everything first */
-    if ((st = check_name(r, pc->name)) != KVD_OK)
+    if ((st = check_name(r, pc->name, pc->shared)) != KVD_OK)
         return st;
     if (pc->kind != KVDOCK__MEM_KIND__MEM_HOST && pc->kind != KVDOCK__MEM_KIND__MEM_DEVICE &&
         pc->kind != KVDOCK__MEM_KIND__MEM_DEVICE_VMM)
@@ -298,7 +299,7 @@ kvd_status_t kvd__op_pool_import(kvd_req_t *r)
     size_t i;
 
     /* the request's own fields first */
-    if ((st = check_name(r, pi->name)) != KVD_OK)
+    if ((st = check_name(r, pi->name, pi->shared)) != KVD_OK)
         return st;
     if (pi->num_layers < 1 || pi->num_slots < 1 || pi->slot_bytes < 1)
         return kvd__req_fail(r, KVD_EINVAL, "num_layers, num_slots and slot_bytes must be >= 1");
@@ -407,12 +408,11 @@ kvd_status_t kvd__op_pool_drop(kvd_req_t *r)
 
     if ((st = find_pool(r, pd->pool, pd->name, &p)) != KVD_OK)
         return st;
-    if (kvd_obj_may_drop(&p->obj, r->conn->id, r->conn->admin) != KVD_OK) {
-        if (p->obj.orphaned)
+    if (kvd_obj_may_drop(&p->obj, r->conn->id, r->conn->uid, r->conn->admin) != KVD_OK) {
+        if (p->obj.shared)
             return kvd__req_fail(r, KVD_EPERM,
-                             "pool %" PRIu64 " outlived its creator (client %" PRIu64
-                             "); only an admin may drop it",
-                             p->obj.id, p->obj.owner_id);
+                             "pool %" PRIu64 " is shared by user %u: only that user or an admin "
+                             "may drop it", p->obj.id, (unsigned)p->obj.owner_uid);
         return kvd__req_fail(r, KVD_EPERM, "pool %" PRIu64 " belongs to client %" PRIu64, p->obj.id,
                          p->obj.owner_id);
     }
@@ -425,17 +425,22 @@ kvd_status_t kvd__op_pool_drop(kvd_req_t *r)
 kvd_status_t kvd__op_pool_list(kvd_req_t *r)
 {
     Kvdock__PoolListReply *l = kvd__req_alloc(r, sizeof(*l));
+    int all = r->req->pool_list != NULL && r->req->pool_list->all;
     kvd_pool_t *p = NULL;
 
     if (l == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     kvdock__pool_list_reply__init(l);
+    if (all && !r->conn->admin)
+        return kvd__req_fail(r, KVD_EPERM, "listing every client's pools needs an admin");
     l->pools = kvd__req_alloc(r, sizeof(*l->pools) * (r->srv->reg.npools + 1));
     if (l->pools == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     for (p = r->srv->reg.pools; p; p = p->next) {
         Kvdock__PoolInfo *pi;
-        if (!r->conn->admin && kvd_obj_may_use(&p->obj, r->conn->id) != KVD_OK)
+        /* its own pools and the shared ones: other clients' private pools
+         * are theirs, their names too (an admin sees them in status) */
+        if (!all && kvd_obj_may_use(&p->obj, r->conn->id) != KVD_OK)
             continue;
         pi = kvd__req_alloc(r, sizeof(*pi));
         if (pi == NULL)

@@ -118,6 +118,7 @@ kvd_status_t kvd_registry_add(kvd_registry_t *reg, kvd_obj_t *obj, kvd_owner_t *
     obj->id = id;
     obj->refs = 1;
     obj->owner_id = owner->client_id;
+    obj->owner_uid = owner->uid;
     obj->orphaned = 0;
     owner_link(owner, obj);
     reg->live_bytes += obj->bytes;
@@ -149,14 +150,29 @@ kvd_obj_t *kvd_registry_get(kvd_registry_t *reg, uint64_t id, kvd_obj_type_t typ
     return obj != NULL && obj->type == type ? obj : NULL;
 }
 
-kvd_pool_t *kvd_registry_pool_by_name(kvd_registry_t *reg, const char *name)
+kvd_pool_t *kvd_registry_pool_by_name(kvd_registry_t *reg, const char *name, uint64_t client_id)
 {
-    kvd_pool_t *p;
+    kvd_pool_t *p, *shared = NULL;
 
-    for (p = reg->pools; p; p = p->next)
-        if (strcmp(p->name, name) == 0)
+    for (p = reg->pools; p; p = p->next) {
+        if (strcmp(p->name, name) != 0)
+            continue;
+        if (p->obj.owner_id == client_id)
             return p;
-    return NULL;
+        if (p->obj.shared && shared == NULL)
+            shared = p;
+    }
+    return shared;
+}
+
+int kvd_registry_name_taken(kvd_registry_t *reg, const char *name, uint64_t client_id,
+                            int shared)
+{
+    for (kvd_pool_t *p = reg->pools; p; p = p->next)
+        if (strcmp(p->name, name) == 0 &&
+            (p->obj.owner_id == client_id || (shared && p->obj.shared)))
+            return 1;
+    return 0;
 }
 
 void kvd_registry_drop(kvd_registry_t *reg, kvd_obj_t *obj)
@@ -235,9 +251,10 @@ kvd_status_t kvd_obj_may_use(const kvd_obj_t *obj, uint64_t client_id)
     return KVD_EPERM;
 }
 
-kvd_status_t kvd_obj_may_drop(const kvd_obj_t *obj, uint64_t client_id, int admin)
+kvd_status_t kvd_obj_may_drop(const kvd_obj_t *obj, uint64_t client_id, uid_t uid, int admin)
 {
-    if ((!obj->orphaned && obj->owner_id == client_id) || (obj->shared && admin))
+    if ((!obj->orphaned && obj->owner_id == client_id) ||
+        (obj->shared && (admin || obj->owner_uid == uid)))
         return KVD_OK;
     return KVD_EPERM;
 }

@@ -12,14 +12,22 @@
  * The exception: a shared pool of daemon-owned memory outlives its
  * creator.  When the creator's connection goes, the pool passes to the
  * registry's own owner (client id 0) and is marked orphaned; it keeps
- * owner_id, its creator's id, which is never given to another connection,
- * so from then on only an admin may drop it.  Imported pools (memory that
- * a client owns) and buffers and events always go with their connection.
+ * owner_id, its creator's id (never given to another connection), and
+ * owner_uid, its creator's user: a shared pool belongs to that user, who
+ * (like an admin) may drop it from any connection.  Imported pools
+ * (memory that a client owns) and buffers and events always go with
+ * their connection.
+ *
+ * Names: a private pool's name is its owner's (another client may have a
+ * private pool of the same name); a shared pool's is unique among shared
+ * pools and its owner's.  By name, a client finds its own pool first, then
+ * a shared one; other clients' private pools it does not see.
  */
 #ifndef KVD_DAEMON_REGISTRY_H
 #define KVD_DAEMON_REGISTRY_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "backend.h"
 #include "hostmem.h"
@@ -36,6 +44,7 @@ typedef struct kvd_obj kvd_obj_t;
 /* What one connection owns; embedded in the connection. */
 typedef struct kvd_owner {
     uint64_t client_id;
+    uid_t uid;       /* the connection's user */
     kvd_obj_t *head; /* objects owned, newest first */
     uint32_t pools, buffers, events;
     uint64_t bytes; /* bytes of live pools and buffers */
@@ -46,6 +55,7 @@ struct kvd_obj {
     kvd_obj_type_t type;
     uint32_t refs;
     uint64_t owner_id;
+    uid_t owner_uid;    /* the creator's user */
     kvd_owner_t *owner; /* NULL once dropped */
     int shared;
     int orphaned;       /* creator gone; owner is the registry's own */
@@ -118,7 +128,13 @@ void kvd_registry_deinit(kvd_registry_t *reg);
  * object is not added and still belongs to the caller). */
 kvd_status_t kvd_registry_add(kvd_registry_t *reg, kvd_obj_t *obj, kvd_owner_t *owner);
 kvd_obj_t *kvd_registry_get(kvd_registry_t *reg, uint64_t id, kvd_obj_type_t type);
-kvd_pool_t *kvd_registry_pool_by_name(kvd_registry_t *reg, const char *name);
+/* The pool client_id means by name: its own of that name, else a shared
+ * one; NULL when there is none such. */
+kvd_pool_t *kvd_registry_pool_by_name(kvd_registry_t *reg, const char *name, uint64_t client_id);
+/* Whether a pool of that name (shared or not) would clash for client_id:
+ * one of its own has it, or (shared) a shared one does. */
+int kvd_registry_name_taken(kvd_registry_t *reg, const char *name, uint64_t client_id,
+                            int shared);
 
 /* Remove obj from the registry and its owner; releases the registry's
  * reference. */
@@ -136,7 +152,7 @@ void kvd_obj_unref(kvd_registry_t *reg, kvd_obj_t *obj);
 kvd_status_t kvd_obj_may_use(const kvd_obj_t *obj, uint64_t client_id);
 /* May this client drop obj?  Only its creator (while connected: a
  * creator's id is never reused), or an admin for a shared one. */
-kvd_status_t kvd_obj_may_drop(const kvd_obj_t *obj, uint64_t client_id, int admin);
+kvd_status_t kvd_obj_may_drop(const kvd_obj_t *obj, uint64_t client_id, uid_t uid, int admin);
 
 /* Is name a valid pool, buffer or cache name (1..63 of [A-Za-z0-9._-])? */
 int kvd_pool_name_valid(const char *name);

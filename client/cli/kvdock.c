@@ -436,6 +436,12 @@ static int cmd_pool_create(opts_t *o)
         return usage_error("pool create", "a pool NAME is needed");
     if (!have_layers || !have_slots || !have_sb)
         return usage_error("pool create", "--layers, --slots and --slot-bytes are required");
+    if (!spec.shared)
+        return usage_error("pool create",
+                           "a private pool lives as long as the connection that made it, and "
+                           "kvdock's ends when kvdock exits: --shared makes a pool that stays, "
+                           "that other clients may use, and that you (or an admin) drop with "
+                           "`kvdock pool drop`");
 
     rc = connect_or_fail(o, &cli);
     if (rc != 0)
@@ -459,12 +465,6 @@ static int cmd_pool_create(opts_t *o)
                info.name, info.id, kvd_mem_kind_name(info.kind), info.num_layers, info.num_slots,
                info.slot_bytes, info.mla ? "mla" : "mha", b);
     }
-    if (!spec.shared)
-        fprintf(stderr,
-                "kvdock: note: pool %s is private to this kvdock connection and is "
-                "dropped when kvdock exits; --shared makes a pool that outlives "
-                "kvdock and that other clients can use\n",
-                info.name);
     kvd_client_destroy(&cli);
     return 0;
 }
@@ -840,8 +840,8 @@ static const cmd_t cmds[] = {
      cmd_status},
     {"pools", "pools [--json]", "List the pools this client may see.", cmd_pools},
     {"pool",
-     "pool create NAME --kind host|device|device-vmm --layers N --slots N --slot-bytes N "
-     "[--mla] [--page-size N] [--shared] [--json]\n"
+     "pool create NAME --shared --kind host|device|device-vmm --layers N --slots N "
+     "--slot-bytes N [--mla] [--page-size N] [--json]\n"
      "       kvdock pool drop NAME|--id ID [--json]",
      "Create or drop a pool.  Sizes take k, m, g suffixes (binary).", cmd_pool},
     {"stats", "stats [--json]", "Show per-operation counters and latencies, and per-stream load.",
@@ -953,8 +953,10 @@ int main(int argc, char **argv)
                    "  --slot-bytes N   bytes per slot row\n"
                    "  --mla            one latent buffer per layer instead of K and V\n"
                    "  --page-size N    slots per page (0 or 1: unpaged)\n"
-                   "  --shared         other clients may use it, and it outlives this\n"
-                   "                   kvdock: the daemon keeps it until an admin drops it\n");
+                   "  --shared         required: the pool stays after kvdock exits, other\n"
+                   "                   clients may use it, and your user (or an admin)\n"
+                   "                   drops it with `kvdock pool drop`; a private pool\n"
+                   "                   would end with kvdock's connection\n");
         if (c->run == cmd_bench)
             kvd__cli_bench_help();
         if (c->run == cmd_top)

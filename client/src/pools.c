@@ -342,7 +342,7 @@ static kvd_status_t list_finish(kvd_client_t *cli, kvd__pending_t *p)
 }
 
 static kvd_status_t pool_list_go(kvd_client_t *cli, kvd_pool_info_t *out, size_t cap, size_t *count,
-                                 uint64_t *req_id)
+                                 bool all, uint64_t *req_id)
 {
     Kvdock__Request req = KVDOCK__REQUEST__INIT;
     Kvdock__PoolList pl = KVDOCK__POOL_LIST__INIT;
@@ -354,6 +354,7 @@ static kvd_status_t pool_list_go(kvd_client_t *cli, kvd_pool_info_t *out, size_t
     o.list.out = out;
     o.list.cap = cap;
     o.list.count = count;
+    pl.all = all;
     req.op_case = KVDOCK__REQUEST__OP_POOL_LIST;
     req.pool_list = &pl;
     return kvd__call(cli, &req, NULL, 0, list_finish, &o, req_id);
@@ -361,7 +362,21 @@ static kvd_status_t pool_list_go(kvd_client_t *cli, kvd_pool_info_t *out, size_t
 
 kvd_status_t kvd_pool_list(kvd_client_t *cli, kvd_pool_info_t *out, size_t cap, size_t *count)
 {
-    return pool_list_go(cli, out, cap, count, NULL);
+    return pool_list_go(cli, out, cap, count, false, NULL);
+}
+
+kvd_status_t kvd_pool_list_all(kvd_client_t *cli, kvd_pool_info_t *out, size_t cap,
+                               size_t *count)
+{
+    return pool_list_go(cli, out, cap, count, true, NULL);
+}
+
+kvd_status_t kvd_pool_list_all_submit(kvd_client_t *cli, kvd_pool_info_t *out, size_t cap,
+                                      size_t *count, uint64_t *req_id)
+{
+    if (req_id == NULL)
+        return kvd__client_fail(cli, KVD_ENULL, "req_id is NULL");
+    return pool_list_go(cli, out, cap, count, true, req_id);
 }
 
 kvd_status_t kvd_pool_list_submit(kvd_client_t *cli, kvd_pool_info_t *out, size_t cap,
@@ -369,7 +384,7 @@ kvd_status_t kvd_pool_list_submit(kvd_client_t *cli, kvd_pool_info_t *out, size_
 {
     if (req_id == NULL)
         return kvd__client_fail(cli, KVD_ENULL, "req_id is NULL");
-    return pool_list_go(cli, out, cap, count, req_id);
+    return pool_list_go(cli, out, cap, count, false, req_id);
 }
 
 /* ------------------------------------------------------------------------ */

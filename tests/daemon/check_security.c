@@ -11,9 +11,9 @@
  *   socket group it reaches the socket and the daemon refuses it with
  *   EPERM and closes; allow-uids or allow-gids let it in, as a non-admin.
  * - Ownership: for every operation that names a pool or a buffer, another
- *   client's attempt on a non-shared one is refused with EPERM (the daemon
- *   does not hide that the object exists: pool names are daemon-wide, so
- *   EEXIST would tell anyway) and the owner's bytes are unchanged.
+ *   client's attempt on a non-shared one is refused with EPERM (by id; ids
+ *   are daemon-wide) or ENOENT (by name: a private pool's name is its
+ *   owner's), and the owner's bytes are unchanged.
  * - Admin operations (shutdown, dropping another's shared pool) need an
  *   admin peer.
  */
@@ -575,6 +575,7 @@ static void gather(msgs_t *m, uint64_t table, uint64_t out)
 typedef struct attack {
     const char *name;
     void (*build)(const world_t *w, msgs_t *m);
+    int status; /* 0: EPERM */
 } attack_t;
 
 static void a_export_id(const world_t *w, msgs_t *m)
@@ -701,26 +702,27 @@ static void a_buffer_drop(const world_t *w, msgs_t *m)
 }
 
 static const attack_t attacks[] = {
-    {"pool_export by id", a_export_id},
-    {"pool_export by name", a_export_name},
-    {"pool_drop by id", a_drop_id},
-    {"pool_drop by name", a_drop_name},
-    {"store into the pool", a_store},
-    {"store into layer 1", a_store_layer1},
-    {"store with loc in the owner's buffer", a_store_loc_buf},
-    {"store with k from the owner's buffer", a_store_k_buf},
-    {"store with v from the owner's buffer", a_store_v_buf},
-    {"fp8_set into the pool", a_fp8},
-    {"fp8_set with k from the owner's buffer", a_fp8_k_buf},
-    {"transfer, the pool as src", a_transfer_src},
-    {"transfer, the pool as dst", a_transfer_dst},
-    {"transfer from a shared pool into the private one", a_transfer_shared_to_priv},
-    {"all-layer transfer within the pool", a_transfer_all},
-    {"transfer with indices in the owner's buffer", a_transfer_idx_buf},
-    {"gather reading the owner's page table", a_gather_table},
-    {"gather writing the owner's buffer", a_gather_out},
-    {"gather with indices in the owner's buffer", a_gather_idx_buf},
-    {"buffer_drop of the owner's buffer", a_buffer_drop},
+    {"pool_export by id", a_export_id, 0},
+    /* by name another client's private pool is not there to find */
+    {"pool_export by name", a_export_name, KVD_ENOENT},
+    {"pool_drop by id", a_drop_id, 0},
+    {"pool_drop by name", a_drop_name, KVD_ENOENT},
+    {"store into the pool", a_store, 0},
+    {"store into layer 1", a_store_layer1, 0},
+    {"store with loc in the owner's buffer", a_store_loc_buf, 0},
+    {"store with k from the owner's buffer", a_store_k_buf, 0},
+    {"store with v from the owner's buffer", a_store_v_buf, 0},
+    {"fp8_set into the pool", a_fp8, 0},
+    {"fp8_set with k from the owner's buffer", a_fp8_k_buf, 0},
+    {"transfer, the pool as src", a_transfer_src, 0},
+    {"transfer, the pool as dst", a_transfer_dst, 0},
+    {"transfer from a shared pool into the private one", a_transfer_shared_to_priv, 0},
+    {"all-layer transfer within the pool", a_transfer_all, 0},
+    {"transfer with indices in the owner's buffer", a_transfer_idx_buf, 0},
+    {"gather reading the owner's page table", a_gather_table, 0},
+    {"gather writing the owner's buffer", a_gather_out, 0},
+    {"gather with indices in the owner's buffer", a_gather_idx_buf, 0},
+    {"buffer_drop of the owner's buffer", a_buffer_drop, 0},
 };
 #define N_ATTACKS (sizeof(attacks) / sizeof(attacks[0]))
 
@@ -738,8 +740,9 @@ static void run_attacks(world_t *w)
         attacks[i].build(w, &m);
         r = kvdt_call_fds(w->b, &m.req, NULL, 0, fds, &nfds);
         ck_assert_msg(r != NULL, "%s: no reply", attacks[i].name);
-        ck_assert_msg(r->status == KVD_EPERM, "%s: status %u (%s), want EPERM",
-                      attacks[i].name, r->status, r->message);
+        ck_assert_msg(r->status == (uint32_t)(attacks[i].status ? attacks[i].status : KVD_EPERM),
+                      "%s: status %u (%s), want %s", attacks[i].name, r->status, r->message,
+                      kvd_err_name(attacks[i].status ? attacks[i].status : KVD_EPERM));
         ck_assert_msg(r->message[0] != '\0', "%s: no message", attacks[i].name);
         if (getenv("KVDT_VERBOSE"))
             fprintf(stderr, "attack '%s': %s: %s\n", attacks[i].name, kvd_err_name(r->status),
@@ -798,7 +801,9 @@ static void run_controls(world_t *w)
     }
 }
 
-static void pool_list_sees(int fd, uint64_t want, int expect)
+/* Whether fd's pool_list (all: every client's) shows pool want; status
+ * the reply's status (0 or EPERM). */
+static void pool_list_sees_as(int fd, int all, uint64_t want, int expect, uint32_t status)
 {
     Kvdock__Request req;
     Kvdock__PoolList pl = KVDOCK__POOL_LIST__INIT;
@@ -807,14 +812,24 @@ static void pool_list_sees(int fd, uint64_t want, int expect)
     int seen = 0;
 
     kvdt_req_init(&req, 70);
+    pl.all = all;
     req.op_case = KVDOCK__REQUEST__OP_POOL_LIST;
     req.pool_list = &pl;
     r = kvdt_call(fd, &req);
-    ck_assert_uint_eq(r->status, 0);
+    ck_assert_uint_eq(r->status, status);
+    if (status != 0) {
+        kvdock__response__free_unpacked(r, NULL);
+        return;
+    }
     for (i = 0; i < r->pools->n_pools; i++)
         seen |= r->pools->pools[i]->id == want;
     ck_assert_int_eq(seen, expect);
     kvdock__response__free_unpacked(r, NULL);
+}
+
+static void pool_list_sees(int fd, uint64_t want, int expect)
+{
+    pool_list_sees_as(fd, 0, want, expect, 0);
 }
 
 START_TEST(test_ownership_same_user)
@@ -826,6 +841,11 @@ START_TEST(test_ownership_same_user)
     world_up(&w, 0);
     run_attacks(&w);
     run_controls(&w);
+    /* an admin's list shows its own pools and the shared ones; all of them
+     * only when it asks (PoolList.all) */
+    pool_list_sees(w.b, w.priv, 0);
+    pool_list_sees(w.b, w.shared, 1);
+    pool_list_sees_as(w.b, 1, w.priv, 1, 0);
     world_down(&w);
 }
 END_TEST
@@ -845,6 +865,7 @@ START_TEST(test_ownership_other_user)
     pool_list_sees(w.b, w.priv, 0);
     pool_list_sees(w.b, w.shared, 1);
     pool_list_sees(w.a, w.priv, 1);
+    pool_list_sees_as(w.b, 1, w.priv, 0, KVD_EPERM); /* every pool: admins only */
     world_down(&w);
 }
 END_TEST

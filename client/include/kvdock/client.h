@@ -306,7 +306,7 @@ typedef struct kvd_pool_info {
     uint64_t v_offset;
     uint64_t slot_stride;
     uint64_t owner;
-    bool orphaned; /* shared pool whose creator has gone: only an admin may drop it */
+    bool orphaned; /* shared pool whose creator has gone: its user or an admin drops it */
 } kvd_pool_info_t;
 
 kvd_status_t kvd_pool_create(kvd_client_t *cli, const kvd_pool_spec_t *spec, kvd_pool_info_t *out);
@@ -321,6 +321,11 @@ kvd_status_t kvd_pool_drop_submit(kvd_client_t *cli, uint64_t pool, const char *
 /* The pools this client may see: the first cap go to out, *count says how
  * many there were. */
 kvd_status_t kvd_pool_list(kvd_client_t *cli, kvd_pool_info_t *out, size_t cap, size_t *count);
+/* Every client's pools (an admin's view; KVD_EPERM for others). */
+kvd_status_t kvd_pool_list_all(kvd_client_t *cli, kvd_pool_info_t *out, size_t cap,
+                               size_t *count);
+kvd_status_t kvd_pool_list_all_submit(kvd_client_t *cli, kvd_pool_info_t *out, size_t cap,
+                                      size_t *count, uint64_t *req_id);
 kvd_status_t kvd_pool_list_submit(kvd_client_t *cli, kvd_pool_info_t *out, size_t cap,
                                   size_t *count, uint64_t *req_id);
 

@@ -608,6 +608,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     _fn(lib, "kvd_pool_create_submit", c_int, cli, P(PoolSpec), P(PoolInfo), u64p)
     _fn(lib, "kvd_pool_drop_submit", c_int, cli, c_uint64, c_char_p, u64p)
     _fn(lib, "kvd_pool_list_submit", c_int, cli, P(PoolInfo), c_size_t, P(c_size_t), u64p)
+    _fn(lib, "kvd_pool_list_all_submit", c_int, cli, P(PoolInfo), c_size_t, P(c_size_t), u64p)
     _fn(lib, "kvd_pool_export_submit", c_int, cli, c_uint64, c_char_p, c_uint32, P(P(Mapping)), u64p)
     _fn(lib, "kvd_mapping_destroy", None, P(P(Mapping)))
     _fn(lib, "kvd_mapping_layer", c_void_p, P(Mapping), c_uint32, c_bool)

@@ -1300,15 +1300,19 @@ class Client:
     def drop_pool(self, pool: Union[PoolLike, str]) -> None:
         return self._block(self.drop_pool_async(pool))
 
-    def pools_async(self, cap: int = 1024) -> Future:
-        """The pools this client may see, as a list of :class:`PoolInfo`."""
+    def pools_async(self, cap: int = 1024, all: bool = False) -> Future:
+        """This client's pools and the shared ones (all: every client's, for
+        an admin), as a list of :class:`PoolInfo`."""
         out, count = (C.PoolInfo * cap)(), c_size_t(0)
-        return self._submit(self._lib.kvd_pool_list_submit, (out, cap, byref(count)),
+        fn = self._lib.kvd_pool_list_all_submit if all else self._lib.kvd_pool_list_submit
+        return self._submit(fn, (out, cap, byref(count)),
                             lambda: [_pool_info(out[i]) for i in range(min(count.value, cap))],
                             (out, count))
 
-    def pools(self, cap: int = 1024) -> List[PoolInfo]:
-        return self._block(self.pools_async(cap))
+    def pools(self, cap: int = 1024, all: bool = False) -> List[PoolInfo]:
+        """This client's pools and the shared ones (all: every client's, for
+        an admin)."""
+        return self._block(self.pools_async(cap, all))
 
     def pool(self, name: str) -> Pool:
         """A handle on an existing pool found by name (ENOENT if none)."""
