@@ -306,7 +306,10 @@ static void pools_table(const kvd_pool_info_t *p, size_t n)
         snprintf(layers, sizeof(layers), "%u", p[i].num_layers);
         snprintf(slots, sizeof(slots), "%" PRIu64, p[i].num_slots);
         snprintf(sb, sizeof(sb), "%" PRIu64, p[i].slot_bytes);
-        snprintf(page, sizeof(page), "%u", p[i].page_size > 1 ? p[i].page_size : 1);
+        if (p[i].page_size > 1)
+            snprintf(page, sizeof(page), "%u", p[i].page_size);
+        else
+            snprintf(page, sizeof(page), "-"); /* unpaged (page_size 0 or 1) */
         kvd__cli_human_bytes(bytes, sizeof(bytes), (double)p[i].bytes);
         snprintf(owner, sizeof(owner), "%" PRIu64, p[i].owner);
         snprintf(flags, sizeof(flags), "%s%s%s%s%s", p[i].shared ? "shared" : "",
@@ -635,10 +638,15 @@ static int cmd_stats(opts_t *o)
         kvd__cli_human_bytes(out_b, sizeof(out_b), (double)s.bytes_out);
         printf("connections %" PRIu64 "  socket in %s  out %s\n\n", s.connections, in, out_b);
         kvd__cli_table_init(&t, "OP,>REQUESTS,>ERRORS,>BYTES,>MEAN_US,>P50_US,>P99_US");
+        size_t idle = 0;
         for (size_t i = 0; i < nops; i++) {
             const kvd_op_stats_t *p = &ops[i];
             char req[24], err[24], b[32], mean[32], p50[32], p99[32];
 
+            if (p->requests == 0) { /* the table shows what ran; --json shows all */
+                idle++;
+                continue;
+            }
             snprintf(req, sizeof(req), "%" PRIu64, p->requests);
             snprintf(err, sizeof(err), "%" PRIu64, p->errors);
             kvd__cli_human_bytes(b, sizeof(b), (double)p->bytes);
@@ -651,6 +659,8 @@ static int cmd_stats(opts_t *o)
             kvd__cli_table_row(&t, p->op, req, err, b, mean, p50, p99);
         }
         kvd__cli_table_print(&t);
+        if (idle > 0)
+            printf("(%zu operations without requests not shown; --json has them)\n", idle);
         if (nstreams > 0) {
             putchar('\n');
             kvd__cli_table_init(&t, "STREAM,PATH,>PRIORITY,>MAX_BLOCKS,>LAUNCHES,>ON_CE,>BYTES,>BUSY_MS,"
