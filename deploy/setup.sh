@@ -15,6 +15,7 @@ packages=(
   python3
   python3-numpy python3-venv python3-pip  # Python client (client/python) and its tests
   python3-torch                       # its PyTorch paths (CPU tensors in CI; ~600 MiB installed)
+  mypy                                # its types, checked with mypy --strict
 )
 
 missing=()

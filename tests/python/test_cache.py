@@ -6,6 +6,7 @@ codes.  Pages are read and written through the pool mapping's memoryview."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import hashlib
 import random
@@ -143,6 +144,37 @@ class CacheTest(unittest.TestCase):
         with self.assertRaises(ValueError):  # a stream waits on device flags only
             buf.wait_value(0, 1)
         buf.drop()
+
+    def test_asyncio(self):
+        """Futures are awaitable: an asyncio program (an engine's scheduler)
+        awaits lookups, saves and loads while its loop keeps running."""
+        cache = self.make("aio")
+        keys = kvdock.block_hashes(list(range(4 * TPB)), TPB, b"aio")
+        self.fill(range(4), keys)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.001)
+
+        async def main() -> tuple:
+            t = asyncio.ensure_future(ticker())
+            saved = await cache.save_async(self.pool, keys, blocks=range(4))
+            hit, loaded = await asyncio.gather(cache.lookup_async(keys),
+                                               cache.load_async(self.pool, keys,
+                                                                blocks=range(10, 14)))
+            t.cancel()
+            return saved, hit, loaded
+
+        saved, hit, loaded = asyncio.run(main())
+        self.assertEqual(saved.stored, 4)
+        self.assertEqual(hit.hits, 4)
+        self.assertEqual(loaded.rows, 4)
+        self.assertGreater(ticks, 0)
+        for i, k in enumerate(keys):
+            self.assertTrue(self.holds(10 + i, k))
 
     def test_open_existing_and_names(self):
         a = self.make("shared-prefix", shared=True)

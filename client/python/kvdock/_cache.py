@@ -187,7 +187,7 @@ class Cache:
     def name(self) -> str:
         return self.info.name
 
-    def stats_async(self) -> Future:
+    def stats_async(self) -> Future[CacheInfo]:
         out = C.CacheInfo()
         return self.client._submit(self.client._lib.kvd_cache_stats_submit,
                                    (self.id, None, byref(out)), lambda: _cache_info(out), (out,))
@@ -196,7 +196,7 @@ class Cache:
         """The cache's contents and counters now."""
         return self.client._block(self.stats_async())
 
-    def lookup_async(self, keys: KeyChain, *, lease: bool = False, lease_ms: int = 0) -> Future:
+    def lookup_async(self, keys: KeyChain, *, lease: bool = False, lease_ms: int = 0) -> Future[CacheLookup]:
         k, keep = _keys(keys)
         out = C.CacheLookupResult()
         return self.client._submit(
@@ -213,7 +213,7 @@ class Cache:
     def save_async(self, pool: PoolLike, keys: KeyChain, blocks: Any, *,
                    parent: Optional[bytes] = None, wait_event: EventLike = None,
                    record_event: EventLike = None, reply_at_enqueue: bool = False,
-                   path: Optional[str] = None) -> Future:
+                   path: Optional[str] = None) -> Future[OpResult]:
         k, keep = _keys(keys)
         ix, arr = _pages(blocks)
         par = bytes(parent) if parent else b""
@@ -227,18 +227,22 @@ class Cache:
                                    (byref(a), byref(sync), byref(out)),
                                    lambda: _op_result(out), (a, keep, arr, pbuf, sync, out))
 
-    def save(self, pool: PoolLike, keys: KeyChain, blocks: Any, **kw: Any) -> OpResult:
-        """Copy the blocks of keys that the cache lacks from pages blocks[i] of
-        the pool (whose layout must match the cache's).  parent: the key
-        before keys[0] when the chain goes on from blocks saved before.
-        The result's stored, skipped and refused count the blocks."""
-        return self.client._block(self.save_async(pool, keys, blocks, **kw))
+    def save(self, pool: PoolLike, keys: KeyChain, blocks: Any, *, parent: Optional[bytes] = None,
+             wait_event: EventLike = None, record_event: EventLike = None,
+             reply_at_enqueue: bool = False, path: Optional[str] = None) -> OpResult:
+        """
+
+        Blocks until the reply comes (within the client's timeout); ``save_async``
+        is the same call returning a :class:`Future`."""
+        return self.client._block(self.save_async(
+            pool, keys, blocks, parent=parent, wait_event=wait_event, record_event=record_event,
+            reply_at_enqueue=reply_at_enqueue, path=path))
 
     def load_async(self, pool: PoolLike, keys: Optional[KeyChain] = None, *, blocks: Any,
                    lease: int = 0, layer_events: Optional[Sequence[EventLike]] = None,
                    layer_flags: Any = None, flag_value: int = 1,
                    wait_event: EventLike = None, record_event: EventLike = None,
-                   reply_at_enqueue: bool = False, path: Optional[str] = None) -> Future:
+                   reply_at_enqueue: bool = False, path: Optional[str] = None) -> Future[OpResult]:
         if (keys is None) == (not lease):
             raise ValueError("load takes keys or a lease, one of them")
         k, keep = _keys(keys)
@@ -262,20 +266,20 @@ class Cache:
                                    (byref(a), byref(sync), byref(out)),
                                    lambda: _op_result(out), (a, keep, arr, ev_arr, sync, out))
 
-    def load(self, pool: PoolLike, keys: Optional[KeyChain] = None, **kw: Any) -> OpResult:
-        """Copy cached blocks (of keys, or of a lease: the lease's first
-        len(blocks)) into pages blocks[i] of the pool.  A key not cached is
-        refused (ENOENT) before anything moves.  The layers may arrive in
-        groups, each saying when it has landed, so that a forward pass starts
-        on the first layers: layer_events (interprocess events; a stream may
-        wait on one once the reply at enqueue says it is recorded), or
-        layer_flags (a Buffer or BufRef of one uint32 per group, set to
-        flag_value when the group has landed: Buffer.wait_value(4 * g,
-        flag_value) makes a stream wait at any time; a host buffer can be
-        polled)."""
-        return self.client._block(self.load_async(pool, keys, **kw))
+    def load(self, pool: PoolLike, keys: Optional[KeyChain] = None, *, blocks: Any, lease: int = 0,
+             layer_events: Optional[Sequence[EventLike]] = None, layer_flags: Any = None,
+             flag_value: int = 1, wait_event: EventLike = None, record_event: EventLike = None,
+             reply_at_enqueue: bool = False, path: Optional[str] = None) -> OpResult:
+        """
 
-    def evict_async(self, keys: Optional[KeyChain] = None, *, all: bool = False) -> Future:
+        Blocks until the reply comes (within the client's timeout); ``load_async``
+        is the same call returning a :class:`Future`."""
+        return self.client._block(self.load_async(
+            pool, keys, blocks=blocks, lease=lease, layer_events=layer_events,
+            layer_flags=layer_flags, flag_value=flag_value, wait_event=wait_event,
+            record_event=record_event, reply_at_enqueue=reply_at_enqueue, path=path))
+
+    def evict_async(self, keys: Optional[KeyChain] = None, *, all: bool = False) -> Future[CacheEvicted]:
         k, keep = _keys(keys)
         out = C.CacheEvictResult()
         return self.client._submit(self.client._lib.kvd_cache_evict_submit,
@@ -309,7 +313,7 @@ class Cache:
 def create_cache_async(client: "Client", name: str, *, num_layers: int, tokens_per_block: int,
                        token_bytes: int, budget_bytes: int, mla: bool = False, dtype: str = "",
                        shared: bool = False, allow_uids: Sequence[int] = (),
-                       allow_gids: Sequence[int] = (), open_existing: bool = False) -> Future:
+                       allow_gids: Sequence[int] = (), open_existing: bool = False) -> Future[Cache]:
     if len(dtype.encode()) > 15:
         raise ValueError("dtype is a label of at most 15 bytes")
     uids = (c_uint32 * max(len(allow_uids), 1))(*allow_uids)
@@ -327,7 +331,7 @@ def create_cache_async(client: "Client", name: str, *, num_layers: int, tokens_p
                           lambda: Cache(client, _cache_info(out)), (spec, nm, uids, gids, out))
 
 
-def caches_async(client: "Client", cap: int = 256) -> Future:
+def caches_async(client: "Client", cap: int = 256) -> Future[List[CacheInfo]]:
     out = (C.CacheInfo * cap)()
     count = c_size_t(0)
     return client._submit(client._lib.kvd_cache_list_submit, (out, cap, byref(count)),
@@ -342,7 +346,7 @@ def cache_by_name(client: "Client", name: str) -> Cache:
     return client._block(fut)
 
 
-def drop_cache_async(client: "Client", cache: Union[Cache, int, str]) -> Future:
+def drop_cache_async(client: "Client", cache: Union[Cache, int, str]) -> Future[None]:
     if isinstance(cache, str):
         args: Tuple[Any, ...] = (0, cache.encode())
     else:

@@ -28,7 +28,7 @@ from ctypes import (
     c_void_p,
 )
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 #: The ABI this module was written against (KVD_CLIENT_ABI_VERSION).
 CLIENT_ABI_VERSION = 4
@@ -569,7 +569,7 @@ def load() -> ctypes.CDLL:
     raise OSError("libkvdock.so not found; set KVDOCK_LIB to its path. Tried: " + "; ".join(tried))
 
 
-def _fn(lib: ctypes.CDLL, name: str, restype, *argtypes) -> None:
+def _fn(lib: ctypes.CDLL, name: str, restype: Any, *argtypes: Any) -> None:
     f = getattr(lib, name)
     f.restype = restype
     f.argtypes = list(argtypes)

@@ -10,10 +10,12 @@ import threading
 import weakref
 from ctypes import byref, c_bool, c_size_t, c_uint8, c_uint64, c_void_p
 from dataclasses import dataclass
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence,
-                    Tuple, Union)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, Generic, Iterable, Iterator,
+                    List, Optional, Sequence, Tuple, TypeVar, Union)
 
 from . import _capi as C
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._cache import Cache, CacheInfo
@@ -24,7 +26,7 @@ except Exception:  # pragma: no cover - ImportError where numpy is absent, or a 
     np = None  # type: ignore[assignment]
 
 
-def _torch():
+def _torch() -> Any:
     """torch if it imports, else None (imported on first use only)."""
     try:
         import torch  # noqa: F401
@@ -59,7 +61,7 @@ class Error(Exception):
         self.message = message or _strerror(self.code)
         super().__init__(f"{self.name}: {self.message}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (_make_error, (self.code, self.message))
 
 
@@ -73,12 +75,12 @@ def _make_error(code: int, message: str) -> Error:
 
 def _strerror(code: int) -> str:
     try:
-        return C.load().kvd_strerror(code).decode()
+        return str(C.load().kvd_strerror(code).decode())
     except Exception:
         return "error"
 
 
-def _check(st: int, cli: Optional[int]) -> None:
+def _check(st: int, cli: Any) -> None:
     if st != C.OK:
         msg = C.load().kvd_client_last_error(cli)
         raise _make_error(st, msg.decode("utf-8", "replace") if msg else "")
@@ -154,7 +156,7 @@ _PATH_NAMES = {C.PATH_COPY_ENGINE: "copy_engine", C.PATH_KERNEL: "kernel"}
 
 
 def _kind_name(kind: int) -> str:
-    return C.load().kvd_mem_kind_name(kind).decode()
+    return str(C.load().kvd_mem_kind_name(kind).decode())
 
 
 _KINDS = {"host": C.MEM_HOST, "device": C.MEM_DEVICE, "device-vmm": C.MEM_DEVICE_VMM,
@@ -197,8 +199,9 @@ def _struct_dict(s: ctypes.Structure) -> Dict[str, Any]:
 # Futures
 
 
-class Future:
-    """The reply to a submitted request (concurrent.futures-style).
+class Future(Generic[T]):
+    """The reply to a submitted request (concurrent.futures-style), of a
+    value of type T.
 
     ``result(timeout)`` collects the reply (kvd_client_wait_timeout) and
     returns the operation's value or raises its :class:`Error`;
@@ -208,7 +211,7 @@ class Future:
     abandons its request, so the library never writes to freed memory.
     """
 
-    def __init__(self, client: "Client", req_id: int, finish: Callable[[], Any],
+    def __init__(self, client: "Client", req_id: int, finish: Callable[[], T],
                  keep: Tuple[Any, ...] = (), cleanup: Optional[Callable[[], None]] = None) -> None:
         self._client = client
         self._id = req_id
@@ -217,9 +220,9 @@ class Future:
         self._cleanup = cleanup
         self._lock = threading.Lock()
         self._state = "pending"  # pending, done, abandoned
-        self._value: Any = None
+        self._value: Optional[T] = None
         self._error: Optional[BaseException] = None
-        self._callbacks: List[Callable[["Future"], None]] = []
+        self._callbacks: List[Callable[["Future[T]"], None]] = []
 
     @property
     def request_id(self) -> int:
@@ -267,7 +270,7 @@ class Future:
             except Exception:  # noqa: BLE001 - best effort
                 pass
 
-    def result(self, timeout: Optional[float] = None) -> Any:
+    def result(self, timeout: Optional[float] = None) -> T:
         """The operation's value; raises its Error, or
         concurrent.futures.TimeoutError after timeout seconds."""
         if self._state == "abandoned":
@@ -277,7 +280,16 @@ class Future:
                 f"no reply to request {self._id} within {timeout} s")
         if self._error is not None:
             raise self._error
-        return self._value
+        return self._value  # type: ignore[return-value]  # set by _collect with the state
+
+    def __await__(self) -> Generator[Any, None, T]:
+        """``await future`` in asyncio code: the result, waited for in the
+        event loop's default executor (a thread), so that the loop (an
+        engine's scheduler) keeps running meanwhile."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(None, self.result).__await__()
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         """The operation's error (None if it succeeded), waiting like result()."""
@@ -320,7 +332,7 @@ class Future:
             self._release()
             self._keep = ()
 
-    def add_done_callback(self, fn: Callable[["Future"], None]) -> None:
+    def add_done_callback(self, fn: Callable[["Future[T]"], None]) -> None:
         """Call fn(future) once the reply has been collected (at once if it has)."""
         with self._lock:
             if self._state == "pending":
@@ -339,7 +351,8 @@ class Future:
         return f"<kvdock.Future request {self._id} {self._state}>"
 
 
-def as_completed(futures: Iterable[Future], timeout: Optional[float] = None):
+def as_completed(futures: Iterable[Future[T]],
+                 timeout: Optional[float] = None) -> Iterator[Future[T]]:
     """Yield futures as their replies arrive (like concurrent.futures.as_completed),
     waiting on the clients' sockets between polls; concurrent.futures.TimeoutError
     after timeout seconds."""
@@ -367,7 +380,7 @@ def as_completed(futures: Iterable[Future], timeout: Optional[float] = None):
         select.select(list(fds), [], [], 0.05 if left is None else min(left, 0.05))
 
 
-def wait_all(futures: Iterable[Future], timeout: Optional[float] = None) -> List[Any]:
+def wait_all(futures: Iterable[Future[T]], timeout: Optional[float] = None) -> List[T]:
     """Results of futures, in their order (raises the first error)."""
     return [f.result(timeout) for f in futures]
 
@@ -380,10 +393,12 @@ class _MapHandle:
     """Owns one kvd_mapping_t; unmapped when the last view of it is gone."""
 
     def __init__(self, ptr: "ctypes._Pointer[C.Mapping]") -> None:
-        self.ptr = ptr
+        self.ptr: Optional["ctypes._Pointer[C.Mapping]"] = ptr
 
     @property
     def m(self) -> C.Mapping:
+        if self.ptr is None:
+            raise ValueError("mapping is closed")
         return self.ptr.contents
 
     def __del__(self) -> None:
@@ -505,7 +520,7 @@ class Mapping:
         self.fd: int = m.fd
         self.ipc_handle: bytes = bytes(m.ipc_handle)
         self.pool = pool
-        self._cbuf = None
+        self._cbuf: Any = None
         self._flat_tensor = None
 
     # -- plumbing --------------------------------------------------------
@@ -530,7 +545,7 @@ class Mapping:
     def is_host(self) -> bool:
         return self.kind == "host"
 
-    def _host_buffer(self):
+    def _host_buffer(self) -> Any:
         """A ctypes array over the pages, holding the mapping alive."""
         if not self.is_host:
             raise ValueError(f"{self.kind} memory is not addressable from the CPU")
@@ -569,28 +584,28 @@ class Mapping:
         return (p.num_slots, p.slot_bytes // itemsize), (p.slot_stride, itemsize)
 
     # -- numpy -----------------------------------------------------------
-    def array(self, dtype: Any = "uint8") -> "np.ndarray":
+    def array(self, dtype: Any = "uint8") -> "np.ndarray[Any, Any]":
         """The whole host mapping as a 1-D numpy array of dtype."""
         _need_numpy()
         dt = np.dtype(dtype)
         return np.frombuffer(self._host_buffer(), dtype=dt, count=self.bytes // dt.itemsize)
 
-    def _np_layer(self, layer: int, v: bool, dtype: Any) -> "np.ndarray":
+    def _np_layer(self, layer: int, v: bool, dtype: Any) -> "np.ndarray[Any, Any]":
         _need_numpy()
         dt = np.dtype(dtype)
         shape, strides = self._rows(dt.itemsize)
         return np.ndarray(shape, dtype=dt, buffer=self._host_buffer(),
                           offset=self._layer_offset(layer, v), strides=strides)
 
-    def k(self, layer: int, dtype: Any = "uint8") -> "np.ndarray":
+    def k(self, layer: int, dtype: Any = "uint8") -> "np.ndarray[Any, Any]":
         """Layer's K (the latent for MLA) as numpy [num_slots, slot_bytes / itemsize]."""
         return self._np_layer(layer, False, dtype)
 
-    def v(self, layer: int, dtype: Any = "uint8") -> "np.ndarray":
+    def v(self, layer: int, dtype: Any = "uint8") -> "np.ndarray[Any, Any]":
         """Layer's V as numpy [num_slots, slot_bytes / itemsize] (MHA pools)."""
         return self._np_layer(layer, True, dtype)
 
-    def latent(self, layer: int, dtype: Any = "uint8") -> "np.ndarray":
+    def latent(self, layer: int, dtype: Any = "uint8") -> "np.ndarray[Any, Any]":
         """An MLA layer's latent buffer (same as k())."""
         return self._np_layer(layer, False, dtype)
 
@@ -743,7 +758,7 @@ class Buffer:
         self.mapping = mapping
 
     def array(self, dtype: Any = "uint8", shape: Optional[Sequence[int]] = None,
-              offset: int = 0) -> "np.ndarray":
+              offset: int = 0) -> "np.ndarray[Any, Any]":
         """A numpy view of a host buffer (dtype, optional shape, byte offset)."""
         m = self._mapped()
         a = m.array("uint8")[offset:]
@@ -846,7 +861,7 @@ class Event:
 # Helpers
 
 
-def _need_numpy():
+def _need_numpy() -> Any:
     if np is None:
         raise ImportError("numpy is needed for array views (apt-get install python3-numpy); "
                           "with PyTorch, the tensor views (tensor(), k_tensor(), v_tensor(), "
@@ -854,7 +869,7 @@ def _need_numpy():
     return np
 
 
-def _need_torch():
+def _need_torch() -> Any:
     torch = _torch()
     if torch is None:
         raise ImportError("PyTorch is needed for tensor views")
@@ -920,7 +935,7 @@ def _host_ptr(obj: Any) -> Tuple[int, int, Any]:
                     "tensors and, with numpy, arrays)")
 
 
-def _array_ptr(a: "np.ndarray", obj: Any) -> Tuple[int, int, Any]:
+def _array_ptr(a: "np.ndarray[Any, Any]", obj: Any) -> Tuple[int, int, Any]:
     # An object array holds pointers to Python objects, not data: numpy
     # makes one of anything (np.asarray(object())), so refuse it here.
     if a.dtype.hasobject:
@@ -1195,8 +1210,8 @@ class Client:
         return bool(C.load().kvd_client_has_cuda())
 
     # -- submitting -----------------------------------------------------------
-    def _submit(self, fn: Callable[..., int], args: Sequence[Any], finish: Callable[[], Any],
-                keep: Tuple[Any, ...] = (), req: Optional[_Req] = None) -> Future:
+    def _submit(self, fn: Callable[..., int], args: Sequence[Any], finish: Callable[[], T],
+                keep: Tuple[Any, ...] = (), req: Optional[_Req] = None) -> Future[T]:
         rid = c_uint64(0)
         try:
             st = fn(self._handle(), *args, byref(rid))
@@ -1208,7 +1223,7 @@ class Client:
         cleanup = req.cleanup if req is not None else None
         return Future(self, rid.value, finish, keep + tuple(args), cleanup)
 
-    def _block(self, fut: Future) -> Any:
+    def _block(self, fut: Future[T]) -> T:
         try:
             return fut.result(self.timeout)
         except concurrent.futures.TimeoutError:
@@ -1217,7 +1232,7 @@ class Client:
                                        f"{self.timeout} s") from None
 
     # -- session ----------------------------------------------------------
-    def ping_async(self, payload: bytes = b"") -> Future:
+    def ping_async(self, payload: bytes = b"") -> Future[None]:
         """Send payload and check that it comes back."""
         buf = bytes(payload)
         return self._submit(self._lib.kvd_ping_submit, (buf or None, len(buf)), lambda: None)
@@ -1225,7 +1240,7 @@ class Client:
     def ping(self, payload: bytes = b"") -> None:
         return self._block(self.ping_async(payload))
 
-    def status_async(self, max_clients: int = 256) -> Future:
+    def status_async(self, max_clients: int = 256) -> Future[Dict[str, Any]]:
         """Daemon status as a dict (clients: a list of dicts)."""
         out = C.DaemonStatus()
         ents = (C.ClientEntry * max_clients)()
@@ -1243,7 +1258,7 @@ class Client:
     def status(self, max_clients: int = 256) -> Dict[str, Any]:
         return self._block(self.status_async(max_clients))
 
-    def stats_async(self) -> Future:
+    def stats_async(self) -> Future[Dict[str, Any]]:
         """Daemon statistics: {"bytes_in", "bytes_out", "connections", "ops": [...],
         "streams": [...]} (histograms as lists)."""
         out, ops, streams = C.DaemonStats(), (C.OpStats * 64)(), (C.StreamStats * 16)()
@@ -1266,7 +1281,7 @@ class Client:
     def stats(self) -> Dict[str, Any]:
         return self._block(self.stats_async())
 
-    def shutdown_async(self, drain: bool = True) -> Future:
+    def shutdown_async(self, drain: bool = True) -> Future[None]:
         """Ask the daemon to exit (admin only)."""
         return self._submit(self._lib.kvd_daemon_shutdown_submit, (drain,), lambda: None)
 
@@ -1276,10 +1291,8 @@ class Client:
     # -- pools --------------------------------------------------------------
     def create_pool_async(self, name: str, num_layers: int, num_slots: int, slot_bytes: int, *,
                           kind: Union[str, int] = "host", mla: bool = False, page_size: int = 0,
-                          shared: bool = False) -> Future:
-        """Create a daemon-owned pool; the future gives a :class:`Pool`.
-
-        kind: "host" (memfd pages), "device" (cudaMalloc) or "device-vmm"."""
+                          shared: bool = False) -> Future[Pool]:
+        """Like :meth:`create_pool`, returning a :class:`Future` of its result."""
         bname = name.encode()
         spec = C.PoolSpec(name=bname, kind=_kind_of(kind), num_layers=num_layers,
                           num_slots=num_slots, slot_bytes=slot_bytes, mla=mla,
@@ -1288,11 +1301,20 @@ class Client:
         return self._submit(self._lib.kvd_pool_create_submit, (byref(spec), byref(out)),
                             lambda: Pool(self, _pool_info(out)), (spec, out, bname))
 
-    def create_pool(self, name: str, num_layers: int, num_slots: int, slot_bytes: int,
-                    **kw: Any) -> Pool:
-        return self._block(self.create_pool_async(name, num_layers, num_slots, slot_bytes, **kw))
+    def create_pool(self, name: str, num_layers: int, num_slots: int, slot_bytes: int, *,
+                    kind: Union[str, int] = "host", mla: bool = False, page_size: int = 0,
+                    shared: bool = False) -> Pool:
+        """Create a daemon-owned pool; the future gives a :class:`Pool`.
 
-    def drop_pool_async(self, pool: Union[PoolLike, str]) -> Future:
+        kind: "host" (memfd pages), "device" (cudaMalloc) or "device-vmm".
+
+        Blocks until the reply comes (within the client's timeout); ``create_pool_async``
+        is the same call returning a :class:`Future`."""
+        return self._block(self.create_pool_async(name, num_layers, num_slots, slot_bytes,
+                                                  kind=kind, mla=mla, page_size=page_size,
+                                                  shared=shared))
+
+    def drop_pool_async(self, pool: Union[PoolLike, str]) -> Future[None]:
         """Drop a pool by Pool, id or name."""
         pid, name = (0, pool.encode()) if isinstance(pool, str) else (_pool_id(pool), None)
         return self._submit(self._lib.kvd_pool_drop_submit, (pid, name), lambda: None)
@@ -1300,7 +1322,7 @@ class Client:
     def drop_pool(self, pool: Union[PoolLike, str]) -> None:
         return self._block(self.drop_pool_async(pool))
 
-    def pools_async(self, cap: int = 1024, all: bool = False) -> Future:
+    def pools_async(self, cap: int = 1024, all: bool = False) -> Future[List[PoolInfo]]:
         """This client's pools and the shared ones (all: every client's, for
         an admin), as a list of :class:`PoolInfo`."""
         out, count = (C.PoolInfo * cap)(), c_size_t(0)
@@ -1321,7 +1343,7 @@ class Client:
                 return Pool(self, p)
         raise Error(15, f"no pool named {name!r}")
 
-    def export_pool_async(self, pool: Union[PoolLike, str], map: bool = True) -> Future:
+    def export_pool_async(self, pool: Union[PoolLike, str], map: bool = True) -> Future[Mapping]:
         """Export a daemon-owned pool; the future gives its :class:`Mapping`
         (map=False: the handle or descriptor only, base 0)."""
         pid, name = (0, pool.encode()) if isinstance(pool, str) else (_pool_id(pool), None)
@@ -1339,21 +1361,12 @@ class Client:
 
     def import_pool_async(self, name: str, k_layers: Sequence[Any],
                           v_layers: Optional[Sequence[Any]] = None, *, page_size: int = 0,
-                          shared: bool = False) -> Future:
-        """Make the caller's memory a pool, without a copy.
-
-        k_layers (and v_layers for MHA; None makes an MLA pool whose
-        k_layers are the latents): one array per layer, each
-        ``[num_slots, ...]`` with contiguous rows and one row stride for all.
-        Either CUDA tensors (a worker's KV cache: each tensor's allocation is
-        shared through its legacy CUDA IPC handle and the tensor's offset
-        in it, or as a VMM descriptor for cuMemCreate memory), or numpy
-        arrays / CPU tensors inside a :class:`HostMemory`.  The pool keeps
-        references to them until it is dropped.
-        """
+                          shared: bool = False) -> Future[Pool]:
+        """Like :meth:`import_pool`, returning a :class:`Future` of its result."""
         mla = v_layers is None
-        layers = [("k", t) for t in k_layers] + ([] if mla else [("v", t) for t in v_layers])
-        if not k_layers or (not mla and len(v_layers) != len(k_layers)):
+        vl: Sequence[Any] = v_layers if v_layers is not None else ()
+        layers = [("k", t) for t in k_layers] + [("v", t) for t in vl]
+        if not k_layers or (not mla and len(vl) != len(k_layers)):
             raise ValueError("k_layers must be non-empty and v_layers, if given, as long")
         regions: List[C.ImportRegion] = []
         region_key: Dict[Any, int] = {}
@@ -1432,14 +1445,28 @@ class Client:
                         pass
 
     def import_pool(self, name: str, k_layers: Sequence[Any],
-                    v_layers: Optional[Sequence[Any]] = None, **kw: Any) -> Pool:
-        return self._block(self.import_pool_async(name, k_layers, v_layers, **kw))
+                    v_layers: Optional[Sequence[Any]] = None, *, page_size: int = 0,
+                    shared: bool = False) -> Pool:
+        """Make the caller's memory a pool, without a copy.
+
+        k_layers (and v_layers for MHA; None makes an MLA pool whose
+        k_layers are the latents): one array per layer, each
+        ``[num_slots, ...]`` with contiguous rows and one row stride for all.
+        Either CUDA tensors (a worker's KV cache: each tensor's allocation is
+        shared through its legacy CUDA IPC handle and the tensor's offset
+        in it, or as a VMM descriptor for cuMemCreate memory), or numpy
+        arrays / CPU tensors inside a :class:`HostMemory`.  The pool keeps
+        references to them until it is dropped.
+
+        Blocks until the reply comes (within the client's timeout); ``import_pool_async``
+        is the same call returning a :class:`Future`."""
+        return self._block(self.import_pool_async(name, k_layers, v_layers, page_size=page_size,
+                                                  shared=shared))
 
     # -- buffers and events -----------------------------------------------
     def register_buffer_async(self, nbytes: int, *, device: bool = False, name: str = "",
-                              map: bool = True) -> Future:
-        """Register a buffer of nbytes (host, or device memory); the future
-        gives a :class:`Buffer` mapped here (map=True)."""
+                              map: bool = True) -> Future[Buffer]:
+        """Like :meth:`register_buffer`, returning a :class:`Future` of its result."""
         kind = C.MEM_DEVICE if device else C.MEM_HOST
         bid, out = c_uint64(0), ctypes.POINTER(C.Mapping)()
         bname = name.encode() if name else None
@@ -1455,10 +1482,16 @@ class Client:
                             (nbytes, kind, bname, byref(bid), byref(out) if map else None),
                             finish, (bid, out, bname))
 
-    def register_buffer(self, nbytes: int, **kw: Any) -> Buffer:
-        return self._block(self.register_buffer_async(nbytes, **kw))
+    def register_buffer(self, nbytes: int, *, device: bool = False, name: str = "",
+                        map: bool = True) -> Buffer:
+        """Register a buffer of nbytes (host, or device memory); the future
+        gives a :class:`Buffer` mapped here (map=True).
 
-    def drop_buffer_async(self, buf: Union[Buffer, int]) -> Future:
+        Blocks until the reply comes (within the client's timeout); ``register_buffer_async``
+        is the same call returning a :class:`Future`."""
+        return self._block(self.register_buffer_async(nbytes, device=device, name=name, map=map))
+
+    def drop_buffer_async(self, buf: Union[Buffer, int]) -> Future[None]:
         bid = buf.id if isinstance(buf, Buffer) else int(buf)
 
         def finish() -> None:
@@ -1492,7 +1525,7 @@ class Client:
                     return b
         return None
 
-    def register_event_async(self, event: Any) -> Future:
+    def register_event_async(self, event: Any) -> Future[Event]:
         """Register an interprocess CUDA event: a
         ``torch.cuda.Event(interprocess=True)`` or its 64 ipc_handle() bytes.
         The future gives an :class:`Event`."""
@@ -1512,7 +1545,7 @@ class Client:
     def register_event(self, event: Any) -> Event:
         return self._block(self.register_event_async(event))
 
-    def drop_event_async(self, event: Union[Event, int]) -> Future:
+    def drop_event_async(self, event: Union[Event, int]) -> Future[None]:
         eid = event.id if isinstance(event, Event) else int(event)
 
         def finish() -> None:
@@ -1553,7 +1586,7 @@ class Client:
                       stream=stream if isinstance(stream, int) else _STREAMS[stream],
                       max_blocks=max_blocks, copy_engine=copy_engine, path=_PATHS[path])
 
-    def _data_op(self, fn: Callable[..., int], args: Any, sync: C.Sync, req: _Req) -> Future:
+    def _data_op(self, fn: Callable[..., int], args: Any, sync: C.Sync, req: _Req) -> Future[OpResult]:
         if req.staged_cuda or (req.cuda and not sync.wait_event):
             # The daemon reads device operands on its own stream: without a
             # wait event (or after staging copies made here, which come
@@ -1569,14 +1602,8 @@ class Client:
     def store_async(self, pool: PoolLike, layer: int, loc: Any, k: Any, v: Any = None, *,
                     src_stride: int = 0, wait_event: EventLike = None,
                     record_event: EventLike = None, reply_at_enqueue: bool = False,
-                    stream: Optional[str] = None, max_blocks: int = 0) -> Future:
-        """Store per-token K (and V, for MHA pools) rows at slots loc of a layer.
-
-        loc: int32/int64 indices (list, numpy, tensor; negative = padding).
-        k, v: num_tokens rows of slot_bytes (src_stride apart): bytes, numpy
-        arrays, CPU tensors (sent inline, or through a temporary buffer when
-        large), arrays in registered buffers (by reference), CUDA tensors
-        (by reference inside a registered device buffer, else staged)."""
+                    stream: Optional[str] = None, max_blocks: int = 0) -> Future[OpResult]:
+        """Like :meth:`store`, returning a :class:`Future` of its result."""
         req = _Req(self)
         try:
             a = C.KvStore(pool=_pool_id(pool), layer=layer, loc=req.indices(loc, "loc"),
@@ -1587,9 +1614,24 @@ class Client:
             raise
         return self._data_op(self._lib.kvd_kv_store_submit, a, sync, req)
 
-    def store(self, pool: PoolLike, layer: int, loc: Any, k: Any, v: Any = None,
-              **kw: Any) -> OpResult:
-        return self._block(self.store_async(pool, layer, loc, k, v, **kw))
+    def store(self, pool: PoolLike, layer: int, loc: Any, k: Any, v: Any = None, *,
+              src_stride: int = 0, wait_event: EventLike = None, record_event: EventLike = None,
+              reply_at_enqueue: bool = False, stream: Optional[str] = None,
+              max_blocks: int = 0) -> OpResult:
+        """Store per-token K (and V, for MHA pools) rows at slots loc of a layer.
+
+        loc: int32/int64 indices (list, numpy, tensor; negative = padding).
+        k, v: num_tokens rows of slot_bytes (src_stride apart): bytes, numpy
+        arrays, CPU tensors (sent inline, or through a temporary buffer when
+        large), arrays in registered buffers (by reference), CUDA tensors
+        (by reference inside a registered device buffer, else staged).
+
+        Blocks until the reply comes (within the client's timeout); ``store_async``
+        is the same call returning a :class:`Future`."""
+        return self._block(self.store_async(pool, layer, loc, k, v, src_stride=src_stride,
+                                            wait_event=wait_event, record_event=record_event,
+                                            reply_at_enqueue=reply_at_enqueue, stream=stream,
+                                            max_blocks=max_blocks))
 
     def fp8_set_async(self, pool: PoolLike, layer: int, loc: Any, k: Any, v: Any = None, *,
                       num_heads: Optional[int] = None, head_dim: Optional[int] = None,
@@ -1599,12 +1641,8 @@ class Client:
                       v_head_scales: Optional[Sequence[float]] = None,
                       wait_event: EventLike = None, record_event: EventLike = None,
                       reply_at_enqueue: bool = False, stream: Optional[str] = None,
-                      max_blocks: int = 0) -> Future:
-        """Quantize K/V ([num_tokens, num_heads, head_dim] of float32, float16
-        or bfloat16) to FP8 (cache_dtype "e4m3" or "e5m2") into a pool whose
-        slot_bytes is num_heads * head_dim.  Scales: none, per tensor
-        (k_scale, v_scale) or per head (k_head_scales, v_head_scales).
-        num_heads, head_dim and src_dtype default from k's shape and dtype."""
+                      max_blocks: int = 0) -> Future[OpResult]:
+        """Like :meth:`fp8_set`, returning a :class:`Future` of its result."""
         shape = tuple(getattr(k, "shape", ()))
         if num_heads is None or head_dim is None:
             if len(shape) != 3:
@@ -1645,21 +1683,37 @@ class Client:
             raise
         return self._data_op(self._lib.kvd_kv_fp8_set_submit, a, sync, req)
 
-    def fp8_set(self, pool: PoolLike, layer: int, loc: Any, k: Any, v: Any = None,
-                **kw: Any) -> OpResult:
-        return self._block(self.fp8_set_async(pool, layer, loc, k, v, **kw))
+    def fp8_set(self, pool: PoolLike, layer: int, loc: Any, k: Any, v: Any = None, *,
+                num_heads: Optional[int] = None, head_dim: Optional[int] = None,
+                src_dtype: Optional[str] = None, cache_dtype: str = "e4m3",
+                k_scale: Optional[float] = None, v_scale: Optional[float] = None,
+                k_head_scales: Optional[Sequence[float]] = None,
+                v_head_scales: Optional[Sequence[float]] = None, wait_event: EventLike = None,
+                record_event: EventLike = None, reply_at_enqueue: bool = False,
+                stream: Optional[str] = None, max_blocks: int = 0) -> OpResult:
+        """Quantize K/V ([num_tokens, num_heads, head_dim] of float32, float16
+        or bfloat16) to FP8 (cache_dtype "e4m3" or "e5m2") into a pool whose
+        slot_bytes is num_heads * head_dim.  Scales: none, per tensor
+        (k_scale, v_scale) or per head (k_head_scales, v_head_scales).
+        num_heads, head_dim and src_dtype default from k's shape and dtype.
+
+        Blocks until the reply comes (within the client's timeout); ``fp8_set_async``
+        is the same call returning a :class:`Future`."""
+        return self._block(self.fp8_set_async(pool, layer, loc, k, v, num_heads=num_heads,
+                                              head_dim=head_dim, src_dtype=src_dtype,
+                                              cache_dtype=cache_dtype, k_scale=k_scale,
+                                              v_scale=v_scale, k_head_scales=k_head_scales,
+                                              v_head_scales=v_head_scales, wait_event=wait_event,
+                                              record_event=record_event,
+                                              reply_at_enqueue=reply_at_enqueue, stream=stream,
+                                              max_blocks=max_blocks))
 
     def gather_async(self, req_to_page: Any, req_pool_indices: Any, seq_lens: Any, out: Any, *,
                      page_size: int = 1, dummy_slot: int = 0,
                      max_num_pages: Optional[int] = None, wait_event: EventLike = None,
                      record_event: EventLike = None, reply_at_enqueue: bool = False,
-                     stream: Optional[str] = None, max_blocks: int = 0) -> Future:
-        """Page-table gather with padding: for row r and column c,
-        ``out[r, c] = req_to_page[req_pool_indices[r], c]`` while
-        ``c < ceil(seq_lens[r] / page_size)``, else dummy_slot.
-
-        req_to_page and out: 2-D int32/int64 arrays (same dtype) that lie in
-        registered buffers (``Buffer.array()`` / ``Buffer.tensor()`` views)."""
+                     stream: Optional[str] = None, max_blocks: int = 0) -> Future[OpResult]:
+        """Like :meth:`gather`, returning a :class:`Future` of its result."""
         req = _Req(self)
         try:
             tref, tshape, titem, tstride = req.bufref(req_to_page, "req_to_page")
@@ -1680,21 +1734,34 @@ class Client:
             raise
         return self._data_op(self._lib.kvd_page_table_gather_submit, a, sync, req)
 
-    def gather(self, req_to_page: Any, req_pool_indices: Any, seq_lens: Any, out: Any,
-               **kw: Any) -> OpResult:
-        return self._block(self.gather_async(req_to_page, req_pool_indices, seq_lens, out, **kw))
+    def gather(self, req_to_page: Any, req_pool_indices: Any, seq_lens: Any, out: Any, *,
+               page_size: int = 1, dummy_slot: int = 0, max_num_pages: Optional[int] = None,
+               wait_event: EventLike = None, record_event: EventLike = None,
+               reply_at_enqueue: bool = False, stream: Optional[str] = None,
+               max_blocks: int = 0) -> OpResult:
+        """Page-table gather with padding: for row r and column c,
+        ``out[r, c] = req_to_page[req_pool_indices[r], c]`` while
+        ``c < ceil(seq_lens[r] / page_size)``, else dummy_slot.
+
+        req_to_page and out: 2-D int32/int64 arrays (same dtype) that lie in
+        registered buffers (``Buffer.array()`` / ``Buffer.tensor()`` views).
+
+        Blocks until the reply comes (within the client's timeout); ``gather_async``
+        is the same call returning a :class:`Future`."""
+        return self._block(self.gather_async(req_to_page, req_pool_indices, seq_lens, out,
+                                             page_size=page_size, dummy_slot=dummy_slot,
+                                             max_num_pages=max_num_pages, wait_event=wait_event,
+                                             record_event=record_event,
+                                             reply_at_enqueue=reply_at_enqueue, stream=stream,
+                                             max_blocks=max_blocks))
 
     def transfer_async(self, src: PoolLike, dst: PoolLike, src_indices: Any, dst_indices: Any, *,
                        layer: Optional[int] = None, num_layers: int = 1,
                        wait_event: EventLike = None, record_event: EventLike = None,
                        reply_at_enqueue: bool = False, stream: Optional[str] = None,
                        max_blocks: int = 0, copy_engine: bool = False,
-                       path: Optional[str] = None) -> Future:
-        """Copy slots src_indices of pool src to slots dst_indices of pool dst
-        (same slot_bytes, both MHA or both MLA): every layer (layer None, the
-        default), or layers [layer, layer + num_layers).  path: "copy_engine",
-        "kernel", or None for the daemon's choice (the copy engines between
-        host and device memory); the result's path says which ran."""
+                       path: Optional[str] = None) -> Future[OpResult]:
+        """Like :meth:`transfer`, returning a :class:`Future` of its result."""
         req = _Req(self)
         try:
             a = C.KvTransfer(src_pool=_pool_id(src), dst_pool=_pool_id(dst),
@@ -1710,12 +1777,28 @@ class Client:
             raise
         return self._data_op(self._lib.kvd_kv_transfer_submit, a, sync, req)
 
-    def transfer(self, src: PoolLike, dst: PoolLike, src_indices: Any, dst_indices: Any,
-                 **kw: Any) -> OpResult:
-        return self._block(self.transfer_async(src, dst, src_indices, dst_indices, **kw))
+    def transfer(self, src: PoolLike, dst: PoolLike, src_indices: Any, dst_indices: Any, *,
+                 layer: Optional[int] = None, num_layers: int = 1, wait_event: EventLike = None,
+                 record_event: EventLike = None, reply_at_enqueue: bool = False,
+                 stream: Optional[str] = None, max_blocks: int = 0, copy_engine: bool = False,
+                 path: Optional[str] = None) -> OpResult:
+        """Copy slots src_indices of pool src to slots dst_indices of pool dst
+        (same slot_bytes, both MHA or both MLA): every layer (layer None, the
+        default), or layers [layer, layer + num_layers).  path: "copy_engine",
+        "kernel", or None for the daemon's choice (the copy engines between
+        host and device memory); the result's path says which ran.
+
+        Blocks until the reply comes (within the client's timeout); ``transfer_async``
+        is the same call returning a :class:`Future`."""
+        return self._block(self.transfer_async(src, dst, src_indices, dst_indices, layer=layer,
+                                               num_layers=num_layers, wait_event=wait_event,
+                                               record_event=record_event,
+                                               reply_at_enqueue=reply_at_enqueue, stream=stream,
+                                               max_blocks=max_blocks, copy_engine=copy_engine,
+                                               path=path))
 
     # -- the cache tier (kvdock._cache) ------------------------------------
-    def create_cache_async(self, name: str, **kw: Any) -> Future:
+    def create_cache_async(self, name: str, **kw: Any) -> Future["Cache"]:
         from ._cache import create_cache_async
         return create_cache_async(self, name, **kw)
 
@@ -1741,7 +1824,7 @@ class Client:
         from ._cache import cache_by_name
         return cache_by_name(self, name)
 
-    def caches_async(self, cap: int = 256) -> Future:
+    def caches_async(self, cap: int = 256) -> Future[List["CacheInfo"]]:
         from ._cache import caches_async
         return caches_async(self, cap)
 
@@ -1749,7 +1832,7 @@ class Client:
         """The caches this client may see."""
         return self._block(self.caches_async(cap))
 
-    def drop_cache_async(self, cache: Union["Cache", int, str]) -> Future:
+    def drop_cache_async(self, cache: Union["Cache", int, str]) -> Future[None]:
         from ._cache import drop_cache_async
         return drop_cache_async(self, cache)
 
@@ -1762,7 +1845,7 @@ class Client:
         return f"<kvdock.Client {self.socket_path} {self.info.backend} {state}>"
 
 
-def _floats(vals: Optional[Sequence[float]]):
+def _floats(vals: Any) -> Any:
     if vals is None:
         return None
     if _is_tensor(vals):
