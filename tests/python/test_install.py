@@ -1,8 +1,12 @@
-"""`pip install` of client/python works, and the installed package (not the
-source tree) talks to kvdockd.  The package is built from a copy of the
-source (no build/ or egg-info left in the tree), into a virtual environment
-that sees the system's numpy, without build isolation (the CI machine
-reaches no Python package index: pip uses the system's setuptools)."""
+"""`pip install` of client/python gives a working package: the wheel
+carries libkvdock.so (a platform wheel), and the installed package (not
+the source tree), with no $KVDOCK_LIB or PYTHONPATH, loads its own copy and
+runs the README's example against kvdockd.  The package is built from a copy
+of the source (no build/ or egg-info left in the tree; the library to
+bundle named by $KVDOCK_LIB at build time, as the copy has no repository
+around it), into a fresh virtual environment that sees the system's numpy,
+without build isolation (the CI machine reaches no Python package index:
+pip uses the system's setuptools)."""
 
 from __future__ import annotations
 
@@ -51,15 +55,22 @@ class TestPipInstall(unittest.TestCase):
         venv = os.path.join(self.tmp, "venv")
         self.run_cmd([sys.executable, "-m", "venv", "--system-site-packages", venv])
         py = os.path.join(venv, "bin", "python")
-        out = self.run_cmd([py, "-m", "pip", "install", "--no-build-isolation", "--no-deps",
-                            "--no-index", src])
+        lib = os.environ.get("KVDOCK_LIB")
+        if not lib:
+            self.skipTest("KVDOCK_LIB is not set to the built libkvdock.so")
+        out = self.run_cmd([py, "-m", "pip", "install", "-v", "--no-build-isolation",
+                            "--no-deps", "--no-index", src],
+                           env=dict(os.environ, KVDOCK_LIB=lib))
         self.assertIn("Successfully installed kvdock", out)
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        self.assertRegex(out, r"kvdock-[0-9.]+-py3-none-linux_\w+\.whl",
+                         "not a platform wheel")
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KVDOCK_LIB")}
         env["KVDOCK_SOCKET"] = self.daemon.socket
         script = textwrap.dedent("""
             import os, sys, kvdock
             assert os.path.realpath(kvdock.__file__).startswith(os.path.realpath(sys.prefix)), \
                 kvdock.__file__
+            assert "KVDOCK_LIB" not in os.environ
             with kvdock.Client(name="pip-installed") as c:   # socket from $KVDOCK_SOCKET
                 p = c.create_pool("pip-pool", 1, 8, 16)
                 c.store(p, 0, [3], b"k" * 16, b"v" * 16)
@@ -69,6 +80,9 @@ class TestPipInstall(unittest.TestCase):
         """)
         out = self.run_cmd([py, "-c", script], env=env)
         self.assertIn("ok via", out)
+        # the library it loaded is the wheel's, inside the environment
+        via = out.split("ok via", 1)[1].strip()
+        self.assertTrue(os.path.realpath(via).startswith(os.path.realpath(venv)), via)
 
 
 if __name__ == "__main__":
