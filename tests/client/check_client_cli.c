@@ -5,7 +5,9 @@
  */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <sys/stat.h>
 
 #ifndef KVDOCK_CLI_PATH
@@ -56,6 +58,38 @@ static void result_free(result_t *r)
 #define EXPECT_RC(r, code)                                                                         \
     ck_assert_msg((r).rc == (code), "exit %d, expected %d\nstdout:\n%s\nstderr:\n%s", (r).rc,      \
                   (code), (r).out, (r).err)
+
+/* The number after "key": in a JSON text (NAN when absent). */
+static double json_number(const char *json, const char *key)
+{
+    char pat[64];
+    const char *p;
+
+    snprintf(pat, sizeof(pat), "\"%s\":", key);
+    p = strstr(json, pat);
+    return p != NULL ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+/* Whether the suite daemon's log holds the printf-formatted text. */
+static bool log_has(const char *fmt, ...)
+{
+    char want[256];
+    char line[1024];
+    bool found = false;
+    va_list ap;
+    FILE *f;
+
+    va_start(ap, fmt);
+    vsnprintf(want, sizeof(want), fmt, ap);
+    va_end(ap);
+    f = fopen(kvt_d.log, "r");
+    if (f == NULL)
+        return false;
+    while (!found && fgets(line, sizeof(line), f) != NULL)
+        found = strstr(line, want) != NULL;
+    fclose(f);
+    return found;
+}
 
 START_TEST(test_cli_help)
 {
@@ -115,6 +149,8 @@ START_TEST(test_cli_pool_create)
     ck_assert_ptr_nonnull(strstr(r.out, "4 layers x 1024 slots x 128 bytes"));
     ck_assert_ptr_nonnull(strstr(r.out, "mla"));
     result_free(&r);
+    /* the daemon logs the kind by name, as the CLI and metrics spell it */
+    ck_assert_msg(log_has("name=%s kind=host ", name), "no kind=host for %s in the log", name);
 
     snprintf(name, sizeof(name), "cli-json-%d", (int)getpid());
     r = cli("--json", "pool", "create", name, "--layers", "2", "--slots", "8", "--slot-bytes", "64",
@@ -603,6 +639,13 @@ START_TEST(test_cli_ping)
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
     ck_assert_ptr_nonnull(strstr(r.out, "\"count\":20"));
     ck_assert_ptr_nonnull(strstr(r.out, "\"p99_us\":"));
+    result_free(&r);
+
+    /* nearest rank: with 3 samples the 99th percentile is the largest */
+    r = cli("ping", "--count", "3", "--json", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_msg(json_number(r.out, "p99_us") == json_number(r.out, "max_us"),
+                  "p99 is not the largest of 3:\n%s", r.out);
     result_free(&r);
 }
 END_TEST
