@@ -32,9 +32,13 @@
 #   cache     tests/bench/bench_cache: the cache tier's lookups, save and
 #             load rates, both at once, layer-wise load, against the same
 #             copies in-process; figures in $OUT/cache.json
+#   engine    tests/bench/bench_engine.py: a transformers Llama's prefix
+#             reused across worker processes through kvdock.Connector
+#             (logits against a recompute, time to first token, a decode
+#             step beside saves); figures in $OUT/engine.json
 #
 # Pick stages as arguments after BUILD_DIR or with STAGES="test bench"
-# (default: all eight).  Each stage's output is tee'd to
+# (default: all nine).  Each stage's output is tee'd to
 # $OUT/<stage>.log (OUT defaults to /tmp/kvdock-gpu-round); a summary with
 # every stage's exit code ends the run, and the script exits non-zero when
 # any stage failed.  Per-stage time limits (seconds): TEST_TIMEOUT (420),
@@ -47,14 +51,14 @@ set -u
 BUILD=build-gpu
 if [ $# -gt 0 ]; then
     case "$1" in
-    info | test | memcheck | bench | daemonbench | chunks | interference | cache) ;;
+    info | test | memcheck | bench | daemonbench | chunks | interference | cache | engine) ;;
     *) BUILD=$1; shift ;;
     esac
 fi
 if [ $# -gt 0 ]; then
     STAGES="$*"
 fi
-STAGES=${STAGES:-"info test memcheck bench daemonbench chunks interference cache"}
+STAGES=${STAGES:-"info test memcheck bench daemonbench chunks interference cache engine"}
 OUT=${OUT:-/tmp/kvdock-gpu-round}
 PEER=${PEER:-.peer}
 TOOLS=${TOOLS:-.carry/tools}
@@ -277,6 +281,13 @@ stage_cache() {
     return "$rc"
 }
 
+# A transformers Llama's prefix reused across worker processes
+# (bench_engine.py starts its own daemon).
+stage_engine() {
+    PYTHONUNBUFFERED=1 timeout --kill-after=15 "$BENCH_TIMEOUT" \
+        python3 tests/bench/bench_engine.py --build "$BUILD"
+}
+
 for s in $STAGES; do
     case "$s" in
     info) run_stage info stage_info ;;
@@ -287,8 +298,9 @@ for s in $STAGES; do
     chunks) run_stage chunks stage_chunks ;;
     interference) run_stage interference stage_interference ;;
     cache) run_stage cache stage_cache ;;
+    engine) run_stage engine stage_engine ;;
     *)
-        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench chunks interference cache)" >&2
+        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench chunks interference cache engine)" >&2
         NAMES+=("$s")
         CODES+=(2)
         SECS+=(0)

@@ -279,6 +279,15 @@ class TestConnectorRules(ConnectorBase):
         with self.assertRaises(ValueError):
             kvdock.Connector(self.cli, self.cache_name, block_size=BS)  # no layers
 
+    def test_path_choice(self):
+        hm, ks, vs, conn = self.connector(path="kernel")
+        toks = prompt(18, 2 * BS)
+        self.fill(ks, vs, toks, [0, 1])
+        self.assertEqual(conn.save(toks, [0, 1]).wait().stored, 2)
+        self.assertEqual(conn.load(toks, [4, 5]).wait().rows, 2)
+        with self.assertRaises(ValueError):
+            self.connector(path="dma", pool_name=f"p-{os.getpid()}")
+
     def test_keys_are_block_hashes_under_the_salt(self):
         hm, ks, vs, conn = self.connector()
         toks = prompt(17, 3 * BS)

@@ -261,6 +261,9 @@ class Connector:
         max_loads: loads in flight at once; one more waits for the oldest.
         pool_name: the name of the imported pool (default: from the
             client's id).
+        path: how saves and loads move: "copy_engine", "kernel", or None
+            for the daemon's default (the copy engines, which leave every
+            SM to the forward pass).
 
     The tensors must stay alive while the connector is; on the cpu backend
     they must lie in a :class:`kvdock.HostMemory`.
@@ -271,7 +274,7 @@ class Connector:
                  v_layers: Optional[Sequence[Any]] = None, mla: bool = False, salt: bytes = b"",
                  budget_bytes: int = 0, dtype: Optional[str] = None, shared: bool = True,
                  layer_groups: int = 0, max_loads: int = 16,
-                 pool_name: Optional[str] = None) -> None:
+                 pool_name: Optional[str] = None, path: Optional[str] = None) -> None:
         if block_size < 1:
             raise ValueError("block_size must be >= 1")
         if (kv_caches is None) == (k_layers is None):
@@ -287,7 +290,10 @@ class Connector:
                 raise ValueError("k_layers: no layers")
         if not 1 <= max_loads <= 1024:
             raise ValueError("max_loads: 1 to 1024")
+        if path not in (None, "copy_engine", "kernel"):
+            raise ValueError(f"path must be 'copy_engine', 'kernel' or None, not {path!r}")
         self.client = client
+        self.path = path
         self.block_size = block_size
         self.salt = bytes(salt)
         self.num_layers = len(ks)
@@ -472,7 +478,7 @@ class Connector:
         try:
             fut = self.cache.load_async(self.pool, None if lease else keys[:n], blocks=pages,
                                         lease=lease, layer_flags=flags, flag_value=value,
-                                        wait_event=self._order_after_stream())
+                                        wait_event=self._order_after_stream(), path=self.path)
         except BaseException:
             self._give_slot(slot)
             raise
@@ -540,7 +546,7 @@ class Connector:
         if self._closed:
             raise Error(C.ECONN, "the connector is closed")
         fut = self.cache.save_async(self.pool, keys[:n], pages[:n],
-                                    wait_event=self._order_after_stream())
+                                    wait_event=self._order_after_stream(), path=self.path)
         sv = Save(fut, n)
         with self._lock:
             self._saves.append(sv)
