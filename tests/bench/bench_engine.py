@@ -58,6 +58,8 @@ SHAPES = {
            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128},
 }
 TARGET = {"1b": 0.4, "8b": 0.2}  # reuse / recompute
+CHUNK = 2048               # float32 prefill chunk (tokens)
+LOGIT_BOUND = 1e-3         # float32: reuse and recompute differ by summation order only
 
 
 # ---------------------------------------------------------------------------
@@ -67,6 +69,7 @@ def build_model(shape, dtype_name):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=32000, max_position_embeddings=32768, **SHAPES[shape])
+    torch.set_grad_enabled(False)  # inference: no activations kept for a backward pass
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = LlamaForCausalLM(cfg)  # the same weights in every process: seeded on the GPU
@@ -85,13 +88,22 @@ def prompt_b():
 
 
 def forward(model, ids, cache, keep=1):
-    """Logits of the last `keep` positions (the lm head only where needed)."""
+    """Logits of the last `keep` positions (the lm head only where needed).
+
+    float32 prompts go in chunks of CHUNK tokens, as engines prefill long
+    prompts: SDPA has no flash kernel for float32 and would hold whole
+    [heads, tokens, tokens] score matrices (16 GiB a layer at 16,384)."""
     import torch
     x = torch.tensor([ids], device="cuda") if not hasattr(ids, "shape") else ids
-    try:
-        out = model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=keep)
-    except TypeError:  # older transformers
-        out = model(input_ids=x, past_key_values=cache, use_cache=True, num_logits_to_keep=keep)
+    step = CHUNK if next(model.parameters()).dtype == torch.float32 else x.shape[1]
+    for at in range(0, x.shape[1], step):
+        part = x[:, at:at + step]
+        try:
+            out = model(input_ids=part, past_key_values=cache, use_cache=True,
+                        logits_to_keep=keep)
+        except TypeError:  # older transformers
+            out = model(input_ids=part, past_key_values=cache, use_cache=True,
+                        num_logits_to_keep=keep)
     return out.logits[:, -keep:].float()
 
 
@@ -228,10 +240,10 @@ def worker_c(pipe, socket, shape, dtype_name):
         conn = kvdock.Connector(cli, f"engine-{shape}-{dtype_name}", block_size=BS,
                                 kv_caches=kv, salt=b"another-tenant", pool_name="worker-c-kv")
         hits = conn.lookup(prompt_b())
+        conn.close()  # its pool goes: the same memory is registered again below
         same = kvdock.Connector(cli, f"engine-{shape}-{dtype_name}", block_size=BS,
                                 kv_caches=kv, salt=SALT, pool_name="worker-c-kv2")
         control = same.lookup(prompt_b())
-        conn.close()
         same.close()
     pipe.send({"hit": hits, "same_salt_hit": control})
 
@@ -329,7 +341,7 @@ def worker_decode(pipe, steps):
             b.record()
             b.synchronize()
             times.append(a.elapsed_time(b))
-            cache.crop(1024)  # the same context every step
+            cache.crop(-1)  # back to the same context every step
         pipe.send(times)
 
 
@@ -385,6 +397,7 @@ def run(ctx, target, *args):
     here, there = ctx.Pipe()
     p = ctx.Process(target=target, args=(there,) + args)
     p.start()
+    there.close()  # so that recv ends (EOFError) when the child dies
     try:
         ans = here.recv()
     except EOFError:
@@ -418,11 +431,13 @@ def phase_interference(ctx, sock, steps, rounds):
     dpipe, dchild = ctx.Pipe()
     dec = ctx.Process(target=worker_decode, args=(dchild, steps))
     dec.start()
+    dchild.close()
     savers = {}
     for path in ("copy_engine", "kernel"):
         here, there = ctx.Pipe()
         p = ctx.Process(target=worker_saver, args=(there, sock, path))
         p.start()
+        there.close()
         savers[path] = (here, p)
     assert dpipe.recv() == "ready"
     for here, _ in savers.values():
@@ -473,16 +488,22 @@ def main():
     tmp = tempfile.mkdtemp(prefix="kvdock-engine-")
     daemon, sock = start_daemon(args.build, tmp, args.out)
     result = {"torch": torch.__version__, "transformers": transformers.__version__}
+    failed = False
     try:
         phases = args.phases.split(",")
         if "proof" in phases:
             p = result["proof"] = phase_proof(ctx, sock)
+            p["ok"] = (p["hit"] == SHARED and p["max_abs_diff"] <= LOGIT_BOUND and
+                       p["greedy_equal"] and p["other_salt_hit"] == 0)
             print(f"\nproof (1B shape, float32, {PROMPT:,}-token prompt of A, {SHARED:,} shared "
                   f"with B's): A stored {p['stored']} blocks; B hit {p['hit']:,} tokens; "
                   f"last-token logits max |reuse - recompute| {p['max_abs_diff']:.3g} "
                   f"(largest |logit| {p['max_abs_logit']:.3g}); same argmax {p['same_argmax']}; "
                   f"32 greedy tokens equal {p['greedy_equal']}; another salt hit "
-                  f"{p['other_salt_hit']} (same salt {p['same_salt_hit']:,})", flush=True)
+                  f"{p['other_salt_hit']} (same salt {p['same_salt_hit']:,}): "
+                  f"{'PASS' if p['ok'] else 'FAIL'} (bound {LOGIT_BOUND:g})", flush=True)
+            if not p["ok"]:
+                failed = True
         if "ttft" in phases:
             rows = result["ttft"] = phase_ttft(ctx, sock, args.runs)
             print(f"\nTTFT of B (bf16, {SHARED:,} of {PROMPT:,} tokens reused), median of "
@@ -507,6 +528,8 @@ def main():
         daemon.wait()
         shutil.rmtree(tmp, ignore_errors=True)
         Path(args.out, "engine.json").write_text(json.dumps(result, indent=1))
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
