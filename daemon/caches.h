@@ -22,12 +22,14 @@ typedef struct kvd_cache {
     char name[KVD_NAME_MAX];
     uid_t owner_uid;
     int shared;
+    int cluster;      /* lookups and loads reach the peers' caches of its name */
     uint32_t allow_uids[16], allow_gids[16];
     uint32_t n_allow_uids, n_allow_gids;
     kvd_cache_store_t store;
     uint32_t refs;    /* the server's list, and every operation in flight */
     int dropped;      /* out of the list; freed with its last reference */
     uint32_t leases;  /* leases on it now */
+    uint64_t fetched, served; /* blocks pulled from peers, and by them */
     struct kvd_cache *next, *prev;
 } kvd_cache_t;
 
@@ -40,6 +42,8 @@ typedef struct kvd_lease {
     struct kvd_lease *next; /* the connection's */
 } kvd_lease_t;
 
+/* Drop a reference (the last one frees the cache). */
+void kvd__cache_unref(kvd_cache_t *k);
 /* The connection goes: its leases end. */
 void kvd__leases_drop(kvd_conn_t *c);
 /* Leases of c past their time end (the server's sweep). */

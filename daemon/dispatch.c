@@ -131,7 +131,8 @@ static kvd_status_t precheck(kvd_req_t *r, const kvd_op_def_t *op)
     return KVD_OK;
 }
 
-int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds)
+static int dispatch(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds,
+                    uint64_t t_start_ns, const struct kvd_cluster_answer *answer)
 {
     kvd_server_t *srv = c->srv;
     Kvdock__Request *req;
@@ -148,7 +149,8 @@ int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *
         kvd__reply_error(c, 0, KVD_EPROTO, "request frame does not decode");
         return -1;
     }
-    c->requests++;
+    if (answer == NULL)
+        c->requests++;
 
     memset(&r, 0, sizeof(r));
     r.srv = srv;
@@ -156,7 +158,8 @@ int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *
     r.req = req;
     r.fds = fds;
     r.nfds = nfds;
-    r.t_start_ns = kvd_now_ns();
+    r.t_start_ns = t_start_ns;
+    r.cluster = answer;
     r.op_index = find_op((int)req->op_case);
     kvdock__response__init(&r.resp);
     r.resp.id = req->id;
@@ -210,4 +213,15 @@ int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *
     if (r.close_after)
         kvd_conn_close_after_flush(c, "closed after error reply");
     return 0;
+}
+
+int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds)
+{
+    return dispatch(c, payload, len, fds, nfds, kvd_now_ns(), NULL);
+}
+
+void kvd__dispatch_replay(kvd_conn_t *c, const uint8_t *payload, size_t len,
+                          uint64_t t_start_ns, const struct kvd_cluster_answer *answer)
+{
+    (void)dispatch(c, payload, len, NULL, 0, t_start_ns, answer);
 }

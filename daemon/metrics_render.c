@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "caches.h"
+#include "cluster.h"
 #include "conn.h"
 #include "dispatch.h"
 #include "kvdock/wire.h"
@@ -135,7 +136,9 @@ static void sample_d(sbuf_t *b, const char *name, const char *key, const char *v
     X(loaded_blocks_total, "counter", "blocks loaded", s->n.loaded)                             \
     X(evictions_total, "counter", "blocks evicted", s->n.evictions)                             \
     X(bytes_in_total, "counter", "bytes saved into the cache", s->n.bytes_in)                   \
-    X(bytes_out_total, "counter", "bytes loaded from the cache", s->n.bytes_out)
+    X(bytes_out_total, "counter", "bytes loaded from the cache", s->n.bytes_out)                 \
+    X(fetched_blocks_total, "counter", "blocks loads pulled from the cluster's peers", k->fetched) \
+    X(served_blocks_total, "counter", "blocks the cluster's peers pulled from it", k->served)
 
 static void render_caches(sbuf_t *b, const kvd_server_t *srv)
 {
@@ -152,6 +155,41 @@ static void render_caches(sbuf_t *b, const kvd_server_t *srv)
     }
     CACHE_FAMILIES(CACHE_FAMILY_)
 #undef CACHE_FAMILY_
+}
+
+/* The cluster (cluster.h), when the daemon is in one. */
+static void render_cluster(sbuf_t *b, const kvd_server_t *srv)
+{
+    const kvd_cluster_t *cl = srv->cluster;
+    kvd_cluster_totals_t t;
+    uint32_t i, n = kvd_cluster_peers(cl);
+    int up;
+    uint64_t rtt, failures, bytes;
+
+    if (cl == NULL)
+        return;
+    kvd_cluster_get_totals(cl, &t);
+#define PEER_FAMILY_(fam, type, help, expr)                                                        \
+    family(b, "kvdock_cluster_peer_" #fam, type, help);                                           \
+    for (i = 0; i < n; i++) {                                                                    \
+        const char *addr = kvd_cluster_peer(cl, i, &up, &rtt, &failures, &bytes);                \
+        sb_printf(b, "kvdock_cluster_peer_" #fam "{peer=\"");                                     \
+        sb_label(b, addr);                                                                       \
+        sb_printf(b, "\"} %" PRIu64 "\n", (uint64_t)(expr));                                      \
+    }
+    PEER_FAMILY_(up, "gauge", "1 while the peer is connected and has proven the secret", up)
+    PEER_FAMILY_(rtt_microseconds, "gauge", "the last ping's round trip to the peer", rtt)
+    PEER_FAMILY_(failures_total, "counter", "times the peer went down or missed a deadline",
+                 failures)
+    PEER_FAMILY_(fetched_bytes_total, "counter", "bytes pulled from the peer", bytes)
+#undef PEER_FAMILY_
+    family(b, "kvdock_cluster_inbound", "gauge", "peers connected to this daemon and proven");
+    sb_printf(b, "kvdock_cluster_inbound %u\n", t.inbound);
+    family(b, "kvdock_cluster_served_bytes_total", "counter", "bytes peers pulled from here");
+    sb_printf(b, "kvdock_cluster_served_bytes_total %" PRIu64 "\n", t.bytes_served);
+    family(b, "kvdock_cluster_refused_total", "counter",
+           "cluster connections refused (no proof of the secret, too many)");
+    sb_printf(b, "kvdock_cluster_refused_total %" PRIu64 "\n", t.refused);
 }
 
 char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
@@ -302,6 +340,7 @@ char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
         sample_u(&b, "kvdock_host_memory_refused_total", "kind", kvd_hostmem_kind_name(k),
                  srv->hostmem.refused[k]);
     render_caches(&b, srv);
+    render_cluster(&b, srv);
     family(&b, "kvdock_buffers", "gauge", "live registered buffers");
     sb_printf(&b, "kvdock_buffers %u\n", srv->reg.nbuffers);
     family(&b, "kvdock_events", "gauge", "live registered interprocess events");

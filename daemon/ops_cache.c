@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "caches.h"
+#include "cluster.h"
 #include "conn.h"
 #include "dataop.h"
 #include "log.h"
@@ -22,7 +23,7 @@
 
 /* ---- caches: identity and who may do what ------------------------------- */
 
-static void cache_unref(kvd_cache_t *k)
+void kvd__cache_unref(kvd_cache_t *k)
 {
     if (--k->refs > 0)
         return;
@@ -158,6 +159,9 @@ static Kvdock__CacheInfo *cache_info(kvd_req_t *r, const kvd_cache_t *k)
     ci->leases = k->leases;
     ci->bytes_in = s->n.bytes_in;
     ci->bytes_out = s->n.bytes_out;
+    ci->cluster = k->cluster;
+    ci->fetched = k->fetched;
+    ci->served = k->served;
     return ci;
 }
 
@@ -237,6 +241,9 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
         return kvd__req_fail(r, KVD_EINVAL, "allow_uids and allow_gids restrict a shared cache");
     if (cc->budget_bytes == 0)
         return kvd__req_fail(r, KVD_EINVAL, "budget_bytes must be > 0");
+    if (cc->cluster && srv->cluster == NULL)
+        return kvd__req_fail(r, KVD_EINVAL, "cluster: this daemon is in no cluster (start it "
+                             "with --cluster-listen)");
     if (cc->budget_bytes > srv->hostmem.budget) {
         char a[32], b[32];
         return kvd__req_fail(r, KVD_ELIMIT, "budget_bytes (%s) is more than the daemon's "
@@ -252,6 +259,9 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
         if (!layout_equal(&same->store.layout, &l))
             return kvd__req_fail(r, KVD_ESHAPE, "cache '%s' exists with another layout",
                                  same->name);
+        if (!same->cluster != !cc->cluster)
+            return kvd__req_fail(r, KVD_EINVAL, "cache '%s' exists %s the cluster", same->name,
+                                 same->cluster ? "in" : "outside");
         return reply_info(r, same);
     }
     for (k = srv->caches; k; k = k->next) {
@@ -275,6 +285,7 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
     snprintf(k->name, sizeof(k->name), "%s", cc->name);
     k->owner_uid = c->uid;
     k->shared = cc->shared;
+    k->cluster = cc->cluster;
     k->n_allow_uids = (uint32_t)cc->n_allow_uids;
     k->n_allow_gids = (uint32_t)cc->n_allow_gids;
     for (size_t i = 0; i < cc->n_allow_uids; i++)
@@ -288,8 +299,8 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
     srv->caches = k;
     kvd_log(KVD_LOG_INFO, "event=cache_create client=%" PRIu64 " cache=%" PRIu64 " name=%s "
             "uid=%u layers=%u mla=%d tokens=%u token_bytes=%" PRIu64 " budget=%" PRIu64
-            " shared=%d", c->id, k->id, k->name, (unsigned)c->uid, l.num_layers, l.mla,
-            l.tokens_per_block, l.token_bytes, cc->budget_bytes, k->shared);
+            " shared=%d cluster=%d", c->id, k->id, k->name, (unsigned)c->uid, l.num_layers,
+            l.mla, l.tokens_per_block, l.token_bytes, cc->budget_bytes, k->shared, k->cluster);
     return reply_info(r, k);
 }
 
@@ -302,7 +313,7 @@ static void lease_end(kvd_cache_t *k, kvd_lease_t *l)
     k->leases--;
     free(l->ids);
     free(l);
-    cache_unref(k);
+    kvd__cache_unref(k);
 }
 
 /* Take lease id off c's list; NULL when it has none such. */
@@ -391,7 +402,7 @@ static void cache_drop(kvd_server_t *srv, kvd_cache_t *k)
         k->next->prev = k->prev;
     k->next = k->prev = NULL;
     k->dropped = 1;
-    cache_unref(k); /* the list's; saves and loads in flight keep theirs */
+    kvd__cache_unref(k); /* the list's; saves and loads in flight keep theirs */
 }
 
 kvd_status_t kvd__op_cache_drop(kvd_req_t *r)
@@ -557,10 +568,19 @@ kvd_status_t kvd__op_cache_lookup(kvd_req_t *r)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     kvdock__cache_lookup_reply__init(rep);
     hits = kvd_cache_lookup(&k->store, ks.k, ks.len, ks.n, 1, ids);
+    if (hits < ks.n && k->cluster && r->cluster == NULL && kvd_cluster_live(r->srv->cluster))
+        return kvd_cluster_defer(r, k, ks.k, ks.len, hits, ks.n, 0); /* ask the peers */
+    rep->local_hits = hits;
+    rep->hits = hits;
+    if (r->cluster != NULL) /* then the run the peers hold, from the first key missing here */
+        for (uint32_t i = hits; i < ks.n && i >= r->cluster->first && i < r->cluster->n &&
+                                (r->cluster->present[(i - r->cluster->first) >> 3] >>
+                                 ((i - r->cluster->first) & 7)) & 1;
+             i++)
+            rep->hits = i + 1;
     k->store.n.lookups++;
     k->store.n.keys_asked += ks.n;
     k->store.n.keys_hit += hits;
-    rep->hits = hits;
     if (cl->lease && hits > 0) {
         kvd_lease_t *l = calloc(1, sizeof(*l));
         uint32_t ms = cl->lease_ms ? cl->lease_ms : (uint32_t)r->srv->opts.cache_lease_ms;
@@ -851,7 +871,7 @@ static void save_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, 
         *bytes = (uint64_t)op->stored * c->block_bytes;
     }
     rep->rows = op->n;
-    cache_unref(op->cache);
+    kvd__cache_unref(op->cache);
     free(op->ids);
     free(op->is_new);
     free(op);
@@ -988,11 +1008,49 @@ static void load_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, 
     rep->rows = op->n;
     if (op->lease != NULL)
         lease_end(op->cache, op->lease);
-    cache_unref(op->cache);
+    kvd__cache_unref(op->cache);
     free(op->ids);
     free(op->is_new);
     free(op);
     d->ext = NULL;
+}
+
+/* ENOENT naming every key of a load that neither this daemon nor its
+ * peers could give, as index ranges, and why. */
+static kvd_status_t missing_in_cluster(kvd_req_t *r, const kvd_cache_store_t *c,
+                                       const keys_t *ks, uint32_t n)
+{
+    char ranges[96];
+    size_t at = 0;
+    uint32_t i = 0, missing = 0;
+
+    ranges[0] = '\0';
+    while (i < n) {
+        uint32_t id = kvd_cache_find(c, ks->k[i], ks->len[i]), j;
+        if (id != KVD_CBLOCK_NONE && kvd_cache_block(c, id)->state == KVD_CBLOCK_READY) {
+            i++;
+            continue;
+        }
+        for (j = i + 1; j < n; j++) {
+            id = kvd_cache_find(c, ks->k[j], ks->len[j]);
+            if (id != KVD_CBLOCK_NONE && kvd_cache_block(c, id)->state == KVD_CBLOCK_READY)
+                break;
+        }
+        missing += j - i;
+        if (at < sizeof(ranges) - 24) {
+            int w = j - i > 1 ? snprintf(ranges + at, sizeof(ranges) - at, "%s%u-%u",
+                                         at ? "," : "", i, j - 1)
+                              : snprintf(ranges + at, sizeof(ranges) - at, "%s%u",
+                                         at ? "," : "", i);
+            at += w > 0 ? (size_t)w : 0;
+        } else if (ranges[at - 1] != '.') {
+            at += (size_t)snprintf(ranges + at, sizeof(ranges) - at, ",...");
+        }
+        i = j;
+    }
+    return kvd__req_fail(r, KVD_ENOENT, "keys[%s] (%u of %u) are neither in the cache nor on a "
+                         "live peer: %s", ranges, missing, n,
+                         r->cluster->why[0] ? r->cluster->why : "no peer holds them");
 }
 
 static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
@@ -1084,8 +1142,11 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
         if (id != KVD_CBLOCK_NONE && kvd_cache_block(c, id)->state == KVD_CBLOCK_FILLING)
             return kvd__req_fail(r, KVD_ENOENT, "keys[%u] is being saved: not in the cache "
                                  "until its bytes are complete", i);
-        if (id == KVD_CBLOCK_NONE || kvd_cache_block(c, id)->state != KVD_CBLOCK_READY)
+        if (id == KVD_CBLOCK_NONE || kvd_cache_block(c, id)->state != KVD_CBLOCK_READY) {
+            if (r->cluster != NULL)
+                return missing_in_cluster(r, c, &ks, n);
             return kvd__req_fail(r, KVD_ENOENT, "keys[%u] is not in the cache", i);
+        }
         op->ids[i] = id;
     }
     op->n = n;
@@ -1125,7 +1186,34 @@ kvd_status_t kvd__op_cache_save(kvd_req_t *r)
     return kvd__dataop_run(r, do_save);
 }
 
+/* A load by keys from a cluster cache that lacks some of them pulls
+ * them from the peers first, then runs (kvd_req_t.cluster set).  Bad
+ * requests are left for do_load to refuse, in its order. */
+static kvd_status_t pull_first(kvd_req_t *r)
+{
+    const Kvdock__CacheLoad *cl = r->req->cache_load;
+    kvd_cache_t *k = NULL;
+    keys_t ks;
+    uint32_t i;
+
+    if (r->cluster != NULL || cl->lease != 0 || !kvd_cluster_live(r->srv->cluster))
+        return KVD_OK;
+    if (find_cache(r, cl->cache, NULL, 1, &k) != KVD_OK || !k->cluster ||
+        get_keys(r, cl->keys, 0, &ks) != KVD_OK || no_duplicates(r, &k->store, &ks) != KVD_OK) {
+        r->msg[0] = '\0';
+        return KVD_OK;
+    }
+    for (i = 0; i < ks.n; i++)
+        if (kvd_cache_find(&k->store, ks.k[i], ks.len[i]) == KVD_CBLOCK_NONE)
+            return kvd_cluster_defer(r, k, ks.k, ks.len, 0, ks.n, 1);
+    return KVD_OK;
+}
+
 kvd_status_t kvd__op_cache_load(kvd_req_t *r)
 {
+    kvd_status_t st = pull_first(r);
+
+    if (st != KVD_OK || r->deferred)
+        return st;
     return kvd__dataop_run(r, do_load);
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "dispatch.h"
 #include "log.h"
 
@@ -161,7 +162,8 @@ kvd_status_t kvd__op_status(kvd_req_t *r)
     s->inflight = srv->inflight;
     s->socket_path = srv->socket_path;
     s->shutting_down = srv->shutting_down != 0;
-    if (fill_memory(r, s) != KVD_OK || fill_paths(r, s) != KVD_OK)
+    if (fill_memory(r, s) != KVD_OK || fill_paths(r, s) != KVD_OK ||
+        (srv->cluster != NULL && (s->cluster = kvd_cluster_status(r, srv->cluster)) == NULL))
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     for (c = srv->conns; c; c = c->next)
         if (!c->closing)

@@ -128,6 +128,21 @@ const kvd_option_def_t kvd__option_table[] = {
      "127.0.0.1, 0 picks a free port (logged); empty: off"},
     {"metrics-allow-remote", KVD_OPT_ENUM, OFF(metrics_allow_remote), "no", 0, 0, "no|yes",
      "allow a non-loopback metrics address (the endpoint has no authentication)"},
+    {"cluster-listen", KVD_OPT_STR, OFF(cluster_listen), "", 0, 0, NULL,
+     "HOST:PORT where this daemon meets the other daemons of its cluster (UCX): caches made "
+     "with cluster = true then find and pull blocks from theirs; empty: no cluster"},
+    {"cluster-peers", KVD_OPT_STR, OFF(cluster_peers), "", 0, 0, NULL,
+     "the cluster's daemons, comma-separated HOST:PORT (this daemon's own address among them "
+     "is skipped, so every node may share one list)"},
+    {"cluster-peers-file", KVD_OPT_STR, OFF(cluster_peers_file), "", 0, 0, NULL,
+     "a file of the cluster's daemons, one HOST:PORT a line ('#' starts a comment), added to "
+     "cluster-peers"},
+    {"cluster-secret-file", KVD_OPT_STR, OFF(cluster_secret_file), "", 0, 0, NULL,
+     "the cluster's shared secret (at least 16 bytes; the file readable by its owner only): "
+     "peers prove it before they get anything; required with cluster-listen"},
+    {"cluster-deadline-ms", KVD_OPT_UINT, OFF(cluster_deadline_ms), "2000", 10, 600000, NULL,
+     "how long a lookup or load waits for the cluster's peers: past it a peer that has not "
+     "answered counts as holding nothing, and its blocks are reported missing"},
 };
 const size_t kvd__option_count = sizeof(kvd__option_table) / sizeof(kvd__option_table[0]);
 
@@ -496,6 +511,17 @@ kvd_status_t kvd_options_check(const kvd_options_t *o, char *err, size_t err_len
     }
     if (o->max_total_pool_bytes != 0 && o->max_pool_bytes > o->max_total_pool_bytes) {
         kvd__seterr(err, err_len, "max-pool-bytes exceeds max-total-pool-bytes");
+        return KVD_EINVAL;
+    }
+    if (o->cluster_listen[0] == '\0' &&
+        (o->cluster_peers[0] != '\0' || o->cluster_peers_file[0] != '\0')) {
+        kvd__seterr(err, err_len, "cluster-peers and cluster-peers-file need cluster-listen "
+                    "(this daemon's own address in the cluster)");
+        return KVD_EINVAL;
+    }
+    if (o->cluster_listen[0] != '\0' && o->cluster_secret_file[0] == '\0') {
+        kvd__seterr(err, err_len, "cluster-listen needs cluster-secret-file: peers prove the "
+                    "cluster's secret before they get any block");
         return KVD_EINVAL;
     }
     if (o->metrics[0] != '\0') {

@@ -78,6 +78,11 @@ typedef struct kvd_options {
     uint64_t busy_poll_us;          /* poll without sleeping this long after activity */
     char metrics[KVD_OPT_STR_MAX];  /* Prometheus endpoint [HOST:]PORT; "" = off */
     int metrics_allow_remote;       /* 1: a non-loopback metrics address is allowed */
+    char cluster_listen[KVD_OPT_STR_MAX];  /* HOST:PORT; "" = no cluster */
+    char cluster_peers[KVD_OPT_STR_MAX];   /* HOST:PORT,HOST:PORT */
+    char cluster_peers_file[KVD_OPT_STR_MAX];
+    char cluster_secret_file[KVD_OPT_STR_MAX];
+    uint64_t cluster_deadline_ms;   /* a lookup's or load's wait for peers */
 } kvd_options_t;
 
 typedef enum kvd_opt_type {

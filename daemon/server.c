@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "caches.h"
+#include "cluster.h"
 #include "conn.h"
 #include "dispatch.h"
 #include "kvdock/wire.h"
@@ -373,6 +374,7 @@ static void finish(kvd_server_t *srv)
     kvd_conn_t *c, *next;
 
     srv->shutting_down = 2; /* finishing: no re-entry */
+    kvd_cluster_close(srv->cluster); /* before the caches its pulls write into go */
     for (c = srv->conns; c; c = next) {
         next = c->next;
         kvd_conn_close(c, "daemon shutting down");
@@ -720,6 +722,9 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     if (srv->opts.metrics[0] != '\0' &&
         (st = kvd_metrics_create(srv, &srv->metrics, why, why_len)) != KVD_OK)
         goto fail_backend;
+    if (srv->opts.cluster_listen[0] != '\0' &&
+        (st = kvd_cluster_create(srv, &srv->cluster, why, why_len)) != KVD_OK)
+        goto fail_backend;
     /* before the socket listens: a SIGTERM from a peer that saw it must
      * find the handler, not the default action */
     uv_signal_init(loop, &srv->sig_term);
@@ -768,10 +773,12 @@ fail_backend:
         uv_close((uv_handle_t *)&srv->sig_int, NULL);
     }
     kvd_metrics_close(srv->metrics);
+    kvd_cluster_close(srv->cluster);
     kvd_registry_deinit(&srv->reg);
     srv->backend->destroy(srv->backend, NULL, NULL);
     uv_run(loop, UV_RUN_NOWAIT); /* let the backend's handles close */
     kvd_metrics_destroy(&srv->metrics);
+    kvd_cluster_destroy(&srv->cluster);
 fail:
     if (srv->activated)
         close(srv->listen_fd);
@@ -816,6 +823,7 @@ void kvd_server_destroy(kvd_server_t **sp)
     if (srv == NULL)
         return;
     kvd_metrics_destroy(&srv->metrics);
+    kvd_cluster_destroy(&srv->cluster);
     kvd_registry_deinit(&srv->reg);
     kvd_stats_deinit(&srv->stats);
     free(srv);

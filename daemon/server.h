@@ -56,6 +56,7 @@ typedef struct kvd_server {
     kvd_conn_t *ready;     /* connections with frames left to handle */
     uint64_t next_client_id;
     struct kvd_cache *caches; /* the cache tier's caches (caches.h) */
+    struct kvd_cluster *cluster; /* the daemon's peers (cluster.h), or NULL */
     uint64_t next_cache_id, next_lease_id;
     uint64_t start_ns;
     uint32_t inflight;     /* requests submitted to the backend, not completed */

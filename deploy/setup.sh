@@ -9,6 +9,7 @@ packages=(
   build-essential cmake pkg-config
   libuv1-dev                          # event loop (static libuv_a.a)
   libprotobuf-c-dev protobuf-c-compiler  # wire format (static libprotobuf-c.a, protoc-c)
+  libucx-dev libnuma-dev ucx-utils    # the cluster's transport (static libucp.a ..., libnuma.a), ucx_perftest
   check libsubunit-dev                # unit tests (static libcheck.a)
   clang libclang-rt-dev               # libFuzzer target (-fsanitize=fuzzer: libclang_rt.fuzzer)
   valgrind                            # the daemon's integration test under valgrind

@@ -54,6 +54,9 @@ static void info_from_pb(kvd_cache_info_t *d, const Kvdock__CacheInfo *s)
     d->leases = s->leases;
     d->bytes_in = s->bytes_in;
     d->bytes_out = s->bytes_out;
+    d->cluster = s->cluster != 0;
+    d->fetched = s->fetched;
+    d->served = s->served;
 }
 
 static kvd_status_t info_finish(kvd_client_t *cli, kvd__pending_t *p)
@@ -99,6 +102,7 @@ static kvd_status_t lookup_finish(kvd_client_t *cli, kvd__pending_t *p)
         o->hits = r->hits;
         o->lease = r->lease;
         o->lease_expires_ms = r->lease_expires_ms;
+        o->local_hits = r->local_hits;
     }
     return KVD_OK;
 }
@@ -193,6 +197,7 @@ static kvd_status_t create_go(kvd_client_t *cli, const kvd_cache_spec_t *spec,
     m.n_allow_gids = spec->num_allow_gids;
     m.allow_gids = (uint32_t *)spec->allow_gids;
     m.open_existing = spec->open_existing;
+    m.cluster = spec->cluster;
     memset(&o, 0, sizeof(o));
     o.cache.out = out;
     req.op_case = KVDOCK__REQUEST__OP_CACHE_CREATE;

@@ -341,6 +341,34 @@ static kvd_status_t status_finish(kvd_client_t *cli, kvd__pending_t *p)
     for (size_t i = 0; i < s->n_stream_paths; i++)
         if ((int)s->stream_paths[i]->stream >= 0 && (int)s->stream_paths[i]->stream < KVD_STREAM_END)
             o->stream_paths[s->stream_paths[i]->stream] = (int32_t)s->stream_paths[i]->path;
+    if (s->cluster != NULL) {
+        const Kvdock__Cluster *c = s->cluster;
+        kvd_cluster_status_t *oc = &o->cluster;
+
+        oc->enabled = true;
+        kvd__copy_str(oc->node, sizeof(oc->node), c->node);
+        oc->deadline_ms = c->deadline_ms;
+        oc->inbound = c->inbound;
+        oc->blocks_fetched = c->blocks_fetched;
+        oc->bytes_fetched = c->bytes_fetched;
+        oc->blocks_served = c->blocks_served;
+        oc->bytes_served = c->bytes_served;
+        oc->refused = c->refused;
+        oc->num_peers = (uint32_t)c->n_peers;
+        for (size_t i = 0; i < c->n_peers && i < KVD_CLUSTER_PEERS_MAX; i++) {
+            const Kvdock__ClusterPeer *cp = c->peers[i];
+            kvd_cluster_peer_t *e = &oc->peers[i];
+            kvd__copy_str(e->address, sizeof(e->address), cp->address);
+            kvd__copy_str(e->state, sizeof(e->state), cp->state);
+            kvd__copy_str(e->error, sizeof(e->error), cp->error);
+            e->rtt_us = cp->rtt_us;
+            e->since_ms = cp->since_ms;
+            e->queries = cp->queries;
+            e->blocks_fetched = cp->blocks_fetched;
+            e->bytes_fetched = cp->bytes_fetched;
+            e->failures = cp->failures;
+        }
+    }
     for (size_t i = 0; i < s->n_client_list && i < p->out.status.cap; i++) {
         const Kvdock__ClientInfo *ci = s->client_list[i];
         kvd_client_entry_t *e = &p->out.status.clients[i];

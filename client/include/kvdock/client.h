@@ -51,8 +51,11 @@ extern "C" {
  *    paths; kvd_sync_t.path, kvd_op_result_t.path, the copy path in
  *    kvd_stream_stats_t; kvd_mapping_write/read.
  * 4: the cache tier (kvd_cache_*); kvd_op_result_t.stored, skipped,
- *    refused. */
-#define KVD_CLIENT_ABI_VERSION 4
+ *    refused.
+ * 5: the cluster: kvd_cache_spec_t.cluster, kvd_cache_info_t.cluster,
+ *    fetched, served, kvd_cache_lookup_result_t.local_hits,
+ *    kvd_daemon_status_t.cluster. */
+#define KVD_CLIENT_ABI_VERSION 5
 
 /* KVD_CLIENT_ABI_VERSION of the library loaded at run time (a caller built
  * against another header, or a ctypes binding, compares it with its own). */
@@ -197,6 +200,31 @@ typedef struct kvd_memory_use {
     uint64_t refused; /* reservations refused since the daemon started */
 } kvd_memory_use_t;
 
+/* The daemon's cluster (kvdockd --cluster-listen): its peers as it sees them. */
+#define KVD_CLUSTER_PEERS_MAX 16
+typedef struct kvd_cluster_peer {
+    char address[128];    /* HOST:PORT, as configured */
+    char state[16];       /* "up", "connecting", "down", "refused" */
+    char error[160];      /* why it is not up */
+    uint64_t rtt_us;      /* the last ping's round trip */
+    uint64_t since_ms;    /* in this state for so long */
+    uint64_t queries;
+    uint64_t blocks_fetched;
+    uint64_t bytes_fetched;
+    uint64_t failures;    /* times it went down or missed a deadline */
+} kvd_cluster_peer_t;
+
+typedef struct kvd_cluster_status {
+    bool enabled;         /* the daemon is in a cluster */
+    char node[128];       /* its own address there */
+    uint32_t deadline_ms;
+    uint32_t inbound;     /* peers connected to it, proven */
+    uint64_t blocks_fetched, bytes_fetched, blocks_served, bytes_served;
+    uint64_t refused;     /* connections refused: no proof of the secret */
+    uint32_t num_peers;   /* peers in the reply (may exceed the array) */
+    kvd_cluster_peer_t peers[KVD_CLUSTER_PEERS_MAX];
+} kvd_cluster_status_t;
+
 typedef struct kvd_daemon_status {
     char daemon_version[KVD_NAME_MAX];
     int32_t backend;
@@ -224,6 +252,7 @@ typedef struct kvd_daemon_status {
     uint64_t device_margin;
     /* each stream class's default path (kvd_copy_path_t), by class number */
     int32_t stream_paths[KVD_STREAM_END];
+    kvd_cluster_status_t cluster;
 } kvd_daemon_status_t;
 
 /* Daemon status; the connected clients go to clients[0..cap) (may be NULL
@@ -619,6 +648,7 @@ typedef struct kvd_cache_spec {
     const uint32_t *allow_gids;
     uint32_t num_allow_gids;
     bool open_existing; /* return a usable cache of this name and layout */
+    bool cluster;       /* lookups and loads reach the peers' caches of this name */
 } kvd_cache_spec_t;
 
 typedef struct kvd_cache_info {
@@ -650,6 +680,9 @@ typedef struct kvd_cache_info {
     uint32_t leases;
     uint64_t bytes_in;
     uint64_t bytes_out;
+    bool cluster;
+    uint64_t fetched;    /* blocks loads pulled from peers */
+    uint64_t served;     /* blocks peers pulled from it */
 } kvd_cache_info_t;
 
 /* A chain of count keys: keys[i] of lens[i] bytes each, or (keys NULL) a
@@ -666,6 +699,8 @@ typedef struct kvd_cache_lookup_result {
     uint32_t hits;              /* leading keys present */
     uint64_t lease;             /* the lease on them, or 0 */
     uint64_t lease_expires_ms;  /* from the reply */
+    uint32_t local_hits;        /* of hits, in this daemon (the lease holds these); the
+                                 * rest are on peers: a load by keys pulls them */
 } kvd_cache_lookup_result_t;
 
 typedef struct kvd_cache_save {

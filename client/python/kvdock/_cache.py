@@ -100,15 +100,24 @@ class CacheInfo:
     leases: int
     bytes_in: int
     bytes_out: int
+    cluster: bool = False
+    fetched: int = 0
+    served: int = 0
 
 
 @dataclass(frozen=True)
 class CacheLookup:
-    """How many leading keys are cached; the lease on them (0: none)."""
+    """How many leading keys are cached (here or, for a cluster cache, on a
+    peer); the lease on those here (0: none); local_hits of them here."""
 
     hits: int
     lease: int = 0
     lease_expires_ms: int = 0
+    local_hits: int = -1  # -1: as many as hits
+
+    def __post_init__(self) -> None:
+        if self.local_hits < 0:
+            object.__setattr__(self, "local_hits", self.hits)
 
 
 @dataclass(frozen=True)
@@ -130,7 +139,8 @@ def _cache_info(c: C.CacheInfo) -> CacheInfo:
         allow_gids=tuple(c.allow_gids[:c.num_allow_gids]),
         lookups=c.lookups, keys_asked=c.keys_asked, keys_hit=c.keys_hit, saves=c.saves,
         stored=c.stored, skipped=c.skipped, refused=c.refused, loads=c.loads, loaded=c.loaded,
-        evictions=c.evictions, leases=c.leases, bytes_in=c.bytes_in, bytes_out=c.bytes_out)
+        evictions=c.evictions, leases=c.leases, bytes_in=c.bytes_in, bytes_out=c.bytes_out,
+        cluster=bool(c.cluster), fetched=c.fetched, served=c.served)
 
 
 def _keys(keys: Optional[KeyChain]) -> Tuple[C.CacheKeys, Tuple[Any, ...]]:
@@ -208,7 +218,8 @@ class Cache:
         return self.client._submit(
             self.client._lib.kvd_cache_lookup_submit, (self.id, byref(k), lease, lease_ms,
                                                        byref(out)),
-            lambda: CacheLookup(out.hits, out.lease, out.lease_expires_ms), (k, keep, out))
+            lambda: CacheLookup(out.hits, out.lease, out.lease_expires_ms, out.local_hits),
+            (k, keep, out))
 
     def lookup(self, keys: KeyChain, *, lease: bool = False, lease_ms: int = 0) -> CacheLookup:
         """How many leading keys of the chain are cached.  With lease, those
@@ -319,7 +330,8 @@ class Cache:
 def create_cache_async(client: "Client", name: str, *, num_layers: int, tokens_per_block: int,
                        token_bytes: int, budget_bytes: int, mla: bool = False, dtype: str = "",
                        shared: bool = False, allow_uids: Sequence[int] = (),
-                       allow_gids: Sequence[int] = (), open_existing: bool = False) -> Future[Cache]:
+                       allow_gids: Sequence[int] = (), open_existing: bool = False,
+                       cluster: bool = False) -> Future[Cache]:
     if len(dtype.encode()) > 15:
         raise ValueError("dtype is a label of at most 15 bytes")
     uids = (c_uint32 * max(len(allow_uids), 1))(*allow_uids)
@@ -331,7 +343,8 @@ def create_cache_async(client: "Client", name: str, *, num_layers: int, tokens_p
                        allow_uids=ctypes.cast(uids, ctypes.POINTER(c_uint32)),
                        num_allow_uids=len(allow_uids),
                        allow_gids=ctypes.cast(gids, ctypes.POINTER(c_uint32)),
-                       num_allow_gids=len(allow_gids), open_existing=open_existing)
+                       num_allow_gids=len(allow_gids), open_existing=open_existing,
+                       cluster=cluster)
     out = C.CacheInfo()
     return client._submit(client._lib.kvd_cache_create_submit, (byref(spec), byref(out)),
                           lambda: Cache(client, _cache_info(out)), (spec, nm, uids, gids, out))

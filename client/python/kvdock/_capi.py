@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 #: The ABI this module was written against (KVD_CLIENT_ABI_VERSION).
-CLIENT_ABI_VERSION = 4
+CLIENT_ABI_VERSION = 5
 
 NAME_MAX = 64
 IPC_HANDLE_BYTES = 64
@@ -153,6 +153,39 @@ class MemoryUse(Structure):
     ]
 
 
+CLUSTER_PEERS_MAX = 16
+
+
+class ClusterPeer(Structure):
+    _fields_ = [
+        ("address", c_char * 128),
+        ("state", c_char * 16),
+        ("error", c_char * 160),
+        ("rtt_us", c_uint64),
+        ("since_ms", c_uint64),
+        ("queries", c_uint64),
+        ("blocks_fetched", c_uint64),
+        ("bytes_fetched", c_uint64),
+        ("failures", c_uint64),
+    ]
+
+
+class ClusterStatus(Structure):
+    _fields_ = [
+        ("enabled", c_bool),
+        ("node", c_char * 128),
+        ("deadline_ms", c_uint32),
+        ("inbound", c_uint32),
+        ("blocks_fetched", c_uint64),
+        ("bytes_fetched", c_uint64),
+        ("blocks_served", c_uint64),
+        ("bytes_served", c_uint64),
+        ("refused", c_uint64),
+        ("num_peers", c_uint32),
+        ("peers", ClusterPeer * CLUSTER_PEERS_MAX),
+    ]
+
+
 class DaemonStatus(Structure):
     _fields_ = [
         ("daemon_version", c_char * NAME_MAX),
@@ -178,6 +211,7 @@ class DaemonStatus(Structure):
         ("device_total", c_uint64),
         ("device_margin", c_uint64),
         ("stream_paths", c_int32 * STREAM_END),
+        ("cluster", ClusterStatus),
     ]
 
 
@@ -423,6 +457,7 @@ class CacheSpec(Structure):
         ("allow_gids", POINTER(c_uint32)),
         ("num_allow_gids", c_uint32),
         ("open_existing", c_bool),
+        ("cluster", c_bool),
     ]
 
 
@@ -456,6 +491,9 @@ class CacheInfo(Structure):
         ("leases", c_uint32),
         ("bytes_in", c_uint64),
         ("bytes_out", c_uint64),
+        ("cluster", c_bool),
+        ("fetched", c_uint64),
+        ("served", c_uint64),
     ]
 
 
@@ -470,7 +508,8 @@ class CacheKeys(Structure):
 
 
 class CacheLookupResult(Structure):
-    _fields_ = [("hits", c_uint32), ("lease", c_uint64), ("lease_expires_ms", c_uint64)]
+    _fields_ = [("hits", c_uint32), ("lease", c_uint64), ("lease_expires_ms", c_uint64),
+                ("local_hits", c_uint32)]
 
 
 class CacheSave(Structure):

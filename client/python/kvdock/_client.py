@@ -1250,6 +1250,14 @@ class Client:
             d["backend"] = self._lib.kvd_backend_name(out.backend).decode()
             d["clients_list"] = [_struct_dict(ents[i])
                                  for i in range(min(out.num_clients, max_clients))]
+            cl = out.cluster
+            if cl.enabled:  # the peers as dicts; no "cluster" key outside a cluster
+                c = _struct_dict(cl)
+                c["peers"] = [_struct_dict(cl.peers[i])
+                              for i in range(min(cl.num_peers, C.CLUSTER_PEERS_MAX))]
+                d["cluster"] = c
+            else:
+                del d["cluster"]
             return d
 
         return self._submit(self._lib.kvd_daemon_status_submit,
@@ -1805,19 +1813,21 @@ class Client:
     def create_cache(self, name: str, *, num_layers: int, tokens_per_block: int,
                      token_bytes: int, budget_bytes: int, mla: bool = False, dtype: str = "",
                      shared: bool = False, allow_uids: Sequence[int] = (),
-                     allow_gids: Sequence[int] = (), open_existing: bool = False) -> "Cache":
+                     allow_gids: Sequence[int] = (), open_existing: bool = False,
+                     cluster: bool = False) -> "Cache":
         """Make a cache of the cache tier: blocks of num_layers layers of
         tokens_per_block token rows of token_bytes, K and V (or one latent
         with mla), within budget_bytes of the daemon's host memory.  dtype
         is a label compared exactly (never interpreted).  shared: other
         users may use it (only allow_uids / allow_gids when given).
         open_existing: a cache of this name and layout is returned instead
-        of EEXIST."""
+        of EEXIST.  cluster: lookups and loads also reach the caches of
+        this name and layout on the daemon's cluster peers."""
         return self._block(self.create_cache_async(
             name, num_layers=num_layers, tokens_per_block=tokens_per_block,
             token_bytes=token_bytes, budget_bytes=budget_bytes, mla=mla, dtype=dtype,
             shared=shared, allow_uids=allow_uids, allow_gids=allow_gids,
-            open_existing=open_existing))
+            open_existing=open_existing, cluster=cluster))
 
     def cache(self, name: str) -> "Cache":
         """A handle on a cache this client may use, by name (ENOENT if none)."""

@@ -1,0 +1,1733 @@
+/*
+ * The cluster over UCX (cluster.h says what it does, proto/cluster.proto
+ * what daemons say to each other).
+ *
+ * Endpoints.  Each daemon opens one endpoint to every configured peer
+ * (outbound: its own requests go there) and accepts the endpoints peers
+ * open to it (inbound: it answers there).  Every message is sent with
+ * UCP_AM_SEND_FLAG_REPLY, so a handler learns the endpoint a message came
+ * on and finds its link.  A link is trusted only once the secret is
+ * proven (Hello, Challenge, Auth, Welcome); until then a daemon answers
+ * nothing else, and a wrong proof closes the endpoint.
+ *
+ * Events.  The UCP worker's event descriptor sits in a uv_poll; before
+ * the loop sleeps (uv_prepare) the worker is progressed until it can be
+ * armed, so no completion waits for a wake-up that never comes.  A timer
+ * ticks the deadlines, pings, and reconnects with back-off.
+ *
+ * Blocks.  A pull reserves a FILLING block in the local tier for each key
+ * it asks a peer for, and the peer's block message lands there: in place
+ * for eager messages, by ucp_am_recv_data_nbx straight into the block for
+ * rendezvous ones.  A block is committed once its bytes are in, aborted
+ * otherwise; it stays held until UCX is done with it.  A peer that sends
+ * nothing for a whole deadline during a pull is cut off (its endpoint
+ * closed, which ends its transfers), so a pull ends within a deadline of
+ * the last progress, however large.
+ */
+#include "cluster.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+#include <ucp/api/ucp.h>
+
+#include "caches.h"
+#include "cluster.pb-c.h"
+#include "conn.h"
+#include "dispatch.h"
+#include "kvdock/blake2s.h"
+#include "log.h"
+#include "server.h"
+
+#define AM_CTRL 1
+#define AM_BLOCK 2
+#define NONCE_BYTES 16
+#define MAX_PEERS 64
+#define MAX_INBOUND 256          /* endpoints peers may hold open to us */
+#define MAX_CTRL_BYTES (8u << 20) /* a query or fetch of 65,536 keys of 64 bytes fits */
+#define PING_NS 1000000000ull
+#define BACKOFF_MIN_MS 100u
+#define BACKOFF_MAX_MS 5000u
+
+enum peer_state { PEER_DOWN, PEER_CONNECTING, PEER_UP, PEER_REFUSED };
+enum got_state { GOT_NONE, GOT_IN, GOT_FAILED, GOT_RECEIVING };
+static const char *const peer_state_name[] = {"down", "connecting", "up", "refused"};
+
+typedef struct peer peer_t;
+
+/* One endpoint, either way. */
+typedef struct link {
+    ucp_ep_h ep;
+    int outbound;
+    peer_t *peer;            /* outbound: the configured peer */
+    int authed;              /* the other side proved the secret */
+    int hello_seen;          /* inbound: its Hello came (one only) */
+    int closed;              /* ep closed: nothing more is sent on it */
+    uint8_t my_nonce[NONCE_BYTES], their_nonce[NONCE_BYTES];
+    char node[64];           /* the other side's node name */
+    char from[64];           /* inbound: the address it came from */
+    uint64_t opened_ns;
+    struct link *next;
+} link_t;
+
+struct peer {
+    char addr[KVD_OPT_STR_MAX];
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    int state;
+    char error[160];
+    uint64_t since_ns;
+    uint64_t next_try_ns;
+    uint32_t backoff_ms;
+    link_t *link;
+    uint64_t ping_sent_ns, ping_t, rtt_ns;
+    uint64_t queries, blocks_fetched, bytes_fetched, failures;
+};
+
+/* A request set aside while the peers are asked. */
+typedef struct pend {
+    uint64_t id;
+    int pull;
+    kvd_cluster_t *cl;
+    kvd_conn_t *conn;
+    uint8_t *frame;          /* the request, packed: it runs again from this */
+    size_t frame_len;
+    uint64_t t_start_ns;
+    kvd_cache_t *cache;      /* referenced */
+    uint32_t first, n;       /* the request's keys [first, n) ... */
+    uint32_t nask;           /* ... of which these were asked: */
+    uint32_t *pos;           /*   their places in the request */
+    uint8_t *keys;           /*   KVD_CACHE_KEY_MAX bytes each */
+    uint8_t *klen;
+    uint8_t *present;        /* the request's bits over [first, n): some live peer has it */
+    uint8_t *bits[MAX_PEERS];/* each peer's answer over the asked keys */
+    uint8_t asked[MAX_PEERS], answered[MAX_PEERS];
+    /* pulls */
+    uint32_t *ids;           /* reserved local block per asked key, or NONE */
+    int8_t *from;            /* the peer asked for it, -1: none */
+    uint8_t *got;            /* GOT_*: where its bytes are */
+    uint32_t inflight;       /* block receives UCX still holds */
+    uint32_t expect[MAX_PEERS], recvd[MAX_PEERS];
+    uint8_t fetching[MAX_PEERS], done[MAX_PEERS];
+    uint64_t progress_ns[MAX_PEERS];
+    int phase;               /* 0 asking, 1 pulling, 2 finished (waiting for UCX) */
+    uint64_t deadline_ns;
+    char why[200];
+    struct pend *next;
+} pend_t;
+
+struct kvd_cluster {
+    kvd_server_t *srv;
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_listener_h listener;
+    int efd;
+    uv_poll_t poll;
+    uv_prepare_t prepare;
+    uv_timer_t tick;
+    int handles;             /* uv handles open */
+    int closing;
+    char node[KVD_OPT_STR_MAX];
+    struct sockaddr_storage listen_sa;
+    socklen_t listen_salen;
+    uint8_t key[KVD_BLAKE2S_BYTES];
+    peer_t peers[MAX_PEERS];
+    uint32_t npeers;
+    link_t *links;
+    uint32_t ninbound;
+    pend_t *pends;
+    uint64_t next_id;
+    uint64_t deadline_ns;
+    kvd_cluster_totals_t n;
+    kvd_ratelimit_t refuse_log;
+};
+
+/* ---- small things ---------------------------------------------------------- */
+
+static int bit(const uint8_t *b, uint32_t i)
+{
+    return (b[i >> 3] >> (i & 7)) & 1;
+}
+
+static void set_bit(uint8_t *b, uint32_t i)
+{
+    b[i >> 3] |= (uint8_t)(1u << (i & 7));
+}
+
+static void fill_random(uint8_t *p, size_t n)
+{
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    size_t got = 0;
+
+    while (fd >= 0 && got < n) {
+        ssize_t r = read(fd, p + got, n - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (got < n) { /* never on Linux; still no predictable nonce from a bad day */
+        uint64_t t = kvd_now_ns() ^ (uint64_t)getpid() << 32;
+        for (size_t i = got; i < n; i++)
+            p[i] = (uint8_t)((t >> (8 * (i & 7))) ^ i);
+    }
+}
+
+/* proof = BLAKE2s(key; label || a || b) */
+static void prove(const kvd_cluster_t *cl, const char *label, const uint8_t *a, const uint8_t *b,
+                  uint8_t out[KVD_BLAKE2S_BYTES])
+{
+    kvd_b2s_t s;
+
+    kvd_b2s_init(&s, cl->key, sizeof(cl->key));
+    kvd_b2s_update(&s, label, strlen(label));
+    kvd_b2s_update(&s, a, NONCE_BYTES);
+    kvd_b2s_update(&s, b, NONCE_BYTES);
+    kvd_b2s_final(&s, out);
+}
+
+static int same_bytes(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    uint8_t d = 0; /* every byte compared: no early exit to time */
+
+    for (size_t i = 0; i < n; i++)
+        d |= a[i] ^ b[i];
+    return d == 0;
+}
+
+/* "HOST:PORT" (HOST a name, an IPv4 address or [IPv6]) to a socket address. */
+static kvd_status_t resolve(const char *text, struct sockaddr_storage *sa, socklen_t *len,
+                            char *why, size_t why_len)
+{
+    char host[128];
+    const char *colon = strrchr(text, ':'), *h = text;
+    size_t hl;
+    struct addrinfo hints, *res = NULL;
+    int rc;
+
+    if (colon == NULL || colon == text || colon[1] == '\0') {
+        snprintf(why, why_len, "'%s' is not HOST:PORT", text);
+        return KVD_EINVAL;
+    }
+    hl = (size_t)(colon - text);
+    if (text[0] == '[' && colon[-1] == ']') {
+        h = text + 1;
+        hl -= 2;
+    }
+    if (hl == 0 || hl >= sizeof(host)) {
+        snprintf(why, why_len, "'%s' is not HOST:PORT", text);
+        return KVD_EINVAL;
+    }
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if ((rc = getaddrinfo(host, colon + 1, &hints, &res)) != 0 || res == NULL) {
+        snprintf(why, why_len, "cannot resolve '%s': %s", text, gai_strerror(rc));
+        return KVD_EINVAL;
+    }
+    memcpy(sa, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return KVD_OK;
+}
+
+static int same_addr(const struct sockaddr_storage *a, socklen_t al,
+                     const struct sockaddr_storage *b, socklen_t bl)
+{
+    return al == bl && memcmp(a, b, al) == 0;
+}
+
+/* ---- sending ----------------------------------------------------------------- */
+
+typedef struct sendctx {
+    kvd_cluster_t *cl;
+    void *buf;               /* a control message: freed when sent */
+    kvd_cache_t *cache;      /* a block: unheld when sent */
+    uint32_t block;
+    uint64_t hdr[2];         /* a block's header: UCX reads it until the send completes */
+} sendctx_t;
+
+static void sent_done(sendctx_t *sc, ucs_status_t status)
+{
+    if (sc->cache != NULL) {
+        kvd_cache_unhold(&sc->cache->store, sc->block);
+        if (status == UCS_OK) {
+            sc->cache->served++;
+            sc->cl->n.blocks_served++;
+            sc->cl->n.bytes_served += sc->cache->store.block_bytes;
+        }
+        kvd__cache_unref(sc->cache);
+    }
+    free(sc->buf);
+    free(sc);
+}
+
+static void on_sent(void *request, ucs_status_t status, void *user_data)
+{
+    sent_done(user_data, status);
+    ucp_request_free(request);
+}
+
+static int am_send(kvd_cluster_t *cl, link_t *l, unsigned id, sendctx_t *sc, const void *data,
+                   size_t len)
+{
+    ucp_request_param_t rp;
+    void *req;
+
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                      UCP_OP_ATTR_FIELD_FLAGS;
+    rp.cb.send = on_sent;
+    rp.user_data = sc;
+    rp.flags = UCP_AM_SEND_FLAG_REPLY;
+    req = ucp_am_send_nbx(l->ep, id, id == AM_BLOCK ? sc->hdr : NULL,
+                          id == AM_BLOCK ? sizeof(sc->hdr) : 0, data, len, &rp);
+    if (req == NULL) {
+        sent_done(sc, UCS_OK);
+        return 0;
+    }
+    if (UCS_PTR_IS_ERR(req)) {
+        sent_done(sc, UCS_PTR_STATUS(req));
+        return -1;
+    }
+    (void)cl;
+    return 0;
+}
+
+static int send_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg *m)
+{
+    size_t len = kvdock__cluster__msg__get_packed_size(m);
+    sendctx_t *sc = calloc(1, sizeof(*sc));
+    uint8_t *buf = malloc(len ? len : 1);
+
+    if (l->closed || sc == NULL || buf == NULL) {
+        free(sc);
+        free(buf);
+        return -1;
+    }
+    kvdock__cluster__msg__pack(m, buf);
+    sc->cl = cl;
+    sc->buf = buf;
+    return am_send(cl, l, AM_CTRL, sc, buf, len);
+}
+
+/* ---- links and peers ---------------------------------------------------------- */
+
+static void pend_peer_lost(kvd_cluster_t *cl, uint32_t p, const char *why);
+
+static void peer_set(kvd_cluster_t *cl, peer_t *p, int state, const char *why)
+{
+    if (p->state != state) {
+        if (state == PEER_UP)
+            kvd_log(KVD_LOG_INFO, "event=cluster_peer_up peer=%s", p->addr);
+        else if (p->state == PEER_UP)
+            kvd_log(KVD_LOG_WARN, "event=cluster_peer_down peer=%s reason=\"%s\"", p->addr,
+                    why ? why : "");
+        p->since_ns = kvd_now_ns();
+    }
+    p->state = state;
+    if (why != NULL)
+        snprintf(p->error, sizeof(p->error), "%s", why);
+    else if (state == PEER_UP)
+        p->error[0] = '\0';
+    (void)cl;
+}
+
+static void on_closed(void *request, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    (void)user_data;
+    ucp_request_free(request);
+}
+
+/* Close l's endpoint (forcibly: its transfers end with errors) and forget it. */
+static void link_drop(kvd_cluster_t *cl, link_t *l, const char *why)
+{
+    link_t **pp;
+    ucp_request_param_t rp;
+    void *req;
+
+    for (pp = &cl->links; *pp; pp = &(*pp)->next)
+        if (*pp == l) {
+            *pp = l->next;
+            break;
+        }
+    if (!l->outbound && cl->ninbound > 0)
+        cl->ninbound--;
+    if (l->outbound && l->peer != NULL) {
+        peer_t *p = l->peer;
+        uint32_t idx = (uint32_t)(p - cl->peers);
+        p->link = NULL;
+        if (p->state == PEER_UP)
+            p->failures++;
+        if (p->state != PEER_REFUSED)
+            peer_set(cl, p, PEER_DOWN, why);
+        p->next_try_ns = kvd_now_ns() + (uint64_t)p->backoff_ms * 1000000ull;
+        p->backoff_ms = p->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : p->backoff_ms * 2;
+        pend_peer_lost(cl, idx, why);
+    }
+    if (!l->closed) {
+        l->closed = 1;
+        memset(&rp, 0, sizeof(rp));
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
+        rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        rp.cb.send = on_closed;
+        req = ucp_ep_close_nbx(l->ep, &rp);
+        (void)req; /* NULL or an error: done; a request: freed by on_closed */
+    }
+    free(l);
+}
+
+static link_t *link_of(kvd_cluster_t *cl, ucp_ep_h ep)
+{
+    for (link_t *l = cl->links; l; l = l->next)
+        if (l->ep == ep && !l->closed)
+            return l;
+    return NULL;
+}
+
+static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    kvd_cluster_t *cl = arg;
+    link_t *l = link_of(cl, ep);
+    char why[160];
+
+    if (l == NULL)
+        return;
+    snprintf(why, sizeof(why), "endpoint failed: %s", ucs_status_string(status));
+    if (!l->outbound)
+        kvd_log(KVD_LOG_INFO, "event=cluster_inbound_closed from=%s node=%s reason=\"%s\"",
+                l->from, l->node, why);
+    link_drop(cl, l, why);
+}
+
+static link_t *link_new(kvd_cluster_t *cl, int outbound)
+{
+    link_t *l = calloc(1, sizeof(*l));
+
+    if (l == NULL)
+        return NULL;
+    l->outbound = outbound;
+    l->opened_ns = kvd_now_ns();
+    l->next = cl->links;
+    cl->links = l;
+    return l;
+}
+
+static void peer_connect(kvd_cluster_t *cl, peer_t *p)
+{
+    ucp_ep_params_t ep;
+    link_t *l = link_new(cl, 1);
+    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
+    Kvdock__Cluster__Hello h = KVDOCK__CLUSTER__HELLO__INIT;
+    ucs_status_t st;
+
+    if (l == NULL)
+        return;
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep.sockaddr.addr = (const struct sockaddr *)&p->sa;
+    ep.sockaddr.addrlen = p->salen;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = on_ep_error;
+    ep.err_handler.arg = cl;
+    l->peer = p;
+    p->link = l;
+    peer_set(cl, p, p->state == PEER_REFUSED ? PEER_REFUSED : PEER_CONNECTING, NULL);
+    if ((st = ucp_ep_create(cl->worker, &ep, &l->ep)) != UCS_OK) {
+        char why[160];
+        l->closed = 1;
+        snprintf(why, sizeof(why), "cannot connect: %s", ucs_status_string(st));
+        link_drop(cl, l, why);
+        return;
+    }
+    fill_random(l->my_nonce, NONCE_BYTES);
+    h.version = 1;
+    h.node = cl->node;
+    h.nonce.data = l->my_nonce;
+    h.nonce.len = NONCE_BYTES;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_HELLO;
+    m.hello = &h;
+    if (send_msg(cl, l, &m) != 0)
+        link_drop(cl, l, "cannot send hello");
+}
+
+static void refuse_link(kvd_cluster_t *cl, link_t *l, const char *why)
+{
+    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
+    Kvdock__Cluster__Refused rf = KVDOCK__CLUSTER__REFUSED__INIT;
+    uint64_t held = 0;
+
+    cl->n.refused++;
+    if (kvd_ratelimit_take(&cl->refuse_log, kvd_now_ns(), &held))
+        kvd_log(KVD_LOG_WARN, "event=cluster_refused %s=%s node=\"%s\" reason=\"%s\" "
+                "suppressed=%" PRIu64, l->outbound ? "peer" : "from",
+                l->outbound && l->peer ? l->peer->addr : l->from, l->node, why, held);
+    rf.reason = (char *)why;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_REFUSED;
+    m.refused = &rf;
+    (void)send_msg(cl, l, &m); /* best effort: the endpoint closes now */
+    if (l->outbound && l->peer != NULL)
+        peer_set(cl, l->peer, PEER_REFUSED, why);
+    link_drop(cl, l, why);
+}
+
+static void on_conn(ucp_conn_request_h req, void *arg)
+{
+    kvd_cluster_t *cl = arg;
+    ucp_conn_request_attr_t a;
+    ucp_ep_params_t ep;
+    link_t *l;
+    char from[64] = "?";
+
+    memset(&a, 0, sizeof(a));
+    a.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    if (ucp_conn_request_query(req, &a) == UCS_OK) {
+        char host[INET6_ADDRSTRLEN] = "?";
+        const struct sockaddr_storage *s = &a.client_address;
+        if (s->ss_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)s)->sin_addr, host, sizeof(host));
+        else if (s->ss_family == AF_INET6)
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)s)->sin6_addr, host,
+                      sizeof(host));
+        snprintf(from, sizeof(from), "%s", host);
+    }
+    if (cl->closing || cl->ninbound >= MAX_INBOUND || (l = link_new(cl, 0)) == NULL) {
+        ucp_listener_reject(cl->listener, req);
+        cl->n.refused++;
+        kvd_log(KVD_LOG_WARN, "event=cluster_refused from=%s reason=\"%s\"", from,
+                cl->closing ? "shutting down" : "too many inbound endpoints");
+        return;
+    }
+    cl->ninbound++;
+    snprintf(l->from, sizeof(l->from), "%s", from);
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.conn_request = req;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = on_ep_error;
+    ep.err_handler.arg = cl;
+    if (ucp_ep_create(cl->worker, &ep, &l->ep) != UCS_OK) {
+        l->closed = 1;
+        link_drop(cl, l, "cannot accept");
+    }
+}
+
+/* ---- the caches peers ask about ---------------------------------------------- */
+
+static kvd_cache_t *cluster_cache(kvd_cluster_t *cl, const Kvdock__Cluster__CacheRef *ref)
+{
+    if (ref == NULL || ref->name == NULL)
+        return NULL;
+    for (kvd_cache_t *k = cl->srv->caches; k; k = k->next) {
+        const kvd_cache_layout_t *l = &k->store.layout;
+        if (k->cluster && strcmp(k->name, ref->name) == 0 && l->num_layers == ref->num_layers &&
+            !l->mla == !ref->mla && l->tokens_per_block == ref->tokens_per_block &&
+            l->token_bytes == ref->token_bytes && ref->dtype != NULL &&
+            strcmp(l->dtype, ref->dtype) == 0)
+            return k;
+    }
+    return NULL;
+}
+
+static void fill_ref(const kvd_cache_t *k, Kvdock__Cluster__CacheRef *ref)
+{
+    kvdock__cluster__cache_ref__init(ref);
+    ref->name = (char *)k->name;
+    ref->num_layers = k->store.layout.num_layers;
+    ref->mla = k->store.layout.mla;
+    ref->tokens_per_block = k->store.layout.tokens_per_block;
+    ref->token_bytes = k->store.layout.token_bytes;
+    ref->dtype = (char *)k->store.layout.dtype;
+}
+
+static void answer_query(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Query *q)
+{
+    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
+    Kvdock__Cluster__QueryReply qr = KVDOCK__CLUSTER__QUERY_REPLY__INIT;
+    kvd_cache_t *k = cluster_cache(cl, q->cache);
+    uint8_t *bits = calloc((q->n_keys + 7) / 8 + 1, 1);
+
+    if (bits == NULL)
+        return;
+    for (size_t i = 0; k != NULL && i < q->n_keys; i++) {
+        uint32_t id;
+        if (q->keys[i].len < 1 || q->keys[i].len > KVD_CACHE_KEY_MAX)
+            continue;
+        id = kvd_cache_find(&k->store, q->keys[i].data, q->keys[i].len);
+        if (id != KVD_CBLOCK_NONE && kvd_cache_block(&k->store, id)->state == KVD_CBLOCK_READY)
+            set_bit(bits, (uint32_t)i);
+    }
+    qr.id = q->id;
+    qr.present.data = bits;
+    qr.present.len = (q->n_keys + 7) / 8;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_QUERY_REPLY;
+    m.query_reply = &qr;
+    (void)send_msg(cl, l, &m);
+    free(bits);
+}
+
+static void answer_fetch(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Fetch *f)
+{
+    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
+    Kvdock__Cluster__FetchDone fd = KVDOCK__CLUSTER__FETCH_DONE__INIT;
+    kvd_cache_t *k = cluster_cache(cl, f->cache);
+    uint8_t *missing = calloc((f->n_keys + 7) / 8 + 1, 1);
+    uint32_t sent = 0;
+
+    if (missing == NULL)
+        return;
+    for (size_t i = 0; i < f->n_keys; i++) {
+        uint32_t id = KVD_CBLOCK_NONE;
+        sendctx_t *sc;
+
+        if (k != NULL && f->keys[i].len >= 1 && f->keys[i].len <= KVD_CACHE_KEY_MAX)
+            id = kvd_cache_find(&k->store, f->keys[i].data, f->keys[i].len);
+        if (id == KVD_CBLOCK_NONE || kvd_cache_block(&k->store, id)->state != KVD_CBLOCK_READY ||
+            (sc = calloc(1, sizeof(*sc))) == NULL) {
+            set_bit(missing, (uint32_t)i);
+            continue;
+        }
+        kvd_cache_hold(&k->store, id);
+        kvd_cache_touch(&k->store, id);
+        k->refs++;
+        sc->cl = cl;
+        sc->cache = k;
+        sc->block = id;
+        sc->hdr[0] = f->id;
+        sc->hdr[1] = i;
+        if (am_send(cl, l, AM_BLOCK, sc, kvd_cache_block_bytes(&k->store, id),
+                    k->store.block_bytes) != 0) {
+            set_bit(missing, (uint32_t)i);
+            continue;
+        }
+        sent++;
+    }
+    fd.id = f->id;
+    fd.sent = sent;
+    fd.missing.data = missing;
+    fd.missing.len = (f->n_keys + 7) / 8;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_FETCH_DONE;
+    m.fetch_done = &fd;
+    (void)send_msg(cl, l, &m);
+    free(missing);
+}
+
+/* ---- requests set aside -------------------------------------------------------- */
+
+static pend_t *pend_find(kvd_cluster_t *cl, uint64_t id)
+{
+    for (pend_t *p = cl->pends; p; p = p->next)
+        if (p->id == id)
+            return p;
+    return NULL;
+}
+
+static void pend_free(kvd_cluster_t *cl, pend_t *p)
+{
+    pend_t **pp;
+
+    for (pp = &cl->pends; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    for (uint32_t i = 0; i < MAX_PEERS; i++)
+        free(p->bits[i]);
+    kvd__cache_unref(p->cache);
+    free(p->frame);
+    free(p->pos);
+    free(p->keys);
+    free(p->klen);
+    free(p->present);
+    free(p->ids);
+    free(p->from);
+    free(p->got);
+    free(p);
+}
+
+/* Every asked peer answered or the deadline passed: commit what came,
+ * run the request again, and free p once UCX holds none of its blocks. */
+static void pend_finish(kvd_cluster_t *cl, pend_t *p)
+{
+    kvd_cluster_answer_t a;
+    kvd_cache_store_t *c = &p->cache->store;
+    uint32_t missing = 0, first_missing = 0;
+
+    if (p->phase == 2)
+        return;
+    p->phase = 2;
+    if (p->pull) {
+        for (uint32_t j = p->nask; p->ids != NULL && j-- > 0;) { /* the last first: parents
+                                                                  * stay more recent */
+            if (p->ids[j] == KVD_CBLOCK_NONE || p->got[j] == GOT_RECEIVING)
+                continue; /* UCX still writes it: settled when its receive ends */
+            if (p->got[j] == GOT_IN && !p->cache->dropped)
+                kvd_cache_commit(c, p->ids[j]);
+            else
+                kvd_cache_abort(c, p->ids[j]);
+            p->ids[j] = KVD_CBLOCK_NONE;
+        }
+        for (uint32_t j = 0; j < p->nask; j++)
+            if ((p->got == NULL || p->got[j] != GOT_IN) && missing++ == 0)
+                first_missing = p->pos[j];
+        if (missing > 0 && p->why[0] == '\0')
+            snprintf(p->why, sizeof(p->why), "no live peer had them");
+        kvd_log(KVD_LOG_DEBUG, "event=cluster_pull cache=%s asked=%u missing=%u first=%u",
+                p->cache->name, p->nask, missing, first_missing);
+    }
+    memset(&a, 0, sizeof(a));
+    a.first = p->first;
+    a.n = p->n;
+    a.present = p->present;
+    a.why = p->why;
+    if (!p->conn->closing)
+        kvd__dispatch_replay(p->conn, p->frame, p->frame_len, p->t_start_ns, &a);
+    kvd__conn_op_end(p->conn);
+    p->conn = NULL;
+    if (p->inflight == 0)
+        pend_free(cl, p);
+}
+
+/* A receive UCX held ended: the block is in (ok) or not. */
+static void block_landed(pend_t *p, uint32_t j, int ok)
+{
+    kvd_cluster_t *cl = p->cl;
+    int8_t from = p->from[j];
+
+    p->got[j] = ok ? GOT_IN : GOT_FAILED;
+    if (ok && from >= 0) {
+        peer_t *pe = &cl->peers[from];
+        pe->blocks_fetched++;
+        pe->bytes_fetched += p->cache->store.block_bytes;
+        p->cache->fetched++;
+        cl->n.blocks_fetched++;
+        cl->n.bytes_fetched += p->cache->store.block_bytes;
+        p->recvd[from]++;
+        p->progress_ns[from] = kvd_now_ns();
+    }
+    if (p->phase == 2) { /* finished before this receive ended */
+        if (p->ids[j] != KVD_CBLOCK_NONE) {
+            if (p->got[j] == GOT_IN && !p->cache->dropped)
+                kvd_cache_commit(&p->cache->store, p->ids[j]);
+            else
+                kvd_cache_abort(&p->cache->store, p->ids[j]);
+            p->ids[j] = KVD_CBLOCK_NONE;
+        }
+    }
+}
+
+static int pend_all_done(const pend_t *p)
+{
+    for (uint32_t i = 0; i < MAX_PEERS; i++) {
+        if (p->phase == 0 && p->asked[i] && !p->answered[i])
+            return 0;
+        if (p->phase == 1 && p->fetching[i] && (!p->done[i] || p->recvd[i] < p->expect[i]))
+            return 0;
+    }
+    return 1;
+}
+
+static void pend_start_pull(kvd_cluster_t *cl, pend_t *p);
+
+static void pend_check(kvd_cluster_t *cl, pend_t *p)
+{
+    if (p->phase == 2 || !pend_all_done(p))
+        return;
+    if (p->phase == 0 && p->pull) {
+        pend_start_pull(cl, p);
+        if (p->phase == 1 && !pend_all_done(p))
+            return;
+    }
+    pend_finish(cl, p);
+}
+
+/* Peer i is gone: what it owed every request is lost. */
+static void pend_peer_lost(kvd_cluster_t *cl, uint32_t i, const char *why)
+{
+    pend_t *p, *next;
+
+    for (p = cl->pends; p; p = next) {
+        next = p->next;
+        if (p->phase == 2)
+            continue;
+        if ((p->phase == 0 && p->asked[i] && !p->answered[i]) ||
+            (p->phase == 1 && p->fetching[i] && !p->done[i])) {
+            if (p->why[0] == '\0')
+                snprintf(p->why, sizeof(p->why), "peer %s: %s", cl->peers[i].addr, why);
+            p->answered[i] = 1;
+            p->done[i] = 1;
+            p->expect[i] = p->recvd[i];
+            if (p->phase == 1)
+                for (uint32_t j = 0; j < p->nask; j++)
+                    if (p->from[j] == (int8_t)i && p->got[j] == GOT_NONE)
+                        p->got[j] = GOT_FAILED;
+            pend_check(cl, p);
+        }
+    }
+}
+
+static int ask(kvd_cluster_t *cl, pend_t *p, uint32_t i, int fetch, const uint32_t *which,
+               uint32_t count)
+{
+    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
+    Kvdock__Cluster__Query q = KVDOCK__CLUSTER__QUERY__INIT;
+    Kvdock__Cluster__Fetch f = KVDOCK__CLUSTER__FETCH__INIT;
+    Kvdock__Cluster__CacheRef ref;
+    ProtobufCBinaryData *keys = calloc(count ? count : 1, sizeof(*keys));
+    int rc;
+
+    if (keys == NULL)
+        return -1;
+    fill_ref(p->cache, &ref);
+    for (uint32_t j = 0; j < count; j++) {
+        uint32_t a = which ? which[j] : j;
+        keys[j].data = p->keys + (size_t)a * KVD_CACHE_KEY_MAX;
+        keys[j].len = p->klen[a];
+    }
+    if (fetch) {
+        f.id = p->id;
+        f.cache = &ref;
+        f.n_keys = count;
+        f.keys = keys;
+        m.m_case = KVDOCK__CLUSTER__MSG__M_FETCH;
+        m.fetch = &f;
+    } else {
+        q.id = p->id;
+        q.cache = &ref;
+        q.n_keys = count;
+        q.keys = keys;
+        m.m_case = KVDOCK__CLUSTER__MSG__M_QUERY;
+        m.query = &q;
+    }
+    rc = send_msg(cl, cl->peers[i].link, &m);
+    free(keys);
+    return rc;
+}
+
+/* The answers are in: each asked key goes to the peer holding it that has
+ * the fewest so far (the pull spreads over the holders), into a block
+ * reserved for it in the local tier. */
+static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
+{
+    kvd_cache_store_t *c = &p->cache->store;
+    uint32_t load[MAX_PEERS] = {0}, parent;
+    uint32_t *which = NULL;
+    char why[160];
+
+    p->phase = 1;
+    p->ids = malloc(p->nask * sizeof(*p->ids));
+    p->from = malloc(p->nask);
+    p->got = calloc(p->nask, 1);
+    which = malloc(p->nask * sizeof(*which));
+    if (p->ids == NULL || p->from == NULL || p->got == NULL || which == NULL) {
+        free(which);
+        snprintf(p->why, sizeof(p->why), "out of memory");
+        if (p->ids)
+            for (uint32_t j = 0; j < p->nask; j++)
+                p->ids[j] = KVD_CBLOCK_NONE;
+        if (p->from)
+            memset(p->from, -1, p->nask);
+        if (p->got == NULL)
+            p->got = calloc(p->nask, 1);
+        if (p->ids == NULL || p->from == NULL || p->got == NULL) {
+            free(p->ids);
+            free(p->from);
+            free(p->got);
+            p->ids = NULL;
+            p->from = NULL;
+            p->got = NULL;
+            p->nask = 0; /* nothing reserved: the load reports every key missing */
+        }
+        return;
+    }
+    for (uint32_t j = 0; j < p->nask; j++) {
+        int best = -1;
+        p->ids[j] = KVD_CBLOCK_NONE;
+        p->from[j] = -1;
+        for (uint32_t i = 0; i < cl->npeers; i++)
+            if (p->bits[i] != NULL && bit(p->bits[i], j) && cl->peers[i].state == PEER_UP &&
+                (best < 0 || load[i] < load[best]))
+                best = (int)i;
+        /* the parent: the block reserved for the request's key before this
+         * one; none when that key was here already (a chain head then: a
+         * lookup still finds the chain by its keys) */
+        parent = j > 0 && p->pos[j - 1] + 1 == p->pos[j] ? p->ids[j - 1] : KVD_CBLOCK_NONE;
+        if (best < 0 || p->why[0] != '\0')
+            continue; /* on no peer, or the tier is full: not reserved */
+        if (kvd_cache_reserve(c, parent, p->keys + (size_t)j * KVD_CACHE_KEY_MAX, p->klen[j],
+                              &p->ids[j], why, sizeof(why)) != KVD_OK) {
+            p->ids[j] = KVD_CBLOCK_NONE;
+            snprintf(p->why, sizeof(p->why), "the local tier has no room for them (%s)", why);
+            continue;
+        }
+        p->from[j] = (int8_t)best;
+        load[best]++;
+    }
+    for (uint32_t i = 0; i < cl->npeers; i++) {
+        uint32_t count = 0;
+        if (load[i] == 0)
+            continue;
+        for (uint32_t j = 0; j < p->nask; j++)
+            if (p->from[j] == (int8_t)i)
+                which[count++] = j;
+        p->fetching[i] = 1;
+        p->progress_ns[i] = kvd_now_ns();
+        if (ask(cl, p, i, 1, which, count) != 0) {
+            p->done[i] = 1;
+            for (uint32_t j = 0; j < count; j++)
+                p->got[which[j]] = GOT_FAILED;
+        }
+    }
+    free(which);
+}
+
+kvd_status_t kvd_cluster_defer(kvd_req_t *r, kvd_cache_t *k, const uint8_t *const *keys,
+                               const size_t *lens, uint32_t first, uint32_t n, int pull)
+{
+    kvd_cluster_t *cl = r->srv->cluster;
+    pend_t *p = calloc(1, sizeof(*p));
+    uint32_t asked = 0, nask = 0;
+
+    if (p == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    p->cl = cl;
+    p->id = cl->next_id++;
+    p->pull = pull;
+    p->first = first;
+    p->n = n;
+    p->cache = k;
+    k->refs++;
+    p->pos = malloc((n - first) * sizeof(*p->pos));
+    p->keys = malloc((size_t)(n - first) * KVD_CACHE_KEY_MAX);
+    p->klen = malloc(n - first);
+    p->present = calloc((n - first + 7) / 8 + 1, 1);
+    p->frame_len = kvdock__request__get_packed_size(r->req);
+    p->frame = malloc(p->frame_len ? p->frame_len : 1);
+    if (p->pos == NULL || p->keys == NULL || p->klen == NULL || p->present == NULL ||
+        p->frame == NULL) {
+        pend_free(cl, p);
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    }
+    kvdock__request__pack(r->req, p->frame);
+    for (uint32_t i = first; i < n; i++) {
+        /* a pull asks only for the keys the tier lacks (neither ready nor filling) */
+        if (pull && kvd_cache_find(&k->store, keys[i], lens[i]) != KVD_CBLOCK_NONE)
+            continue;
+        p->pos[nask] = i;
+        memcpy(p->keys + (size_t)nask * KVD_CACHE_KEY_MAX, keys[i], lens[i]);
+        p->klen[nask] = (uint8_t)lens[i];
+        nask++;
+    }
+    p->nask = nask;
+    p->next = cl->pends;
+    cl->pends = p;
+    p->deadline_ns = kvd_now_ns() + cl->deadline_ns;
+    for (uint32_t i = 0; i < cl->npeers && nask > 0; i++) {
+        if (cl->peers[i].state != PEER_UP || cl->peers[i].link == NULL)
+            continue;
+        if ((p->bits[i] = calloc((nask + 7) / 8 + 1, 1)) == NULL)
+            continue;
+        p->asked[i] = 1;
+        p->progress_ns[i] = kvd_now_ns();
+        cl->peers[i].queries++;
+        if (ask(cl, p, i, 0, NULL, nask) != 0) {
+            p->answered[i] = 1;
+            continue;
+        }
+        asked++;
+    }
+    r->deferred = 1;
+    p->conn = r->conn;
+    p->t_start_ns = r->t_start_ns;
+    kvd__conn_op_begin(r->conn);
+    if (asked == 0) { /* nobody to ask after all: run again now, knowing that */
+        if (nask > 0)
+            snprintf(p->why, sizeof(p->why), "no peer is up");
+        pend_finish(cl, p);
+    }
+    return KVD_OK;
+}
+
+/* ---- what comes in --------------------------------------------------------------- */
+
+static void handle_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg *m)
+{
+    uint8_t proof[KVD_BLAKE2S_BYTES];
+
+    switch (m->m_case) {
+    case KVDOCK__CLUSTER__MSG__M_HELLO: { /* inbound: prove ourselves, challenge them */
+        Kvdock__Cluster__Msg out = KVDOCK__CLUSTER__MSG__INIT;
+        Kvdock__Cluster__Challenge ch = KVDOCK__CLUSTER__CHALLENGE__INIT;
+        const Kvdock__Cluster__Hello *h = m->hello;
+        if (l->outbound || l->authed || l->hello_seen || h->nonce.len != NONCE_BYTES ||
+            h->version != 1) {
+            refuse_link(cl, l, h->version != 1 ? "protocol version" : "bad hello");
+            return;
+        }
+        l->hello_seen = 1;
+        snprintf(l->node, sizeof(l->node), "%s", h->node ? h->node : "");
+        memcpy(l->their_nonce, h->nonce.data, NONCE_BYTES);
+        fill_random(l->my_nonce, NONCE_BYTES);
+        prove(cl, "kvdock-cluster-1 B", l->their_nonce, l->my_nonce, proof);
+        ch.node = cl->node;
+        ch.nonce.data = l->my_nonce;
+        ch.nonce.len = NONCE_BYTES;
+        ch.proof.data = proof;
+        ch.proof.len = sizeof(proof);
+        out.m_case = KVDOCK__CLUSTER__MSG__M_CHALLENGE;
+        out.challenge = &ch;
+        (void)send_msg(cl, l, &out);
+        return;
+    }
+    case KVDOCK__CLUSTER__MSG__M_CHALLENGE: { /* outbound: check them, prove ourselves */
+        Kvdock__Cluster__Msg out = KVDOCK__CLUSTER__MSG__INIT;
+        Kvdock__Cluster__Auth au = KVDOCK__CLUSTER__AUTH__INIT;
+        const Kvdock__Cluster__Challenge *ch = m->challenge;
+        if (!l->outbound || l->authed || ch->nonce.len != NONCE_BYTES ||
+            ch->proof.len != KVD_BLAKE2S_BYTES) {
+            refuse_link(cl, l, "bad challenge");
+            return;
+        }
+        prove(cl, "kvdock-cluster-1 B", l->my_nonce, ch->nonce.data, proof);
+        if (!same_bytes(proof, ch->proof.data, sizeof(proof))) {
+            refuse_link(cl, l, "the peer does not know the cluster secret");
+            return;
+        }
+        snprintf(l->node, sizeof(l->node), "%s", ch->node ? ch->node : "");
+        memcpy(l->their_nonce, ch->nonce.data, NONCE_BYTES);
+        prove(cl, "kvdock-cluster-1 A", l->their_nonce, l->my_nonce, proof);
+        au.proof.data = proof;
+        au.proof.len = sizeof(proof);
+        out.m_case = KVDOCK__CLUSTER__MSG__M_AUTH;
+        out.auth = &au;
+        l->authed = 1; /* they proved it; they will say Welcome once we have */
+        (void)send_msg(cl, l, &out);
+        return;
+    }
+    case KVDOCK__CLUSTER__MSG__M_AUTH: { /* inbound: their proof */
+        Kvdock__Cluster__Msg out = KVDOCK__CLUSTER__MSG__INIT;
+        Kvdock__Cluster__Welcome w = KVDOCK__CLUSTER__WELCOME__INIT;
+        if (l->outbound || l->authed || !l->hello_seen ||
+            m->auth->proof.len != KVD_BLAKE2S_BYTES) {
+            refuse_link(cl, l, "auth out of turn");
+            return;
+        }
+        prove(cl, "kvdock-cluster-1 A", l->my_nonce, l->their_nonce, proof);
+        if (!same_bytes(proof, m->auth->proof.data, sizeof(proof))) {
+            refuse_link(cl, l, "the peer does not know the cluster secret");
+            return;
+        }
+        l->authed = 1;
+        kvd_log(KVD_LOG_INFO, "event=cluster_inbound from=%s node=%s", l->from, l->node);
+        out.m_case = KVDOCK__CLUSTER__MSG__M_WELCOME;
+        out.welcome = &w;
+        (void)send_msg(cl, l, &out);
+        return;
+    }
+    case KVDOCK__CLUSTER__MSG__M_WELCOME:
+        if (l->outbound && l->authed && l->peer != NULL) {
+            l->peer->backoff_ms = BACKOFF_MIN_MS;
+            peer_set(cl, l->peer, PEER_UP, NULL);
+            l->peer->ping_sent_ns = 0;
+        }
+        return;
+    case KVDOCK__CLUSTER__MSG__M_REFUSED: {
+        char why[160];
+        snprintf(why, sizeof(why), "refused by the peer: %s",
+                 m->refused->reason ? m->refused->reason : "");
+        kvd_log(KVD_LOG_WARN, "event=cluster_refused_by %s=%s reason=\"%s\"",
+                l->outbound ? "peer" : "from", l->outbound && l->peer ? l->peer->addr : l->from,
+                why);
+        if (l->outbound && l->peer != NULL) {
+            peer_set(cl, l->peer, PEER_REFUSED, why);
+        }
+        link_drop(cl, l, why);
+        return;
+    }
+    default:
+        break;
+    }
+    if (!l->authed) { /* nothing else before the proof */
+        refuse_link(cl, l, "a request before the proof of the secret");
+        return;
+    }
+    switch (m->m_case) {
+    case KVDOCK__CLUSTER__MSG__M_QUERY:
+        if (!l->outbound)
+            answer_query(cl, l, m->query);
+        return;
+    case KVDOCK__CLUSTER__MSG__M_FETCH:
+        if (!l->outbound)
+            answer_fetch(cl, l, m->fetch);
+        return;
+    case KVDOCK__CLUSTER__MSG__M_PING: {
+        Kvdock__Cluster__Msg out = KVDOCK__CLUSTER__MSG__INIT;
+        Kvdock__Cluster__Pong po = KVDOCK__CLUSTER__PONG__INIT;
+        po.t = m->ping->t;
+        out.m_case = KVDOCK__CLUSTER__MSG__M_PONG;
+        out.pong = &po;
+        (void)send_msg(cl, l, &out);
+        return;
+    }
+    case KVDOCK__CLUSTER__MSG__M_PONG:
+        if (l->outbound && l->peer != NULL && m->pong->t == l->peer->ping_t) {
+            l->peer->rtt_ns = kvd_now_ns() - l->peer->ping_sent_ns;
+            l->peer->ping_sent_ns = 0;
+        }
+        return;
+    case KVDOCK__CLUSTER__MSG__M_QUERY_REPLY: {
+        pend_t *p = pend_find(cl, m->query_reply->id);
+        uint32_t i = l->peer ? (uint32_t)(l->peer - cl->peers) : MAX_PEERS;
+        if (p == NULL || i >= MAX_PEERS || p->phase != 0 || !p->asked[i] || p->answered[i])
+            return;
+        p->answered[i] = 1;
+        if (m->query_reply->present.len >= (p->nask + 7) / 8) {
+            memcpy(p->bits[i], m->query_reply->present.data, (p->nask + 7) / 8);
+            for (uint32_t j = 0; j < p->nask; j++)
+                if (bit(p->bits[i], j))
+                    set_bit(p->present, p->pos[j] - p->first);
+        }
+        pend_check(cl, p);
+        return;
+    }
+    case KVDOCK__CLUSTER__MSG__M_FETCH_DONE: {
+        pend_t *p = pend_find(cl, m->fetch_done->id);
+        uint32_t i = l->peer ? (uint32_t)(l->peer - cl->peers) : MAX_PEERS;
+        if (p == NULL || i >= MAX_PEERS || p->phase != 1 || !p->fetching[i] || p->done[i])
+            return;
+        p->done[i] = 1;
+        p->expect[i] = m->fetch_done->sent;
+        p->progress_ns[i] = kvd_now_ns();
+        pend_check(cl, p);
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+typedef struct ctrl_rx {
+    kvd_cluster_t *cl;
+    ucp_ep_h ep;
+    uint8_t *buf;
+    size_t len;
+} ctrl_rx_t;
+
+static void ctrl_parse(kvd_cluster_t *cl, ucp_ep_h ep, const uint8_t *data, size_t len)
+{
+    link_t *l = link_of(cl, ep);
+    Kvdock__Cluster__Msg *m;
+
+    if (l == NULL)
+        return;
+    m = kvdock__cluster__msg__unpack(NULL, len, data);
+    if (m == NULL) {
+        refuse_link(cl, l, "a message that does not decode");
+        return;
+    }
+    handle_msg(cl, l, m);
+    kvdock__cluster__msg__free_unpacked(m, NULL);
+}
+
+static void on_ctrl_data(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    ctrl_rx_t *rx = user_data;
+
+    if (status == UCS_OK && !rx->cl->closing)
+        ctrl_parse(rx->cl, rx->ep, rx->buf, length);
+    free(rx->buf);
+    free(rx);
+    if (request != NULL)
+        ucp_request_free(request);
+}
+
+static ucs_status_t on_ctrl(void *arg, const void *header, size_t header_length, void *data,
+                            size_t length, const ucp_am_recv_param_t *param)
+{
+    kvd_cluster_t *cl = arg;
+    ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
+    link_t *l = ep ? link_of(cl, ep) : NULL;
+
+    (void)header;
+    (void)header_length;
+    if (l == NULL || cl->closing)
+        return UCS_OK;
+    if (length > MAX_CTRL_BYTES) {
+        refuse_link(cl, l, "a message over 8 MiB");
+        return UCS_OK;
+    }
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        ctrl_rx_t *rx = calloc(1, sizeof(*rx));
+        ucp_request_param_t rp;
+        void *req;
+        if (rx == NULL || (rx->buf = malloc(length ? length : 1)) == NULL) {
+            free(rx);
+            return UCS_OK;
+        }
+        rx->cl = cl;
+        rx->ep = ep;
+        rx->len = length;
+        memset(&rp, 0, sizeof(rp));
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        rp.cb.recv_am = on_ctrl_data;
+        rp.user_data = rx;
+        req = ucp_am_recv_data_nbx(cl->worker, data, rx->buf, length, &rp);
+        if (req == NULL) {
+            on_ctrl_data(NULL, UCS_OK, length, rx);
+        } else if (UCS_PTR_IS_ERR(req)) {
+            free(rx->buf);
+            free(rx);
+        }
+        return UCS_OK;
+    }
+    ctrl_parse(cl, ep, data, length);
+    return UCS_OK;
+}
+
+typedef struct block_rx {
+    pend_t *p;
+    uint32_t j;
+} block_rx_t;
+
+static void on_block_data(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    block_rx_t *rx = user_data;
+    pend_t *p = rx->p;
+
+    p->inflight--;
+    block_landed(p, rx->j, status == UCS_OK && length == p->cache->store.block_bytes);
+    free(rx);
+    if (request != NULL)
+        ucp_request_free(request);
+    if (p->phase == 2) {
+        if (p->inflight == 0 && p->conn == NULL)
+            pend_free(p->cl, p);
+    } else {
+        pend_check(p->cl, p);
+    }
+}
+
+static ucs_status_t on_block(void *arg, const void *header, size_t header_length, void *data,
+                             size_t length, const ucp_am_recv_param_t *param)
+{
+    kvd_cluster_t *cl = arg;
+    ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
+    link_t *l = ep ? link_of(cl, ep) : NULL;
+    uint64_t hdr[2];
+    pend_t *p;
+    uint32_t j, i;
+    void *dst;
+
+    if (l == NULL || !l->outbound || !l->authed || l->peer == NULL ||
+        header_length != sizeof(hdr))
+        return UCS_OK;
+    memcpy(hdr, header, sizeof(hdr));
+    i = (uint32_t)(l->peer - cl->peers);
+    p = pend_find(cl, hdr[0]);
+    if (p == NULL || p->phase != 1 || !p->fetching[i])
+        return UCS_OK;
+    /* hdr[1] counts within the keys asked of this peer: find the j'th of them */
+    {
+        uint32_t want = (uint32_t)hdr[1], seen = 0;
+        for (j = 0; j < p->nask; j++)
+            if (p->from[j] == (int8_t)i && seen++ == want)
+                break;
+    }
+    if (j >= p->nask || p->got[j] != GOT_NONE || p->ids[j] == KVD_CBLOCK_NONE ||
+        length != p->cache->store.block_bytes) {
+        return UCS_OK; /* not asked, twice, or of another size: dropped */
+    }
+    dst = kvd_cache_block_bytes(&p->cache->store, p->ids[j]);
+    p->progress_ns[i] = kvd_now_ns();
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        block_rx_t *rx = calloc(1, sizeof(*rx));
+        ucp_request_param_t rp;
+        void *req;
+        if (rx == NULL)
+            return UCS_OK;
+        rx->p = p;
+        rx->j = j;
+        memset(&rp, 0, sizeof(rp));
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        rp.cb.recv_am = on_block_data;
+        rp.user_data = rx;
+        p->inflight++;
+        p->got[j] = GOT_RECEIVING;
+        req = ucp_am_recv_data_nbx(cl->worker, data, dst, length, &rp);
+        if (req == NULL) {
+            on_block_data(NULL, UCS_OK, length, rx);
+        } else if (UCS_PTR_IS_ERR(req)) {
+            on_block_data(NULL, UCS_PTR_STATUS(req), 0, rx);
+        }
+        return UCS_OK;
+    }
+    memcpy(dst, data, length);
+    block_landed(p, j, 1);
+    pend_check(cl, p);
+    return UCS_OK;
+}
+
+/* ---- the loop's side ---------------------------------------------------------- */
+
+static void progress(kvd_cluster_t *cl)
+{
+    while (ucp_worker_progress(cl->worker) != 0) {
+    }
+}
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    progress(h->data);
+}
+
+/* Before the loop sleeps: progress until the worker can be armed. */
+static void on_prepare(uv_prepare_t *h)
+{
+    kvd_cluster_t *cl = h->data;
+
+    for (int i = 0; i < 64; i++) {
+        progress(cl);
+        if (ucp_worker_arm(cl->worker) != UCS_ERR_BUSY)
+            return;
+    }
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    kvd_cluster_t *cl = t->data;
+    uint64_t now = kvd_now_ns();
+    pend_t *p, *next;
+    link_t *l, *lnext;
+
+    for (uint32_t i = 0; i < cl->npeers; i++) {
+        peer_t *pe = &cl->peers[i];
+        if (pe->link == NULL) {
+            if (now >= pe->next_try_ns)
+                peer_connect(cl, pe);
+            continue;
+        }
+        if (pe->state == PEER_CONNECTING && now - pe->link->opened_ns > cl->deadline_ns) {
+            link_drop(cl, pe->link, "no proof within the deadline");
+            continue;
+        }
+        if (pe->state != PEER_UP)
+            continue;
+        if (pe->ping_sent_ns != 0 && now - pe->ping_sent_ns > cl->deadline_ns) {
+            link_drop(cl, pe->link, "no answer to a ping within the deadline");
+            continue;
+        }
+        if (pe->ping_sent_ns == 0 && now - pe->ping_t >= PING_NS) {
+            Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
+            Kvdock__Cluster__Ping pi = KVDOCK__CLUSTER__PING__INIT;
+            pe->ping_t = now;
+            pe->ping_sent_ns = now;
+            pi.t = now;
+            m.m_case = KVDOCK__CLUSTER__MSG__M_PING;
+            m.ping = &pi;
+            (void)send_msg(cl, pe->link, &m);
+        }
+    }
+    /* inbound endpoints that never proved the secret */
+    for (l = cl->links; l; l = lnext) {
+        lnext = l->next;
+        if (!l->outbound && !l->authed && now - l->opened_ns > cl->deadline_ns)
+            refuse_link(cl, l, "no proof of the secret within the deadline");
+    }
+again:
+    for (p = cl->pends; p; p = next) {
+        next = p->next;
+        if (p->phase == 0 && now >= p->deadline_ns) {
+            for (uint32_t i = 0; i < MAX_PEERS; i++)
+                if (p->asked[i] && !p->answered[i]) {
+                    p->answered[i] = 1;
+                    if (p->why[0] == '\0')
+                        snprintf(p->why, sizeof(p->why), "peer %s did not answer within %" PRIu64
+                                 " ms", cl->peers[i].addr, cl->deadline_ns / 1000000);
+                }
+            pend_check(cl, p);
+        } else if (p->phase == 1) {
+            for (uint32_t i = 0; i < cl->npeers; i++) {
+                if (!p->fetching[i] || (p->done[i] && p->recvd[i] >= p->expect[i]))
+                    continue;
+                if (now - p->progress_ns[i] > cl->deadline_ns && cl->peers[i].link != NULL) {
+                    char why[160];
+                    snprintf(why, sizeof(why), "sent nothing for %" PRIu64 " ms of a pull",
+                             cl->deadline_ns / 1000000);
+                    cl->peers[i].failures++;
+                    link_drop(cl, cl->peers[i].link, why); /* ends its transfers */
+                    goto again; /* requests may have ended meanwhile */
+                }
+            }
+        }
+    }
+}
+
+/* ---- set up and tear down ------------------------------------------------------- */
+
+static kvd_status_t read_secret(kvd_cluster_t *cl, const char *path, char *why, size_t why_len)
+{
+    uint8_t buf[4097];
+    struct stat sb;
+    ssize_t n;
+    size_t len;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    kvd_b2s_t s;
+
+    if (fd < 0) {
+        snprintf(why, why_len, "cluster-secret-file %s: %s", path, strerror(errno));
+        return KVD_EINVAL;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        snprintf(why, why_len, "cluster-secret-file %s is not a regular file", path);
+        return KVD_EINVAL;
+    }
+    if (sb.st_mode & 077) {
+        close(fd);
+        snprintf(why, why_len, "cluster-secret-file %s is readable by others (mode %03o): "
+                 "chmod 600 it", path, (unsigned)(sb.st_mode & 0777));
+        return KVD_EPERM;
+    }
+    n = read(fd, buf, sizeof(buf));
+    close(fd);
+    len = n > 0 ? (size_t)n : 0;
+    while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' '))
+        len--;
+    if (n < 0 || len < 16 || (size_t)n > 4096) {
+        snprintf(why, why_len, "cluster-secret-file %s: the secret must be 16 to 4,096 bytes "
+                 "(head -c 32 /dev/urandom | base64 > FILE)", path);
+        return KVD_EINVAL;
+    }
+    kvd_b2s_init(&s, NULL, 0);
+    kvd_b2s_update(&s, buf, len);
+    kvd_b2s_final(&s, cl->key);
+    memset(buf, 0, sizeof(buf));
+    return KVD_OK;
+}
+
+static kvd_status_t add_peer(kvd_cluster_t *cl, const char *text, char *why, size_t why_len)
+{
+    peer_t *p;
+    struct sockaddr_storage sa;
+    socklen_t len = 0;
+    kvd_status_t st;
+
+    if (text[0] == '\0')
+        return KVD_OK;
+    if ((st = resolve(text, &sa, &len, why, why_len)) != KVD_OK)
+        return st;
+    if (same_addr(&sa, len, &cl->listen_sa, cl->listen_salen) || strcmp(text, cl->node) == 0)
+        return KVD_OK; /* this daemon itself */
+    for (uint32_t i = 0; i < cl->npeers; i++)
+        if (same_addr(&sa, len, &cl->peers[i].sa, cl->peers[i].salen))
+            return KVD_OK; /* listed twice */
+    if (cl->npeers >= MAX_PEERS) {
+        snprintf(why, why_len, "more than %d cluster peers", MAX_PEERS);
+        return KVD_ELIMIT;
+    }
+    p = &cl->peers[cl->npeers++];
+    snprintf(p->addr, sizeof(p->addr), "%s", text);
+    p->sa = sa;
+    p->salen = len;
+    p->state = PEER_DOWN;
+    p->backoff_ms = BACKOFF_MIN_MS;
+    p->since_ns = kvd_now_ns();
+    snprintf(p->error, sizeof(p->error), "not connected yet");
+    return KVD_OK;
+}
+
+static kvd_status_t add_peers(kvd_cluster_t *cl, const char *list, char *why, size_t why_len)
+{
+    char item[256];
+    const char *s = list;
+
+    while (*s) {
+        size_t n = strcspn(s, ",");
+        size_t a = 0, b = n;
+        while (a < b && (s[a] == ' ' || s[a] == '\t'))
+            a++;
+        while (b > a && (s[b - 1] == ' ' || s[b - 1] == '\t' || s[b - 1] == '\r'))
+            b--;
+        if (b - a >= sizeof(item)) {
+            snprintf(why, why_len, "a cluster peer address is too long");
+            return KVD_EINVAL;
+        }
+        memcpy(item, s + a, b - a);
+        item[b - a] = '\0';
+        kvd_status_t st = add_peer(cl, item, why, why_len);
+        if (st != KVD_OK)
+            return st;
+        s += n;
+        if (*s == ',')
+            s++;
+    }
+    return KVD_OK;
+}
+
+static kvd_status_t read_peers_file(kvd_cluster_t *cl, const char *path, char *why,
+                                    size_t why_len)
+{
+    FILE *f = fopen(path, "re");
+    char line[512];
+    kvd_status_t st = KVD_OK;
+
+    if (f == NULL) {
+        snprintf(why, why_len, "cluster-peers-file %s: %s", path, strerror(errno));
+        return KVD_EINVAL;
+    }
+    while (st == KVD_OK && fgets(line, sizeof(line), f) != NULL) {
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        line[strcspn(line, "\r\n")] = '\0';
+        st = add_peers(cl, line, why, why_len);
+    }
+    fclose(f);
+    return st;
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    kvd_cluster_t *cl = h->data;
+
+    cl->handles--;
+}
+
+kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *why,
+                                size_t why_len)
+{
+    const kvd_options_t *o = &srv->opts;
+    kvd_cluster_t *cl = calloc(1, sizeof(*cl));
+    ucp_params_t up;
+    ucp_config_t *cfg = NULL;
+    ucp_worker_params_t wp;
+    ucp_am_handler_param_t hp;
+    ucp_listener_params_t lp;
+    ucs_status_t us;
+    kvd_status_t st;
+
+    if (cl == NULL)
+        return KVD_ENOMEM;
+    cl->srv = srv;
+    cl->next_id = 1;
+    cl->efd = -1;
+    cl->deadline_ns = o->cluster_deadline_ms * 1000000ull;
+    snprintf(cl->node, sizeof(cl->node), "%s", o->cluster_listen);
+    if ((st = resolve(o->cluster_listen, &cl->listen_sa, &cl->listen_salen, why, why_len)) !=
+            KVD_OK ||
+        (st = read_secret(cl, o->cluster_secret_file, why, why_len)) != KVD_OK ||
+        (st = add_peers(cl, o->cluster_peers, why, why_len)) != KVD_OK ||
+        (o->cluster_peers_file[0] != '\0' &&
+         (st = read_peers_file(cl, o->cluster_peers_file, why, why_len)) != KVD_OK)) {
+        free(cl);
+        return st;
+    }
+    memset(&up, 0, sizeof(up));
+    up.field_mask = UCP_PARAM_FIELD_FEATURES;
+    up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    if ((us = ucp_config_read(NULL, NULL, &cfg)) != UCS_OK ||
+        (us = ucp_init(&up, cfg, &cl->ctx)) != UCS_OK) {
+        if (cfg)
+            ucp_config_release(cfg);
+        snprintf(why, why_len, "UCX: %s", ucs_status_string(us));
+        free(cl);
+        return KVD_EIO;
+    }
+    ucp_config_release(cfg);
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    if ((us = ucp_worker_create(cl->ctx, &wp, &cl->worker)) != UCS_OK ||
+        (us = ucp_worker_get_efd(cl->worker, &cl->efd)) != UCS_OK)
+        goto fail_ucx;
+    memset(&hp, 0, sizeof(hp));
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.arg = cl;
+    hp.id = AM_CTRL;
+    hp.cb = on_ctrl;
+    if ((us = ucp_worker_set_am_recv_handler(cl->worker, &hp)) != UCS_OK)
+        goto fail_ucx;
+    hp.id = AM_BLOCK;
+    hp.cb = on_block;
+    if ((us = ucp_worker_set_am_recv_handler(cl->worker, &hp)) != UCS_OK)
+        goto fail_ucx;
+    memset(&lp, 0, sizeof(lp));
+    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = (const struct sockaddr *)&cl->listen_sa;
+    lp.sockaddr.addrlen = cl->listen_salen;
+    lp.conn_handler.cb = on_conn;
+    lp.conn_handler.arg = cl;
+    if ((us = ucp_listener_create(cl->worker, &lp, &cl->listener)) != UCS_OK) {
+        snprintf(why, why_len, "cluster-listen %s: UCX cannot listen there: %s", cl->node,
+                 ucs_status_string(us));
+        ucp_worker_destroy(cl->worker);
+        ucp_cleanup(cl->ctx);
+        free(cl);
+        return KVD_EIO;
+    }
+    uv_poll_init(srv->loop, &cl->poll, cl->efd);
+    uv_prepare_init(srv->loop, &cl->prepare);
+    uv_timer_init(srv->loop, &cl->tick);
+    cl->poll.data = cl->prepare.data = cl->tick.data = cl;
+    uv_poll_start(&cl->poll, UV_READABLE, on_poll);
+    uv_prepare_start(&cl->prepare, on_prepare);
+    {
+        uint64_t ms = o->cluster_deadline_ms / 4;
+        ms = ms < 5 ? 5 : ms > 100 ? 100 : ms;
+        uv_timer_start(&cl->tick, on_tick, 0, ms);
+    }
+    cl->handles = 3;
+    kvd_log(KVD_LOG_INFO, "event=cluster_listen node=%s peers=%u deadline_ms=%" PRIu64,
+            cl->node, cl->npeers, o->cluster_deadline_ms);
+    *out = cl;
+    return KVD_OK;
+
+fail_ucx:
+    snprintf(why, why_len, "UCX worker: %s", ucs_status_string(us));
+    if (cl->worker)
+        ucp_worker_destroy(cl->worker);
+    ucp_cleanup(cl->ctx);
+    free(cl);
+    return KVD_EIO;
+}
+
+void kvd_cluster_close(kvd_cluster_t *cl)
+{
+    if (cl == NULL || cl->closing)
+        return;
+    cl->closing = 1;
+    while (cl->pends) { /* run again with what came; freed once UCX lets go */
+        pend_t *p = cl->pends;
+        if (p->phase == 2) {
+            /* only waiting for UCX: the endpoints close below */
+            cl->pends = p->next;
+            p->next = NULL;
+            continue;
+        }
+        if (p->why[0] == '\0')
+            snprintf(p->why, sizeof(p->why), "the daemon is shutting down");
+        for (uint32_t i = 0; i < MAX_PEERS; i++)
+            p->answered[i] = p->done[i] = 1;
+        pend_finish(cl, p);
+    }
+    while (cl->links)
+        link_drop(cl, cl->links, "the daemon is shutting down");
+    progress(cl);
+    if (cl->listener) {
+        ucp_listener_destroy(cl->listener);
+        cl->listener = NULL;
+    }
+    uv_poll_stop(&cl->poll);
+    uv_close((uv_handle_t *)&cl->poll, handle_closed);
+    uv_close((uv_handle_t *)&cl->prepare, handle_closed);
+    uv_close((uv_handle_t *)&cl->tick, handle_closed);
+}
+
+void kvd_cluster_destroy(kvd_cluster_t **clp)
+{
+    kvd_cluster_t *cl = clp ? *clp : NULL;
+
+    if (cl == NULL)
+        return;
+    if (!cl->closing)
+        kvd_cluster_close(cl);
+    progress(cl);
+    ucp_worker_destroy(cl->worker);
+    ucp_cleanup(cl->ctx);
+    free(cl);
+    *clp = NULL;
+}
+
+uint32_t kvd_cluster_live(const kvd_cluster_t *cl)
+{
+    uint32_t n = 0;
+
+    for (uint32_t i = 0; cl != NULL && i < cl->npeers; i++)
+        n += cl->peers[i].state == PEER_UP;
+    return n;
+}
+
+Kvdock__Cluster *kvd_cluster_status(kvd_req_t *r, const kvd_cluster_t *cl)
+{
+    Kvdock__Cluster *c = kvd__req_alloc(r, sizeof(*c));
+    uint64_t now = kvd_now_ns();
+
+    if (c == NULL)
+        return NULL;
+    kvdock__cluster__init(c);
+    c->node = (char *)cl->node;
+    c->deadline_ms = (uint32_t)(cl->deadline_ns / 1000000);
+    c->inbound = 0;
+    for (const link_t *l = cl->links; l; l = l->next)
+        c->inbound += !l->outbound && l->authed;
+    c->blocks_fetched = cl->n.blocks_fetched;
+    c->bytes_fetched = cl->n.bytes_fetched;
+    c->blocks_served = cl->n.blocks_served;
+    c->bytes_served = cl->n.bytes_served;
+    c->refused = cl->n.refused;
+    c->peers = kvd__req_alloc(r, sizeof(*c->peers) * (cl->npeers ? cl->npeers : 1));
+    if (c->peers == NULL)
+        return NULL;
+    for (uint32_t i = 0; i < cl->npeers; i++) {
+        const peer_t *p = &cl->peers[i];
+        Kvdock__ClusterPeer *cp = kvd__req_alloc(r, sizeof(*cp));
+        if (cp == NULL)
+            return NULL;
+        kvdock__cluster_peer__init(cp);
+        cp->address = (char *)p->addr;
+        cp->state = (char *)peer_state_name[p->state];
+        cp->error = (char *)p->error;
+        cp->rtt_us = p->rtt_ns / 1000;
+        cp->since_ms = (now - p->since_ns) / 1000000;
+        cp->queries = p->queries;
+        cp->blocks_fetched = p->blocks_fetched;
+        cp->bytes_fetched = p->bytes_fetched;
+        cp->failures = p->failures;
+        c->peers[c->n_peers++] = cp;
+    }
+    return c;
+}
+
+void kvd_cluster_get_totals(const kvd_cluster_t *cl, kvd_cluster_totals_t *t)
+{
+    *t = cl->n;
+    t->inbound = 0;
+    for (const link_t *l = cl->links; l; l = l->next)
+        t->inbound += !l->outbound && l->authed;
+}
+
+uint32_t kvd_cluster_peers(const kvd_cluster_t *cl)
+{
+    return cl ? cl->npeers : 0;
+}
+
+const char *kvd_cluster_peer(const kvd_cluster_t *cl, uint32_t i, int *up, uint64_t *rtt_us,
+                             uint64_t *failures, uint64_t *bytes_fetched)
+{
+    const peer_t *p = &cl->peers[i];
+
+    *up = p->state == PEER_UP;
+    *rtt_us = p->rtt_ns / 1000;
+    *failures = p->failures;
+    *bytes_fetched = p->bytes_fetched;
+    return p->addr;
+}

@@ -1,0 +1,27 @@
+/*
+ * BLAKE2s-256 (RFC 7693), unkeyed and keyed, written here so that no part
+ * needs a crypto dependency.  libkvdock chains block keys with it (Python's
+ * hashlib.blake2s gives the same bytes); kvdockd's cluster proves its
+ * secret with the keyed form.  Inputs stay under 4 GiB.
+ */
+#ifndef KVDOCK_BLAKE2S_H
+#define KVDOCK_BLAKE2S_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVD_BLAKE2S_BYTES 32
+
+typedef struct kvd_b2s {
+    uint32_t h[8];
+    uint32_t t; /* bytes compressed so far */
+    uint8_t buf[64];
+    size_t n;
+} kvd_b2s_t;
+
+/* key_len 0: unkeyed; else 1 to 32 bytes of key. */
+void kvd_b2s_init(kvd_b2s_t *s, const void *key, size_t key_len);
+void kvd_b2s_update(kvd_b2s_t *s, const void *p, size_t len);
+void kvd_b2s_final(kvd_b2s_t *s, uint8_t out[KVD_BLAKE2S_BYTES]);
+
+#endif
