@@ -829,6 +829,7 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
     uint32_t load[MAX_PEERS] = {0}, parent;
     uint32_t *which = NULL;
     char why[160];
+    int full = 0; /* the tier refused a block: none after it */
 
     p->phase = 1;
     p->ids = malloc(p->nask * sizeof(*p->ids));
@@ -868,12 +869,13 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
          * one; none when that key was here already (a chain head then: a
          * lookup still finds the chain by its keys) */
         parent = j > 0 && p->pos[j - 1] + 1 == p->pos[j] ? p->ids[j - 1] : KVD_CBLOCK_NONE;
-        if (best < 0 || p->why[0] != '\0')
+        if (best < 0 || full)
             continue; /* on no peer, or the tier is full: not reserved */
         if (kvd_cache_reserve(c, parent, p->keys + (size_t)j * KVD_CACHE_KEY_MAX, p->klen[j],
                               &p->ids[j], why, sizeof(why)) != KVD_OK) {
             p->ids[j] = KVD_CBLOCK_NONE;
             snprintf(p->why, sizeof(p->why), "the local tier has no room for them (%s)", why);
+            full = 1;
             continue;
         }
         p->from[j] = (int8_t)best;
@@ -1051,6 +1053,13 @@ static void handle_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg 
         char why[160];
         snprintf(why, sizeof(why), "refused by the peer: %s",
                  m->refused->reason ? m->refused->reason : "");
+        if (!l->outbound && !l->authed) { /* it never proved the secret either */
+            cl->n.refused++;
+            kvd_log(KVD_LOG_WARN, "event=cluster_refused from=%s node=\"%s\" reason=\"no proof "
+                    "of the secret (%s)\"", l->from, l->node, why);
+            link_drop(cl, l, why);
+            return;
+        }
         kvd_log(KVD_LOG_WARN, "event=cluster_refused_by %s=%s reason=\"%s\"",
                 l->outbound ? "peer" : "from", l->outbound && l->peer ? l->peer->addr : l->from,
                 why);

@@ -1,0 +1,634 @@
+/*
+ * The cluster end to end: three kvdockd daemons (cpu backend) on this
+ * machine, one cluster over UCX's TCP transport on the loopback.
+ *
+ * - chains saved on one node are found by a lookup on another and loaded
+ *   there byte for byte, pulled from the nodes that hold them (a chain
+ *   split over two nodes comes from both); then they are local
+ * - a node stopped mid-pull (SIGSTOP) costs only its blocks: the load
+ *   answers within the deadline, naming exactly those keys; a node killed
+ *   (SIGKILL) during a load: the load ends within the deadline, and what
+ *   landed is intact; lookups go on answering
+ * - a daemon with another secret is refused by both sides and logged, and
+ *   gets nothing
+ * - bad cluster options stop the daemon with a reason
+ */
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#define LAYERS 2
+#define TPB 4
+#define KEY 32
+#define DEADLINE_MS 1000
+
+typedef struct node {
+    kvt_daemon_t d;
+    int port;
+    kvd_client_t *cli;
+    uint64_t cache;
+} node_t;
+
+static char secret_path[256], other_secret_path[256], dir[128];
+
+/* A free TCP port on the loopback (bound, read, closed). */
+static int free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+    ck_assert_int_ge(fd, 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static void write_secret(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    ck_assert_int_eq(chmod(path, mode), 0);
+}
+
+static void setup(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/kvdock-cluster-%d", (int)getpid());
+    mkdir(dir, 0700);
+    snprintf(secret_path, sizeof(secret_path), "%s/secret", dir);
+    snprintf(other_secret_path, sizeof(other_secret_path), "%s/other", dir);
+    write_secret(secret_path, "the cluster's secret, 32 bytes..\n", 0600);
+    write_secret(other_secret_path, "another cluster's secret, bytes.\n", 0600);
+    /* the loopback, over TCP (the transport a cluster without RDMA uses) */
+    setenv("UCX_TLS", "tcp", 1);
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
+}
+
+static void teardown(void)
+{
+    unlink(secret_path);
+    unlink(other_secret_path);
+    rmdir(dir);
+}
+
+/* Start n nodes in one cluster (secret: whose), each listing all. */
+static void start_nodes(node_t *nodes, int n, const char *secret)
+{
+    char peers[512] = "", listen[n][64], deadline[32];
+
+    for (int i = 0; i < n; i++) {
+        nodes[i].port = free_port();
+        snprintf(listen[i], sizeof(listen[i]), "127.0.0.1:%d", nodes[i].port);
+        snprintf(peers + strlen(peers), sizeof(peers) - strlen(peers), "%s%s", i ? "," : "",
+                 listen[i]);
+    }
+    snprintf(deadline, sizeof(deadline), "%d", DEADLINE_MS);
+    for (int i = 0; i < n; i++) {
+        const char *extra[] = {"--host-memory-budget", "256M", "--cluster-listen", listen[i],
+                               "--cluster-peers", peers, "--cluster-secret-file", secret,
+                               "--cluster-deadline-ms", deadline, "--log-level", "info", NULL};
+        ck_assert_int_eq(kvt_daemon_start(&nodes[i].d, "cpu", extra, 10000), 0);
+        ck_assert_int_eq(kvd_client_create(nodes[i].d.socket, "cluster-test", &nodes[i].cli),
+                         KVD_OK);
+        kvd_client_set_timeout(nodes[i].cli, 20000);
+    }
+}
+
+/* Peers of node that are up, per its status. */
+static uint32_t peers_up(node_t *node, kvd_daemon_status_t *s)
+{
+    uint32_t up = 0;
+
+    KVT_OK(node->cli, kvd_daemon_status(node->cli, s, NULL, 0));
+    ck_assert(s->cluster.enabled);
+    for (uint32_t i = 0; i < s->cluster.num_peers && i < KVD_CLUSTER_PEERS_MAX; i++)
+        up += strcmp(s->cluster.peers[i].state, "up") == 0;
+    return up;
+}
+
+static void wait_all_up(node_t *nodes, int n)
+{
+    kvd_daemon_status_t *s = malloc(sizeof(*s));
+    int64_t t0 = kvt_now_ms();
+
+    for (int i = 0; i < n; i++)
+        while (peers_up(&nodes[i], s) < (uint32_t)(n - 1)) {
+            ck_assert_msg(kvt_now_ms() - t0 < 15000, "node %d sees %u of %d peers up", i,
+                          peers_up(&nodes[i], s), n - 1);
+            usleep(20000);
+        }
+    free(s);
+}
+
+static void stop_nodes(node_t *nodes, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (nodes[i].cli != NULL)
+            kvd_client_destroy(&nodes[i].cli);
+        if (nodes[i].d.pid > 0)
+            kvt_daemon_stop(&nodes[i].d, 10000);
+    }
+}
+
+static uint64_t make_cache(node_t *node, const char *name, uint32_t token_bytes, bool cluster)
+{
+    kvd_cache_spec_t s;
+    kvd_cache_info_t info;
+
+    memset(&s, 0, sizeof(s));
+    s.name = name;
+    s.layout.num_layers = LAYERS;
+    s.layout.tokens_per_block = TPB;
+    s.layout.token_bytes = token_bytes;
+    snprintf(s.layout.dtype, sizeof(s.layout.dtype), "bf16");
+    s.budget_bytes = 96u << 20;
+    s.cluster = cluster;
+    KVT_OK(node->cli, kvd_cache_create(node->cli, &s, &info));
+    ck_assert(info.cluster == cluster);
+    return info.id;
+}
+
+/* keys of a chain of n blocks (random tokens from seed) */
+static void chain(uint8_t (*keys)[KEY], uint32_t n, uint64_t seed)
+{
+    int64_t *tokens = malloc((size_t)n * TPB * sizeof(*tokens));
+    size_t count = 0;
+
+    for (uint32_t i = 0; i < n * TPB; i++)
+        tokens[i] = (int64_t)((seed * 2654435761u + i * 40503u) % 50000);
+    ck_assert_int_eq(kvd_block_hashes(tokens, (size_t)n * TPB, TPB, "c", 1, keys[0], n, &count),
+                     KVD_OK);
+    ck_assert_uint_eq(count, n);
+    free(tokens);
+}
+
+static uint8_t *page(const kvt_pool_t *p, uint32_t pg, uint32_t l, int v)
+{
+    return (uint8_t *)p->map->base + (uint64_t)l * p->info.layer_stride +
+           (v ? p->info.v_offset : 0) + (uint64_t)pg * TPB * p->info.slot_stride;
+}
+
+static uint64_t seed_of(const uint8_t *key)
+{
+    uint64_t s;
+
+    memcpy(&s, key, 8);
+    return s;
+}
+
+static void fill(const kvt_pool_t *p, uint32_t pg, const uint8_t *key)
+{
+    for (uint32_t l = 0; l < LAYERS; l++)
+        for (int v = 0; v < 2; v++)
+            kvt_fill(page(p, pg, l, v), TPB * p->info.slot_bytes, seed_of(key) + 2 * l + v);
+}
+
+static bool holds(const kvt_pool_t *p, uint32_t pg, const uint8_t *key)
+{
+    size_t n = TPB * p->info.slot_bytes;
+    uint8_t *want = malloc(n);
+    bool ok = true;
+
+    for (uint32_t l = 0; l < LAYERS && ok; l++)
+        for (int v = 0; v < 2 && ok; v++) {
+            kvt_fill(want, n, seed_of(key) + 2 * l + v);
+            ok = memcmp(page(p, pg, l, v), want, n) == 0;
+        }
+    free(want);
+    return ok;
+}
+
+static void poison(const kvt_pool_t *p)
+{
+    memset(p->map->base, 0xA5, p->map->bytes);
+}
+
+static kvd_cache_keys_t keys_of(uint8_t (*keys)[KEY], uint32_t from, uint32_t n)
+{
+    kvd_cache_keys_t k;
+
+    memset(&k, 0, sizeof(k));
+    k.blob = keys[from];
+    k.key_size = KEY;
+    k.count = n;
+    return k;
+}
+
+/* Save keys[from, from + n) from pages [from, from + n) of p (filled),
+ * chained to keys[from - 1] (which must be there) or as a chain's head. */
+static void save(node_t *node, const kvt_pool_t *p, uint8_t (*keys)[KEY], uint32_t from,
+                 uint32_t n, bool chained)
+{
+    int64_t *pages = malloc(n * sizeof(*pages));
+    kvd_cache_save_t a;
+    kvd_op_result_t r;
+
+    memset(&a, 0, sizeof(a));
+    for (uint32_t i = 0; i < n; i++) {
+        pages[i] = from + i;
+        fill(p, from + i, keys[from + i]);
+    }
+    a.cache = node->cache;
+    a.pool = p->info.id;
+    a.keys = keys_of(keys, from, n);
+    a.blocks.values = pages;
+    a.blocks.count = n;
+    if (from > 0 && chained) {
+        a.parent = keys[from - 1];
+        a.parent_len = KEY;
+    }
+    KVT_OK(node->cli, kvd_cache_save(node->cli, &a, NULL, &r));
+    ck_assert_uint_eq(r.stored, n);
+    free(pages);
+}
+
+static kvd_status_t load(node_t *node, const kvt_pool_t *p, uint8_t (*keys)[KEY], uint32_t n)
+{
+    int64_t *pages = malloc(n * sizeof(*pages));
+    kvd_cache_load_t a;
+    kvd_status_t st;
+
+    memset(&a, 0, sizeof(a));
+    for (uint32_t i = 0; i < n; i++)
+        pages[i] = i;
+    a.cache = node->cache;
+    a.pool = p->info.id;
+    a.keys = keys_of(keys, 0, n);
+    a.blocks.values = pages;
+    a.blocks.count = n;
+    st = kvd_cache_load(node->cli, &a, NULL, NULL);
+    free(pages);
+    return st;
+}
+
+static kvd_cache_lookup_result_t lookup(node_t *node, uint8_t (*keys)[KEY], uint32_t n)
+{
+    kvd_cache_keys_t k = keys_of(keys, 0, n);
+    kvd_cache_lookup_result_t r;
+
+    KVT_OK(node->cli, kvd_cache_lookup(node->cli, node->cache, &k, false, 0, &r));
+    return r;
+}
+
+START_TEST(test_found_and_pulled)
+{
+    node_t nodes[3];
+    kvt_pool_t pa, pb, pc;
+    uint8_t(*keys)[KEY] = malloc(64 * KEY), (*keys2)[KEY] = malloc(64 * KEY);
+    kvd_daemon_status_t *s = malloc(sizeof(*s));
+    kvd_cache_lookup_result_t r;
+    uint64_t solo;
+
+    memset(nodes, 0, sizeof(nodes));
+    start_nodes(nodes, 3, secret_path);
+    wait_all_up(nodes, 3);
+    for (int i = 0; i < 3; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 1024, true);
+    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, 64 * TPB, 1024, false, TPB);
+    kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, 64 * TPB, 1024, false, TPB);
+    kvt_pool_make(nodes[2].cli, &pc, "pc", LAYERS, 64 * TPB, 1024, false, TPB);
+
+    /* a chain saved on A: found and pulled by B */
+    chain(keys, 64, 1);
+    save(&nodes[0], &pa, keys, 0, 64, true);
+    r = lookup(&nodes[1], keys, 64);
+    ck_assert_uint_eq(r.hits, 64);
+    ck_assert_uint_eq(r.local_hits, 0);
+    poison(&pb);
+    KVT_OK(nodes[1].cli, load(&nodes[1], &pb, keys, 64));
+    for (uint32_t i = 0; i < 64; i++)
+        ck_assert_msg(holds(&pb, i, keys[i]), "block %u on B differs from A's", i);
+    r = lookup(&nodes[1], keys, 64);
+    ck_assert_uint_eq(r.local_hits, 64); /* now in B's own tier */
+
+    /* a chain split over A (first half) and C (second): B pulls from both */
+    chain(keys2, 64, 2);
+    save(&nodes[0], &pa, keys2, 0, 32, true);
+    save(&nodes[2], &pc, keys2, 32, 32, false); /* C: the second half, as a chain of its own */
+    r = lookup(&nodes[1], keys2, 64);
+    ck_assert_uint_eq(r.hits, 64);
+    poison(&pb);
+    KVT_OK(nodes[1].cli, load(&nodes[1], &pb, keys2, 64));
+    for (uint32_t i = 0; i < 64; i++)
+        ck_assert_msg(holds(&pb, i, keys2[i]), "block %u of the split chain differs", i);
+    KVT_OK(nodes[1].cli, kvd_daemon_status(nodes[1].cli, s, NULL, 0));
+    ck_assert_uint_eq(s->cluster.blocks_fetched, 128);
+    KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
+    ck_assert_uint_ge(s->cluster.blocks_served, 64);
+    ck_assert_uint_eq(s->cluster.inbound, 2);
+
+    /* a cache outside the cluster sees only its own node */
+    solo = make_cache(&nodes[2], "solo", 1024, false);
+    {
+        uint64_t keep = nodes[2].cache;
+        nodes[2].cache = solo;
+        r = lookup(&nodes[2], keys, 64);
+        ck_assert_uint_eq(r.hits, 0);
+        nodes[2].cache = keep;
+    }
+    /* another layout of the same name is another cache */
+    {
+        uint64_t other = make_cache(&nodes[1], "kv2", 512, true), keep = nodes[1].cache;
+        nodes[1].cache = other;
+        r = lookup(&nodes[1], keys2, 64);
+        ck_assert_uint_eq(r.hits, 0);
+        nodes[1].cache = keep;
+    }
+    kvt_pool_free(nodes[0].cli, &pa);
+    kvt_pool_free(nodes[1].cli, &pb);
+    kvt_pool_free(nodes[2].cli, &pc);
+    stop_nodes(nodes, 3);
+    free(keys);
+    free(keys2);
+    free(s);
+}
+END_TEST
+
+START_TEST(test_node_lost)
+{
+    node_t nodes[3];
+    kvt_pool_t pa, pb, pc;
+    uint8_t(*keys)[KEY] = malloc(64 * KEY);
+    kvd_cache_lookup_result_t r;
+    kvd_status_t st;
+    int64_t t0, took;
+    const char *msg;
+
+    memset(nodes, 0, sizeof(nodes));
+    start_nodes(nodes, 3, secret_path);
+    wait_all_up(nodes, 3);
+    for (int i = 0; i < 3; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 16384, true);
+    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, 64 * TPB, 16384, false, TPB);
+    kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, 64 * TPB, 16384, false, TPB);
+    kvt_pool_make(nodes[2].cli, &pc, "pc", LAYERS, 64 * TPB, 16384, false, TPB);
+    chain(keys, 64, 3);
+    save(&nodes[0], &pa, keys, 0, 32, true);   /* A: the first half */
+    save(&nodes[2], &pc, keys, 32, 32, false); /* C: the second */
+    r = lookup(&nodes[1], keys, 64);
+    ck_assert_uint_eq(r.hits, 64);
+
+    /* C stops answering: the load ends within the deadline, C's blocks named */
+    kill(nodes[2].d.pid, SIGSTOP);
+    poison(&pb);
+    t0 = kvt_now_ms();
+    st = load(&nodes[1], &pb, keys, 64);
+    took = kvt_now_ms() - t0;
+    msg = kvd_client_last_error(nodes[1].cli);
+    ck_assert_msg(st == KVD_ENOENT, "the load got %s though C was stopped: %s",
+                  kvd_err_name(st), msg);
+    ck_assert_msg(strstr(msg, "keys[32-63] (32 of 64)") != NULL,
+                  "the message names exactly C's blocks: %s", msg);
+    ck_assert_msg(took < 2 * DEADLINE_MS + 1500, "the load took %lld ms", (long long)took);
+    r = lookup(&nodes[1], keys, 64);
+    ck_assert_uint_eq(r.local_hits, 32); /* A's half landed, and is intact */
+    for (uint32_t i = 0; i < 32; i++) {
+            int64_t pg = i;
+            kvd_cache_load_t a;
+            memset(&a, 0, sizeof(a));
+            a.cache = nodes[1].cache;
+            a.pool = pb.info.id;
+            a.keys = keys_of(keys, i, 1);
+            a.blocks.values = &pg;
+            a.blocks.count = 1;
+            KVT_OK(nodes[1].cli, kvd_cache_load(nodes[1].cli, &a, NULL, NULL));
+            ck_assert(holds(&pb, i, keys[i]));
+        }
+
+    /* C killed: lookups elsewhere answer at once, without it */
+    kvt_daemon_kill(&nodes[2].d);
+    kvd_client_destroy(&nodes[2].cli);
+    t0 = kvt_now_ms();
+    r = lookup(&nodes[0], keys, 64);
+    ck_assert_uint_le(r.hits, 32);
+    ck_assert_msg(kvt_now_ms() - t0 < 2 * DEADLINE_MS + 500, "lookup took %lld ms",
+                  (long long)(kvt_now_ms() - t0));
+    kvt_pool_free(nodes[0].cli, &pa);
+    kvt_pool_free(nodes[1].cli, &pb);
+    nodes[2].d.pid = 0;
+    stop_nodes(nodes, 3);
+    free(keys);
+}
+END_TEST
+
+START_TEST(test_killed_mid_load)
+{
+    node_t nodes[2];
+    kvt_pool_t pa, pb;
+    uint32_t n = 96;
+    uint8_t(*keys)[KEY] = malloc(n * KEY);
+    kvd_cache_load_t a;
+    int64_t *pages = malloc(n * sizeof(*pages)), t0;
+    kvd_op_result_t res;
+    uint64_t id;
+    kvd_status_t st;
+
+    memset(nodes, 0, sizeof(nodes));
+    start_nodes(nodes, 2, secret_path);
+    wait_all_up(nodes, 2);
+    for (int i = 0; i < 2; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 65536, true); /* 1 MiB blocks */
+    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, n * TPB, 65536, false, TPB);
+    kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, n * TPB, 65536, false, TPB);
+    chain(keys, n, 4);
+    save(&nodes[0], &pa, keys, 0, n, true);
+    memset(&a, 0, sizeof(a));
+    for (uint32_t i = 0; i < n; i++)
+        pages[i] = i;
+    a.cache = nodes[1].cache;
+    a.pool = pb.info.id;
+    a.keys = keys_of(keys, 0, n);
+    a.blocks.values = pages;
+    a.blocks.count = n;
+    poison(&pb);
+    t0 = kvt_now_ms();
+    KVT_OK(nodes[1].cli, kvd_cache_load_submit(nodes[1].cli, &a, NULL, &res, &id));
+    usleep(5000);
+    kvt_daemon_kill(&nodes[0].d); /* during the pull of 96 MiB */
+    st = kvd_client_wait(nodes[1].cli, id);
+    ck_assert_msg(kvt_now_ms() - t0 < 2 * DEADLINE_MS + 1500, "the load took %lld ms",
+                  (long long)(kvt_now_ms() - t0));
+    if (st == KVD_OK) { /* it was faster than the kill: then all of it is right */
+        for (uint32_t i = 0; i < n; i++)
+            ck_assert(holds(&pb, i, keys[i]));
+    } else {
+        ck_assert_msg(st == KVD_ENOENT, "%s: %s", kvd_err_name(st),
+                      kvd_client_last_error(nodes[1].cli));
+        ck_assert_ptr_nonnull(strstr(kvd_client_last_error(nodes[1].cli), "keys["));
+    }
+    /* what B kept is whole: every block it now has locally loads right */
+    for (uint32_t i = 0; i < n; i++) {
+        kvd_cache_keys_t one = keys_of(keys, i, 1);
+        kvd_cache_lookup_result_t r;
+        KVT_OK(nodes[1].cli, kvd_cache_lookup(nodes[1].cli, nodes[1].cache, &one, false, 0, &r));
+        if (r.local_hits == 1) {
+            int64_t pg = i;
+            kvd_cache_load_t b = a;
+            b.keys = one;
+            b.blocks.values = &pg;
+            b.blocks.count = 1;
+            memset(page(&pb, i, 0, 0), 0, 16);
+            KVT_OK(nodes[1].cli, kvd_cache_load(nodes[1].cli, &b, NULL, NULL));
+            ck_assert_msg(holds(&pb, i, keys[i]), "block %u kept by B is corrupt", i);
+        }
+    }
+    kvd_client_destroy(&nodes[0].cli);
+    nodes[0].d.pid = 0;
+    kvt_pool_free(nodes[1].cli, &pb);
+    kvd_mapping_destroy(&pa.map);
+    stop_nodes(nodes, 2);
+    free(keys);
+    free(pages);
+}
+END_TEST
+
+START_TEST(test_wrong_secret)
+{
+    node_t nodes[1], intruder;
+    kvd_daemon_status_t *s = malloc(sizeof(*s));
+    char peers[64], listen[64], buf[1 << 16];
+    uint8_t(*keys)[KEY] = malloc(8 * KEY);
+    kvt_pool_t pa;
+    int64_t t0;
+    FILE *f;
+    size_t n;
+
+    memset(nodes, 0, sizeof(nodes));
+    memset(&intruder, 0, sizeof(intruder));
+    start_nodes(nodes, 1, secret_path);
+    nodes[0].cache = make_cache(&nodes[0], "kv", 1024, true);
+    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, 8 * TPB, 1024, false, TPB);
+    chain(keys, 8, 5);
+    save(&nodes[0], &pa, keys, 0, 8, true);
+    intruder.port = free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", intruder.port);
+    snprintf(peers, sizeof(peers), "127.0.0.1:%d", nodes[0].port);
+    {
+        const char *extra[] = {"--host-memory-budget", "256M", "--cluster-listen", listen,
+                               "--cluster-peers", peers, "--cluster-secret-file",
+                               other_secret_path, "--cluster-deadline-ms", "1000", NULL};
+        ck_assert_int_eq(kvt_daemon_start(&intruder.d, "cpu", extra, 10000), 0);
+    }
+    ck_assert_int_eq(kvd_client_create(intruder.d.socket, "intruder", &intruder.cli), KVD_OK);
+    intruder.cache = make_cache(&intruder, "kv", 1024, true);
+    t0 = kvt_now_ms();
+    for (;;) { /* the intruder finds its peer refusing */
+        KVT_OK(intruder.cli, kvd_daemon_status(intruder.cli, s, NULL, 0));
+        if (strcmp(s->cluster.peers[0].state, "refused") == 0)
+            break;
+        ck_assert_msg(kvt_now_ms() - t0 < 10000, "peer state %s", s->cluster.peers[0].state);
+        usleep(20000);
+    }
+    ck_assert_uint_eq(lookup(&intruder, keys, 8).hits, 0);
+    KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
+    ck_assert_uint_ge(s->cluster.refused, 1);
+    ck_assert_uint_eq(s->cluster.inbound, 0);
+    ck_assert_uint_eq(s->cluster.blocks_served, 0);
+    f = fopen(nodes[0].d.log, "r");
+    ck_assert_ptr_nonnull(f);
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    ck_assert_msg(strstr(buf, "event=cluster_refused") != NULL &&
+                      strstr(buf, "no proof of the secret") != NULL,
+                  "the refusal is logged:\n%s", buf);
+    kvd_client_destroy(&intruder.cli);
+    kvt_daemon_stop(&intruder.d, 10000);
+    kvt_pool_free(nodes[0].cli, &pa);
+    stop_nodes(nodes, 1);
+    free(s);
+    free(keys);
+}
+END_TEST
+
+/* kvdockd refuses bad cluster options at start, saying why. */
+START_TEST(test_bad_options)
+{
+    static const struct {
+        const char *args[8];
+        const char *says;
+    } cases[] = {
+        {{"--cluster-listen", "127.0.0.1:1", NULL}, "cluster-secret-file"},
+        {{"--cluster-peers", "127.0.0.1:2", NULL}, "need cluster-listen"},
+        {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "/nonexistent", NULL},
+         "No such file"},
+        {{"--cluster-listen", "nocolon", "--cluster-secret-file", "SECRET", NULL},
+         "HOST:PORT"},
+        {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "OPEN", NULL},
+         "readable by others"},
+        {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "SHORT", NULL},
+         "16 to 4,096 bytes"},
+    };
+    char open_path[300], short_path[300];
+
+    snprintf(open_path, sizeof(open_path), "%s/open", dir);
+    snprintf(short_path, sizeof(short_path), "%s/short", dir);
+    write_secret(open_path, "a secret of more than sixteen bytes\n", 0644);
+    write_secret(short_path, "short\n", 0600);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *argv[16];
+        char sock[300];
+        char *out = NULL, *err = NULL;
+        int k = 0, rc;
+
+        snprintf(sock, sizeof(sock), "%s/bad.sock", dir);
+        argv[k++] = kvt_daemon_path();
+        argv[k++] = "--backend";
+        argv[k++] = "cpu";
+        argv[k++] = "--socket";
+        argv[k++] = sock;
+        for (int j = 0; cases[i].args[j] != NULL; j++) {
+            const char *a = cases[i].args[j];
+            argv[k++] = strcmp(a, "SECRET") == 0 ? secret_path
+                        : strcmp(a, "OPEN") == 0 ? open_path
+                        : strcmp(a, "SHORT") == 0 ? short_path
+                                                  : a;
+        }
+        argv[k] = NULL;
+        rc = kvt_run(argv, &out, &err, 10000);
+        ck_assert_msg(rc != 0 && rc != -1, "case %zu: exit %d", i, rc);
+        ck_assert_msg(strstr(err, cases[i].says) != NULL, "case %zu: stderr lacks '%s':\n%s", i,
+                      cases[i].says, err);
+        free(out);
+        free(err);
+    }
+    unlink(open_path);
+    unlink(short_path);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cluster");
+    TCase *tc = tcase_create("cluster");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_found_and_pulled);
+    tcase_add_test(tc, test_node_lost);
+    tcase_add_test(tc, test_killed_mid_load);
+    tcase_add_test(tc, test_wrong_secret);
+    tcase_add_test(tc, test_bad_options);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
