@@ -57,6 +57,7 @@
 #define PING_NS 1000000000ull
 #define BACKOFF_MIN_MS 100u
 #define BACKOFF_MAX_MS 5000u
+#define SPIN_QUERY_NS 2000000ull /* a query's answers are polled for this long */
 
 enum peer_state { PEER_DOWN, PEER_CONNECTING, PEER_UP, PEER_REFUSED };
 enum got_state { GOT_NONE, GOT_IN, GOT_FAILED, GOT_RECEIVING };
@@ -120,6 +121,7 @@ typedef struct pend {
     uint8_t fetching[MAX_PEERS], done[MAX_PEERS];
     uint64_t progress_ns[MAX_PEERS];
     int phase;               /* 0 asking, 1 pulling, 2 finished (waiting for UCX) */
+    uint64_t started_ns;
     uint64_t deadline_ns;
     char why[200];
     struct pend *next;
@@ -133,8 +135,9 @@ struct kvd_cluster {
     int efd;
     uv_poll_t poll;
     uv_prepare_t prepare;
+    uv_idle_t spin;          /* keeps the loop from sleeping while transfers run */
     uv_timer_t tick;
-    int handles;             /* uv handles open */
+    uint32_t sending;        /* sends UCX has not completed */
     int closing;
     char node[KVD_OPT_STR_MAX];
     struct sockaddr_storage listen_sa;
@@ -276,7 +279,10 @@ static void sent_done(sendctx_t *sc, ucs_status_t status)
 
 static void on_sent(void *request, ucs_status_t status, void *user_data)
 {
-    sent_done(user_data, status);
+    sendctx_t *sc = user_data;
+
+    sc->cl->sending--;
+    sent_done(sc, status);
     ucp_request_free(request);
 }
 
@@ -291,7 +297,9 @@ static int am_send(kvd_cluster_t *cl, link_t *l, unsigned id, sendctx_t *sc, con
                       UCP_OP_ATTR_FIELD_FLAGS;
     rp.cb.send = on_sent;
     rp.user_data = sc;
-    rp.flags = UCP_AM_SEND_FLAG_REPLY;
+    /* control messages go eagerly: a query of a long chain is tens of KiB,
+     * and rendezvous would cost two more round trips */
+    rp.flags = UCP_AM_SEND_FLAG_REPLY | (id == AM_CTRL ? UCP_AM_SEND_FLAG_EAGER : 0);
     req = ucp_am_send_nbx(l->ep, id, id == AM_BLOCK ? sc->hdr : NULL,
                           id == AM_BLOCK ? sizeof(sc->hdr) : 0, data, len, &rp);
     if (req == NULL) {
@@ -302,7 +310,7 @@ static int am_send(kvd_cluster_t *cl, link_t *l, unsigned id, sendctx_t *sc, con
         sent_done(sc, UCS_PTR_STATUS(req));
         return -1;
     }
-    (void)cl;
+    cl->sending++;
     return 0;
 }
 
@@ -939,7 +947,8 @@ kvd_status_t kvd_cluster_defer(kvd_req_t *r, kvd_cache_t *k, const uint8_t *cons
     p->nask = nask;
     p->next = cl->pends;
     cl->pends = p;
-    p->deadline_ns = kvd_now_ns() + cl->deadline_ns;
+    p->started_ns = kvd_now_ns();
+    p->deadline_ns = p->started_ns + cl->deadline_ns;
     for (uint32_t i = 0; i < cl->npeers && nask > 0; i++) {
         if (cl->peers[i].state != PEER_UP || cl->peers[i].link == NULL)
             continue;
@@ -1177,6 +1186,7 @@ static ucs_status_t on_ctrl(void *arg, const void *header, size_t header_length,
     (void)header_length;
     if (l == NULL || cl->closing)
         return UCS_OK;
+    kvd__server_activity(cl->srv); /* the next message likely follows soon */
     if (length > MAX_CTRL_BYTES) {
         refuse_link(cl, l, "a message over 8 MiB");
         return UCS_OK;
@@ -1307,15 +1317,42 @@ static void on_poll(uv_poll_t *h, int status, int events)
     progress(h->data);
 }
 
-/* Before the loop sleeps: progress until the worker can be armed. */
+/* Transfers are running (sends UCX holds, pulls, queries just sent):
+ * polling beats waking up through the event descriptor for each of the
+ * many events they bring, as UCX's own benchmarks poll. */
+static int busy(const kvd_cluster_t *cl, uint64_t now)
+{
+    if (cl->sending > 0)
+        return 1;
+    for (const pend_t *p = cl->pends; p; p = p->next)
+        if (p->phase == 1 || (p->phase == 0 && now - p->started_ns < SPIN_QUERY_NS))
+            return 1;
+    return 0;
+}
+
+static void on_spin(uv_idle_t *h)
+{
+    (void)h; /* progress happens in on_prepare, on every turn of the loop */
+}
+
+/* Before the loop polls: progress; then keep polling while busy, or arm
+ * the worker so that its descriptor wakes the loop. */
 static void on_prepare(uv_prepare_t *h)
 {
     kvd_cluster_t *cl = h->data;
 
+    progress(cl);
+    if (!cl->closing && busy(cl, kvd_now_ns())) {
+        if (!uv_is_active((uv_handle_t *)&cl->spin))
+            uv_idle_start(&cl->spin, on_spin);
+        return;
+    }
+    if (uv_is_active((uv_handle_t *)&cl->spin))
+        uv_idle_stop(&cl->spin);
     for (int i = 0; i < 64; i++) {
-        progress(cl);
         if (ucp_worker_arm(cl->worker) != UCS_ERR_BUSY)
             return;
+        progress(cl);
     }
 }
 
@@ -1513,13 +1550,6 @@ static kvd_status_t read_peers_file(kvd_cluster_t *cl, const char *path, char *w
     return st;
 }
 
-static void handle_closed(uv_handle_t *h)
-{
-    kvd_cluster_t *cl = h->data;
-
-    cl->handles--;
-}
-
 kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *why,
                                 size_t why_len)
 {
@@ -1595,8 +1625,9 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
     }
     uv_poll_init(srv->loop, &cl->poll, cl->efd);
     uv_prepare_init(srv->loop, &cl->prepare);
+    uv_idle_init(srv->loop, &cl->spin);
     uv_timer_init(srv->loop, &cl->tick);
-    cl->poll.data = cl->prepare.data = cl->tick.data = cl;
+    cl->poll.data = cl->prepare.data = cl->spin.data = cl->tick.data = cl;
     uv_poll_start(&cl->poll, UV_READABLE, on_poll);
     uv_prepare_start(&cl->prepare, on_prepare);
     {
@@ -1604,7 +1635,6 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
         ms = ms < 5 ? 5 : ms > 100 ? 100 : ms;
         uv_timer_start(&cl->tick, on_tick, 0, ms);
     }
-    cl->handles = 3;
     kvd_log(KVD_LOG_INFO, "event=cluster_listen node=%s peers=%u deadline_ms=%" PRIu64,
             cl->node, cl->npeers, o->cluster_deadline_ms);
     *out = cl;
@@ -1646,9 +1676,10 @@ void kvd_cluster_close(kvd_cluster_t *cl)
         cl->listener = NULL;
     }
     uv_poll_stop(&cl->poll);
-    uv_close((uv_handle_t *)&cl->poll, handle_closed);
-    uv_close((uv_handle_t *)&cl->prepare, handle_closed);
-    uv_close((uv_handle_t *)&cl->tick, handle_closed);
+    uv_close((uv_handle_t *)&cl->poll, NULL);
+    uv_close((uv_handle_t *)&cl->prepare, NULL);
+    uv_close((uv_handle_t *)&cl->spin, NULL);
+    uv_close((uv_handle_t *)&cl->tick, NULL);
 }
 
 void kvd_cluster_destroy(kvd_cluster_t **clp)

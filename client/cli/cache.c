@@ -76,10 +76,12 @@ static void cache_json(const kvd_cache_info_t *c)
            ",\"hit_tokens\":%" PRIu64 ",\"asked_tokens\":%" PRIu64 ",\"saves\":%" PRIu64
            ",\"stored\":%" PRIu64 ",\"skipped\":%" PRIu64 ",\"refused\":%" PRIu64
            ",\"loads\":%" PRIu64 ",\"loaded\":%" PRIu64 ",\"evictions\":%" PRIu64
-           ",\"leases\":%u,\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 "}",
+           ",\"leases\":%u,\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64
+           ",\"cluster\":%s,\"fetched\":%" PRIu64 ",\"served\":%" PRIu64 "}",
            c->lookups, c->keys_asked, c->keys_hit, c->keys_hit * c->layout.tokens_per_block,
            c->keys_asked * c->layout.tokens_per_block, c->saves, c->stored, c->skipped,
-           c->refused, c->loads, c->loaded, c->evictions, c->leases, c->bytes_in, c->bytes_out);
+           c->refused, c->loads, c->loaded, c->evictions, c->leases, c->bytes_in, c->bytes_out,
+           c->cluster ? "true" : "false", c->fetched, c->served);
 }
 
 static void layout_text(char *buf, size_t cap, const kvd_cache_info_t *c)
@@ -146,6 +148,9 @@ static void cache_text(const kvd_cache_info_t *c)
     kvd__cli_human_bytes(a, sizeof(a), (double)c->bytes_out);
     printf("  loads        %" PRIu64 ": %" PRIu64 " blocks (%s)\n", c->loads, c->loaded, a);
     printf("  evictions    %" PRIu64 "\n  leases       %u held now\n", c->evictions, c->leases);
+    if (c->cluster)
+        printf("  cluster      %" PRIu64 " blocks pulled from peers, %" PRIu64 " served to them\n",
+               c->fetched, c->served);
     if (c->num_allow_uids || c->num_allow_gids) {
         printf("  allowed      uids");
         for (uint32_t i = 0; i < c->num_allow_uids; i++)
@@ -235,6 +240,8 @@ static int cmd_create(kvd_client_t **cli, const char *socket, bool json, int arg
             s.shared = true;
         } else if (strcmp(a, "--open") == 0) {
             s.open_existing = true;
+        } else if (strcmp(a, "--cluster") == 0) {
+            s.cluster = true;
         } else if (a[0] == '-') {
             return usage("unknown option '%s'", a);
         } else if (s.name == NULL) {
@@ -422,5 +429,6 @@ void kvd__cli_cache_help(void)
            "  --shared              other users may use it\n"
            "  --allow-uids A,B      shared with these users only (and --allow-gids)\n"
            "  --open                return an existing cache of this name and layout\n"
+           "  --cluster             also reach the caches of this name on the cluster's peers\n"
            "\nA cache belongs to the user that made it and stays until dropped.\n");
 }

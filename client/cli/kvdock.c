@@ -192,6 +192,31 @@ static int cmd_status(opts_t *o)
             printf(",\"device_memory\":{\"free\":%" PRIu64 ",\"total\":%" PRIu64
                    ",\"margin\":%" PRIu64 "}",
                    s.device_free, s.device_total, s.device_margin);
+        if (s.cluster.enabled) {
+            const kvd_cluster_status_t *c = &s.cluster;
+            printf(",\"cluster\":{\"node\":");
+            kvd__cli_json_str(c->node);
+            printf(",\"deadline_ms\":%u,\"inbound\":%u,\"blocks_fetched\":%" PRIu64
+                   ",\"bytes_fetched\":%" PRIu64 ",\"blocks_served\":%" PRIu64
+                   ",\"bytes_served\":%" PRIu64 ",\"refused\":%" PRIu64 ",\"peers\":[",
+                   c->deadline_ms, c->inbound, c->blocks_fetched, c->bytes_fetched,
+                   c->blocks_served, c->bytes_served, c->refused);
+            for (uint32_t i = 0; i < c->num_peers && i < KVD_CLUSTER_PEERS_MAX; i++) {
+                const kvd_cluster_peer_t *p = &c->peers[i];
+                printf("%s{\"address\":", i ? "," : "");
+                kvd__cli_json_str(p->address);
+                printf(",\"state\":");
+                kvd__cli_json_str(p->state);
+                printf(",\"error\":");
+                kvd__cli_json_str(p->error);
+                printf(",\"rtt_us\":%" PRIu64 ",\"since_ms\":%" PRIu64 ",\"queries\":%" PRIu64
+                       ",\"blocks_fetched\":%" PRIu64 ",\"bytes_fetched\":%" PRIu64
+                       ",\"failures\":%" PRIu64 "}",
+                       p->rtt_us, p->since_ms, p->queries, p->blocks_fetched, p->bytes_fetched,
+                       p->failures);
+            }
+            printf("]}");
+        }
         printf(",\"client_list\":[");
         for (size_t i = 0; i < shown; i++) {
             printf("%s{\"id\":%" PRIu64 ",\"name\":", i ? "," : "", cl[i].id);
@@ -249,6 +274,26 @@ static int cmd_status(opts_t *o)
                 kvd__cli_human_bytes(l, sizeof(l), (double)s.host_kinds[k].limit);
                 snprintf(r, sizeof(r), "%" PRIu64, s.host_kinds[k].refused);
                 kvd__cli_table_row(&t, s.host_kinds[k].kind, u, l, r);
+            }
+            kvd__cli_table_print(&t);
+        }
+        if (s.cluster.enabled) {
+            const kvd_cluster_status_t *c = &s.cluster;
+            char fb[32], sb[32];
+            kvd__cli_human_bytes(fb, sizeof(fb), (double)c->bytes_fetched);
+            kvd__cli_human_bytes(sb, sizeof(sb), (double)c->bytes_served);
+            printf("\ncluster     node %s, deadline %u ms, %u peers proven in; pulled %s, "
+                   "served %s, refused %" PRIu64 "\n",
+                   c->node, c->deadline_ms, c->inbound, fb, sb, c->refused);
+            kvd__cli_table_init(&t, "PEER,STATE,>RTT_US,>FETCHED,>FAILURES,ERROR");
+            for (uint32_t i = 0; i < c->num_peers && i < KVD_CLUSTER_PEERS_MAX; i++) {
+                const kvd_cluster_peer_t *p = &c->peers[i];
+                char rtt[24], f[32], fl[24];
+                snprintf(rtt, sizeof(rtt), "%" PRIu64, p->rtt_us);
+                kvd__cli_human_bytes(f, sizeof(f), (double)p->bytes_fetched);
+                snprintf(fl, sizeof(fl), "%" PRIu64, p->failures);
+                kvd__cli_table_row(&t, p->address, p->state, rtt, f, fl,
+                                   p->error[0] ? p->error : "-");
             }
             kvd__cli_table_print(&t);
         }

@@ -34,8 +34,11 @@ import here fails the CPU CI.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 import unittest
 
 import harness
@@ -527,6 +530,66 @@ def cache_worker_b(socket: str, name: str, seed: int) -> int:
     gpu.drop()
     cli.close()
     return 0 if ok and hit.hits == 20 else 1
+
+
+class TestCluster(unittest.TestCase):
+    """Two cuda daemons in one cluster (UCX over TCP on the loopback): a
+    chain saved from one worker's device cache through daemon A is loaded
+    into another worker's device cache through daemon B, bytes equal."""
+
+    def test_saved_on_a_loaded_through_b(self):
+        tmp = tempfile.mkdtemp(prefix="kvdock-cluster-")
+        secret = os.path.join(tmp, "secret")
+        with open(secret, "w") as f:
+            f.write("a cluster secret of thirty-two b\n")
+        os.chmod(secret, 0o600)
+        ports = []
+        for _ in range(2):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+            s.close()
+        peers = ",".join(f"127.0.0.1:{p}" for p in ports)
+        os.environ.update(UCX_TLS="tcp", UCX_NET_DEVICES="lo", UCX_WARN_UNUSED_ENV_VARS="n")
+        daemons = [harness.Daemon("cuda", extra=[
+            "--cluster-listen", f"127.0.0.1:{p}", "--cluster-peers", peers,
+            "--cluster-secret-file", secret]) for p in ports]
+        for d in daemons:
+            self.addCleanup(d.stop)
+        clis = [kvdock.Client(d.socket, name=f"cluster-worker-{i}", timeout=120)
+                for i, d in enumerate(daemons)]
+        for c in clis:
+            self.addCleanup(c.close)
+        deadline = time.monotonic() + 15
+        while not all(p["state"] == "up" for c in clis for p in c.status()["cluster"]["peers"]):
+            self.assertLess(time.monotonic(), deadline, [c.status()["cluster"] for c in clis])
+            time.sleep(0.05)
+        n = 24
+        conns, kvs = [], []
+        for i, c in enumerate(clis):
+            kv = torch.zeros(L_C, 2, PAGES_C, T_C, H_C, DH_C, dtype=torch.bfloat16, device="cuda")
+            conn = kvdock.Connector(c, "cluster-kv", block_size=T_C, kv_caches=kv,
+                                    salt=b"test-model", pool_name=f"clkv-{i}", cluster=True,
+                                    budget_bytes=64 * L_C * 2 * T_C * H_C * DH_C * 2)
+            self.addCleanup(conn.close)
+            conns.append(conn)
+            kvs.append(kv)
+        tokens, blocks = prompt_blocks(77, n)
+        k = [kvs[0][l, 0].view(PAGES_C * T_C, H_C, DH_C) for l in range(L_C)]
+        v = [kvs[0][l, 1].view(PAGES_C * T_C, H_C, DH_C) for l in range(L_C)]
+        write_pages(k, v, blocks, range(n))
+        conns[0].save(tokens, list(range(n)))
+        self.assertEqual(conns[0].wait_for_saves(), n)
+        self.assertEqual(conns[1].lookup(tokens), n * T_C)  # on A only
+        dst = [PAGES_C - 1 - i for i in range(n)]
+        ld = conns[1].load(tokens, dst)
+        self.assertEqual(ld.wait(120).rows, n)
+        torch.cuda.synchronize()
+        for i in range(n):
+            self.assertTrue(torch.equal(kvs[1][:, :, dst[i]], kvs[0][:, :, i]), f"block {i}")
+        st = clis[1].status()["cluster"]
+        self.assertEqual(st["blocks_fetched"], n)
+        self.assertTrue(clis[1].cache("cluster-kv").info.fetched == n)
 
 
 if __name__ == "__main__":

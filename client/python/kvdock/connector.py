@@ -256,6 +256,9 @@ class Connector:
             (0: join an existing cache only).
         dtype: the cache's dtype label (default: from the tensors' dtype).
         shared: a created cache may be used by other users' workers.
+        cluster: a created cache reaches the caches of its name on the
+            daemon's cluster peers: lookups count their blocks, loads pull
+            them (kvdockd --cluster-listen).
         layer_groups: flags per load (0: one per layer, at most 128); layer
             i waits for its group.
         max_loads: loads in flight at once; one more waits for the oldest.
@@ -274,7 +277,8 @@ class Connector:
                  v_layers: Optional[Sequence[Any]] = None, mla: bool = False, salt: bytes = b"",
                  budget_bytes: int = 0, dtype: Optional[str] = None, shared: bool = True,
                  layer_groups: int = 0, max_loads: int = 16,
-                 pool_name: Optional[str] = None, path: Optional[str] = None) -> None:
+                 pool_name: Optional[str] = None, path: Optional[str] = None,
+                 cluster: bool = False) -> None:
         if block_size < 1:
             raise ValueError("block_size must be >= 1")
         if (kv_caches is None) == (k_layers is None):
@@ -307,7 +311,8 @@ class Connector:
             pool_name or f"kvdock-connector-{client.info.client_id}", ks, vs,
             page_size=block_size)
         try:
-            self.cache: Cache = self._open_cache(cache, token_bytes, label, budget_bytes, shared)
+            self.cache: Cache = self._open_cache(cache, token_bytes, label, budget_bytes, shared,
+                                                 cluster)
             self.num_pages = self.pool.info.num_slots // block_size
             lim = C.CACHE_LAYER_EVENTS_MAX
             self.layer_groups = min(layer_groups or self.num_layers, self.num_layers, lim)
@@ -349,12 +354,12 @@ class Connector:
 
     # -- set-up -----------------------------------------------------------
     def _open_cache(self, name: str, token_bytes: int, dtype: str, budget: int,
-                    shared: bool) -> Cache:
+                    shared: bool, cluster: bool) -> Cache:
         if budget > 0:
             return self.client.create_cache(
                 name, num_layers=self.num_layers, tokens_per_block=self.block_size,
                 token_bytes=token_bytes, budget_bytes=budget, mla=self.mla, dtype=dtype,
-                shared=shared, open_existing=True)
+                shared=shared, open_existing=True, cluster=cluster)
         c = self.client.cache(name)
         i = c.info
         want = (self.num_layers, self.mla, self.block_size, token_bytes, dtype)
@@ -387,8 +392,10 @@ class Connector:
                 raise
             self._release_oldest_lease()  # at the daemon's --max-leases: make room once
             hit = self.cache.lookup(keys, lease=True)
-        if hit.hits > 0:
+        if hit.hits > 0 and hit.local_hits == hit.hits:
             self._keep_lease(keys[hit.hits - 1], hit)
+        elif hit.lease:  # some are on cluster peers: the load pulls them, by keys
+            self._release_quietly(hit.lease)
         return hit.hits * self.block_size
 
     def _keep_lease(self, last_key: bytes, hit: CacheLookup) -> None:
