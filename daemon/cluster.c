@@ -110,6 +110,9 @@ typedef struct pend {
     uint8_t *keys;           /*   KVD_CACHE_KEY_MAX bytes each */
     uint8_t *klen;
     uint8_t *present;        /* the request's bits over [first, n): some live peer has it */
+    uint32_t *parent;        /* pulls: per asked key, the local block of the key before it */
+    uint32_t *held;          /* pulls: the request's blocks here, held until it runs again */
+    uint32_t nheld;
     uint8_t *bits[MAX_PEERS];/* each peer's answer over the asked keys */
     uint8_t asked[MAX_PEERS], answered[MAX_PEERS];
     /* pulls */
@@ -117,6 +120,8 @@ typedef struct pend {
     int8_t *from;            /* the peer asked for it, -1: none */
     uint8_t *got;            /* GOT_*: where its bytes are */
     uint32_t inflight;       /* block receives UCX still holds */
+    uint32_t *flist;         /* the asked keys of each peer's fetch, peer by peer: */
+    uint32_t fbase[MAX_PEERS], fcount[MAX_PEERS]; /* where its run starts, how long */
     uint32_t expect[MAX_PEERS], recvd[MAX_PEERS];
     uint8_t fetching[MAX_PEERS], done[MAX_PEERS];
     uint64_t progress_ns[MAX_PEERS];
@@ -659,6 +664,8 @@ static void pend_free(kvd_cluster_t *cl, pend_t *p)
         free(p->bits[i]);
     kvd__cache_unref(p->cache);
     free(p->frame);
+    free(p->parent);
+    free(p->held);
     free(p->pos);
     free(p->keys);
     free(p->klen);
@@ -666,6 +673,7 @@ static void pend_free(kvd_cluster_t *cl, pend_t *p)
     free(p->ids);
     free(p->from);
     free(p->got);
+    free(p->flist);
     free(p);
 }
 
@@ -706,6 +714,9 @@ static void pend_finish(kvd_cluster_t *cl, pend_t *p)
     a.why = p->why;
     if (!p->conn->closing)
         kvd__dispatch_replay(p->conn, p->frame, p->frame_len, p->t_start_ns, &a);
+    for (uint32_t i = p->nheld; i-- > 0;) /* the load holds them itself now */
+        kvd_cache_unhold(c, p->held[i]);
+    p->nheld = 0;
     kvd__conn_op_end(p->conn);
     p->conn = NULL;
     if (p->inflight == 0)
@@ -775,7 +786,7 @@ static void pend_peer_lost(kvd_cluster_t *cl, uint32_t i, const char *why)
         if (p->phase == 2)
             continue;
         if ((p->phase == 0 && p->asked[i] && !p->answered[i]) ||
-            (p->phase == 1 && p->fetching[i] && !p->done[i])) {
+            (p->phase == 1 && p->fetching[i] && (!p->done[i] || p->recvd[i] < p->expect[i]))) {
             if (p->why[0] == '\0')
                 snprintf(p->why, sizeof(p->why), "peer %s: %s", cl->peers[i].addr, why);
             p->answered[i] = 1;
@@ -834,8 +845,7 @@ static int ask(kvd_cluster_t *cl, pend_t *p, uint32_t i, int fetch, const uint32
 static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
 {
     kvd_cache_store_t *c = &p->cache->store;
-    uint32_t load[MAX_PEERS] = {0}, parent;
-    uint32_t *which = NULL;
+    uint32_t load[MAX_PEERS] = {0}, parent, at = 0;
     char why[160];
     int full = 0; /* the tier refused a block: none after it */
 
@@ -843,26 +853,17 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
     p->ids = malloc(p->nask * sizeof(*p->ids));
     p->from = malloc(p->nask);
     p->got = calloc(p->nask, 1);
-    which = malloc(p->nask * sizeof(*which));
-    if (p->ids == NULL || p->from == NULL || p->got == NULL || which == NULL) {
-        free(which);
+    p->flist = malloc(p->nask * sizeof(*p->flist));
+    if (p->ids == NULL || p->from == NULL || p->got == NULL || p->flist == NULL) {
+        free(p->ids); /* nothing is pulled: the load names every key missing */
+        free(p->from);
+        free(p->got);
+        free(p->flist);
+        p->ids = NULL;
+        p->from = NULL;
+        p->got = NULL;
+        p->flist = NULL;
         snprintf(p->why, sizeof(p->why), "out of memory");
-        if (p->ids)
-            for (uint32_t j = 0; j < p->nask; j++)
-                p->ids[j] = KVD_CBLOCK_NONE;
-        if (p->from)
-            memset(p->from, -1, p->nask);
-        if (p->got == NULL)
-            p->got = calloc(p->nask, 1);
-        if (p->ids == NULL || p->from == NULL || p->got == NULL) {
-            free(p->ids);
-            free(p->from);
-            free(p->got);
-            p->ids = NULL;
-            p->from = NULL;
-            p->got = NULL;
-            p->nask = 0; /* nothing reserved: the load reports every key missing */
-        }
         return;
     }
     for (uint32_t j = 0; j < p->nask; j++) {
@@ -874,11 +875,13 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
                 (best < 0 || load[i] < load[best]))
                 best = (int)i;
         /* the parent: the block reserved for the request's key before this
-         * one; none when that key was here already (a chain head then: a
-         * lookup still finds the chain by its keys) */
-        parent = j > 0 && p->pos[j - 1] + 1 == p->pos[j] ? p->ids[j - 1] : KVD_CBLOCK_NONE;
+         * one, or that key's block here (held since the request came) */
+        parent = j > 0 && p->pos[j - 1] + 1 == p->pos[j] ? p->ids[j - 1] : p->parent[j];
         if (best < 0 || full)
             continue; /* on no peer, or the tier is full: not reserved */
+        if (kvd_cache_find(c, p->keys + (size_t)j * KVD_CACHE_KEY_MAX, p->klen[j]) !=
+            KVD_CBLOCK_NONE)
+            continue; /* another save or pull made it meanwhile: not twice */
         if (kvd_cache_reserve(c, parent, p->keys + (size_t)j * KVD_CACHE_KEY_MAX, p->klen[j],
                               &p->ids[j], why, sizeof(why)) != KVD_OK) {
             p->ids[j] = KVD_CBLOCK_NONE;
@@ -890,21 +893,22 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
         load[best]++;
     }
     for (uint32_t i = 0; i < cl->npeers; i++) {
-        uint32_t count = 0;
+        uint32_t *which = p->flist + at;
         if (load[i] == 0)
             continue;
+        p->fbase[i] = at;
         for (uint32_t j = 0; j < p->nask; j++)
             if (p->from[j] == (int8_t)i)
-                which[count++] = j;
+                p->flist[at++] = j;
+        p->fcount[i] = at - p->fbase[i];
         p->fetching[i] = 1;
         p->progress_ns[i] = kvd_now_ns();
-        if (ask(cl, p, i, 1, which, count) != 0) {
+        if (ask(cl, p, i, 1, which, p->fcount[i]) != 0) {
             p->done[i] = 1;
-            for (uint32_t j = 0; j < count; j++)
+            for (uint32_t j = 0; j < p->fcount[i]; j++)
                 p->got[which[j]] = GOT_FAILED;
         }
     }
-    free(which);
 }
 
 kvd_status_t kvd_cluster_defer(kvd_req_t *r, kvd_cache_t *k, const uint8_t *const *keys,
@@ -927,18 +931,31 @@ kvd_status_t kvd_cluster_defer(kvd_req_t *r, kvd_cache_t *k, const uint8_t *cons
     p->keys = malloc((size_t)(n - first) * KVD_CACHE_KEY_MAX);
     p->klen = malloc(n - first);
     p->present = calloc((n - first + 7) / 8 + 1, 1);
+    p->parent = malloc((n - first) * sizeof(*p->parent));
+    p->held = malloc((n - first) * sizeof(*p->held));
     p->frame_len = kvdock__request__get_packed_size(r->req);
     p->frame = malloc(p->frame_len ? p->frame_len : 1);
     if (p->pos == NULL || p->keys == NULL || p->klen == NULL || p->present == NULL ||
-        p->frame == NULL) {
+        p->parent == NULL || p->held == NULL || p->frame == NULL) {
         pend_free(cl, p);
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     }
     kvdock__request__pack(r->req, p->frame);
-    for (uint32_t i = first; i < n; i++) {
-        /* a pull asks only for the keys the tier lacks (neither ready nor filling) */
-        if (pull && kvd_cache_find(&k->store, keys[i], lens[i]) != KVD_CBLOCK_NONE)
+    for (uint32_t i = first, here = KVD_CBLOCK_NONE; i < n; i++) {
+        /* a pull asks only for the keys the tier lacks (neither ready nor
+         * filling); those it has are held, so that the blocks the pull
+         * reserves do not evict them before the load runs */
+        uint32_t id = pull ? kvd_cache_find(&k->store, keys[i], lens[i]) : KVD_CBLOCK_NONE;
+        if (id != KVD_CBLOCK_NONE) {
+            here = KVD_CBLOCK_NONE;
+            if (kvd_cache_block(&k->store, id)->state == KVD_CBLOCK_READY) {
+                kvd_cache_hold(&k->store, id);
+                p->held[p->nheld++] = here = id;
+            }
             continue;
+        }
+        p->parent[nask] = here;
+        here = KVD_CBLOCK_NONE;
         p->pos[nask] = i;
         memcpy(p->keys + (size_t)nask * KVD_CACHE_KEY_MAX, keys[i], lens[i]);
         p->klen[nask] = (uint8_t)lens[i];
@@ -1261,14 +1278,10 @@ static ucs_status_t on_block(void *arg, const void *header, size_t header_length
     p = pend_find(cl, hdr[0]);
     if (p == NULL || p->phase != 1 || !p->fetching[i])
         return UCS_OK;
-    /* hdr[1] counts within the keys asked of this peer: find the j'th of them */
-    {
-        uint32_t want = (uint32_t)hdr[1], seen = 0;
-        for (j = 0; j < p->nask; j++)
-            if (p->from[j] == (int8_t)i && seen++ == want)
-                break;
-    }
-    if (j >= p->nask || p->got[j] != GOT_NONE || p->ids[j] == KVD_CBLOCK_NONE ||
+    if (hdr[1] >= p->fcount[i])
+        return UCS_OK; /* not a key asked of it */
+    j = p->flist[p->fbase[i] + hdr[1]];
+    if (p->got[j] != GOT_NONE || p->ids[j] == KVD_CBLOCK_NONE ||
         length != p->cache->store.block_bytes) {
         return UCS_OK; /* not asked, twice, or of another size: dropped */
     }
