@@ -126,6 +126,7 @@ typedef struct pend {
     uint8_t fetching[MAX_PEERS], done[MAX_PEERS];
     uint64_t progress_ns[MAX_PEERS];
     int phase;               /* 0 asking, 1 pulling, 2 finished (waiting for UCX) */
+    struct pend *leader;     /* a pull bringing in keys of this one: it runs after it */
     uint64_t started_ns;
     uint64_t deadline_ns;
     char why[200];
@@ -677,6 +678,8 @@ static void pend_free(kvd_cluster_t *cl, pend_t *p)
     free(p);
 }
 
+static void pend_check(kvd_cluster_t *cl, pend_t *p);
+
 /* Every asked peer answered or the deadline passed: commit what came,
  * run the request again, and free p once UCX holds none of its blocks. */
 static void pend_finish(kvd_cluster_t *cl, pend_t *p)
@@ -719,6 +722,14 @@ static void pend_finish(kvd_cluster_t *cl, pend_t *p)
     p->nheld = 0;
     kvd__conn_op_end(p->conn);
     p->conn = NULL;
+    for (pend_t *f = cl->pends, *next; f; f = next) { /* loads that waited for this pull */
+        next = f->next;
+        if (f->leader == p) {
+            f->leader = NULL;
+            pend_check(cl, f);
+            next = cl->pends; /* the list may have changed: again from the start */
+        }
+    }
     if (p->inflight == 0)
         pend_free(cl, p);
 }
@@ -753,6 +764,8 @@ static void block_landed(pend_t *p, uint32_t j, int ok)
 
 static int pend_all_done(const pend_t *p)
 {
+    if (p->leader != NULL)
+        return 0;
     for (uint32_t i = 0; i < MAX_PEERS; i++) {
         if (p->phase == 0 && p->asked[i] && !p->answered[i])
             return 0;
@@ -839,13 +852,25 @@ static int ask(kvd_cluster_t *cl, pend_t *p, uint32_t i, int fetch, const uint32
     return rc;
 }
 
+/* The pull in flight (other than self) that reserved block id of self's
+ * cache, if any. */
+static pend_t *puller_of(kvd_cluster_t *cl, const pend_t *self, uint32_t id)
+{
+    for (pend_t *p = cl->pends; p; p = p->next)
+        if (p != self && p->cache == self->cache && p->phase == 1 && p->ids != NULL)
+            for (uint32_t j = 0; j < p->nask; j++)
+                if (p->ids[j] == id && p->got[j] != GOT_FAILED)
+                    return p;
+    return NULL;
+}
+
 /* The answers are in: each asked key goes to the peer holding it that has
  * the fewest so far (the pull spreads over the holders), into a block
  * reserved for it in the local tier. */
 static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
 {
     kvd_cache_store_t *c = &p->cache->store;
-    uint32_t load[MAX_PEERS] = {0}, parent, at = 0;
+    uint32_t load[MAX_PEERS] = {0}, parent, there, at = 0;
     char why[160];
     int full = 0; /* the tier refused a block: none after it */
 
@@ -879,9 +904,12 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
         parent = j > 0 && p->pos[j - 1] + 1 == p->pos[j] ? p->ids[j - 1] : p->parent[j];
         if (best < 0 || full)
             continue; /* on no peer, or the tier is full: not reserved */
-        if (kvd_cache_find(c, p->keys + (size_t)j * KVD_CACHE_KEY_MAX, p->klen[j]) !=
-            KVD_CBLOCK_NONE)
-            continue; /* another save or pull made it meanwhile: not twice */
+        there = kvd_cache_find(c, p->keys + (size_t)j * KVD_CACHE_KEY_MAX, p->klen[j]);
+        if (there != KVD_CBLOCK_NONE) { /* another save or pull made it meanwhile */
+            if (p->leader == NULL && kvd_cache_block(c, there)->state == KVD_CBLOCK_FILLING)
+                p->leader = puller_of(cl, p, there); /* run after that pull */
+            continue;
+        }
         if (kvd_cache_reserve(c, parent, p->keys + (size_t)j * KVD_CACHE_KEY_MAX, p->klen[j],
                               &p->ids[j], why, sizeof(why)) != KVD_OK) {
             p->ids[j] = KVD_CBLOCK_NONE;
@@ -951,6 +979,8 @@ kvd_status_t kvd_cluster_defer(kvd_req_t *r, kvd_cache_t *k, const uint8_t *cons
             if (kvd_cache_block(&k->store, id)->state == KVD_CBLOCK_READY) {
                 kvd_cache_hold(&k->store, id);
                 p->held[p->nheld++] = here = id;
+            } else if (p->leader == NULL) { /* filling: if a pull brings it, wait for that */
+                p->leader = puller_of(cl, p, id);
             }
             continue;
         }
@@ -984,11 +1014,12 @@ kvd_status_t kvd_cluster_defer(kvd_req_t *r, kvd_cache_t *k, const uint8_t *cons
     p->conn = r->conn;
     p->t_start_ns = r->t_start_ns;
     kvd__conn_op_begin(r->conn);
-    if (asked == 0) { /* nobody to ask after all: run again now, knowing that */
-        if (nask > 0)
-            snprintf(p->why, sizeof(p->why), "no peer is up");
+    if (asked == 0 && nask > 0 && p->why[0] == '\0')
+        snprintf(p->why, sizeof(p->why), "no peer is up");
+    if (asked == 0 && p->leader == NULL) /* nobody to ask or wait for: run again now */
         pend_finish(cl, p);
-    }
+    else if (asked == 0)
+        p->phase = 1; /* only waiting for the leader's pull */
     return KVD_OK;
 }
 

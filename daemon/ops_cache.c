@@ -1203,9 +1203,11 @@ static kvd_status_t pull_first(kvd_req_t *r)
         r->msg[0] = '\0';
         return KVD_OK;
     }
-    for (i = 0; i < ks.n; i++)
-        if (kvd_cache_find(&k->store, ks.k[i], ks.len[i]) == KVD_CBLOCK_NONE)
+    for (i = 0; i < ks.n; i++) { /* a key missing, or being pulled by another load */
+        uint32_t id = kvd_cache_find(&k->store, ks.k[i], ks.len[i]);
+        if (id == KVD_CBLOCK_NONE || kvd_cache_block(&k->store, id)->state != KVD_CBLOCK_READY)
             return kvd_cluster_defer(r, k, ks.k, ks.len, 0, ks.n, 1);
+    }
     return KVD_OK;
 }
 

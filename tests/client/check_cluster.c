@@ -5,6 +5,8 @@
  * - chains saved on one node are found by a lookup on another and loaded
  *   there byte for byte, pulled from the nodes that hold them (a chain
  *   split over two nodes comes from both); then they are local
+ * - two loads of one chain at once: the second waits for the first's
+ *   pull; both get the bytes, the blocks cross once
  * - a node stopped mid-pull (SIGSTOP) costs only its blocks: the load
  *   answers within the deadline, naming exactly those keys; a node killed
  *   (SIGKILL) during a load: the load ends within the deadline, and what
@@ -374,6 +376,68 @@ START_TEST(test_found_and_pulled)
 }
 END_TEST
 
+/* Two workers on B load the same chain held on A at once: the second
+ * waits for the first one's pull instead of failing; both get A's bytes. */
+START_TEST(test_same_chain_twice)
+{
+    node_t nodes[2];
+    kvt_pool_t pa, pb, pb2;
+    uint32_t n = 48;
+    uint8_t(*keys)[KEY] = malloc(n * KEY);
+    int64_t *pages = malloc(n * sizeof(*pages));
+    kvd_client_t *b2 = NULL;
+    kvd_cache_load_t a1, a2;
+    kvd_op_result_t r1, r2;
+    uint64_t id1, id2;
+
+    memset(nodes, 0, sizeof(nodes));
+    start_nodes(nodes, 2, secret_path);
+    wait_all_up(nodes, 2);
+    for (int i = 0; i < 2; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 16384, true);
+    ck_assert_int_eq(kvd_client_create(nodes[1].d.socket, "second-worker", &b2), KVD_OK);
+    kvd_client_set_timeout(b2, 20000);
+    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, n * TPB, 16384, false, TPB);
+    kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, n * TPB, 16384, false, TPB);
+    kvt_pool_make(b2, &pb2, "pb2", LAYERS, n * TPB, 16384, false, TPB);
+    chain(keys, n, 6);
+    save(&nodes[0], &pa, keys, 0, n, true);
+    for (uint32_t i = 0; i < n; i++)
+        pages[i] = i;
+    memset(&a1, 0, sizeof(a1));
+    a1.cache = nodes[1].cache;
+    a1.pool = pb.info.id;
+    a1.keys = keys_of(keys, 0, n);
+    a1.blocks.values = pages;
+    a1.blocks.count = n;
+    a2 = a1;
+    a2.pool = pb2.info.id;
+    poison(&pb);
+    poison(&pb2);
+    KVT_OK(nodes[1].cli, kvd_cache_load_submit(nodes[1].cli, &a1, NULL, &r1, &id1));
+    KVT_OK(b2, kvd_cache_load_submit(b2, &a2, NULL, &r2, &id2));
+    KVT_OK(nodes[1].cli, kvd_client_wait(nodes[1].cli, id1));
+    KVT_OK(b2, kvd_client_wait(b2, id2));
+    for (uint32_t i = 0; i < n; i++) {
+        ck_assert_msg(holds(&pb, i, keys[i]), "first worker's block %u", i);
+        ck_assert_msg(holds(&pb2, i, keys[i]), "second worker's block %u", i);
+    }
+    {
+        kvd_daemon_status_t *s = malloc(sizeof(*s));
+        KVT_OK(b2, kvd_daemon_status(b2, s, NULL, 0));
+        ck_assert_uint_eq(s->cluster.blocks_fetched, n); /* pulled once */
+        free(s);
+    }
+    kvt_pool_free(b2, &pb2);
+    kvd_client_destroy(&b2);
+    kvt_pool_free(nodes[0].cli, &pa);
+    kvt_pool_free(nodes[1].cli, &pb);
+    stop_nodes(nodes, 2);
+    free(keys);
+    free(pages);
+}
+END_TEST
+
 START_TEST(test_node_lost)
 {
     node_t nodes[3];
@@ -638,6 +702,7 @@ int main(void)
     tcase_add_unchecked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_found_and_pulled);
+    tcase_add_test(tc, test_same_chain_twice);
     tcase_add_test(tc, test_node_lost);
     tcase_add_test(tc, test_killed_mid_load);
     tcase_add_test(tc, test_wrong_secret);
