@@ -1594,6 +1594,12 @@ static kvd_status_t read_peers_file(kvd_cluster_t *cl, const char *path, char *w
     return st;
 }
 
+void kvd_cluster_environment(void)
+{
+    setenv("UCX_TCP_CM_REUSEADDR", "y", 0); /* 0: the operator's own value stays */
+    setenv("UCX_RDMA_CM_REUSEADDR", "y", 0);
+}
+
 kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *why,
                                 size_t why_len)
 {

@@ -34,6 +34,12 @@ typedef struct kvd_cluster_answer {
     const char *why;         /* loads: why blocks could not be pulled ("" if none) */
 } kvd_cluster_answer_t;
 
+/* Before any thread starts (main): a daemon restarted must listen on its
+ * cluster address again at once, not after its old connections' TIME_WAIT
+ * (UCX leaves SO_REUSEADDR off unless told); UCX_* variables set by the
+ * operator win. */
+void kvd_cluster_environment(void);
+
 /* Listen, read the secret and the peers, start connecting (--cluster-*).
  * Nothing is left behind on error (why says what failed). */
 kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *why,

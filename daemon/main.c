@@ -8,6 +8,7 @@
 #include "kvdock/wire.h"
 #include "log.h"
 #include "options.h"
+#include "cluster.h"
 #include "server.h"
 
 /* Descriptors: each client can hold several (exports in flight). */
@@ -53,6 +54,8 @@ int main(int argc, char **argv)
      * launch, where a load can wait for queued work, and the loop with it
      * (see kvd_cuda_load_kernels).  Set before the first CUDA call. */
     setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+    if (opts.cluster_listen[0] != '\0')
+        kvd_cluster_environment();
     signal(SIGPIPE, SIG_IGN);
     /* a memfd past RLIMIT_FSIZE then fails with EFBIG (refused, ENOMEM)
      * instead of killing the daemon */

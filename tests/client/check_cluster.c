@@ -11,6 +11,7 @@
  *   answers within the deadline, naming exactly those keys; a node killed
  *   (SIGKILL) during a load: the load ends within the deadline, and what
  *   landed is intact; lookups go on answering
+ * - a node restarted on its address listens again at once and rejoins
  * - a daemon with another secret is refused by both sides and logged, and
  *   gets nothing
  * - bad cluster options stop the daemon with a reason
@@ -87,27 +88,34 @@ static void teardown(void)
     rmdir(dir);
 }
 
+static char peer_list[512];
+
+/* Start one node listening on its port, peers: peer_list. */
+static void start_node(node_t *node, const char *secret)
+{
+    char listen[64], deadline[32];
+
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", node->port);
+    snprintf(deadline, sizeof(deadline), "%d", DEADLINE_MS);
+    const char *extra[] = {"--host-memory-budget", "256M", "--cluster-listen", listen,
+                           "--cluster-peers", peer_list, "--cluster-secret-file", secret,
+                           "--cluster-deadline-ms", deadline, "--log-level", "info", NULL};
+    ck_assert_int_eq(kvt_daemon_start(&node->d, "cpu", extra, 10000), 0);
+    ck_assert_int_eq(kvd_client_create(node->d.socket, "cluster-test", &node->cli), KVD_OK);
+    kvd_client_set_timeout(node->cli, 20000);
+}
+
 /* Start n nodes in one cluster (secret: whose), each listing all. */
 static void start_nodes(node_t *nodes, int n, const char *secret)
 {
-    char peers[512] = "", listen[n][64], deadline[32];
-
+    peer_list[0] = '\0';
     for (int i = 0; i < n; i++) {
         nodes[i].port = free_port();
-        snprintf(listen[i], sizeof(listen[i]), "127.0.0.1:%d", nodes[i].port);
-        snprintf(peers + strlen(peers), sizeof(peers) - strlen(peers), "%s%s", i ? "," : "",
-                 listen[i]);
+        snprintf(peer_list + strlen(peer_list), sizeof(peer_list) - strlen(peer_list),
+                 "%s127.0.0.1:%d", i ? "," : "", nodes[i].port);
     }
-    snprintf(deadline, sizeof(deadline), "%d", DEADLINE_MS);
-    for (int i = 0; i < n; i++) {
-        const char *extra[] = {"--host-memory-budget", "256M", "--cluster-listen", listen[i],
-                               "--cluster-peers", peers, "--cluster-secret-file", secret,
-                               "--cluster-deadline-ms", deadline, "--log-level", "info", NULL};
-        ck_assert_int_eq(kvt_daemon_start(&nodes[i].d, "cpu", extra, 10000), 0);
-        ck_assert_int_eq(kvd_client_create(nodes[i].d.socket, "cluster-test", &nodes[i].cli),
-                         KVD_OK);
-        kvd_client_set_timeout(nodes[i].cli, 20000);
-    }
+    for (int i = 0; i < n; i++)
+        start_node(&nodes[i], secret);
 }
 
 /* Peers of node that are up, per its status. */
@@ -577,6 +585,31 @@ START_TEST(test_killed_mid_load)
 }
 END_TEST
 
+/* A node restarted on its address (its old connections in TIME_WAIT)
+ * listens again at once, and its peer finds it up again. */
+START_TEST(test_restart_rejoins)
+{
+    node_t nodes[2];
+    kvd_daemon_status_t *s = malloc(sizeof(*s));
+    int64_t t0;
+
+    memset(nodes, 0, sizeof(nodes));
+    start_nodes(nodes, 2, secret_path);
+    wait_all_up(nodes, 2);
+    kvd_client_destroy(&nodes[0].cli);
+    stop_checked(&nodes[0].d);
+    start_node(&nodes[0], secret_path); /* the same port, at once */
+    t0 = kvt_now_ms();
+    wait_all_up(nodes, 2);
+    ck_assert_msg(kvt_now_ms() - t0 < 8000, "rejoined after %lld ms",
+                  (long long)(kvt_now_ms() - t0));
+    KVT_OK(nodes[1].cli, kvd_daemon_status(nodes[1].cli, s, NULL, 0));
+    ck_assert_uint_ge(s->cluster.peers[0].failures, 1); /* it was seen going down */
+    stop_nodes(nodes, 2);
+    free(s);
+}
+END_TEST
+
 START_TEST(test_wrong_secret)
 {
     node_t nodes[1], intruder;
@@ -705,6 +738,7 @@ int main(void)
     tcase_add_test(tc, test_same_chain_twice);
     tcase_add_test(tc, test_node_lost);
     tcase_add_test(tc, test_killed_mid_load);
+    tcase_add_test(tc, test_restart_rejoins);
     tcase_add_test(tc, test_wrong_secret);
     tcase_add_test(tc, test_bad_options);
     suite_add_tcase(s, tc);
