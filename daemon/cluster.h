@@ -34,6 +34,13 @@ typedef struct kvd_cluster_answer {
     const char *why;         /* loads: why blocks could not be pulled ("" if none) */
 } kvd_cluster_answer_t;
 
+/* Does a live peer hold key i of the request (a lookup's answer)? */
+static inline int kvd_cluster_has(const kvd_cluster_answer_t *a, uint32_t i)
+{
+    return i >= a->first && i < a->n &&
+           ((a->present[(i - a->first) >> 3] >> ((i - a->first) & 7)) & 1);
+}
+
 /* Before any thread starts (main): a daemon restarted must listen on its
  * cluster address again at once, not after its old connections' TIME_WAIT
  * (UCX leaves SO_REUSEADDR off unless told); UCX_* variables set by the

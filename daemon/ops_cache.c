@@ -573,11 +573,8 @@ kvd_status_t kvd__op_cache_lookup(kvd_req_t *r)
     rep->local_hits = hits;
     rep->hits = hits;
     if (r->cluster != NULL) /* then the run the peers hold, from the first key missing here */
-        for (uint32_t i = hits; i < ks.n && i >= r->cluster->first && i < r->cluster->n &&
-                                (r->cluster->present[(i - r->cluster->first) >> 3] >>
-                                 ((i - r->cluster->first) & 7)) & 1;
-             i++)
-            rep->hits = i + 1;
+        while (rep->hits < ks.n && kvd_cluster_has(r->cluster, rep->hits))
+            rep->hits++;
     k->store.n.lookups++;
     k->store.n.keys_asked += ks.n;
     k->store.n.keys_hit += hits;
