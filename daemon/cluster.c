@@ -58,6 +58,8 @@
 #define BACKOFF_MIN_MS 100u
 #define BACKOFF_MAX_MS 5000u
 #define SPIN_QUERY_NS 2000000ull /* a query's answers are polled for this long */
+#define EARLY_MIN 16             /* blocks landed before an early run copies them */
+#define EARLY_RUNS 2             /* early runs of one load in flight at most */
 
 enum peer_state { PEER_DOWN, PEER_CONNECTING, PEER_UP, PEER_REFUSED };
 enum got_state { GOT_NONE, GOT_IN, GOT_FAILED, GOT_RECEIVING };
@@ -120,6 +122,11 @@ typedef struct pend {
     int8_t *from;            /* the peer asked for it, -1: none */
     uint8_t *got;            /* GOT_*: where its bytes are */
     uint32_t inflight;       /* block receives UCX still holds */
+    uint8_t *copied;         /* bits over the request's keys: copied by an early run */
+    uint8_t *only;           /* an early run's keys */
+    uint32_t fresh;          /* blocks landed since the last early run */
+    uint32_t early_inflight; /* early runs not yet done */
+    kvd_status_t early_status; /* the first early run's failure */
     uint32_t *flist;         /* the asked keys of each peer's fetch, peer by peer: */
     uint32_t fbase[MAX_PEERS], fcount[MAX_PEERS]; /* where its run starts, how long */
     uint32_t expect[MAX_PEERS], recvd[MAX_PEERS];
@@ -675,7 +682,17 @@ static void pend_free(kvd_cluster_t *cl, pend_t *p)
     free(p->from);
     free(p->got);
     free(p->flist);
+    free(p->copied);
+    free(p->only);
     free(p);
+}
+
+/* Once finished, p goes when nothing refers to it any more: its
+ * connection's run, UCX's receives, the early runs. */
+static void pend_maybe_free(kvd_cluster_t *cl, pend_t *p)
+{
+    if (p->phase == 2 && p->conn == NULL && p->inflight == 0 && p->early_inflight == 0)
+        pend_free(cl, p);
 }
 
 static void pend_check(kvd_cluster_t *cl, pend_t *p);
@@ -715,6 +732,8 @@ static void pend_finish(kvd_cluster_t *cl, pend_t *p)
     a.n = p->n;
     a.present = p->present;
     a.why = p->why;
+    a.copied = p->copied;
+    a.early_status = p->early_status;
     if (!p->conn->closing)
         kvd__dispatch_replay(p->conn, p->frame, p->frame_len, p->t_start_ns, &a);
     for (uint32_t i = p->nheld; i-- > 0;) /* the load holds them itself now */
@@ -730,8 +749,7 @@ static void pend_finish(kvd_cluster_t *cl, pend_t *p)
             next = cl->pends; /* the list may have changed: again from the start */
         }
     }
-    if (p->inflight == 0)
-        pend_free(cl, p);
+    pend_maybe_free(cl, p);
 }
 
 /* A receive UCX held ended: the block is in (ok) or not. */
@@ -750,6 +768,7 @@ static void block_landed(pend_t *p, uint32_t j, int ok)
         cl->n.bytes_fetched += p->cache->store.block_bytes;
         p->recvd[from]++;
         p->progress_ns[from] = kvd_now_ns();
+        p->fresh++;
     }
     if (p->phase == 2) { /* finished before this receive ended */
         if (p->ids[j] != KVD_CBLOCK_NONE) {
@@ -764,7 +783,7 @@ static void block_landed(pend_t *p, uint32_t j, int ok)
 
 static int pend_all_done(const pend_t *p)
 {
-    if (p->leader != NULL)
+    if (p->leader != NULL || p->early_inflight > 0)
         return 0;
     for (uint32_t i = 0; i < MAX_PEERS; i++) {
         if (p->phase == 0 && p->asked[i] && !p->answered[i])
@@ -777,8 +796,66 @@ static int pend_all_done(const pend_t *p)
 
 static void pend_start_pull(kvd_cluster_t *cl, pend_t *p);
 
+static void pend_early(kvd_cluster_t *cl, pend_t *p);
+
+static void early_done(void *arg, kvd_status_t st)
+{
+    pend_t *p = arg;
+
+    p->early_inflight--;
+    if (st != KVD_OK && p->early_status == KVD_OK)
+        p->early_status = st;
+    if (p->phase == 2)
+        pend_maybe_free(p->cl, p);
+    else
+        pend_check(p->cl, p);
+}
+
+/* Blocks have landed while the pull goes on: commit them and copy them
+ * into the worker's pool now (an early run of the load), so that the
+ * copy overlaps the rest of the pull instead of following it. */
+static void pend_early(kvd_cluster_t *cl, pend_t *p)
+{
+    kvd_cache_store_t *c = &p->cache->store;
+    kvd_cluster_answer_t a;
+    uint32_t count = 0;
+
+    if (p->conn->closing || p->cache->dropped)
+        return;
+    memset(p->only, 0, (p->n + 7) / 8);
+    for (uint32_t j = p->nask; j-- > 0;) { /* the last first, as saves commit */
+        if (p->got[j] != GOT_IN || p->ids[j] == KVD_CBLOCK_NONE)
+            continue;
+        if (kvd_cache_commit(c, p->ids[j])) {
+            set_bit(p->only, p->pos[j]);
+            set_bit(p->copied, p->pos[j]);
+            count++;
+        }
+        p->ids[j] = KVD_CBLOCK_NONE; /* the tier's now */
+    }
+    p->fresh = 0;
+    if (count == 0)
+        return;
+    memset(&a, 0, sizeof(a));
+    a.first = p->first;
+    a.n = p->n;
+    a.present = p->present;
+    a.why = p->why;
+    a.early = 1;
+    a.only = p->only;
+    a.done = early_done;
+    a.done_arg = p;
+    p->early_inflight++;
+    kvd__dispatch_replay(p->conn, p->frame, p->frame_len, p->t_start_ns, &a);
+    (void)cl;
+}
+
 static void pend_check(kvd_cluster_t *cl, pend_t *p)
 {
+    if (p->phase == 1 && p->copied != NULL && p->early_inflight < EARLY_RUNS &&
+        p->fresh >= (p->nask / 8 > EARLY_MIN ? p->nask / 8 : EARLY_MIN) &&
+        !pend_all_done(p))
+        pend_early(cl, p);
     if (p->phase == 2 || !pend_all_done(p))
         return;
     if (p->phase == 0 && p->pull) {
@@ -879,6 +956,13 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
     p->from = malloc(p->nask);
     p->got = calloc(p->nask, 1);
     p->flist = malloc(p->nask * sizeof(*p->flist));
+    p->copied = calloc((p->n + 7) / 8, 1); /* no early runs without them: fine */
+    p->only = malloc((p->n + 7) / 8);
+    if (p->copied == NULL || p->only == NULL) {
+        free(p->copied);
+        free(p->only);
+        p->copied = p->only = NULL;
+    }
     if (p->ids == NULL || p->from == NULL || p->got == NULL || p->flist == NULL) {
         free(p->ids); /* nothing is pulled: the load names every key missing */
         free(p->from);
@@ -1282,12 +1366,10 @@ static void on_block_data(void *request, ucs_status_t status, size_t length, voi
     free(rx);
     if (request != NULL)
         ucp_request_free(request);
-    if (p->phase == 2) {
-        if (p->inflight == 0 && p->conn == NULL)
-            pend_free(p->cl, p);
-    } else {
+    if (p->phase == 2)
+        pend_maybe_free(p->cl, p);
+    else
         pend_check(p->cl, p);
-    }
 }
 
 static ucs_status_t on_block(void *arg, const void *header, size_t header_length, void *data,

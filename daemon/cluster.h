@@ -32,13 +32,28 @@ typedef struct kvd_cluster_answer {
     uint32_t n;
     const uint8_t *present;  /* lookups: bit i set when a live peer holds key first + i */
     const char *why;         /* loads: why blocks could not be pulled ("" if none) */
+    /* Loads copy pulled blocks into the pool while the pull goes on: early
+     * runs copy the keys of `only` (a bit per key of the request) and
+     * answer nobody but done(); the last run copies the keys not in
+     * `copied` (NULL: all) and replies for the whole load, or fails with
+     * early_status when an early run failed. */
+    int early;
+    const uint8_t *only;
+    const uint8_t *copied;
+    kvd_status_t early_status;
+    void (*done)(void *arg, kvd_status_t st);
+    void *done_arg;
 } kvd_cluster_answer_t;
+
+static inline int kvd_cluster_bit(const uint8_t *bits, uint32_t i)
+{
+    return (bits[i >> 3] >> (i & 7)) & 1;
+}
 
 /* Does a live peer hold key i of the request (a lookup's answer)? */
 static inline int kvd_cluster_has(const kvd_cluster_answer_t *a, uint32_t i)
 {
-    return i >= a->first && i < a->n &&
-           ((a->present[(i - a->first) >> 3] >> ((i - a->first) & 7)) & 1);
+    return i >= a->first && i < a->n && kvd_cluster_bit(a->present, i - a->first);
 }
 
 /* Before any thread starts (main): a daemon restarted must listen on its

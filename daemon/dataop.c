@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "log.h"
 
 static void dataop_destroy(kvd_dataop_t *d)
@@ -33,6 +34,10 @@ static kvd_dataop_t *dataop_create(kvd_req_t *r)
     d->op_index = r->op_index;
     d->t_start_ns = r->t_start_ns;
     d->njobs = 1;
+    if (r->cluster != NULL && r->cluster->early) {
+        d->silent_done = r->cluster->done;
+        d->silent_arg = r->cluster->done_arg;
+    }
     return d;
 }
 
@@ -416,6 +421,11 @@ static void send_op_reply(kvd_dataop_t *d, kvd_status_t st, const char *msg, int
     if (!enqueued && d->finish != NULL)
         d->finish(d, st, &op, &bytes);
     op.bytes = bytes;
+    if (d->silent_done != NULL) {
+        if (!enqueued)
+            d->silent_done(d->silent_arg, st);
+        return;
+    }
     kvd__reply_deferred(d->conn, d->req_id, d->op_index, d->t_start_ns, st, msg, &op, bytes);
 }
 

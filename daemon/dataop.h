@@ -51,6 +51,10 @@ struct kvd_dataop {
      * with the failure, when the operation fails before anything ran. */
     void (*finish)(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *op, uint64_t *bytes);
     void *ext; /* the hook's */
+    /* Set for a part the daemon runs on its own (a cluster load's early
+     * copy): no reply goes out; this hears how it ended instead. */
+    void (*silent_done)(void *arg, kvd_status_t st);
+    void *silent_arg;
 };
 
 /* An index operand resolved to memory the kernels read. */

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "log.h"
 
 /* One row per operation (op_list.h): existence, hello-first, permission
@@ -188,7 +189,12 @@ static int dispatch(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds,
         if (fds[i] >= 0)
             close(fds[i]);
 
-    if (st != KVD_OK || !r.deferred) {
+    if (answer != NULL && answer->early) {
+        /* a part the daemon runs on its own answers nobody: the dataop
+         * reports its end, or this its refusal */
+        if (st != KVD_OK || !r.deferred)
+            answer->done(answer->done_arg, st != KVD_OK ? st : KVD_EINTERNAL);
+    } else if (st != KVD_OK || !r.deferred) {
         if (st != KVD_OK) {
             r.resp.status = (uint32_t)st;
             r.resp.message = r.msg[0] ? r.msg : (char *)kvd_strerror(st);

@@ -655,9 +655,11 @@ typedef struct cacheop {
     uint32_t *ids;      /* the blocks, in chain order */
     uint8_t *is_new;    /* saves: reserved by this save (else held while it ran) */
     uint32_t n;
+    uint32_t total;     /* loads: blocks the request names (n of them move in this run) */
     uint32_t stored, skipped, refused;
     kvd_lease_t *lease; /* loads by lease: ended with the load */
     int load;
+    int early;          /* loads: an early run of a cluster load (cluster.h) */
 } cacheop_t;
 
 /* The pool's pages as a transfer side: page p holds the block's rows of
@@ -824,11 +826,11 @@ static void slab_jobs(kvd_dataop_t *d, const kvd_pool_t *p, const kvd_cache_stor
 
 /* An empty transfer (nothing to copy), so that the request's events are
  * still waited on and recorded in stream order. */
-static void empty_job(kvd_dataop_t *d, const kvd_pool_t *p, uint32_t tokens)
+static void empty_job(kvd_dataop_t *d, kvd_job_t *job, const kvd_pool_t *p, uint32_t tokens)
 {
-    kvd_transfer_args_t *a = &d->job.a.transfer;
+    kvd_transfer_args_t *a = &job->a.transfer;
 
-    d->job.kind = KVD_JOB_TRANSFER;
+    job->kind = KVD_JOB_TRANSFER;
     memset(a, 0, sizeof(*a));
     page_side(p, tokens, 0, (d->job.flags & KVD_LAUNCH_COPY_ENGINE) != 0, &a->src);
     a->dst = a->src;
@@ -977,7 +979,7 @@ static kvd_status_t do_save(kvd_req_t *r, kvd_dataop_t *d)
         (st = kvd__dataop_jobs(r, d, plan.nslabs ? plan.nslabs : 1)) != KVD_OK)
         return st;
     if (plan.nslabs == 0) {
-        empty_job(d, p, c->layout.tokens_per_block);
+        empty_job(d, &d->job, p, c->layout.tokens_per_block);
     } else {
         uint32_t next = 0;
         slab_jobs(d, p, c, &plan, 1, 0, c->layout.num_layers, &next);
@@ -997,12 +999,12 @@ static void load_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, 
     for (uint32_t i = op->n; i-- > 0;)
         kvd_cache_unhold(c, op->ids[i]);
     if (st == KVD_OK) {
-        c->n.loads++;
+        c->n.loads += !op->early;
         c->n.loaded += op->n;
         c->n.bytes_out += (uint64_t)op->n * c->block_bytes;
-        *bytes = (uint64_t)op->n * c->block_bytes;
+        *bytes = (uint64_t)op->total * c->block_bytes; /* early runs' blocks included */
     }
-    rep->rows = op->n;
+    rep->rows = op->total;
     if (op->lease != NULL)
         lease_end(op->cache, op->lease);
     kvd__cache_unref(op->cache);
@@ -1058,9 +1060,11 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
     kvd_pool_t *p;
     keys_t ks;
     kvd_lease_t *lease = NULL;
-    int64_t *pages;
-    uint32_t n, i, g, groups, nflags = 0, next = 0, *flags = NULL;
+    int64_t *pages, *moved;
+    uint32_t n, m, i, g, groups, nflags = 0, nevents, next = 0, *flags = NULL;
     void *levs[MAX_LAYER_EVENTS];
+    const kvd_cluster_answer_t *ca = r->cluster;
+    int early = ca != NULL && ca->early;
     slab_plan_t plan;
     cacheop_t *op;
     kvd_status_t st;
@@ -1098,6 +1102,9 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
         return kvd__req_fail(r, KVD_EINVAL, "blocks: name at least one page to load into");
     if ((st = get_pages(r, d, cl->blocks, p, c->layout.tokens_per_block, n, &pages)) != KVD_OK)
         return st;
+    if (ca != NULL && ca->early_status != KVD_OK)
+        return kvd__req_fail(r, ca->early_status, "copying the blocks pulled from peers into "
+                             "pool '%s' failed: %s", p->name, kvd_strerror(ca->early_status));
     if (cl->n_layer_events > MAX_LAYER_EVENTS || cl->n_layer_events > c->layout.num_layers)
         return kvd__req_fail(r, KVD_EINVAL, "%zu layer events for %u layers (at most %d)",
                              cl->n_layer_events, c->layout.num_layers, MAX_LAYER_EVENTS);
@@ -1133,36 +1140,65 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
     if ((st = cacheop_new(r, d, k, n, 1, load_finish)) != KVD_OK)
         return st;
     op = d->ext;
-    for (i = 0; i < n; i++) {
-        uint32_t id = lease ? lease->ids[i] : kvd_cache_find(c, ks.k[i], ks.len[i]);
+    op->total = n;
+    op->early = early;
+    if (early) { /* an early run of a cluster load: no events, no flags, no reply */
+        d->job.record_event = NULL;
+        d->reply_at_enqueue = 0;
+        nevents = nflags = 0;
+        flags = NULL;
+    } else {
+        nevents = (uint32_t)cl->n_layer_events;
+    }
+    /* the blocks this run moves (of a cluster load: those pulled since the
+     * last run, or those no early run moved), and their pages */
+    moved = kvd__req_alloc(r, n * sizeof(*moved));
+    if (moved == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    for (i = 0, m = 0; i < n; i++) {
+        uint32_t id;
 
+        if (early ? !kvd_cluster_bit(ca->only, i)
+                  : ca != NULL && ca->copied != NULL && kvd_cluster_bit(ca->copied, i))
+            continue;
+        id = lease ? lease->ids[i] : kvd_cache_find(c, ks.k[i], ks.len[i]);
         if (id != KVD_CBLOCK_NONE && kvd_cache_block(c, id)->state == KVD_CBLOCK_FILLING)
             return kvd__req_fail(r, KVD_ENOENT, "keys[%u] is being saved: not in the cache "
                                  "until its bytes are complete", i);
         if (id == KVD_CBLOCK_NONE || kvd_cache_block(c, id)->state != KVD_CBLOCK_READY) {
-            if (r->cluster != NULL)
+            if (ca != NULL)
                 return missing_in_cluster(r, c, &ks, n);
             return kvd__req_fail(r, KVD_ENOENT, "keys[%u] is not in the cache", i);
         }
-        op->ids[i] = id;
+        op->ids[m] = id;
+        moved[m++] = pages[i];
     }
-    op->n = n;
-    for (i = 0; i < n; i++)
+    op->n = m;
+    for (i = 0; i < m; i++)
         kvd_cache_hold(c, op->ids[i]);
     /* layer groups as even as they come: group g is layers [g L / G, (g + 1) L / G) */
-    groups = cl->n_layer_events ? (uint32_t)cl->n_layer_events : nflags ? nflags : 1;
-    if ((st = plan_slabs(r, d, op, pages, 0, &plan)) != KVD_OK ||
-        (st = kvd__dataop_jobs(r, d, plan.nslabs ? groups * plan.nslabs : 1)) != KVD_OK)
+    groups = nevents ? nevents : nflags ? nflags : 1;
+    if ((st = plan_slabs(r, d, op, moved, 0, &plan)) != KVD_OK ||
+        (st = kvd__dataop_jobs(r, d, plan.nslabs ? groups * plan.nslabs : groups)) != KVD_OK)
         return st;
-    if (plan.nslabs == 0) {
-        empty_job(d, p, c->layout.tokens_per_block);
+    if (plan.nslabs == 0) { /* early runs moved every block: the groups still signal */
+        for (g = 0; g < groups; g++) {
+            kvd_job_t *job = kvd__dataop_job(d, g);
+            empty_job(d, job, p, c->layout.tokens_per_block);
+            if (nevents)
+                job->layer_event = levs[g];
+            if (flags != NULL) {
+                job->layer_flag = flags + g;
+                job->flag_value = cl->flag_value;
+            }
+        }
     } else {
         uint32_t L = c->layout.num_layers;
         for (g = 0; g < groups; g++) {
             uint32_t begin = (uint32_t)((uint64_t)g * L / groups);
             uint32_t end = (uint32_t)((uint64_t)(g + 1) * L / groups);
             slab_jobs(d, p, c, &plan, 0, begin, end - begin, &next);
-            if (cl->n_layer_events)
+            if (nevents)
                 kvd__dataop_job(d, next - 1)->layer_event = levs[g];
             if (flags != NULL) {
                 kvd__dataop_job(d, next - 1)->layer_flag = flags + g;

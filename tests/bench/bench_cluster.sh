@@ -31,8 +31,23 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# a free port below the ephemeral range (one the kernel gives outgoing
+# connections could be taken again before a daemon listens on it)
 free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    python3 -c '
+import random, socket
+while True:
+    p = random.randrange(20000, 32000)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", p))
+        print(p)
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()'
 }
 
 head -c 32 /dev/urandom | base64 > "$tmp/secret"

@@ -39,22 +39,34 @@ typedef struct node {
 
 static char secret_path[256], other_secret_path[256], dir[128];
 
-/* A free TCP port on the loopback (bound, read, closed). */
+/* A free TCP port on the loopback, below the ephemeral range: a port the
+ * kernel hands out for outgoing connections (the daemons' own, between
+ * the check and the daemon's listen) could be taken again meanwhile. */
 static int free_port(void)
 {
-    struct sockaddr_in a;
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+    static unsigned seed;
 
-    ck_assert_int_ge(fd, 0);
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+    if (seed == 0)
+        seed = (unsigned)getpid() * 2654435761u;
+    for (int tries = 0; tries < 1000; tries++) {
+        struct sockaddr_in a;
+        int fd = socket(AF_INET, SOCK_STREAM, 0), port, ok, one = 1;
+
+        ck_assert_int_ge(fd, 0);
+        seed = seed * 1103515245u + 12345u;
+        port = 20000 + (int)((seed >> 8) % 12000);
+        memset(&a, 0, sizeof(a));
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons((uint16_t)port);
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+        close(fd);
+        if (ok)
+            return port;
+    }
+    ck_abort_msg("no free port in 20000-31999");
+    return -1;
 }
 
 static void write_secret(const char *path, const char *text, mode_t mode)

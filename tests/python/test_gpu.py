@@ -34,6 +34,7 @@ import here fails the CPU CI.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -543,12 +544,19 @@ class TestCluster(unittest.TestCase):
         with open(secret, "w") as f:
             f.write("a cluster secret of thirty-two b\n")
         os.chmod(secret, 0o600)
-        ports = []
-        for _ in range(2):
+        ports: list = []
+        while len(ports) < 2:  # below the ephemeral range, which outgoing connections use
+            p = random.randrange(20000, 32000)
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-            s.close()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", p))
+                if p not in ports:
+                    ports.append(p)
+            except OSError:
+                pass
+            finally:
+                s.close()
         peers = ",".join(f"127.0.0.1:{p}" for p in ports)
         os.environ.update(UCX_TLS="tcp", UCX_NET_DEVICES="lo", UCX_WARN_UNUSED_ENV_VARS="n")
         daemons = [harness.Daemon("cuda", extra=[
