@@ -96,6 +96,9 @@ k["load_runs_gbps"] = [r["load_gbps"] for r in runs]
 k["ucx_perftest_runs_gbps"] = perf
 k["ucx_perftest_am_bw_gbps"] = p = statistics.median(perf)
 k["load_over_perftest"] = k["load_gbps"] / p
+# each round's load against the perftest run right after it: the machine's
+# slow and fast spells fall on both
+k["paired_ratio"] = statistics.median(r["load_gbps"] / q for r, q in zip(runs, perf))
 # the pull alone: the load's time less that of the same load from B's tier
 k["pull_gbps"] = 1 / (1 / k["load_gbps"] - 1 / k["local_load_gbps"])
 k["pull_over_perftest"] = k["pull_gbps"] / p
@@ -103,7 +106,8 @@ k["lookup_bound_us"] = 3 * k["lookup_local_p50_us"] + k["rtt_us"]
 json.dump(k, open(sys.argv[3], "w"), indent=1)
 print(f"medians of {len(runs)} rounds: kvdock pull-and-load {k['load_gbps']:.2f} GB/s, "
       f"ucx_perftest am_bw {p:.2f} GB/s: {k['load_over_perftest']:.2f} of it (target >= 0.8);"
-      f" the pull alone {k['pull_gbps']:.2f} GB/s, {k['pull_over_perftest']:.2f} of it")
+      f" the pull alone {k['pull_gbps']:.2f} GB/s, {k['pull_over_perftest']:.2f} of it;"
+      f" round by round, the median ratio {k['paired_ratio']:.2f}")
 print(f"lookup that misses locally p50 {k['lookup_remote_p50_us']:.1f} us, bound 3 x "
       f"{k['lookup_local_p50_us']:.1f} + {k['rtt_us']:.0f} = {k['lookup_bound_us']:.1f} us")
 PY
