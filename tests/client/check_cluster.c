@@ -7,6 +7,8 @@
  *   split over two nodes comes from both); then they are local
  * - two loads of one chain at once: the second waits for the first's
  *   pull; both get the bytes, the blocks cross once
+ * - a pulled load copies landed batches early; its layer flags are set
+ *   once all of it is in, its reply and counters cover all of it
  * - a node stopped mid-pull (SIGSTOP) costs only its blocks: the load
  *   answers within the deadline, naming exactly those keys; a node killed
  *   (SIGKILL) during a load: the load ends within the deadline, and what
@@ -458,6 +460,73 @@ START_TEST(test_same_chain_twice)
 }
 END_TEST
 
+/* A pulled load with layer flags: the batches copied while the pull goes
+ * on carry none; every group's flag is set by the last run, once the
+ * whole load is in; the reply and the stats count one load of all its
+ * blocks. */
+START_TEST(test_pulled_load_flags)
+{
+    node_t nodes[2];
+    kvt_pool_t pa, pb;
+    uint32_t n = 64;
+    uint8_t(*keys)[KEY] = malloc(n * KEY);
+    int64_t *pages = malloc(n * sizeof(*pages));
+    kvd_mapping_t *map = NULL;
+    volatile uint32_t *flags;
+    kvd_cache_load_t ld;
+    kvd_cache_info_t info;
+    kvd_op_result_t res;
+    uint64_t buf = 0;
+
+    memset(nodes, 0, sizeof(nodes));
+    start_nodes(nodes, 2, secret_path);
+    wait_all_up(nodes, 2);
+    for (int i = 0; i < 2; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 16384, true);
+    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, n * TPB, 16384, false, TPB);
+    kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, n * TPB, 16384, false, TPB);
+    KVT_OK(nodes[1].cli, kvd_buffer_register(nodes[1].cli, 64, KVD_MEM_HOST, "flags", &buf, &map));
+    flags = map->base;
+    for (int round = 0; round < 2; round++) {
+        chain(keys, n, 10 + (uint64_t)round);
+        save(&nodes[0], &pa, keys, 0, n, true);
+        for (uint32_t i = 0; i < n; i++)
+            pages[i] = i;
+        memset(&ld, 0, sizeof(ld));
+        ld.cache = nodes[1].cache;
+        ld.pool = pb.info.id;
+        ld.keys = keys_of(keys, 0, n);
+        ld.blocks.values = pages;
+        ld.blocks.count = n;
+        ld.layer_flags.buffer = buf;
+        ld.layer_flags.offset = 4;
+        ld.layer_flags.bytes = LAYERS * 4;
+        ld.flag_value = 40 + (uint32_t)round;
+        memset((void *)flags, 0, 64);
+        poison(&pb);
+        KVT_OK(nodes[1].cli, kvd_cache_load(nodes[1].cli, &ld, NULL, &res));
+        ck_assert_uint_eq(res.rows, n);
+        ck_assert_uint_eq(flags[0], 0);
+        for (uint32_t g = 0; g < LAYERS; g++)
+            ck_assert_uint_eq(flags[1 + g], 40 + (uint32_t)round);
+        ck_assert_uint_eq(flags[1 + LAYERS], 0);
+        for (uint32_t i = 0; i < n; i++)
+            ck_assert_msg(holds(&pb, i, keys[i]), "round %d block %u", round, i);
+    }
+    KVT_OK(nodes[1].cli, kvd_cache_stats(nodes[1].cli, nodes[1].cache, NULL, &info));
+    ck_assert_uint_eq(info.loads, 2);
+    ck_assert_uint_eq(info.loaded, 2 * n);
+    ck_assert_uint_eq(info.fetched, 2 * n);
+    kvd_mapping_destroy(&map);
+    KVT_OK(nodes[1].cli, kvd_buffer_drop(nodes[1].cli, buf));
+    kvt_pool_free(nodes[0].cli, &pa);
+    kvt_pool_free(nodes[1].cli, &pb);
+    stop_nodes(nodes, 2);
+    free(keys);
+    free(pages);
+}
+END_TEST
+
 START_TEST(test_node_lost)
 {
     node_t nodes[3];
@@ -748,6 +817,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_found_and_pulled);
     tcase_add_test(tc, test_same_chain_twice);
+    tcase_add_test(tc, test_pulled_load_flags);
     tcase_add_test(tc, test_node_lost);
     tcase_add_test(tc, test_killed_mid_load);
     tcase_add_test(tc, test_restart_rejoins);
