@@ -169,11 +169,6 @@ struct kvd_cluster {
 
 /* ---- small things ---------------------------------------------------------- */
 
-static int bit(const uint8_t *b, uint32_t i)
-{
-    return (b[i >> 3] >> (i & 7)) & 1;
-}
-
 static void set_bit(uint8_t *b, uint32_t i)
 {
     b[i >> 3] |= (uint8_t)(1u << (i & 7));
@@ -980,8 +975,8 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
         p->ids[j] = KVD_CBLOCK_NONE;
         p->from[j] = -1;
         for (uint32_t i = 0; i < cl->npeers; i++)
-            if (p->bits[i] != NULL && bit(p->bits[i], j) && cl->peers[i].state == PEER_UP &&
-                (best < 0 || load[i] < load[best]))
+            if (p->bits[i] != NULL && kvd_cluster_bit(p->bits[i], j) &&
+                cl->peers[i].state == PEER_UP && (best < 0 || load[i] < load[best]))
                 best = (int)i;
         /* the parent: the block reserved for the request's key before this
          * one, or that key's block here (held since the request came) */
@@ -1250,7 +1245,7 @@ static void handle_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg 
         if (m->query_reply->present.len >= (p->nask + 7) / 8) {
             memcpy(p->bits[i], m->query_reply->present.data, (p->nask + 7) / 8);
             for (uint32_t j = 0; j < p->nask; j++)
-                if (bit(p->bits[i], j))
+                if (kvd_cluster_bit(p->bits[i], j))
                     set_bit(p->present, p->pos[j] - p->first);
         }
         pend_check(cl, p);
