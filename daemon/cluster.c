@@ -12,8 +12,9 @@
  *
  * Events.  The UCP worker's event descriptor sits in a uv_poll; before
  * the loop sleeps (uv_prepare) the worker is progressed until it can be
- * armed, so no completion waits for a wake-up that never comes.  A timer
- * ticks the deadlines, pings, and reconnects with back-off.
+ * armed, so no completion waits for a wake-up that never comes; while
+ * transfers run the loop polls instead of sleeping.  A timer ticks the
+ * deadlines, pings, and reconnects with back-off.
  *
  * Blocks.  A pull reserves a FILLING block in the local tier for each key
  * it asks a peer for, and the peer's block message lands there: in place
@@ -22,7 +23,11 @@
  * otherwise; it stays held until UCX is done with it.  A peer that sends
  * nothing for a whole deadline during a pull is cut off (its endpoint
  * closed, which ends its transfers), so a pull ends within a deadline of
- * the last progress, however large.
+ * the last progress, however large.  Landed blocks are committed and
+ * copied into the worker's pool by early runs of the load while the rest
+ * arrive; the last run copies what is left and replies.  A load that
+ * finds blocks another pull has reserved runs after that pull (its
+ * leader) instead of pulling them again.
  */
 #include "cluster.h"
 

@@ -7,8 +7,8 @@
  * live peer at once which of the missing keys it holds (one round trip,
  * answered from each peer's own index), and a load pulls the blocks it
  * lacks from the peers that hold them, spread over them, straight into
- * blocks of the local tier, before it runs as a local load.  Both go
- * through the same step: the request is set aside (its frame kept), the
+ * blocks of the local tier, and runs as a local load over them, batch by
+ * batch as they land.  Both go through the same step: the request is set aside (its frame kept), the
  * peers are asked, and the request runs again with what they answered
  * (kvd_req_t.cluster).  Loop thread only, like the caches.
  */
