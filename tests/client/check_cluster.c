@@ -13,6 +13,7 @@
  *   answers within the deadline, naming exactly those keys; a node killed
  *   (SIGKILL) during a load: the load ends within the deadline, and what
  *   landed is intact; lookups go on answering
+ * - kvdock status and the metrics show each peer and its health
  * - a node restarted on its address listens again at once and rejoins
  * - a daemon with another secret is refused by both sides and logged, and
  *   gets nothing
@@ -104,8 +105,9 @@ static void teardown(void)
 
 static char peer_list[512];
 
-/* Start one node listening on its port, peers: peer_list. */
-static void start_node(node_t *node, const char *secret)
+/* Start one node listening on its port, peers: peer_list; metrics: a
+ * --metrics address, or NULL. */
+static void start_node_with(node_t *node, const char *secret, const char *metrics)
 {
     char listen[64], deadline[32];
 
@@ -113,10 +115,16 @@ static void start_node(node_t *node, const char *secret)
     snprintf(deadline, sizeof(deadline), "%d", DEADLINE_MS);
     const char *extra[] = {"--host-memory-budget", "256M", "--cluster-listen", listen,
                            "--cluster-peers", peer_list, "--cluster-secret-file", secret,
-                           "--cluster-deadline-ms", deadline, "--log-level", "info", NULL};
+                           "--cluster-deadline-ms", deadline, "--log-level", "info",
+                           metrics ? "--metrics" : NULL, metrics, NULL};
     ck_assert_int_eq(kvt_daemon_start(&node->d, "cpu", extra, 10000), 0);
     ck_assert_int_eq(kvd_client_create(node->d.socket, "cluster-test", &node->cli), KVD_OK);
     kvd_client_set_timeout(node->cli, 20000);
+}
+
+static void start_node(node_t *node, const char *secret)
+{
+    start_node_with(node, secret, NULL);
 }
 
 /* Start n nodes in one cluster (secret: whose), each listing all. */
@@ -125,6 +133,11 @@ static void start_nodes(node_t *nodes, int n, const char *secret)
     peer_list[0] = '\0';
     for (int i = 0; i < n; i++) {
         nodes[i].port = free_port();
+        for (int j = 0; j < i; j++)
+            if (nodes[j].port == nodes[i].port) { /* drawn twice: draw again */
+                nodes[i].port = free_port();
+                j = -1;
+            }
         snprintf(peer_list + strlen(peer_list), sizeof(peer_list) - strlen(peer_list),
                  "%s127.0.0.1:%d", i ? "," : "", nodes[i].port);
     }
@@ -691,6 +704,108 @@ START_TEST(test_restart_rejoins)
 }
 END_TEST
 
+/* GET path from 127.0.0.1:port; the whole answer (malloc'd). */
+static char *http_get(int port)
+{
+    struct sockaddr_in a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap);
+    const char *req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    ssize_t n;
+
+    ck_assert_int_ge(fd, 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    while (len + 1 < cap && (n = read(fd, buf + len, cap - 1 - len)) > 0)
+        len += (size_t)n;
+    buf[len] = '\0';
+    close(fd);
+    return buf;
+}
+
+/* What an operator sees: kvdock status (table and JSON) and the metrics
+ * name each peer and its health, and follow a peer going down. */
+START_TEST(test_status_and_metrics)
+{
+    node_t nodes[2];
+    char mport[16], maddr[32], want[128], *m, *out = NULL, *err = NULL;
+    const char *argv[6];
+    int rc;
+
+    memset(nodes, 0, sizeof(nodes));
+    nodes[0].port = free_port();
+    do
+        nodes[1].port = free_port();
+    while (nodes[1].port == nodes[0].port);
+    snprintf(peer_list, sizeof(peer_list), "127.0.0.1:%d,127.0.0.1:%d", nodes[0].port,
+             nodes[1].port);
+    do
+        snprintf(mport, sizeof(mport), "%d", free_port());
+    while (atoi(mport) == nodes[0].port || atoi(mport) == nodes[1].port);
+    snprintf(maddr, sizeof(maddr), "127.0.0.1:%s", mport);
+    start_node_with(&nodes[0], secret_path, maddr);
+    start_node(&nodes[1], secret_path);
+    wait_all_up(nodes, 2);
+    nodes[0].cache = make_cache(&nodes[0], "kv", 1024, true);
+
+    argv[0] = KVDOCK_CLI_PATH;
+    argv[1] = "--socket";
+    argv[2] = nodes[0].d.socket;
+    argv[3] = "status";
+    argv[4] = NULL;
+    rc = kvt_run(argv, &out, &err, 20000);
+    ck_assert_msg(rc == 0, "kvdock status: %d %s", rc, err);
+    snprintf(want, sizeof(want), "127.0.0.1:%d  up", nodes[1].port);
+    ck_assert_msg(strstr(out, "cluster     node 127.0.0.1:") != NULL && strstr(out, want) != NULL,
+                  "kvdock status shows the peer up:\n%s", out);
+    free(out);
+    free(err);
+    argv[4] = "--json";
+    argv[5] = NULL;
+    rc = kvt_run(argv, &out, &err, 20000);
+    ck_assert_int_eq(rc, 0);
+    ck_assert(kvt_json_object_valid(out));
+    ck_assert_ptr_nonnull(strstr(out, "\"cluster\":{\"node\":"));
+    ck_assert_ptr_nonnull(strstr(out, "\"state\":\"up\""));
+    free(out);
+    free(err);
+
+    m = http_get(atoi(mport));
+    snprintf(want, sizeof(want), "kvdock_cluster_peer_up{peer=\"127.0.0.1:%d\"} 1",
+             nodes[1].port);
+    ck_assert_msg(strstr(m, want) != NULL && strstr(m, "kvdock_cluster_inbound 1") != NULL &&
+                      strstr(m, "kvdock_cache_fetched_blocks_total{cache=\"kv\"") != NULL,
+                  "metrics:\n%s", m);
+    free(m);
+
+    /* the peer goes: both say so */
+    kvd_client_destroy(&nodes[1].cli);
+    stop_checked(&nodes[1].d);
+    snprintf(want, sizeof(want), "kvdock_cluster_peer_up{peer=\"127.0.0.1:%d\"} 0",
+             nodes[1].port);
+    for (int64_t t0 = kvt_now_ms();; usleep(50000)) {
+        m = http_get(atoi(mport));
+        if (strstr(m, want) != NULL)
+            break;
+        free(m);
+        ck_assert_msg(kvt_now_ms() - t0 < 5000, "the peer still shows up in the metrics");
+    }
+    free(m);
+    argv[4] = NULL;
+    rc = kvt_run(argv, &out, &err, 20000);
+    snprintf(want, sizeof(want), "127.0.0.1:%d  down", nodes[1].port);
+    ck_assert_msg(rc == 0 && strstr(out, want) != NULL, "kvdock status:\n%s", out);
+    free(out);
+    free(err);
+    stop_nodes(nodes, 1);
+}
+END_TEST
+
 START_TEST(test_wrong_secret)
 {
     node_t nodes[1], intruder;
@@ -821,6 +936,7 @@ int main(void)
     tcase_add_test(tc, test_node_lost);
     tcase_add_test(tc, test_killed_mid_load);
     tcase_add_test(tc, test_restart_rejoins);
+    tcase_add_test(tc, test_status_and_metrics);
     tcase_add_test(tc, test_wrong_secret);
     tcase_add_test(tc, test_bad_options);
     suite_add_tcase(s, tc);
