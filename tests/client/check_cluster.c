@@ -14,6 +14,7 @@
  *   (SIGKILL) during a load: the load ends within the deadline, and what
  *   landed is intact; lookups go on answering
  * - kvdock status and the metrics show each peer and its health
+ * - one peers file for all nodes: each skips itself
  * - a node restarted on its address listens again at once and rejoins
  * - a daemon with another secret is refused by both sides and logged, and
  *   gets nothing
@@ -105,8 +106,10 @@ static void teardown(void)
 
 static char peer_list[512];
 
-/* Start one node listening on its port, peers: peer_list; metrics: a
- * --metrics address, or NULL. */
+static char peers_file[300]; /* when set, nodes read their peers from it */
+
+/* Start one node listening on its port, peers: peer_list (or peers_file);
+ * metrics: a --metrics address, or NULL. */
 static void start_node_with(node_t *node, const char *secret, const char *metrics)
 {
     char listen[64], deadline[32];
@@ -114,8 +117,9 @@ static void start_node_with(node_t *node, const char *secret, const char *metric
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", node->port);
     snprintf(deadline, sizeof(deadline), "%d", DEADLINE_MS);
     const char *extra[] = {"--host-memory-budget", "256M", "--cluster-listen", listen,
-                           "--cluster-peers", peer_list, "--cluster-secret-file", secret,
-                           "--cluster-deadline-ms", deadline, "--log-level", "info",
+                           peers_file[0] ? "--cluster-peers-file" : "--cluster-peers",
+                           peers_file[0] ? peers_file : peer_list, "--cluster-secret-file",
+                           secret, "--cluster-deadline-ms", deadline, "--log-level", "info",
                            metrics ? "--metrics" : NULL, metrics, NULL};
     ck_assert_int_eq(kvt_daemon_start(&node->d, "cpu", extra, 10000), 0);
     ck_assert_int_eq(kvd_client_create(node->d.socket, "cluster-test", &node->cli), KVD_OK);
@@ -806,6 +810,41 @@ START_TEST(test_status_and_metrics)
 }
 END_TEST
 
+/* The same peers file on every node (comments, blank lines, the node's own
+ * address among the others): each skips itself and finds the rest. */
+START_TEST(test_peers_file)
+{
+    node_t nodes[3];
+    kvd_daemon_status_t *s = malloc(sizeof(*s));
+    FILE *f;
+
+    memset(nodes, 0, sizeof(nodes));
+    snprintf(peers_file, sizeof(peers_file), "%s/peers", dir);
+    for (int i = 0; i < 3; i++) {
+        nodes[i].port = free_port();
+        for (int j = 0; j < i; j++)
+            if (nodes[j].port == nodes[i].port) {
+                nodes[i].port = free_port();
+                j = -1;
+            }
+    }
+    f = fopen(peers_file, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "# the cluster\n\n127.0.0.1:%d\n  127.0.0.1:%d  # the second\n127.0.0.1:%d,"
+            "127.0.0.1:%d\n", nodes[0].port, nodes[1].port, nodes[2].port, nodes[0].port);
+    fclose(f);
+    for (int i = 0; i < 3; i++)
+        start_node(&nodes[i], secret_path);
+    wait_all_up(nodes, 3);
+    KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
+    ck_assert_uint_eq(s->cluster.num_peers, 2); /* itself and the repeat skipped */
+    stop_nodes(nodes, 3);
+    unlink(peers_file);
+    peers_file[0] = '\0';
+    free(s);
+}
+END_TEST
+
 START_TEST(test_wrong_secret)
 {
     node_t nodes[1], intruder;
@@ -937,6 +976,7 @@ int main(void)
     tcase_add_test(tc, test_killed_mid_load);
     tcase_add_test(tc, test_restart_rejoins);
     tcase_add_test(tc, test_status_and_metrics);
+    tcase_add_test(tc, test_peers_file);
     tcase_add_test(tc, test_wrong_secret);
     tcase_add_test(tc, test_bad_options);
     suite_add_tcase(s, tc);
