@@ -253,6 +253,38 @@ static const kvd_client_entry_t *find_client(const sample_t *s, uint64_t id)
     return NULL;
 }
 
+/* The cluster, when the daemon is in one: its peers' health in a line,
+ * and what it pulls and serves. */
+static void cluster_line(frame_t *f, const sample_t *cur, const sample_t *prev, double dt)
+{
+    const kvd_cluster_status_t *c = &cur->status.cluster, *p = &prev->status.cluster;
+    uint32_t n = c->num_peers < KVD_CLUSTER_PEERS_MAX ? c->num_peers : KVD_CLUSTER_PEERS_MAX;
+    uint32_t up = 0;
+    char pulled[48], served[48], others[96] = "";
+    size_t at = 0;
+
+    if (!c->enabled)
+        return;
+    for (uint32_t i = 0; i < n; i++) {
+        if (strcmp(c->peers[i].state, "up") == 0) {
+            up++;
+        } else if (at + 40 < sizeof(others)) {
+            int w = snprintf(others + at, sizeof(others) - at, "%s%s %s", at ? ", " : " (",
+                             c->peers[i].address, c->peers[i].state);
+            at += w > 0 ? (size_t)w : 0;
+        }
+    }
+    if (at > 0)
+        snprintf(others + at, sizeof(others) - at, ")");
+    human_rate(pulled, sizeof(pulled),
+               prev->valid && dt > 0 ? rate(c->bytes_fetched, p->bytes_fetched, dt) : 0);
+    human_rate(served, sizeof(served),
+               prev->valid && dt > 0 ? rate(c->bytes_served, p->bytes_served, dt) : 0);
+    fline(f, STYLE_PLAIN, "cluster: %s, %u of %u peers up%s, pulling %s, serving %s", c->node, up,
+          c->num_peers, others, pulled, served);
+    fline(f, STYLE_PLAIN, "%s", "");
+}
+
 /*
  * Build the frame of cur (rates against prev when it is valid).  rows:
  * the terminal's height (0: no limit); the tables of pools and clients
@@ -339,6 +371,8 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
                   "-", "-", "-", mean, o->requests, o->errors);
     }
     fline(f, STYLE_PLAIN, "%s", "");
+
+    cluster_line(f, cur, prev, dt);
 
     /* pools: totals by kind, then the biggest first */
     for (i = 0; i < cur->npools; i++) {

@@ -732,8 +732,9 @@ static char *http_get(int port)
     return buf;
 }
 
-/* What an operator sees: kvdock status (table and JSON) and the metrics
- * name each peer and its health, and follow a peer going down. */
+/* What an operator sees: kvdock status (table and JSON), kvdock top and
+ * the metrics name each peer and its health, and follow a peer going
+ * down. */
 START_TEST(test_status_and_metrics)
 {
     node_t nodes[2];
@@ -778,6 +779,14 @@ START_TEST(test_status_and_metrics)
     ck_assert_ptr_nonnull(strstr(out, "\"state\":\"up\""));
     free(out);
     free(err);
+    argv[3] = "top";
+    argv[4] = "--once";
+    rc = kvt_run(argv, &out, &err, 20000);
+    snprintf(want, sizeof(want), "cluster: 127.0.0.1:%d, 1 of 1 peers up", nodes[0].port);
+    ck_assert_msg(rc == 0 && strstr(out, want) != NULL, "kvdock top --once:\n%s", out);
+    free(out);
+    free(err);
+    argv[3] = "status";
 
     m = http_get(atoi(mport));
     snprintf(want, sizeof(want), "kvdock_cluster_peer_up{peer=\"127.0.0.1:%d\"} 1",
