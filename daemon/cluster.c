@@ -174,6 +174,13 @@ struct kvd_cluster {
 
 /* ---- small things ---------------------------------------------------------- */
 
+/* Time from t to now; 0 when t is later (set after now was read: a
+ * difference of unsigned times would wrap to an age of centuries). */
+static uint64_t since(uint64_t now, uint64_t t)
+{
+    return now > t ? now - t : 0;
+}
+
 static void set_bit(uint8_t *b, uint32_t i)
 {
     b[i >> 3] |= (uint8_t)(1u << (i & 7));
@@ -1451,7 +1458,7 @@ static int busy(const kvd_cluster_t *cl, uint64_t now)
     if (cl->sending > 0)
         return 1;
     for (const pend_t *p = cl->pends; p; p = p->next)
-        if (p->phase == 1 || (p->phase == 0 && now - p->started_ns < SPIN_QUERY_NS))
+        if (p->phase == 1 || (p->phase == 0 && since(now, p->started_ns) < SPIN_QUERY_NS))
             return 1;
     return 0;
 }
@@ -1496,17 +1503,17 @@ static void on_tick(uv_timer_t *t)
                 peer_connect(cl, pe);
             continue;
         }
-        if (pe->state == PEER_CONNECTING && now - pe->link->opened_ns > cl->deadline_ns) {
+        if (pe->state == PEER_CONNECTING && since(now, pe->link->opened_ns) > cl->deadline_ns) {
             link_drop(cl, pe->link, "no proof within the deadline");
             continue;
         }
         if (pe->state != PEER_UP)
             continue;
-        if (pe->ping_sent_ns != 0 && now - pe->ping_sent_ns > cl->deadline_ns) {
+        if (pe->ping_sent_ns != 0 && since(now, pe->ping_sent_ns) > cl->deadline_ns) {
             link_drop(cl, pe->link, "no answer to a ping within the deadline");
             continue;
         }
-        if (pe->ping_sent_ns == 0 && now - pe->ping_t >= PING_NS) {
+        if (pe->ping_sent_ns == 0 && since(now, pe->ping_t) >= PING_NS) {
             Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
             Kvdock__Cluster__Ping pi = KVDOCK__CLUSTER__PING__INIT;
             pe->ping_t = now;
@@ -1520,7 +1527,7 @@ static void on_tick(uv_timer_t *t)
     /* inbound endpoints that never proved the secret */
     for (l = cl->links; l; l = lnext) {
         lnext = l->next;
-        if (!l->outbound && !l->authed && now - l->opened_ns > cl->deadline_ns)
+        if (!l->outbound && !l->authed && since(now, l->opened_ns) > cl->deadline_ns)
             refuse_link(cl, l, "no proof of the secret within the deadline");
     }
 again:
@@ -1539,7 +1546,7 @@ again:
             for (uint32_t i = 0; i < cl->npeers; i++) {
                 if (!p->fetching[i] || (p->done[i] && p->recvd[i] >= p->expect[i]))
                     continue;
-                if (now - p->progress_ns[i] > cl->deadline_ns && cl->peers[i].link != NULL) {
+                if (since(now, p->progress_ns[i]) > cl->deadline_ns && cl->peers[i].link != NULL) {
                     char why[160];
                     snprintf(why, sizeof(why), "sent nothing for %" PRIu64 " ms of a pull",
                              cl->deadline_ns / 1000000);
@@ -1869,7 +1876,7 @@ Kvdock__Cluster *kvd_cluster_status(kvd_req_t *r, const kvd_cluster_t *cl)
         cp->state = (char *)peer_state_name[p->state];
         cp->error = (char *)p->error;
         cp->rtt_us = p->rtt_ns / 1000;
-        cp->since_ms = (now - p->since_ns) / 1000000;
+        cp->since_ms = since(now, p->since_ns) / 1000000;
         cp->queries = p->queries;
         cp->blocks_fetched = p->blocks_fetched;
         cp->bytes_fetched = p->bytes_fetched;

@@ -32,7 +32,12 @@
 #define LAYERS 2
 #define TPB 4
 #define KEY 32
-#define DEADLINE_MS 1000
+/* --cluster-deadline-ms of the test daemons, and the factor every time
+ * bound here takes: KVD_TEST_TIME_SCALE (valgrind_daemon.sh sets it: the
+ * daemons run many times slower there) */
+static int scale = 1;
+#define DEADLINE_MS (1000 * scale)
+#define MS(n) ((int64_t)(n) * scale)
 
 typedef struct node {
     kvt_daemon_t d;
@@ -91,6 +96,8 @@ static void setup(void)
     snprintf(other_secret_path, sizeof(other_secret_path), "%s/other", dir);
     write_secret(secret_path, "the cluster's secret, 32 bytes..\n", 0600);
     write_secret(other_secret_path, "another cluster's secret, bytes.\n", 0600);
+    if (getenv("KVD_TEST_TIME_SCALE") != NULL && atoi(getenv("KVD_TEST_TIME_SCALE")) > 1)
+        scale = atoi(getenv("KVD_TEST_TIME_SCALE"));
     /* the loopback, over TCP (the transport a cluster without RDMA uses) */
     setenv("UCX_TLS", "tcp", 1);
     setenv("UCX_NET_DEVICES", "lo", 1);
@@ -121,7 +128,7 @@ static void start_node_with(node_t *node, const char *secret, const char *metric
                            peers_file[0] ? peers_file : peer_list, "--cluster-secret-file",
                            secret, "--cluster-deadline-ms", deadline, "--log-level", "info",
                            metrics ? "--metrics" : NULL, metrics, NULL};
-    ck_assert_int_eq(kvt_daemon_start(&node->d, "cpu", extra, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&node->d, "cpu", extra, (int)MS(10000)), 0);
     ck_assert_int_eq(kvd_client_create(node->d.socket, "cluster-test", &node->cli), KVD_OK);
     kvd_client_set_timeout(node->cli, 20000);
 }
@@ -168,7 +175,7 @@ static void wait_all_up(node_t *nodes, int n)
 
     for (int i = 0; i < n; i++)
         while (peers_up(&nodes[i], s) < (uint32_t)(n - 1)) {
-            ck_assert_msg(kvt_now_ms() - t0 < 15000, "node %d sees %u of %d peers up", i,
+            ck_assert_msg(kvt_now_ms() - t0 < MS(15000), "node %d sees %u of %d peers up", i,
                           peers_up(&nodes[i], s), n - 1);
             usleep(20000);
         }
@@ -579,7 +586,7 @@ START_TEST(test_node_lost)
                   kvd_err_name(st), msg);
     ck_assert_msg(strstr(msg, "keys[32-63] (32 of 64)") != NULL,
                   "the message names exactly C's blocks: %s", msg);
-    ck_assert_msg(took < 2 * DEADLINE_MS + 1500, "the load took %lld ms", (long long)took);
+    ck_assert_msg(took < 2 * DEADLINE_MS + MS(1500), "the load took %lld ms", (long long)took);
     r = lookup(&nodes[1], keys, 64);
     ck_assert_uint_eq(r.local_hits, 32); /* A's half landed, and is intact */
     for (uint32_t i = 0; i < 32; i++) {
@@ -601,7 +608,7 @@ START_TEST(test_node_lost)
     t0 = kvt_now_ms();
     r = lookup(&nodes[0], keys, 64);
     ck_assert_uint_le(r.hits, 32);
-    ck_assert_msg(kvt_now_ms() - t0 < 2 * DEADLINE_MS + 500, "lookup took %lld ms",
+    ck_assert_msg(kvt_now_ms() - t0 < 2 * DEADLINE_MS + MS(500), "lookup took %lld ms",
                   (long long)(kvt_now_ms() - t0));
     kvt_pool_free(nodes[0].cli, &pa);
     kvt_pool_free(nodes[1].cli, &pb);
@@ -647,7 +654,7 @@ START_TEST(test_killed_mid_load)
     usleep(5000);
     kvt_daemon_kill(&nodes[0].d); /* during the pull of 96 MiB */
     st = kvd_client_wait(nodes[1].cli, id);
-    ck_assert_msg(kvt_now_ms() - t0 < 2 * DEADLINE_MS + 1500, "the load took %lld ms",
+    ck_assert_msg(kvt_now_ms() - t0 < 2 * DEADLINE_MS + MS(1500), "the load took %lld ms",
                   (long long)(kvt_now_ms() - t0));
     if (st == KVD_OK) { /* it was faster than the kill: then all of it is right */
         for (uint32_t i = 0; i < n; i++)
@@ -699,7 +706,7 @@ START_TEST(test_restart_rejoins)
     start_node(&nodes[0], secret_path); /* the same port, at once */
     t0 = kvt_now_ms();
     wait_all_up(nodes, 2);
-    ck_assert_msg(kvt_now_ms() - t0 < 8000, "rejoined after %lld ms",
+    ck_assert_msg(kvt_now_ms() - t0 < MS(8000), "rejoined after %lld ms",
                   (long long)(kvt_now_ms() - t0));
     KVT_OK(nodes[1].cli, kvd_daemon_status(nodes[1].cli, s, NULL, 0));
     ck_assert_uint_ge(s->cluster.peers[0].failures, 1); /* it was seen going down */
@@ -806,7 +813,7 @@ START_TEST(test_status_and_metrics)
         if (strstr(m, want) != NULL)
             break;
         free(m);
-        ck_assert_msg(kvt_now_ms() - t0 < 5000, "the peer still shows up in the metrics");
+        ck_assert_msg(kvt_now_ms() - t0 < MS(5000), "the peer still shows up in the metrics");
     }
     free(m);
     argv[4] = NULL;
@@ -888,7 +895,7 @@ START_TEST(test_wrong_secret)
         KVT_OK(intruder.cli, kvd_daemon_status(intruder.cli, s, NULL, 0));
         if (strcmp(s->cluster.peers[0].state, "refused") == 0)
             break;
-        ck_assert_msg(kvt_now_ms() - t0 < 10000, "peer state %s", s->cluster.peers[0].state);
+        ck_assert_msg(kvt_now_ms() - t0 < MS(10000), "peer state %s", s->cluster.peers[0].state);
         usleep(20000);
     }
     ck_assert_uint_eq(lookup(&intruder, keys, 8).hits, 0);

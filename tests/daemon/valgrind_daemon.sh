@@ -46,7 +46,7 @@ for suite in "$@"; do
   fi
   # valgrind runs the daemon some 20 times slower: longer start and stop waits
   if ! KVD_VG_SUITE=$n KVDOCKD_PATH="$work/kvdockd" KVDOCKD="$work/kvdockd" \
-      CK_DEFAULT_TIMEOUT=600 "$suite"; then
+      KVD_TEST_TIME_SCALE=5 CK_DEFAULT_TIMEOUT=600 "$suite"; then
     echo "valgrind_daemon: $(basename "$suite") failed against the daemon under valgrind"
     rc=1
   fi
