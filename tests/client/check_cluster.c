@@ -883,10 +883,12 @@ START_TEST(test_wrong_secret)
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", intruder.port);
     snprintf(peers, sizeof(peers), "127.0.0.1:%d", nodes[0].port);
     {
+        char deadline[32];
+        snprintf(deadline, sizeof(deadline), "%d", DEADLINE_MS);
         const char *extra[] = {"--host-memory-budget", "256M", "--cluster-listen", listen,
                                "--cluster-peers", peers, "--cluster-secret-file",
-                               other_secret_path, "--cluster-deadline-ms", "1000", NULL};
-        ck_assert_int_eq(kvt_daemon_start(&intruder.d, "cpu", extra, 10000), 0);
+                               other_secret_path, "--cluster-deadline-ms", deadline, NULL};
+        ck_assert_int_eq(kvt_daemon_start(&intruder.d, "cpu", extra, (int)MS(10000)), 0);
     }
     ck_assert_int_eq(kvd_client_create(intruder.d.socket, "intruder", &intruder.cli), KVD_OK);
     intruder.cache = make_cache(&intruder, "kv", 1024, true);
