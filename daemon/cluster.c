@@ -1102,6 +1102,7 @@ kvd_status_t kvd_cluster_defer(kvd_req_t *r, kvd_cache_t *k, const uint8_t *cons
         asked++;
     }
     r->deferred = 1;
+    r->set_aside = 1;
     p->conn = r->conn;
     p->t_start_ns = r->t_start_ns;
     kvd__conn_op_begin(r->conn);

@@ -78,7 +78,8 @@ uint32_t kvd_cluster_live(const kvd_cluster_t *cl);
 /* Set r aside and ask the live peers about keys[first..n) of k: which
  * they hold (a lookup), or, for a load, pull those the local tier lacks.
  * r runs again once every peer answered or the deadline passed.  KVD_OK
- * with r->deferred set, or a failure (r's message set). */
+ * with r->deferred and r->set_aside set (a data operation's dataop is
+ * dropped unsubmitted), or a failure (r's message set). */
 kvd_status_t kvd_cluster_defer(kvd_req_t *r, kvd_cache_t *k, const uint8_t *const *keys,
                                const size_t *lens, uint32_t first, uint32_t n, int pull);
 

@@ -584,7 +584,7 @@ kvd_status_t kvd__dataop_run(kvd_req_t *r, kvd_status_t (*fn)(kvd_req_t *, kvd_d
     if (d == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     st = fn(r, d);
-    if (st != KVD_OK) { /* nothing was launched */
+    if (st != KVD_OK || r->set_aside) { /* nothing was launched */
         if (d->finish != NULL) {
             Kvdock__OpReply op = KVDOCK__OP_REPLY__INIT;
             uint64_t bytes = 0;

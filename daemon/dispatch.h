@@ -44,6 +44,7 @@ struct kvd_req {
     int deferred;          /* the handler replies later (kvd__reply_deferred) */
     const struct kvd_cluster_answer *cluster; /* a second run, after the peers answered
                                                * (cluster.h) */
+    int set_aside;         /* kept to run again later (cluster.h): nothing was submitted */
     int reply_fds[2];      /* descriptors to send with the reply (not owned) */
     int n_reply_fds;
     int close_after;       /* close the connection once the reply is out */

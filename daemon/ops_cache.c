@@ -1137,6 +1137,14 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
                             1)) != KVD_OK ||
         (st = kvd__choose_path(r, d, KVD_MEM_HOST, p->kind, 0, 0)) != KVD_OK)
         return st;
+    /* a cluster cache lacking keys (or pulling them for another load)
+     * pulls them first: the request runs again once they are here */
+    if (lease == NULL && k->cluster && ca == NULL && kvd_cluster_live(r->srv->cluster))
+        for (i = 0; i < n; i++) {
+            uint32_t id = kvd_cache_find(c, ks.k[i], ks.len[i]);
+            if (id == KVD_CBLOCK_NONE || kvd_cache_block(c, id)->state != KVD_CBLOCK_READY)
+                return kvd_cluster_defer(r, k, ks.k, ks.len, 0, n, 1);
+        }
     if ((st = cacheop_new(r, d, k, n, 1, load_finish)) != KVD_OK)
         return st;
     op = d->ext;
@@ -1219,36 +1227,7 @@ kvd_status_t kvd__op_cache_save(kvd_req_t *r)
     return kvd__dataop_run(r, do_save);
 }
 
-/* A load by keys from a cluster cache that lacks some of them pulls
- * them from the peers first, then runs (kvd_req_t.cluster set).  Bad
- * requests are left for do_load to refuse, in its order. */
-static kvd_status_t pull_first(kvd_req_t *r)
-{
-    const Kvdock__CacheLoad *cl = r->req->cache_load;
-    kvd_cache_t *k = NULL;
-    keys_t ks;
-    uint32_t i;
-
-    if (r->cluster != NULL || cl->lease != 0 || !kvd_cluster_live(r->srv->cluster))
-        return KVD_OK;
-    if (find_cache(r, cl->cache, NULL, 1, &k) != KVD_OK || !k->cluster ||
-        get_keys(r, cl->keys, 0, &ks) != KVD_OK || no_duplicates(r, &k->store, &ks) != KVD_OK) {
-        r->msg[0] = '\0';
-        return KVD_OK;
-    }
-    for (i = 0; i < ks.n; i++) { /* a key missing, or being pulled by another load */
-        uint32_t id = kvd_cache_find(&k->store, ks.k[i], ks.len[i]);
-        if (id == KVD_CBLOCK_NONE || kvd_cache_block(&k->store, id)->state != KVD_CBLOCK_READY)
-            return kvd_cluster_defer(r, k, ks.k, ks.len, 0, ks.n, 1);
-    }
-    return KVD_OK;
-}
-
 kvd_status_t kvd__op_cache_load(kvd_req_t *r)
 {
-    kvd_status_t st = pull_first(r);
-
-    if (st != KVD_OK || r->deferred)
-        return st;
     return kvd__dataop_run(r, do_load);
 }
