@@ -274,6 +274,11 @@ START_TEST(test_create_and_manage)
     s.open_existing = true;
     KVT_OK(cli, kvd_cache_create(cli, &s, &again));
     ck_assert_uint_eq(again.id, id);
+    ck_assert(!again.cluster);
+    s.cluster = true; /* this daemon is in no cluster: refused, found or new */
+    KVT_ERR(cli, kvd_cache_create(cli, &s, NULL), KVD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(kvd_client_last_error(cli), "--cluster-listen"));
+    s.cluster = false;
     s.layout.tokens_per_block = 8;
     KVT_ERR(cli, kvd_cache_create(cli, &s, NULL), KVD_ESHAPE);
     s.layout = info.layout;

@@ -362,6 +362,20 @@ START_TEST(test_found_and_pulled)
     wait_all_up(nodes, 3);
     for (int i = 0; i < 3; i++)
         nodes[i].cache = make_cache(&nodes[i], "kv", 1024, true);
+    {
+        /* opening it as a cache outside the cluster is refused */
+        kvd_cache_spec_t sp;
+        memset(&sp, 0, sizeof(sp));
+        sp.name = "kv";
+        sp.layout.num_layers = LAYERS;
+        sp.layout.tokens_per_block = TPB;
+        sp.layout.token_bytes = 1024;
+        snprintf(sp.layout.dtype, sizeof(sp.layout.dtype), "bf16");
+        sp.budget_bytes = 96u << 20;
+        sp.open_existing = true;
+        KVT_ERR(nodes[0].cli, kvd_cache_create(nodes[0].cli, &sp, NULL), KVD_EINVAL);
+        ck_assert_ptr_nonnull(strstr(kvd_client_last_error(nodes[0].cli), "in the cluster"));
+    }
     kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, 64 * TPB, 1024, false, TPB);
     kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, 64 * TPB, 1024, false, TPB);
     kvt_pool_make(nodes[2].cli, &pc, "pc", LAYERS, 64 * TPB, 1024, false, TPB);
@@ -939,6 +953,12 @@ START_TEST(test_bad_options)
          "readable by others"},
         {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "SHORT", NULL},
          "16 to 4,096 bytes"},
+        {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "SECRET",
+          "--cluster-peers-file", "/nonexistent/peers", NULL},
+         "cluster-peers-file /nonexistent/peers"},
+        {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "SECRET",
+          "--cluster-peers", "127.0.0.1:2,nocolon", NULL},
+         "'nocolon' is not HOST:PORT"},
     };
     char open_path[300], short_path[300];
 
