@@ -320,20 +320,31 @@ static void save(node_t *node, const kvt_pool_t *p, uint8_t (*keys)[KEY], uint32
     free(pages);
 }
 
+/* A load of keys[from, from + n) of node's cache into p's pages[0..n). */
+static kvd_cache_load_t load_args(const node_t *node, const kvt_pool_t *p, uint8_t (*keys)[KEY],
+                                  uint32_t from, uint32_t n, const int64_t *pages)
+{
+    kvd_cache_load_t a;
+
+    memset(&a, 0, sizeof(a));
+    a.cache = node->cache;
+    a.pool = p->info.id;
+    a.keys = keys_of(keys, from, n);
+    a.blocks.values = pages;
+    a.blocks.count = n;
+    return a;
+}
+
+/* Load keys[0, n) into pages 0..n-1. */
 static kvd_status_t load(node_t *node, const kvt_pool_t *p, uint8_t (*keys)[KEY], uint32_t n)
 {
     int64_t *pages = malloc(n * sizeof(*pages));
     kvd_cache_load_t a;
     kvd_status_t st;
 
-    memset(&a, 0, sizeof(a));
     for (uint32_t i = 0; i < n; i++)
         pages[i] = i;
-    a.cache = node->cache;
-    a.pool = p->info.id;
-    a.keys = keys_of(keys, 0, n);
-    a.blocks.values = pages;
-    a.blocks.count = n;
+    a = load_args(node, p, keys, 0, n, pages);
     st = kvd_cache_load(node->cli, &a, NULL, NULL);
     free(pages);
     return st;
@@ -464,14 +475,8 @@ START_TEST(test_same_chain_twice)
     save(&nodes[0], &pa, keys, 0, n, true);
     for (uint32_t i = 0; i < n; i++)
         pages[i] = i;
-    memset(&a1, 0, sizeof(a1));
-    a1.cache = nodes[1].cache;
-    a1.pool = pb.info.id;
-    a1.keys = keys_of(keys, 0, n);
-    a1.blocks.values = pages;
-    a1.blocks.count = n;
-    a2 = a1;
-    a2.pool = pb2.info.id;
+    a1 = load_args(&nodes[1], &pb, keys, 0, n, pages);
+    a2 = load_args(&nodes[1], &pb2, keys, 0, n, pages);
     poison(&pb);
     poison(&pb2);
     KVT_OK(nodes[1].cli, kvd_cache_load_submit(nodes[1].cli, &a1, NULL, &r1, &id1));
@@ -530,12 +535,7 @@ START_TEST(test_pulled_load_flags)
         save(&nodes[0], &pa, keys, 0, n, true);
         for (uint32_t i = 0; i < n; i++)
             pages[i] = i;
-        memset(&ld, 0, sizeof(ld));
-        ld.cache = nodes[1].cache;
-        ld.pool = pb.info.id;
-        ld.keys = keys_of(keys, 0, n);
-        ld.blocks.values = pages;
-        ld.blocks.count = n;
+        ld = load_args(&nodes[1], &pb, keys, 0, n, pages);
         ld.layer_flags.buffer = buf;
         ld.layer_flags.offset = 4;
         ld.layer_flags.bytes = LAYERS * 4;
@@ -605,13 +605,7 @@ START_TEST(test_node_lost)
     ck_assert_uint_eq(r.local_hits, 32); /* A's half landed, and is intact */
     for (uint32_t i = 0; i < 32; i++) {
             int64_t pg = i;
-            kvd_cache_load_t a;
-            memset(&a, 0, sizeof(a));
-            a.cache = nodes[1].cache;
-            a.pool = pb.info.id;
-            a.keys = keys_of(keys, i, 1);
-            a.blocks.values = &pg;
-            a.blocks.count = 1;
+            kvd_cache_load_t a = load_args(&nodes[1], &pb, keys, i, 1, &pg);
             KVT_OK(nodes[1].cli, kvd_cache_load(nodes[1].cli, &a, NULL, NULL));
             ck_assert(holds(&pb, i, keys[i]));
         }
@@ -654,14 +648,9 @@ START_TEST(test_killed_mid_load)
     kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, n * TPB, 65536, false, TPB);
     chain(keys, n, 4);
     save(&nodes[0], &pa, keys, 0, n, true);
-    memset(&a, 0, sizeof(a));
     for (uint32_t i = 0; i < n; i++)
         pages[i] = i;
-    a.cache = nodes[1].cache;
-    a.pool = pb.info.id;
-    a.keys = keys_of(keys, 0, n);
-    a.blocks.values = pages;
-    a.blocks.count = n;
+    a = load_args(&nodes[1], &pb, keys, 0, n, pages);
     poison(&pb);
     t0 = kvt_now_ms();
     KVT_OK(nodes[1].cli, kvd_cache_load_submit(nodes[1].cli, &a, NULL, &res, &id));
@@ -685,10 +674,7 @@ START_TEST(test_killed_mid_load)
         KVT_OK(nodes[1].cli, kvd_cache_lookup(nodes[1].cli, nodes[1].cache, &one, false, 0, &r));
         if (r.local_hits == 1) {
             int64_t pg = i;
-            kvd_cache_load_t b = a;
-            b.keys = one;
-            b.blocks.values = &pg;
-            b.blocks.count = 1;
+            kvd_cache_load_t b = load_args(&nodes[1], &pb, keys, i, 1, &pg);
             memset(page(&pb, i, 0, 0), 0, 16);
             KVT_OK(nodes[1].cli, kvd_cache_load(nodes[1].cli, &b, NULL, NULL));
             ck_assert_msg(holds(&pb, i, keys[i]), "block %u kept by B is corrupt", i);
