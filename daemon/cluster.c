@@ -1117,6 +1117,19 @@ kvd_status_t kvd_cluster_defer(kvd_req_t *r, kvd_cache_t *k, const uint8_t *cons
 
 /* ---- what comes in --------------------------------------------------------------- */
 
+/* The request in phase an answer of request id from l's peer is for (its
+ * peer's index in *i), or NULL: not ours, or not in that phase now. */
+static pend_t *answered_pend(kvd_cluster_t *cl, const link_t *l, uint64_t id, int phase,
+                             uint32_t *i)
+{
+    pend_t *p = pend_find(cl, id);
+
+    if (p == NULL || l->peer == NULL || p->phase != phase)
+        return NULL;
+    *i = (uint32_t)(l->peer - cl->peers);
+    return p;
+}
+
 static void handle_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg *m)
 {
     uint8_t proof[KVD_BLAKE2S_BYTES];
@@ -1250,9 +1263,9 @@ static void handle_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg 
         }
         return;
     case KVDOCK__CLUSTER__MSG__M_QUERY_REPLY: {
-        pend_t *p = pend_find(cl, m->query_reply->id);
-        uint32_t i = l->peer ? (uint32_t)(l->peer - cl->peers) : MAX_PEERS;
-        if (p == NULL || i >= MAX_PEERS || p->phase != 0 || !p->asked[i] || p->answered[i])
+        uint32_t i;
+        pend_t *p = answered_pend(cl, l, m->query_reply->id, 0, &i);
+        if (p == NULL || !p->asked[i] || p->answered[i])
             return;
         p->answered[i] = 1;
         if (m->query_reply->present.len >= (p->nask + 7) / 8) {
@@ -1265,9 +1278,9 @@ static void handle_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg 
         return;
     }
     case KVDOCK__CLUSTER__MSG__M_FETCH_DONE: {
-        pend_t *p = pend_find(cl, m->fetch_done->id);
-        uint32_t i = l->peer ? (uint32_t)(l->peer - cl->peers) : MAX_PEERS;
-        if (p == NULL || i >= MAX_PEERS || p->phase != 1 || !p->fetching[i] || p->done[i])
+        uint32_t i;
+        pend_t *p = answered_pend(cl, l, m->fetch_done->id, 1, &i);
+        if (p == NULL || !p->fetching[i] || p->done[i])
             return;
         p->done[i] = 1;
         p->expect[i] = m->fetch_done->sent;
@@ -1395,9 +1408,8 @@ static ucs_status_t on_block(void *arg, const void *header, size_t header_length
         header_length != sizeof(hdr))
         return UCS_OK;
     memcpy(hdr, header, sizeof(hdr));
-    i = (uint32_t)(l->peer - cl->peers);
-    p = pend_find(cl, hdr[0]);
-    if (p == NULL || p->phase != 1 || !p->fetching[i])
+    p = answered_pend(cl, l, hdr[0], 1, &i);
+    if (p == NULL || !p->fetching[i])
         return UCS_OK;
     if (hdr[1] >= p->fcount[i])
         return UCS_OK; /* not a key asked of it */

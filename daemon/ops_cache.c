@@ -839,6 +839,18 @@ static void empty_job(kvd_dataop_t *d, kvd_job_t *job, const kvd_pool_t *p, uint
     a->row_bytes = (int64_t)(p->slot_bytes * tokens);
 }
 
+/* The operation's bookkeeping goes with its reference on the cache. */
+static void cacheop_free(kvd_dataop_t *d)
+{
+    cacheop_t *op = d->ext;
+
+    kvd__cache_unref(op->cache);
+    free(op->ids);
+    free(op->is_new);
+    free(op);
+    d->ext = NULL;
+}
+
 static void save_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
 {
     cacheop_t *op = d->ext;
@@ -870,11 +882,7 @@ static void save_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, 
         *bytes = (uint64_t)op->stored * c->block_bytes;
     }
     rep->rows = op->n;
-    kvd__cache_unref(op->cache);
-    free(op->ids);
-    free(op->is_new);
-    free(op);
-    d->ext = NULL;
+    cacheop_free(d);
 }
 
 /* The operation's bookkeeping, reserved before anything else can fail. */
@@ -1007,11 +1015,7 @@ static void load_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, 
     rep->rows = op->total;
     if (op->lease != NULL)
         lease_end(op->cache, op->lease);
-    kvd__cache_unref(op->cache);
-    free(op->ids);
-    free(op->is_new);
-    free(op);
-    d->ext = NULL;
+    cacheop_free(d);
 }
 
 /* ENOENT naming every key of a load that neither this daemon nor its
