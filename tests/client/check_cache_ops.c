@@ -79,47 +79,11 @@ static kvd_cache_keys_t keys_of(const chain_t *c, uint32_t from, uint32_t n)
     return k;
 }
 
-/* Where page pg's rows of layer l (K or V) start in a pool mapping. */
-static uint8_t *page_rows(const kvt_pool_t *p, uint32_t pg, uint32_t l, bool v)
-{
-    return (uint8_t *)p->map->base + (uint64_t)l * p->info.layer_stride +
-           (v ? p->info.v_offset : 0) + (uint64_t)pg * TPB * p->info.slot_stride;
-}
-
-static uint64_t key_seed(const uint8_t *key)
-{
-    uint64_t s;
-
-    memcpy(&s, key, 8);
-    return s;
-}
-
-/* Page pg holds the block of key. */
-static void page_fill(const kvt_pool_t *p, uint32_t pg, const uint8_t *key)
-{
-    for (uint32_t l = 0; l < LAYERS; l++)
-        for (int v = 0; v < 2; v++)
-            kvt_fill(page_rows(p, pg, l, v), TPB * TOKEN_BYTES, key_seed(key) + 2 * l + v);
-}
-
-static bool page_holds(const kvt_pool_t *p, uint32_t pg, const uint8_t *key)
-{
-    uint8_t want[TPB * TOKEN_BYTES];
-
-    for (uint32_t l = 0; l < LAYERS; l++)
-        for (int v = 0; v < 2; v++) {
-            kvt_fill(want, sizeof(want), key_seed(key) + 2 * l + v);
-            if (memcmp(page_rows(p, pg, l, v), want, sizeof(want)) != 0)
-                return false;
-        }
-    return true;
-}
-
 static void page_poison(const kvt_pool_t *p, uint32_t pg)
 {
     for (uint32_t l = 0; l < LAYERS; l++)
         for (int v = 0; v < 2; v++)
-            memset(page_rows(p, pg, l, v), 0xA5, TPB * TOKEN_BYTES);
+            memset(kvt_page(p, pg, l, v), 0xA5, TPB * TOKEN_BYTES);
 }
 
 /* A host pool of pages of the cache's layout. */
@@ -161,7 +125,7 @@ static kvd_status_t save(kvd_client_t *cli, uint64_t cache, const kvt_pool_t *p,
     memset(&a, 0, sizeof(a));
     for (uint32_t i = 0; i < n; i++) {
         pages[i] = page0 + i;
-        page_fill(p, page0 + i, c->keys[from + i]);
+        kvt_page_fill(p, page0 + i, c->keys[from + i]);
     }
     a.cache = cache;
     a.pool = p->info.id;
@@ -211,7 +175,7 @@ static void load_check(kvd_client_t *cli, uint64_t cache, const kvt_pool_t *p, c
         page_poison(p, page0 + i);
     KVT_OK(cli, load(cli, cache, p, c, 0, n, page0));
     for (uint32_t i = 0; i < n; i++)
-        ck_assert_msg(page_holds(p, page0 + i, c->keys[i]), "block %u came back wrong", i);
+        ck_assert_msg(kvt_page_holds(p, page0 + i, c->keys[i]), "block %u came back wrong", i);
 }
 
 static kvd_cache_info_t stats(kvd_client_t *cli, uint64_t cache)
@@ -520,7 +484,7 @@ START_TEST(test_layer_flags)
         page_poison(&p, 4 + i);
     KVT_OK(cli, kvd_cache_load(cli, &ld, NULL, NULL));
     for (int i = 0; i < 4; i++)
-        ck_assert(page_holds(&p, 4 + i, c.keys[i]));
+        ck_assert(kvt_page_holds(&p, 4 + i, c.keys[i]));
     ck_assert_uint_eq(flags[0], 0);
     ck_assert_uint_eq(flags[1], 0);
     ck_assert_uint_eq(flags[2], 7);
@@ -751,7 +715,7 @@ START_TEST(test_concurrent_saves_dedup)
         for (int i = 0; i < 2; i++) {
             s[i] = (saver_t){cli[i], &p[i], id, c, &go, KVD_OK, {0}};
             for (uint32_t b = 0; b < c->n; b++)
-                page_fill(&p[i], b, c->keys[b]);
+                kvt_page_fill(&p[i], b, c->keys[b]);
             ck_assert_int_eq(pthread_create(&th[i], NULL, saver_run, &s[i]), 0);
         }
         pthread_barrier_wait(&go);
@@ -945,7 +909,7 @@ START_TEST(test_leases)
         page_poison(&p, 8 + i);
     KVT_OK(cli, kvd_cache_load(cli, &ld, NULL, &res));
     for (uint32_t i = 0; i < 8; i++)
-        ck_assert(page_holds(&p, 8 + i, a.keys[i]));
+        ck_assert(kvt_page_holds(&p, 8 + i, a.keys[i]));
     ck_assert_uint_eq(stats(cli, id).leases, 0);
     KVT_ERR(cli, kvd_cache_load(cli, &ld, NULL, &res), KVD_ENOENT); /* used up */
     KVT_ERR(cli, kvd_cache_release(cli, lr.lease), KVD_ENOENT);
@@ -1020,7 +984,7 @@ static void child_work(const char *sock, const char *cache_name, uint64_t seed)
         memset(&a, 0, sizeof(a));
         for (uint32_t i = 0; i < c->n; i++) {
             pages[i] = i;
-            page_fill(&p, i, c->keys[i]);
+            kvt_page_fill(&p, i, c->keys[i]);
         }
         a.cache = info.id;
         a.pool = pool.id;

@@ -240,42 +240,6 @@ static void chain(uint8_t (*keys)[KEY], uint32_t n, uint64_t seed)
     free(tokens);
 }
 
-static uint8_t *page(const kvt_pool_t *p, uint32_t pg, uint32_t l, int v)
-{
-    return (uint8_t *)p->map->base + (uint64_t)l * p->info.layer_stride +
-           (v ? p->info.v_offset : 0) + (uint64_t)pg * TPB * p->info.slot_stride;
-}
-
-static uint64_t seed_of(const uint8_t *key)
-{
-    uint64_t s;
-
-    memcpy(&s, key, 8);
-    return s;
-}
-
-static void fill(const kvt_pool_t *p, uint32_t pg, const uint8_t *key)
-{
-    for (uint32_t l = 0; l < LAYERS; l++)
-        for (int v = 0; v < 2; v++)
-            kvt_fill(page(p, pg, l, v), TPB * p->info.slot_bytes, seed_of(key) + 2 * l + v);
-}
-
-static bool holds(const kvt_pool_t *p, uint32_t pg, const uint8_t *key)
-{
-    size_t n = TPB * p->info.slot_bytes;
-    uint8_t *want = malloc(n);
-    bool ok = true;
-
-    for (uint32_t l = 0; l < LAYERS && ok; l++)
-        for (int v = 0; v < 2 && ok; v++) {
-            kvt_fill(want, n, seed_of(key) + 2 * l + v);
-            ok = memcmp(page(p, pg, l, v), want, n) == 0;
-        }
-    free(want);
-    return ok;
-}
-
 static void poison(const kvt_pool_t *p)
 {
     memset(p->map->base, 0xA5, p->map->bytes);
@@ -304,7 +268,7 @@ static void save(node_t *node, const kvt_pool_t *p, uint8_t (*keys)[KEY], uint32
     memset(&a, 0, sizeof(a));
     for (uint32_t i = 0; i < n; i++) {
         pages[i] = from + i;
-        fill(p, from + i, keys[from + i]);
+        kvt_page_fill(p, from + i, keys[from + i]);
     }
     a.cache = node->cache;
     a.pool = p->info.id;
@@ -400,7 +364,7 @@ START_TEST(test_found_and_pulled)
     poison(&pb);
     KVT_OK(nodes[1].cli, load(&nodes[1], &pb, keys, 64));
     for (uint32_t i = 0; i < 64; i++)
-        ck_assert_msg(holds(&pb, i, keys[i]), "block %u on B differs from A's", i);
+        ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "block %u on B differs from A's", i);
     r = lookup(&nodes[1], keys, 64);
     ck_assert_uint_eq(r.local_hits, 64); /* now in B's own tier */
 
@@ -413,7 +377,7 @@ START_TEST(test_found_and_pulled)
     poison(&pb);
     KVT_OK(nodes[1].cli, load(&nodes[1], &pb, keys2, 64));
     for (uint32_t i = 0; i < 64; i++)
-        ck_assert_msg(holds(&pb, i, keys2[i]), "block %u of the split chain differs", i);
+        ck_assert_msg(kvt_page_holds(&pb, i, keys2[i]), "block %u of the split chain differs", i);
     KVT_OK(nodes[1].cli, kvd_daemon_status(nodes[1].cli, s, NULL, 0));
     ck_assert_uint_eq(s->cluster.blocks_fetched, 128);
     KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
@@ -484,8 +448,8 @@ START_TEST(test_same_chain_twice)
     KVT_OK(nodes[1].cli, kvd_client_wait(nodes[1].cli, id1));
     KVT_OK(b2, kvd_client_wait(b2, id2));
     for (uint32_t i = 0; i < n; i++) {
-        ck_assert_msg(holds(&pb, i, keys[i]), "first worker's block %u", i);
-        ck_assert_msg(holds(&pb2, i, keys[i]), "second worker's block %u", i);
+        ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "first worker's block %u", i);
+        ck_assert_msg(kvt_page_holds(&pb2, i, keys[i]), "second worker's block %u", i);
     }
     {
         kvd_daemon_status_t *s = malloc(sizeof(*s));
@@ -549,7 +513,7 @@ START_TEST(test_pulled_load_flags)
             ck_assert_uint_eq(flags[1 + g], 40 + (uint32_t)round);
         ck_assert_uint_eq(flags[1 + LAYERS], 0);
         for (uint32_t i = 0; i < n; i++)
-            ck_assert_msg(holds(&pb, i, keys[i]), "round %d block %u", round, i);
+            ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "round %d block %u", round, i);
     }
     KVT_OK(nodes[1].cli, kvd_cache_stats(nodes[1].cli, nodes[1].cache, NULL, &info));
     ck_assert_uint_eq(info.loads, 2);
@@ -607,7 +571,7 @@ START_TEST(test_node_lost)
             int64_t pg = i;
             kvd_cache_load_t a = load_args(&nodes[1], &pb, keys, i, 1, &pg);
             KVT_OK(nodes[1].cli, kvd_cache_load(nodes[1].cli, &a, NULL, NULL));
-            ck_assert(holds(&pb, i, keys[i]));
+            ck_assert(kvt_page_holds(&pb, i, keys[i]));
         }
 
     /* C killed: lookups elsewhere answer at once, without it */
@@ -661,7 +625,7 @@ START_TEST(test_killed_mid_load)
                   (long long)(kvt_now_ms() - t0));
     if (st == KVD_OK) { /* it was faster than the kill: then all of it is right */
         for (uint32_t i = 0; i < n; i++)
-            ck_assert(holds(&pb, i, keys[i]));
+            ck_assert(kvt_page_holds(&pb, i, keys[i]));
     } else {
         ck_assert_msg(st == KVD_ENOENT, "%s: %s", kvd_err_name(st),
                       kvd_client_last_error(nodes[1].cli));
@@ -675,9 +639,9 @@ START_TEST(test_killed_mid_load)
         if (r.local_hits == 1) {
             int64_t pg = i;
             kvd_cache_load_t b = load_args(&nodes[1], &pb, keys, i, 1, &pg);
-            memset(page(&pb, i, 0, 0), 0, 16);
+            memset(kvt_page(&pb, i, 0, 0), 0, 16);
             KVT_OK(nodes[1].cli, kvd_cache_load(nodes[1].cli, &b, NULL, NULL));
-            ck_assert_msg(holds(&pb, i, keys[i]), "block %u kept by B is corrupt", i);
+            ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "block %u kept by B is corrupt", i);
         }
     }
     kvd_client_destroy(&nodes[0].cli);

@@ -87,6 +87,48 @@ static inline void kvt_pool_free(kvd_client_t *cli, kvt_pool_t *p)
         KVT_OK(cli, kvd_pool_drop(cli, p->info.id, NULL));
 }
 
+/* Pages of a pool made with pages (page_size): where page pg's rows of
+ * layer l (K, or V) start in the mapping. */
+static inline uint8_t *kvt_page(const kvt_pool_t *p, uint32_t pg, uint32_t l, bool v)
+{
+    return (uint8_t *)p->map->base + (uint64_t)l * p->info.layer_stride +
+           (v ? p->info.v_offset : 0) + (uint64_t)pg * p->info.page_size * p->info.slot_stride;
+}
+
+/* A cache block's bytes derived from its key (its first 8 bytes seed each
+ * layer's K and V), so whoever saved it, anyone can check a load: page pg
+ * is filled with them, or holds them. */
+static inline uint64_t kvt_key_seed(const uint8_t *key)
+{
+    uint64_t s;
+
+    memcpy(&s, key, 8);
+    return s;
+}
+
+static inline void kvt_page_fill(const kvt_pool_t *p, uint32_t pg, const uint8_t *key)
+{
+    for (uint32_t l = 0; l < p->info.num_layers; l++)
+        for (int v = 0; v < 2; v++)
+            kvt_fill(kvt_page(p, pg, l, v), (size_t)p->info.page_size * p->info.slot_bytes,
+                     kvt_key_seed(key) + 2 * l + (uint64_t)v);
+}
+
+static inline bool kvt_page_holds(const kvt_pool_t *p, uint32_t pg, const uint8_t *key)
+{
+    size_t n = (size_t)p->info.page_size * p->info.slot_bytes;
+    uint8_t *want = malloc(n);
+    bool ok = want != NULL;
+
+    for (uint32_t l = 0; ok && l < p->info.num_layers; l++)
+        for (int v = 0; ok && v < 2; v++) {
+            kvt_fill(want, n, kvt_key_seed(key) + 2 * l + (uint64_t)v);
+            ok = memcmp(kvt_page(p, pg, l, v), want, n) == 0;
+        }
+    free(want);
+    return ok;
+}
+
 /* Layer l's K (v false) or V rows, in a copy laid out like the pool. */
 static inline uint8_t *kvt_layer(const kvt_pool_t *p, uint8_t *base, uint32_t l, bool v)
 {
