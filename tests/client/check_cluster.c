@@ -750,6 +750,22 @@ START_TEST(test_status_and_metrics)
     ck_assert_ptr_nonnull(strstr(out, "\"state\":\"up\""));
     free(out);
     free(err);
+    {
+        const char *mk[] = {KVDOCK_CLI_PATH, "--socket", nodes[0].d.socket, "cache", "create",
+                            "kv2", "--layers", "2", "--tokens-per-block", "4", "--token-bytes",
+                            "64", "--budget", "1m", "--cluster", NULL};
+        const char *st[] = {KVDOCK_CLI_PATH, "--socket", nodes[0].d.socket, "cache", "stats",
+                            "kv2", "--json", NULL};
+        rc = kvt_run(mk, &out, &err, 20000);
+        ck_assert_msg(rc == 0, "kvdock cache create --cluster: %d %s", rc, err);
+        free(out);
+        free(err);
+        rc = kvt_run(st, &out, &err, 20000);
+        ck_assert_msg(rc == 0 && strstr(out, "\"cluster\":true") != NULL,
+                      "kvdock cache stats --json:\n%s", out);
+        free(out);
+        free(err);
+    }
     argv[3] = "top";
     argv[4] = "--once";
     rc = kvt_run(argv, &out, &err, 20000);
