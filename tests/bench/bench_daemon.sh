@@ -14,6 +14,7 @@
 #   --out DIR           where the results go (default $OUT, else the current folder)
 #   -- ...              options for `kvdock bench` (--iterations, --duration, ...)
 #   $KVDOCKD_ARGS       more options for the daemon (e.g. --cuda-completion loop)
+#   $BENCH_PATHS_ARGS   options for bench_paths (e.g. --layers 2 --iterations 20)
 #
 # Writes DIR/bench_daemon.json and DIR/bench_paths.json (one JSON object
 # each: every figure, with the targets and their verdicts) and
@@ -113,7 +114,8 @@ rc=0
 "$cli" --socket "$sock" bench --json ${bench_args[@]+"${bench_args[@]}"} \
   >"$out/bench_daemon.json" || rc=$?
 if [ "$rc" = 0 ]; then
-  "$paths" --socket "$sock" --json >"$out/bench_paths.json" || rc=$?
+  # shellcheck disable=SC2086 # options, split on spaces
+  "$paths" --socket "$sock" --json ${BENCH_PATHS_ARGS:-} >"$out/bench_paths.json" || rc=$?
 fi
 if [ "$rc" = 0 ]; then
   echo "bench_daemon.sh: figures in $out/bench_daemon.json and $out/bench_paths.json" >&2
