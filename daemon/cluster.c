@@ -58,8 +58,11 @@
 #define NONCE_BYTES 16
 #define MAX_PEERS 64
 #define MAX_INBOUND 256          /* endpoints peers may hold open to us */
+#define MAX_ALLOW 64             /* networks of --cluster-allow-from */
 #define MAX_CTRL_BYTES (8u << 20) /* a query or fetch of 65,536 keys of 64 bytes fits */
+#define PREAUTH_BYTES 4096u       /* Hello and Auth are tens of bytes */
 #define PING_NS 1000000000ull
+#define REFUSE_GRACE_NS 100000000ull /* a refusal's reason is sent, then the endpoint closed */
 #define BACKOFF_MIN_MS 100u
 #define BACKOFF_MAX_MS 5000u
 #define SPIN_QUERY_NS 2000000ull /* a query's answers are polled for this long */
@@ -84,6 +87,7 @@ typedef struct link {
     char node[64];           /* the other side's node name */
     char from[64];           /* inbound: the address it came from */
     uint64_t opened_ns;
+    uint64_t refused_ns;     /* refused: closed REFUSE_GRACE_NS after this */
     struct link *next;
 } link_t;
 
@@ -164,12 +168,21 @@ struct kvd_cluster {
     peer_t peers[MAX_PEERS];
     uint32_t npeers;
     link_t *links;
+    link_t *refusing;        /* refused, their endpoints closed soon */
     uint32_t ninbound;
     pend_t *pends;
     uint64_t next_id;
     uint64_t deadline_ns;
     kvd_cluster_totals_t n;
     kvd_ratelimit_t refuse_log;
+    /* where endpoints may come from (--cluster-allow-from) */
+    int allow_any;
+    struct allow {
+        int family;
+        uint8_t addr[16];
+        unsigned bits;
+    } allow[MAX_ALLOW];
+    uint32_t nallow;
 };
 
 /* ---- small things ---------------------------------------------------------- */
@@ -380,12 +393,11 @@ static void on_closed(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
-/* Close l's endpoint (forcibly: its transfers end with errors) and forget it. */
-static void link_drop(kvd_cluster_t *cl, link_t *l, const char *why)
+/* Take l out of the links (messages on its endpoint are ignored from now
+ * on) and settle its peer's state. */
+static void link_forget(kvd_cluster_t *cl, link_t *l, const char *why)
 {
     link_t **pp;
-    ucp_request_param_t rp;
-    void *req;
 
     for (pp = &cl->links; *pp; pp = &(*pp)->next)
         if (*pp == l) {
@@ -406,6 +418,16 @@ static void link_drop(kvd_cluster_t *cl, link_t *l, const char *why)
         p->backoff_ms = p->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : p->backoff_ms * 2;
         pend_peer_lost(cl, idx, why);
     }
+}
+
+/* Close a forgotten link's endpoint, forcibly (its transfers end with
+ * errors at once: a flushing close would wait on the other side), and
+ * free it. */
+static void link_close(link_t *l)
+{
+    ucp_request_param_t rp;
+    void *req;
+
     if (!l->closed) {
         l->closed = 1;
         memset(&rp, 0, sizeof(rp));
@@ -416,6 +438,12 @@ static void link_drop(kvd_cluster_t *cl, link_t *l, const char *why)
         (void)req; /* NULL or an error: done; a request: freed by on_closed */
     }
     free(l);
+}
+
+static void link_drop(kvd_cluster_t *cl, link_t *l, const char *why)
+{
+    link_forget(cl, l, why);
+    link_close(l);
 }
 
 static link_t *link_of(kvd_cluster_t *cl, ucp_ep_h ep)
@@ -508,10 +536,132 @@ static void refuse_link(kvd_cluster_t *cl, link_t *l, const char *why)
     rf.reason = (char *)why;
     m.m_case = KVDOCK__CLUSTER__MSG__M_REFUSED;
     m.refused = &rf;
-    (void)send_msg(cl, l, &m); /* best effort: the endpoint closes now */
+    (void)send_msg(cl, l, &m); /* best effort */
     if (l->outbound && l->peer != NULL)
         peer_set(cl, l->peer, PEER_REFUSED, why);
-    link_drop(cl, l, why);
+    /* closed a moment later, so the reason can reach the peer first;
+     * meanwhile nothing it sends is read */
+    link_forget(cl, l, why);
+    l->refused_ns = kvd_now_ns();
+    l->next = cl->refusing;
+    cl->refusing = l;
+}
+
+/* The address's bytes and family, an IPv4 address mapped into IPv6 as IPv4. */
+static int addr_bytes(const struct sockaddr_storage *s, uint8_t out[16])
+{
+    if (s->ss_family == AF_INET) {
+        memcpy(out, &((const struct sockaddr_in *)s)->sin_addr, 4);
+        return AF_INET;
+    }
+    if (s->ss_family == AF_INET6) {
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)s)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a6)) {
+            memcpy(out, a6->s6_addr + 12, 4);
+            return AF_INET;
+        }
+        memcpy(out, a6->s6_addr, 16);
+        return AF_INET6;
+    }
+    return AF_UNSPEC;
+}
+
+static int allowed(const kvd_cluster_t *cl, const struct sockaddr_storage *from)
+{
+    uint8_t b[16];
+    int family = addr_bytes(from, b);
+
+    if (cl->allow_any)
+        return 1;
+    for (uint32_t i = 0; i < cl->nallow; i++) {
+        const struct allow *n = &cl->allow[i];
+        unsigned full = n->bits / 8, rest = n->bits % 8;
+        if (n->family != family || memcmp(n->addr, b, full) != 0)
+            continue;
+        if (rest == 0 || ((n->addr[full] ^ b[full]) & (uint8_t)(0xff00u >> rest)) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static kvd_status_t allow_add(kvd_cluster_t *cl, const struct sockaddr_storage *sa, int bits,
+                              const char *item, char *why, size_t why_len)
+{
+    struct allow *n;
+    int family;
+
+    if (cl->nallow >= MAX_ALLOW) {
+        snprintf(why, why_len, "cluster-allow-from: more than %d addresses", MAX_ALLOW);
+        return KVD_ELIMIT;
+    }
+    n = &cl->allow[cl->nallow];
+    family = addr_bytes(sa, n->addr);
+    if (family == AF_UNSPEC || bits > (family == AF_INET ? 32 : 128)) {
+        snprintf(why, why_len, "cluster-allow-from: '%s' is not ADDRESS or ADDRESS/BITS", item);
+        return KVD_EINVAL;
+    }
+    n->family = family;
+    n->bits = bits < 0 ? (family == AF_INET ? 32u : 128u) : (unsigned)bits;
+    cl->nallow++;
+    return KVD_OK;
+}
+
+/* --cluster-allow-from, once the peers are known. */
+static kvd_status_t allow_parse(kvd_cluster_t *cl, const char *list, char *why, size_t why_len)
+{
+    const char *s = list;
+
+    while (*s) {
+        char item[128], *slash, *end;
+        size_t n = strcspn(s, ","), a = 0, b = n;
+        struct sockaddr_storage sa;
+        int bits = -1;
+        kvd_status_t st;
+
+        while (a < b && (s[a] == ' ' || s[a] == '\t'))
+            a++;
+        while (b > a && (s[b - 1] == ' ' || s[b - 1] == '\t'))
+            b--;
+        if (b - a >= sizeof(item)) {
+            snprintf(why, why_len, "cluster-allow-from: an item is too long");
+            return KVD_EINVAL;
+        }
+        memcpy(item, s + a, b - a);
+        item[b - a] = '\0';
+        s += n + (s[n] == ',');
+        if (item[0] == '\0')
+            continue;
+        if (strcmp(item, "any") == 0) {
+            cl->allow_any = 1;
+            continue;
+        }
+        if (strcmp(item, "peers") == 0) {
+            for (uint32_t i = 0; i < cl->npeers; i++)
+                if ((st = allow_add(cl, &cl->peers[i].sa, -1, item, why, why_len)) != KVD_OK)
+                    return st;
+            continue;
+        }
+        memset(&sa, 0, sizeof(sa));
+        if ((slash = strchr(item, '/')) != NULL) {
+            long v = strtol(slash + 1, &end, 10);
+            if (slash[1] == '\0' || *end != '\0' || v < 0 || v > 128) {
+                snprintf(why, why_len, "cluster-allow-from: '%s' is not ADDRESS or ADDRESS/BITS",
+                         item);
+                return KVD_EINVAL;
+            }
+            bits = (int)v;
+            *slash = '\0';
+        }
+        if (inet_pton(AF_INET, item, &((struct sockaddr_in *)&sa)->sin_addr) == 1)
+            sa.ss_family = AF_INET;
+        else if (inet_pton(AF_INET6, item, &((struct sockaddr_in6 *)&sa)->sin6_addr) == 1)
+            sa.ss_family = AF_INET6;
+        if (slash != NULL)
+            *slash = '/';
+        if ((st = allow_add(cl, &sa, bits, item, why, why_len)) != KVD_OK)
+            return st;
+    }
+    return KVD_OK;
 }
 
 static void on_conn(ucp_conn_request_h req, void *arg)
@@ -524,7 +674,9 @@ static void on_conn(ucp_conn_request_h req, void *arg)
 
     memset(&a, 0, sizeof(a));
     a.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-    if (ucp_conn_request_query(req, &a) == UCS_OK) {
+    if (ucp_conn_request_query(req, &a) != UCS_OK)
+        a.client_address.ss_family = AF_UNSPEC;
+    else {
         char host[INET6_ADDRSTRLEN] = "?";
         const struct sockaddr_storage *s = &a.client_address;
         if (s->ss_family == AF_INET)
@@ -533,6 +685,29 @@ static void on_conn(ucp_conn_request_h req, void *arg)
             inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)s)->sin6_addr, host,
                       sizeof(host));
         snprintf(from, sizeof(from), "%s", host);
+    }
+    if (!allowed(cl, &a.client_address)) {
+        /* refused before its endpoint exists: UCX assembles a message of
+         * many fragments before any handler sees it, so a stranger let in
+         * could make the daemon hold whatever it sends */
+        uint64_t held = 0;
+        ucp_listener_reject(cl->listener, req);
+        cl->n.refused++;
+        if (kvd_ratelimit_take(&cl->refuse_log, kvd_now_ns(), &held))
+            kvd_log(KVD_LOG_WARN, "event=cluster_refused from=%s reason=\"not in "
+                    "cluster-allow-from\" suppressed=%" PRIu64, from, held);
+        return;
+    }
+    if (!cl->closing && cl->ninbound >= MAX_INBOUND) {
+        /* full: the oldest endpoint that has not proved the secret makes
+         * room, so strangers that open endpoints and say nothing cannot
+         * keep a peer out until their deadline */
+        link_t *oldest = NULL;
+        for (link_t *o = cl->links; o; o = o->next)
+            if (!o->outbound && !o->authed && (oldest == NULL || o->opened_ns < oldest->opened_ns))
+                oldest = o;
+        if (oldest != NULL)
+            refuse_link(cl, oldest, "too many inbound endpoints: the oldest without proof goes");
     }
     if (cl->closing || cl->ninbound >= MAX_INBOUND || (l = link_new(cl, 0)) == NULL) {
         ucp_listener_reject(cl->listener, req);
@@ -1340,6 +1515,11 @@ static ucs_status_t on_ctrl(void *arg, const void *header, size_t header_length,
     if (l == NULL || cl->closing)
         return UCS_OK;
     kvd__server_activity(cl->srv); /* the next message likely follows soon */
+    if (!l->authed && length > PREAUTH_BYTES) {
+        /* before the proof nothing is buffered for a stranger */
+        refuse_link(cl, l, "a message over 4 KiB before the proof of the secret");
+        return UCS_OK;
+    }
     if (length > MAX_CTRL_BYTES) {
         refuse_link(cl, l, "a message over 8 MiB");
         return UCS_OK;
@@ -1404,9 +1584,14 @@ static ucs_status_t on_block(void *arg, const void *header, size_t header_length
     uint32_t j, i;
     void *dst;
 
-    if (l == NULL || !l->outbound || !l->authed || l->peer == NULL ||
-        header_length != sizeof(hdr))
+    if (l == NULL || cl->closing)
         return UCS_OK;
+    if (!l->authed) {
+        refuse_link(cl, l, "a block before the proof of the secret");
+        return UCS_OK;
+    }
+    if (!l->outbound || l->peer == NULL || header_length != sizeof(hdr))
+        return UCS_OK; /* blocks come only as answers to this daemon's fetches */
     memcpy(hdr, header, sizeof(hdr));
     p = answered_pend(cl, l, hdr[0], 1, &i);
     if (p == NULL || !p->fetching[i])
@@ -1536,6 +1721,15 @@ static void on_tick(uv_timer_t *t)
             m.ping = &pi;
             (void)send_msg(cl, pe->link, &m);
         }
+    }
+    for (link_t **pp = &cl->refusing; *pp;) {
+        l = *pp;
+        if (since(now, l->refused_ns) < REFUSE_GRACE_NS) {
+            pp = &l->next;
+            continue;
+        }
+        *pp = l->next;
+        link_close(l);
     }
     /* inbound endpoints that never proved the secret */
     for (l = cl->links; l; l = lnext) {
@@ -1680,13 +1874,22 @@ static kvd_status_t read_peers_file(kvd_cluster_t *cl, const char *path, char *w
     FILE *f = fopen(path, "re");
     char line[512];
     kvd_status_t st = KVD_OK;
+    unsigned lineno = 0;
 
     if (f == NULL) {
         snprintf(why, why_len, "cluster-peers-file %s: %s", path, strerror(errno));
         return KVD_EINVAL;
     }
     while (st == KVD_OK && fgets(line, sizeof(line), f) != NULL) {
-        char *hash = strchr(line, '#');
+        char *hash;
+        lineno++;
+        if (strchr(line, '\n') == NULL && !feof(f)) { /* longer: it would split an address */
+            snprintf(why, why_len, "cluster-peers-file %s: line %u is over %zu bytes", path,
+                     lineno, sizeof(line) - 2);
+            st = KVD_EINVAL;
+            break;
+        }
+        hash = strchr(line, '#');
         if (hash)
             *hash = '\0';
         line[strcspn(line, "\r\n")] = '\0';
@@ -1727,7 +1930,8 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
         (st = read_secret(cl, o->cluster_secret_file, why, why_len)) != KVD_OK ||
         (st = add_peers(cl, o->cluster_peers, why, why_len)) != KVD_OK ||
         (o->cluster_peers_file[0] != '\0' &&
-         (st = read_peers_file(cl, o->cluster_peers_file, why, why_len)) != KVD_OK)) {
+         (st = read_peers_file(cl, o->cluster_peers_file, why, why_len)) != KVD_OK) ||
+        (st = allow_parse(cl, o->cluster_allow_from, why, why_len)) != KVD_OK) {
         free(cl);
         return st;
     }
@@ -1822,6 +2026,11 @@ void kvd_cluster_close(kvd_cluster_t *cl)
     }
     while (cl->links)
         link_drop(cl, cl->links, "the daemon is shutting down");
+    while (cl->refusing) {
+        link_t *l = cl->refusing;
+        cl->refusing = l->next;
+        link_close(l);
+    }
     progress(cl);
     if (cl->listener) {
         ucp_listener_destroy(cl->listener);

@@ -140,6 +140,10 @@ const kvd_option_def_t kvd__option_table[] = {
     {"cluster-secret-file", KVD_OPT_STR, OFF(cluster_secret_file), "", 0, 0, NULL,
      "the cluster's shared secret (at least 16 bytes; the file readable by its owner only): "
      "peers prove it before they get anything; required with cluster-listen"},
+    {"cluster-allow-from", KVD_OPT_STR, OFF(cluster_allow_from), "peers", 0, 0, NULL,
+     "the addresses the cluster's endpoints may come from, comma-separated: ADDRESS, "
+     "ADDRESS/BITS, 'peers' (the hosts of cluster-peers and cluster-peers-file) or 'any'; "
+     "others are refused before UCX reads a byte they send"},
     {"cluster-deadline-ms", KVD_OPT_UINT, OFF(cluster_deadline_ms), "2000", 10, 600000, NULL,
      "how long a lookup or load waits for the cluster's peers: past it a peer that has not "
      "answered counts as holding nothing, and its blocks are reported missing"},

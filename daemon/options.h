@@ -82,6 +82,7 @@ typedef struct kvd_options {
     char cluster_peers[KVD_OPT_STR_MAX];   /* HOST:PORT,HOST:PORT */
     char cluster_peers_file[KVD_OPT_STR_MAX];
     char cluster_secret_file[KVD_OPT_STR_MAX];
+    char cluster_allow_from[KVD_OPT_STR_MAX]; /* "peers", "any", ADDRESS[/BITS],... */
     uint64_t cluster_deadline_ms;   /* a lookup's or load's wait for peers */
 } kvd_options_t;
 

@@ -19,10 +19,18 @@
  * - a daemon with another secret is refused by both sides and logged, and
  *   gets nothing
  * - bad cluster options stop the daemon with a reason
+ * - hostile peers (a raw UCX peer, rawpeer.c): every message out of turn,
+ *   undecodable, oversized or unproven before the proof closes the
+ *   endpoint, logged and counted, nothing buffered for it; a peer that
+ *   proves the secret and then misbehaves gets nothing it did not ask for
+ *   and is closed for what it may not send; endpoints that open and say
+ *   nothing cannot keep a peer out; through all of it the cluster works
  */
 #include "testutil.h"
+#include "rawpeer.h"
 
 #include <arpa/inet.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -32,6 +40,8 @@
 #define LAYERS 2
 #define TPB 4
 #define KEY 32
+#define INBOUND_MAX 256        /* endpoints a daemon takes from others (cluster.c) */
+#define FLOOD (INBOUND_MAX + 8)
 /* --cluster-deadline-ms of the test daemons, and the factor every time
  * bound here takes: KVD_TEST_TIME_SCALE (valgrind_daemon.sh sets it: the
  * daemons run many times slower there) */
@@ -47,6 +57,7 @@ typedef struct node {
 } node_t;
 
 static char secret_path[256], other_secret_path[256], dir[128];
+#define SECRET "the cluster's secret, 32 bytes..\n"
 
 /* A free TCP port on the loopback, below the ephemeral range: a port the
  * kernel hands out for outgoing connections (the daemons' own, between
@@ -94,7 +105,7 @@ static void setup(void)
     mkdir(dir, 0700);
     snprintf(secret_path, sizeof(secret_path), "%s/secret", dir);
     snprintf(other_secret_path, sizeof(other_secret_path), "%s/other", dir);
-    write_secret(secret_path, "the cluster's secret, 32 bytes..\n", 0600);
+    write_secret(secret_path, SECRET, 0600);
     write_secret(other_secret_path, "another cluster's secret, bytes.\n", 0600);
     if (getenv("KVD_TEST_TIME_SCALE") != NULL && atoi(getenv("KVD_TEST_TIME_SCALE")) > 1)
         scale = atoi(getenv("KVD_TEST_TIME_SCALE"));
@@ -114,6 +125,8 @@ static void teardown(void)
 static char peer_list[512];
 
 static char peers_file[300]; /* when set, nodes read their peers from it */
+static int deadline_ms;       /* when set, the next nodes' deadline instead of DEADLINE_MS */
+static const char *allow_from; /* when set, the next nodes' --cluster-allow-from */
 
 /* Start one node listening on its port, peers: peer_list (or peers_file);
  * metrics: a --metrics address, or NULL. */
@@ -122,11 +135,12 @@ static void start_node_with(node_t *node, const char *secret, const char *metric
     char listen[64], deadline[32];
 
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", node->port);
-    snprintf(deadline, sizeof(deadline), "%d", DEADLINE_MS);
+    snprintf(deadline, sizeof(deadline), "%d", deadline_ms ? deadline_ms : DEADLINE_MS);
     const char *extra[] = {"--host-memory-budget", "256M", "--cluster-listen", listen,
                            peers_file[0] ? "--cluster-peers-file" : "--cluster-peers",
                            peers_file[0] ? peers_file : peer_list, "--cluster-secret-file",
                            secret, "--cluster-deadline-ms", deadline, "--log-level", "info",
+                           "--cluster-allow-from", allow_from ? allow_from : "peers",
                            metrics ? "--metrics" : NULL, metrics, NULL};
     ck_assert_int_eq(kvt_daemon_start(&node->d, "cpu", extra, (int)MS(10000)), 0);
     ck_assert_int_eq(kvd_client_create(node->d.socket, "cluster-test", &node->cli), KVD_OK);
@@ -138,8 +152,8 @@ static void start_node(node_t *node, const char *secret)
     start_node_with(node, secret, NULL);
 }
 
-/* Start n nodes in one cluster (secret: whose), each listing all. */
-static void start_nodes(node_t *nodes, int n, const char *secret)
+/* Ports for n nodes of one cluster, and the peer list naming them all. */
+static void plan_nodes(node_t *nodes, int n)
 {
     peer_list[0] = '\0';
     for (int i = 0; i < n; i++) {
@@ -152,6 +166,12 @@ static void start_nodes(node_t *nodes, int n, const char *secret)
         snprintf(peer_list + strlen(peer_list), sizeof(peer_list) - strlen(peer_list),
                  "%s127.0.0.1:%d", i ? "," : "", nodes[i].port);
     }
+}
+
+/* Start n nodes in one cluster (secret: whose), each listing all. */
+static void start_nodes(node_t *nodes, int n, const char *secret)
+{
+    plan_nodes(nodes, n);
     for (int i = 0; i < n; i++)
         start_node(&nodes[i], secret);
 }
@@ -854,7 +874,9 @@ START_TEST(test_wrong_secret)
 
     memset(nodes, 0, sizeof(nodes));
     memset(&intruder, 0, sizeof(intruder));
+    allow_from = "127.0.0.1"; /* the intruder's address: let in, it must prove the secret */
     start_nodes(nodes, 1, secret_path);
+    allow_from = NULL;
     nodes[0].cache = make_cache(&nodes[0], "kv", 1024, true);
     kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, 8 * TPB, 1024, false, TPB);
     chain(keys, 8, 5);
@@ -902,6 +924,423 @@ START_TEST(test_wrong_secret)
 }
 END_TEST
 
+/* ---- hostile peers ------------------------------------------------------------ */
+
+static rawpeer_t *peer_to(const node_t *node)
+{
+    rawpeer_t *rp = rawpeer_new();
+
+    ck_assert_ptr_nonnull(rp);
+    ck_assert_int_eq(rawpeer_connect(rp, node->port), 0);
+    return rp;
+}
+
+/* The daemon closes rp's endpoint, saying why (says, in its Refused). */
+static void expect_refused(rawpeer_t *rp, const char *says)
+{
+    char why[256];
+
+    ck_assert_msg(rawpeer_wait_closed(rp, (int)MS(5000), why, sizeof(why)),
+                  "the endpoint stays open (expected: %s)", says);
+    ck_assert_msg(strstr(why, says) != NULL, "refused for \"%s\", expected \"%s\"", why, says);
+    rawpeer_free(rp);
+}
+
+/* The daemon still answers rp: a Ping gets its Pong. */
+static void expect_answers(rawpeer_t *rp)
+{
+    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT, *r;
+    Kvdock__Cluster__Ping pi = KVDOCK__CLUSTER__PING__INIT;
+
+    pi.t = 42;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_PING;
+    m.ping = &pi;
+    ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
+    r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_PONG, (int)MS(5000));
+    ck_assert_msg(r != NULL, "no Pong: the endpoint was closed or nothing came");
+    ck_assert_uint_eq(r->pong->t, 42);
+    kvdock__cluster__msg__free_unpacked(r, NULL);
+}
+
+static Kvdock__Cluster__CacheRef kv_ref(const char *name)
+{
+    Kvdock__Cluster__CacheRef ref = KVDOCK__CLUSTER__CACHE_REF__INIT;
+
+    ref.name = (char *)name;
+    ref.num_layers = LAYERS;
+    ref.tokens_per_block = TPB;
+    ref.token_bytes = 1024;
+    ref.dtype = "bf16";
+    return ref;
+}
+
+/* B pulls a chain saved on A and gets A's bytes: the cluster still works. */
+static void expect_cluster_works(node_t *a, node_t *b, uint64_t seed)
+{
+    uint8_t(*keys)[KEY] = malloc(16 * KEY);
+    kvt_pool_t pa, pb;
+
+    kvt_pool_make(a->cli, &pa, "pa", LAYERS, 16 * TPB, 1024, false, TPB);
+    kvt_pool_make(b->cli, &pb, "pb", LAYERS, 16 * TPB, 1024, false, TPB);
+    chain(keys, 16, seed);
+    save(a, &pa, keys, 0, 16, true);
+    poison(&pb);
+    KVT_OK(b->cli, load(b, &pb, keys, 16));
+    for (uint32_t i = 0; i < 16; i++)
+        ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "block %u pulled from A differs", i);
+    kvt_pool_free(a->cli, &pa);
+    kvt_pool_free(b->cli, &pb);
+    free(keys);
+}
+
+static uint64_t refused_count(node_t *node)
+{
+    kvd_daemon_status_t *s = malloc(sizeof(*s));
+    uint64_t n;
+
+    KVT_OK(node->cli, kvd_daemon_status(node->cli, s, NULL, 0));
+    n = s->cluster.refused;
+    free(s);
+    return n;
+}
+
+/* Before the proof of the secret a daemon takes a Hello and an Auth in
+ * that order and nothing else: everything else closes the endpoint. */
+START_TEST(test_hostile_before_proof)
+{
+    node_t nodes[2];
+    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT, *r;
+    Kvdock__Cluster__Auth au = KVDOCK__CLUSTER__AUTH__INIT;
+    Kvdock__Cluster__Query q = KVDOCK__CLUSTER__QUERY__INIT;
+    Kvdock__Cluster__CacheRef ref = kv_ref("kv");
+    uint8_t zero[32] = {0}, key[KEY] = {1};
+    ProtobufCBinaryData kb = {KEY, key};
+    uint64_t hdr[2] = {1, 0}, refused0;
+    size_t big = 64 << 10;
+    uint8_t *junk = malloc(big);
+    rawpeer_t *rp;
+    int cases = 0;
+
+    memset(nodes, 0, sizeof(nodes));
+    start_nodes(nodes, 2, secret_path);
+    wait_all_up(nodes, 2);
+    for (int i = 0; i < 2; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 1024, true);
+    refused0 = refused_count(&nodes[0]);
+    kvt_fill(junk, big, 7);
+
+    /* a query before anything */
+    q.id = 1;
+    q.cache = &ref;
+    q.n_keys = 1;
+    q.keys = &kb;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_QUERY;
+    m.query = &q;
+    rp = peer_to(&nodes[0]);
+    ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
+    expect_refused(rp, "a request before the proof");
+    cases++;
+
+    /* an Auth before the Hello */
+    au.proof.data = zero;
+    au.proof.len = sizeof(zero);
+    m.m_case = KVDOCK__CLUSTER__MSG__M_AUTH;
+    m.auth = &au;
+    rp = peer_to(&nodes[0]);
+    ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
+    expect_refused(rp, "auth out of turn");
+    cases++;
+
+    /* a second Hello */
+    rp = peer_to(&nodes[0]);
+    ck_assert_int_eq(rawpeer_hello(rp, 1), 0);
+    r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_CHALLENGE, (int)MS(5000));
+    ck_assert_ptr_nonnull(r);
+    kvdock__cluster__msg__free_unpacked(r, NULL);
+    ck_assert_int_eq(rawpeer_hello(rp, 1), 0);
+    expect_refused(rp, "bad hello");
+    cases++;
+
+    /* another protocol version */
+    rp = peer_to(&nodes[0]);
+    ck_assert_int_eq(rawpeer_hello(rp, 2), 0);
+    expect_refused(rp, "protocol version");
+    cases++;
+
+    /* bytes that are no message */
+    rp = peer_to(&nodes[0]);
+    ck_assert_int_eq(rawpeer_send(rp, RAWPEER_AM_CTRL, NULL, 0, "\xff\xff\xff\xff", 4, 1, 5000),
+                     0);
+    expect_refused(rp, "does not decode");
+    cases++;
+
+    /* a Hello, then an Auth whose proof is wrong */
+    rp = peer_to(&nodes[0]);
+    ck_assert_int_eq(rawpeer_hello(rp, 1), 0);
+    r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_CHALLENGE, (int)MS(5000));
+    ck_assert_ptr_nonnull(r);
+    kvdock__cluster__msg__free_unpacked(r, NULL);
+    m.m_case = KVDOCK__CLUSTER__MSG__M_AUTH;
+    m.auth = &au;
+    ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
+    expect_refused(rp, "does not know the cluster secret");
+    cases++;
+
+    /* 64 KiB before the proof, eagerly and by rendezvous: refused unread */
+    for (int eager = 1; eager >= 0; eager--) {
+        rp = peer_to(&nodes[0]);
+        (void)rawpeer_send(rp, RAWPEER_AM_CTRL, NULL, 0, junk, big, eager, (int)MS(5000));
+        expect_refused(rp, "over 4 KiB before the proof");
+        cases++;
+    }
+
+    /* a block before the proof */
+    rp = peer_to(&nodes[0]);
+    (void)rawpeer_send(rp, RAWPEER_AM_BLOCK, hdr, sizeof(hdr), junk, 4096, 1, (int)MS(5000));
+    expect_refused(rp, "a block before the proof");
+    cases++;
+
+    /* an endpoint that says nothing: closed at the deadline */
+    rp = peer_to(&nodes[0]);
+    rawpeer_progress(rp, 50);
+    expect_refused(rp, "no proof of the secret within the deadline");
+    cases++;
+
+    ck_assert_uint_ge(refused_count(&nodes[0]), refused0 + (uint64_t)cases);
+    expect_cluster_works(&nodes[0], &nodes[1], 11);
+    stop_nodes(nodes, 2);
+    free(junk);
+}
+END_TEST
+
+/* A peer that proves the secret and then misbehaves: what it may ask is
+ * answered, what it sends out of place is dropped, what it may not send
+ * closes its endpoint. */
+START_TEST(test_hostile_after_proof)
+{
+    node_t nodes[2];
+    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT, *r;
+    Kvdock__Cluster__Query q = KVDOCK__CLUSTER__QUERY__INIT;
+    Kvdock__Cluster__Fetch f = KVDOCK__CLUSTER__FETCH__INIT;
+    Kvdock__Cluster__QueryReply qr = KVDOCK__CLUSTER__QUERY_REPLY__INIT;
+    Kvdock__Cluster__FetchDone fd = KVDOCK__CLUSTER__FETCH_DONE__INIT;
+    Kvdock__Cluster__CacheRef ref = kv_ref("kv"), nope = kv_ref("nope");
+    uint8_t(*keys)[KEY] = malloc(8 * KEY), long_key[65] = {0};
+    ProtobufCBinaryData kb[10];
+    uint64_t hdr[2] = {0, 0}, served0;
+    size_t big = (8u << 20) + 4096;
+    uint8_t *junk = calloc(1, big);
+    kvd_daemon_status_t *s = malloc(sizeof(*s));
+    kvt_pool_t pa;
+    rawpeer_t *rp;
+
+    memset(nodes, 0, sizeof(nodes));
+    start_nodes(nodes, 2, secret_path);
+    wait_all_up(nodes, 2);
+    for (int i = 0; i < 2; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 1024, true);
+    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, 8 * TPB, 1024, false, TPB);
+    chain(keys, 8, 21);
+    save(&nodes[0], &pa, keys, 0, 8, true);
+    KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
+    served0 = s->cluster.blocks_served;
+
+    rp = peer_to(&nodes[0]);
+    ck_assert_msg(rawpeer_auth(rp, SECRET) == 0, "the secret's proof was not welcomed");
+    expect_answers(rp);
+
+    /* a query: the 8 saved keys, an empty key and one of 65 bytes */
+    for (int i = 0; i < 8; i++)
+        kb[i] = (ProtobufCBinaryData){KEY, keys[i]};
+    kb[8] = (ProtobufCBinaryData){0, long_key};
+    kb[9] = (ProtobufCBinaryData){sizeof(long_key), long_key};
+    q.id = 7;
+    q.cache = &ref;
+    q.n_keys = 10;
+    q.keys = kb;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_QUERY;
+    m.query = &q;
+    ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
+    r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_QUERY_REPLY, (int)MS(5000));
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->query_reply->id, 7);
+    ck_assert_uint_eq(r->query_reply->present.len, 2);
+    ck_assert_uint_eq(r->query_reply->present.data[0], 0xff);
+    ck_assert_uint_eq(r->query_reply->present.data[1], 0);
+    kvdock__cluster__msg__free_unpacked(r, NULL);
+
+    /* a query of a cache without a CacheRef, a fetch of a cache it does
+     * not have: nothing present, nothing sent */
+    q.cache = NULL;
+    ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
+    r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_QUERY_REPLY, (int)MS(5000));
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->query_reply->present.data[0], 0);
+    kvdock__cluster__msg__free_unpacked(r, NULL);
+    f.id = 8;
+    f.cache = &nope;
+    f.n_keys = 8;
+    f.keys = kb;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_FETCH;
+    m.fetch = &f;
+    ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
+    r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_FETCH_DONE, (int)MS(5000));
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->fetch_done->sent, 0);
+    ck_assert_uint_eq(r->fetch_done->missing.data[0], 0xff);
+    kvdock__cluster__msg__free_unpacked(r, NULL);
+
+    /* answers to questions never asked, blocks never fetched (a header of
+     * another size, one of a request that does not exist): dropped */
+    qr.id = 12345;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_QUERY_REPLY;
+    m.query_reply = &qr;
+    ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
+    fd.id = 12345;
+    fd.sent = 1000;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_FETCH_DONE;
+    m.fetch_done = &fd;
+    ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
+    ck_assert_int_eq(rawpeer_send(rp, RAWPEER_AM_BLOCK, hdr, 3, junk, 4096, 1, 5000), 0);
+    ck_assert_int_eq(rawpeer_send(rp, RAWPEER_AM_BLOCK, hdr, sizeof(hdr), junk, 1 << 20, 0, 5000),
+                     0);
+    expect_answers(rp);
+    KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
+    ck_assert_uint_eq(s->cluster.blocks_served, served0); /* nothing unasked was sent */
+
+    /* a second Hello once trusted: closed */
+    ck_assert_int_eq(rawpeer_hello(rp, 1), 0);
+    expect_refused(rp, "bad hello");
+
+    /* a message over 8 MiB from a trusted peer: closed, not buffered */
+    rp = peer_to(&nodes[0]);
+    ck_assert_msg(rawpeer_auth(rp, SECRET) == 0, "the secret's proof was not welcomed");
+    (void)rawpeer_send(rp, RAWPEER_AM_CTRL, NULL, 0, junk, big, 0, (int)MS(10000));
+    expect_refused(rp, "a message over 8 MiB");
+
+    expect_cluster_works(&nodes[0], &nodes[1], 22);
+    kvt_pool_free(nodes[0].cli, &pa);
+    stop_nodes(nodes, 2);
+    free(keys);
+    free(junk);
+    free(s);
+}
+END_TEST
+
+/* Strangers that open every inbound endpoint a daemon takes and say
+ * nothing cannot keep a peer out until their deadline: the oldest of
+ * them makes room. */
+START_TEST(test_inbound_flood)
+{
+    node_t nodes[2];
+    rawpeer_t *flood = rawpeer_new();
+    kvd_daemon_status_t *s = malloc(sizeof(*s));
+    int64_t t0;
+
+    ck_assert_ptr_nonnull(flood);
+    memset(nodes, 0, sizeof(nodes));
+    /* A keeps silent endpoints for a minute; its peer B is not started yet */
+    plan_nodes(nodes, 2);
+    deadline_ms = (int)MS(60000);
+    start_node(&nodes[0], secret_path);
+    deadline_ms = 0;
+    ck_assert_int_eq(rawpeer_open_silent(flood, nodes[0].port, FLOOD), 0);
+    t0 = kvt_now_ms();
+    do { /* until A has taken them all: every slot, and some made room */
+        rawpeer_progress(flood, 50);
+        KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
+        ck_assert_msg(kvt_now_ms() - t0 < MS(30000), "A refused %llu of the endpoints",
+                      (unsigned long long)s->cluster.refused);
+    } while (s->cluster.refused < FLOOD - INBOUND_MAX);
+    start_node(&nodes[1], secret_path);
+    t0 = kvt_now_ms();
+    wait_all_up(nodes, 2);
+    ck_assert_msg(kvt_now_ms() - t0 < MS(10000), "B came up after %lld ms",
+                  (long long)(kvt_now_ms() - t0));
+    for (int i = 0; i < 2; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 1024, true);
+    expect_cluster_works(&nodes[0], &nodes[1], 33);
+    rawpeer_free(flood);
+    stop_nodes(nodes, 2);
+    free(s);
+}
+END_TEST
+
+/* The daemon's peak resident memory (VmHWM), bytes. */
+static uint64_t peak_rss(pid_t pid)
+{
+    char path[64], line[256];
+    uint64_t kb = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "VmHWM: %" SCNu64 " kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb << 10;
+}
+
+/* Endpoints from addresses outside --cluster-allow-from (by default the
+ * peers' hosts) are refused before UCX reads what they send: a stranger's
+ * 256 MiB message costs the daemon nothing.  From inside, the proof. */
+START_TEST(test_allow_from)
+{
+    static const char *const let_in[] = {"127.0.0.0/8", "any", "10.1.2.3, 127.0.0.1",
+                                         "::1,127.0.0.1/32"};
+    node_t node;
+    size_t huge = 256u << 20;
+    uint8_t *h = calloc(1, huge);
+    uint64_t before;
+    rawpeer_t *rp;
+    Kvdock__Cluster__Msg *r;
+    char buf[1 << 16];
+    FILE *f;
+    size_t n;
+
+    memset(&node, 0, sizeof(node));
+    node.port = free_port();
+    /* its only peer is on 127.0.0.3, so by default 127.0.0.1 is a stranger */
+    snprintf(peer_list, sizeof(peer_list), "127.0.0.1:%d,127.0.0.3:9", node.port);
+    start_node(&node, secret_path);
+    before = peak_rss(node.d.pid);
+    rp = peer_to(&node);
+    (void)rawpeer_send(rp, RAWPEER_AM_CTRL, NULL, 0, h, huge, 1, (int)MS(10000));
+    ck_assert_msg(rawpeer_wait_closed(rp, (int)MS(5000), NULL, 0), "a stranger was let in");
+    rawpeer_free(rp);
+    ck_assert_msg(peak_rss(node.d.pid) < before + (32u << 20),
+                  "the stranger's message cost the daemon %llu MiB",
+                  (unsigned long long)((peak_rss(node.d.pid) - before) >> 20));
+    ck_assert_uint_ge(refused_count(&node), 1);
+    f = fopen(node.d.log, "r");
+    ck_assert_ptr_nonnull(f);
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    ck_assert_msg(strstr(buf, "reason=\"not in cluster-allow-from\"") != NULL,
+                  "the refusal is logged:\n%s", buf);
+    kvd_client_destroy(&node.cli);
+    stop_checked(&node.d);
+
+    for (size_t i = 0; i < sizeof(let_in) / sizeof(let_in[0]); i++) {
+        allow_from = let_in[i];
+        start_node(&node, secret_path);
+        allow_from = NULL;
+        rp = peer_to(&node);
+        ck_assert_int_eq(rawpeer_hello(rp, 1), 0);
+        r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_CHALLENGE, (int)MS(5000));
+        ck_assert_msg(r != NULL, "--cluster-allow-from %s: no challenge", let_in[i]);
+        kvdock__cluster__msg__free_unpacked(r, NULL);
+        rawpeer_free(rp);
+        kvd_client_destroy(&node.cli);
+        stop_checked(&node.d);
+    }
+    free(h);
+}
+END_TEST
+
 /* kvdockd refuses bad cluster options at start, saying why. */
 START_TEST(test_bad_options)
 {
@@ -925,13 +1364,53 @@ START_TEST(test_bad_options)
         {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "SECRET",
           "--cluster-peers", "127.0.0.1:2,nocolon", NULL},
          "'nocolon' is not HOST:PORT"},
+        {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "SECRET",
+          "--cluster-allow-from", "10.0.0.0/33", NULL},
+         "'10.0.0.0/33' is not ADDRESS or ADDRESS/BITS"},
+        {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "SECRET",
+          "--cluster-allow-from", "peers,somehost", NULL},
+         "'somehost' is not ADDRESS or ADDRESS/BITS"},
+        {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "SECRET",
+          "--cluster-allow-from", "10.0.0.1/", NULL},
+         "'10.0.0.1/' is not ADDRESS or ADDRESS/BITS"},
+        {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "SECRET",
+          "--cluster-peers-file", "MANY", NULL},
+         "more than 64 cluster peers"},
+        {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "SECRET",
+          "--cluster-peers-file", "LONGNAME", NULL},
+         "a cluster peer address is too long"},
+        {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "SECRET",
+          "--cluster-peers-file", "LONGLINE", NULL},
+         "line 2 is over 510 bytes"},
     };
-    char open_path[300], short_path[300];
+    char open_path[300], short_path[300], many_path[300], longname_path[300],
+        longline_path[300];
+    FILE *f;
 
     snprintf(open_path, sizeof(open_path), "%s/open", dir);
     snprintf(short_path, sizeof(short_path), "%s/short", dir);
     write_secret(open_path, "a secret of more than sixteen bytes\n", 0644);
     write_secret(short_path, "short\n", 0600);
+    /* 65 peers; a name of 300 bytes; a line of 600 bytes of peers */
+    snprintf(many_path, sizeof(many_path), "%s/many", dir);
+    f = fopen(many_path, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 65; i++)
+        fprintf(f, "127.0.0.1:%d\n", 2000 + i);
+    fclose(f);
+    snprintf(longname_path, sizeof(longname_path), "%s/longname", dir);
+    f = fopen(longname_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%0300d:1\n", 7);
+    fclose(f);
+    snprintf(longline_path, sizeof(longline_path), "%s/longline", dir);
+    f = fopen(longline_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "# the peers\n");
+    for (int i = 0; i < 40; i++)
+        fprintf(f, "%s127.0.0.1:%d", i ? "," : "", 3000 + i);
+    fprintf(f, "\n");
+    fclose(f);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const char *argv[16];
         char sock[300];
@@ -946,10 +1425,13 @@ START_TEST(test_bad_options)
         argv[k++] = sock;
         for (int j = 0; cases[i].args[j] != NULL; j++) {
             const char *a = cases[i].args[j];
-            argv[k++] = strcmp(a, "SECRET") == 0 ? secret_path
-                        : strcmp(a, "OPEN") == 0 ? open_path
-                        : strcmp(a, "SHORT") == 0 ? short_path
-                                                  : a;
+            argv[k++] = strcmp(a, "SECRET") == 0     ? secret_path
+                        : strcmp(a, "OPEN") == 0     ? open_path
+                        : strcmp(a, "SHORT") == 0    ? short_path
+                        : strcmp(a, "MANY") == 0     ? many_path
+                        : strcmp(a, "LONGNAME") == 0 ? longname_path
+                        : strcmp(a, "LONGLINE") == 0 ? longline_path
+                                                     : a;
         }
         argv[k] = NULL;
         rc = kvt_run(argv, &out, &err, 10000);
@@ -961,6 +1443,9 @@ START_TEST(test_bad_options)
     }
     unlink(open_path);
     unlink(short_path);
+    unlink(many_path);
+    unlink(longname_path);
+    unlink(longline_path);
 }
 END_TEST
 
@@ -983,6 +1468,14 @@ int main(void)
     tcase_add_test(tc, test_peers_file);
     tcase_add_test(tc, test_wrong_secret);
     tcase_add_test(tc, test_bad_options);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("hostile peers");
+    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_hostile_before_proof);
+    tcase_add_test(tc, test_hostile_after_proof);
+    tcase_add_test(tc, test_inbound_flood);
+    tcase_add_test(tc, test_allow_from);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
