@@ -3,7 +3,8 @@
  * bench_cluster.sh starts them and ucx_perftest beside them).
  *
  *   load     --blocks (1,024) blocks of --block-kib (1,024) KiB saved on
- *            daemon A, loaded through daemon B into a host pool there: B
+ *            daemon A, loaded through daemon B into a pool there (--pool
+ *            host, or device on cuda daemons: a worker's KV cache): B
  *            pulls them from A into its tier, then copies them into the
  *            pool.  GB/s of the whole load, the median of --iterations
  *            (B's tier emptied before each); and the same load once the
@@ -13,7 +14,8 @@
  *            local), p50 / p99 over --lookups, and B's ping round trip to A.
  *
  * Usage: bench_cluster --socket-a PATH --socket-b PATH [--blocks N]
- *        [--block-kib N] [--iterations N] [--lookups N] [--json]
+ *        [--block-kib N] [--iterations N] [--lookups N] [--pool host|device]
+ *        [--json]
  * Memory: A holds --blocks blocks in its tier and 64 in a pool; B as many
  * in its tier and in a pool (3 GiB in all at the defaults).
  */
@@ -38,6 +40,7 @@
 typedef struct opts {
     const char *sock_a, *sock_b;
     uint32_t blocks, block_kib, iterations, lookups;
+    kvd_mem_kind_t pool_kind;
     bool json;
 } opts_t;
 
@@ -93,8 +96,8 @@ static kvd_status_t make_cache(kvd_client_t *cli, uint64_t token_bytes, uint64_t
     return st;
 }
 
-static kvd_status_t make_pool(kvd_client_t *cli, const char *name, uint64_t token_bytes,
-                              uint32_t pages, uint64_t *id)
+static kvd_status_t make_pool(kvd_client_t *cli, const char *name, kvd_mem_kind_t kind,
+                              uint64_t token_bytes, uint32_t pages, uint64_t *id)
 {
     kvd_pool_spec_t spec;
     kvd_pool_info_t info;
@@ -102,7 +105,7 @@ static kvd_status_t make_pool(kvd_client_t *cli, const char *name, uint64_t toke
 
     memset(&spec, 0, sizeof(spec));
     spec.name = name;
-    spec.kind = KVD_MEM_HOST;
+    spec.kind = kind;
     spec.num_layers = LAYERS;
     spec.num_slots = (uint64_t)pages * TPB;
     spec.slot_bytes = token_bytes;
@@ -140,13 +143,14 @@ static double median(double *v, uint32_t n)
 static int usage(const char *msg)
 {
     fprintf(stderr, "bench_cluster: %s\nusage: bench_cluster --socket-a PATH --socket-b PATH "
-            "[--blocks N] [--block-kib N] [--iterations N] [--lookups N] [--json]\n", msg);
+            "[--blocks N] [--block-kib N] [--iterations N] [--lookups N] [--pool host|device] "
+            "[--json]\n", msg);
     return 2;
 }
 
 int main(int argc, char **argv)
 {
-    opts_t o = {NULL, NULL, 1024, 1024, 5, 2000, false};
+    opts_t o = {NULL, NULL, 1024, 1024, 5, 2000, KVD_MEM_HOST, false};
     kvd_client_t *a = NULL, *b = NULL;
     uint64_t token_bytes, block_bytes, cache_a = 0, cache_b = 0, pool_a = 0, pool_b = 0;
     uint8_t *keys;
@@ -178,6 +182,8 @@ int main(int argc, char **argv)
             o.iterations = (uint32_t)strtoul(v, NULL, 10);
         else if (strcmp(x, "--lookups") == 0)
             o.lookups = (uint32_t)strtoul(v, NULL, 10);
+        else if (strcmp(x, "--pool") == 0 && (strcmp(v, "host") == 0 || strcmp(v, "device") == 0))
+            o.pool_kind = strcmp(v, "device") == 0 ? KVD_MEM_DEVICE : KVD_MEM_HOST;
         else
             return usage("unknown option");
     }
@@ -205,9 +211,9 @@ int main(int argc, char **argv)
     if ((st = make_cache(a, token_bytes, (uint64_t)o.blocks * block_bytes, &cache_a)) != KVD_OK ||
         (st = make_cache(b, token_bytes, (uint64_t)o.blocks * block_bytes, &cache_b)) != KVD_OK)
         return fail(NULL, st, "cache create");
-    if ((st = make_pool(a, "bench-cluster-stage", token_bytes, STAGE, &pool_a)) != KVD_OK)
+    if ((st = make_pool(a, "bench-cluster-stage", o.pool_kind, token_bytes, STAGE, &pool_a)) != KVD_OK)
         return fail(a, st, "pool on A");
-    if ((st = make_pool(b, "bench-cluster-dst", token_bytes, o.blocks, &pool_b)) != KVD_OK)
+    if ((st = make_pool(b, "bench-cluster-dst", o.pool_kind, token_bytes, o.blocks, &pool_b)) != KVD_OK)
         return fail(b, st, "pool on B");
     /* A's tier: the blocks, one chain, saved STAGE at a time from the same pages */
     for (uint32_t at = 0; at < o.blocks; at += STAGE) {
@@ -285,16 +291,18 @@ int main(int argc, char **argv)
     if ((st = kvd_daemon_status(b, s, NULL, 0)) == KVD_OK && s->cluster.num_peers > 0)
         rtt_us = s->cluster.peers[0].rtt_us;
     if (o.json) {
-        printf("{\"blocks\":%u,\"block_bytes\":%" PRIu64 ",\"load_gbps\":%.3f,"
+        printf("{\"blocks\":%u,\"block_bytes\":%" PRIu64 ",\"pool\":\"%s\",\"load_gbps\":%.3f,"
                "\"local_load_gbps\":%.3f,\"lookup_local_p50_us\":%.1f,\"lookup_local_p99_us\":"
                "%.1f,\"lookup_remote_p50_us\":%.1f,\"lookup_remote_p99_us\":%.1f,"
                "\"rtt_us\":%" PRIu64 "}\n",
-               o.blocks, block_bytes, pull_gbps, local_gbps, lat_a.p50, lat_a.p99, lat_b.p50,
+               o.blocks, block_bytes, o.pool_kind == KVD_MEM_DEVICE ? "device" : "host",
+               pull_gbps, local_gbps, lat_a.p50, lat_a.p99, lat_b.p50,
                lat_b.p99, rtt_us);
     } else {
-        printf("load of %u blocks of %u KiB through B, pulled from A: %.2f GB/s "
-               "(median of %u); the same load from B's own tier: %.2f GB/s\n",
-               o.blocks, o.block_kib, pull_gbps, o.iterations, local_gbps);
+        printf("load of %u blocks of %u KiB through B into a %s pool, pulled from A: %.2f "
+               "GB/s (median of %u); the same load from B's own tier: %.2f GB/s\n",
+               o.blocks, o.block_kib, o.pool_kind == KVD_MEM_DEVICE ? "device" : "host",
+               pull_gbps, o.iterations, local_gbps);
         printf("lookup of a %d-key chain: on A (local) p50 %.1f us p99 %.1f; on B (asks A) "
                "p50 %.1f us p99 %.1f; B's ping to A %" PRIu64 " us\n",
                CHAIN, lat_a.p50, lat_a.p99, lat_b.p50, lat_b.p99, rtt_us);

@@ -11,6 +11,9 @@
 # same transport (UCX_TLS, default tcp), so that a noisy machine weighs on
 # both alike; prints the medians and the ratios.  Figures go to
 # $OUT/cluster.json (OUT defaults to /tmp).
+# ucx_perftest: $UCX_PERFTEST, else BUILD_DIR/ucx/bin/ucx_perftest with
+# its libraries beside it (slim_build.sh carries them to a machine
+# without UCX), else the one on PATH.
 # Memory: about 3 GiB at the defaults (each daemon's budget is 3 GiB).
 set -euo pipefail
 
@@ -21,6 +24,12 @@ ROUNDS=${ROUNDS:-5}
 OUT=${OUT:-/tmp}
 export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 export UCX_WARN_UNUSED_ENV_VARS=n
+perftest=${UCX_PERFTEST:-}
+if [ -z "$perftest" ] && [ -x "$BUILD/ucx/bin/ucx_perftest" ]; then
+    perftest=$BUILD/ucx/bin/ucx_perftest
+    export LD_LIBRARY_PATH="$BUILD/ucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+perftest=${perftest:-ucx_perftest}
 
 tmp=$(mktemp -d /tmp/kvdock-bench-cluster.XXXXXX)
 pids=()
@@ -76,10 +85,10 @@ for _ in $(seq "$ROUNDS"); do
         --iterations 3 "$@" --json >> "$tmp/kvdock.jsonl"
     tail -n 1 "$tmp/kvdock.jsonl"
     pp=$(free_port)
-    ucx_perftest -p "$pp" > "$tmp/perf-server.log" 2>&1 & # serves one run
+    "$perftest" -p "$pp" > "$tmp/perf-server.log" 2>&1 & # serves one run
     pids+=($!)
     sleep 0.5
-    ucx_perftest 127.0.0.1 -p "$pp" -t ucp_am_bw -s 1048576 -n 1024 -w 64 \
+    "$perftest" 127.0.0.1 -p "$pp" -t ucp_am_bw -s 1048576 -n 1024 -w 64 \
         > "$tmp/perf.log" 2>&1 || { cat "$tmp/perf.log"; exit 1; }
     grep '^Final:' "$tmp/perf.log" | tee -a "$tmp/perf.final"
 done

@@ -36,9 +36,13 @@
 #             reused across worker processes through kvdock.Connector
 #             (logits against a recompute, time to first token, a decode
 #             step beside saves); figures in $OUT/engine.json
+#   cluster   tests/bench/bench_cluster.sh: two cuda daemons of one cluster
+#             (UCX over TCP on the loopback), 1,024 blocks of 1 MiB pulled
+#             from A into a device pool through B, beside ucx_perftest
+#             (carried in the build by slim_build.sh); $OUT/cluster.json
 #
 # Pick stages as arguments after BUILD_DIR or with STAGES="test bench"
-# (default: all nine).  Each stage's output is tee'd to
+# (default: all ten).  Each stage's output is tee'd to
 # $OUT/<stage>.log (OUT defaults to /tmp/kvdock-gpu-round); a summary with
 # every stage's exit code ends the run, and the script exits non-zero when
 # any stage failed.  Per-stage time limits (seconds): TEST_TIMEOUT (420),
@@ -51,14 +55,14 @@ set -u
 BUILD=build-gpu
 if [ $# -gt 0 ]; then
     case "$1" in
-    info | test | memcheck | bench | daemonbench | chunks | interference | cache | engine) ;;
+    info | test | memcheck | bench | daemonbench | chunks | interference | cache | engine | cluster) ;;
     *) BUILD=$1; shift ;;
     esac
 fi
 if [ $# -gt 0 ]; then
     STAGES="$*"
 fi
-STAGES=${STAGES:-"info test memcheck bench daemonbench chunks interference cache engine"}
+STAGES=${STAGES:-"info test memcheck bench daemonbench chunks interference cache engine cluster"}
 OUT=${OUT:-/tmp/kvdock-gpu-round}
 PEER=${PEER:-.peer}
 TOOLS=${TOOLS:-.carry/tools}
@@ -288,6 +292,13 @@ stage_engine() {
         python3 tests/bench/bench_engine.py --build "$BUILD"
 }
 
+# Two cuda daemons of one cluster: the pull into a worker's device pool
+# against ucx_perftest on the same transport.
+stage_cluster() {
+    BACKEND=cuda timeout --kill-after=15 "$BENCH_TIMEOUT" \
+        tests/bench/bench_cluster.sh "$BUILD" --pool device
+}
+
 for s in $STAGES; do
     case "$s" in
     info) run_stage info stage_info ;;
@@ -299,8 +310,9 @@ for s in $STAGES; do
     interference) run_stage interference stage_interference ;;
     cache) run_stage cache stage_cache ;;
     engine) run_stage engine stage_engine ;;
+    cluster) run_stage cluster stage_cluster ;;
     *)
-        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench chunks interference cache engine)" >&2
+        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench chunks interference cache engine cluster)" >&2
         NAMES+=("$s")
         CODES+=(2)
         SECS+=(0)

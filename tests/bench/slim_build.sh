@@ -26,4 +26,20 @@ case "$dest" in
 *.tgz) tar czf "$dest" -C "$src" "${skip[@]}" . ;;
 *) mkdir -p "$dest" && tar cf - -C "$src" "${skip[@]}" . | tar xf - -C "$dest" ;;
 esac
+# ucx_perftest and the shared libraries it needs beyond the C library, as
+# ucx/bin and ucx/lib, for bench_cluster.sh on a machine without UCX
+if [ -x "$src/tests/bench/bench_cluster" ] && command -v ucx_perftest >/dev/null; then
+    ucx=$(mktemp -d)
+    mkdir -p "$ucx/ucx/bin" "$ucx/ucx/lib"
+    cp "$(command -v ucx_perftest)" "$ucx/ucx/bin/"
+    ldd "$(command -v ucx_perftest)" | awk '/=> \// {print $3}' |
+        grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
+        xargs -r cp -L -t "$ucx/ucx/lib/"
+    case "$dest" in
+    *.tgz) gunzip -c "$dest" >"$ucx/b.tar" && tar rf "$ucx/b.tar" -C "$ucx" ucx &&
+        gzip -c "$ucx/b.tar" >"$dest" ;;
+    *) cp -r "$ucx/ucx" "$dest/" ;;
+    esac
+    rm -rf "$ucx"
+fi
 du -sh "$dest"
