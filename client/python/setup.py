@@ -1,14 +1,14 @@
-"""The kvdock wheel carries libkvdock.so, so that `pip install` gives a
-working package.
+"""The kvdock wheel carries libkvdock.so and libkvdock_kernels.so (for
+kvdock.copy_rows), so that `pip install` gives a working package.
 
-The library comes from, in order: $KVDOCK_LIB (a built libkvdock.so); the
-repository's build tree (build/, build-cpu/, build-gpu/ beside client/,
-as deploy/build.sh leaves it); else CMake builds it here (its target
-kvdock_client_shared alone, with the Debian packages deploy/setup.sh
-installs).  It goes into the package as libkvdock.so.<client ABI>, where
-kvdock._capi looks first, and the wheel is tagged for the platform (the
-code is pure Python over ctypes: py3-none-<platform>).  The rest of the
-metadata is in pyproject.toml.
+Each library comes from, in order: $KVDOCK_LIB / $KVDOCK_KERNELS_LIB (a
+built one); the repository's build tree (build/, build-cpu/, build-gpu/
+beside client/, as deploy/build.sh leaves it); else CMake builds it here
+(its target alone, with the Debian packages deploy/setup.sh installs).
+They go into the package as libkvdock.so.<client ABI> and
+libkvdock_kernels.so.<kernels ABI>, where the package looks first, and the
+wheel is tagged for the platform (the code is pure Python over ctypes:
+py3-none-<platform>).  The rest of the metadata is in pyproject.toml.
 """
 
 import glob
@@ -30,38 +30,51 @@ def client_abi():
         return int(re.search(r"^CLIENT_ABI_VERSION = (\d+)", f.read(), re.M).group(1))
 
 
-def find_library(abi):
-    env = os.environ.get("KVDOCK_LIB")
+def kernels_abi():
+    with open(os.path.join(HERE, "kvdock", "_rows.py")) as f:
+        return int(re.search(r"^KERNELS_ABI_VERSION = (\d+)", f.read(), re.M).group(1))
+
+
+# (environment variable, folder of the build tree, CMake target) per library
+LIBRARIES = {
+    "libkvdock.so": ("KVDOCK_LIB", "client", "kvdock_client_shared"),
+    "libkvdock_kernels.so": ("KVDOCK_KERNELS_LIB", "kernels", "kvdock_kernels_shared"),
+}
+
+
+def find_library(name, abi):
+    var, folder, target = LIBRARIES[name]
+    env = os.environ.get(var)
     if env:
         if not os.path.exists(env):
-            raise SystemExit(f"KVDOCK_LIB={env} does not exist")
+            raise SystemExit(f"{var}={env} does not exist")
         return os.path.realpath(env)
     for build in ("build", "build-cpu", "build-gpu"):
-        cand = os.path.join(REPO, build, "client", f"libkvdock.so.{abi}")
+        cand = os.path.join(REPO, build, folder, f"{name}.{abi}")
         if os.path.exists(cand):
             return os.path.realpath(cand)
     if not os.path.exists(os.path.join(REPO, "CMakeLists.txt")):
-        raise SystemExit("kvdock: no libkvdock.so to put in the wheel: set KVDOCK_LIB to a built "
+        raise SystemExit(f"kvdock: no {name} to put in the wheel: set {var} to a built "
                          "one, or install from the kvdock repository (client/python)")
     tmp = tempfile.mkdtemp(prefix="kvdock-wheel-")
     subprocess.check_call(["cmake", "-S", REPO, "-B", tmp, "-DCMAKE_BUILD_TYPE=Release"])
-    subprocess.check_call(["cmake", "--build", tmp, "--target", "kvdock_client_shared", "-j",
+    subprocess.check_call(["cmake", "--build", tmp, "--target", target, "-j",
                            str(os.cpu_count() or 1)])
-    found = glob.glob(os.path.join(tmp, "client", f"libkvdock.so.{abi}"))
+    found = glob.glob(os.path.join(tmp, folder, f"{name}.{abi}"))
     if not found:
-        raise SystemExit(f"kvdock: CMake built no libkvdock.so.{abi} in {tmp}")
+        raise SystemExit(f"kvdock: CMake built no {name}.{abi} in {tmp}")
     return os.path.realpath(found[0])
 
 
 class BuildWithLibrary(build_py):
     def run(self):
         super().run()
-        abi = client_abi()
-        lib = find_library(abi)
-        dst = os.path.join(self.build_lib, "kvdock", f"libkvdock.so.{abi}")
-        self.announce(f"kvdock: bundling {lib} as {dst}", level=2)
-        shutil.copyfile(lib, dst)
-        os.chmod(dst, 0o755)
+        for name, abi in (("libkvdock.so", client_abi()), ("libkvdock_kernels.so", kernels_abi())):
+            lib = find_library(name, abi)
+            dst = os.path.join(self.build_lib, "kvdock", f"{name}.{abi}")
+            self.announce(f"kvdock: bundling {lib} as {dst}", level=2)
+            shutil.copyfile(lib, dst)
+            os.chmod(dst, 0o755)
 
 
 cmdclass = {"build_py": BuildWithLibrary}

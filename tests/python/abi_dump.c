@@ -1,6 +1,7 @@
 /*
  * Prints the size and field offsets of every libkvdock structure that the
- * Python package mirrors with ctypes (client/python/kvdock/_capi.py), one
+ * Python package mirrors with ctypes (client/python/kvdock/_capi.py, and
+ * the kernel library's transfer for kvdock/_rows.py), one
  * line each: "Struct size" and "Struct.field offset".  test_abi.py
  * compares them with ctypes' own layout, and the constants the package
  * copies ("CONST NAME value") with its copies.  Generated from _capi.py's
@@ -10,6 +11,7 @@
 #include <stdio.h>
 
 #include "kvdock/client.h"
+#include "kvdock/kernels.h"
 
 static const char *cur;
 
@@ -406,5 +408,33 @@ int main(void)
     F(kvd_cache_evict_result_t, busy);
     F(kvd_cache_evict_result_t, missing);
     S_END();
+    /* kernels.h, for kvdock.copy_rows (client/python/kvdock/_rows.py) */
+    printf("KERNELS_ABI %d\n", KVD_KERNELS_ABI_VERSION);
+    S_BEGIN(kvd_kv_side_t, "_KvSide");
+    F(kvd_kv_side_t, k);
+    F(kvd_kv_side_t, v);
+    F(kvd_kv_side_t, k_layers);
+    F(kvd_kv_side_t, v_layers);
+    F(kvd_kv_side_t, layer_stride);
+    F(kvd_kv_side_t, slot_stride);
+    F(kvd_kv_side_t, num_slots);
+    S_END();
+    S_BEGIN(kvd_transfer_args_t, "_TransferArgs");
+    F(kvd_transfer_args_t, src);
+    F(kvd_transfer_args_t, dst);
+    F(kvd_transfer_args_t, num_layers);
+    F(kvd_transfer_args_t, src_idx);
+    F(kvd_transfer_args_t, dst_idx);
+    F(kvd_transfer_args_t, idx_dtype);
+    F(kvd_transfer_args_t, count);
+    F(kvd_transfer_args_t, row_bytes);
+    F(kvd_transfer_args_t, oob_count);
+    S_END();
+    S_BEGIN(kvd_launch_t, "_Launch");
+    F(kvd_launch_t, stream);
+    F(kvd_launch_t, max_blocks);
+    F(kvd_launch_t, flags);
+    S_END();
+    printf("CONST _LAUNCH_COPY_ENGINE %d\n", (int)KVD_LAUNCH_COPY_ENGINE);
     return 0;
 }

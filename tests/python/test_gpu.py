@@ -17,6 +17,10 @@ as an inference engine writes it, against kvdockd --backend cuda.
   other pages with one event per layer group (each group read on a stream
   that waits on its event only), and a second worker process that looks
   the prompt up and loads what the first saved into its own KV cache.
+- kvdock.copy_rows: scattered 2 KiB rows gathered by the kernel within two
+  blocks on a low-priority stream queued behind other work, and on the
+  copy engines, against torch's indexing; the staging recipe (gather,
+  the daemon offloads the staging pool whole, reloads it, scatter).
 - kvdock.Connector on a CUDA KV cache in vLLM's layout: a save ordered
   after the stream's late writes, a load waited on layer by layer by the
   stream (no host wait), and a failed load whose flags are set anyway so
@@ -531,6 +535,78 @@ def cache_worker_b(socket: str, name: str, seed: int) -> int:
     gpu.drop()
     cli.close()
     return 0 if ok and hit.hits == 20 else 1
+
+
+class TestCopyRows(GpuBase):
+    """kvdock.copy_rows on CUDA tensors: the budgeted kernel on a side
+    stream, the copy engines, and the staging recipe through the daemon."""
+
+    def cache(self, L: int, S: int) -> "list":
+        return [torch.randn(S, 8, 128, generator=self.gen, device="cuda").to(torch.bfloat16)
+                for _ in range(L)]  # 2 KiB rows
+
+    def test_gather_on_a_side_stream_within_two_blocks(self):
+        L, S, N = 4, 4096, 1000
+        k, v = self.cache(L, S), self.cache(L, S)
+        ok = [torch.full((N, 8, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
+              for _ in range(L)]
+        ov = [t.clone() for t in ok]
+        rows = torch.randperm(S, generator=self.gen, device="cuda")[:N]
+        side = torch.cuda.Stream(priority=0)
+        side.wait_stream(torch.cuda.current_stream())
+        sleep_on(side, 20)  # the copy must follow what the side stream holds
+        kvdock.copy_rows(k, ok, rows.to(torch.int32), list(range(N)), src_v=v, dst_v=ov,
+                         max_blocks=2, stream=side)
+        side.synchronize()
+        for l in range(L):
+            self.assertTrue(torch.equal(ok[l], k[l][rows]), f"K of layer {l}")
+            self.assertTrue(torch.equal(ov[l], v[l][rows]), f"V of layer {l}")
+        # the same on the copy engines (indices read on the host)
+        for t in ok:
+            t.fill_(float("nan"))
+        kvdock.copy_rows(k, ok, rows.cpu(), torch.arange(N), copy_engine=True)
+        torch.cuda.current_stream().synchronize()
+        for l in range(L):
+            self.assertTrue(torch.equal(ok[l], k[l][rows]), f"K of layer {l}, copy engines")
+
+    def test_staging_then_the_daemon_moves_it_whole(self):
+        L, S, N = 4, 4096, 512
+        k, v = self.cache(L, S), self.cache(L, S)
+        sk = [torch.zeros(N, 8, 128, dtype=torch.bfloat16, device="cuda") for _ in range(L)]
+        sv = [torch.zeros_like(t) for t in sk]
+        torch.cuda.synchronize()
+        staged = self.cli.import_pool(f"stage-{self.tag}", sk, sv)
+        host = self.cli.create_pool(f"host-{self.tag}", L, N, 2048, kind="host")
+        rows = torch.randperm(S, generator=self.gen, device="cuda")[:N]
+        side = torch.cuda.Stream(priority=0)
+        side.wait_stream(torch.cuda.current_stream())
+        kvdock.copy_rows(k, sk, rows, torch.arange(N, device="cuda"), src_v=v, dst_v=sv,
+                         max_blocks=2, stream=side)
+        packed = torch.cuda.Event(interprocess=True)
+        packed.record(side)
+        self.cli.transfer(staged, host, torch.arange(N), torch.arange(N), wait_event=packed)
+        hm = host.map()
+        for l in range(L):
+            self.assertTrue(torch.equal(hm.k_tensor(l, torch.bfloat16).cuda(),
+                                        k[l][rows].reshape(N, -1)), f"offloaded K {l}")
+            self.assertTrue(torch.equal(hm.v_tensor(l, torch.bfloat16).cuda(),
+                                        v[l][rows].reshape(N, -1)), f"offloaded V {l}")
+        # and back into other rows: the daemon fills the staging pool, the
+        # worker scatters it
+        for t in sk + sv:
+            t.zero_()
+        torch.cuda.synchronize()
+        self.cli.transfer(host, staged, torch.arange(N), torch.arange(N))
+        back = torch.randperm(S, generator=self.gen, device="cuda")[:N]
+        k2, v2 = [t.clone() for t in k], [t.clone() for t in v]
+        kvdock.copy_rows(sk, k2, torch.arange(N, device="cuda"), back, src_v=sv, dst_v=v2,
+                         max_blocks=2)
+        torch.cuda.current_stream().synchronize()
+        for l in range(L):
+            self.assertTrue(torch.equal(k2[l][back], k[l][rows]), f"reloaded K {l}")
+            self.assertTrue(torch.equal(v2[l][back], v[l][rows]), f"reloaded V {l}")
+        host.drop()
+        staged.drop()
 
 
 class TestCluster(unittest.TestCase):

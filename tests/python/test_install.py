@@ -1,7 +1,8 @@
 """`pip install` of client/python gives a working package: the wheel
-carries libkvdock.so (a platform wheel), and the installed package (not
-the source tree), with no $KVDOCK_LIB or PYTHONPATH, loads its own copy and
-runs the README's example against kvdockd.  The package is built from a copy
+carries libkvdock.so and libkvdock_kernels.so (a platform wheel), and the
+installed package (not the source tree), with no $KVDOCK_LIB,
+$KVDOCK_KERNELS_LIB or PYTHONPATH, loads its own copies, runs the README's
+example against kvdockd and copies rows with kvdock.copy_rows.  The package is built from a copy
 of the source (no build/ or egg-info left in the tree; the library to
 bundle named by $KVDOCK_LIB at build time, as the copy has no repository
 around it), into a fresh virtual environment that sees the system's numpy,
@@ -56,15 +57,17 @@ class TestPipInstall(unittest.TestCase):
         self.run_cmd([sys.executable, "-m", "venv", "--system-site-packages", venv])
         py = os.path.join(venv, "bin", "python")
         lib = os.environ.get("KVDOCK_LIB")
-        if not lib:
-            self.skipTest("KVDOCK_LIB is not set to the built libkvdock.so")
+        kernels = os.environ.get("KVDOCK_KERNELS_LIB")
+        if not lib or not kernels:
+            self.skipTest("KVDOCK_LIB and KVDOCK_KERNELS_LIB are not set to the built libraries")
         out = self.run_cmd([py, "-m", "pip", "install", "-v", "--no-build-isolation",
                             "--no-deps", "--no-index", src],
-                           env=dict(os.environ, KVDOCK_LIB=lib))
+                           env=dict(os.environ, KVDOCK_LIB=lib, KVDOCK_KERNELS_LIB=kernels))
         self.assertIn("Successfully installed kvdock", out)
         self.assertRegex(out, r"kvdock-[0-9.]+-py3-none-linux_\w+\.whl",
                          "not a platform wheel")
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KVDOCK_LIB")}
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYTHONPATH", "KVDOCK_LIB", "KVDOCK_KERNELS_LIB")}
         env["KVDOCK_SOCKET"] = self.daemon.socket
         script = textwrap.dedent("""
             import os, sys, kvdock
@@ -76,13 +79,19 @@ class TestPipInstall(unittest.TestCase):
                 c.store(p, 0, [3], b"k" * 16, b"v" * 16)
                 m = p.map()
                 assert bytes(m.k(0)[3]) == b"k" * 16 and bytes(m.v(0)[3]) == b"v" * 16
-                print("installed kvdock", kvdock.__version__, "ok via", kvdock.library_path())
+                import numpy as np
+                src, out = np.arange(64, dtype=np.uint8).reshape(4, 16), np.zeros((4, 16), np.uint8)
+                kvdock.copy_rows(src, out, [3, 1], [0, 2])
+                assert (out[0] == src[3]).all() and (out[2] == src[1]).all()
+                from kvdock import _rows
+                print("installed kvdock", kvdock.__version__, "ok via", kvdock.library_path(),
+                      _rows.kernels_library()._name)
         """)
         out = self.run_cmd([py, "-c", script], env=env)
         self.assertIn("ok via", out)
-        # the library it loaded is the wheel's, inside the environment
-        via = out.split("ok via", 1)[1].strip()
-        self.assertTrue(os.path.realpath(via).startswith(os.path.realpath(venv)), via)
+        # the libraries it loaded are the wheel's, inside the environment
+        for via in out.split("ok via", 1)[1].split():
+            self.assertTrue(os.path.realpath(via).startswith(os.path.realpath(venv)), via)
 
 
 if __name__ == "__main__":

@@ -231,5 +231,84 @@ class TestTensorOps(TorchBase):
         self.cli.ping()
 
 
+class TestCopyRows(TorchBase):
+    """kvdock.copy_rows in host memory (the kernel library's CPU reference;
+    the CUDA kernel against torch is test_gpu.py's TestCopyRows)."""
+
+    def test_gather_layers_k_and_v(self):
+        L, S, R = 3, 64, 24
+        k = [self.rand_bytes(S, R) for _ in range(L)]
+        v = [self.rand_bytes(S, R) for _ in range(L)]
+        ok = [torch.full((16, R), 7, dtype=torch.uint8) for _ in range(L)]
+        ov = [torch.full((16, R), 7, dtype=torch.uint8) for _ in range(L)]
+        src = torch.tensor([5, 63, 0, -1, 9, 64, 17])      # -1 padding, 64 past the rows
+        dst = torch.tensor([0, 1, 2, 3, 15, 4, -1], dtype=torch.int32)
+        kvdock.copy_rows(k, ok, src, dst, src_v=v, dst_v=ov)
+        for l in range(L):
+            for side, out in ((k, ok), (v, ov)):
+                self.assertTrue(torch.equal(out[l][[0, 1, 2, 15]], side[l][[5, 63, 0, 9]]))
+                for untouched in (3, 4, 5, 14):
+                    self.assertTrue(bool((out[l][untouched] == 7).all()), (l, untouched))
+
+    def test_one_layer_latents_strided_rows_and_lists(self):
+        base = torch.randn(40, 2, 3, generator=self.gen)
+        src = base[::2]                                     # 20 rows, every other row
+        out = torch.zeros(20, 2, 3)
+        kvdock.copy_rows(src, out, [3, 1, 19], [0, 10, 19])
+        self.assertTrue(torch.equal(out[[0, 10, 19]], src[[3, 1, 19]]))
+        self.assertEqual(int((out[1:10] != 0).sum()), 0)
+        kvdock.copy_rows(src, out, [], [])                   # nothing to do
+
+    def test_staging_then_the_daemon_moves_it_whole(self):
+        # the recipe for scattered rows: gather them in the worker into a
+        # contiguous staging pool, the daemon moves that; and back
+        L, S, R, N = 2, 256, 32, 40
+        cache_mem = kvdock.HostMemory(2 * L * S * R)
+        cache = cache_mem.tensor().reshape(2, L, S, R)
+        cache.copy_(self.rand_bytes(2, L, S, R))
+        stage_mem = kvdock.HostMemory(2 * L * N * R)
+        stage = stage_mem.tensor().reshape(2, L, N, R)
+        staged = self.cli.import_pool(f"t-stage-{os.getpid()}", list(stage[0]), list(stage[1]))
+        host, mh = self.pool(layers=L, slots=4 * N, slot_bytes=R, fill=0)
+        rows = torch.randperm(S, generator=self.gen)[:N]
+        kvdock.copy_rows(list(cache[0]), list(stage[0]), rows, torch.arange(N),
+                         src_v=list(cache[1]), dst_v=list(stage[1]), max_blocks=2)
+        self.cli.transfer(staged, host, torch.arange(N), torch.arange(N) + N)
+        for l in range(L):
+            self.assertTrue(torch.equal(mh.k_tensor(l)[N:2 * N], cache[0, l][rows]))
+            self.assertTrue(torch.equal(mh.v_tensor(l)[N:2 * N], cache[1, l][rows]))
+        # reload into other rows of the cache: the daemon fills the staging
+        # pool, the worker scatters it
+        stage.zero_()
+        self.cli.transfer(host, staged, torch.arange(N) + N, torch.arange(N))
+        back = torch.randperm(S, generator=self.gen)[:N]
+        kvdock.copy_rows(list(stage[0]), list(cache[0]), torch.arange(N), back,
+                         src_v=list(stage[1]), dst_v=list(cache[1]))
+        for l in range(L):
+            self.assertTrue(torch.equal(cache[0, l][back], mh.k_tensor(l)[N:2 * N]))
+            self.assertTrue(torch.equal(cache[1, l][back], mh.v_tensor(l)[N:2 * N]))
+        staged.drop()
+
+    def test_bad_arguments(self):
+        a, b = self.rand_bytes(8, 16), torch.zeros(8, 16, dtype=torch.uint8)
+        cases = [
+            ((a, torch.zeros(8, 8, dtype=torch.uint8), [0], [0]), {}, ValueError, "bytes"),
+            (([a, a], [b], [0], [0]), {}, ValueError, "as many layers"),
+            ((a, b, [0], [0]), {"src_v": a}, ValueError, "both src_v and dst_v"),
+            ((a, b, [0, 1], [0]), {}, ValueError, "as long"),
+            ((a, b, [0], [0]), {"copy_engine": True}, ValueError, "CUDA"),
+            ((a, b, torch.tensor([0.5]), [0]), {}, TypeError, "integers"),
+            ((a, b, torch.zeros(1, 1, dtype=torch.int64), [0]), {}, ValueError, "one-dimensional"),
+            ((a.t(), b, [0], [0]), {}, ValueError, "contiguous"),
+            ((a, b, [0], [0]), {"max_blocks": -1}, ValueError, "max_blocks"),
+            (([], b, [0], [0]), {}, ValueError, "no layers"),
+        ]
+        for args, kw, exc, says in cases:
+            with self.assertRaises(exc, msg=says) as cm:
+                kvdock.copy_rows(*args, **kw)
+            self.assertIn(says, str(cm.exception))
+        self.assertEqual(int(b.sum()), 0)                  # nothing was written
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -41,6 +41,7 @@ and orders the daemon against its stream with interprocess events::
 from ._cache import Cache, CacheEvicted, CacheInfo, CacheLookup, block_hashes
 from ._capi import CLIENT_ABI_VERSION, library_path
 from .connector import Connector, Load, Save
+from ._rows import copy_rows
 from ._client import (
     BufIndices,
     BufRef,
@@ -74,5 +75,5 @@ __all__ = [
     "CacheInfo", "CacheLookup", "Client", "Connector", "Error", "Event", "Future", "HelloInfo",
     "HostMemory", "Limits", "Load", "Mapping", "OpResult", "Pool", "PoolInfo", "Save", "Timeout",
     "as_completed",
-    "block_hashes", "library_path", "wait_all", "__version__",
+    "block_hashes", "copy_rows", "library_path", "wait_all", "__version__",
 ]
