@@ -547,6 +547,28 @@ static void refuse_link(kvd_cluster_t *cl, link_t *l, const char *why)
     cl->refusing = l;
 }
 
+/* The next comma-separated item of *s, blanks around it trimmed, into item
+ * (len bytes): KVD_OK (an empty one too), KVD_ENOENT at the end, KVD_ELIMIT
+ * when it does not fit. */
+static kvd_status_t next_item(const char **s, char *item, size_t len)
+{
+    const char *p = *s;
+    size_t n = strcspn(p, ","), a = 0, b = n;
+
+    if (*p == '\0')
+        return KVD_ENOENT;
+    while (a < b && (p[a] == ' ' || p[a] == '\t'))
+        a++;
+    while (b > a && (p[b - 1] == ' ' || p[b - 1] == '\t' || p[b - 1] == '\r'))
+        b--;
+    if (b - a >= len)
+        return KVD_ELIMIT;
+    memcpy(item, p + a, b - a);
+    item[b - a] = '\0';
+    *s = p + n + (p[n] == ',');
+    return KVD_OK;
+}
+
 /* The address's bytes and family, an IPv4 address mapped into IPv6 as IPv4. */
 static int addr_bytes(const struct sockaddr_storage *s, uint8_t out[16])
 {
@@ -610,25 +632,14 @@ static kvd_status_t allow_add(kvd_cluster_t *cl, const struct sockaddr_storage *
 static kvd_status_t allow_parse(kvd_cluster_t *cl, const char *list, char *why, size_t why_len)
 {
     const char *s = list;
+    char item[128];
+    kvd_status_t st;
 
-    while (*s) {
-        char item[128], *slash, *end;
-        size_t n = strcspn(s, ","), a = 0, b = n;
+    while ((st = next_item(&s, item, sizeof(item))) == KVD_OK) {
+        char *slash, *end;
         struct sockaddr_storage sa;
         int bits = -1;
-        kvd_status_t st;
 
-        while (a < b && (s[a] == ' ' || s[a] == '\t'))
-            a++;
-        while (b > a && (s[b - 1] == ' ' || s[b - 1] == '\t'))
-            b--;
-        if (b - a >= sizeof(item)) {
-            snprintf(why, why_len, "cluster-allow-from: an item is too long");
-            return KVD_EINVAL;
-        }
-        memcpy(item, s + a, b - a);
-        item[b - a] = '\0';
-        s += n + (s[n] == ',');
         if (item[0] == '\0')
             continue;
         if (strcmp(item, "any") == 0) {
@@ -660,6 +671,10 @@ static kvd_status_t allow_parse(kvd_cluster_t *cl, const char *list, char *why, 
             *slash = '/';
         if ((st = allow_add(cl, &sa, bits, item, why, why_len)) != KVD_OK)
             return st;
+    }
+    if (st == KVD_ELIMIT) {
+        snprintf(why, why_len, "cluster-allow-from: an item is too long");
+        return KVD_EINVAL;
     }
     return KVD_OK;
 }
@@ -1844,26 +1859,14 @@ static kvd_status_t add_peers(kvd_cluster_t *cl, const char *list, char *why, si
 {
     char item[256];
     const char *s = list;
+    kvd_status_t st;
 
-    while (*s) {
-        size_t n = strcspn(s, ",");
-        size_t a = 0, b = n;
-        while (a < b && (s[a] == ' ' || s[a] == '\t'))
-            a++;
-        while (b > a && (s[b - 1] == ' ' || s[b - 1] == '\t' || s[b - 1] == '\r'))
-            b--;
-        if (b - a >= sizeof(item)) {
-            snprintf(why, why_len, "a cluster peer address is too long");
-            return KVD_EINVAL;
-        }
-        memcpy(item, s + a, b - a);
-        item[b - a] = '\0';
-        kvd_status_t st = add_peer(cl, item, why, why_len);
-        if (st != KVD_OK)
+    while ((st = next_item(&s, item, sizeof(item))) == KVD_OK)
+        if (item[0] != '\0' && (st = add_peer(cl, item, why, why_len)) != KVD_OK)
             return st;
-        s += n;
-        if (*s == ',')
-            s++;
+    if (st == KVD_ELIMIT) {
+        snprintf(why, why_len, "a cluster peer address is too long");
+        return KVD_EINVAL;
     }
     return KVD_OK;
 }

@@ -935,6 +935,19 @@ static rawpeer_t *peer_to(const node_t *node)
     return rp;
 }
 
+/* A raw peer to node that said Hello and got its Challenge. */
+static rawpeer_t *challenged(const node_t *node)
+{
+    rawpeer_t *rp = peer_to(node);
+    Kvdock__Cluster__Msg *r;
+
+    ck_assert_int_eq(rawpeer_hello(rp, 1), 0);
+    r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_CHALLENGE, (int)MS(5000));
+    ck_assert_msg(r != NULL, "no Challenge to a Hello");
+    kvdock__cluster__msg__free_unpacked(r, NULL);
+    return rp;
+}
+
 /* The daemon closes rp's endpoint, saying why (says, in its Refused). */
 static void expect_refused(rawpeer_t *rp, const char *says)
 {
@@ -946,6 +959,19 @@ static void expect_refused(rawpeer_t *rp, const char *says)
     rawpeer_free(rp);
 }
 
+/* Send m, and the daemon's answer of case want must come. */
+static Kvdock__Cluster__Msg *exchange(rawpeer_t *rp, const Kvdock__Cluster__Msg *m,
+                                      Kvdock__Cluster__Msg__MCase want)
+{
+    Kvdock__Cluster__Msg *r;
+
+    ck_assert_int_eq(rawpeer_send_msg(rp, m), 0);
+    r = rawpeer_wait(rp, want, (int)MS(5000));
+    ck_assert_msg(r != NULL, "no answer of case %d: the endpoint was closed or nothing came",
+                  (int)want);
+    return r;
+}
+
 /* The daemon still answers rp: a Ping gets its Pong. */
 static void expect_answers(rawpeer_t *rp)
 {
@@ -955,9 +981,7 @@ static void expect_answers(rawpeer_t *rp)
     pi.t = 42;
     m.m_case = KVDOCK__CLUSTER__MSG__M_PING;
     m.ping = &pi;
-    ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
-    r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_PONG, (int)MS(5000));
-    ck_assert_msg(r != NULL, "no Pong: the endpoint was closed or nothing came");
+    r = exchange(rp, &m, KVDOCK__CLUSTER__MSG__M_PONG);
     ck_assert_uint_eq(r->pong->t, 42);
     kvdock__cluster__msg__free_unpacked(r, NULL);
 }
@@ -1009,7 +1033,7 @@ static uint64_t refused_count(node_t *node)
 START_TEST(test_hostile_before_proof)
 {
     node_t nodes[2];
-    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT, *r;
+    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
     Kvdock__Cluster__Auth au = KVDOCK__CLUSTER__AUTH__INIT;
     Kvdock__Cluster__Query q = KVDOCK__CLUSTER__QUERY__INIT;
     Kvdock__Cluster__CacheRef ref = kv_ref("kv");
@@ -1052,11 +1076,7 @@ START_TEST(test_hostile_before_proof)
     cases++;
 
     /* a second Hello */
-    rp = peer_to(&nodes[0]);
-    ck_assert_int_eq(rawpeer_hello(rp, 1), 0);
-    r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_CHALLENGE, (int)MS(5000));
-    ck_assert_ptr_nonnull(r);
-    kvdock__cluster__msg__free_unpacked(r, NULL);
+    rp = challenged(&nodes[0]);
     ck_assert_int_eq(rawpeer_hello(rp, 1), 0);
     expect_refused(rp, "bad hello");
     cases++;
@@ -1075,11 +1095,7 @@ START_TEST(test_hostile_before_proof)
     cases++;
 
     /* a Hello, then an Auth whose proof is wrong */
-    rp = peer_to(&nodes[0]);
-    ck_assert_int_eq(rawpeer_hello(rp, 1), 0);
-    r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_CHALLENGE, (int)MS(5000));
-    ck_assert_ptr_nonnull(r);
-    kvdock__cluster__msg__free_unpacked(r, NULL);
+    rp = challenged(&nodes[0]);
     m.m_case = KVDOCK__CLUSTER__MSG__M_AUTH;
     m.auth = &au;
     ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
@@ -1160,9 +1176,7 @@ START_TEST(test_hostile_after_proof)
     q.keys = kb;
     m.m_case = KVDOCK__CLUSTER__MSG__M_QUERY;
     m.query = &q;
-    ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
-    r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_QUERY_REPLY, (int)MS(5000));
-    ck_assert_ptr_nonnull(r);
+    r = exchange(rp, &m, KVDOCK__CLUSTER__MSG__M_QUERY_REPLY);
     ck_assert_uint_eq(r->query_reply->id, 7);
     ck_assert_uint_eq(r->query_reply->present.len, 2);
     ck_assert_uint_eq(r->query_reply->present.data[0], 0xff);
@@ -1172,9 +1186,7 @@ START_TEST(test_hostile_after_proof)
     /* a query of a cache without a CacheRef, a fetch of a cache it does
      * not have: nothing present, nothing sent */
     q.cache = NULL;
-    ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
-    r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_QUERY_REPLY, (int)MS(5000));
-    ck_assert_ptr_nonnull(r);
+    r = exchange(rp, &m, KVDOCK__CLUSTER__MSG__M_QUERY_REPLY);
     ck_assert_uint_eq(r->query_reply->present.data[0], 0);
     kvdock__cluster__msg__free_unpacked(r, NULL);
     f.id = 8;
@@ -1183,9 +1195,7 @@ START_TEST(test_hostile_after_proof)
     f.keys = kb;
     m.m_case = KVDOCK__CLUSTER__MSG__M_FETCH;
     m.fetch = &f;
-    ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
-    r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_FETCH_DONE, (int)MS(5000));
-    ck_assert_ptr_nonnull(r);
+    r = exchange(rp, &m, KVDOCK__CLUSTER__MSG__M_FETCH_DONE);
     ck_assert_uint_eq(r->fetch_done->sent, 0);
     ck_assert_uint_eq(r->fetch_done->missing.data[0], 0xff);
     kvdock__cluster__msg__free_unpacked(r, NULL);
@@ -1295,7 +1305,6 @@ START_TEST(test_allow_from)
     uint8_t *h = calloc(1, huge);
     uint64_t before;
     rawpeer_t *rp;
-    Kvdock__Cluster__Msg *r;
     char buf[1 << 16];
     FILE *f;
     size_t n;
@@ -1328,12 +1337,7 @@ START_TEST(test_allow_from)
         allow_from = let_in[i];
         start_node(&node, secret_path);
         allow_from = NULL;
-        rp = peer_to(&node);
-        ck_assert_int_eq(rawpeer_hello(rp, 1), 0);
-        r = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_CHALLENGE, (int)MS(5000));
-        ck_assert_msg(r != NULL, "--cluster-allow-from %s: no challenge", let_in[i]);
-        kvdock__cluster__msg__free_unpacked(r, NULL);
-        rawpeer_free(rp);
+        rawpeer_free(challenged(&node)); /* let in: its Hello is answered */
         kvd_client_destroy(&node.cli);
         stop_checked(&node.d);
     }
