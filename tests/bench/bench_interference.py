@@ -10,10 +10,11 @@ defaults otherwise):
 - the mover worker imports its own KV cache (32 layers, K and V, 16,384
   slots of 2 KiB: 2 GiB) into the daemon and keeps 4 all-layer transfers of
   64 MiB in flight, offload and reload in turn, between that cache and a
-  daemon host pool, on the path the condition names: whole pages of 16
-  slots (32 KiB contiguous per layer and K/V, what a cache block is) on the
-  copy engines or on kernels at a block budget, or 2 KiB rows scattered one
-  by one on the copy engines; or, through the cache tier, saves of fresh
+  daemon host pool (or only offload them: the target's condition), on the
+  path the condition names: whole pages of 16 slots (32 KiB contiguous per
+  layer and K/V, what a cache block is) on the copy engines or on kernels
+  at a block budget, or 2 KiB rows scattered one by one on the copy
+  engines; or, through the cache tier, saves of fresh
   blocks of 16 tokens (2 MiB each, 32 KiB per layer and K/V) from that
   cache into a kvdockd cache and loads of blocks saved before, in turn;
 - for the in-worker alternative to small scattered rows, the compute worker
@@ -53,6 +54,8 @@ HIDDEN, FFN = 4096, 14336                   # an 8B-shaped MLP
 CONDITIONS = {
     "none": (None, 0),
     "copy_engine": ({"path": "copy_engine", "rows": "pages"}, 0),
+    # the target condition: offload alone (device to host), 32 KiB chunks
+    "offload": ({"path": "copy_engine", "rows": "pages", "d2h_only": True}, 0),
     "kernel_32": ({"path": "kernel", "max_blocks": 32, "rows": "pages"}, 0),
     "kernel_2": ({"path": "kernel", "max_blocks": 2, "rows": "pages"}, 0),
     "copy_engine_rows": ({"path": "copy_engine", "rows": "scattered"}, 0),
@@ -60,7 +63,8 @@ CONDITIONS = {
     "pack_8": (None, 8),
     "pack_2": (None, 2),
 }
-ORDER = ["copy_engine", "cache", "kernel_32", "kernel_2", "copy_engine_rows", "pack_8", "pack_2"]
+ORDER = ["copy_engine", "offload", "cache", "kernel_32", "kernel_2", "copy_engine_rows", "pack_8",
+         "pack_2"]
 
 
 def compute_worker(conn, kernels_lib):
@@ -180,7 +184,8 @@ def mover_worker(conn, socket):
                         futs.append(cache_request(n))
                     else:
                         idx = indices(mode["rows"])
-                        src, dst = (gpu, host) if n % 2 == 0 else (host, gpu)
+                        d2h = n % 2 == 0 or mode.get("d2h_only")
+                        src, dst = (gpu, host) if d2h else (host, gpu)
                         futs.append((cli.transfer_async(src, dst, idx, idx, **kw), None))
                     n += 1
                 f, keys = futs.pop(0)
@@ -245,7 +250,7 @@ def run_conditions(args, env_extra, label):
 
     # each movement alone first (nothing computes): the rates alone
     alone = {}
-    for name in ("copy_engine", "cache", "kernel_32"):
+    for name in ("copy_engine", "offload", "cache", "kernel_32"):
         mpipe.send(("run", CONDITIONS[name][0]))
         time.sleep(1.5)
         mpipe.send(("stop",))
