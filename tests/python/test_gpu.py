@@ -552,10 +552,11 @@ class TestCopyRows(GpuBase):
               for _ in range(L)]
         ov = [t.clone() for t in ok]
         rows = torch.randperm(S, generator=self.gen, device="cuda")[:N]
+        rows32 = rows.to(torch.int32)
         side = torch.cuda.Stream(priority=0)
-        side.wait_stream(torch.cuda.current_stream())
+        side.wait_stream(torch.cuda.current_stream())  # after the tensors above
         sleep_on(side, 20)  # the copy must follow what the side stream holds
-        kvdock.copy_rows(k, ok, rows.to(torch.int32), list(range(N)), src_v=v, dst_v=ov,
+        kvdock.copy_rows(k, ok, rows32, list(range(N)), src_v=v, dst_v=ov,
                          max_blocks=2, stream=side)
         side.synchronize()
         for l in range(L):
@@ -578,10 +579,10 @@ class TestCopyRows(GpuBase):
         staged = self.cli.import_pool(f"stage-{self.tag}", sk, sv)
         host = self.cli.create_pool(f"host-{self.tag}", L, N, 2048, kind="host")
         rows = torch.randperm(S, generator=self.gen, device="cuda")[:N]
+        seq = torch.arange(N, device="cuda")
         side = torch.cuda.Stream(priority=0)
-        side.wait_stream(torch.cuda.current_stream())
-        kvdock.copy_rows(k, sk, rows, torch.arange(N, device="cuda"), src_v=v, dst_v=sv,
-                         max_blocks=2, stream=side)
+        side.wait_stream(torch.cuda.current_stream())  # after the tensors above
+        kvdock.copy_rows(k, sk, rows, seq, src_v=v, dst_v=sv, max_blocks=2, stream=side)
         packed = torch.cuda.Event(interprocess=True)
         packed.record(side)
         self.cli.transfer(staged, host, torch.arange(N), torch.arange(N), wait_event=packed)
@@ -599,8 +600,7 @@ class TestCopyRows(GpuBase):
         self.cli.transfer(host, staged, torch.arange(N), torch.arange(N))
         back = torch.randperm(S, generator=self.gen, device="cuda")[:N]
         k2, v2 = [t.clone() for t in k], [t.clone() for t in v]
-        kvdock.copy_rows(sk, k2, torch.arange(N, device="cuda"), back, src_v=sv, dst_v=v2,
-                         max_blocks=2)
+        kvdock.copy_rows(sk, k2, seq, back, src_v=sv, dst_v=v2, max_blocks=2)
         torch.cuda.current_stream().synchronize()
         for l in range(L):
             self.assertTrue(torch.equal(k2[l][back], k[l][rows]), f"reloaded K {l}")

@@ -226,7 +226,10 @@ def copy_rows(src: Any, dst: Any, src_rows: Any, dst_rows: Any, *, src_v: Any = 
     interference benchmark: 2 KiB rows packed at 19 GB/s for +2.8% of a
     decode step, at 60 GB/s for +9.3% with 8 blocks; the same rows scattered
     through the daemon's copy engines: 3.9 GB/s, +15%). Row indices go to
-    the tensors' device (a CPU list or tensor is copied there first).
+    the tensors' device (a CPU list or tensor is copied there first, in
+    the stream's order); tensors already there, like the rows themselves,
+    must be ready for ``stream`` (``stream.wait_stream(...)`` after the
+    work that wrote them).
     ``copy_engine=True`` moves the rows with this process's copy engines
     instead (one copy per row; indices read on the host now).
 
