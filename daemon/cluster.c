@@ -63,6 +63,7 @@
 #define PREAUTH_BYTES 4096u       /* Hello and Auth are tens of bytes */
 #define PING_NS 1000000000ull
 #define REFUSE_GRACE_NS 100000000ull /* a refusal's reason is sent, then the endpoint closed */
+#define REFUSING_MAX 64          /* past it the oldest refused endpoint closes at once */
 #define BACKOFF_MIN_MS 100u
 #define BACKOFF_MAX_MS 5000u
 #define SPIN_QUERY_NS 2000000ull /* a query's answers are polled for this long */
@@ -168,7 +169,8 @@ struct kvd_cluster {
     peer_t peers[MAX_PEERS];
     uint32_t npeers;
     link_t *links;
-    link_t *refusing;        /* refused, their endpoints closed soon */
+    link_t *refusing;        /* refused, their endpoints closed soon (newest first) */
+    uint32_t nrefusing;
     uint32_t ninbound;
     pend_t *pends;
     uint64_t next_id;
@@ -545,6 +547,14 @@ static void refuse_link(kvd_cluster_t *cl, link_t *l, const char *why)
     l->refused_ns = kvd_now_ns();
     l->next = cl->refusing;
     cl->refusing = l;
+    if (++cl->nrefusing > REFUSING_MAX) { /* a flood of refusals holds no more endpoints */
+        link_t **pp = &cl->refusing;
+        while ((*pp)->next != NULL)
+            pp = &(*pp)->next;
+        link_close(*pp);
+        *pp = NULL;
+        cl->nrefusing--;
+    }
 }
 
 /* The next comma-separated item of *s, blanks around it trimmed, into item
@@ -1745,6 +1755,7 @@ static void on_tick(uv_timer_t *t)
         }
         *pp = l->next;
         link_close(l);
+        cl->nrefusing--;
     }
     /* inbound endpoints that never proved the secret */
     for (l = cl->links; l; l = lnext) {
@@ -2034,6 +2045,7 @@ void kvd_cluster_close(kvd_cluster_t *cl)
         cl->refusing = l->next;
         link_close(l);
     }
+    cl->nrefusing = 0;
     progress(cl);
     if (cl->listener) {
         ucp_listener_destroy(cl->listener);

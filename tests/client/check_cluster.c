@@ -1245,6 +1245,7 @@ START_TEST(test_inbound_flood)
     node_t nodes[2];
     rawpeer_t *flood = rawpeer_new();
     kvd_daemon_status_t *s = malloc(sizeof(*s));
+    uint64_t refused0;
     int64_t t0;
 
     ck_assert_ptr_nonnull(flood);
@@ -1271,6 +1272,25 @@ START_TEST(test_inbound_flood)
         nodes[i].cache = make_cache(&nodes[i], "kv", 1024, true);
     expect_cluster_works(&nodes[0], &nodes[1], 33);
     rawpeer_free(flood);
+
+    /* a burst of 100 endpoints that each send bytes of no message: all
+     * refused at once (those waiting to close are capped), A unharmed */
+    flood = rawpeer_new();
+    ck_assert_ptr_nonnull(flood);
+    KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
+    refused0 = s->cluster.refused;
+    ck_assert_int_eq(rawpeer_open_silent(flood, nodes[0].port, 100), 0);
+    rawpeer_progress(flood, 200);
+    rawpeer_silent_send(flood, "\xff\xff\xff\xff", 4);
+    t0 = kvt_now_ms();
+    do {
+        rawpeer_progress(flood, 50);
+        KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
+        ck_assert_msg(kvt_now_ms() - t0 < MS(30000), "A refused %llu of 100",
+                      (unsigned long long)(s->cluster.refused - refused0));
+    } while (s->cluster.refused < refused0 + 100);
+    rawpeer_free(flood);
+    expect_cluster_works(&nodes[0], &nodes[1], 34);
     stop_nodes(nodes, 2);
     free(s);
 }

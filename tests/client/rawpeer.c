@@ -187,6 +187,20 @@ int rawpeer_open_silent(rawpeer_t *rp, int port, int n)
     return 0;
 }
 
+void rawpeer_silent_send(rawpeer_t *rp, const void *data, size_t len)
+{
+    ucp_request_param_t prm;
+
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    for (int i = 0; i < rp->nsilent; i++) {
+        void *req = ucp_am_send_nbx(rp->silent[i], RAWPEER_AM_CTRL, NULL, 0, data, len, &prm);
+        if (UCS_PTR_IS_PTR(req))
+            ucp_request_free(req); /* completes inside UCX, or fails with the endpoint */
+    }
+}
+
 int rawpeer_send(rawpeer_t *rp, unsigned am_id, const void *hdr, size_t hdr_len,
                  const void *data, size_t len, int eager, int timeout_ms)
 {

@@ -30,6 +30,10 @@ int rawpeer_connect(rawpeer_t *rp, int port);
  * (closed with rp); 0 or -1. */
 int rawpeer_open_silent(rawpeer_t *rp, int port, int n);
 
+/* Send data as a control message on every endpoint rawpeer_open_silent
+ * opened (eagerly, not waiting for completion). */
+void rawpeer_silent_send(rawpeer_t *rp, const void *data, size_t len);
+
 /* Send an active message with UCP_AM_SEND_FLAG_REPLY, eagerly or by
  * rendezvous, and progress until UCX is done with it or the endpoint
  * fails (0: sent; -1: failed or timed out). */
