@@ -569,6 +569,14 @@ class TestCopyRows(GpuBase):
         torch.cuda.current_stream().synchronize()
         for l in range(L):
             self.assertTrue(torch.equal(ok[l], k[l][rows]), f"K of layer {l}, copy engines")
+        # the same layers again (their address tables kept from the first
+        # call), other rows, on the current stream
+        again = torch.randperm(S, generator=self.gen, device="cuda")[:N]
+        kvdock.copy_rows(k, ok, again, range(N), src_v=v, dst_v=ov, max_blocks=8)
+        torch.cuda.current_stream().synchronize()
+        for l in range(L):
+            self.assertTrue(torch.equal(ok[l], k[l][again]), f"K of layer {l}, again")
+            self.assertTrue(torch.equal(ov[l], v[l][again]), f"V of layer {l}, again")
 
     def test_staging_then_the_daemon_moves_it_whole(self):
         L, S, N = 4, 4096, 512

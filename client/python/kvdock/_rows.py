@@ -20,6 +20,7 @@ then the repository's build tree.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import ctypes.util
 import os
@@ -204,6 +205,34 @@ def _host_index(rows: Any, wide: bool = False) -> Tuple[int, int, int, Any]:
     return ctypes.addressof(arr), len(vals), 8, arr
 
 
+# Device tables of layer addresses, kept for the layer sets a worker copies
+# again and again (its cache and staging area).  Each use records its
+# stream, so a table dropped from here is not reused while a copy reads it.
+_TABLES_MAX = 32
+_tables: "collections.OrderedDict[Tuple[str, Tuple[int, ...]], Any]" = collections.OrderedDict()
+_tables_lock = threading.Lock()
+
+
+def _device_table(torch: Any, dev: Any, addrs: List[int]) -> Any:
+    key = (str(dev), tuple(addrs))
+    with _tables_lock:
+        t = _tables.get(key)
+        if t is not None:
+            _tables.move_to_end(key)
+            return t
+    # uploaded on a stream of its own and waited for: before any copy's
+    # stream reads it, and without waiting for the work those streams hold
+    up = torch.cuda.Stream(device=dev)
+    with torch.cuda.stream(up):
+        t = torch.tensor(addrs, dtype=torch.int64, device=dev)
+    up.synchronize()
+    with _tables_lock:
+        _tables[key] = t
+        while len(_tables) > _TABLES_MAX:
+            _tables.popitem(last=False)
+    return t
+
+
 def copy_rows(src: Any, dst: Any, src_rows: Any, dst_rows: Any, *, src_v: Any = None,
               dst_v: Any = None, max_blocks: int = 0, stream: Any = None,
               copy_engine: bool = False) -> None:
@@ -287,9 +316,10 @@ def copy_rows(src: Any, dst: Any, src_rows: Any, dst_rows: Any, *, src_v: Any = 
             def table(addrs: List[int]) -> Optional[int]:
                 if len(ks) == 1 or not addrs:
                     return None
-                t = torch.tensor(addrs, dtype=torch.int64)
-                if not copy_engine:
-                    t = t.to(dev)
+                if copy_engine:
+                    t = torch.tensor(addrs, dtype=torch.int64)
+                else:
+                    t = _device_table(torch, dev, addrs)
                 keep.append(t)
                 return int(t.data_ptr())
 
