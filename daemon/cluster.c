@@ -281,6 +281,27 @@ static kvd_status_t resolve(const char *text, struct sockaddr_storage *sa, sockl
     return KVD_OK;
 }
 
+/* A cluster address UCX can carry.  UCX 1.13's TCP transport (Debian 12's,
+ * which kvdockd links) fails over IPv6: the data connections of an endpoint
+ * made to an IPv6 address go to IPv4 listeners and are refused, and with
+ * UCX_TCP_AF_PRIO=inet6 its connect overruns a heap buffer (seen under
+ * ASan); later versions are let through. */
+static kvd_status_t usable_family(const struct sockaddr_storage *sa, const char *text, char *why,
+                                  size_t why_len)
+{
+    unsigned major = 0, minor = 0, release = 0;
+
+    if (sa->ss_family != AF_INET6)
+        return KVD_OK;
+    ucp_get_version(&major, &minor, &release);
+    if (major > 1 || (major == 1 && minor > 13))
+        return KVD_OK;
+    snprintf(why, why_len, "'%s' is an IPv6 address: the UCX this kvdockd is built with "
+             "(%u.%u.%u) cannot carry a cluster over IPv6; use IPv4 addresses", text, major,
+             minor, release);
+    return KVD_EINVAL;
+}
+
 static int same_addr(const struct sockaddr_storage *a, socklen_t al,
                      const struct sockaddr_storage *b, socklen_t bl)
 {
@@ -1844,7 +1865,8 @@ static kvd_status_t add_peer(kvd_cluster_t *cl, const char *text, char *why, siz
 
     if (text[0] == '\0')
         return KVD_OK;
-    if ((st = resolve(text, &sa, &len, why, why_len)) != KVD_OK)
+    if ((st = resolve(text, &sa, &len, why, why_len)) != KVD_OK ||
+        (st = usable_family(&sa, text, why, why_len)) != KVD_OK)
         return st;
     if (same_addr(&sa, len, &cl->listen_sa, cl->listen_salen) || strcmp(text, cl->node) == 0)
         return KVD_OK; /* this daemon itself */
@@ -1941,6 +1963,7 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
     snprintf(cl->node, sizeof(cl->node), "%s", o->cluster_listen);
     if ((st = resolve(o->cluster_listen, &cl->listen_sa, &cl->listen_salen, why, why_len)) !=
             KVD_OK ||
+        (st = usable_family(&cl->listen_sa, o->cluster_listen, why, why_len)) != KVD_OK ||
         (st = read_secret(cl, o->cluster_secret_file, why, why_len)) != KVD_OK ||
         (st = add_peers(cl, o->cluster_peers, why, why_len)) != KVD_OK ||
         (o->cluster_peers_file[0] != '\0' &&

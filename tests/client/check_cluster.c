@@ -1361,6 +1361,34 @@ START_TEST(test_allow_from)
         kvd_client_destroy(&node.cli);
         stop_checked(&node.d);
     }
+
+    /* prefixes that end inside a byte: 127.0.0.1 is in 127.0.0.0/9,
+     * 126.0.0.0/7, 0.0.0.0/1 and 127.0.0.0/31, not in 127.128.0.0/9,
+     * 128.0.0.0/1, 127.0.0.2/31 or an IPv6 network */
+    {
+        static const struct {
+            const char *allow;
+            int in;
+        } nets[] = {{"127.0.0.0/9", 1},   {"126.0.0.0/7", 1}, {"0.0.0.0/1", 1},
+                    {"127.0.0.0/31", 1},  {"127.128.0.0/9", 0}, {"128.0.0.0/1", 0},
+                    {"127.0.0.2/31", 0},  {"::/0", 0}};
+        for (size_t i = 0; i < sizeof(nets) / sizeof(nets[0]); i++) {
+            allow_from = nets[i].allow;
+            start_node(&node, secret_path);
+            allow_from = NULL;
+            if (nets[i].in) {
+                rawpeer_free(challenged(&node));
+            } else {
+                rp = peer_to(&node);
+                (void)rawpeer_hello(rp, 1);
+                ck_assert_msg(rawpeer_wait_closed(rp, (int)MS(5000), NULL, 0),
+                              "--cluster-allow-from %s let 127.0.0.1 in", nets[i].allow);
+                rawpeer_free(rp);
+            }
+            kvd_client_destroy(&node.cli);
+            stop_checked(&node.d);
+        }
+    }
     free(h);
 }
 END_TEST
@@ -1388,6 +1416,11 @@ START_TEST(test_bad_options)
         {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "SECRET",
           "--cluster-peers", "127.0.0.1:2,nocolon", NULL},
          "'nocolon' is not HOST:PORT"},
+        {{"--cluster-listen", "[::1]:1", "--cluster-secret-file", "SECRET", NULL},
+         "'[::1]:1' is an IPv6 address"},
+        {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "SECRET",
+          "--cluster-peers", "127.0.0.1:2,[::1]:3", NULL},
+         "'[::1]:3' is an IPv6 address"},
         {{"--cluster-listen", "127.0.0.1:1", "--cluster-secret-file", "SECRET",
           "--cluster-allow-from", "10.0.0.0/33", NULL},
          "'10.0.0.0/33' is not ADDRESS or ADDRESS/BITS"},
