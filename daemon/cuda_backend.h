@@ -147,6 +147,7 @@ typedef struct cuda_backend {
     int ce_threads;          /* workers per class (--copy-threads); 0: on the loop */
     int ce_next[KVD_STREAM_END]; /* round robin over a class's workers */
     int ce_cancel;           /* cancel_pending: parts not yet issued are skipped */
+    int ce_h2d_each;         /* small host-to-device runs one call each (--copy-issue) */
     pthread_mutex_t ce_mu;   /* the workers' queues, the event free list */
     cudaEvent_t *ce_events;  /* free events for the parts (under ce_mu) */
     uint32_t ce_nevents, ce_cap;
@@ -173,6 +174,12 @@ void kvd__cuda_staging_release(cuda_backend_t *cb);
  * the workers. */
 kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd_job_t *job);
 void kvd__cuda_copy_stop(cuda_backend_t *cb);
+/* The launch flags of a copy-engine transfer: one call a run for small
+ * host-to-device runs where the calibration (or --copy-issue) says so. */
+uint32_t kvd__cuda_copy_flags(const cuda_backend_t *cb, const kvd_transfer_args_t *a);
+/* Whether 16 KiB host-to-device runs moved faster one call each than in a
+ * batch, on this device now (0 on any failure, said in the log). */
+int kvd__cuda_copy_calibrate(cuda_backend_t *cb);
 /* cuda_work.c: a finished job to the loop (done list and wake-up); the
  * job's layer and record events recorded on s. */
 void kvd__cuda_push_done(cuda_backend_t *cb, kvd_job_t *job);

@@ -28,6 +28,13 @@ enum kvd_cuda_completion {
     KVD_COMPLETION_HOSTFUNC = 2, /* cudaLaunchHostFunc */
 };
 
+/* --copy-issue: the index in its choices. */
+enum kvd_copy_issue {
+    KVD_COPY_ISSUE_AUTO = 0,
+    KVD_COPY_ISSUE_BATCH = 1,
+    KVD_COPY_ISSUE_EACH = 2,
+};
+
 /* A size given absolutely or as a share of physical memory. */
 typedef struct kvd_memsize {
     uint64_t bytes;   /* used when percent is 0 */
@@ -75,6 +82,7 @@ typedef struct kvd_options {
     int cuda_completion;            /* enum kvd_cuda_completion */
     int host_copy_path;             /* enum kvd_host_path */
     uint64_t copy_threads;          /* copy-engine issuing threads per stream class */
+    int copy_issue;                 /* enum kvd_copy_issue */
     uint64_t busy_poll_us;          /* poll without sleeping this long after activity */
     char metrics[KVD_OPT_STR_MAX];  /* Prometheus endpoint [HOST:]PORT; "" = off */
     int metrics_allow_remote;       /* 1: a non-loopback metrics address is allowed */

@@ -802,7 +802,8 @@ static int64_t quick_count(int64_t n, int64_t bytes_per_item)
 /* ======================================================================== */
 /* Launch variants and the GPU call                                          */
 
-enum { L_DEFAULT, L_NULL, L_MB1, L_MB8, L_STREAM, L_STREAM_MB3, L_CE, L_CE_STREAM, L_COUNT };
+enum { L_DEFAULT, L_NULL, L_MB1, L_MB8, L_STREAM, L_STREAM_MB3, L_CE, L_CE_STREAM, L_CE_EACH,
+       L_CE_EACH_STREAM, L_COUNT };
 
 typedef struct launch_spec {
     const char *name;
@@ -821,6 +822,9 @@ static const launch_spec_t LS[L_COUNT] = {
     [L_STREAM_MB3] = {"stream+max_blocks=3", 0, 3, 0, 1},
     [L_CE] = {"copy_engine", 0, 0, KVD_LAUNCH_COPY_ENGINE, 0},
     [L_CE_STREAM] = {"copy_engine+stream", 0, 0, KVD_LAUNCH_COPY_ENGINE, 1},
+    [L_CE_EACH] = {"copy_engine+each", 0, 0, KVD_LAUNCH_COPY_ENGINE | KVD_LAUNCH_COPY_EACH, 0},
+    [L_CE_EACH_STREAM] = {"copy_engine+each+stream", 0, 0,
+                          KVD_LAUNCH_COPY_ENGINE | KVD_LAUNCH_COPY_EACH, 1},
 };
 
 typedef kvd_status_t (*op_fn)(const void *args, const kvd_launch_t *launch);
@@ -2055,6 +2059,20 @@ START_TEST(test_transfer_copy_engine)
 }
 END_TEST
 
+/* The same cases with each run its own cudaMemcpyAsync (KVD_LAUNCH_COPY_EACH:
+ * batches of runs under 32 KiB on average). */
+START_TEST(test_transfer_copy_each)
+{
+    xfer_case_t c = XFER_CASES[_i];
+    int64_t descriptors = c.count * c.layers * (c.mla ? 1 : 2);
+
+    c.host_meta = 1;
+    run_transfer(&c,
+                 _i % 2 && descriptors <= CE_GATED_MAX_DESCRIPTORS ? L_CE_EACH_STREAM : L_CE_EACH,
+                 case_seed("transfer_each", _i, 0));
+}
+END_TEST
+
 /* ======================================================================== */
 /* launch settings: every variant gives the same bytes                        */
 
@@ -2093,8 +2111,8 @@ static void run_variants(int op, const int *variants, int nv)
 START_TEST(test_launch)
 {
     static const int kernels[] = {L_DEFAULT, L_NULL, L_MB1, L_MB8, L_STREAM, L_STREAM_MB3};
-    static const int xfer[] = {L_DEFAULT, L_NULL,   L_MB1,       L_MB8, L_STREAM,
-                               L_STREAM_MB3, L_CE, L_CE_STREAM};
+    static const int xfer[] = {L_DEFAULT,    L_NULL, L_MB1,       L_MB8,     L_STREAM,
+                               L_STREAM_MB3, L_CE,   L_CE_STREAM, L_CE_EACH, L_CE_EACH_STREAM};
     if (_i < 3)
         run_variants(_i, kernels, ARRAY_LEN(kernels));
     else
@@ -2700,6 +2718,7 @@ static Suite *cuda_suite(void)
         {"gather", test_gather, ARRAY_LEN(GATHER_CASES)},
         {"transfer", test_transfer, ARRAY_LEN(XFER_CASES)},
         {"transfer_copy_engine", test_transfer_copy_engine, ARRAY_LEN(XFER_CASES)},
+        {"transfer_copy_each", test_transfer_copy_each, ARRAY_LEN(XFER_CASES)},
         {"launch", test_launch, 4},
         {"big_pool", test_big_pool, 4},
         {"wide_bounds", test_wide_bounds, 3},

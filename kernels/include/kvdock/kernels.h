@@ -62,6 +62,12 @@ enum {
      * in stream order, and adds to oob_count before returning.  Every row
      * is one copy of a batch; runs of consecutive slots are merged. */
     KVD_LAUNCH_COPY_ENGINE = 1u << 0,
+    /* With KVD_LAUNCH_COPY_ENGINE: hand each batch whose runs average under
+     * 32 KiB to the driver one cudaMemcpyAsync per run instead of one
+     * cudaMemcpyBatchAsync (some drivers move small host-to-device runs
+     * several times faster so, others slower: kvdockd measures which at
+     * start).  The same copies in the same stream order either way. */
+    KVD_LAUNCH_COPY_EACH = 1u << 1,
 };
 
 typedef struct kvd_launch {

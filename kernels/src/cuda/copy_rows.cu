@@ -712,16 +712,31 @@ int64_t host_index(const void *p, bool is64, int64_t i)
  * (the GPU suite's largest copy-engine case spans several batches). */
 constexpr size_t kCeBatch = (size_t)1 << 14;
 
+/* Runs under this many bytes on average go one call each with
+ * KVD_LAUNCH_COPY_EACH. */
+constexpr size_t kCeEachBelow = (size_t)32 << 10;
+
 /* Hand n copies to the copy engines, in the caller's stream order. */
 kvd_status_t ce_flush(size_t n, const kvd_launch_t *launch)
 {
     CeScratch &c = ce_scratch;
+    cudaStream_t stream = kvd__stream(launch);
+    if (launch && (launch->flags & KVD_LAUNCH_COPY_EACH)) {
+        size_t total = 0;
+        for (size_t i = 0; i < n; i++)
+            total += c.sizes[i];
+        if (total < kCeEachBelow * n) {
+            for (size_t i = 0; i < n; i++)
+                KVD_CUDA_TRY(cudaMemcpyAsync(c.dsts[i], c.srcs[i], c.sizes[i], cudaMemcpyDefault,
+                                             stream));
+            return KVD_OK;
+        }
+    }
     cudaMemcpyAttributes attr;
     memset(&attr, 0, sizeof(attr));
     attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
     attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
     size_t attr_idx = 0;
-    cudaStream_t stream = kvd__stream(launch);
     if (stream != 0) {
         KVD_CUDA_TRY(cudaMemcpyBatchAsync(c.dsts, c.srcs, c.sizes, n, &attr, &attr_idx, 1, stream));
         return KVD_OK;
