@@ -175,8 +175,7 @@ kvd_status_t kvd_backend_cuda_create(uv_loop_t *loop, const kvd_options_t *opts,
         st = KVD_ENOMEM;
         goto fail;
     }
-    cb->ce_h2d_each = opts->copy_issue == KVD_COPY_ISSUE_EACH ||
-                      (opts->copy_issue == KVD_COPY_ISSUE_AUTO && kvd__cuda_copy_calibrate(cb));
+    cb->ce_h2d_each = opts->copy_issue == KVD_COPY_ISSUE_EACH;
     cb->use_poll = opts->cuda_completion == KVD_COMPLETION_POLL;
     if (cb->use_poll) {
         if (pthread_create(&cb->poller, NULL, kvd__cuda_poller_main, cb) != 0) {

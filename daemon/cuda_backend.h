@@ -175,11 +175,8 @@ void kvd__cuda_staging_release(cuda_backend_t *cb);
 kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd_job_t *job);
 void kvd__cuda_copy_stop(cuda_backend_t *cb);
 /* The launch flags of a copy-engine transfer: one call a run for small
- * host-to-device runs where the calibration (or --copy-issue) says so. */
+ * host-to-device runs under --copy-issue each. */
 uint32_t kvd__cuda_copy_flags(const cuda_backend_t *cb, const kvd_transfer_args_t *a);
-/* Whether 16 KiB host-to-device runs moved faster one call each than in a
- * batch, on this device now (0 on any failure, said in the log). */
-int kvd__cuda_copy_calibrate(cuda_backend_t *cb);
 /* cuda_work.c: a finished job to the loop (done list and wake-up); the
  * job's layer and record events recorded on s. */
 void kvd__cuda_push_done(cuda_backend_t *cb, kvd_job_t *job);

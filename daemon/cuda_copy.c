@@ -24,12 +24,6 @@
 /* Rows below which a transfer is not split. */
 #define MIN_PART_ROWS 256
 
-/* The calibration's runs: as many as fill 16 MiB, scattered in twice that
- * on the device (so that none merge), the host side in order. */
-#define CAL_RUN (16u << 10)
-#define CAL_RUNS 1024u
-#define CAL_REPS 3
-
 typedef struct ce_group ce_group_t;
 
 typedef struct ce_part {
@@ -287,102 +281,6 @@ uint32_t kvd__cuda_copy_flags(const cuda_backend_t *cb, const kvd_transfer_args_
     if (cb->ce_h2d_each && on_host(&a->src) && !on_host(&a->dst))
         return KVD_LAUNCH_COPY_ENGINE | KVD_LAUNCH_COPY_EACH;
     return KVD_LAUNCH_COPY_ENGINE;
-}
-
-/* ms of the transfer with flags on s, the best of CAL_REPS after a warm-up;
- * a negative value on failure. */
-static float cal_time(const kvd_transfer_args_t *a, cudaStream_t s, uint32_t flags,
-                      cudaEvent_t t0, cudaEvent_t t1)
-{
-    kvd_launch_t launch = {s, 0, flags};
-    float best = -1.0f, ms;
-
-    for (int rep = 0; rep <= CAL_REPS; rep++) {
-        if (cudaEventRecord(t0, s) != cudaSuccess || kvd_cuda_kv_transfer(a, &launch) != KVD_OK ||
-            cudaEventRecord(t1, s) != cudaSuccess || cudaEventSynchronize(t1) != cudaSuccess ||
-            cudaEventElapsedTime(&ms, t0, t1) != cudaSuccess)
-            return -1.0f;
-        if (rep > 0 && (best < 0 || ms < best))
-            best = ms;
-    }
-    return best;
-}
-
-int kvd__cuda_copy_calibrate(cuda_backend_t *cb)
-{
-    char *dev = NULL, *host = NULL;
-    int64_t *src_idx = NULL, *dst_idx = NULL;
-    cudaStream_t s = NULL;
-    cudaEvent_t t0 = NULL, t1 = NULL;
-    float batch = -1.0f, each = -1.0f;
-    int pick = 0;
-    uint64_t x = 0x9E3779B97F4A7C15ull;
-    kvd_transfer_args_t a;
-
-    (void)cb;
-    src_idx = malloc(CAL_RUNS * sizeof(*src_idx));
-    dst_idx = malloc(2 * CAL_RUNS * sizeof(*dst_idx));
-    if (src_idx == NULL || dst_idx == NULL ||
-        cudaMalloc((void **)&dev, 2 * (size_t)CAL_RUNS * CAL_RUN) != cudaSuccess ||
-        cudaHostAlloc((void **)&host, (size_t)CAL_RUNS * CAL_RUN, cudaHostAllocDefault) !=
-            cudaSuccess ||
-        cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaEventCreate(&t0) != cudaSuccess || cudaEventCreate(&t1) != cudaSuccess)
-        goto out;
-    /* a shuffle of the device's slots (the first CAL_RUNS taken), the host's in order */
-    for (uint32_t i = 0; i < 2 * CAL_RUNS; i++)
-        dst_idx[i] = i;
-    for (uint32_t i = 2 * CAL_RUNS - 1; i > 0; i--) {
-        uint32_t j;
-        int64_t t;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        j = (uint32_t)(x % (i + 1));
-        t = dst_idx[i];
-        dst_idx[i] = dst_idx[j];
-        dst_idx[j] = t;
-    }
-    for (uint32_t i = 0; i < CAL_RUNS; i++)
-        src_idx[i] = i;
-    memset(&a, 0, sizeof(a));
-    a.src.k = host;
-    a.src.slot_stride = CAL_RUN;
-    a.src.num_slots = CAL_RUNS;
-    a.dst.k = dev;
-    a.dst.slot_stride = CAL_RUN;
-    a.dst.num_slots = 2 * CAL_RUNS;
-    a.num_layers = 1;
-    a.src_idx = src_idx;
-    a.dst_idx = dst_idx;
-    a.idx_dtype = KVD_DTYPE_I64;
-    a.count = CAL_RUNS;
-    a.row_bytes = CAL_RUN;
-    batch = cal_time(&a, s, KVD_LAUNCH_COPY_ENGINE, t0, t1);
-    each = cal_time(&a, s, KVD_LAUNCH_COPY_ENGINE | KVD_LAUNCH_COPY_EACH, t0, t1);
-    /* one call a run only when clearly faster: a batch costs the issuing
-     * thread less */
-    pick = batch > 0 && each > 0 && each < 0.8f * batch;
-out:
-    if (batch > 0 && each > 0)
-        kvd_log(KVD_LOG_INFO, "event=copy_issue_calibrated run_bytes=%u runs=%u batch_gbps=%.1f "
-                "each_gbps=%.1f small_h2d=%s", CAL_RUN, CAL_RUNS,
-                (double)CAL_RUN * CAL_RUNS / (batch * 1e6), (double)CAL_RUN * CAL_RUNS / (each * 1e6),
-                pick ? "each" : "batch");
-    else
-        kvd_log(KVD_LOG_WARN, "event=copy_issue_calibrated small_h2d=batch reason=\"the "
-                "measurement failed: %s\"", cudaGetErrorString(cudaGetLastError()));
-    if (t0)
-        cudaEventDestroy(t0);
-    if (t1)
-        cudaEventDestroy(t1);
-    if (s)
-        cudaStreamDestroy(s);
-    cudaFree(dev);
-    cudaFreeHost(host);
-    free(src_idx);
-    free(dst_idx);
-    return pick;
 }
 
 kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd_job_t *job)

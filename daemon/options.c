@@ -115,11 +115,11 @@ const kvd_option_def_t kvd__option_table[] = {
      "stream of its own (issuing costs about a microsecond per contiguous run, and blocks "
      "while the stream is full: never on the event loop); a transfer is split by rows among "
      "them; 0: issue on the event loop"},
-    {"copy-issue", KVD_OPT_ENUM, OFF(copy_issue), "auto", 0, 0, "auto|batch|each",
+    {"copy-issue", KVD_OPT_ENUM, OFF(copy_issue), "batch", 0, 0, "batch|each",
      "how copy-engine transfers from host to device memory whose runs average under 32 KiB "
-     "are handed to the driver: batch (cudaMemcpyBatchAsync), each (one cudaMemcpyAsync per "
-     "run) or auto (whichever moved 16 KiB runs faster on this machine, measured at start "
-     "with 16 MiB of pinned memory); larger runs and other directions always go in batches"},
+     "are handed to the driver: batch (cudaMemcpyBatchAsync) or each (one cudaMemcpyAsync per "
+     "run: faster on some machines, slower on most; compare with gpu_round.sh chunks); larger "
+     "runs and other directions always go in batches"},
     {"cuda-completion", KVD_OPT_ENUM, OFF(cuda_completion), "loop", 0, 0, "loop|poll|hostfunc",
      "how the cuda backend learns that work is done: loop (the event loop polls the streams "
      "between socket events while work is in flight: no thread hand-off; the fastest), poll (a thread polls an event per operation while work is in "

@@ -30,9 +30,8 @@ enum kvd_cuda_completion {
 
 /* --copy-issue: the index in its choices. */
 enum kvd_copy_issue {
-    KVD_COPY_ISSUE_AUTO = 0,
-    KVD_COPY_ISSUE_BATCH = 1,
-    KVD_COPY_ISSUE_EACH = 2,
+    KVD_COPY_ISSUE_BATCH = 0,
+    KVD_COPY_ISSUE_EACH = 1,
 };
 
 /* A size given absolutely or as a share of physical memory. */

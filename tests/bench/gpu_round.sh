@@ -251,7 +251,6 @@ stage_chunks() {
     "$BUILD/daemon/kvdockd" --backend cuda --socket "$sock" --log-level info >"$OUT/chunks-kvdockd.log" 2>&1 &
     pid=$!
     for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
-    grep -h 'event=copy_issue_calibrated' "$OUT/chunks-kvdockd.log" # how small h2d runs go
     timeout --kill-after=15 "$BENCH_TIMEOUT" "$BUILD/tests/bench/bench_paths" --socket "$sock" \
         --case chunks || rc=1
     timeout --kill-after=15 "$BENCH_TIMEOUT" "$BUILD/tests/bench/bench_paths" --socket "$sock" \
