@@ -151,8 +151,14 @@ stage_test() {
         export KVDOCK_TEST_PYTHON=$py
         echo "gpu_round: Python suites run under $py (it imports torch)"
     fi
-    timeout --kill-after=15 "$TEST_TIMEOUT" \
-        ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout "$TEST_TIMEOUT" 2>&1 | tee "$tmp"
+    # the Python suite last and verbose: ctest shows a test's output only
+    # once it ends, and the stage's time limit may end it first
+    timeout --kill-after=15 "$TEST_TIMEOUT" bash -c '
+        ctest --test-dir "$1" -L gpu -E python_gpu --output-on-failure --timeout "$2" || rc=1
+        if ctest --test-dir "$1" -N -R python_gpu | grep -q "Total Tests: [1-9]"; then
+            ctest --test-dir "$1" -R python_gpu -V --timeout "$2" || rc=1
+        fi
+        exit "${rc:-0}"' _ "$BUILD" "$TEST_TIMEOUT" 2>&1 | tee "$tmp"
     rc=${PIPESTATUS[0]}
     if grep -q "(Skipped)" "$tmp"; then
         echo "gpu_round: GPU tests were SKIPPED (no usable GPU?): failing the stage"
