@@ -111,7 +111,8 @@ struct kvd_backend {
     /* Free and total device memory; NULL where there is no device. */
     kvd_status_t (*device_memory)(kvd_backend_t *be, uint64_t *free_bytes, uint64_t *total_bytes);
     /* Device kinds are refused (ENOMEM) when they would leave the device
-     * less free memory than --device-memory-margin. */
+     * less free memory than --device-memory-margin.  KVD_MEM_HOST may be
+     * created on another thread than the loop's (a cache's next slab). */
     kvd_status_t (*mem_create)(kvd_backend_t *be, int kind, uint64_t bytes, const char *label,
                                kvd_mem_t **out, char *why, size_t why_len);
     /* Import a client's region: ipc (MEM_DEVICE) or fd (MEM_HOST,

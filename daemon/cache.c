@@ -265,60 +265,182 @@ void kvd_cache_touch(kvd_cache_store_t *c, uint32_t id)
 
 /* ---- slabs ------------------------------------------------------------------ */
 
-static kvd_status_t slab_add(kvd_cache_store_t *c, char *why, size_t why_len)
+/* The next slab, allocated ahead off the loop.  Its budget is reserved
+ * (and in held_bytes) from the start; once the store lets go of it
+ * (c == NULL) the allocation's end frees it and returns the budget. */
+struct kvd_cache_ahead {
+    kvd_cache_store_t *c;
+    kvd_hostmem_t *hm;
+    kvd_cache_mem_t mem;
+    uint64_t held; /* bytes and entries of nblocks */
+    uint32_t nblocks;
+    int ready;
+    void *ptr, *handle;
+};
+
+/* The first unused slab index and its blocks; 0 blocks when none is left. */
+static uint32_t next_slab(const kvd_cache_store_t *c, uint32_t *s_out)
 {
-    uint32_t s, n, i, per = 1u << c->slab_shift;
-    uint64_t bytes, meta;
-    kvd_cache_slab_t *sl = NULL;
-    uint32_t *f;
-    kvd_status_t st;
+    uint32_t s, per = 1u << c->slab_shift;
 
     for (s = 0; s < c->nslabs_max; s++)
         if (c->slabs[s].ptr == NULL)
             break;
-    if (s == c->nslabs_max) {
+    *s_out = s;
+    if (s == c->nslabs_max)
+        return 0;
+    return (uint64_t)s * per + per <= c->capacity ? per : c->capacity - s * per;
+}
+
+static uint64_t slab_held(const kvd_cache_store_t *c, uint32_t n)
+{
+    return (uint64_t)n * (c->block_bytes + sizeof(kvd_cblock_t) + sizeof(uint32_t));
+}
+
+/* Let go of the slab allocated ahead: freed now if ready, else when its
+ * allocation ends. */
+static void ahead_drop(kvd_cache_store_t *c)
+{
+    struct kvd_cache_ahead *a = c->ahead;
+
+    if (a == NULL)
+        return;
+    c->ahead = NULL;
+    c->held_bytes -= a->held;
+    if (!a->ready) {
+        a->c = NULL;
+        return;
+    }
+    a->mem.free(a->mem.ctx, a->handle);
+    kvd_hostmem_release(a->hm, KVD_HM_CACHE, a->held);
+    free(a);
+}
+
+static void ahead_done(void *arg, kvd_status_t st, void *ptr, void *handle)
+{
+    struct kvd_cache_ahead *a = arg;
+    kvd_cache_store_t *c = a->c;
+
+    if (c == NULL || st != KVD_OK) {
+        if (st == KVD_OK)
+            a->mem.free(a->mem.ctx, handle);
+        kvd_hostmem_release(a->hm, KVD_HM_CACHE, a->held);
+        if (c != NULL) { /* it failed: the next slab is made when needed */
+            c->held_bytes -= a->held;
+            c->ahead = NULL;
+        }
+        free(a);
+        return;
+    }
+    a->ready = 1;
+    a->ptr = ptr;
+    a->handle = handle;
+    if (c->nslabs == c->nslabs_max) /* the cache grew to its budget meanwhile */
+        ahead_drop(c);
+}
+
+/* Start allocating the slab after the ones there, where the budget has
+ * room for it now. */
+static void slab_ahead(kvd_cache_store_t *c)
+{
+    struct kvd_cache_ahead *a;
+    uint32_t s, n;
+    char why[160];
+
+    if (c->mem.alloc_ahead == NULL || c->ahead != NULL || (n = next_slab(c, &s)) == 0)
+        return;
+    a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return;
+    a->c = c;
+    a->hm = c->hostmem;
+    a->mem = c->mem;
+    a->nblocks = n;
+    a->held = slab_held(c, n);
+    if (kvd_hostmem_reserve(c->hostmem, KVD_HM_CACHE, a->held, why, sizeof(why)) != KVD_OK) {
+        free(a);
+        return;
+    }
+    c->ahead = a;
+    c->held_bytes += a->held;
+    if (c->mem.alloc_ahead(c->mem.ctx, (uint64_t)n * c->block_bytes, ahead_done, a) != KVD_OK) {
+        c->ahead = NULL;
+        c->held_bytes -= a->held;
+        kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, a->held);
+        free(a);
+    }
+}
+
+static kvd_status_t slab_add(kvd_cache_store_t *c, char *why, size_t why_len)
+{
+    uint32_t s, n, i;
+    uint64_t bytes, held;
+    size_t total;
+    kvd_cache_slab_t *sl = NULL;
+    struct kvd_cache_ahead *a;
+    uint32_t *f;
+    kvd_status_t st;
+
+    if ((n = next_slab(c, &s)) == 0) {
         snprintf(why, why_len, "the cache holds its budget's %u blocks", c->capacity);
         return KVD_ELIMIT;
     }
+    if (c->ahead != NULL && c->ahead->ready && c->ahead->nblocks != n)
+        ahead_drop(c); /* made for a slab of another size */
+    a = c->ahead != NULL && c->ahead->ready ? c->ahead : NULL;
     sl = &c->slabs[s];
-    n = (uint64_t)s * per + per <= c->capacity ? per : c->capacity - s * per;
     bytes = (uint64_t)n * c->block_bytes;
-    meta = (uint64_t)n * (sizeof(kvd_cblock_t) + sizeof(uint32_t));
-    if ((st = kvd_hostmem_reserve(c->hostmem, KVD_HM_CACHE, bytes + meta, why, why_len)) !=
-        KVD_OK)
+    held = slab_held(c, n);
+    /* its budget is reserved already when it was allocated ahead */
+    if (a == NULL && (st = kvd_hostmem_reserve(c->hostmem, KVD_HM_CACHE, held, why, why_len)) !=
+                         KVD_OK)
         return st;
-    f = realloc(c->free_ids, ((size_t)c->nfree + n) * sizeof(*f));
+    /* room for every block of every slab: clearing or evicting a subtree
+     * frees many at once */
+    for (i = 0, total = n; i < c->nslabs_max; i++)
+        total += c->slabs[i].nblocks;
+    f = realloc(c->free_ids, total * sizeof(*f));
     if (f != NULL)
         c->free_ids = f;
     sl->blocks = zalloc((size_t)n * sizeof(kvd_cblock_t));
     if (f == NULL || sl->blocks == NULL) {
         zfree(sl->blocks, (size_t)n * sizeof(kvd_cblock_t));
         sl->blocks = NULL;
-        kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, bytes + meta);
+        if (a == NULL)
+            kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, held);
         snprintf(why, why_len, "out of memory for a slab's entries");
         return KVD_ENOMEM;
     }
-    st = c->mem.alloc(c->mem.ctx, bytes, &sl->ptr, &sl->handle, why, why_len);
-    if (st != KVD_OK) {
+    if (a != NULL) {
+        sl->ptr = a->ptr;
+        sl->handle = a->handle;
+        c->ahead = NULL;
+        free(a);
+    } else if ((st = c->mem.alloc(c->mem.ctx, bytes, &sl->ptr, &sl->handle, why, why_len)) !=
+               KVD_OK) {
         zfree(sl->blocks, (size_t)n * sizeof(kvd_cblock_t));
         sl->blocks = NULL;
         sl->ptr = NULL;
-        kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, bytes + meta);
+        kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, held);
         return st;
+    } else {
+        c->held_bytes += held;
     }
     sl->nblocks = n;
     for (i = n; i-- > 0;) /* the lowest first */
         c->free_ids[c->nfree++] = (s << c->slab_shift) | i;
     c->nslabs++;
-    c->held_bytes += bytes + meta;
+    if (c->nslabs == c->nslabs_max)
+        ahead_drop(c); /* one still allocating is of no use now */
+    else
+        slab_ahead(c);
     return KVD_OK;
 }
 
 static void slab_free(kvd_cache_store_t *c, uint32_t s)
 {
     kvd_cache_slab_t *sl = &c->slabs[s];
-    uint64_t held = (uint64_t)sl->nblocks * (c->block_bytes + sizeof(kvd_cblock_t) +
-                                              sizeof(uint32_t));
+    uint64_t held = slab_held(c, sl->nblocks);
 
     c->mem.free(c->mem.ctx, sl->handle);
     zfree(sl->blocks, (size_t)sl->nblocks * sizeof(kvd_cblock_t));
@@ -395,6 +517,7 @@ void kvd_cache_store_deinit(kvd_cache_store_t *c)
 {
     uint32_t s;
 
+    ahead_drop(c);
     for (s = 0; s < c->nslabs_max; s++)
         if (c->slabs[s].ptr != NULL)
             slab_free(c, s);
@@ -731,5 +854,6 @@ uint32_t kvd_cache_clear(kvd_cache_store_t *c)
         if (c->slabs[kvd_cache_slab_of(c, c->free_ids[i])].ptr != NULL)
             c->free_ids[k++] = c->free_ids[i];
     c->nfree = k;
+    ahead_drop(c); /* the cache gives its memory back: none kept ahead */
     return n;
 }

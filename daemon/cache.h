@@ -65,6 +65,8 @@ typedef struct kvd_cblock {
     uint8_t key[KVD_CACHE_KEY_MAX];
 } kvd_cblock_t;
 
+typedef void (*kvd_cache_mem_done_fn)(void *arg, kvd_status_t st, void *ptr, void *handle);
+
 /* Where slab memory comes from (host memory the copies can reach: pinned
  * on cuda); the cache counts it against the host-memory budget itself. */
 typedef struct kvd_cache_mem {
@@ -72,7 +74,15 @@ typedef struct kvd_cache_mem {
     kvd_status_t (*alloc)(void *ctx, uint64_t bytes, void **ptr, void **handle, char *why,
                           size_t why_len);
     void (*free)(void *ctx, void *handle);
+    /* Optional: the same allocation off the caller's thread, done called
+     * later on the caller's thread (KVD_OK: started).  The store keeps the
+     * next slab allocated ahead with it: pinning a GiB takes long enough
+     * to stall every client of the thread that waits for it. */
+    kvd_status_t (*alloc_ahead)(void *ctx, uint64_t bytes, kvd_cache_mem_done_fn done,
+                                void *arg);
 } kvd_cache_mem_t;
+
+struct kvd_cache_ahead;
 
 typedef struct kvd_cache_slab {
     void *ptr;             /* nblocks blocks of block_bytes */
@@ -109,6 +119,7 @@ typedef struct kvd_cache_store {
     uint64_t held_bytes;   /* counted in the host-memory budget */
     kvd_hostmem_t *hostmem;
     kvd_cache_mem_t mem;
+    struct kvd_cache_ahead *ahead; /* the next slab, allocating or ready; NULL: none */
     kvd_cache_counters_t n;
 } kvd_cache_store_t;
 

@@ -258,6 +258,12 @@ static kvd_status_t cuda_mem_create(kvd_backend_t *be, int kind, uint64_t bytes,
     m->bytes = bytes;
     switch (kind) {
     case KVD_MEM_HOST:
+        /* may run on a thread of its own (a cache's slab ahead of need) */
+        e = cudaSetDevice(cb->dev);
+        if (e != cudaSuccess) {
+            st = kvd__cuda_fail(e, "cudaSetDevice", why, why_len);
+            break;
+        }
         st = kvd__memfd_create(label, bytes, &m->fd, &m->ptr, &m->map_bytes, why, why_len);
         if (st == KVD_OK)
             st = register_host(m, why, why_len);

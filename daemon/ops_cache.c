@@ -181,9 +181,10 @@ static kvd_status_t reply_info(kvd_req_t *r, const kvd_cache_t *k)
 static kvd_status_t slab_alloc(void *ctx, uint64_t bytes, void **ptr, void **handle, char *why,
                                size_t why_len)
 {
-    kvd_backend_t *be = ctx;
+    kvd_server_t *srv = ctx;
     kvd_mem_t *m = NULL;
-    kvd_status_t st = be->mem_create(be, KVD_MEM_HOST, bytes, "cache", &m, why, why_len);
+    kvd_status_t st = srv->backend->mem_create(srv->backend, KVD_MEM_HOST, bytes, "cache", &m,
+                                               why, why_len);
 
     if (st != KVD_OK)
         return st;
@@ -194,10 +195,74 @@ static kvd_status_t slab_alloc(void *ctx, uint64_t bytes, void **ptr, void **han
 
 static void slab_free(void *ctx, void *handle)
 {
-    kvd_backend_t *be = ctx;
+    kvd_server_t *srv = ctx;
     kvd_mem_t *m = handle;
 
-    be->mem_destroy(be, &m);
+    srv->backend->mem_destroy(srv->backend, &m);
+}
+
+/* A slab allocated ahead on libuv's thread pool (mem_create of host
+ * memory is safe off the loop); the server's backend stays until the last
+ * one is back. */
+typedef struct slab_work {
+    uv_work_t w;
+    kvd_server_t *srv;
+    uint64_t bytes;
+    kvd_mem_t *m;
+    kvd_status_t st;
+    char why[200];
+    kvd_cache_mem_done_fn done;
+    void *arg;
+} slab_work_t;
+
+static void slab_work_run(uv_work_t *w)
+{
+    slab_work_t *sw = w->data;
+    kvd_backend_t *be = sw->srv->backend;
+
+    sw->st = be->mem_create(be, KVD_MEM_HOST, sw->bytes, "cache", &sw->m, sw->why,
+                            sizeof(sw->why));
+}
+
+static void slab_work_end(uv_work_t *w, int status)
+{
+    slab_work_t *sw = w->data;
+    kvd_server_t *srv = sw->srv;
+
+    if (status != 0 && sw->st == KVD_OK) { /* cancelled before it ran */
+        sw->st = KVD_ESHUTDOWN;
+        snprintf(sw->why, sizeof(sw->why), "%s", uv_strerror(status));
+    }
+    if (sw->st != KVD_OK)
+        kvd_log(KVD_LOG_WARN, "event=cache_slab_ahead_failed bytes=%" PRIu64 " reason=\"%s\"",
+                sw->bytes, sw->why);
+    sw->done(sw->arg, sw->st, sw->st == KVD_OK ? sw->m->ptr : NULL, sw->m);
+    free(sw);
+    kvd__server_slab_work_done(srv);
+}
+
+static kvd_status_t slab_alloc_ahead(void *ctx, uint64_t bytes, kvd_cache_mem_done_fn done,
+                                     void *arg)
+{
+    kvd_server_t *srv = ctx;
+    slab_work_t *sw;
+
+    if (srv->shutting_down)
+        return KVD_ESHUTDOWN;
+    sw = calloc(1, sizeof(*sw));
+    if (sw == NULL)
+        return KVD_ENOMEM;
+    sw->w.data = sw;
+    sw->srv = srv;
+    sw->bytes = bytes;
+    sw->done = done;
+    sw->arg = arg;
+    if (uv_queue_work(srv->loop, &sw->w, slab_work_run, slab_work_end) != 0) {
+        free(sw);
+        return KVD_EIO;
+    }
+    srv->slab_works++;
+    return KVD_OK;
 }
 
 static int layout_equal(const kvd_cache_layout_t *a, const kvd_cache_layout_t *b)
@@ -213,7 +278,7 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
     kvd_server_t *srv = r->srv;
     kvd_conn_t *c = r->conn;
     kvd_cache_layout_t l;
-    kvd_cache_mem_t mem = {srv->backend, slab_alloc, slab_free};
+    kvd_cache_mem_t mem = {srv, slab_alloc, slab_free, slab_alloc_ahead};
     kvd_cache_t *k, *same;
     uint32_t n = 0;
     char why[200];

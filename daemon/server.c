@@ -336,7 +336,7 @@ static void backend_gone_cb(void *arg)
  * backend goes. */
 static void release_backend(kvd_server_t *srv)
 {
-    if (srv->backend == NULL)
+    if (srv->backend == NULL || srv->slab_works > 0) /* the last one's end calls again */
         return;
     kvd__caches_destroy(srv);
     kvd_registry_deinit(&srv->reg);
@@ -404,6 +404,13 @@ static int writes_pending(const kvd_server_t *srv)
         if (!c->closing && c->wq != NULL)
             return 1;
     return 0;
+}
+
+void kvd__server_slab_work_done(kvd_server_t *srv)
+{
+    /* finish() found no connection left and deferred to this */
+    if (--srv->slab_works == 0 && srv->shutting_down == 2 && srv->conns == NULL)
+        release_backend(srv);
 }
 
 void kvd__server_check_drained(kvd_server_t *srv)

@@ -65,6 +65,7 @@ typedef struct kvd_server {
     int cancelled;
     uint64_t shutdown_ns;
     int handles_open;      /* handles still to close before the loop ends */
+    int slab_works;        /* cache slabs allocating on the thread pool */
 } kvd_server_t;
 
 /* Set up everything (backend, socket) without running; on error nothing
@@ -92,6 +93,9 @@ void kvd__server_activity(kvd_server_t *srv);
 void kvd__server_conn_gone(kvd_server_t *srv, kvd_conn_t *conn);
 /* A request finished (completion or reply): check for the end of a drain. */
 void kvd__server_check_drained(kvd_server_t *srv);
+/* A cache slab allocated on the thread pool came back: at the end the
+ * backend waits for the last one. */
+void kvd__server_slab_work_done(kvd_server_t *srv);
 
 /* Peer permission from the config: may connect, is admin. */
 int kvd__server_peer_allowed(const kvd_server_t *srv, uid_t uid, gid_t gid);

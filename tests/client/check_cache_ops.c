@@ -1108,6 +1108,49 @@ START_TEST(test_host_memory_counted)
 }
 END_TEST
 
+START_TEST(test_slab_ahead)
+{
+    /* the next slab is allocated off the loop while the last one fills:
+     * reserved in the budget from the start, used once the cache reaches
+     * it, given back with the cache, and a daemon stopped while one is
+     * being made exits cleanly */
+    const uint64_t slab = 65536ull * BLOCK_BYTES; /* 32 MiB: 65,536 blocks of 512 */
+    const char *extra[] = {"--host-memory-budget", "256M", NULL};
+    kvt_daemon_t d;
+    kvd_client_t *cli = NULL;
+    uint64_t rng = 23, id;
+    kvt_pool_t p;
+    chain_t c, first;
+    int64_t end;
+
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, 10000), 0);
+    KVT_OK(NULL, kvd_client_create(d.socket, "slab-ahead", &cli));
+    id = cache_make(cli, "ahead", 3 * 65536, false, NULL);
+    pool_make(cli, &p, 256);
+    chain_make(&first, 256, NULL, 0, &rng);
+    KVT_OK(cli, save(cli, id, &p, &first, 0, 256, 0, NULL));
+    ck_assert_uint_ge(stats(cli, id).held_bytes, 2 * slab); /* the first and the next */
+    ck_assert_uint_eq(host_used(cli, "cache"), stats(cli, id).held_bytes);
+    for (uint32_t i = 1; i <= 256; i++) { /* 256 more chains of 256: into the second slab */
+        chain_make(&c, 256, NULL, 0, &rng);
+        KVT_OK(cli, save(cli, id, &p, &c, 0, 256, 0, NULL));
+    }
+    ck_assert_uint_ge(stats(cli, id).held_bytes, 3 * slab); /* and the third ahead */
+    load_check(cli, id, &p, &c, 256, 0);     /* in the slab made ahead */
+    load_check(cli, id, &p, &first, 256, 0); /* in the first */
+    KVT_OK(cli, kvd_cache_drop(cli, id, NULL));
+    end = kvt_now_ms() + 5000; /* one still on its way goes when it comes */
+    while (host_used(cli, "cache") != 0 && kvt_now_ms() < end)
+        usleep(10000);
+    ck_assert_uint_eq(host_used(cli, "cache"), 0);
+    id = cache_make(cli, "stopped", 3 * 65536, false, NULL);
+    KVT_OK(cli, save(cli, id, &p, &first, 0, 256, 0, NULL)); /* a slab ahead starts */
+    kvt_pool_free(cli, &p);
+    kvd_client_destroy(&cli);
+    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 /* ---- users --------------------------------------------------------------------------- */
 
 /* As nobody, in a child: the steps the parent's caches must allow or
@@ -1277,6 +1320,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_leases);
     tcase_add_test(tc, test_killed_client_leaves_nothing);
     tcase_add_test(tc, test_host_memory_counted);
+    tcase_add_test(tc, test_slab_ahead);
     tcase_add_test(tc, test_users_and_sharing);
     suite_add_tcase(s, tc);
     return s;

@@ -3,7 +3,8 @@
  * a plain model: the index finds exactly what was stored through many
  * inserts and deletions; eviction keeps every chain a prefix and the
  * budget; held blocks and parents stay; failed saves leave nothing;
- * explicit eviction takes a whole subtree or nothing.
+ * explicit eviction takes a whole subtree or nothing; the next slab is
+ * allocated ahead, used when ready, and given back whatever comes first.
  */
 #include <check.h>
 #include <stdio.h>
@@ -31,7 +32,7 @@ static void test_free(void *ctx, void *handle)
     free(handle);
 }
 
-static const kvd_cache_mem_t MEM = {NULL, test_alloc, test_free};
+static const kvd_cache_mem_t MEM = {NULL, test_alloc, test_free, NULL};
 
 /* A cache of cap blocks of 64 bytes (1 layer, MLA, 4 tokens of 16 bytes). */
 static void make(kvd_cache_store_t *c, kvd_hostmem_t *hm, uint32_t cap)
@@ -396,6 +397,185 @@ START_TEST(test_budget_refused)
 }
 END_TEST
 
+/* Slabs allocated ahead: requests are kept, and the test ends them as the
+ * daemon's loop would once the thread pool is done. */
+static struct {
+    int n;
+    uint64_t bytes[8];
+    kvd_cache_mem_done_fn done[8];
+    void *arg[8];
+} ahead;
+static int sync_allocs;
+
+static kvd_status_t counting_alloc(void *ctx, uint64_t bytes, void **ptr, void **handle,
+                                   char *why, size_t why_len)
+{
+    sync_allocs++;
+    return test_alloc(ctx, bytes, ptr, handle, why, why_len);
+}
+
+static kvd_status_t test_alloc_ahead(void *ctx, uint64_t bytes, kvd_cache_mem_done_fn done,
+                                     void *arg)
+{
+    (void)ctx;
+    ck_assert_int_lt(ahead.n, 8);
+    ahead.bytes[ahead.n] = bytes;
+    ahead.done[ahead.n] = done;
+    ahead.arg[ahead.n] = arg;
+    ahead.n++;
+    return KVD_OK;
+}
+
+static void end_ahead(int i, kvd_status_t st)
+{
+    void *p = st == KVD_OK ? malloc(ahead.bytes[i]) : NULL;
+
+    ahead.done[i](ahead.arg[i], st, p, p);
+}
+
+static const kvd_cache_mem_t MEM_AHEAD = {NULL, counting_alloc, test_free, test_alloc_ahead};
+
+/* Reserve and commit blocks (keys of chain ch from *next) until the
+ * store has used n blocks in all. */
+static void fill_to(kvd_cache_store_t *c, uint32_t ch, uint32_t *next, uint32_t n)
+{
+    uint8_t k[12];
+    uint32_t id;
+    char why[200];
+
+    while (*next < n) {
+        key_of(k, ch, (*next)++);
+        ck_assert_int_eq(kvd_cache_reserve(c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
+                         KVD_OK);
+        ck_assert_int_eq(kvd_cache_commit(c, id), 1);
+    }
+}
+
+START_TEST(test_slab_ahead)
+{
+    /* 64-byte blocks: slabs of 65,536 (4 MiB), three whole and one of 1,000 */
+    const uint32_t per = 65536, cap = 3 * per + 1000;
+    kvd_cache_store_t c;
+    kvd_cache_layout_t l = {1, 1, 4, 16, "u8"};
+    kvd_hostmem_t hm;
+    char why[200];
+    uint32_t next = 0;
+    uint64_t after_first;
+
+    memset(&ahead, 0, sizeof(ahead));
+    sync_allocs = 0;
+    kvd_hostmem_init(&hm, 1ull << 30);
+    ck_assert_int_eq(kvd_cache_store_init(&c, &l, (uint64_t)cap * 64, &hm, &MEM_AHEAD, why,
+                                          sizeof(why)), KVD_OK);
+    ck_assert_uint_eq(c.nslabs_max, 4);
+    ck_assert_int_eq(ahead.n, 0); /* nothing until the first save */
+    fill_to(&c, 0, &next, 1);
+    ck_assert_int_eq(sync_allocs, 1); /* the first slab: at once */
+    ck_assert_int_eq(ahead.n, 1);     /* the second: ahead, counted from the start */
+    ck_assert_uint_eq(ahead.bytes[0], (uint64_t)per * 64);
+    after_first = kvd_hostmem_left(&hm);
+    end_ahead(0, KVD_OK);
+    ck_assert_uint_eq(kvd_hostmem_left(&hm), after_first); /* reserved before it came */
+    fill_to(&c, 0, &next, per + 1); /* into the second slab: the one ahead */
+    ck_assert_int_eq(sync_allocs, 1);
+    ck_assert_uint_eq(c.nslabs, 2);
+    ck_assert_int_eq(ahead.n, 2); /* and the third asked for at once */
+    fill_to(&c, 0, &next, 2 * per + 1); /* before it came: made at once */
+    ck_assert_int_eq(sync_allocs, 2);
+    ck_assert_int_eq(ahead.n, 2); /* one is on the way already */
+    end_ahead(1, KVD_OK); /* a whole slab, but the last is of 1,000 blocks */
+    fill_to(&c, 0, &next, cap);
+    ck_assert_int_eq(sync_allocs, 3); /* so it was given back and the last made */
+    ck_assert_uint_eq(c.nslabs, 4);
+    ck_assert_int_eq(ahead.n, 2); /* none past the budget */
+    ck_assert_ptr_null(c.ahead);
+    kvd_cache_store_deinit(&c);
+    ck_assert_uint_eq(kvd_hostmem_left(&hm), 1ull << 30); /* every byte back */
+}
+END_TEST
+
+START_TEST(test_slab_ahead_outlived)
+{
+    /* the store goes (or clears) while the slab ahead is on its way, or
+     * that allocation fails: its memory and budget come back all the same */
+    kvd_cache_store_t c;
+    kvd_cache_layout_t l = {1, 1, 4, 16, "u8"};
+    kvd_hostmem_t hm;
+    char why[200];
+    uint32_t next = 0;
+    uint64_t before;
+
+    memset(&ahead, 0, sizeof(ahead));
+    sync_allocs = 0;
+    kvd_hostmem_init(&hm, 1ull << 30);
+    ck_assert_int_eq(kvd_cache_store_init(&c, &l, 4ull * 65536 * 64, &hm, &MEM_AHEAD, why,
+                                          sizeof(why)), KVD_OK);
+    fill_to(&c, 0, &next, 1);
+    ck_assert_int_eq(ahead.n, 1);
+    kvd_cache_store_deinit(&c);
+    ck_assert_uint_lt(kvd_hostmem_left(&hm), 1ull << 30); /* still reserved: it may come */
+    end_ahead(0, KVD_OK); /* freed as it comes (ASan and valgrind see a leak) */
+    ck_assert_uint_eq(kvd_hostmem_left(&hm), 1ull << 30);
+
+    /* a failed allocation ahead: the next slab is made when needed */
+    ck_assert_int_eq(kvd_cache_store_init(&c, &l, 4ull * 65536 * 64, &hm, &MEM_AHEAD, why,
+                                          sizeof(why)), KVD_OK);
+    next = 0;
+    fill_to(&c, 0, &next, 1);
+    before = c.held_bytes;
+    ck_assert_int_eq(ahead.n, 2);
+    end_ahead(1, KVD_ENOMEM);
+    ck_assert_ptr_null(c.ahead);
+    ck_assert_uint_lt(c.held_bytes, before);
+    fill_to(&c, 0, &next, 65537);
+    ck_assert_int_eq(sync_allocs, 3);
+    ck_assert_int_eq(ahead.n, 3); /* and the one after it ahead again */
+    end_ahead(2, KVD_OK);
+    ck_assert_ptr_nonnull(c.ahead);
+    /* clearing gives the memory back, the slab ahead too */
+    ck_assert_uint_eq(kvd_cache_clear(&c), 65537);
+    ck_assert_uint_eq(c.nslabs, 0);
+    ck_assert_ptr_null(c.ahead);
+    kvd_cache_store_deinit(&c);
+    ck_assert_uint_eq(kvd_hostmem_left(&hm), 1ull << 30);
+
+    /* a budget with room for one slab only: none is started ahead */
+    kvd_hostmem_init(&hm, 65536ull * 64 + (8u << 20));
+    ck_assert_int_eq(kvd_cache_store_init(&c, &l, 4ull * 65536 * 64, &hm, &MEM_AHEAD, why,
+                                          sizeof(why)), KVD_OK);
+    next = 0;
+    fill_to(&c, 0, &next, 1);
+    ck_assert_int_eq(ahead.n, 3);
+    ck_assert_ptr_null(c.ahead);
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
+START_TEST(test_clear_many_slabs)
+{
+    /* clearing frees every block of every slab at once: the free list has
+     * room for them all (it once had room for the last slab's only) */
+    kvd_cache_store_t c;
+    kvd_cache_layout_t l = {1, 1, 4, 16, "u8"};
+    kvd_hostmem_t hm;
+    char why[200];
+    uint32_t next = 0;
+
+    kvd_hostmem_init(&hm, 1ull << 30);
+    ck_assert_int_eq(kvd_cache_store_init(&c, &l, 3ull * 65536 * 64, &hm, &MEM, why,
+                                          sizeof(why)), KVD_OK);
+    fill_to(&c, 0, &next, 2 * 65536 + 1);
+    ck_assert_uint_eq(c.nslabs, 3);
+    ck_assert_uint_eq(kvd_cache_clear(&c), 2 * 65536 + 1);
+    ck_assert_uint_eq(c.nslabs, 0);
+    next = 0;
+    fill_to(&c, 1, &next, 65537); /* and it grows again */
+    ck_assert_uint_eq(c.nslabs, 2);
+    kvd_cache_store_deinit(&c);
+    ck_assert_uint_eq(kvd_hostmem_left(&hm), 1ull << 30);
+}
+END_TEST
+
 static Suite *cache_suite(void)
 {
     Suite *s = suite_create("cache");
@@ -409,6 +589,9 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_evict_subtree_and_clear);
     tcase_add_test(tc, test_failed_save_under_another);
     tcase_add_test(tc, test_budget_refused);
+    tcase_add_test(tc, test_clear_many_slabs);
+    tcase_add_test(tc, test_slab_ahead);
+    tcase_add_test(tc, test_slab_ahead_outlived);
     suite_add_tcase(s, tc);
     return s;
 }
