@@ -208,7 +208,7 @@ typedef struct slab_work {
     uv_work_t w;
     kvd_server_t *srv;
     uint64_t bytes;
-    kvd_mem_t *m;
+    void *ptr, *handle;
     kvd_status_t st;
     char why[200];
     kvd_cache_mem_done_fn done;
@@ -218,10 +218,8 @@ typedef struct slab_work {
 static void slab_work_run(uv_work_t *w)
 {
     slab_work_t *sw = w->data;
-    kvd_backend_t *be = sw->srv->backend;
 
-    sw->st = be->mem_create(be, KVD_MEM_HOST, sw->bytes, "cache", &sw->m, sw->why,
-                            sizeof(sw->why));
+    sw->st = slab_alloc(sw->srv, sw->bytes, &sw->ptr, &sw->handle, sw->why, sizeof(sw->why));
 }
 
 static void slab_work_end(uv_work_t *w, int status)
@@ -236,7 +234,7 @@ static void slab_work_end(uv_work_t *w, int status)
     if (sw->st != KVD_OK)
         kvd_log(KVD_LOG_WARN, "event=cache_slab_ahead_failed bytes=%" PRIu64 " reason=\"%s\"",
                 sw->bytes, sw->why);
-    sw->done(sw->arg, sw->st, sw->st == KVD_OK ? sw->m->ptr : NULL, sw->m);
+    sw->done(sw->arg, sw->st, sw->ptr, sw->handle);
     free(sw);
     kvd__server_slab_work_done(srv);
 }

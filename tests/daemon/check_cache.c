@@ -34,16 +34,23 @@ static void test_free(void *ctx, void *handle)
 
 static const kvd_cache_mem_t MEM = {NULL, test_alloc, test_free, NULL};
 
-/* A cache of cap blocks of 64 bytes (1 layer, MLA, 4 tokens of 16 bytes). */
-static void make(kvd_cache_store_t *c, kvd_hostmem_t *hm, uint32_t cap)
+/* A cache of cap blocks of 64 bytes (1 layer, MLA, 4 tokens of 16 bytes)
+ * from mem, in a host-memory budget of hm_budget. */
+static void make_with(kvd_cache_store_t *c, kvd_hostmem_t *hm, uint32_t cap, uint64_t hm_budget,
+                      const kvd_cache_mem_t *mem)
 {
     kvd_cache_layout_t l = {1, 1, 4, 16, "u8"};
     char why[200];
 
-    kvd_hostmem_init(hm, 1ull << 30);
-    ck_assert_int_eq(kvd_cache_store_init(c, &l, (uint64_t)cap * 64, hm, &MEM, why, sizeof(why)),
+    kvd_hostmem_init(hm, hm_budget);
+    ck_assert_int_eq(kvd_cache_store_init(c, &l, (uint64_t)cap * 64, hm, mem, why, sizeof(why)),
                      KVD_OK);
     ck_assert_uint_eq(c->capacity, cap);
+}
+
+static void make(kvd_cache_store_t *c, kvd_hostmem_t *hm, uint32_t cap)
+{
+    make_with(c, hm, cap, 1ull << 30, &MEM);
 }
 
 /* Key i of chain ch: 12 bytes. */
@@ -401,6 +408,7 @@ END_TEST
  * daemon's loop would once the thread pool is done. */
 static struct {
     int n;
+    kvd_status_t refuse; /* what starting one returns, when not KVD_OK */
     uint64_t bytes[8];
     kvd_cache_mem_done_fn done[8];
     void *arg[8];
@@ -418,6 +426,8 @@ static kvd_status_t test_alloc_ahead(void *ctx, uint64_t bytes, kvd_cache_mem_do
                                      void *arg)
 {
     (void)ctx;
+    if (ahead.refuse != KVD_OK)
+        return ahead.refuse;
     ck_assert_int_lt(ahead.n, 8);
     ahead.bytes[ahead.n] = bytes;
     ahead.done[ahead.n] = done;
@@ -456,17 +466,13 @@ START_TEST(test_slab_ahead)
     /* 64-byte blocks: slabs of 65,536 (4 MiB), three whole and one of 1,000 */
     const uint32_t per = 65536, cap = 3 * per + 1000;
     kvd_cache_store_t c;
-    kvd_cache_layout_t l = {1, 1, 4, 16, "u8"};
     kvd_hostmem_t hm;
-    char why[200];
     uint32_t next = 0;
     uint64_t after_first;
 
     memset(&ahead, 0, sizeof(ahead));
     sync_allocs = 0;
-    kvd_hostmem_init(&hm, 1ull << 30);
-    ck_assert_int_eq(kvd_cache_store_init(&c, &l, (uint64_t)cap * 64, &hm, &MEM_AHEAD, why,
-                                          sizeof(why)), KVD_OK);
+    make_with(&c, &hm, cap, 1ull << 30, &MEM_AHEAD);
     ck_assert_uint_eq(c.nslabs_max, 4);
     ck_assert_int_eq(ahead.n, 0); /* nothing until the first save */
     fill_to(&c, 0, &next, 1);
@@ -498,18 +504,15 @@ START_TEST(test_slab_ahead_outlived)
 {
     /* the store goes (or clears) while the slab ahead is on its way, or
      * that allocation fails: its memory and budget come back all the same */
+    const uint32_t cap = 4 * 65536;
     kvd_cache_store_t c;
-    kvd_cache_layout_t l = {1, 1, 4, 16, "u8"};
     kvd_hostmem_t hm;
-    char why[200];
     uint32_t next = 0;
     uint64_t before;
 
     memset(&ahead, 0, sizeof(ahead));
     sync_allocs = 0;
-    kvd_hostmem_init(&hm, 1ull << 30);
-    ck_assert_int_eq(kvd_cache_store_init(&c, &l, 4ull * 65536 * 64, &hm, &MEM_AHEAD, why,
-                                          sizeof(why)), KVD_OK);
+    make_with(&c, &hm, cap, 1ull << 30, &MEM_AHEAD);
     fill_to(&c, 0, &next, 1);
     ck_assert_int_eq(ahead.n, 1);
     kvd_cache_store_deinit(&c);
@@ -518,8 +521,7 @@ START_TEST(test_slab_ahead_outlived)
     ck_assert_uint_eq(kvd_hostmem_left(&hm), 1ull << 30);
 
     /* a failed allocation ahead: the next slab is made when needed */
-    ck_assert_int_eq(kvd_cache_store_init(&c, &l, 4ull * 65536 * 64, &hm, &MEM_AHEAD, why,
-                                          sizeof(why)), KVD_OK);
+    make_with(&c, &hm, cap, 1ull << 30, &MEM_AHEAD);
     next = 0;
     fill_to(&c, 0, &next, 1);
     before = c.held_bytes;
@@ -540,14 +542,25 @@ START_TEST(test_slab_ahead_outlived)
     ck_assert_uint_eq(kvd_hostmem_left(&hm), 1ull << 30);
 
     /* a budget with room for one slab only: none is started ahead */
-    kvd_hostmem_init(&hm, 65536ull * 64 + (8u << 20));
-    ck_assert_int_eq(kvd_cache_store_init(&c, &l, 4ull * 65536 * 64, &hm, &MEM_AHEAD, why,
-                                          sizeof(why)), KVD_OK);
+    make_with(&c, &hm, cap, 65536ull * 64 + (8u << 20), &MEM_AHEAD);
     next = 0;
     fill_to(&c, 0, &next, 1);
     ck_assert_int_eq(ahead.n, 3);
     ck_assert_ptr_null(c.ahead);
     kvd_cache_store_deinit(&c);
+
+    /* one refused at its start (a daemon shutting down): none held, and the
+     * cache still grows when it must */
+    make_with(&c, &hm, cap, 1ull << 30, &MEM_AHEAD);
+    ahead.refuse = KVD_ESHUTDOWN;
+    next = 0;
+    fill_to(&c, 0, &next, 65537);
+    ck_assert_int_eq(ahead.n, 3);
+    ck_assert_ptr_null(c.ahead);
+    ck_assert_uint_eq(c.nslabs, 2);
+    kvd_cache_store_deinit(&c);
+    ck_assert_uint_eq(kvd_hostmem_left(&hm), 1ull << 30);
+    ahead.refuse = KVD_OK;
 }
 END_TEST
 
@@ -556,14 +569,10 @@ START_TEST(test_clear_many_slabs)
     /* clearing frees every block of every slab at once: the free list has
      * room for them all (it once had room for the last slab's only) */
     kvd_cache_store_t c;
-    kvd_cache_layout_t l = {1, 1, 4, 16, "u8"};
     kvd_hostmem_t hm;
-    char why[200];
     uint32_t next = 0;
 
-    kvd_hostmem_init(&hm, 1ull << 30);
-    ck_assert_int_eq(kvd_cache_store_init(&c, &l, 3ull * 65536 * 64, &hm, &MEM, why,
-                                          sizeof(why)), KVD_OK);
+    make(&c, &hm, 3 * 65536);
     fill_to(&c, 0, &next, 2 * 65536 + 1);
     ck_assert_uint_eq(c.nslabs, 3);
     ck_assert_uint_eq(kvd_cache_clear(&c), 2 * 65536 + 1);
