@@ -19,8 +19,10 @@
  * Blocks.  A pull reserves a FILLING block in the local tier for each key
  * it asks a peer for, and the peer's block message lands there: in place
  * for eager messages, by ucp_am_recv_data_nbx straight into the block for
- * rendezvous ones.  A block is committed once its bytes are in, aborted
- * otherwise; it stays held until UCX is done with it.  A peer that sends
+ * rendezvous ones, a window of them at a time (the rest wait in arrival
+ * order), so that blocks land in a steady stream.  A block is committed
+ * once its bytes are in, aborted otherwise; it stays held until UCX is
+ * done with it.  A peer that sends
  * nothing for a whole deadline during a pull is cut off (its endpoint
  * closed, which ends its transfers), so a pull ends within a deadline of
  * the last progress, however large.  Landed blocks are committed and
@@ -69,9 +71,16 @@
 #define SPIN_QUERY_NS 2000000ull /* a query's answers are polled for this long */
 #define EARLY_MIN 16             /* blocks landed before an early run copies them */
 #define EARLY_RUNS 2             /* early runs of one load in flight at most */
+/* Rendezvous receives one pull runs at once (the rest wait in order):
+ * UCX shares the link among all it is given, so a pull of 1,024 blocks
+ * given at once lands nothing until nearly all of it is in; a few at a
+ * time land in a steady stream that early runs copy while the rest come,
+ * and that shows the peer alive. */
+#define RX_WINDOW_BYTES (16ull << 20)
+#define RX_WINDOW_MIN 4
 
 enum peer_state { PEER_DOWN, PEER_CONNECTING, PEER_UP, PEER_REFUSED };
-enum got_state { GOT_NONE, GOT_IN, GOT_FAILED, GOT_RECEIVING };
+enum got_state { GOT_NONE, GOT_IN, GOT_FAILED, GOT_RECEIVING, GOT_WAITING };
 static const char *const peer_state_name[] = {"down", "connecting", "up", "refused"};
 
 typedef struct peer peer_t;
@@ -132,6 +141,10 @@ typedef struct pend {
     int8_t *from;            /* the peer asked for it, -1: none */
     uint8_t *got;            /* GOT_*: where its bytes are */
     uint32_t inflight;       /* block receives UCX still holds */
+    void **desc;             /* GOT_WAITING: its rendezvous, not yet received */
+    uint32_t *waitq;         /* the waiting keys in arrival order: [wq_head, wq_tail) */
+    uint32_t wq_head, wq_tail;
+    uint32_t window;         /* receives run at once at most */
     uint8_t *copied;         /* bits over the request's keys: copied by an early run */
     uint8_t *only;           /* an early run's keys */
     uint32_t fresh;          /* blocks landed since the last early run */
@@ -139,7 +152,7 @@ typedef struct pend {
     kvd_status_t early_status; /* the first early run's failure */
     uint32_t *flist;         /* the asked keys of each peer's fetch, peer by peer: */
     uint32_t fbase[MAX_PEERS], fcount[MAX_PEERS]; /* where its run starts, how long */
-    uint32_t expect[MAX_PEERS], recvd[MAX_PEERS];
+    uint32_t expect[MAX_PEERS], recvd[MAX_PEERS]; /* blocks sent, blocks whose receive ended */
     uint8_t fetching[MAX_PEERS], done[MAX_PEERS];
     uint64_t progress_ns[MAX_PEERS];
     int phase;               /* 0 asking, 1 pulling, 2 finished (waiting for UCX) */
@@ -910,6 +923,8 @@ static void pend_free(kvd_cluster_t *cl, pend_t *p)
     free(p->from);
     free(p->got);
     free(p->flist);
+    free(p->desc);
+    free(p->waitq);
     free(p->copied);
     free(p->only);
     free(p);
@@ -925,6 +940,20 @@ static void pend_maybe_free(kvd_cluster_t *cl, pend_t *p)
 
 static void pend_check(kvd_cluster_t *cl, pend_t *p);
 
+/* Drop the rendezvous still waiting for a receive, of peer `peer` or of
+ * every peer (-1): their blocks did not come. */
+static void rx_drop_waiting(kvd_cluster_t *cl, pend_t *p, int peer)
+{
+    for (uint32_t q = p->wq_head; p->waitq != NULL && q < p->wq_tail; q++) {
+        uint32_t j = p->waitq[q];
+        if (p->got[j] != GOT_WAITING || (peer >= 0 && p->from[j] != peer))
+            continue;
+        ucp_am_data_release(cl->worker, p->desc[j]);
+        p->desc[j] = NULL;
+        p->got[j] = GOT_FAILED;
+    }
+}
+
 /* Every asked peer answered or the deadline passed: commit what came,
  * run the request again, and free p once UCX holds none of its blocks. */
 static void pend_finish(kvd_cluster_t *cl, pend_t *p)
@@ -937,6 +966,7 @@ static void pend_finish(kvd_cluster_t *cl, pend_t *p)
         return;
     p->phase = 2;
     if (p->pull) {
+        rx_drop_waiting(cl, p, -1);
         for (uint32_t j = p->nask; p->ids != NULL && j-- > 0;) { /* the last first: parents
                                                                   * stay more recent */
             if (p->ids[j] == KVD_CBLOCK_NONE || p->got[j] == GOT_RECEIVING)
@@ -987,6 +1017,10 @@ static void block_landed(pend_t *p, uint32_t j, int ok)
     int8_t from = p->from[j];
 
     p->got[j] = ok ? GOT_IN : GOT_FAILED;
+    if (from >= 0) {
+        p->recvd[from]++;
+        p->progress_ns[from] = kvd_now_ns();
+    }
     if (ok && from >= 0) {
         peer_t *pe = &cl->peers[from];
         pe->blocks_fetched++;
@@ -994,8 +1028,6 @@ static void block_landed(pend_t *p, uint32_t j, int ok)
         p->cache->fetched++;
         cl->n.blocks_fetched++;
         cl->n.bytes_fetched += p->cache->store.block_bytes;
-        p->recvd[from]++;
-        p->progress_ns[from] = kvd_now_ns();
         p->fresh++;
     }
     if (p->phase == 2) { /* finished before this receive ended */
@@ -1111,6 +1143,8 @@ static void pend_peer_lost(kvd_cluster_t *cl, uint32_t i, const char *why)
             p->done[i] = 1;
             p->expect[i] = p->recvd[i];
             if (p->phase == 1)
+                rx_drop_waiting(cl, p, (int)i);
+            if (p->phase == 1)
                 for (uint32_t j = 0; j < p->nask; j++)
                     if (p->from[j] == (int8_t)i && p->got[j] == GOT_NONE)
                         p->got[j] = GOT_FAILED;
@@ -1184,6 +1218,11 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
     p->from = malloc(p->nask);
     p->got = calloc(p->nask, 1);
     p->flist = malloc(p->nask * sizeof(*p->flist));
+    p->desc = calloc(p->nask, sizeof(*p->desc));
+    p->waitq = malloc(p->nask * sizeof(*p->waitq));
+    p->window = (uint32_t)(RX_WINDOW_BYTES / c->block_bytes);
+    if (p->window < RX_WINDOW_MIN)
+        p->window = RX_WINDOW_MIN;
     p->copied = calloc((p->n + 7) / 8, 1); /* no early runs without them: fine */
     p->only = malloc((p->n + 7) / 8);
     if (p->copied == NULL || p->only == NULL) {
@@ -1191,15 +1230,20 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
         free(p->only);
         p->copied = p->only = NULL;
     }
-    if (p->ids == NULL || p->from == NULL || p->got == NULL || p->flist == NULL) {
+    if (p->ids == NULL || p->from == NULL || p->got == NULL || p->flist == NULL ||
+        p->desc == NULL || p->waitq == NULL) {
         free(p->ids); /* nothing is pulled: the load names every key missing */
         free(p->from);
         free(p->got);
         free(p->flist);
+        free(p->desc);
+        free(p->waitq);
         p->ids = NULL;
         p->from = NULL;
         p->got = NULL;
         p->flist = NULL;
+        p->desc = NULL;
+        p->waitq = NULL;
         snprintf(p->why, sizeof(p->why), "out of memory");
         return;
     }
@@ -1603,20 +1647,75 @@ typedef struct block_rx {
     uint32_t j;
 } block_rx_t;
 
-static void on_block_data(void *request, ucs_status_t status, size_t length, void *user_data)
+static void on_block_data(void *request, ucs_status_t status, size_t length, void *user_data);
+
+/* A receive ended (UCX's callback, or at once): settle its block. */
+static void rx_end(block_rx_t *rx, ucs_status_t status, size_t length)
 {
-    block_rx_t *rx = user_data;
     pend_t *p = rx->p;
 
     p->inflight--;
     block_landed(p, rx->j, status == UCS_OK && length == p->cache->store.block_bytes);
     free(rx);
-    if (request != NULL)
-        ucp_request_free(request);
-    if (p->phase == 2)
+}
+
+/* Receive block j's rendezvous `data` straight into its reserved block. */
+static void rx_start(kvd_cluster_t *cl, pend_t *p, uint32_t j, void *data)
+{
+    size_t length = p->cache->store.block_bytes;
+    block_rx_t *rx = calloc(1, sizeof(*rx));
+    ucp_request_param_t rp;
+    void *req;
+
+    p->inflight++;
+    p->got[j] = GOT_RECEIVING;
+    if (rx == NULL) {
+        ucp_am_data_release(cl->worker, data);
+        p->inflight--;
+        block_landed(p, j, 0);
+        return;
+    }
+    rx->p = p;
+    rx->j = j;
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.recv_am = on_block_data;
+    rp.user_data = rx;
+    req = ucp_am_recv_data_nbx(cl->worker, data,
+                               kvd_cache_block_bytes(&p->cache->store, p->ids[j]), length, &rp);
+    if (req == NULL)
+        rx_end(rx, UCS_OK, length);
+    else if (UCS_PTR_IS_ERR(req))
+        rx_end(rx, UCS_PTR_STATUS(req), 0);
+}
+
+/* Start the waiting receives the window has room for, in arrival order. */
+static void rx_next(kvd_cluster_t *cl, pend_t *p)
+{
+    while (p->inflight < p->window && p->wq_head < p->wq_tail) {
+        uint32_t j = p->waitq[p->wq_head++];
+        void *data = p->desc[j];
+
+        if (p->got[j] != GOT_WAITING)
+            continue; /* dropped meanwhile */
+        p->desc[j] = NULL;
+        rx_start(cl, p, j, data);
+    }
+}
+
+static void on_block_data(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    block_rx_t *rx = user_data;
+    pend_t *p = rx->p;
+
+    rx_end(rx, status, length);
+    ucp_request_free(request);
+    if (p->phase == 2) {
         pend_maybe_free(p->cl, p);
-    else
-        pend_check(p->cl, p);
+        return;
+    }
+    rx_next(p->cl, p);
+    pend_check(p->cl, p);
 }
 
 static ucs_status_t on_block(void *arg, const void *header, size_t header_length, void *data,
@@ -1628,7 +1727,6 @@ static ucs_status_t on_block(void *arg, const void *header, size_t header_length
     uint64_t hdr[2];
     pend_t *p;
     uint32_t j, i;
-    void *dst;
 
     if (l == NULL || cl->closing)
         return UCS_OK;
@@ -1649,32 +1747,19 @@ static ucs_status_t on_block(void *arg, const void *header, size_t header_length
         length != p->cache->store.block_bytes) {
         return UCS_OK; /* not asked, twice, or of another size: dropped */
     }
-    dst = kvd_cache_block_bytes(&p->cache->store, p->ids[j]);
     p->progress_ns[i] = kvd_now_ns();
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-        block_rx_t *rx = calloc(1, sizeof(*rx));
-        ucp_request_param_t rp;
-        void *req;
-        if (rx == NULL)
-            return UCS_OK;
-        rx->p = p;
-        rx->j = j;
-        memset(&rp, 0, sizeof(rp));
-        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        rp.cb.recv_am = on_block_data;
-        rp.user_data = rx;
-        p->inflight++;
-        p->got[j] = GOT_RECEIVING;
-        req = ucp_am_recv_data_nbx(cl->worker, data, dst, length, &rp);
-        if (req == NULL) {
-            on_block_data(NULL, UCS_OK, length, rx);
-        } else if (UCS_PTR_IS_ERR(req)) {
-            on_block_data(NULL, UCS_PTR_STATUS(req), 0, rx);
+        if (p->inflight >= p->window) { /* received when the window has room */
+            p->got[j] = GOT_WAITING;
+            p->desc[j] = data;
+            p->waitq[p->wq_tail++] = j;
+            return UCS_INPROGRESS;
         }
-        return UCS_OK;
+        rx_start(cl, p, j, data);
+    } else {
+        memcpy(kvd_cache_block_bytes(&p->cache->store, p->ids[j]), data, length);
+        block_landed(p, j, 1);
     }
-    memcpy(dst, data, length);
-    block_landed(p, j, 1);
     pend_check(cl, p);
     return UCS_OK;
 }

@@ -1237,6 +1237,11 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
                   : ca != NULL && ca->copied != NULL && kvd_cluster_bit(ca->copied, i))
             continue;
         id = lease ? lease->ids[i] : kvd_cache_find(c, ks.k[i], ks.len[i]);
+        /* after a pull that lost a peer (its why), a block still filling
+         * may be one UCX still writes: missing like the rest */
+        if (id != KVD_CBLOCK_NONE && kvd_cache_block(c, id)->state == KVD_CBLOCK_FILLING &&
+            ca != NULL && ca->why != NULL && ca->why[0] != '\0')
+            return missing_in_cluster(r, c, &ks, n);
         if (id != KVD_CBLOCK_NONE && kvd_cache_block(c, id)->state == KVD_CBLOCK_FILLING)
             return kvd__req_fail(r, KVD_ENOENT, "keys[%u] is being saved: not in the cache "
                                  "until its bytes are complete", i);

@@ -674,6 +674,66 @@ START_TEST(test_killed_mid_load)
 }
 END_TEST
 
+/* A large pull lands in a steady stream, not all at its end: another
+ * client watching B's counter while the load runs sees some of the
+ * blocks in before the last (UCX shares a link among every receive it is
+ * given, so 96 receives given at once would all end together; B gives it
+ * a window at a time).  What lands early is what early runs copy while
+ * the rest come, and what shows the peer alive within the deadline. */
+START_TEST(test_pull_streams)
+{
+    node_t nodes[2];
+    kvt_pool_t pa, pb;
+    uint32_t n = 96, partial = 0, samples = 0;
+    uint8_t(*keys)[KEY] = malloc(n * KEY);
+    int64_t *pages = malloc(n * sizeof(*pages));
+    kvd_daemon_status_t *s = malloc(sizeof(*s));
+    kvd_client_t *watch = NULL;
+    kvd_cache_load_t a;
+    kvd_op_result_t res;
+    uint64_t id, before;
+
+    memset(nodes, 0, sizeof(nodes));
+    start_nodes(nodes, 2, secret_path);
+    wait_all_up(nodes, 2);
+    for (int i = 0; i < 2; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 65536, true); /* 1 MiB blocks */
+    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, n * TPB, 65536, false, TPB);
+    kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, n * TPB, 65536, false, TPB);
+    chain(keys, n, 5);
+    save(&nodes[0], &pa, keys, 0, n, true);
+    ck_assert_int_eq(kvd_client_create(nodes[1].d.socket, "watcher", &watch), KVD_OK);
+    KVT_OK(watch, kvd_daemon_status(watch, s, NULL, 0));
+    before = s->cluster.blocks_fetched;
+    for (uint32_t i = 0; i < n; i++)
+        pages[i] = i;
+    a = load_args(&nodes[1], &pb, keys, 0, n, pages);
+    poison(&pb);
+    KVT_OK(nodes[1].cli, kvd_cache_load_submit(nodes[1].cli, &a, NULL, &res, &id));
+    for (;;) {
+        uint64_t got;
+        KVT_OK(watch, kvd_daemon_status(watch, s, NULL, 0));
+        got = s->cluster.blocks_fetched - before;
+        samples++;
+        partial += got > 0 && got < n;
+        if (got >= n)
+            break;
+    }
+    KVT_OK(nodes[1].cli, kvd_client_wait(nodes[1].cli, id));
+    for (uint32_t i = 0; i < n; i++)
+        ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "block %u on B differs from A's", i);
+    ck_assert_msg(partial > 0, "in %u looks at B's counter during a pull of %u blocks, none "
+                  "saw some in and some not", samples, n);
+    kvd_client_destroy(&watch);
+    kvt_pool_free(nodes[0].cli, &pa);
+    kvt_pool_free(nodes[1].cli, &pb);
+    stop_nodes(nodes, 2);
+    free(keys);
+    free(pages);
+    free(s);
+}
+END_TEST
+
 /* A node restarted on its address (its old connections in TIME_WAIT)
  * listens again at once, and its peer finds it up again. */
 START_TEST(test_restart_rejoins)
@@ -1520,6 +1580,7 @@ int main(void)
     tcase_add_test(tc, test_pulled_load_flags);
     tcase_add_test(tc, test_node_lost);
     tcase_add_test(tc, test_killed_mid_load);
+    tcase_add_test(tc, test_pull_streams);
     tcase_add_test(tc, test_restart_rejoins);
     tcase_add_test(tc, test_status_and_metrics);
     tcase_add_test(tc, test_peers_file);
