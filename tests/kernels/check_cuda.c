@@ -1770,7 +1770,10 @@ END_TEST
 /* ======================================================================== */
 /* transfer                                                                  */
 
-enum { XF_STRIDE, XF_TABLE };
+/* layers by layer_stride; by tables of addresses in shuffled order; by
+ * tables that step evenly (the copy engines' 2D path takes those too) */
+enum { XF_STRIDE, XF_TABLE, XF_EVEN };
+#define HAS_TABLES(layout) ((layout) != XF_STRIDE)
 #define MAXL 64
 
 typedef struct xfer_case {
@@ -1833,12 +1836,20 @@ static const xfer_case_t XFER_CASES[] = {
     {16384, 1536, 2, XF_TABLE, 0, I64, IDX_PERM, PIN, DEV, 0, 0, 256, 0, 0, L_DEFAULT},
     {4096, 6, 2, XF_STRIDE, 1, I64, IDX_MIXED, DEV, DEV, 0, 0, 64, 0, 0, L_STREAM},
     {1024, 2048, 4, XF_TABLE, 0, I32, IDX_MIXED, PIN, DEV, 0, 0, 128, 0, 0, L_STREAM_MB3},
+    {1024, 2048, 32, XF_EVEN, 0, I64, IDX_MIXED, PIN, DEV, 0, 0, 128, 0, 0, L_DEFAULT},
+    {4096, 1152, 16, XF_EVEN, 1, I32, IDX_RUNS, DEV, PIN, 0, 0, 64, 0, 0, L_MB8},
     /* copy engines: indices, tables and counter host-readable */
     {16384, 576, 2, XF_TABLE, 0, I32, IDX_RUNS, DEV, DEV, 0, 0, 128, 0, 1, L_CE},
     {1024, 1536, 4, XF_STRIDE, 0, I64, IDX_CONTIG, PIN, DEV, 0, 0, 128, 0, 1, L_CE},
     {64, 1536, 2, XF_TABLE, 0, I64, IDX_MIXED, DEV, PIN, 0, 0, 128, 0, 1, L_CE},
     {1024, 1152, 4, XF_TABLE, 1, I32, IDX_RUNS, PIN, DEV, 0, 0, 128, 0, 1, L_CE_STREAM},
     {1024, 34, 3, XF_STRIDE, 0, I32, IDX_MIXED, DEV, PIN, 2, 0, 6, 2, 1, L_CE},
+    /* ... 2D over layers between pinned and device memory: evenly spaced
+     * tables, runs up to a whole layer (no gap), rows of odd sizes */
+    {2048, 2048, 32, XF_EVEN, 0, I64, IDX_MIXED, PIN, DEV, 0, 0, 128, 0, 1, L_CE},
+    {2048, 1024, 32, XF_STRIDE, 0, I32, IDX_CONTIG, DEV, PIN, 0, 0, 0, 0, 1, L_CE},
+    {64, 1024, 8, XF_STRIDE, 0, I32, IDX_RUNS, PIN, DEV, 0, 0, 0, 0, 1, L_CE_STREAM},
+    {1000, 578, 5, XF_EVEN, 1, I64, IDX_RUNS, DEV, PIN, 6, 0, 10, 2, 1, L_CE},
 };
 
 typedef struct xside {
@@ -1871,7 +1882,7 @@ static void xs_init(xside_t *s, const char *name, rng_t *r, const xfer_case_t *c
     s->L = c->layers;
     s->slots = slots;
     s->slot_stride = c->row + pad;
-    s->spacing = slots * s->slot_stride + (c->layers > 1 || c->layout == XF_TABLE ? c->gap : 0);
+    s->spacing = slots * s->slot_stride + (c->layers > 1 || HAS_TABLES(c->layout) ? c->gap : 0);
     for (int64_t l = 0; l < s->L; l++)
         s->kpos[l] = s->vpos[l] = l;
     if (c->layout == XF_TABLE) { /* layers in shuffled order, K and V differently */
@@ -1889,7 +1900,7 @@ static void xs_init(xside_t *s, const char *name, rng_t *r, const xfer_case_t *c
         else
             tb_random(b, r);
     }
-    if (c->layout == XF_TABLE) {
+    if (HAS_TABLES(c->layout)) {
         for (int v = 0; v <= !c->mla; v++) {
             tbuf_t *t = v ? &s->vt : &s->kt;
             snprintf(nm[2 + v], sizeof(nm[2 + v]), "%s %s_layers", name, v ? "v" : "k");
@@ -1914,7 +1925,7 @@ static void xs_init(xside_t *s, const char *name, rng_t *r, const xfer_case_t *c
 static void xs_args(const xside_t *s, kvd_kv_side_t *a, int ref)
 {
     memset(a, 0, sizeof(*a));
-    if (s->layout == XF_TABLE) {
+    if (HAS_TABLES(s->layout)) {
         a->k_layers = (const uint64_t *)(ref ? s->kt.r : s->kt.g);
         if (!s->mla)
             a->v_layers = (const uint64_t *)(ref ? s->vt.r : s->vt.g);
@@ -1933,7 +1944,7 @@ static void xs_check(const xside_t *s, int is_dst)
     tb_check(&s->kb);
     if (!s->mla)
         tb_check(&s->vb);
-    if (s->layout == XF_TABLE) {
+    if (HAS_TABLES(s->layout)) {
         tb_check(&s->kt);
         if (!s->mla)
             tb_check(&s->vt);
@@ -1971,7 +1982,9 @@ static void run_transfer(const xfer_case_t *c0, int launch, uint64_t seed)
                "transfer n=%" PRId64 " row=%" PRId64 " layers=%" PRId64 " %s %s %s->%s idx=%s/%s"
                " slots=%" PRId64 "->%" PRId64 " pad=%" PRId64 "/%" PRId64 " gap=%" PRId64
                " mis=%d meta=%s launch=%s",
-               n, c->row, c->layers, c->layout == XF_TABLE ? "tables" : "layer_stride",
+               n, c->row, c->layers, c->layout == XF_TABLE  ? "tables"
+               : c->layout == XF_EVEN ? "even tables"
+                                      : "layer_stride",
                c->mla ? "MLA" : "MHA", mem_name(c->src_mem), mem_name(c->dst_mem),
                dt_name(c->dtype), IDX_NAMES[c->mode], sslots, dslots, c->src_pad, c->dst_pad,
                c->gap, c->mis, mem_name(meta), LS[launch].name);

@@ -60,13 +60,18 @@ enum {
      * The index arrays, layer tables and oob_count must be host-readable
      * (else KVD_ENOTSUP): the call reads the indices when it is made, not
      * in stream order, and adds to oob_count before returning.  Every row
-     * is one copy of a batch; runs of consecutive slots are merged. */
+     * is one copy of a batch; runs of consecutive slots are merged.
+     * Between pinned host memory and the device, a buffer whose layers
+     * are evenly spaced on both sides (layer_stride, or a table that
+     * steps evenly) moves each run as one 2D copy over all its layers
+     * instead: the copy engines' rate at small runs is set by descriptors,
+     * and a 2D copy is one for all layers. */
     KVD_LAUNCH_COPY_ENGINE = 1u << 0,
     /* With KVD_LAUNCH_COPY_ENGINE: hand each batch whose runs average under
      * 32 KiB to the driver one cudaMemcpyAsync per run instead of one
      * cudaMemcpyBatchAsync (some drivers move small host-to-device runs
-     * several times faster so, others slower: kvdockd measures which at
-     * start).  The same copies in the same stream order either way. */
+     * faster so, others slower: kvdockd's --copy-issue chooses).  The same
+     * copies in the same stream order either way; 2D copies are as above. */
     KVD_LAUNCH_COPY_EACH = 1u << 1,
 };
 

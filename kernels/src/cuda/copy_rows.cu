@@ -754,9 +754,50 @@ kvd_status_t ce_flush(size_t n, const kvd_launch_t *launch)
     return KVD_OK;
 }
 
+/* Whether p lies in pinned (page-locked or registered) host memory, in
+ * device memory, or neither. */
+enum class Mem { Other, Pinned, Device };
+
+Mem mem_of(const void *ptr)
+{
+    cudaPointerAttributes a;
+    if (ptr == NULL || cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return Mem::Other;
+    }
+    return a.type == cudaMemoryTypeHost ? Mem::Pinned
+           : a.type == cudaMemoryTypeDevice ? Mem::Device
+                                            : Mem::Other;
+}
+
+/* The bytes from one layer of a side's buffer to the next when every layer
+ * is the same distance on (a stride, or a table that happens to be one),
+ * positive and within the copy engines' pitch; 0 otherwise. */
+int64_t layer_pitch(const uint64_t *tab, int64_t stride, int64_t num_layers, int64_t max_pitch)
+{
+    int64_t pitch = stride;
+    if (tab != NULL) {
+        pitch = (int64_t)(tab[1] - tab[0]);
+        for (int64_t l = 2; l < num_layers; l++)
+            if ((int64_t)(tab[l] - tab[l - 1]) != pitch)
+                return 0;
+    }
+    return pitch > 0 && pitch <= max_pitch ? pitch : 0;
+}
+
 /*
  * Every row becomes one copy of a batch; rows that continue the previous
  * copy on both sides (consecutive slots, packed rows) are merged into it.
+ *
+ * Between pinned host memory and the device, where both sides' layers
+ * are evenly spaced (the daemon's pools and cache tier), a run goes
+ * instead as one 2D copy over all layers (width the run, height the
+ * layers, each side's layer distance its pitch): the copy engines walk a
+ * 2D copy themselves, where a batch costs a descriptor per layer, and at
+ * 4-32 KiB runs the descriptors, not the bytes, set the rate.  Device to
+ * device stays in batches, which keep off the multiprocessors (a 2D copy
+ * there may run as a kernel).
+ *
  * Out-of-range pairs are counted on the host, where the counter must then
  * be host-readable too.
  */
@@ -780,8 +821,76 @@ kvd_status_t copy_engine(const RowCopy &p, int64_t num_layers, const kvd_launch_
     CeScratch &c = ce_scratch;
     size_t n = 0;
     unsigned long long oob = 0;
+
+    /* the buffers whose layers go as 2D copies: their runs first */
+    int64_t spitch[2] = {0, 0}, dpitch[2] = {0, 0};
+    bool flat[2] = {false, false};
+    if (num_layers > 1) {
+        const void *s0 = p.src_tab[0] ? (const void *)(uintptr_t)p.src_tab[0][0] : p.src[0];
+        const void *d0 = p.dst_tab[0] ? (const void *)(uintptr_t)p.dst_tab[0][0] : p.dst[0];
+        Mem sm = mem_of(s0), dm = mem_of(d0);
+        int dev, max_pitch = 0;
+        if ((sm == Mem::Pinned && dm == Mem::Device) || (sm == Mem::Device && dm == Mem::Pinned)) {
+            KVD_CUDA_TRY(cudaGetDevice(&dev));
+            KVD_CUDA_TRY(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, dev));
+            for (int buf = 0; buf < p.nbufs; buf++) {
+                spitch[buf] = layer_pitch(p.src_tab[buf], p.src_layer_stride, num_layers, max_pitch);
+                dpitch[buf] = layer_pitch(p.dst_tab[buf], p.dst_layer_stride, num_layers, max_pitch);
+                /* (a row wider than a pitch would overlap the next layer) */
+                flat[buf] = spitch[buf] >= p.row_bytes && dpitch[buf] >= p.row_bytes;
+            }
+        }
+    }
+    cudaStream_t stream = kvd__stream(launch);
+    for (int buf = 0; buf < p.nbufs; buf++) {
+        if (!flat[buf])
+            continue;
+        const char *sbase = p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][0] : p.src[buf];
+        char *dbase = p.dst_tab[buf] ? (char *)(uintptr_t)p.dst_tab[buf][0] : p.dst[buf];
+        /* runs grow while they fit under both pitches */
+        const int64_t widest = spitch[buf] < dpitch[buf] ? spitch[buf] : dpitch[buf];
+        const char *run_src = NULL;
+        char *run_dst = NULL;
+        int64_t run_bytes = 0;
+        for (int64_t i = 0; i <= p.count; i++) {
+            const char *sr = NULL;
+            char *dr = NULL;
+            if (i < p.count) {
+                int64_t d = host_index(p.dst_idx, p.idx64, i);
+                int64_t s = p.src_idx ? host_index(p.src_idx, p.idx64, i) : i;
+                if (d < 0 || s < 0)
+                    continue;
+                if (d >= p.dst_slots || (p.src_idx && s >= p.src_slots)) {
+                    if (buf == 0)
+                        oob++;
+                    continue;
+                }
+                sr = sbase + s * p.src_stride[buf];
+                dr = dbase + d * p.dst_stride[buf];
+                if (run_bytes > 0 && run_src + run_bytes == sr && run_dst + run_bytes == dr &&
+                    run_bytes + p.row_bytes <= widest) {
+                    run_bytes += p.row_bytes;
+                    continue;
+                }
+            }
+            if (run_bytes > 0)
+                KVD_CUDA_TRY(cudaMemcpy2DAsync(run_dst, (size_t)dpitch[buf], run_src,
+                                               (size_t)spitch[buf], (size_t)run_bytes,
+                                               (size_t)num_layers, cudaMemcpyDefault, stream));
+            run_src = sr;
+            run_dst = dr;
+            run_bytes = sr != NULL ? p.row_bytes : 0;
+        }
+    }
+    if (flat[0] && (p.nbufs == 1 || flat[1])) {
+        if (p.oob && oob)
+            *p.oob += oob;
+        return KVD_OK;
+    }
     for (int64_t layer = 0; layer < num_layers; layer++) {
         for (int buf = 0; buf < p.nbufs; buf++) {
+            if (flat[buf])
+                continue;
             const char *sbase = p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][layer]
                                                : p.src[buf] + layer * p.src_layer_stride;
             char *dbase = p.dst_tab[buf] ? (char *)(uintptr_t)p.dst_tab[buf][layer]
@@ -793,7 +902,7 @@ kvd_status_t copy_engine(const RowCopy &p, int64_t num_layers, const kvd_launch_
                 if (d < 0 || s < 0)
                     continue;
                 if (d >= p.dst_slots || (p.src_idx && s >= p.src_slots)) {
-                    if (layer == 0 && buf == 0)
+                    if (layer == 0 && buf == 0 && !flat[0])
                         oob++;
                     continue;
                 }
