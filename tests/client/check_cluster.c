@@ -611,6 +611,22 @@ START_TEST(test_node_lost)
 }
 END_TEST
 
+/* Two nodes up, caches of 1 MiB blocks, a pool of n blocks on each, and
+ * a chain of n blocks (from seed) saved on A. */
+static void chain_on_a(node_t *nodes, kvt_pool_t *pa, kvt_pool_t *pb, uint8_t (*keys)[KEY],
+                       uint32_t n, uint64_t seed)
+{
+    memset(nodes, 0, 2 * sizeof(*nodes));
+    start_nodes(nodes, 2, secret_path);
+    wait_all_up(nodes, 2);
+    for (int i = 0; i < 2; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 65536, true);
+    kvt_pool_make(nodes[0].cli, pa, "pa", LAYERS, n * TPB, 65536, false, TPB);
+    kvt_pool_make(nodes[1].cli, pb, "pb", LAYERS, n * TPB, 65536, false, TPB);
+    chain(keys, n, seed);
+    save(&nodes[0], pa, keys, 0, n, true);
+}
+
 START_TEST(test_killed_mid_load)
 {
     node_t nodes[2];
@@ -623,15 +639,7 @@ START_TEST(test_killed_mid_load)
     uint64_t id;
     kvd_status_t st;
 
-    memset(nodes, 0, sizeof(nodes));
-    start_nodes(nodes, 2, secret_path);
-    wait_all_up(nodes, 2);
-    for (int i = 0; i < 2; i++)
-        nodes[i].cache = make_cache(&nodes[i], "kv", 65536, true); /* 1 MiB blocks */
-    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, n * TPB, 65536, false, TPB);
-    kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, n * TPB, 65536, false, TPB);
-    chain(keys, n, 4);
-    save(&nodes[0], &pa, keys, 0, n, true);
+    chain_on_a(nodes, &pa, &pb, keys, n, 4);
     for (uint32_t i = 0; i < n; i++)
         pages[i] = i;
     a = load_args(&nodes[1], &pb, keys, 0, n, pages);
@@ -693,15 +701,7 @@ START_TEST(test_pull_streams)
     kvd_op_result_t res;
     uint64_t id, before;
 
-    memset(nodes, 0, sizeof(nodes));
-    start_nodes(nodes, 2, secret_path);
-    wait_all_up(nodes, 2);
-    for (int i = 0; i < 2; i++)
-        nodes[i].cache = make_cache(&nodes[i], "kv", 65536, true); /* 1 MiB blocks */
-    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, n * TPB, 65536, false, TPB);
-    kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, n * TPB, 65536, false, TPB);
-    chain(keys, n, 5);
-    save(&nodes[0], &pa, keys, 0, n, true);
+    chain_on_a(nodes, &pa, &pb, keys, n, 5);
     ck_assert_int_eq(kvd_client_create(nodes[1].d.socket, "watcher", &watch), KVD_OK);
     KVT_OK(watch, kvd_daemon_status(watch, s, NULL, 0));
     before = s->cluster.blocks_fetched;
