@@ -99,7 +99,9 @@ runs = [json.loads(l) for l in open(sys.argv[1])]
 # ucx_perftest's Final line ends: bandwidth (MB/s) average, overall, then
 # message rate average, overall; MB of 2^20 bytes
 perf = [float(l.split()[-3]) * 2**20 / 1e9 for l in open(sys.argv[2])]
-k = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+# medians of the figures; the rest (the pool's kind) as the first round says
+k = {key: statistics.median(r[key] for r in runs) if isinstance(v, (int, float)) else v
+     for key, v in runs[0].items()}
 k["rounds"] = len(runs)
 k["load_runs_gbps"] = [r["load_gbps"] for r in runs]
 k["ucx_perftest_runs_gbps"] = perf
