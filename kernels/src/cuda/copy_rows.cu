@@ -785,18 +785,124 @@ int64_t layer_pitch(const uint64_t *tab, int64_t stride, int64_t num_layers, int
     return pitch > 0 && pitch <= max_pitch ? pitch : 0;
 }
 
+/* Where a layer of buffer buf begins, on the source side and the
+ * destination side. */
+const char *src_base(const RowCopy &p, int buf, int64_t layer)
+{
+    return p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][layer]
+                          : p.src[buf] + layer * p.src_layer_stride;
+}
+
+char *dst_base(const RowCopy &p, int buf, int64_t layer)
+{
+    return p.dst_tab[buf] ? (char *)(uintptr_t)p.dst_tab[buf][layer]
+                          : p.dst[buf] + layer * p.dst_layer_stride;
+}
+
+/* Calls emit(src_row, dst_row) for each index pair of buffer buf in one
+ * layer: negative indices are padding, out-of-range pairs are counted in
+ * *oob (when given) and skipped.  Stops at emit's first error. */
+template <typename Emit>
+kvd_status_t for_each_row(const RowCopy &p, int buf, int64_t layer, unsigned long long *oob,
+                          Emit emit)
+{
+    const char *sbase = src_base(p, buf, layer);
+    char *dbase = dst_base(p, buf, layer);
+    for (int64_t i = 0; i < p.count; i++) {
+        int64_t d = host_index(p.dst_idx, p.idx64, i);
+        int64_t s = p.src_idx ? host_index(p.src_idx, p.idx64, i) : i;
+        if (d < 0 || s < 0)
+            continue;
+        if (d >= p.dst_slots || (p.src_idx && s >= p.src_slots)) {
+            if (oob)
+                (*oob)++;
+            continue;
+        }
+        kvd_status_t st = emit(sbase + s * p.src_stride[buf], dbase + d * p.dst_stride[buf]);
+        if (st != KVD_OK)
+            return st;
+    }
+    return KVD_OK;
+}
+
+/* The distances between layers of buffer buf on each side when every run
+ * of its rows may go as one 2D copy over all layers: pinned host memory
+ * on one side and device memory on the other, each side's layers evenly
+ * spaced within the copy engines' pitch and at least a row apart (a row
+ * wider than a pitch would overlap the next layer).  False otherwise. */
+bool flat_pitches(const RowCopy &p, int buf, int64_t num_layers, int max_pitch, int64_t *spitch,
+                  int64_t *dpitch)
+{
+    *spitch = layer_pitch(p.src_tab[buf], p.src_layer_stride, num_layers, max_pitch);
+    *dpitch = layer_pitch(p.dst_tab[buf], p.dst_layer_stride, num_layers, max_pitch);
+    return *spitch >= p.row_bytes && *dpitch >= p.row_bytes;
+}
+
+/*
+ * Buffer buf's rows as 2D copies, a run of rows (consecutive on both
+ * sides, at most the narrower pitch wide) each: width the run, height the
+ * layers, each side's layer distance its pitch.  *refused is set, with
+ * nothing issued, when the driver refuses the first one: layers evenly
+ * spaced in the address space need not lie in one allocation (a worker's
+ * per-layer tensors imported one CUDA IPC handle each), and a 2D copy may
+ * not span allocations.  Every run spans every layer, so the first run
+ * answers for all of them.
+ */
+kvd_status_t copy_2d(const RowCopy &p, int buf, int64_t num_layers, int64_t spitch,
+                     int64_t dpitch, cudaStream_t stream, unsigned long long *oob, bool *refused)
+{
+    const int64_t widest = spitch < dpitch ? spitch : dpitch;
+    const char *run_src = NULL;
+    char *run_dst = NULL;
+    int64_t run_bytes = 0;
+    bool issued = false;
+    auto issue = [&]() -> kvd_status_t {
+        cudaError_t e = cudaMemcpy2DAsync(run_dst, (size_t)dpitch, run_src, (size_t)spitch,
+                                          (size_t)run_bytes, (size_t)num_layers,
+                                          cudaMemcpyDefault, stream);
+        if (e == cudaErrorInvalidValue && !issued) {
+            (void)cudaGetLastError();
+            *refused = true;
+            return KVD_ENOTSUP; /* ends the walk: the caller goes in batches */
+        }
+        if (e != cudaSuccess)
+            return kvd__cuda_fail(e, "cudaMemcpy2DAsync", __FILE__, __LINE__);
+        issued = true;
+        return KVD_OK;
+    };
+    *refused = false;
+    kvd_status_t st = for_each_row(p, buf, 0, oob, [&](const char *sr, char *dr) {
+        if (run_bytes > 0 && run_src + run_bytes == sr && run_dst + run_bytes == dr &&
+            run_bytes + p.row_bytes <= widest) {
+            run_bytes += p.row_bytes;
+            return KVD_OK;
+        }
+        if (run_bytes > 0) {
+            kvd_status_t s2 = issue();
+            if (s2 != KVD_OK)
+                return s2;
+        }
+        run_src = sr;
+        run_dst = dr;
+        run_bytes = p.row_bytes;
+        return KVD_OK;
+    });
+    if (st == KVD_OK && run_bytes > 0)
+        st = issue();
+    return *refused ? KVD_OK : st;
+}
+
 /*
  * Every row becomes one copy of a batch; rows that continue the previous
  * copy on both sides (consecutive slots, packed rows) are merged into it.
  *
  * Between pinned host memory and the device, where both sides' layers
  * are evenly spaced (the daemon's pools and cache tier), a run goes
- * instead as one 2D copy over all layers (width the run, height the
- * layers, each side's layer distance its pitch): the copy engines walk a
- * 2D copy themselves, where a batch costs a descriptor per layer, and at
- * 4-32 KiB runs the descriptors, not the bytes, set the rate.  Device to
- * device stays in batches, which keep off the multiprocessors (a 2D copy
- * there may run as a kernel).
+ * instead as one 2D copy over all layers (copy_2d): the copy engines walk
+ * a 2D copy themselves, where a batch costs a descriptor per layer, and
+ * at 4-32 KiB runs the descriptors, not the bytes, set the rate.  Device
+ * to device stays in batches, which keep off the multiprocessors (a 2D
+ * copy there may run as a kernel).
  *
  * Out-of-range pairs are counted on the host, where the counter must then
  * be host-readable too.
@@ -819,110 +925,61 @@ kvd_status_t copy_engine(const RowCopy &p, int64_t num_layers, const kvd_launch_
     if (st != KVD_OK)
         return st;
     CeScratch &c = ce_scratch;
-    size_t n = 0;
+    cudaStream_t stream = kvd__stream(launch);
     unsigned long long oob = 0;
+    bool flat[2] = {false, false};
 
     /* the buffers whose layers go as 2D copies: their runs first */
-    int64_t spitch[2] = {0, 0}, dpitch[2] = {0, 0};
-    bool flat[2] = {false, false};
     if (num_layers > 1) {
-        const void *s0 = p.src_tab[0] ? (const void *)(uintptr_t)p.src_tab[0][0] : p.src[0];
-        const void *d0 = p.dst_tab[0] ? (const void *)(uintptr_t)p.dst_tab[0][0] : p.dst[0];
-        Mem sm = mem_of(s0), dm = mem_of(d0);
-        int dev, max_pitch = 0;
+        Mem sm = mem_of(src_base(p, 0, 0)), dm = mem_of(dst_base(p, 0, 0));
         if ((sm == Mem::Pinned && dm == Mem::Device) || (sm == Mem::Device && dm == Mem::Pinned)) {
+            int dev, max_pitch = 0;
             KVD_CUDA_TRY(cudaGetDevice(&dev));
             KVD_CUDA_TRY(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, dev));
             for (int buf = 0; buf < p.nbufs; buf++) {
-                spitch[buf] = layer_pitch(p.src_tab[buf], p.src_layer_stride, num_layers, max_pitch);
-                dpitch[buf] = layer_pitch(p.dst_tab[buf], p.dst_layer_stride, num_layers, max_pitch);
-                /* (a row wider than a pitch would overlap the next layer) */
-                flat[buf] = spitch[buf] >= p.row_bytes && dpitch[buf] >= p.row_bytes;
+                int64_t spitch, dpitch;
+                bool refused = false;
+                if (!flat_pitches(p, buf, num_layers, max_pitch, &spitch, &dpitch))
+                    continue;
+                unsigned long long buf_oob = 0;
+                st = copy_2d(p, buf, num_layers, spitch, dpitch, stream, &buf_oob, &refused);
+                if (st != KVD_OK)
+                    return st;
+                flat[buf] = !refused;
+                if (buf == 0 && flat[0])
+                    oob = buf_oob;
             }
         }
     }
-    cudaStream_t stream = kvd__stream(launch);
-    for (int buf = 0; buf < p.nbufs; buf++) {
-        if (!flat[buf])
-            continue;
-        const char *sbase = p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][0] : p.src[buf];
-        char *dbase = p.dst_tab[buf] ? (char *)(uintptr_t)p.dst_tab[buf][0] : p.dst[buf];
-        /* runs grow while they fit under both pitches */
-        const int64_t widest = spitch[buf] < dpitch[buf] ? spitch[buf] : dpitch[buf];
-        const char *run_src = NULL;
-        char *run_dst = NULL;
-        int64_t run_bytes = 0;
-        for (int64_t i = 0; i <= p.count; i++) {
-            const char *sr = NULL;
-            char *dr = NULL;
-            if (i < p.count) {
-                int64_t d = host_index(p.dst_idx, p.idx64, i);
-                int64_t s = p.src_idx ? host_index(p.src_idx, p.idx64, i) : i;
-                if (d < 0 || s < 0)
-                    continue;
-                if (d >= p.dst_slots || (p.src_idx && s >= p.src_slots)) {
-                    if (buf == 0)
-                        oob++;
-                    continue;
-                }
-                sr = sbase + s * p.src_stride[buf];
-                dr = dbase + d * p.dst_stride[buf];
-                if (run_bytes > 0 && run_src + run_bytes == sr && run_dst + run_bytes == dr &&
-                    run_bytes + p.row_bytes <= widest) {
-                    run_bytes += p.row_bytes;
-                    continue;
-                }
-            }
-            if (run_bytes > 0)
-                KVD_CUDA_TRY(cudaMemcpy2DAsync(run_dst, (size_t)dpitch[buf], run_src,
-                                               (size_t)spitch[buf], (size_t)run_bytes,
-                                               (size_t)num_layers, cudaMemcpyDefault, stream));
-            run_src = sr;
-            run_dst = dr;
-            run_bytes = sr != NULL ? p.row_bytes : 0;
-        }
-    }
-    if (flat[0] && (p.nbufs == 1 || flat[1])) {
-        if (p.oob && oob)
-            *p.oob += oob;
-        return KVD_OK;
-    }
+
+    /* the rest in batches: a descriptor per row and layer, runs merged */
+    size_t n = 0;
     for (int64_t layer = 0; layer < num_layers; layer++) {
         for (int buf = 0; buf < p.nbufs; buf++) {
             if (flat[buf])
                 continue;
-            const char *sbase = p.src_tab[buf] ? (const char *)(uintptr_t)p.src_tab[buf][layer]
-                                               : p.src[buf] + layer * p.src_layer_stride;
-            char *dbase = p.dst_tab[buf] ? (char *)(uintptr_t)p.dst_tab[buf][layer]
-                                         : p.dst[buf] + layer * p.dst_layer_stride;
             size_t run_start = n;
-            for (int64_t i = 0; i < p.count; i++) {
-                int64_t d = host_index(p.dst_idx, p.idx64, i);
-                int64_t s = p.src_idx ? host_index(p.src_idx, p.idx64, i) : i;
-                if (d < 0 || s < 0)
-                    continue;
-                if (d >= p.dst_slots || (p.src_idx && s >= p.src_slots)) {
-                    if (layer == 0 && buf == 0 && !flat[0])
-                        oob++;
-                    continue;
-                }
-                const char *sr = sbase + s * p.src_stride[buf];
-                char *dr = dbase + d * p.dst_stride[buf];
+            st = for_each_row(p, buf, layer, layer == 0 && buf == 0 ? &oob : NULL,
+                              [&](const char *sr, char *dr) {
                 if (n > run_start && (const char *)c.srcs[n - 1] + c.sizes[n - 1] == sr &&
                     (char *)c.dsts[n - 1] + c.sizes[n - 1] == dr) {
                     c.sizes[n - 1] += (size_t)p.row_bytes;
-                    continue;
+                    return KVD_OK;
                 }
                 if (n == kCeBatch) { /* full: send it, start the next batch */
-                    if ((st = ce_flush(n, launch)) != KVD_OK)
-                        return st;
+                    kvd_status_t s2 = ce_flush(n, launch);
+                    if (s2 != KVD_OK)
+                        return s2;
                     n = run_start = 0;
                 }
                 c.dsts[n] = dr;
                 c.srcs[n] = sr;
                 c.sizes[n] = (size_t)p.row_bytes;
                 n++;
-            }
+                return KVD_OK;
+            });
+            if (st != KVD_OK)
+                return st;
         }
     }
     if (n > 0 && (st = ce_flush(n, launch)) != KVD_OK)
