@@ -328,11 +328,25 @@ class Connector:
             self.pool.drop()
             raise
         # flags start at 0: before any value a load writes (cyclically)
+        self._release_stream: Any = None
+        self._release_words: Any = None
+        self._flag_words: Any = None
         if self._on_cuda:
             torch = _need_torch()
             self._flags.tensor(torch.int32).zero_()
             torch.cuda.current_stream().synchronize()
             self._host_view = None
+            # What a failed load's release needs is made here, not when a
+            # load fails: by then another thread may sit in a device-wide
+            # synchronize that waits on those very flags, and creating a
+            # stream (or loading a kernel) would wait behind it for ever.
+            # The release is a copy from pinned memory: no kernel to load.
+            self._release_stream = torch.cuda.Stream()
+            self._release_words = torch.zeros(g, dtype=torch.int32, pin_memory=True)
+            self._flag_words = self._flags.tensor(torch.int32)
+            with torch.cuda.stream(self._release_stream):
+                self._flag_words[:g].copy_(self._release_words, non_blocking=True)
+            self._release_stream.synchronize()
         else:
             self._host_view = self._flags._mapped().memoryview()
             self._host_view[:] = bytes(len(self._host_view))
@@ -345,7 +359,6 @@ class Connector:
             collections.OrderedDict()  # last hit key -> (lease, hits, expires)
         self._events: List[Any] = []
         self._next_event = 0
-        self._release_stream: Any = None
         self.failed_loads = 0
         self.failed_saves = 0
         self._watcher = threading.Thread(target=self._watch, name="kvdock-connector",
@@ -508,12 +521,11 @@ class Connector:
                 struct.pack_into("<I", self._host_view, base + 4 * i, ld.value)
             return
         torch = _need_torch()
-        if self._release_stream is None:
-            self._release_stream = torch.cuda.Stream()
-        words = self._flags.tensor(torch.int32)
+        words = self._flag_words
         signed = ld.value - (1 << 32) if ld.value >= (1 << 31) else ld.value
+        self._release_words.fill_(signed)  # pinned host memory: no GPU work
         with torch.cuda.stream(self._release_stream):  # not behind the waits it ends
-            words[ld.slot * g:(ld.slot + 1) * g].fill_(signed)
+            words[ld.slot * g:(ld.slot + 1) * g].copy_(self._release_words, non_blocking=True)
         self._release_stream.synchronize()
 
     def _watch(self) -> None:
