@@ -5,7 +5,9 @@
  * (a) A worker allocates its KV cache with cudaMalloc (at an offset inside
  *     the allocation), imports it (legacy IPC handle + offset), stores K/V
  *     through the daemon, offloads every layer to a daemon-owned host pool,
- *     clears its cache, reloads, and compares bit for bit.
+ *     clears its cache, reloads, and compares bit for bit.  Then again with
+ *     an allocation and an import a layer, as a framework's per-layer
+ *     tensors come: layers evenly spaced in separate imports.
  * (b) A worker fills a daemon-owned device pool; a second worker maps it
  *     through its exported IPC handle and reads what the first wrote.
  * (c) Ordering without kernels: a worker queues a long memset chain on its
@@ -126,15 +128,44 @@ static int wstore_layer(kvd_client_t *cli, uint64_t pool, uint32_t l, const int6
 
 /* ---- (a) import, store, offload, clear, reload ----------------------------- */
 
+/* The worker's cache: one allocation with every layer in it, or (per_layer)
+ * one allocation a layer, as a framework's per-layer tensors are.  Per-layer
+ * allocations of one granule each tend to land side by side wherever they
+ * are mapped, so the daemon sees layers evenly spaced that it may not copy
+ * as one 2D copy: they lie in separate imports. */
+typedef struct wcache {
+    uint8_t *alloc[4];
+    uint8_t *layer[4];
+    kvd_import_region_t reg[4];
+    uint32_t nregions;
+} wcache_t;
+
+static int wcache_clear(const wcache_t *c, uint32_t L, uint64_t layer_bytes)
+{
+    for (uint32_t l = 0; l < L; l++)
+        WCUDA(cudaMemset(c->layer[l], 0, layer_bytes));
+    WCUDA(cudaDeviceSynchronize());
+    return 0;
+}
+
+static int wcache_read(const wcache_t *c, uint32_t L, uint64_t layer_bytes, uint8_t *out)
+{
+    for (uint32_t l = 0; l < L; l++)
+        WCUDA(cudaMemcpy(out + l * layer_bytes, c->layer[l], layer_bytes,
+                         cudaMemcpyDeviceToHost));
+    return 0;
+}
+
 static int worker_offload_reload(void *arg)
 {
+    const int per_layer = arg != NULL && *(const int *)arg;
     const uint32_t L = 4;
-    const uint64_t S = 256, B = 512, T = 64, PAD = 4096;
+    const uint64_t S = 256, B = 512, T = 64, PAD = 4096, GRANULE = 2 << 20;
     const uint64_t layer_bytes = 2 * S * B, cache_bytes = L * layer_bytes;
     kvd_client_t *cli = wconnect("gpu-worker-a");
-    uint8_t *big = NULL, *cache, *expect, *got, *rows;
-    kvd_import_region_t reg;
-    uint64_t off = 0;
+    uint8_t *expect, *got, *rows;
+    wcache_t wc;
+    uint64_t off[4];
     kvd_memref_t kref[4], vref[4];
     kvd_pool_import_t imp;
     kvd_pool_info_t dev;
@@ -145,27 +176,42 @@ static int worker_offload_reload(void *arg)
     char dname[64], hname[64];
     kvd_kv_transfer_t t;
 
-    (void)arg;
     if (cli == NULL)
         return 1;
-    WCUDA(cudaMalloc((void **)&big, PAD + cache_bytes));
-    cache = big + PAD;
-    WCUDA(cudaMemset(big, 0, PAD + cache_bytes));
+    memset(&wc, 0, sizeof(wc));
+    if (per_layer) {
+        for (uint32_t l = 0; l < L; l++) {
+            WCUDA(cudaMalloc((void **)&wc.alloc[l], GRANULE));
+            wc.layer[l] = wc.alloc[l];
+        }
+    } else {
+        WCUDA(cudaMalloc((void **)&wc.alloc[0], PAD + cache_bytes));
+        WCUDA(cudaMemset(wc.alloc[0], 0, PAD + cache_bytes));
+        for (uint32_t l = 0; l < L; l++)
+            wc.layer[l] = wc.alloc[0] + PAD + l * layer_bytes;
+    }
+    if (wcache_clear(&wc, L, layer_bytes) != 0)
+        return 1;
     expect = calloc(1, cache_bytes);
     got = malloc(cache_bytes);
     rows = malloc(2 * T * B);
 
     /* The tensor sits PAD bytes into its allocation: handle of the base,
-     * plus the offset. */
-    WOK(NULL, kvd_import_region_from_device_ptr(cache, &reg, &off));
-    if (off != PAD || reg.bytes < PAD + cache_bytes)
-        WFAIL("region: offset %llu (expected %llu), %llu bytes", (unsigned long long)off,
-              (unsigned long long)PAD, (unsigned long long)reg.bytes);
+     * plus the offset.  Per layer: a region a layer. */
+    wc.nregions = per_layer ? L : 1;
+    for (uint32_t r = 0; r < wc.nregions; r++) {
+        WOK(NULL, kvd_import_region_from_device_ptr(wc.layer[r], &wc.reg[r], &off[r]));
+        uint64_t want = per_layer ? 0 : PAD, need = per_layer ? layer_bytes : PAD + cache_bytes;
+        if (off[r] != want || wc.reg[r].bytes < need)
+            WFAIL("region %u: offset %llu (expected %llu), %llu bytes", r,
+                  (unsigned long long)off[r], (unsigned long long)want,
+                  (unsigned long long)wc.reg[r].bytes);
+    }
     for (uint32_t l = 0; l < L; l++) {
-        kref[l].region = 0;
-        kref[l].offset = off + l * layer_bytes;
-        vref[l].region = 0;
-        vref[l].offset = off + l * layer_bytes + S * B;
+        kref[l].region = per_layer ? l : 0;
+        kref[l].offset = per_layer ? off[l] : off[0] + l * layer_bytes;
+        vref[l].region = kref[l].region;
+        vref[l].offset = kref[l].offset + S * B;
     }
     snprintf(dname, sizeof(dname), "gpu-cache-%d", (int)getpid());
     memset(&imp, 0, sizeof(imp));
@@ -173,8 +219,8 @@ static int worker_offload_reload(void *arg)
     imp.num_layers = L;
     imp.num_slots = S;
     imp.slot_bytes = B;
-    imp.regions = &reg;
-    imp.num_regions = 1;
+    imp.regions = wc.reg;
+    imp.num_regions = wc.nregions;
     imp.k_layers = kref;
     imp.v_layers = vref;
     WOK(cli, kvd_pool_import(cli, &imp, &dev));
@@ -193,11 +239,13 @@ static int worker_offload_reload(void *arg)
             memcpy(expect + l * layer_bytes + S * B + (uint64_t)loc[i] * B, rows + (T + i) * B, B);
         }
     }
-    WCUDA(cudaMemcpy(got, cache, cache_bytes, cudaMemcpyDeviceToHost));
+    if (wcache_read(&wc, L, layer_bytes, got) != 0)
+        return 1;
     if (memcmp(got, expect, cache_bytes) != 0)
         WFAIL("device cache after stores differs from what was stored");
 
-    /* Offload every layer to a daemon-owned host pool. */
+    /* Offload every layer to a daemon-owned host pool (by default through
+     * the copy engines). */
     snprintf(hname, sizeof(hname), "gpu-host-%d", (int)getpid());
     memset(&hs, 0, sizeof(hs));
     hs.name = hname;
@@ -236,8 +284,8 @@ static int worker_offload_reload(void *arg)
         kvd_sync_t sync;
         kvd_status_t st;
 
-        WCUDA(cudaMemset(cache, 0, cache_bytes));
-        WCUDA(cudaDeviceSynchronize());
+        if (wcache_clear(&wc, L, layer_bytes) != 0)
+            return 1;
         memset(&t, 0, sizeof(t));
         t.src_pool = host.id;
         t.dst_pool = dev.id;
@@ -260,7 +308,8 @@ static int worker_offload_reload(void *arg)
         }
         if (st != KVD_OK)
             WFAIL("reload (round %d): %s: %s", round, kvd_err_name(st), kvd_client_last_error(cli));
-        WCUDA(cudaMemcpy(got, cache, cache_bytes, cudaMemcpyDeviceToHost));
+        if (wcache_read(&wc, L, layer_bytes, got) != 0)
+            return 1;
         if (memcmp(got, expect, cache_bytes) != 0)
             WFAIL("device cache after reload (round %d) differs bit for bit", round);
     }
@@ -269,7 +318,8 @@ static int worker_offload_reload(void *arg)
     WOK(cli, kvd_pool_drop(cli, host.id, NULL));
     WOK(cli, kvd_pool_drop(cli, dev.id, NULL));
     kvd_client_destroy(&cli);
-    cudaFree(big);
+    for (uint32_t l = 0; l < L; l++)
+        cudaFree(wc.alloc[l]);
     free(expect);
     free(got);
     free(rows);
@@ -742,7 +792,8 @@ static void gpu_teardown(void)
 
 START_TEST(test_import_offload_reload)
 {
-    int rc = run_worker(worker_offload_reload, NULL, NULL);
+    int per_layer = _i; /* 1: an allocation (and an import) a layer */
+    int rc = run_worker(worker_offload_reload, &per_layer, NULL);
 
     if (rc != 0)
         kvt_daemon_dump_log(&gd);
@@ -986,7 +1037,7 @@ int main(void)
 
     tcase_add_checked_fixture(tc, gpu_setup, gpu_teardown);
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_import_offload_reload);
+    tcase_add_loop_test(tc, test_import_offload_reload, 0, 2);
     tcase_add_test(tc, test_device_pool_between_workers);
     tcase_add_test(tc, test_event_ordering);
     tcase_add_test(tc, test_shutdown_with_stuck_stream);
