@@ -186,7 +186,6 @@ static int worker_offload_reload(void *arg)
         }
     } else {
         WCUDA(cudaMalloc((void **)&wc.alloc[0], PAD + cache_bytes));
-        WCUDA(cudaMemset(wc.alloc[0], 0, PAD + cache_bytes));
         for (uint32_t l = 0; l < L; l++)
             wc.layer[l] = wc.alloc[0] + PAD + l * layer_bytes;
     }
