@@ -9,8 +9,12 @@
 # 1,000-key lookup that misses on B), each followed by ucx_perftest's
 # active-message bandwidth with the same message size and count over the
 # same transport (UCX_TLS, default tcp), so that a noisy machine weighs on
-# both alike; prints the medians and the ratios.  Figures go to
-# $OUT/cluster.json (OUT defaults to /tmp).
+# both alike; prints the medians and the ratios.  ucx_perftest sends one
+# buffer again and again, so at 1 MiB its bytes stay in the CPU's caches
+# while the load moves a GiB of distinct memory; a second perftest run
+# moves 1 GiB as 256 MiB messages, memory that does not fit there, and
+# the load is set against that too.  Figures go to $OUT/cluster.json
+# (OUT defaults to /tmp).
 # ucx_perftest: $UCX_PERFTEST, else BUILD_DIR/ucx/bin/ucx_perftest with
 # its libraries beside it (slim_build.sh carries them to a machine
 # without UCX), else the one on PATH.
@@ -78,7 +82,7 @@ for _ in $(seq 200); do
 done
 sleep 1 # the daemons find each other
 
-echo "== $ROUNDS rounds: bench_cluster, then ucx_perftest -t ucp_am_bw (1,024 x 1 MiB);" \
+echo "== $ROUNDS rounds: bench_cluster, then ucx_perftest -t ucp_am_bw (1,024 x 1 MiB, 4 x 256 MiB);" \
     "UCX_TLS=$UCX_TLS, backend $BACKEND"
 for _ in $(seq "$ROUNDS"); do
     "$BUILD/tests/bench/bench_cluster" --socket-a "$tmp/a.sock" --socket-b "$tmp/b.sock" \
@@ -91,14 +95,22 @@ for _ in $(seq "$ROUNDS"); do
     "$perftest" 127.0.0.1 -p "$pp" -t ucp_am_bw -s 1048576 -n 1024 -w 64 \
         > "$tmp/perf.log" 2>&1 || { cat "$tmp/perf.log"; exit 1; }
     grep '^Final:' "$tmp/perf.log" | tee -a "$tmp/perf.final"
+    pp=$(free_port)
+    "$perftest" -p "$pp" > "$tmp/perf-server.log" 2>&1 &
+    pids+=($!)
+    sleep 0.5
+    "$perftest" 127.0.0.1 -p "$pp" -t ucp_am_bw -s 268435456 -n 4 -w 1 \
+        > "$tmp/perf.log" 2>&1 || { cat "$tmp/perf.log"; exit 1; }
+    grep '^Final:' "$tmp/perf.log" | tee -a "$tmp/perf-big.final"
 done
 
-python3 - "$tmp/kvdock.jsonl" "$tmp/perf.final" "$OUT/cluster.json" <<'PY'
+python3 - "$tmp/kvdock.jsonl" "$tmp/perf.final" "$OUT/cluster.json" "$tmp/perf-big.final" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 # ucx_perftest's Final line ends: bandwidth (MB/s) average, overall, then
 # message rate average, overall; MB of 2^20 bytes
 perf = [float(l.split()[-3]) * 2**20 / 1e9 for l in open(sys.argv[2])]
+big = [float(l.split()[-3]) * 2**20 / 1e9 for l in open(sys.argv[4])]
 # medians of the figures; the rest (the pool's kind) as the first round says
 k = {key: statistics.median(r[key] for r in runs) if isinstance(v, (int, float)) else v
      for key, v in runs[0].items()}
@@ -114,11 +126,16 @@ k["paired_ratio"] = statistics.median(r["load_gbps"] / q for r, q in zip(runs, p
 k["pull_gbps"] = 1 / (1 / k["load_gbps"] - 1 / k["local_load_gbps"])
 k["pull_over_perftest"] = k["pull_gbps"] / p
 k["lookup_bound_us"] = 3 * k["lookup_local_p50_us"] + k["rtt_us"]
+k["ucx_perftest_256m_runs_gbps"] = big
+k["ucx_perftest_256m_gbps"] = q = statistics.median(big)
+k["load_over_perftest_256m"] = k["load_gbps"] / q
 json.dump(k, open(sys.argv[3], "w"), indent=1)
 print(f"medians of {len(runs)} rounds: kvdock pull-and-load {k['load_gbps']:.2f} GB/s, "
       f"ucx_perftest am_bw {p:.2f} GB/s: {k['load_over_perftest']:.2f} of it (target >= 0.8);"
       f" the pull alone {k['pull_gbps']:.2f} GB/s, {k['pull_over_perftest']:.2f} of it;"
       f" round by round, the median ratio {k['paired_ratio']:.2f}")
+print(f"ucx_perftest moving the GiB as 256 MiB messages (not one cached MiB): {q:.2f} GB/s;"
+      f" the load is {k['load_over_perftest_256m']:.2f} of it")
 print(f"lookup that misses locally p50 {k['lookup_remote_p50_us']:.1f} us, bound 3 x "
       f"{k['lookup_local_p50_us']:.1f} + {k['rtt_us']:.0f} = {k['lookup_bound_us']:.1f} us")
 PY
