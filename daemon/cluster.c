@@ -46,6 +46,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 #include <ucp/api/ucp.h>
+#include <uct/api/uct.h>
 
 #include "caches.h"
 #include "cluster.pb-c.h"
@@ -2020,10 +2021,32 @@ static kvd_status_t read_peers_file(kvd_cluster_t *cl, const char *path, char *w
     return st;
 }
 
+/* Whether UCX has a component of this name here (rdmacm only where the
+ * machine has RDMA's connection manager). */
+static int ucx_has_component(const char *name)
+{
+    uct_component_h *comps;
+    unsigned n;
+    int found = 0;
+
+    if (uct_query_components(&comps, &n) != UCS_OK)
+        return 0;
+    for (unsigned i = 0; i < n && !found; i++) {
+        uct_component_attr_t a;
+        memset(&a, 0, sizeof(a));
+        a.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
+        found = uct_component_query(comps[i], &a) == UCS_OK && strcmp(a.name, name) == 0;
+    }
+    uct_release_component_list(comps);
+    return found;
+}
+
 void kvd_cluster_environment(void)
 {
     setenv("UCX_TCP_CM_REUSEADDR", "y", 0); /* 0: the operator's own value stays */
-    setenv("UCX_RDMA_CM_REUSEADDR", "y", 0);
+    /* only where something reads it: UCX warns of UCX_* variables unread */
+    if (ucx_has_component("rdmacm"))
+        setenv("UCX_RDMA_CM_REUSEADDR", "y", 0);
 }
 
 kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *why,
