@@ -18,7 +18,8 @@
 # ucx_perftest: $UCX_PERFTEST, else BUILD_DIR/ucx/bin/ucx_perftest with
 # its libraries beside it (slim_build.sh carries them to a machine
 # without UCX), else the one on PATH.
-# Memory: about 3 GiB at the defaults (each daemon's budget is 3 GiB).
+# Memory: about 3.5 GiB at the defaults (each daemon's budget is 3 GiB, the
+# second perftest run holds 256 MiB a side).
 set -euo pipefail
 
 BUILD=${1:-build}
