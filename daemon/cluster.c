@@ -16,6 +16,20 @@
  * transfers run the loop polls instead of sleeping.  A timer ticks the
  * deadlines, pings, and reconnects with back-off.
  *
+ * Lanes.  Blocks do not travel on those endpoints: one TCP stream moves
+ * what one thread on each side copies, so each daemon runs --cluster-lanes
+ * lane workers, each progressed by a thread of its own, and tells its
+ * peers their addresses (Lanes, right after Welcome).  A daemon answering
+ * a fetch sends block i to the fetcher's lane i % n over an endpoint of
+ * its own lane worker.  A lane's worker is its thread's alone: the loop
+ * queues commands for it (send, receive, release, connect, close:
+ * lane_cmd), and every callback there only queues an event for the loop
+ * (ev_post), which keeps all the bookkeeping.  (Giving one worker to two
+ * threads, UCX_THREAD_MODE_MULTI, made a pull 20 times slower on two
+ * cores: its lock, spun on by the progressing thread.)  A block carries its fetch's random token:
+ * lane workers take connections from anywhere, and a block that names no
+ * fetch of this daemon is dropped.
+ *
  * Blocks.  A pull reserves a FILLING block in the local tier for each key
  * it asks a peer for, and the peer's block message lands there: in place
  * for eager messages, by ucp_am_recv_data_nbx straight into the block for
@@ -24,8 +38,10 @@
  * once its bytes are in, aborted otherwise; it stays held until UCX is
  * done with it.  A peer that sends
  * nothing for a whole deadline during a pull is cut off (its endpoint
- * closed, which ends its transfers), so a pull ends within a deadline of
- * the last progress, however large.  Landed blocks are committed and
+ * closed: it then closes its lane endpoints to us, and a peer that died
+ * ends them anyway), so a pull ends within a deadline of the last
+ * progress, however large; a receive its lane still holds is settled
+ * whenever UCX ends it.  Landed blocks are committed and
  * copied into the worker's pool by early runs of the load while the rest
  * arrive; the last run copies what is left and replies.  A load that
  * finds blocks another pull has reserved runs after that pull (its
@@ -38,6 +54,10 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,8 +97,10 @@
  * given at once lands nothing until nearly all of it is in; a few at a
  * time land in a steady stream that early runs copy while the rest come,
  * and that shows the peer alive. */
-#define RX_WINDOW_BYTES (16ull << 20)
+#define RX_WINDOW_BYTES (16ull << 20) /* per lane */
 #define RX_WINDOW_MIN 4
+#define MAX_LANES 8
+#define MAX_LANE_ADDRESS 4096     /* a UCX worker address is hundreds of bytes */
 
 enum peer_state { PEER_DOWN, PEER_CONNECTING, PEER_UP, PEER_REFUSED };
 enum got_state { GOT_NONE, GOT_IN, GOT_FAILED, GOT_RECEIVING, GOT_WAITING };
@@ -99,8 +121,55 @@ typedef struct link {
     char from[64];           /* inbound: the address it came from */
     uint64_t opened_ns;
     uint64_t refused_ns;     /* refused: closed REFUSE_GRACE_NS after this */
+    /* inbound: endpoints to the peer's lanes (on our lane workers) */
+    struct lane_ep *lane_ep[MAX_LANES];
+    uint32_t nlanes;
     struct link *next;
 } link_t;
+
+/* An endpoint of a lane's worker: made, used and closed by its thread;
+ * freed with the cluster (UCX may name it in an error until then). */
+typedef struct lane_ep {
+    ucp_ep_h ep;             /* NULL: not made, or failed to be */
+    struct lane *lane;
+    uint8_t *address;        /* the peer lane's worker address, until made */
+    size_t address_len;
+    struct lane_ep *all;     /* every lane endpoint, for the cluster to free */
+} lane_ep_t;
+
+enum lane_op { LANE_SEND, LANE_RECV, LANE_RELEASE, LANE_CONNECT, LANE_CLOSE };
+
+/* What the loop asks a lane's thread to do with its worker. */
+typedef struct lane_cmd {
+    int op;
+    int owned;               /* freed once done (not inside a send or receive) */
+    lane_ep_t *lep;          /* SEND, CONNECT, CLOSE */
+    void *ctx;               /* SEND: the sendctx; RECV: the block_rx */
+    void *desc;              /* RECV, RELEASE: the rendezvous */
+    void *buf;               /* SEND: from; RECV: into */
+    size_t len;
+    struct lane_cmd *next;
+} lane_cmd_t;
+
+/* Something a lane's thread (or a UCX callback anywhere) hands the loop. */
+typedef struct lane_ev {
+    void (*fn)(kvd_cluster_t *cl, struct lane_ev *ev);
+    struct lane_ev *next;
+} lane_ev_t;
+
+typedef struct lane {
+    kvd_cluster_t *cl;
+    ucp_worker_h worker;
+    int efd;
+    pthread_t thread;
+    int running;
+    atomic_int stop;
+    pthread_mutex_t lock;    /* the commands: */
+    lane_cmd_t *cmd_head, *cmd_tail;
+    uint32_t outstanding;    /* its thread's: sends and receives UCX holds */
+    ucp_address_t *addr;
+    size_t addr_len;
+} lane_t;
 
 struct peer {
     char addr[KVD_OPT_STR_MAX];
@@ -142,7 +211,9 @@ typedef struct pend {
     int8_t *from;            /* the peer asked for it, -1: none */
     uint8_t *got;            /* GOT_*: where its bytes are */
     uint32_t inflight;       /* block receives UCX still holds */
-    void **desc;             /* GOT_WAITING: its rendezvous, not yet received */
+    void **desc;             /* GOT_WAITING: its rendezvous, not yet received ... */
+    uint8_t *desc_lane;      /* ... on this lane */
+    uint64_t token[MAX_PEERS]; /* each peer's fetch: its blocks carry it */
     uint32_t *waitq;         /* the waiting keys in arrival order: [wq_head, wq_tail) */
     uint32_t wq_head, wq_tail;
     uint32_t window;         /* receives run at once at most */
@@ -191,6 +262,13 @@ struct kvd_cluster {
     uint64_t deadline_ns;
     kvd_cluster_totals_t n;
     kvd_ratelimit_t refuse_log;
+    lane_t lanes[MAX_LANES];
+    uint32_t nlanes;
+    lane_ep_t *lane_eps;     /* every one made, freed with the cluster */
+    pthread_mutex_t ev_lock; /* the events lanes hand the loop: */
+    lane_ev_t *ev_head, *ev_tail;
+    uv_async_t ev_async;
+    int ev_open;             /* ev_async is open: lanes may wake the loop with it */
     /* where endpoints may come from (--cluster-allow-from) */
     int allow_any;
     struct allow {
@@ -325,11 +403,16 @@ static int same_addr(const struct sockaddr_storage *a, socklen_t al,
 /* ---- sending ----------------------------------------------------------------- */
 
 typedef struct sendctx {
+    lane_ev_t ev;            /* a block's send ended (first: the event is the context) */
+    lane_cmd_t cmd;          /* a block's send, for its lane */
+    lane_t *lane;            /* a block's lane, NULL for a control message */
+    ucs_status_t status;
     kvd_cluster_t *cl;
     void *buf;               /* a control message: freed when sent */
     kvd_cache_t *cache;      /* a block: unheld when sent */
     uint32_t block;
-    uint64_t hdr[2];         /* a block's header: UCX reads it until the send completes */
+    uint64_t hdr[3];         /* a block's header (fetch id, index, token): UCX reads it
+                              * until the send completes */
 } sendctx_t;
 
 static void sent_done(sendctx_t *sc, ucs_status_t status)
@@ -356,8 +439,7 @@ static void on_sent(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
-static int am_send(kvd_cluster_t *cl, link_t *l, unsigned id, sendctx_t *sc, const void *data,
-                   size_t len)
+static int am_send(kvd_cluster_t *cl, link_t *l, sendctx_t *sc, const void *data, size_t len)
 {
     ucp_request_param_t rp;
     void *req;
@@ -369,9 +451,8 @@ static int am_send(kvd_cluster_t *cl, link_t *l, unsigned id, sendctx_t *sc, con
     rp.user_data = sc;
     /* control messages go eagerly: a query of a long chain is tens of KiB,
      * and rendezvous would cost two more round trips */
-    rp.flags = UCP_AM_SEND_FLAG_REPLY | (id == AM_CTRL ? UCP_AM_SEND_FLAG_EAGER : 0);
-    req = ucp_am_send_nbx(l->ep, id, id == AM_BLOCK ? sc->hdr : NULL,
-                          id == AM_BLOCK ? sizeof(sc->hdr) : 0, data, len, &rp);
+    rp.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    req = ucp_am_send_nbx(l->ep, AM_CTRL, NULL, 0, data, len, &rp);
     if (req == NULL) {
         sent_done(sc, UCS_OK);
         return 0;
@@ -398,7 +479,277 @@ static int send_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg *m)
     kvdock__cluster__msg__pack(m, buf);
     sc->cl = cl;
     sc->buf = buf;
-    return am_send(cl, l, AM_CTRL, sc, buf, len);
+    return am_send(cl, l, sc, buf, len);
+}
+
+/* ---- lanes ---------------------------------------------------------------------- */
+
+/* Hand ev to the loop: from a lane's thread, or from the loop itself. */
+static void ev_post(kvd_cluster_t *cl, lane_ev_t *ev)
+{
+    int wake;
+
+    ev->next = NULL;
+    pthread_mutex_lock(&cl->ev_lock);
+    if (cl->ev_tail != NULL)
+        cl->ev_tail->next = ev;
+    else
+        cl->ev_head = ev;
+    cl->ev_tail = ev;
+    wake = cl->ev_open;
+    pthread_mutex_unlock(&cl->ev_lock);
+    if (wake)
+        uv_async_send(&cl->ev_async);
+}
+
+/* Run the events queued so far; how many. */
+static unsigned ev_drain(kvd_cluster_t *cl)
+{
+    lane_ev_t *ev, *next;
+    unsigned n = 0;
+
+    pthread_mutex_lock(&cl->ev_lock);
+    ev = cl->ev_head;
+    cl->ev_head = cl->ev_tail = NULL;
+    pthread_mutex_unlock(&cl->ev_lock);
+    for (; ev != NULL; ev = next, n++) {
+        next = ev->next;
+        ev->fn(cl, ev);
+    }
+    return n;
+}
+
+static void on_events(uv_async_t *h)
+{
+    kvd_cluster_t *cl = h->data;
+
+    if (ev_drain(cl) > 0)
+        kvd__server_activity(cl->srv); /* more likely follow soon */
+}
+
+/* Queue c for lane ln's thread (from the loop). */
+static void lane_cmd(lane_t *ln, lane_cmd_t *c)
+{
+    c->next = NULL;
+    pthread_mutex_lock(&ln->lock);
+    if (ln->cmd_tail != NULL)
+        ln->cmd_tail->next = c;
+    else
+        ln->cmd_head = c;
+    ln->cmd_tail = c;
+    pthread_mutex_unlock(&ln->lock);
+    ucp_worker_signal(ln->worker); /* wakes its thread: safe from any thread */
+}
+
+/* A command the loop makes and forgets (a release, a connect, a close). */
+static void lane_cmd_new(lane_t *ln, int op, lane_ep_t *lep, void *desc)
+{
+    lane_cmd_t *c = calloc(1, sizeof(*c));
+
+    if (c == NULL) {
+        kvd_log(KVD_LOG_ERROR, "event=cluster_lane_command_lost op=%d reason=\"no memory\"", op);
+        return;
+    }
+    c->op = op;
+    c->owned = 1;
+    c->lep = lep;
+    c->desc = desc;
+    lane_cmd(ln, c);
+}
+
+static void lane_sent(kvd_cluster_t *cl, lane_ev_t *ev)
+{
+    sendctx_t *sc = (sendctx_t *)ev;
+
+    (void)cl;
+    sent_done(sc, sc->status);
+}
+
+/* A block's send ended (on the lane's thread): back to the loop. */
+static void lane_send_ended(sendctx_t *sc, ucs_status_t status)
+{
+    sc->status = status;
+    sc->ev.fn = lane_sent;
+    ev_post(sc->cl, &sc->ev);
+}
+
+static void on_lane_sent(void *request, ucs_status_t status, void *user_data)
+{
+    sendctx_t *sc = user_data;
+
+    ucp_request_free(request);
+    sc->lane->outstanding--;
+    lane_send_ended(sc, status);
+}
+
+/* Send a block (sc: its header, held block, lane) to a peer's lane lep. */
+static void lane_send(lane_ep_t *lep, sendctx_t *sc, const void *data, size_t len)
+{
+    sc->cmd.op = LANE_SEND;
+    sc->cmd.lep = lep;
+    sc->cmd.ctx = sc;
+    sc->cmd.buf = (void *)data;
+    sc->cmd.len = len;
+    lane_cmd(sc->lane, &sc->cmd);
+}
+
+typedef struct lane_ep_error {
+    lane_ev_t ev;
+    lane_ep_t *lep;
+    ucs_status_t status;
+} lane_ep_error_t;
+
+static void link_drop(kvd_cluster_t *cl, struct link *l, const char *why);
+
+/* An endpoint to a peer's lane failed: drop the link it belongs to (the
+ * peer connects again; its pulls from us end with what they got). */
+static void lane_ep_failed(kvd_cluster_t *cl, lane_ev_t *ev)
+{
+    lane_ep_error_t *e = (lane_ep_error_t *)ev;
+    char why[160];
+
+    for (link_t *l = cl->links; l != NULL; l = l->next)
+        for (uint32_t k = 0; k < l->nlanes; k++)
+            if (l->lane_ep[k] == e->lep && !l->closed) {
+                snprintf(why, sizeof(why), "lane %u failed: %s", k, ucs_status_string(e->status));
+                link_drop(cl, l, why);
+                free(e);
+                return;
+            }
+    free(e);
+}
+
+static void on_lane_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    lane_ep_t *lep = arg;
+    lane_ep_error_t *e = calloc(1, sizeof(*e));
+
+    (void)ep;
+    if (e == NULL)
+        return;
+    e->ev.fn = lane_ep_failed;
+    e->lep = lep;
+    e->status = status;
+    ev_post(lep->lane->cl, &e->ev);
+}
+
+static void on_closed(void *request, ucs_status_t status, void *user_data);
+static void on_lane_received(void *request, ucs_status_t status, size_t length, void *user_data);
+static void lane_receive_ended(void *rx, ucs_status_t status, size_t length);
+
+/* On lane ln's thread (or the loop's once that thread is gone): do c. */
+static void lane_do(lane_t *ln, lane_cmd_t *c)
+{
+    ucp_request_param_t rp;
+    void *req;
+
+    memset(&rp, 0, sizeof(rp));
+    switch (c->op) {
+    case LANE_SEND:
+        if (c->lep->ep == NULL) {
+            lane_send_ended(c->ctx, UCS_ERR_NOT_CONNECTED);
+            break;
+        }
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        rp.cb.send = on_lane_sent;
+        rp.user_data = c->ctx;
+        req = ucp_am_send_nbx(c->lep->ep, AM_BLOCK, ((sendctx_t *)c->ctx)->hdr,
+                              sizeof(((sendctx_t *)c->ctx)->hdr), c->buf, c->len, &rp);
+        if (req == NULL || UCS_PTR_IS_ERR(req))
+            lane_send_ended(c->ctx, req == NULL ? UCS_OK : UCS_PTR_STATUS(req));
+        else
+            ln->outstanding++;
+        break;
+    case LANE_RECV:
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        rp.cb.recv_am = on_lane_received;
+        rp.user_data = c->ctx;
+        req = ucp_am_recv_data_nbx(ln->worker, c->desc, c->buf, c->len, &rp);
+        if (req == NULL || UCS_PTR_IS_ERR(req))
+            lane_receive_ended(c->ctx, req == NULL ? UCS_OK : UCS_PTR_STATUS(req),
+                               req == NULL ? c->len : 0);
+        else
+            ln->outstanding++;
+        break;
+    case LANE_RELEASE:
+        ucp_am_data_release(ln->worker, c->desc);
+        break;
+    case LANE_CONNECT: {
+        ucp_ep_params_t ep;
+        ucs_status_t st;
+        memset(&ep, 0, sizeof(ep));
+        ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+        ep.address = (const ucp_address_t *)c->lep->address;
+        ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+        ep.err_handler.cb = on_lane_ep_error;
+        ep.err_handler.arg = c->lep;
+        if ((st = ucp_ep_create(ln->worker, &ep, &c->lep->ep)) != UCS_OK) {
+            c->lep->ep = NULL;
+            on_lane_ep_error(c->lep, NULL, st);
+        }
+        free(c->lep->address);
+        c->lep->address = NULL;
+        break;
+    }
+    case LANE_CLOSE:
+        if (c->lep->ep != NULL) {
+            /* forcibly: the sends on it end at once, failed */
+            rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
+            rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+            rp.cb.send = on_closed;
+            req = ucp_ep_close_nbx(c->lep->ep, &rp);
+            (void)req; /* NULL or an error: done; a request: freed by on_closed */
+            c->lep->ep = NULL;
+        }
+        break;
+    }
+}
+
+/* Do every command queued for ln so far; how many. */
+static unsigned lane_run_cmds(lane_t *ln)
+{
+    lane_cmd_t *c, *next;
+    unsigned n = 0;
+
+    pthread_mutex_lock(&ln->lock);
+    c = ln->cmd_head;
+    ln->cmd_head = ln->cmd_tail = NULL;
+    pthread_mutex_unlock(&ln->lock);
+    for (; c != NULL; c = next, n++) {
+        int owned = c->owned;
+        next = c->next;
+        lane_do(ln, c);
+        if (owned)
+            free(c);
+    }
+    return n;
+}
+
+/* A lane's thread: its commands, then progress, polling while transfers
+ * run, else sleeping on its worker's descriptor (a command signals it). */
+static void *lane_run(void *arg)
+{
+    lane_t *ln = arg;
+
+    while (!atomic_load(&ln->stop)) {
+        struct pollfd pf;
+        unsigned n = lane_run_cmds(ln);
+        n += ucp_worker_progress(ln->worker);
+        if (n > 0)
+            continue;
+        if (ln->outstanding > 0) {
+            sched_yield(); /* the loop, which feeds it, may want this core */
+            continue;
+        }
+        if (ucp_worker_arm(ln->worker) == UCS_ERR_BUSY)
+            continue; /* events came meanwhile, or a command's signal */
+        pf.fd = ln->efd;
+        pf.events = POLLIN;
+        pf.revents = 0;
+        (void)poll(&pf, 1, 100);
+    }
+    return NULL;
 }
 
 /* ---- links and peers ---------------------------------------------------------- */
@@ -465,15 +816,17 @@ static void link_close(link_t *l)
     ucp_request_param_t rp;
     void *req;
 
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
+    rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    rp.cb.send = on_closed;
     if (!l->closed) {
         l->closed = 1;
-        memset(&rp, 0, sizeof(rp));
-        rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
-        rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        rp.cb.send = on_closed;
         req = ucp_ep_close_nbx(l->ep, &rp);
         (void)req; /* NULL or an error: done; a request: freed by on_closed */
     }
+    for (uint32_t k = 0; k < l->nlanes; k++) /* the sends on them end, failed */
+        lane_cmd_new(l->lane_ep[k]->lane, LANE_CLOSE, l->lane_ep[k], NULL);
     free(l);
 }
 
@@ -861,7 +1214,8 @@ static void answer_fetch(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Fe
 
         if (k != NULL && f->keys[i].len >= 1 && f->keys[i].len <= KVD_CACHE_KEY_MAX)
             id = kvd_cache_find(&k->store, f->keys[i].data, f->keys[i].len);
-        if (id == KVD_CBLOCK_NONE || kvd_cache_block(&k->store, id)->state != KVD_CBLOCK_READY ||
+        if (l->nlanes == 0 || id == KVD_CBLOCK_NONE ||
+            kvd_cache_block(&k->store, id)->state != KVD_CBLOCK_READY ||
             (sc = calloc(1, sizeof(*sc))) == NULL) {
             set_bit(missing, (uint32_t)i);
             continue;
@@ -874,11 +1228,12 @@ static void answer_fetch(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Fe
         sc->block = id;
         sc->hdr[0] = f->id;
         sc->hdr[1] = i;
-        if (am_send(cl, l, AM_BLOCK, sc, kvd_cache_block_bytes(&k->store, id),
-                    k->store.block_bytes) != 0) {
-            set_bit(missing, (uint32_t)i);
-            continue;
-        }
+        sc->hdr[2] = f->token;
+        /* block i to the fetcher's lane i % n, from our lane that holds
+         * the endpoint to it */
+        sc->lane = &cl->lanes[(i % l->nlanes) % cl->nlanes];
+        lane_send(l->lane_ep[i % l->nlanes], sc, kvd_cache_block_bytes(&k->store, id),
+                  k->store.block_bytes);
         sent++;
     }
     fd.id = f->id;
@@ -925,6 +1280,7 @@ static void pend_free(kvd_cluster_t *cl, pend_t *p)
     free(p->got);
     free(p->flist);
     free(p->desc);
+    free(p->desc_lane);
     free(p->waitq);
     free(p->copied);
     free(p->only);
@@ -949,7 +1305,7 @@ static void rx_drop_waiting(kvd_cluster_t *cl, pend_t *p, int peer)
         uint32_t j = p->waitq[q];
         if (p->got[j] != GOT_WAITING || (peer >= 0 && p->from[j] != peer))
             continue;
-        ucp_am_data_release(cl->worker, p->desc[j]);
+        lane_cmd_new(&cl->lanes[p->desc_lane[j]], LANE_RELEASE, NULL, p->desc[j]);
         p->desc[j] = NULL;
         p->got[j] = GOT_FAILED;
     }
@@ -1174,6 +1530,7 @@ static int ask(kvd_cluster_t *cl, pend_t *p, uint32_t i, int fetch, const uint32
     }
     if (fetch) {
         f.id = p->id;
+        f.token = p->token[i];
         f.cache = &ref;
         f.n_keys = count;
         f.keys = keys;
@@ -1220,10 +1577,12 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
     p->got = calloc(p->nask, 1);
     p->flist = malloc(p->nask * sizeof(*p->flist));
     p->desc = calloc(p->nask, sizeof(*p->desc));
+    p->desc_lane = calloc(p->nask, 1);
     p->waitq = malloc(p->nask * sizeof(*p->waitq));
     p->window = (uint32_t)(RX_WINDOW_BYTES / c->block_bytes);
     if (p->window < RX_WINDOW_MIN)
         p->window = RX_WINDOW_MIN;
+    p->window *= cl->nlanes;
     p->copied = calloc((p->n + 7) / 8, 1); /* no early runs without them: fine */
     p->only = malloc((p->n + 7) / 8);
     if (p->copied == NULL || p->only == NULL) {
@@ -1232,18 +1591,20 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
         p->copied = p->only = NULL;
     }
     if (p->ids == NULL || p->from == NULL || p->got == NULL || p->flist == NULL ||
-        p->desc == NULL || p->waitq == NULL) {
+        p->desc == NULL || p->desc_lane == NULL || p->waitq == NULL) {
         free(p->ids); /* nothing is pulled: the load names every key missing */
         free(p->from);
         free(p->got);
         free(p->flist);
         free(p->desc);
+        free(p->desc_lane);
         free(p->waitq);
         p->ids = NULL;
         p->from = NULL;
         p->got = NULL;
         p->flist = NULL;
         p->desc = NULL;
+        p->desc_lane = NULL;
         p->waitq = NULL;
         snprintf(p->why, sizeof(p->why), "out of memory");
         return;
@@ -1288,6 +1649,7 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
         p->fcount[i] = at - p->fbase[i];
         p->fetching[i] = 1;
         p->progress_ns[i] = kvd_now_ns();
+        fill_random((uint8_t *)&p->token[i], sizeof(p->token[i]));
         if (ask(cl, p, i, 1, which, p->fcount[i]) != 0) {
             p->done[i] = 1;
             for (uint32_t j = 0; j < p->fcount[i]; j++)
@@ -1396,6 +1758,54 @@ static pend_t *answered_pend(kvd_cluster_t *cl, const link_t *l, uint64_t id, in
     return p;
 }
 
+/* Tell the peer behind outbound link l where to send the blocks we fetch. */
+static int send_lanes(kvd_cluster_t *cl, link_t *l)
+{
+    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
+    Kvdock__Cluster__Lanes ln = KVDOCK__CLUSTER__LANES__INIT;
+    ProtobufCBinaryData addr[MAX_LANES];
+
+    for (uint32_t k = 0; k < cl->nlanes; k++) {
+        addr[k].data = (uint8_t *)cl->lanes[k].addr;
+        addr[k].len = cl->lanes[k].addr_len;
+    }
+    ln.n_address = cl->nlanes;
+    ln.address = addr;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_LANES;
+    m.lanes = &ln;
+    return send_msg(cl, l, &m);
+}
+
+/* A proven peer's lanes (once, on its endpoint to us): connect to each
+ * from one of ours, lane k from our lane k % ours. */
+static void take_lanes(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Lanes *ln)
+{
+    if (l->nlanes > 0 || ln->n_address == 0 || ln->n_address > MAX_LANES) {
+        refuse_link(cl, l, "bad lanes");
+        return;
+    }
+    for (size_t k = 0; k < ln->n_address; k++)
+        if (ln->address[k].len == 0 || ln->address[k].len > MAX_LANE_ADDRESS) {
+            refuse_link(cl, l, "bad lanes");
+            return;
+        }
+    for (uint32_t k = 0; k < ln->n_address; k++) {
+        lane_ep_t *lep = calloc(1, sizeof(*lep));
+        if (lep == NULL || (lep->address = malloc(ln->address[k].len)) == NULL) {
+            free(lep);
+            link_drop(cl, l, "no memory for its lanes"); /* closes those made so far */
+            return;
+        }
+        memcpy(lep->address, ln->address[k].data, ln->address[k].len);
+        lep->address_len = ln->address[k].len;
+        lep->lane = &cl->lanes[k % cl->nlanes];
+        lep->all = cl->lane_eps;
+        cl->lane_eps = lep;
+        l->lane_ep[l->nlanes++] = lep;
+        lane_cmd_new(lep->lane, LANE_CONNECT, lep, NULL);
+    }
+}
+
 static void handle_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg *m)
 {
     uint8_t proof[KVD_BLAKE2S_BYTES];
@@ -1472,6 +1882,11 @@ static void handle_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg 
     }
     case KVDOCK__CLUSTER__MSG__M_WELCOME:
         if (l->outbound && l->authed && l->peer != NULL) {
+            /* before any fetch on this endpoint: where its blocks go */
+            if (send_lanes(cl, l) != 0) {
+                link_drop(cl, l, "cannot send our lanes");
+                return;
+            }
             l->peer->backoff_ms = BACKOFF_MIN_MS;
             peer_set(cl, l->peer, PEER_UP, NULL);
             l->peer->ping_sent_ns = 0;
@@ -1512,6 +1927,10 @@ static void handle_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg 
     case KVDOCK__CLUSTER__MSG__M_FETCH:
         if (!l->outbound)
             answer_fetch(cl, l, m->fetch);
+        return;
+    case KVDOCK__CLUSTER__MSG__M_LANES:
+        if (!l->outbound)
+            take_lanes(cl, l, m->lanes);
         return;
     case KVDOCK__CLUSTER__MSG__M_PING: {
         Kvdock__Cluster__Msg out = KVDOCK__CLUSTER__MSG__INIT;
@@ -1644,13 +2063,16 @@ static ucs_status_t on_ctrl(void *arg, const void *header, size_t header_length,
 }
 
 typedef struct block_rx {
+    lane_ev_t ev;            /* first: the event is the receive */
+    lane_cmd_t cmd;
+    lane_t *lane;
+    ucs_status_t status;
+    size_t length;
     pend_t *p;
     uint32_t j;
 } block_rx_t;
 
-static void on_block_data(void *request, ucs_status_t status, size_t length, void *user_data);
-
-/* A receive ended (UCX's callback, or at once): settle its block. */
+/* A receive ended (at once, or its event came): settle its block. */
 static void rx_end(block_rx_t *rx, ucs_status_t status, size_t length)
 {
     pend_t *p = rx->p;
@@ -1660,34 +2082,65 @@ static void rx_end(block_rx_t *rx, ucs_status_t status, size_t length)
     free(rx);
 }
 
-/* Receive block j's rendezvous `data` straight into its reserved block. */
-static void rx_start(kvd_cluster_t *cl, pend_t *p, uint32_t j, void *data)
+static void rx_next(kvd_cluster_t *cl, pend_t *p);
+
+static void lane_received(kvd_cluster_t *cl, lane_ev_t *ev)
 {
-    size_t length = p->cache->store.block_bytes;
+    block_rx_t *rx = (block_rx_t *)ev;
+    pend_t *p = rx->p;
+
+    rx_end(rx, rx->status, rx->length);
+    if (p->phase == 2) {
+        pend_maybe_free(cl, p);
+        return;
+    }
+    rx_next(cl, p);
+    pend_check(cl, p);
+}
+
+/* A block's receive ended (on the lane's thread): back to the loop. */
+static void lane_receive_ended(void *arg, ucs_status_t status, size_t length)
+{
+    block_rx_t *rx = arg;
+
+    rx->status = status;
+    rx->length = length;
+    rx->ev.fn = lane_received;
+    ev_post(rx->lane->cl, &rx->ev);
+}
+
+static void on_lane_received(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    block_rx_t *rx = user_data;
+
+    ucp_request_free(request);
+    rx->lane->outstanding--;
+    lane_receive_ended(rx, status, length);
+}
+
+/* Receive block j's rendezvous `data` (on lane ln) straight into its
+ * reserved block. */
+static void rx_start(pend_t *p, uint32_t j, lane_t *ln, void *data)
+{
     block_rx_t *rx = calloc(1, sizeof(*rx));
-    ucp_request_param_t rp;
-    void *req;
 
     p->inflight++;
     p->got[j] = GOT_RECEIVING;
     if (rx == NULL) {
-        ucp_am_data_release(cl->worker, data);
+        lane_cmd_new(ln, LANE_RELEASE, NULL, data);
         p->inflight--;
         block_landed(p, j, 0);
         return;
     }
     rx->p = p;
     rx->j = j;
-    memset(&rp, 0, sizeof(rp));
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    rp.cb.recv_am = on_block_data;
-    rp.user_data = rx;
-    req = ucp_am_recv_data_nbx(cl->worker, data,
-                               kvd_cache_block_bytes(&p->cache->store, p->ids[j]), length, &rp);
-    if (req == NULL)
-        rx_end(rx, UCS_OK, length);
-    else if (UCS_PTR_IS_ERR(req))
-        rx_end(rx, UCS_PTR_STATUS(req), 0);
+    rx->lane = ln;
+    rx->cmd.op = LANE_RECV;
+    rx->cmd.ctx = rx;
+    rx->cmd.desc = data;
+    rx->cmd.buf = kvd_cache_block_bytes(&p->cache->store, p->ids[j]);
+    rx->cmd.len = p->cache->store.block_bytes;
+    lane_cmd(ln, &rx->cmd);
 }
 
 /* Start the waiting receives the window has room for, in arrival order. */
@@ -1700,68 +2153,102 @@ static void rx_next(kvd_cluster_t *cl, pend_t *p)
         if (p->got[j] != GOT_WAITING)
             continue; /* dropped meanwhile */
         p->desc[j] = NULL;
-        rx_start(cl, p, j, data);
+        rx_start(p, j, &cl->lanes[p->desc_lane[j]], data);
     }
 }
 
-static void on_block_data(void *request, ucs_status_t status, size_t length, void *user_data)
+/* A block message a lane took: what it carries, for the loop. */
+typedef struct arrival {
+    lane_ev_t ev;
+    lane_t *lane;
+    uint64_t hdr[3];         /* fetch id, index in the fetch, the fetch's token */
+    void *data;              /* rendezvous: its descriptor; eager: bytes below */
+    size_t length;
+    int rndv;
+    uint8_t bytes[];
+} arrival_t;
+
+/* On the loop: a block for a fetch of ours lands (or waits for the
+ * window); anything else is dropped. */
+static void lane_arrived(kvd_cluster_t *cl, lane_ev_t *ev)
 {
-    block_rx_t *rx = user_data;
-    pend_t *p = rx->p;
+    arrival_t *a = (arrival_t *)ev;
+    pend_t *p = cl->closing ? NULL : pend_find(cl, a->hdr[0]);
+    uint32_t i = MAX_PEERS, j;
 
-    rx_end(rx, status, length);
-    ucp_request_free(request);
-    if (p->phase == 2) {
-        pend_maybe_free(p->cl, p);
-        return;
+    if (p != NULL && p->phase == 1)
+        for (i = 0; i < cl->npeers; i++)
+            if (p->fetching[i] && p->token[i] == a->hdr[2])
+                break;
+    if (p == NULL || p->phase != 1 || i >= cl->npeers || a->hdr[1] >= p->fcount[i])
+        goto drop; /* not a fetch of ours, or not a key asked of that peer */
+    j = p->flist[p->fbase[i] + a->hdr[1]];
+    if (p->got[j] != GOT_NONE || p->ids[j] == KVD_CBLOCK_NONE ||
+        a->length != p->cache->store.block_bytes)
+        goto drop; /* twice, after its peer was given up, or of another size */
+    p->progress_ns[i] = kvd_now_ns();
+    if (!a->rndv) {
+        memcpy(kvd_cache_block_bytes(&p->cache->store, p->ids[j]), a->bytes, a->length);
+        block_landed(p, j, 1);
+    } else if (p->inflight >= p->window) { /* received when the window has room */
+        p->got[j] = GOT_WAITING;
+        p->desc[j] = a->data;
+        p->desc_lane[j] = (uint8_t)(a->lane - cl->lanes);
+        p->waitq[p->wq_tail++] = j;
+    } else {
+        rx_start(p, j, a->lane, a->data);
     }
-    rx_next(p->cl, p);
-    pend_check(p->cl, p);
+    pend_check(cl, p);
+    free(a);
+    return;
+drop:
+    if (a->rndv)
+        lane_cmd_new(a->lane, LANE_RELEASE, NULL, a->data);
+    free(a);
 }
 
+/* A lane's thread: a block message came.  Eager bytes are copied (UCX
+ * owns them only during the call), a rendezvous is kept for the loop to
+ * receive or release. */
+static ucs_status_t lane_on_block(void *arg, const void *header, size_t header_length, void *data,
+                                  size_t length, const ucp_am_recv_param_t *param)
+{
+    lane_t *ln = arg;
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    arrival_t *a;
+
+    if (header_length != sizeof(a->hdr) || (!rndv && length > MAX_CTRL_BYTES))
+        return UCS_OK;
+    a = malloc(sizeof(*a) + (rndv ? 0 : length));
+    if (a == NULL)
+        return UCS_OK;
+    a->ev.fn = lane_arrived;
+    a->lane = ln;
+    memcpy(a->hdr, header, sizeof(a->hdr));
+    a->length = length;
+    a->rndv = rndv;
+    a->data = data;
+    if (!rndv)
+        memcpy(a->bytes, data, length);
+    ev_post(ln->cl, &a->ev);
+    return rndv ? UCS_INPROGRESS : UCS_OK;
+}
+
+/* Blocks come over lanes only: on a link's own endpoint one is dropped,
+ * and one before the proof closes it. */
 static ucs_status_t on_block(void *arg, const void *header, size_t header_length, void *data,
                              size_t length, const ucp_am_recv_param_t *param)
 {
     kvd_cluster_t *cl = arg;
     ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
     link_t *l = ep ? link_of(cl, ep) : NULL;
-    uint64_t hdr[2];
-    pend_t *p;
-    uint32_t j, i;
 
-    if (l == NULL || cl->closing)
-        return UCS_OK;
-    if (!l->authed) {
+    (void)header;
+    (void)header_length;
+    (void)data;
+    (void)length;
+    if (l != NULL && !cl->closing && !l->authed)
         refuse_link(cl, l, "a block before the proof of the secret");
-        return UCS_OK;
-    }
-    if (!l->outbound || l->peer == NULL || header_length != sizeof(hdr))
-        return UCS_OK; /* blocks come only as answers to this daemon's fetches */
-    memcpy(hdr, header, sizeof(hdr));
-    p = answered_pend(cl, l, hdr[0], 1, &i);
-    if (p == NULL || !p->fetching[i])
-        return UCS_OK;
-    if (hdr[1] >= p->fcount[i])
-        return UCS_OK; /* not a key asked of it */
-    j = p->flist[p->fbase[i] + hdr[1]];
-    if (p->got[j] != GOT_NONE || p->ids[j] == KVD_CBLOCK_NONE ||
-        length != p->cache->store.block_bytes) {
-        return UCS_OK; /* not asked, twice, or of another size: dropped */
-    }
-    p->progress_ns[i] = kvd_now_ns();
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-        if (p->inflight >= p->window) { /* received when the window has room */
-            p->got[j] = GOT_WAITING;
-            p->desc[j] = data;
-            p->waitq[p->wq_tail++] = j;
-            return UCS_INPROGRESS;
-        }
-        rx_start(cl, p, j, data);
-    } else {
-        memcpy(kvd_cache_block_bytes(&p->cache->store, p->ids[j]), data, length);
-        block_landed(p, j, 1);
-    }
-    pend_check(cl, p);
     return UCS_OK;
 }
 
@@ -1780,15 +2267,15 @@ static void on_poll(uv_poll_t *h, int status, int events)
     progress(h->data);
 }
 
-/* Transfers are running (sends UCX holds, pulls, queries just sent):
- * polling beats waking up through the event descriptor for each of the
- * many events they bring, as UCX's own benchmarks poll. */
+/* Control messages are on their way (sends UCX holds, queries just
+ * sent): polling beats waking up through the event descriptor for their
+ * answers.  Blocks need none of it: lanes' threads poll for them. */
 static int busy(const kvd_cluster_t *cl, uint64_t now)
 {
     if (cl->sending > 0)
         return 1;
     for (const pend_t *p = cl->pends; p; p = p->next)
-        if (p->phase == 1 || (p->phase == 0 && since(now, p->started_ns) < SPIN_QUERY_NS))
+        if (p->phase == 0 && since(now, p->started_ns) < SPIN_QUERY_NS)
             return 1;
     return 0;
 }
@@ -2049,6 +2536,124 @@ void kvd_cluster_environment(void)
         setenv("UCX_RDMA_CM_REUSEADDR", "y", 0);
 }
 
+/* Stop the lanes' threads (their workers stay, for the loop to finish). */
+static void lanes_stop(kvd_cluster_t *cl)
+{
+    for (uint32_t k = 0; k < cl->nlanes; k++) {
+        lane_t *ln = &cl->lanes[k];
+        if (!ln->running)
+            continue;
+        atomic_store(&ln->stop, 1);
+        ucp_worker_signal(ln->worker);
+        pthread_join(ln->thread, NULL);
+        ln->running = 0;
+    }
+}
+
+/* With the threads stopped: do the lanes' last commands and progress
+ * their workers from here until nothing moves, running what that hands
+ * the loop. */
+static void lanes_settle(kvd_cluster_t *cl)
+{
+    for (int round = 0; round < 1000; round++) {
+        unsigned n = 0;
+        for (uint32_t k = 0; k < cl->nlanes; k++) {
+            n += lane_run_cmds(&cl->lanes[k]);
+            n += ucp_worker_progress(cl->lanes[k].worker);
+        }
+        n += ev_drain(cl);
+        if (n == 0)
+            break;
+    }
+}
+
+static void lanes_free(kvd_cluster_t *cl)
+{
+    lanes_stop(cl);
+    for (uint32_t k = 0; k < cl->nlanes; k++) {
+        lane_t *ln = &cl->lanes[k];
+        lane_cmd_t *c, *next;
+        for (c = ln->cmd_head; c != NULL; c = next) { /* none left after lanes_settle */
+            next = c->next;
+            if (c->owned)
+                free(c);
+        }
+        if (ln->addr != NULL)
+            ucp_worker_release_address(ln->worker, ln->addr);
+        if (ln->worker != NULL)
+            ucp_worker_destroy(ln->worker);
+        pthread_mutex_destroy(&ln->lock);
+        memset(ln, 0, sizeof(*ln));
+    }
+    cl->nlanes = 0;
+    while (cl->lane_eps != NULL) {
+        lane_ep_t *lep = cl->lane_eps;
+        cl->lane_eps = lep->all;
+        free(lep->address);
+        free(lep);
+    }
+}
+
+/* n lane workers (each its thread's alone), their addresses, their
+ * threads. */
+static kvd_status_t lanes_start(kvd_cluster_t *cl, uint32_t n, char *why, size_t why_len)
+{
+    ucp_worker_params_t wp;
+    ucp_am_handler_param_t hp;
+    ucs_status_t us = UCS_OK;
+
+    for (cl->nlanes = 0; cl->nlanes < n; cl->nlanes++) {
+        lane_t *ln = &cl->lanes[cl->nlanes];
+        ln->cl = cl;
+        pthread_mutex_init(&ln->lock, NULL);
+        memset(&wp, 0, sizeof(wp));
+        wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+        wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+        memset(&hp, 0, sizeof(hp));
+        hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                        UCP_AM_HANDLER_PARAM_FIELD_ARG;
+        hp.id = AM_BLOCK;
+        hp.cb = lane_on_block;
+        hp.arg = ln;
+        if ((us = ucp_worker_create(cl->ctx, &wp, &ln->worker)) != UCS_OK) {
+            ln->worker = NULL;
+            cl->nlanes++; /* its lock is destroyed below */
+            break;
+        }
+        if ((us = ucp_worker_get_efd(ln->worker, &ln->efd)) != UCS_OK ||
+            (us = ucp_worker_set_am_recv_handler(ln->worker, &hp)) != UCS_OK ||
+            (us = ucp_worker_get_address(ln->worker, &ln->addr, &ln->addr_len)) != UCS_OK) {
+            cl->nlanes++; /* freed below */
+            break;
+        }
+        if (pthread_create(&ln->thread, NULL, lane_run, ln) != 0) {
+            cl->nlanes++;
+            snprintf(why, why_len, "cannot start a lane's thread");
+            lanes_free(cl);
+            return KVD_ENOMEM;
+        }
+        ln->running = 1;
+    }
+    if (us != UCS_OK) {
+        snprintf(why, why_len, "UCX lane worker: %s", ucs_status_string(us));
+        lanes_free(cl);
+        return KVD_EIO;
+    }
+    return KVD_OK;
+}
+
+/* --cluster-lanes, or by the CPUs: each lane's thread polls a core while
+ * blocks move, on both sides of a pull, and pulls share a node with the
+ * engine's own threads. */
+static uint32_t lanes_wanted(const kvd_options_t *o)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (o->cluster_lanes > 0)
+        return (uint32_t)o->cluster_lanes;
+    return cpus >= 16 ? 4 : cpus >= 8 ? 2 : 1;
+}
+
 kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *why,
                                 size_t why_len)
 {
@@ -2081,8 +2686,9 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
         return st;
     }
     memset(&up, 0, sizeof(up));
-    up.field_mask = UCP_PARAM_FIELD_FEATURES;
+    up.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    up.mt_workers_shared = 1; /* the lanes' workers run on threads of their own */
     if ((us = ucp_config_read(NULL, NULL, &cfg)) != UCS_OK ||
         (us = ucp_init(&up, cfg, &cl->ctx)) != UCS_OK) {
         if (cfg)
@@ -2116,14 +2722,31 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
     lp.sockaddr.addrlen = cl->listen_salen;
     lp.conn_handler.cb = on_conn;
     lp.conn_handler.arg = cl;
+    pthread_mutex_init(&cl->ev_lock, NULL);
+    if ((st = lanes_start(cl, lanes_wanted(o), why, why_len)) != KVD_OK) {
+        ucp_worker_destroy(cl->worker);
+        ucp_cleanup(cl->ctx);
+        pthread_mutex_destroy(&cl->ev_lock);
+        free(cl);
+        return st;
+    }
     if ((us = ucp_listener_create(cl->worker, &lp, &cl->listener)) != UCS_OK) {
         snprintf(why, why_len, "cluster-listen %s: UCX cannot listen there: %s", cl->node,
                  ucs_status_string(us));
+        lanes_free(cl);
+        ev_drain(cl); /* what a stranger's early connection may have queued */
         ucp_worker_destroy(cl->worker);
         ucp_cleanup(cl->ctx);
+        pthread_mutex_destroy(&cl->ev_lock);
         free(cl);
         return KVD_EIO;
     }
+    uv_async_init(srv->loop, &cl->ev_async, on_events);
+    cl->ev_async.data = cl;
+    pthread_mutex_lock(&cl->ev_lock);
+    cl->ev_open = 1;
+    pthread_mutex_unlock(&cl->ev_lock);
+    uv_async_send(&cl->ev_async); /* anything queued before it opened */
     uv_poll_init(srv->loop, &cl->poll, cl->efd);
     uv_prepare_init(srv->loop, &cl->prepare);
     uv_idle_init(srv->loop, &cl->spin);
@@ -2136,8 +2759,8 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
         ms = ms < 5 ? 5 : ms > 100 ? 100 : ms;
         uv_timer_start(&cl->tick, on_tick, 0, ms);
     }
-    kvd_log(KVD_LOG_INFO, "event=cluster_listen node=%s peers=%u deadline_ms=%" PRIu64,
-            cl->node, cl->npeers, o->cluster_deadline_ms);
+    kvd_log(KVD_LOG_INFO, "event=cluster_listen node=%s peers=%u lanes=%u deadline_ms=%" PRIu64,
+            cl->node, cl->npeers, cl->nlanes, o->cluster_deadline_ms);
     *out = cl;
     return KVD_OK;
 
@@ -2178,6 +2801,13 @@ void kvd_cluster_close(kvd_cluster_t *cl)
     }
     cl->nrefusing = 0;
     progress(cl);
+    /* the lanes' threads go; what their workers still hold ends here */
+    lanes_stop(cl);
+    lanes_settle(cl);
+    pthread_mutex_lock(&cl->ev_lock);
+    cl->ev_open = 0;
+    pthread_mutex_unlock(&cl->ev_lock);
+    uv_close((uv_handle_t *)&cl->ev_async, NULL);
     if (cl->listener) {
         ucp_listener_destroy(cl->listener);
         cl->listener = NULL;
@@ -2198,8 +2828,12 @@ void kvd_cluster_destroy(kvd_cluster_t **clp)
     if (!cl->closing)
         kvd_cluster_close(cl);
     progress(cl);
+    lanes_settle(cl);
+    lanes_free(cl);
+    ev_drain(cl);
     ucp_worker_destroy(cl->worker);
     ucp_cleanup(cl->ctx);
+    pthread_mutex_destroy(&cl->ev_lock);
     free(cl);
     *clp = NULL;
 }

@@ -152,6 +152,10 @@ const kvd_option_def_t kvd__option_table[] = {
     {"cluster-deadline-ms", KVD_OPT_UINT, OFF(cluster_deadline_ms), "2000", 10, 600000, NULL,
      "how long a lookup or load waits for the cluster's peers: past it a peer that has not "
      "answered counts as holding nothing, and its blocks are reported missing"},
+    {"cluster-lanes", KVD_OPT_UINT, OFF(cluster_lanes), "0", 0, 8, NULL,
+     "lanes (UCX workers, each with a connection to every peer and a thread of its own) that "
+     "blocks this daemon pulls come over: one TCP stream moves what one thread copies; 0: by "
+     "the CPUs, 1 below 8, 2 below 16, else 4"},
 };
 const size_t kvd__option_count = sizeof(kvd__option_table) / sizeof(kvd__option_table[0]);
 

@@ -91,6 +91,7 @@ typedef struct kvd_options {
     char cluster_secret_file[KVD_OPT_STR_MAX];
     char cluster_allow_from[KVD_OPT_STR_MAX]; /* "peers", "any", ADDRESS[/BITS],... */
     uint64_t cluster_deadline_ms;   /* a lookup's or load's wait for peers */
+    uint64_t cluster_lanes;         /* connections a pull spreads over; 0 = by CPUs */
 } kvd_options_t;
 
 typedef enum kvd_opt_type {

@@ -3,8 +3,8 @@
 #
 #   tests/bench/bench_cluster.sh [BUILD_DIR] [bench_cluster options...]
 #
-# Starts two kvdockd (cpu backend; BACKEND=cuda for the GPU machine) in one
-# cluster on the loopback; then ROUNDS (5) rounds of bench_cluster against
+# Starts two kvdockd (cpu backend; BACKEND=cuda for the GPU machine; LANES
+# sets their --cluster-lanes) in one cluster on the loopback; then ROUNDS (5) rounds of bench_cluster against
 # them (a load of 1,024 blocks of 1 MiB pulled from A through B, a
 # 1,000-key lookup that misses on B), each followed by ucx_perftest's
 # active-message bandwidth with the same message size and count over the
@@ -25,6 +25,7 @@ set -euo pipefail
 BUILD=${1:-build}
 [ $# -gt 0 ] && shift
 BACKEND=${BACKEND:-cpu}
+LANES=${LANES:-0}
 ROUNDS=${ROUNDS:-5}
 OUT=${OUT:-/tmp}
 export UCX_TLS=${UCX_TLS:-tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
@@ -74,7 +75,8 @@ for n in a b; do
     [ "$n" = b ] && port=$pb
     "$BUILD/daemon/kvdockd" --backend "$BACKEND" --socket "$tmp/$n.sock" \
         --host-memory-budget 3G --cluster-listen "127.0.0.1:$port" --cluster-peers "$peers" \
-        --cluster-secret-file "$tmp/secret" --log-level warn 2> "$tmp/$n.log" &
+        --cluster-secret-file "$tmp/secret" --cluster-lanes "$LANES" --log-level warn \
+        2> "$tmp/$n.log" &
     pids+=($!)
 done
 for _ in $(seq 200); do
@@ -84,7 +86,7 @@ done
 sleep 1 # the daemons find each other
 
 echo "== $ROUNDS rounds: bench_cluster, then ucx_perftest -t ucp_am_bw (1,024 x 1 MiB, 4 x 256 MiB);" \
-    "UCX_TLS=$UCX_TLS, backend $BACKEND"
+    "UCX_TLS=$UCX_TLS, backend $BACKEND, lanes $LANES (0: by the CPUs)"
 for _ in $(seq "$ROUNDS"); do
     "$BUILD/tests/bench/bench_cluster" --socket-a "$tmp/a.sock" --socket-b "$tmp/b.sock" \
         --iterations 3 "$@" --json >> "$tmp/kvdock.jsonl"

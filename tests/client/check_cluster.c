@@ -52,6 +52,7 @@ static int scale = 1;
 typedef struct node {
     kvt_daemon_t d;
     int port;
+    int lanes;               /* --cluster-lanes; 0: the default */
     kvd_client_t *cli;
     uint64_t cache;
 } node_t;
@@ -132,16 +133,18 @@ static const char *allow_from; /* when set, the next nodes' --cluster-allow-from
  * metrics: a --metrics address, or NULL. */
 static void start_node_with(node_t *node, const char *secret, const char *metrics)
 {
-    char listen[64], deadline[32];
+    char listen[64], deadline[32], lanes[16];
 
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", node->port);
     snprintf(deadline, sizeof(deadline), "%d", deadline_ms ? deadline_ms : DEADLINE_MS);
+    snprintf(lanes, sizeof(lanes), "%d", node->lanes);
     const char *extra[] = {"--host-memory-budget", "256M", "--cluster-listen", listen,
                            peers_file[0] ? "--cluster-peers-file" : "--cluster-peers",
                            peers_file[0] ? peers_file : peer_list, "--cluster-secret-file",
                            secret, "--cluster-deadline-ms", deadline, "--log-level", "info",
                            "--cluster-allow-from", allow_from ? allow_from : "peers",
-                           metrics ? "--metrics" : NULL, metrics, NULL};
+                           "--cluster-lanes", lanes, metrics ? "--metrics" : NULL, metrics,
+                           NULL};
     ck_assert_int_eq(kvt_daemon_start(&node->d, "cpu", extra, (int)MS(10000)), 0);
     ck_assert_int_eq(kvd_client_create(node->d.socket, "cluster-test", &node->cli), KVD_OK);
     kvd_client_set_timeout(node->cli, 20000);
@@ -157,6 +160,8 @@ static void plan_nodes(node_t *nodes, int n)
 {
     peer_list[0] = '\0';
     for (int i = 0; i < n; i++) {
+        /* lanes: 1, 2, 3 (each daemon maps another's lanes onto its own) */
+        nodes[i].lanes = i % 3 + 1;
         nodes[i].port = free_port();
         for (int j = 0; j < i; j++)
             if (nodes[j].port == nodes[i].port) { /* drawn twice: draw again */
@@ -1303,6 +1308,24 @@ START_TEST(test_hostile_after_proof)
     /* a second Hello once trusted: closed */
     ck_assert_int_eq(rawpeer_hello(rp, 1), 0);
     expect_refused(rp, "bad hello");
+
+    /* lanes that are none, or too many: closed */
+    {
+        Kvdock__Cluster__Lanes ln = KVDOCK__CLUSTER__LANES__INIT;
+        ProtobufCBinaryData addr[9];
+        for (int i = 0; i < 9; i++)
+            addr[i] = (ProtobufCBinaryData){8, junk};
+        for (int bad = 0; bad < 2; bad++) {
+            rp = peer_to(&nodes[0]);
+            ck_assert_msg(rawpeer_auth(rp, SECRET) == 0, "the secret's proof was not welcomed");
+            ln.n_address = bad ? 9 : 0;
+            ln.address = addr;
+            m.m_case = KVDOCK__CLUSTER__MSG__M_LANES;
+            m.lanes = &ln;
+            ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
+            expect_refused(rp, "bad lanes");
+        }
+    }
 
     /* a message over 8 MiB from a trusted peer: closed, not buffered */
     rp = peer_to(&nodes[0]);
