@@ -530,15 +530,21 @@ static void on_events(uv_async_t *h)
 /* Queue c for lane ln's thread (from the loop). */
 static void lane_cmd(lane_t *ln, lane_cmd_t *c)
 {
+    int first;
+
     c->next = NULL;
     pthread_mutex_lock(&ln->lock);
+    first = ln->cmd_head == NULL;
     if (ln->cmd_tail != NULL)
         ln->cmd_tail->next = c;
     else
         ln->cmd_head = c;
     ln->cmd_tail = c;
     pthread_mutex_unlock(&ln->lock);
-    ucp_worker_signal(ln->worker); /* wakes its thread: safe from any thread */
+    /* wake its thread (safe from any thread); a queue that was not empty
+     * is one it has yet to take, and it takes all of it before it sleeps */
+    if (first)
+        ucp_worker_signal(ln->worker);
 }
 
 /* A command the loop makes and forgets (a release, a connect, a close). */
