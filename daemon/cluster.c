@@ -18,17 +18,21 @@
  *
  * Lanes.  Blocks do not travel on those endpoints: one TCP stream moves
  * what one thread on each side copies, so each daemon runs --cluster-lanes
- * lane workers, each progressed by a thread of its own, and tells its
- * peers their addresses (Lanes, right after Welcome).  A daemon answering
- * a fetch sends block i to the fetcher's lane i % n over an endpoint of
- * its own lane worker.  A lane's worker is its thread's alone: the loop
- * queues commands for it (send, receive, release, connect, close:
- * lane_cmd), and every callback there only queues an event for the loop
- * (ev_post), which keeps all the bookkeeping.  (Giving one worker to two
- * threads, UCX_THREAD_MODE_MULTI, made a pull 20 times slower on two
- * cores: its lock, spun on by the progressing thread.)  A block carries its fetch's random token:
- * lane workers take connections from anywhere, and a block that names no
- * fetch of this daemon is dropped.
+ * lanes, each a worker with a listener of its own (the cluster's host, a
+ * port the system picks, --cluster-allow-from checked as on the cluster's
+ * listener) and a thread that progresses it, and tells its peers where
+ * they listen (Lanes, right after Welcome).  A daemon answering a fetch
+ * connects to those listeners from its own lanes (UCX's client-server
+ * flow, as for the control endpoints: connecting to a worker's address
+ * instead tripped an assertion inside UCX 1.13 when a peer died
+ * mid-pull) and sends block i to the fetcher's lane i % n.  A lane's
+ * worker is its thread's alone: the loop queues commands for it (send,
+ * receive, release, connect, close: lane_cmd), and every callback there
+ * only queues an event for the loop (ev_post), which keeps all the
+ * bookkeeping.  (One worker shared by two threads, UCX_THREAD_MODE_MULTI,
+ * made a pull 20 times slower on two cores: its lock, spun on by the
+ * progressing thread.)  A block carries its fetch's random token and
+ * lands only if it names a fetch of this daemon.
  *
  * Blocks.  A pull reserves a FILLING block in the local tier for each key
  * it asks a peer for, and the peer's block message lands there: in place
@@ -100,7 +104,7 @@
 #define RX_WINDOW_BYTES (16ull << 20) /* per lane */
 #define RX_WINDOW_MIN 4
 #define MAX_LANES 8
-#define MAX_LANE_ADDRESS 4096     /* a UCX worker address is hundreds of bytes */
+#define MAX_LANE_ADDRESS 64       /* HOST:PORT */
 
 enum peer_state { PEER_DOWN, PEER_CONNECTING, PEER_UP, PEER_REFUSED };
 enum got_state { GOT_NONE, GOT_IN, GOT_FAILED, GOT_RECEIVING, GOT_WAITING };
@@ -127,13 +131,23 @@ typedef struct link {
     struct link *next;
 } link_t;
 
+/* A queue one thread fills and another takes whole, under a lock. */
+typedef struct qnode {
+    struct qnode *next;
+} qnode_t;
+
+typedef struct queue {
+    pthread_mutex_t lock;
+    qnode_t *head, *tail;
+} queue_t;
+
 /* An endpoint of a lane's worker: made, used and closed by its thread;
  * freed with the cluster (UCX may name it in an error until then). */
 typedef struct lane_ep {
     ucp_ep_h ep;             /* NULL: not made, or failed to be */
     struct lane *lane;
-    uint8_t *address;        /* the peer lane's worker address, until made */
-    size_t address_len;
+    struct sockaddr_storage sa; /* the peer lane's listener */
+    socklen_t salen;
     struct lane_ep *all;     /* every lane endpoint, for the cluster to free */
 } lane_ep_t;
 
@@ -141,6 +155,7 @@ enum lane_op { LANE_SEND, LANE_RECV, LANE_RELEASE, LANE_CONNECT, LANE_CLOSE };
 
 /* What the loop asks a lane's thread to do with its worker. */
 typedef struct lane_cmd {
+    qnode_t node;            /* first */
     int op;
     int owned;               /* freed once done (not inside a send or receive) */
     lane_ep_t *lep;          /* SEND, CONNECT, CLOSE */
@@ -148,13 +163,12 @@ typedef struct lane_cmd {
     void *desc;              /* RECV, RELEASE: the rendezvous */
     void *buf;               /* SEND: from; RECV: into */
     size_t len;
-    struct lane_cmd *next;
 } lane_cmd_t;
 
 /* Something a lane's thread (or a UCX callback anywhere) hands the loop. */
 typedef struct lane_ev {
+    qnode_t node;            /* first */
     void (*fn)(kvd_cluster_t *cl, struct lane_ev *ev);
-    struct lane_ev *next;
 } lane_ev_t;
 
 typedef struct lane {
@@ -164,11 +178,13 @@ typedef struct lane {
     pthread_t thread;
     int running;
     atomic_int stop;
-    pthread_mutex_t lock;    /* the commands: */
-    lane_cmd_t *cmd_head, *cmd_tail;
+    queue_t cmds;            /* lane_cmd_t, from the loop */
     uint32_t outstanding;    /* its thread's: sends and receives UCX holds */
-    ucp_address_t *addr;
-    size_t addr_len;
+    uint32_t closing;        /* its thread's: endpoint closes UCX has not ended */
+    ucp_listener_h listener; /* where peers' lanes connect to it */
+    char where[MAX_LANE_ADDRESS]; /* its HOST:PORT, as the Lanes message says */
+    ucp_ep_h *in;            /* its thread's: the endpoints peers opened to it */
+    uint32_t nin, in_cap;
 } lane_t;
 
 struct peer {
@@ -265,10 +281,9 @@ struct kvd_cluster {
     lane_t lanes[MAX_LANES];
     uint32_t nlanes;
     lane_ep_t *lane_eps;     /* every one made, freed with the cluster */
-    pthread_mutex_t ev_lock; /* the events lanes hand the loop: */
-    lane_ev_t *ev_head, *ev_tail;
+    queue_t events;          /* lane_ev_t, for the loop */
     uv_async_t ev_async;
-    int ev_open;             /* ev_async is open: lanes may wake the loop with it */
+    atomic_int ev_open;      /* ev_async is open: lanes may wake the loop with it */
     /* where endpoints may come from (--cluster-allow-from) */
     int allow_any;
     struct allow {
@@ -484,39 +499,54 @@ static int send_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg *m)
 
 /* ---- lanes ---------------------------------------------------------------------- */
 
+/* Append n; 1 when the queue was empty. */
+static int queue_push(queue_t *q, qnode_t *n)
+{
+    int first;
+
+    n->next = NULL;
+    pthread_mutex_lock(&q->lock);
+    first = q->head == NULL;
+    if (q->tail != NULL)
+        q->tail->next = n;
+    else
+        q->head = n;
+    q->tail = n;
+    pthread_mutex_unlock(&q->lock);
+    return first;
+}
+
+/* Everything queued so far, in order. */
+static qnode_t *queue_take(queue_t *q)
+{
+    qnode_t *n;
+
+    pthread_mutex_lock(&q->lock);
+    n = q->head;
+    q->head = q->tail = NULL;
+    pthread_mutex_unlock(&q->lock);
+    return n;
+}
+
 /* Hand ev to the loop: from a lane's thread, or from the loop itself. */
 static void ev_post(kvd_cluster_t *cl, lane_ev_t *ev)
 {
-    int wake;
-
-    ev->next = NULL;
-    pthread_mutex_lock(&cl->ev_lock);
-    if (cl->ev_tail != NULL)
-        cl->ev_tail->next = ev;
-    else
-        cl->ev_head = ev;
-    cl->ev_tail = ev;
-    wake = cl->ev_open;
-    pthread_mutex_unlock(&cl->ev_lock);
-    if (wake)
+    (void)queue_push(&cl->events, &ev->node);
+    if (atomic_load(&cl->ev_open))
         uv_async_send(&cl->ev_async);
 }
 
 /* Run the events queued so far; how many. */
 static unsigned ev_drain(kvd_cluster_t *cl)
 {
-    lane_ev_t *ev, *next;
-    unsigned n = 0;
+    qnode_t *n, *next;
+    unsigned count = 0;
 
-    pthread_mutex_lock(&cl->ev_lock);
-    ev = cl->ev_head;
-    cl->ev_head = cl->ev_tail = NULL;
-    pthread_mutex_unlock(&cl->ev_lock);
-    for (; ev != NULL; ev = next, n++) {
-        next = ev->next;
-        ev->fn(cl, ev);
+    for (n = queue_take(&cl->events); n != NULL; n = next, count++) {
+        next = n->next;
+        ((lane_ev_t *)n)->fn(cl, (lane_ev_t *)n);
     }
-    return n;
+    return count;
 }
 
 static void on_events(uv_async_t *h)
@@ -530,20 +560,9 @@ static void on_events(uv_async_t *h)
 /* Queue c for lane ln's thread (from the loop). */
 static void lane_cmd(lane_t *ln, lane_cmd_t *c)
 {
-    int first;
-
-    c->next = NULL;
-    pthread_mutex_lock(&ln->lock);
-    first = ln->cmd_head == NULL;
-    if (ln->cmd_tail != NULL)
-        ln->cmd_tail->next = c;
-    else
-        ln->cmd_head = c;
-    ln->cmd_tail = c;
-    pthread_mutex_unlock(&ln->lock);
     /* wake its thread (safe from any thread); a queue that was not empty
      * is one it has yet to take, and it takes all of it before it sleeps */
-    if (first)
+    if (queue_push(&ln->cmds, &c->node))
         ucp_worker_signal(ln->worker);
 }
 
@@ -640,6 +659,7 @@ static void on_lane_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 }
 
 static void on_closed(void *request, ucs_status_t status, void *user_data);
+static void ep_close_now(lane_t *ln, ucp_ep_h e);
 static void on_lane_received(void *request, ucs_status_t status, size_t length, void *user_data);
 static void lane_receive_ended(void *rx, ucs_status_t status, size_t length);
 
@@ -684,9 +704,11 @@ static void lane_do(lane_t *ln, lane_cmd_t *c)
         ucp_ep_params_t ep;
         ucs_status_t st;
         memset(&ep, 0, sizeof(ep));
-        ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-        ep.address = (const ucp_address_t *)c->lep->address;
+        ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+        ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+        ep.sockaddr.addr = (const struct sockaddr *)&c->lep->sa;
+        ep.sockaddr.addrlen = c->lep->salen;
         ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
         ep.err_handler.cb = on_lane_ep_error;
         ep.err_handler.arg = c->lep;
@@ -694,18 +716,11 @@ static void lane_do(lane_t *ln, lane_cmd_t *c)
             c->lep->ep = NULL;
             on_lane_ep_error(c->lep, NULL, st);
         }
-        free(c->lep->address);
-        c->lep->address = NULL;
         break;
     }
     case LANE_CLOSE:
         if (c->lep->ep != NULL) {
-            /* forcibly: the sends on it end at once, failed */
-            rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
-            rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-            rp.cb.send = on_closed;
-            req = ucp_ep_close_nbx(c->lep->ep, &rp);
-            (void)req; /* NULL or an error: done; a request: freed by on_closed */
+            ep_close_now(ln, c->lep->ep); /* the sends on it end at once, failed */
             c->lep->ep = NULL;
         }
         break;
@@ -715,21 +730,91 @@ static void lane_do(lane_t *ln, lane_cmd_t *c)
 /* Do every command queued for ln so far; how many. */
 static unsigned lane_run_cmds(lane_t *ln)
 {
-    lane_cmd_t *c, *next;
-    unsigned n = 0;
+    qnode_t *n, *next;
+    unsigned count = 0;
 
-    pthread_mutex_lock(&ln->lock);
-    c = ln->cmd_head;
-    ln->cmd_head = ln->cmd_tail = NULL;
-    pthread_mutex_unlock(&ln->lock);
-    for (; c != NULL; c = next, n++) {
+    for (n = queue_take(&ln->cmds); n != NULL; n = next, count++) {
+        lane_cmd_t *c = (lane_cmd_t *)n;
         int owned = c->owned;
-        next = c->next;
+        next = n->next;
         lane_do(ln, c);
         if (owned)
             free(c);
     }
-    return n;
+    return count;
+}
+
+/* Close endpoint e of lane ln's worker forcibly (on the thread that owns
+ * the worker): what it carries ends at once, failed. */
+static void ep_close_now(lane_t *ln, ucp_ep_h e)
+{
+    ucp_request_param_t rp;
+    void *req;
+
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
+                      UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    rp.cb.send = on_closed;
+    rp.user_data = ln;
+    req = ucp_ep_close_nbx(e, &rp);
+    if (UCS_PTR_IS_PTR(req))
+        ln->closing++; /* on_closed ends it */
+}
+
+/* A lane's thread: an endpoint a peer opened to it failed (the peer died
+ * or closed it): its receives end, failed, and it goes. */
+static void lane_in_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    lane_t *ln = arg;
+
+    (void)status;
+    for (uint32_t i = 0; i < ln->nin; i++)
+        if (ln->in[i] == ep) {
+            ln->in[i] = ln->in[--ln->nin];
+            ep_close_now(ln, ep);
+            return;
+        }
+}
+
+static int allowed(const kvd_cluster_t *cl, const struct sockaddr_storage *from);
+
+/* A lane's thread: a peer's lane connects.  Where from is checked as on
+ * the cluster's own listener (the list is fixed once the daemon runs);
+ * what comes on it lands only with a fetch's token. */
+static void lane_on_conn(ucp_conn_request_h req, void *arg)
+{
+    lane_t *ln = arg;
+    ucp_conn_request_attr_t a;
+    ucp_ep_params_t ep;
+    ucp_ep_h e;
+
+    memset(&a, 0, sizeof(a));
+    a.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    if (ucp_conn_request_query(req, &a) != UCS_OK || !allowed(ln->cl, &a.client_address) ||
+        atomic_load(&ln->stop) || ln->nin >= MAX_INBOUND) {
+        ucp_listener_reject(ln->listener, req);
+        return;
+    }
+    if (ln->nin == ln->in_cap) {
+        uint32_t cap = ln->in_cap ? 2 * ln->in_cap : 8;
+        ucp_ep_h *in = realloc(ln->in, cap * sizeof(*in));
+        if (in == NULL) {
+            ucp_listener_reject(ln->listener, req);
+            return;
+        }
+        ln->in = in;
+        ln->in_cap = cap;
+    }
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.conn_request = req;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = lane_in_failed;
+    ep.err_handler.arg = ln;
+    if (ucp_ep_create(ln->worker, &ep, &e) == UCS_OK)
+        ln->in[ln->nin++] = e;
 }
 
 /* A lane's thread: its commands, then progress, polling while transfers
@@ -780,10 +865,14 @@ static void peer_set(kvd_cluster_t *cl, peer_t *p, int state, const char *why)
     (void)cl;
 }
 
+/* A forcible close ended (user_data: its lane, NULL for a link's). */
 static void on_closed(void *request, ucs_status_t status, void *user_data)
 {
+    lane_t *ln = user_data;
+
     (void)status;
-    (void)user_data;
+    if (ln != NULL)
+        ln->closing--;
     ucp_request_free(request);
 }
 
@@ -823,7 +912,8 @@ static void link_close(link_t *l)
     void *req;
 
     memset(&rp, 0, sizeof(rp));
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
+                      UCP_OP_ATTR_FIELD_USER_DATA; /* NULL: no lane's */
     rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
     rp.cb.send = on_closed;
     if (!l->closed) {
@@ -1772,8 +1862,8 @@ static int send_lanes(kvd_cluster_t *cl, link_t *l)
     ProtobufCBinaryData addr[MAX_LANES];
 
     for (uint32_t k = 0; k < cl->nlanes; k++) {
-        addr[k].data = (uint8_t *)cl->lanes[k].addr;
-        addr[k].len = cl->lanes[k].addr_len;
+        addr[k].data = (uint8_t *)cl->lanes[k].where;
+        addr[k].len = strlen(cl->lanes[k].where);
     }
     ln.n_address = cl->nlanes;
     ln.address = addr;
@@ -1797,13 +1887,19 @@ static void take_lanes(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Lane
         }
     for (uint32_t k = 0; k < ln->n_address; k++) {
         lane_ep_t *lep = calloc(1, sizeof(*lep));
-        if (lep == NULL || (lep->address = malloc(ln->address[k].len)) == NULL) {
+        char text[2 * MAX_LANE_ADDRESS + 2], said[MAX_LANE_ADDRESS + 1], why[320];
+        memcpy(said, ln->address[k].data, ln->address[k].len);
+        said[ln->address[k].len] = '\0';
+        if (strncmp(said, "0.0.0.0:", 8) == 0) /* it listens everywhere: where it came from */
+            snprintf(text, sizeof(text), "%s:%s", l->from, said + 8);
+        else
+            snprintf(text, sizeof(text), "%s", said);
+        if (lep == NULL || resolve(text, &lep->sa, &lep->salen, why, sizeof(why)) != KVD_OK ||
+            usable_family(&lep->sa, text, why, sizeof(why)) != KVD_OK) {
             free(lep);
-            link_drop(cl, l, "no memory for its lanes"); /* closes those made so far */
+            refuse_link(cl, l, "bad lanes"); /* closes those made so far */
             return;
         }
-        memcpy(lep->address, ln->address[k].data, ln->address[k].len);
-        lep->address_len = ln->address[k].len;
         lep->lane = &cl->lanes[k % cl->nlanes];
         lep->all = cl->lane_eps;
         cl->lane_eps = lep;
@@ -2561,14 +2657,26 @@ static void lanes_stop(kvd_cluster_t *cl)
  * the loop. */
 static void lanes_settle(kvd_cluster_t *cl)
 {
-    for (int round = 0; round < 1000; round++) {
-        unsigned n = 0;
+    for (uint32_t k = 0; k < cl->nlanes; k++) { /* no more peers' lanes in */
+        lane_t *ln = &cl->lanes[k];
+        if (ln->listener != NULL)
+            ucp_listener_destroy(ln->listener);
+        ln->listener = NULL;
+        while (ln->nin > 0)
+            ep_close_now(ln, ln->in[--ln->nin]);
+    }
+    /* until every transfer and close has ended and handed back what it
+     * held (the caches it names go right after), or 2 s have passed */
+    for (uint64_t end = kvd_now_ns() + 2000000000ull; kvd_now_ns() < end;) {
+        unsigned n = 0, held = 0;
         for (uint32_t k = 0; k < cl->nlanes; k++) {
-            n += lane_run_cmds(&cl->lanes[k]);
-            n += ucp_worker_progress(cl->lanes[k].worker);
+            lane_t *ln = &cl->lanes[k];
+            n += lane_run_cmds(ln);
+            n += ucp_worker_progress(ln->worker);
+            held += ln->outstanding + ln->closing;
         }
         n += ev_drain(cl);
-        if (n == 0)
+        if (n == 0 && held == 0)
             break;
     }
 }
@@ -2578,57 +2686,115 @@ static void lanes_free(kvd_cluster_t *cl)
     lanes_stop(cl);
     for (uint32_t k = 0; k < cl->nlanes; k++) {
         lane_t *ln = &cl->lanes[k];
-        lane_cmd_t *c, *next;
-        for (c = ln->cmd_head; c != NULL; c = next) { /* none left after lanes_settle */
-            next = c->next;
-            if (c->owned)
-                free(c);
+        for (qnode_t *n = queue_take(&ln->cmds), *next; n != NULL; n = next) {
+            next = n->next; /* none left after lanes_settle; none run here */
+            if (((lane_cmd_t *)n)->owned)
+                free(n);
         }
-        if (ln->addr != NULL)
-            ucp_worker_release_address(ln->worker, ln->addr);
+        if (ln->listener != NULL)
+            ucp_listener_destroy(ln->listener);
+        for (uint32_t i = 0; i < ln->nin; i++)
+            ep_close_now(ln, ln->in[i]);
+        free(ln->in);
         if (ln->worker != NULL)
             ucp_worker_destroy(ln->worker);
-        pthread_mutex_destroy(&ln->lock);
+        pthread_mutex_destroy(&ln->cmds.lock);
         memset(ln, 0, sizeof(*ln));
     }
     cl->nlanes = 0;
     while (cl->lane_eps != NULL) {
         lane_ep_t *lep = cl->lane_eps;
         cl->lane_eps = lep->all;
-        free(lep->address);
         free(lep);
     }
 }
 
-/* n lane workers (each its thread's alone), their addresses, their
+static ucs_status_t worker_handle(ucp_worker_h w, unsigned id, ucp_am_recv_callback_t cb,
+                                  void *arg)
+{
+    ucp_am_handler_param_t hp;
+
+    memset(&hp, 0, sizeof(hp));
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = id;
+    hp.cb = cb;
+    hp.arg = arg;
+    return ucp_worker_set_am_recv_handler(w, &hp);
+}
+
+/* A worker for one thread, its event descriptor, and a handler of active
+ * message id. */
+static ucs_status_t worker_make(kvd_cluster_t *cl, ucp_worker_h *w, int *efd, unsigned id,
+                                ucp_am_recv_callback_t cb, void *arg)
+{
+    ucp_worker_params_t wp;
+    ucs_status_t us;
+
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    if ((us = ucp_worker_create(cl->ctx, &wp, w)) != UCS_OK) {
+        *w = NULL;
+        return us;
+    }
+    if ((us = ucp_worker_get_efd(*w, efd)) != UCS_OK)
+        return us;
+    return worker_handle(*w, id, cb, arg);
+}
+
+/* Lane ln listens where the cluster does, on a port of its own. */
+static ucs_status_t lane_listen(kvd_cluster_t *cl, lane_t *ln)
+{
+    ucp_listener_params_t lp;
+    ucp_listener_attr_t la;
+    struct sockaddr_storage sa = cl->listen_sa;
+    char host[INET6_ADDRSTRLEN] = "?";
+    ucs_status_t us;
+
+    if (sa.ss_family == AF_INET)
+        ((struct sockaddr_in *)&sa)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *)&sa)->sin6_port = 0;
+    memset(&lp, 0, sizeof(lp));
+    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = (const struct sockaddr *)&sa;
+    lp.sockaddr.addrlen = cl->listen_salen;
+    lp.conn_handler.cb = lane_on_conn;
+    lp.conn_handler.arg = ln;
+    if ((us = ucp_listener_create(ln->worker, &lp, &ln->listener)) != UCS_OK) {
+        ln->listener = NULL;
+        return us;
+    }
+    memset(&la, 0, sizeof(la));
+    la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    if ((us = ucp_listener_query(ln->listener, &la)) != UCS_OK)
+        return us;
+    if (la.sockaddr.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&la.sockaddr;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        snprintf(ln->where, sizeof(ln->where), "%s:%u", host, ntohs(in->sin_port));
+    } else {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&la.sockaddr;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        snprintf(ln->where, sizeof(ln->where), "[%s]:%u", host, ntohs(in6->sin6_port));
+    }
+    return UCS_OK;
+}
+
+/* n lane workers (each its thread's alone), their listeners, their
  * threads. */
 static kvd_status_t lanes_start(kvd_cluster_t *cl, uint32_t n, char *why, size_t why_len)
 {
-    ucp_worker_params_t wp;
-    ucp_am_handler_param_t hp;
     ucs_status_t us = UCS_OK;
 
     for (cl->nlanes = 0; cl->nlanes < n; cl->nlanes++) {
         lane_t *ln = &cl->lanes[cl->nlanes];
         ln->cl = cl;
-        pthread_mutex_init(&ln->lock, NULL);
-        memset(&wp, 0, sizeof(wp));
-        wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-        wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-        memset(&hp, 0, sizeof(hp));
-        hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                        UCP_AM_HANDLER_PARAM_FIELD_ARG;
-        hp.id = AM_BLOCK;
-        hp.cb = lane_on_block;
-        hp.arg = ln;
-        if ((us = ucp_worker_create(cl->ctx, &wp, &ln->worker)) != UCS_OK) {
-            ln->worker = NULL;
-            cl->nlanes++; /* its lock is destroyed below */
-            break;
-        }
-        if ((us = ucp_worker_get_efd(ln->worker, &ln->efd)) != UCS_OK ||
-            (us = ucp_worker_set_am_recv_handler(ln->worker, &hp)) != UCS_OK ||
-            (us = ucp_worker_get_address(ln->worker, &ln->addr, &ln->addr_len)) != UCS_OK) {
+        pthread_mutex_init(&ln->cmds.lock, NULL);
+        if ((us = worker_make(cl, &ln->worker, &ln->efd, AM_BLOCK, lane_on_block, ln)) !=
+                UCS_OK ||
+            (us = lane_listen(cl, ln)) != UCS_OK) {
             cl->nlanes++; /* freed below */
             break;
         }
@@ -2667,8 +2833,6 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
     kvd_cluster_t *cl = calloc(1, sizeof(*cl));
     ucp_params_t up;
     ucp_config_t *cfg = NULL;
-    ucp_worker_params_t wp;
-    ucp_am_handler_param_t hp;
     ucp_listener_params_t lp;
     ucs_status_t us;
     kvd_status_t st;
@@ -2704,23 +2868,8 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
         return KVD_EIO;
     }
     ucp_config_release(cfg);
-    memset(&wp, 0, sizeof(wp));
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-    if ((us = ucp_worker_create(cl->ctx, &wp, &cl->worker)) != UCS_OK ||
-        (us = ucp_worker_get_efd(cl->worker, &cl->efd)) != UCS_OK)
-        goto fail_ucx;
-    memset(&hp, 0, sizeof(hp));
-    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    hp.arg = cl;
-    hp.id = AM_CTRL;
-    hp.cb = on_ctrl;
-    if ((us = ucp_worker_set_am_recv_handler(cl->worker, &hp)) != UCS_OK)
-        goto fail_ucx;
-    hp.id = AM_BLOCK;
-    hp.cb = on_block;
-    if ((us = ucp_worker_set_am_recv_handler(cl->worker, &hp)) != UCS_OK)
+    if ((us = worker_make(cl, &cl->worker, &cl->efd, AM_CTRL, on_ctrl, cl)) != UCS_OK ||
+        (us = worker_handle(cl->worker, AM_BLOCK, on_block, cl)) != UCS_OK)
         goto fail_ucx;
     memset(&lp, 0, sizeof(lp));
     lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -2728,11 +2877,11 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
     lp.sockaddr.addrlen = cl->listen_salen;
     lp.conn_handler.cb = on_conn;
     lp.conn_handler.arg = cl;
-    pthread_mutex_init(&cl->ev_lock, NULL);
+    pthread_mutex_init(&cl->events.lock, NULL);
     if ((st = lanes_start(cl, lanes_wanted(o), why, why_len)) != KVD_OK) {
         ucp_worker_destroy(cl->worker);
         ucp_cleanup(cl->ctx);
-        pthread_mutex_destroy(&cl->ev_lock);
+        pthread_mutex_destroy(&cl->events.lock);
         free(cl);
         return st;
     }
@@ -2743,15 +2892,13 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
         ev_drain(cl); /* what a stranger's early connection may have queued */
         ucp_worker_destroy(cl->worker);
         ucp_cleanup(cl->ctx);
-        pthread_mutex_destroy(&cl->ev_lock);
+        pthread_mutex_destroy(&cl->events.lock);
         free(cl);
         return KVD_EIO;
     }
     uv_async_init(srv->loop, &cl->ev_async, on_events);
     cl->ev_async.data = cl;
-    pthread_mutex_lock(&cl->ev_lock);
-    cl->ev_open = 1;
-    pthread_mutex_unlock(&cl->ev_lock);
+    atomic_store(&cl->ev_open, 1);
     uv_async_send(&cl->ev_async); /* anything queued before it opened */
     uv_poll_init(srv->loop, &cl->poll, cl->efd);
     uv_prepare_init(srv->loop, &cl->prepare);
@@ -2810,9 +2957,7 @@ void kvd_cluster_close(kvd_cluster_t *cl)
     /* the lanes' threads go; what their workers still hold ends here */
     lanes_stop(cl);
     lanes_settle(cl);
-    pthread_mutex_lock(&cl->ev_lock);
-    cl->ev_open = 0;
-    pthread_mutex_unlock(&cl->ev_lock);
+    atomic_store(&cl->ev_open, 0); /* no thread left to post: lanes_stop joined them */
     uv_close((uv_handle_t *)&cl->ev_async, NULL);
     if (cl->listener) {
         ucp_listener_destroy(cl->listener);
@@ -2839,7 +2984,7 @@ void kvd_cluster_destroy(kvd_cluster_t **clp)
     ev_drain(cl);
     ucp_worker_destroy(cl->worker);
     ucp_cleanup(cl->ctx);
-    pthread_mutex_destroy(&cl->ev_lock);
+    pthread_mutex_destroy(&cl->events.lock);
     free(cl);
     *clp = NULL;
 }
