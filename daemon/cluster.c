@@ -29,10 +29,10 @@
  * worker is its thread's alone: the loop queues commands for it (send,
  * receive, release, connect, close: lane_cmd), and every callback there
  * only queues an event for the loop (ev_post), which keeps all the
- * bookkeeping.  (One worker shared by two threads, UCX_THREAD_MODE_MULTI,
- * made a pull 20 times slower on two cores: its lock, spun on by the
- * progressing thread.)  A block carries its fetch's random token and
- * lands only if it names a fetch of this daemon.
+ * bookkeeping (a worker shared by two threads, UCX_THREAD_MODE_MULTI,
+ * has the loop wait on a lock the progressing thread spins on).  A block
+ * carries its fetch's random token and lands only if it names a fetch of
+ * this daemon.
  *
  * Blocks.  A pull reserves a FILLING block in the local tier for each key
  * it asks a peer for, and the peer's block message lands there: in place
