@@ -419,8 +419,7 @@ static int same_addr(const struct sockaddr_storage *a, socklen_t al,
 
 typedef struct sendctx {
     lane_ev_t ev;            /* a block's send ended (first: the event is the context) */
-    lane_cmd_t cmd;          /* a block's send, for its lane */
-    lane_t *lane;            /* a block's lane, NULL for a control message */
+    lane_cmd_t cmd;          /* a block's send, for the lane of cmd.lep */
     ucs_status_t status;
     kvd_cluster_t *cl;
     void *buf;               /* a control message: freed when sent */
@@ -496,6 +495,50 @@ static int send_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg *m)
     sc->buf = buf;
     return am_send(cl, l, sc, buf, len);
 }
+
+/* ---- endpoints ------------------------------------------------------------------ */
+
+/* An endpoint of worker w to the listener at sa (UCX's client-server
+ * flow), its failures reported to cb(arg). */
+static ucs_status_t ep_connect(ucp_worker_h w, const struct sockaddr_storage *sa, socklen_t salen,
+                               ucp_err_handler_cb_t cb, void *arg, ucp_ep_h *ep)
+{
+    ucp_ep_params_t pr;
+
+    memset(&pr, 0, sizeof(pr));
+    pr.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    pr.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    pr.sockaddr.addr = (const struct sockaddr *)sa;
+    pr.sockaddr.addrlen = salen;
+    pr.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    pr.err_handler.cb = cb;
+    pr.err_handler.arg = arg;
+    return ucp_ep_create(w, &pr, ep);
+}
+
+/* An endpoint of worker w for a connection request its listener took. */
+static ucs_status_t ep_accept(ucp_worker_h w, ucp_conn_request_h req, ucp_err_handler_cb_t cb,
+                              void *arg, ucp_ep_h *ep)
+{
+    ucp_ep_params_t pr;
+
+    memset(&pr, 0, sizeof(pr));
+    pr.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    pr.conn_request = req;
+    pr.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    pr.err_handler.cb = cb;
+    pr.err_handler.arg = arg;
+    return ucp_ep_create(w, &pr, ep);
+}
+
+static void on_closed(void *request, ucs_status_t status, void *user_data);
+
+/* Close endpoint e forcibly, on the thread that owns its worker: what it
+ * carries ends at once, failed.  ln: the lane whose worker it is (which
+ * counts closes not yet ended), NULL for the loop's. */
+static void ep_close_now(struct lane *ln, ucp_ep_h e);
 
 /* ---- lanes ---------------------------------------------------------------------- */
 
@@ -603,11 +646,12 @@ static void on_lane_sent(void *request, ucs_status_t status, void *user_data)
     sendctx_t *sc = user_data;
 
     ucp_request_free(request);
-    sc->lane->outstanding--;
+    sc->cmd.lep->lane->outstanding--;
     lane_send_ended(sc, status);
 }
 
-/* Send a block (sc: its header, held block, lane) to a peer's lane lep. */
+/* Send a block (sc: its header, held block) to a peer's lane lep, from
+ * our lane that holds that endpoint. */
 static void lane_send(lane_ep_t *lep, sendctx_t *sc, const void *data, size_t len)
 {
     sc->cmd.op = LANE_SEND;
@@ -615,7 +659,7 @@ static void lane_send(lane_ep_t *lep, sendctx_t *sc, const void *data, size_t le
     sc->cmd.ctx = sc;
     sc->cmd.buf = (void *)data;
     sc->cmd.len = len;
-    lane_cmd(sc->lane, &sc->cmd);
+    lane_cmd(lep->lane, &sc->cmd);
 }
 
 typedef struct lane_ep_error {
@@ -631,16 +675,20 @@ static void link_drop(kvd_cluster_t *cl, struct link *l, const char *why);
 static void lane_ep_failed(kvd_cluster_t *cl, lane_ev_t *ev)
 {
     lane_ep_error_t *e = (lane_ep_error_t *)ev;
+    link_t *l;
+    uint32_t k = 0;
     char why[160];
 
-    for (link_t *l = cl->links; l != NULL; l = l->next)
-        for (uint32_t k = 0; k < l->nlanes; k++)
-            if (l->lane_ep[k] == e->lep && !l->closed) {
-                snprintf(why, sizeof(why), "lane %u failed: %s", k, ucs_status_string(e->status));
-                link_drop(cl, l, why);
-                free(e);
-                return;
-            }
+    for (l = cl->links; l != NULL; l = l->next) {
+        for (k = 0; k < l->nlanes && l->lane_ep[k] != e->lep; k++) {
+        }
+        if (k < l->nlanes && !l->closed)
+            break;
+    }
+    if (l != NULL) {
+        snprintf(why, sizeof(why), "lane %u failed: %s", k, ucs_status_string(e->status));
+        link_drop(cl, l, why);
+    }
     free(e);
 }
 
@@ -658,8 +706,6 @@ static void on_lane_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     ev_post(lep->lane->cl, &e->ev);
 }
 
-static void on_closed(void *request, ucs_status_t status, void *user_data);
-static void ep_close_now(lane_t *ln, ucp_ep_h e);
 static void on_lane_received(void *request, ucs_status_t status, size_t length, void *user_data);
 static void lane_receive_ended(void *rx, ucs_status_t status, size_t length);
 
@@ -701,18 +747,9 @@ static void lane_do(lane_t *ln, lane_cmd_t *c)
         ucp_am_data_release(ln->worker, c->desc);
         break;
     case LANE_CONNECT: {
-        ucp_ep_params_t ep;
-        ucs_status_t st;
-        memset(&ep, 0, sizeof(ep));
-        ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-        ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-        ep.sockaddr.addr = (const struct sockaddr *)&c->lep->sa;
-        ep.sockaddr.addrlen = c->lep->salen;
-        ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-        ep.err_handler.cb = on_lane_ep_error;
-        ep.err_handler.arg = c->lep;
-        if ((st = ucp_ep_create(ln->worker, &ep, &c->lep->ep)) != UCS_OK) {
+        ucs_status_t st = ep_connect(ln->worker, &c->lep->sa, c->lep->salen, on_lane_ep_error,
+                                     c->lep, &c->lep->ep);
+        if (st != UCS_OK) {
             c->lep->ep = NULL;
             on_lane_ep_error(c->lep, NULL, st);
         }
@@ -744,8 +781,6 @@ static unsigned lane_run_cmds(lane_t *ln)
     return count;
 }
 
-/* Close endpoint e of lane ln's worker forcibly (on the thread that owns
- * the worker): what it carries ends at once, failed. */
 static void ep_close_now(lane_t *ln, ucp_ep_h e)
 {
     ucp_request_param_t rp;
@@ -758,7 +793,7 @@ static void ep_close_now(lane_t *ln, ucp_ep_h e)
     rp.cb.send = on_closed;
     rp.user_data = ln;
     req = ucp_ep_close_nbx(e, &rp);
-    if (UCS_PTR_IS_PTR(req))
+    if (UCS_PTR_IS_PTR(req) && ln != NULL)
         ln->closing++; /* on_closed ends it */
 }
 
@@ -786,7 +821,6 @@ static void lane_on_conn(ucp_conn_request_h req, void *arg)
 {
     lane_t *ln = arg;
     ucp_conn_request_attr_t a;
-    ucp_ep_params_t ep;
     ucp_ep_h e;
 
     memset(&a, 0, sizeof(a));
@@ -806,14 +840,7 @@ static void lane_on_conn(ucp_conn_request_h req, void *arg)
         ln->in = in;
         ln->in_cap = cap;
     }
-    memset(&ep, 0, sizeof(ep));
-    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.conn_request = req;
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = lane_in_failed;
-    ep.err_handler.arg = ln;
-    if (ucp_ep_create(ln->worker, &ep, &e) == UCS_OK)
+    if (ep_accept(ln->worker, req, lane_in_failed, ln, &e) == UCS_OK)
         ln->in[ln->nin++] = e;
 }
 
@@ -908,18 +935,9 @@ static void link_forget(kvd_cluster_t *cl, link_t *l, const char *why)
  * free it. */
 static void link_close(link_t *l)
 {
-    ucp_request_param_t rp;
-    void *req;
-
-    memset(&rp, 0, sizeof(rp));
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
-                      UCP_OP_ATTR_FIELD_USER_DATA; /* NULL: no lane's */
-    rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    rp.cb.send = on_closed;
     if (!l->closed) {
         l->closed = 1;
-        req = ucp_ep_close_nbx(l->ep, &rp);
-        (void)req; /* NULL or an error: done; a request: freed by on_closed */
+        ep_close_now(NULL, l->ep);
     }
     for (uint32_t k = 0; k < l->nlanes; k++) /* the sends on them end, failed */
         lane_cmd_new(l->lane_ep[k]->lane, LANE_CLOSE, l->lane_ep[k], NULL);
@@ -970,7 +988,6 @@ static link_t *link_new(kvd_cluster_t *cl, int outbound)
 
 static void peer_connect(kvd_cluster_t *cl, peer_t *p)
 {
-    ucp_ep_params_t ep;
     link_t *l = link_new(cl, 1);
     Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
     Kvdock__Cluster__Hello h = KVDOCK__CLUSTER__HELLO__INIT;
@@ -978,19 +995,10 @@ static void peer_connect(kvd_cluster_t *cl, peer_t *p)
 
     if (l == NULL)
         return;
-    memset(&ep, 0, sizeof(ep));
-    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep.sockaddr.addr = (const struct sockaddr *)&p->sa;
-    ep.sockaddr.addrlen = p->salen;
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = on_ep_error;
-    ep.err_handler.arg = cl;
     l->peer = p;
     p->link = l;
     peer_set(cl, p, p->state == PEER_REFUSED ? PEER_REFUSED : PEER_CONNECTING, NULL);
-    if ((st = ucp_ep_create(cl->worker, &ep, &l->ep)) != UCS_OK) {
+    if ((st = ep_connect(cl->worker, &p->sa, p->salen, on_ep_error, cl, &l->ep)) != UCS_OK) {
         char why[160];
         l->closed = 1;
         snprintf(why, sizeof(why), "cannot connect: %s", ucs_status_string(st));
@@ -1177,7 +1185,6 @@ static void on_conn(ucp_conn_request_h req, void *arg)
 {
     kvd_cluster_t *cl = arg;
     ucp_conn_request_attr_t a;
-    ucp_ep_params_t ep;
     link_t *l;
     char from[64] = "?";
 
@@ -1227,14 +1234,7 @@ static void on_conn(ucp_conn_request_h req, void *arg)
     }
     cl->ninbound++;
     snprintf(l->from, sizeof(l->from), "%s", from);
-    memset(&ep, 0, sizeof(ep));
-    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.conn_request = req;
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = on_ep_error;
-    ep.err_handler.arg = cl;
-    if (ucp_ep_create(cl->worker, &ep, &l->ep) != UCS_OK) {
+    if (ep_accept(cl->worker, req, on_ep_error, cl, &l->ep) != UCS_OK) {
         l->closed = 1;
         link_drop(cl, l, "cannot accept");
     }
@@ -1325,9 +1325,7 @@ static void answer_fetch(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Fe
         sc->hdr[0] = f->id;
         sc->hdr[1] = i;
         sc->hdr[2] = f->token;
-        /* block i to the fetcher's lane i % n, from our lane that holds
-         * the endpoint to it */
-        sc->lane = &cl->lanes[(i % l->nlanes) % cl->nlanes];
+        /* block i to the fetcher's lane i % n */
         lane_send(l->lane_ep[i % l->nlanes], sc, kvd_cache_block_bytes(&k->store, id),
                   k->store.block_bytes);
         sent++;
@@ -2652,19 +2650,23 @@ static void lanes_stop(kvd_cluster_t *cl)
     }
 }
 
+/* With its thread stopped: no more peers' lanes into lane ln. */
+static void lane_shut(lane_t *ln)
+{
+    if (ln->listener != NULL)
+        ucp_listener_destroy(ln->listener);
+    ln->listener = NULL;
+    while (ln->nin > 0)
+        ep_close_now(ln, ln->in[--ln->nin]);
+}
+
 /* With the threads stopped: do the lanes' last commands and progress
  * their workers from here until nothing moves, running what that hands
  * the loop. */
 static void lanes_settle(kvd_cluster_t *cl)
 {
-    for (uint32_t k = 0; k < cl->nlanes; k++) { /* no more peers' lanes in */
-        lane_t *ln = &cl->lanes[k];
-        if (ln->listener != NULL)
-            ucp_listener_destroy(ln->listener);
-        ln->listener = NULL;
-        while (ln->nin > 0)
-            ep_close_now(ln, ln->in[--ln->nin]);
-    }
+    for (uint32_t k = 0; k < cl->nlanes; k++)
+        lane_shut(&cl->lanes[k]);
     /* until every transfer and close has ended and handed back what it
      * held (the caches it names go right after), or 2 s have passed */
     for (uint64_t end = kvd_now_ns() + 2000000000ull; kvd_now_ns() < end;) {
@@ -2691,10 +2693,7 @@ static void lanes_free(kvd_cluster_t *cl)
             if (((lane_cmd_t *)n)->owned)
                 free(n);
         }
-        if (ln->listener != NULL)
-            ucp_listener_destroy(ln->listener);
-        for (uint32_t i = 0; i < ln->nin; i++)
-            ep_close_now(ln, ln->in[i]);
+        lane_shut(ln);
         free(ln->in);
         if (ln->worker != NULL)
             ucp_worker_destroy(ln->worker);
@@ -2748,14 +2747,12 @@ static ucs_status_t lane_listen(kvd_cluster_t *cl, lane_t *ln)
 {
     ucp_listener_params_t lp;
     ucp_listener_attr_t la;
-    struct sockaddr_storage sa = cl->listen_sa;
-    char host[INET6_ADDRSTRLEN] = "?";
+    struct sockaddr_storage sa = cl->listen_sa; /* IPv4: usable_family saw to it */
+    const struct sockaddr_in *in = (const struct sockaddr_in *)&la.sockaddr;
+    char host[INET_ADDRSTRLEN] = "?";
     ucs_status_t us;
 
-    if (sa.ss_family == AF_INET)
-        ((struct sockaddr_in *)&sa)->sin_port = 0;
-    else
-        ((struct sockaddr_in6 *)&sa)->sin6_port = 0;
+    ((struct sockaddr_in *)&sa)->sin_port = 0;
     memset(&lp, 0, sizeof(lp));
     lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
     lp.sockaddr.addr = (const struct sockaddr *)&sa;
@@ -2770,15 +2767,8 @@ static ucs_status_t lane_listen(kvd_cluster_t *cl, lane_t *ln)
     la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
     if ((us = ucp_listener_query(ln->listener, &la)) != UCS_OK)
         return us;
-    if (la.sockaddr.ss_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)&la.sockaddr;
-        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-        snprintf(ln->where, sizeof(ln->where), "%s:%u", host, ntohs(in->sin_port));
-    } else {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&la.sockaddr;
-        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-        snprintf(ln->where, sizeof(ln->where), "[%s]:%u", host, ntohs(in6->sin6_port));
-    }
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    snprintf(ln->where, sizeof(ln->where), "%s:%u", host, ntohs(in->sin_port));
     return UCS_OK;
 }
 

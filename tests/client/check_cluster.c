@@ -1309,17 +1309,21 @@ START_TEST(test_hostile_after_proof)
     ck_assert_int_eq(rawpeer_hello(rp, 1), 0);
     expect_refused(rp, "bad hello");
 
-    /* lanes that are none, or too many: closed */
+    /* lanes that are none, too many, not HOST:PORT, or too long: closed */
     {
         Kvdock__Cluster__Lanes ln = KVDOCK__CLUSTER__LANES__INIT;
         ProtobufCBinaryData addr[9];
+        static const char not_host_port[] = "no port here", too_long[] =
+            "127.0.0.1:1234567890123456789012345678901234567890123456789012345";
         for (int i = 0; i < 9; i++)
-            addr[i] = (ProtobufCBinaryData){8, junk};
-        for (int bad = 0; bad < 2; bad++) {
+            addr[i] = (ProtobufCBinaryData){sizeof(not_host_port) - 1, (uint8_t *)not_host_port};
+        for (int bad = 0; bad < 4; bad++) {
             rp = peer_to(&nodes[0]);
             ck_assert_msg(rawpeer_auth(rp, SECRET) == 0, "the secret's proof was not welcomed");
-            ln.n_address = bad ? 9 : 0;
+            ln.n_address = bad == 0 ? 0 : bad == 1 ? 9 : 1;
             ln.address = addr;
+            if (bad == 3) /* 65 bytes: past what a HOST:PORT may take */
+                addr[0] = (ProtobufCBinaryData){sizeof(too_long) - 1, (uint8_t *)too_long};
             m.m_case = KVDOCK__CLUSTER__MSG__M_LANES;
             m.lanes = &ln;
             ck_assert_int_eq(rawpeer_send_msg(rp, &m), 0);
