@@ -639,7 +639,32 @@ uint32_t kvd_cache_lookup(kvd_cache_store_t *c, const uint8_t *const *keys, cons
 
 static int evictable(const kvd_cblock_t *b)
 {
-    return b->state == KVD_CBLOCK_READY && b->holds == 0 && b->children == 0;
+    return b->state == KVD_CBLOCK_READY && b->holds == 0 && b->first_child == 0;
+}
+
+/* Link id into its parent's list of children / take it out. */
+static void child_link(kvd_cache_store_t *c, uint32_t parent, uint32_t id)
+{
+    kvd_cblock_t *p = B(c, parent), *b = B(c, id);
+
+    b->prev_sibling = 0;
+    b->next_sibling = p->first_child;
+    if (p->first_child)
+        B(c, p->first_child - 1)->prev_sibling = id + 1;
+    p->first_child = id + 1;
+}
+
+static void child_unlink(kvd_cache_store_t *c, uint32_t parent, uint32_t id)
+{
+    kvd_cblock_t *b = B(c, id);
+
+    if (b->prev_sibling)
+        B(c, b->prev_sibling - 1)->next_sibling = b->next_sibling;
+    else
+        B(c, parent)->first_child = b->next_sibling;
+    if (b->next_sibling)
+        B(c, b->next_sibling - 1)->prev_sibling = b->prev_sibling;
+    b->prev_sibling = b->next_sibling = 0;
 }
 
 /* Take block id out of the index and give it back to the free list; then
@@ -657,12 +682,14 @@ static void release_block(kvd_cache_store_t *c, uint32_t id)
         }
         if (b->state == KVD_CBLOCK_READY)
             c->ready--;
+        if (parent)
+            child_unlink(c, parent - 1, id);
         memset(b, 0, sizeof(*b));
         c->free_ids[c->nfree++] = id;
         if (!parent)
             return;
         p = B(c, parent - 1);
-        if (--p->children > 0)
+        if (p->first_child)
             return;
         if (p->state != KVD_CBLOCK_DEAD || p->holds > 0) {
             if (evictable(p) && !p->in_lru)
@@ -719,7 +746,7 @@ kvd_status_t kvd_cache_reserve(kvd_cache_store_t *c, uint32_t parent, const uint
     b->holds = 1;
     if (parent != KVD_CBLOCK_NONE) {
         b->parent = parent + 1;
-        B(c, parent)->children++;
+        child_link(c, parent, id);
     }
     *slot_of(c, key, klen) = (key_hash(c->seed, key, klen) >> 32) << 32 | ((uint64_t)id + 1);
     c->indexed++;
@@ -747,7 +774,7 @@ void kvd_cache_abort(kvd_cache_store_t *c, uint32_t id)
 
     if (b->holds > 0)
         b->holds--;
-    if (b->holds == 0 && b->children == 0) {
+    if (b->holds == 0 && b->first_child == 0) {
         release_block(c, id);
         return;
     }
@@ -774,66 +801,62 @@ void kvd_cache_unhold(kvd_cache_store_t *c, uint32_t id)
         return;
     if (b->state == KVD_CBLOCK_READY)
         lru_insert(c, id, 1); /* just used */
-    else if (b->state == KVD_CBLOCK_DEAD && b->children == 0)
+    else if (b->state == KVD_CBLOCK_DEAD && b->first_child == 0)
         release_block(c, id);
 }
 
 /* ---- explicit eviction ------------------------------------------------------------ */
 
-/* The subtree under root: one pass that collects each block's children,
- * then a walk from root; all of it goes, or nothing when a part is held. */
+/* The next block of root's subtree after id in preorder, or
+ * KVD_CBLOCK_NONE: down to a child, else across to a sibling, else up
+ * until an ancestor (below root) has one.  No memory beyond the links. */
+static uint32_t subtree_next(const kvd_cache_store_t *c, uint32_t root, uint32_t id)
+{
+    const kvd_cblock_t *b = B(c, id);
+
+    if (b->first_child)
+        return b->first_child - 1;
+    while (id != root) {
+        b = B(c, id);
+        if (b->next_sibling)
+            return b->next_sibling - 1;
+        id = b->parent - 1;
+    }
+    return KVD_CBLOCK_NONE;
+}
+
+/* The subtree under root goes whole, or nothing when a part of it is held
+ * or filling: one walk to check, one to release leaves first. */
 kvd_status_t kvd_cache_evict_key(kvd_cache_store_t *c, const uint8_t *key, size_t klen,
                                  uint32_t *evicted)
 {
-    uint32_t root = kvd_cache_find(c, key, klen), per = 1u << c->slab_shift, s, i, n = 0;
-    uint32_t *first, *next, *order, head, tail;
-    uint64_t ids = (uint64_t)c->nslabs_max << c->slab_shift;
-    kvd_status_t st = KVD_OK;
+    uint32_t root = kvd_cache_find(c, key, klen), id, n = 0;
 
     *evicted = 0;
     if (root == KVD_CBLOCK_NONE)
         return KVD_ENOENT;
-    first = malloc(ids * sizeof(*first));
-    next = malloc(ids * sizeof(*next));
-    order = malloc(ids * sizeof(*order));
-    if (first == NULL || next == NULL || order == NULL) {
-        free(first);
-        free(next);
-        free(order);
-        return KVD_ENOMEM;
-    }
-    memset(first, 0xff, ids * sizeof(*first));
-    for (s = 0; s < c->nslabs_max; s++)
-        for (i = 0; c->slabs[s].ptr != NULL && i < c->slabs[s].nblocks; i++) {
-            const kvd_cblock_t *b = &c->slabs[s].blocks[i];
-            uint32_t id = s * per + i;
-            if (b->state != KVD_CBLOCK_FREE && b->parent) {
-                next[id] = first[b->parent - 1];
-                first[b->parent - 1] = id;
-            }
-        }
-    /* breadth first from root: parents before children */
-    order[0] = root;
-    for (head = 0, tail = 1; head < tail; head++)
-        for (i = first[order[head]]; i != UINT32_MAX; i = next[i])
-            order[tail++] = i;
-    for (i = 0; i < tail; i++) {
-        const kvd_cblock_t *b = B(c, order[i]);
+    for (id = root; id != KVD_CBLOCK_NONE; id = subtree_next(c, root, id)) {
+        const kvd_cblock_t *b = B(c, id);
         if (b->holds > 0 || b->state != KVD_CBLOCK_READY)
-            st = KVD_EBUSY;
+            return KVD_EBUSY;
     }
-    if (st == KVD_OK) {
-        for (i = tail; i-- > 0;) { /* children first */
-            release_block(c, order[i]);
-            n++;
+    for (id = root;;) {
+        uint32_t parent;
+
+        while (B(c, id)->first_child) /* down to a leaf */
+            id = B(c, id)->first_child - 1;
+        parent = B(c, id)->parent;
+        n++;
+        if (id == root) {
+            release_block(c, id); /* may release a dead parent above too */
+            break;
         }
-        c->n.evictions += n;
-        *evicted = n;
+        release_block(c, id);
+        id = parent - 1; /* on from there: each block is met twice at most */
     }
-    free(first);
-    free(next);
-    free(order);
-    return st;
+    c->n.evictions += n;
+    *evicted = n;
+    return KVD_OK;
 }
 
 uint32_t kvd_cache_clear(kvd_cache_store_t *c)

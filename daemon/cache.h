@@ -52,12 +52,16 @@ typedef struct kvd_cache_layout {
     char dtype[16];            /* a label, compared exactly */
 } kvd_cache_layout_t;
 
-/* One block's entry: 88 bytes. */
+/* One block's entry: 96 bytes.  Its children (the blocks whose parent it
+ * is) form a list through first_child and the siblings' links, so that
+ * the subtree under a block is walked in time of its size. */
 typedef struct kvd_cblock {
     uint32_t parent;   /* id + 1 of the block before it in its chain; 0: none */
     uint32_t lru_prev; /* id + 1 towards the most recently used; 0: none */
     uint32_t lru_next; /* id + 1 towards the least recently used */
-    uint32_t children; /* blocks whose parent it is */
+    uint32_t first_child;  /* id + 1 of one of its children; 0: none */
+    uint32_t next_sibling; /* id + 1 of the parent's next child; 0: none */
+    uint32_t prev_sibling; /* id + 1 of the parent's previous child; 0: none */
     uint32_t holds;    /* leases, loads reading it, the save writing it */
     uint8_t state;     /* enum kvd_cblock_state */
     uint8_t in_lru;
@@ -182,7 +186,8 @@ void kvd_cache_touch(kvd_cache_store_t *c, uint32_t id);
 
 /* Evict the blocks of key and every block after it in any chain;
  * *evicted counts them.  KVD_EBUSY (nothing changed) when one of them is
- * held or filling; KVD_ENOENT when key is not there. */
+ * held or filling; KVD_ENOENT when key is not there.  Time and memory:
+ * the size of that subtree, whatever the cache holds. */
 kvd_status_t kvd_cache_evict_key(kvd_cache_store_t *c, const uint8_t *key, size_t klen,
                                  uint32_t *evicted);
 /* Evict every block nothing holds (children before parents) and give back
