@@ -160,12 +160,13 @@ static kvd_status_t table_room(kvd_cache_store_t *c, char *why, size_t why_len)
 
     if ((uint64_t)(c->indexed + 1) * 2 <= size)
         return KVD_OK;
-    st = kvd_hostmem_reserve(c->hostmem, KVD_HM_CACHE, size * sizeof(uint64_t), why, why_len);
+    st = kvd_hostmem_reserve(c->hostmem, KVD_HM_CACHE_INDEX, size * sizeof(uint64_t), why,
+                             why_len);
     if (st != KVD_OK)
         return st;
     n = zalloc(nsize * sizeof(*n));
     if (n == NULL) {
-        kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, size * sizeof(uint64_t));
+        kvd_hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, size * sizeof(uint64_t));
         snprintf(why, why_len, "out of memory for the cache's index");
         return KVD_ENOMEM;
     }
@@ -273,6 +274,7 @@ struct kvd_cache_ahead {
     kvd_hostmem_t *hm;
     kvd_cache_mem_t mem;
     uint64_t held; /* bytes and entries of nblocks */
+    uint64_t data; /* of held, the blocks' bytes (the rest: their entries) */
     uint32_t nblocks;
     int ready;
     void *ptr, *handle;
@@ -297,6 +299,28 @@ static uint64_t slab_held(const kvd_cache_store_t *c, uint32_t n)
     return (uint64_t)n * (c->block_bytes + sizeof(kvd_cblock_t) + sizeof(uint32_t));
 }
 
+/* A slab's part of the budget: its blocks' bytes as "cache", their
+ * entries and free-list room (held - data) as "cache-index"; both or
+ * neither. */
+static kvd_status_t slab_reserve(kvd_hostmem_t *hm, uint64_t held, uint64_t data, char *why,
+                                 size_t why_len)
+{
+    kvd_status_t st = kvd_hostmem_reserve(hm, KVD_HM_CACHE, data, why, why_len);
+
+    if (st != KVD_OK)
+        return st;
+    st = kvd_hostmem_reserve(hm, KVD_HM_CACHE_INDEX, held - data, why, why_len);
+    if (st != KVD_OK)
+        kvd_hostmem_release(hm, KVD_HM_CACHE, data);
+    return st;
+}
+
+static void slab_unreserve(kvd_hostmem_t *hm, uint64_t held, uint64_t data)
+{
+    kvd_hostmem_release(hm, KVD_HM_CACHE, data);
+    kvd_hostmem_release(hm, KVD_HM_CACHE_INDEX, held - data);
+}
+
 /* Let go of the slab allocated ahead: freed now if ready, else when its
  * allocation ends. */
 static void ahead_drop(kvd_cache_store_t *c)
@@ -312,7 +336,7 @@ static void ahead_drop(kvd_cache_store_t *c)
         return;
     }
     a->mem.free(a->mem.ctx, a->handle);
-    kvd_hostmem_release(a->hm, KVD_HM_CACHE, a->held);
+    slab_unreserve(a->hm, a->held, a->data);
     free(a);
 }
 
@@ -324,7 +348,7 @@ static void ahead_done(void *arg, kvd_status_t st, void *ptr, void *handle)
     if (c == NULL || st != KVD_OK) {
         if (st == KVD_OK)
             a->mem.free(a->mem.ctx, handle);
-        kvd_hostmem_release(a->hm, KVD_HM_CACHE, a->held);
+        slab_unreserve(a->hm, a->held, a->data);
         if (c != NULL) { /* it failed: the next slab is made when needed */
             c->held_bytes -= a->held;
             c->ahead = NULL;
@@ -357,7 +381,8 @@ static void slab_ahead(kvd_cache_store_t *c)
     a->mem = c->mem;
     a->nblocks = n;
     a->held = slab_held(c, n);
-    if (kvd_hostmem_reserve(c->hostmem, KVD_HM_CACHE, a->held, why, sizeof(why)) != KVD_OK) {
+    a->data = (uint64_t)n * c->block_bytes;
+    if (slab_reserve(c->hostmem, a->held, a->data, why, sizeof(why)) != KVD_OK) {
         free(a);
         return;
     }
@@ -366,7 +391,7 @@ static void slab_ahead(kvd_cache_store_t *c)
     if (c->mem.alloc_ahead(c->mem.ctx, (uint64_t)n * c->block_bytes, ahead_done, a) != KVD_OK) {
         c->ahead = NULL;
         c->held_bytes -= a->held;
-        kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, a->held);
+        slab_unreserve(c->hostmem, a->held, a->data);
         free(a);
     }
 }
@@ -392,8 +417,7 @@ static kvd_status_t slab_add(kvd_cache_store_t *c, char *why, size_t why_len)
     bytes = (uint64_t)n * c->block_bytes;
     held = slab_held(c, n);
     /* its budget is reserved already when it was allocated ahead */
-    if (a == NULL && (st = kvd_hostmem_reserve(c->hostmem, KVD_HM_CACHE, held, why, why_len)) !=
-                         KVD_OK)
+    if (a == NULL && (st = slab_reserve(c->hostmem, held, bytes, why, why_len)) != KVD_OK)
         return st;
     /* room for every block of every slab: clearing or evicting a subtree
      * frees many at once */
@@ -407,7 +431,7 @@ static kvd_status_t slab_add(kvd_cache_store_t *c, char *why, size_t why_len)
         zfree(sl->blocks, (size_t)n * sizeof(kvd_cblock_t));
         sl->blocks = NULL;
         if (a == NULL)
-            kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, held);
+            slab_unreserve(c->hostmem, held, bytes);
         snprintf(why, why_len, "out of memory for a slab's entries");
         return KVD_ENOMEM;
     }
@@ -421,7 +445,7 @@ static kvd_status_t slab_add(kvd_cache_store_t *c, char *why, size_t why_len)
         zfree(sl->blocks, (size_t)n * sizeof(kvd_cblock_t));
         sl->blocks = NULL;
         sl->ptr = NULL;
-        kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, held);
+        slab_unreserve(c->hostmem, held, bytes);
         return st;
     } else {
         c->held_bytes += held;
@@ -440,13 +464,14 @@ static kvd_status_t slab_add(kvd_cache_store_t *c, char *why, size_t why_len)
 static void slab_free(kvd_cache_store_t *c, uint32_t s)
 {
     kvd_cache_slab_t *sl = &c->slabs[s];
-    uint64_t held = slab_held(c, sl->nblocks);
+    uint32_t n = sl->nblocks;
+    uint64_t held = slab_held(c, n);
 
     c->mem.free(c->mem.ctx, sl->handle);
     zfree(sl->blocks, (size_t)sl->nblocks * sizeof(kvd_cblock_t));
     memset(sl, 0, sizeof(*sl));
     c->nslabs--;
-    kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, held);
+    slab_unreserve(c->hostmem, held, (uint64_t)n * c->block_bytes);
     c->held_bytes -= held;
 }
 
@@ -503,7 +528,7 @@ kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_cache_layout_t
         return KVD_ENOMEM;
     }
     c->table_mask = TABLE_MIN - 1;
-    st = kvd_hostmem_reserve(hm, KVD_HM_CACHE, TABLE_MIN * sizeof(uint64_t), why, why_len);
+    st = kvd_hostmem_reserve(hm, KVD_HM_CACHE_INDEX, TABLE_MIN * sizeof(uint64_t), why, why_len);
     if (st != KVD_OK) {
         free(c->slabs);
         free(c->table);
@@ -521,7 +546,7 @@ void kvd_cache_store_deinit(kvd_cache_store_t *c)
     for (s = 0; s < c->nslabs_max; s++)
         if (c->slabs[s].ptr != NULL)
             slab_free(c, s);
-    kvd_hostmem_release(c->hostmem, KVD_HM_CACHE, c->held_bytes);
+    kvd_hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, c->held_bytes); /* the table */
     free(c->slabs);
     zfree(c->table, (c->table_mask + 1) * sizeof(*c->table));
     free(c->free_ids);
@@ -534,7 +559,7 @@ void kvd_cache_store_deinit(kvd_cache_store_t *c)
  * most recently used, then the others in order.  A chain used before as a
  * whole already lies in that order in the list: then it moves as one
  * piece, whatever its length. */
-static void touch_chain(kvd_cache_store_t *c, const uint32_t *ids, uint32_t n)
+void kvd_cache_touch_chain(kvd_cache_store_t *c, const uint32_t *ids, uint32_t n)
 {
     uint32_t i, first, last;
     kvd_cblock_t *f, *l;
@@ -628,7 +653,7 @@ uint32_t kvd_cache_lookup(kvd_cache_store_t *c, const uint8_t *const *keys, cons
         hit++;
     }
     if (touch && ids != NULL)
-        touch_chain(c, ids, hit);
+        kvd_cache_touch_chain(c, ids, hit);
     else if (touch) /* the last first: parents stay more recent than children */
         for (i = hit; i-- > 0;)
             kvd_cache_touch(c, kvd_cache_find(c, keys[i], lens[i]));

@@ -181,6 +181,9 @@ void kvd_cache_abort(kvd_cache_store_t *c, uint32_t id);
  * last block to its first, so that parents stay more recent. */
 void kvd_cache_hold(kvd_cache_store_t *c, uint32_t id);
 void kvd_cache_unhold(kvd_cache_store_t *c, uint32_t id);
+/* Touch the ready blocks ids[0..n) of a chain, ids[0] its first, as a
+ * lookup that found them does. */
+void kvd_cache_touch_chain(kvd_cache_store_t *c, const uint32_t *ids, uint32_t n);
 /* Refresh a ready block's recency (a skipped save, a lookup). */
 void kvd_cache_touch(kvd_cache_store_t *c, uint32_t id);
 

@@ -39,6 +39,7 @@ typedef struct kvd_lease {
     uint32_t *ids;    /* its blocks, in chain order (held) */
     uint32_t n;
     uint64_t expires_ns;
+    kvd_conn_t *conn; /* charged with lease bytes: the one that took it */
     struct kvd_lease *next; /* the connection's */
 } kvd_lease_t;
 

@@ -75,6 +75,7 @@ struct kvd_conn {
     kvd_owner_t owner;
     struct kvd_lease *leases; /* cache leases it holds (caches.h) */
     uint32_t nleases;
+    uint64_t held; /* bytes of leases and requests charged to it (account.h) */
     kvd_conn_t *next, *prev;
     kvd_conn_t *ready_next;
     int in_ready;

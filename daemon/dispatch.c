@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "account.h"
 #include "cluster.h"
 #include "log.h"
 
@@ -18,6 +19,10 @@ const kvd_op_def_t kvd__op_table[] = {
 #undef KVD_OP_ROW_
 };
 const size_t kvd__op_count = sizeof(kvd__op_table) / sizeof(kvd__op_table[0]);
+
+/* Packed numeric fields other than index arrays (scales, uids, events)
+ * decode within this much even with --max-inline-bytes 0. */
+#define MIN_PACKED_BYTES (64u << 10)
 
 const char *kvd__op_row_name(size_t i)
 {
@@ -46,20 +51,7 @@ kvd_status_t kvd__req_fail(kvd_req_t *r, kvd_status_t st, const char *fmt, ...)
 
 void *kvd__req_alloc(kvd_req_t *r, size_t bytes)
 {
-    void *p;
-
-    if (r->nallocs == r->capallocs) {
-        size_t cap = r->capallocs ? r->capallocs * 2 : 8;
-        void **a = realloc(r->allocs, cap * sizeof(*a));
-        if (a == NULL)
-            return NULL;
-        r->allocs = a;
-        r->capallocs = cap;
-    }
-    p = calloc(1, bytes ? bytes : 1);
-    if (p != NULL)
-        r->allocs[r->nallocs++] = p;
-    return p;
+    return kvd__arena_alloc(r->arena, bytes);
 }
 
 static void send_and_count(kvd_conn_t *c, Kvdock__Response *resp, size_t op_index,
@@ -136,20 +128,56 @@ static int dispatch(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds,
                     uint64_t t_start_ns, const struct kvd_cluster_answer *answer)
 {
     kvd_server_t *srv = c->srv;
+    kvd_wire_limits_t lim = {KVD_MAX_REPEATED, srv->opts.max_inline_bytes};
     Kvdock__Request *req;
     kvd_req_t r;
     const kvd_op_def_t *op;
     kvd_status_t st;
-    char field[128];
+    kvd_arena_t arena;
+    ProtobufCAllocator pa;
+    uint64_t need, id;
+    char field[128], why[200];
     int i;
 
-    req = kvdock__request__unpack(NULL, len, payload);
-    if (req == NULL) {
+    /* Measured from the wire before anything is allocated for it: a
+     * repeated field past its limit is refused here, and the decoder
+     * allocates from an arena charged to the client, capped at the
+     * measure. */
+    if (lim.max_packed_bytes < MIN_PACKED_BYTES)
+        lim.max_packed_bytes = MIN_PACKED_BYTES;
+    st = kvd__wire_measure(&kvdock__request__descriptor, payload, len, &lim, &need, &id, why,
+                           sizeof(why));
+    if (st == KVD_OK) {
+        kvd__arena_init(&arena, c);
+        arena.cap = need;
+        kvd__arena_pb_allocator(&arena, &pa);
+        req = kvdock__request__unpack(&pa, len, payload);
+        if (req == NULL && arena.refusal != KVD_OK) {
+            st = arena.refusal;
+            snprintf(why, sizeof(why), "%s", arena.why);
+            if (st == KVD_EINTERNAL)
+                kvd_log(KVD_LOG_WARN, "event=decode_past_measure client=%" PRIu64 " bytes=%zu "
+                        "measure=%" PRIu64, c->id, len, need);
+        } else if (req == NULL) {
+            st = KVD_EPROTO;
+        }
+        if (req == NULL)
+            kvd__arena_deinit(&arena);
+    }
+    if (st != KVD_OK) {
         for (i = 0; i < nfds; i++)
             close(fds[i]);
-        kvd__reply_error(c, 0, KVD_EPROTO, "request frame does not decode");
-        return -1;
+        if (st == KVD_EPROTO) {
+            kvd__reply_error(c, 0, KVD_EPROTO, "request frame does not decode");
+            return -1;
+        }
+        /* well framed, but refused whole: the connection goes on */
+        if (answer == NULL)
+            c->requests++;
+        kvd__reply_error(c, id, st, why);
+        return 0;
     }
+    arena.cap = UINT64_MAX; /* the handler's allocations: charged as they come */
     if (answer == NULL)
         c->requests++;
 
@@ -157,6 +185,7 @@ static int dispatch(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds,
     r.srv = srv;
     r.conn = c;
     r.req = req;
+    r.arena = &arena;
     r.fds = fds;
     r.nfds = nfds;
     r.t_start_ns = t_start_ns;
@@ -183,6 +212,11 @@ static int dispatch(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds,
         st = precheck(&r, op);
         if (st == KVD_OK)
             st = op->handler(&r);
+        if (st != KVD_OK && arena.refusal != KVD_OK) {
+            /* what failed was memory for the request: say which limit */
+            st = arena.refusal;
+            snprintf(r.msg, sizeof(r.msg), "%s", arena.why);
+        }
     }
 
     for (i = 0; i < nfds; i++)
@@ -212,10 +246,7 @@ static int dispatch(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds,
         send_and_count(c, &r.resp, r.op_index, r.t_start_ns, 0, r.reply_fds,
                        r.n_reply_fds);
     }
-    kvdock__request__free_unpacked(req, NULL);
-    for (size_t k = 0; k < r.nallocs; k++)
-        free(r.allocs[k]);
-    free(r.allocs);
+    kvd__arena_deinit(&arena); /* the request and every allocation of its handler */
     if (r.close_after)
         kvd_conn_close_after_flush(c, "closed after error reply");
     return 0;

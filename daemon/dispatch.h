@@ -48,8 +48,8 @@ struct kvd_req {
     int reply_fds[2];      /* descriptors to send with the reply (not owned) */
     int n_reply_fds;
     int close_after;       /* close the connection once the reply is out */
-    void **allocs;         /* freed once the reply is packed */
-    size_t nallocs, capallocs;
+    struct kvd_arena *arena; /* the request's memory (account.h), gone once the
+                              * reply is packed */
 };
 
 /* The table. */
@@ -80,7 +80,8 @@ void kvd__reply_deferred(kvd_conn_t *c, uint64_t id, size_t op_index, uint64_t t
 kvd_status_t kvd__req_fail(kvd_req_t *r, kvd_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* calloc'd memory freed with the request (after the reply is packed). */
+/* Zeroed memory freed with the request (after the reply is packed),
+ * charged to the client (account.h); NULL past its limits. */
 void *kvd__req_alloc(kvd_req_t *r, size_t bytes);
 
 /* Would bytes more of pools or buffers pass this client's or the daemon's

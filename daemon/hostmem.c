@@ -14,8 +14,8 @@
  * the very last pages would push the kernel into reclaim for everyone. */
 #define AVAIL_MARGIN_MAX (1ull << 30)
 
-static const char *const kind_names[KVD_HM_COUNT] = {"pools", "buffers", "staging", "sockets",
-                                                     "cache"};
+static const char *const kind_names[KVD_HM_COUNT] = {
+    "pools", "buffers", "staging", "sockets", "cache", "cache-index", "leases", "requests"};
 
 const char *kvd_hostmem_kind_name(int kind)
 {

@@ -1,7 +1,8 @@
 /*
  * The host-memory budget.  Every byte of host memory the daemon reserves
  * for its clients (host pools and buffers, pinned staging, socket buffers
- * past each connection's first read chunk, the cache tier's slabs) is
+ * past each connection's first read chunk, the cache tier's slabs and
+ * index, leases, the memory of decoding and handling requests) is
  * counted here by kind and checked before it is reserved: against the
  * budget (--host-memory-budget), against the kind's own cap, and, for
  * reservations of a megabyte or more, against the memory the kernel says
@@ -21,12 +22,16 @@
 #include "kvdock/status.h"
 
 typedef enum kvd_hostmem_kind {
-    KVD_HM_POOLS = 0,   /* daemon-owned host pools */
-    KVD_HM_BUFFERS = 1, /* registered host buffers */
-    KVD_HM_STAGING = 2, /* operand staging (pinned on cuda) */
-    KVD_HM_SOCKETS = 3, /* receive buffers and write queues */
-    KVD_HM_CACHE = 4,   /* the cache tier's slabs */
-    KVD_HM_COUNT = 5,
+    KVD_HM_POOLS = 0,    /* daemon-owned host pools */
+    KVD_HM_BUFFERS = 1,  /* registered host buffers */
+    KVD_HM_STAGING = 2,  /* operand staging (pinned on cuda) */
+    KVD_HM_SOCKETS = 3,  /* receive buffers and write queues */
+    KVD_HM_CACHE = 4,    /* the cache tier's slabs: the blocks' bytes */
+    KVD_HM_CACHE_INDEX = 5, /* the cache tier's entries, free lists and tables */
+    KVD_HM_LEASES = 6,   /* cache leases clients hold */
+    KVD_HM_REQUESTS = 7, /* requests being decoded and handled, and the
+                          * bookkeeping of those in flight */
+    KVD_HM_COUNT = 8,
 } kvd_hostmem_kind_t;
 
 typedef struct kvd_hostmem {

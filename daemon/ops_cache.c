@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "account.h"
 #include "caches.h"
 #include "cluster.h"
 #include "conn.h"
@@ -369,11 +370,18 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
 
 /* ---- leases ----------------------------------------------------------------- */
 
+/* What a lease of n blocks holds, charged to its client. */
+static uint64_t lease_bytes(uint32_t n)
+{
+    return sizeof(kvd_lease_t) + (uint64_t)n * sizeof(uint32_t);
+}
+
 static void lease_end(kvd_cache_t *k, kvd_lease_t *l)
 {
     for (uint32_t i = l->n; i-- > 0;) /* the last first */
         kvd_cache_unhold(&k->store, l->ids[i]);
     k->leases--;
+    kvd__account_release(l->conn, KVD_HM_LEASES, lease_bytes(l->n));
     free(l->ids);
     free(l);
     kvd__cache_unref(k);
@@ -610,6 +618,47 @@ static kvd_status_t no_duplicates(kvd_req_t *r, const kvd_cache_store_t *c, cons
 
 /* ---- lookup ------------------------------------------------------------------- */
 
+typedef struct run {
+    uint32_t first, n;
+} run_t;
+
+static int run_cmp(const void *a, const void *b)
+{
+    const run_t *x = a, *y = b;
+
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
+/* A key named twice among the hits of a lookup is refused, as save and
+ * load refuse one anywhere.  Hits come in runs of consecutive block ids
+ * (a chain saved in one go is one run), so a block found twice is two
+ * runs that overlap: a chain of one run costs nothing more. */
+static kvd_status_t repeated_hit(kvd_req_t *r, const uint32_t *ids, uint32_t n)
+{
+    uint32_t i, nruns = 0;
+    run_t *runs;
+
+    for (i = 1; i < n && ids[i] == ids[i - 1] + 1; i++)
+        ;
+    if (i >= n)
+        return KVD_OK;
+    runs = kvd__req_alloc(r, n * sizeof(*runs));
+    if (runs == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    for (i = 0; i < n; i++) {
+        if (nruns > 0 && ids[i] == runs[nruns - 1].first + runs[nruns - 1].n)
+            runs[nruns - 1].n++;
+        else
+            runs[nruns++] = (run_t){ids[i], 1};
+    }
+    qsort(runs, nruns, sizeof(*runs), run_cmp);
+    for (i = 1; i < nruns; i++)
+        if ((uint64_t)runs[i - 1].first + runs[i - 1].n > runs[i].first)
+            return kvd__req_fail(r, KVD_EINVAL, "the chain names block %u twice: a chain "
+                                 "names each block once", runs[i].first);
+    return KVD_OK;
+}
+
 kvd_status_t kvd__op_cache_lookup(kvd_req_t *r)
 {
     const Kvdock__CacheLookup *cl = r->req->cache_lookup;
@@ -630,7 +679,10 @@ kvd_status_t kvd__op_cache_lookup(kvd_req_t *r)
     if (rep == NULL || ids == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     kvdock__cache_lookup_reply__init(rep);
-    hits = kvd_cache_lookup(&k->store, ks.k, ks.len, ks.n, 1, ids);
+    hits = kvd_cache_lookup(&k->store, ks.k, ks.len, ks.n, 0, ids);
+    if ((st = repeated_hit(r, ids, hits)) != KVD_OK)
+        return st;
+    kvd_cache_touch_chain(&k->store, ids, hits);
     if (hits < ks.n && k->cluster && r->cluster == NULL && kvd_cluster_live(r->srv->cluster))
         return kvd_cluster_defer(r, k, ks.k, ks.len, hits, ks.n, 0); /* ask the peers */
     rep->local_hits = hits;
@@ -642,13 +694,19 @@ kvd_status_t kvd__op_cache_lookup(kvd_req_t *r)
     k->store.n.keys_asked += ks.n;
     k->store.n.keys_hit += hits;
     if (cl->lease && hits > 0) {
-        kvd_lease_t *l = calloc(1, sizeof(*l));
         uint32_t ms = cl->lease_ms ? cl->lease_ms : (uint32_t)r->srv->opts.cache_lease_ms;
+        kvd_lease_t *l;
 
+        if ((st = kvd__account_charge(r->conn, KVD_HM_LEASES, lease_bytes(hits), r->msg,
+                                      sizeof(r->msg))) != KVD_OK)
+            return st;
+        l = calloc(1, sizeof(*l));
         if (l == NULL || (l->ids = malloc(hits * sizeof(*l->ids))) == NULL) {
             free(l);
+            kvd__account_release(r->conn, KVD_HM_LEASES, lease_bytes(hits));
             return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
         }
+        l->conn = r->conn;
         if (ms > MAX_LEASE_MS)
             ms = MAX_LEASE_MS;
         memcpy(l->ids, ids, hits * sizeof(*ids));
@@ -721,6 +779,8 @@ typedef struct cacheop {
     uint32_t total;     /* loads: blocks the request names (n of them move in this run) */
     uint32_t stored, skipped, refused;
     kvd_lease_t *lease; /* loads by lease: ended with the load */
+    kvd_conn_t *conn;   /* charged with held bytes of requests */
+    uint64_t held;
     int load;
     int early;          /* loads: an early run of a cluster load (cluster.h) */
 } cacheop_t;
@@ -908,6 +968,7 @@ static void cacheop_free(kvd_dataop_t *d)
     cacheop_t *op = d->ext;
 
     kvd__cache_unref(op->cache);
+    kvd__account_release(op->conn, KVD_HM_REQUESTS, op->held);
     free(op->ids);
     free(op->is_new);
     free(op);
@@ -953,15 +1014,24 @@ static kvd_status_t cacheop_new(kvd_req_t *r, kvd_dataop_t *d, kvd_cache_t *k, u
                                 int load, void (*finish)(kvd_dataop_t *, kvd_status_t,
                                                          Kvdock__OpReply *, uint64_t *))
 {
-    cacheop_t *op = calloc(1, sizeof(*op));
+    uint64_t held = sizeof(cacheop_t) + (uint64_t)(n ? n : 1) * (sizeof(uint32_t) + 1);
+    cacheop_t *op;
+    kvd_status_t st;
 
+    if ((st = kvd__account_charge(r->conn, KVD_HM_REQUESTS, held, r->msg, sizeof(r->msg))) !=
+        KVD_OK)
+        return st;
+    op = calloc(1, sizeof(*op));
     if (op == NULL || (op->ids = calloc(n ? n : 1, sizeof(*op->ids))) == NULL ||
         (op->is_new = calloc(n ? n : 1, 1)) == NULL) {
         if (op != NULL)
             free(op->ids);
         free(op);
+        kvd__account_release(r->conn, KVD_HM_REQUESTS, held);
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     }
+    op->conn = r->conn;
+    op->held = held;
     op->cache = k;
     op->load = load;
     k->refs++;

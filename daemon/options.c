@@ -53,6 +53,9 @@ const kvd_option_def_t kvd__option_table[] = {
      "caches of the cache tier in the daemon, all users together (ELIMIT past it)"},
     {"max-leases", KVD_OPT_UINT, OFF(max_leases), "4096", 1, 1 << 20, NULL,
      "cache leases one client may hold at once (ELIMIT past it)"},
+    {"max-client-memory", KVD_OPT_SIZE, OFF(max_client_memory), "256M", 1 << 20, INT64_MAX, NULL,
+     "host memory one client's leases and requests may hold, within the host-memory budget "
+     "(ELIMIT past it)"},
     {"cache-lease-ms", KVD_OPT_UINT, OFF(cache_lease_ms), "30000", 1, 600000, NULL,
      "how long a cache lease holds its blocks when the lookup names no time"},
     {"host-memory-budget", KVD_OPT_MEMSIZE, OFF(host_memory_budget), "50%", 16 << 20, INT64_MAX,

@@ -64,6 +64,7 @@ typedef struct kvd_options {
     uint64_t max_inline_bytes;
     uint64_t max_caches;
     uint64_t max_leases;
+    uint64_t max_client_memory;
     uint64_t cache_lease_ms;
     kvd_memsize_t host_memory_budget; /* host memory the daemon may reserve */
     uint64_t max_socket_buffer_bytes; /* socket buffers of all connections */

@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <uv.h>
 
+#include "account.h"
 #include "backend.h"
 #include "hostmem.h"
 #include "log.h"
@@ -66,6 +67,8 @@ typedef struct kvd_server {
     uint64_t shutdown_ns;
     int handles_open;      /* handles still to close before the loop ends */
     int slab_works;        /* cache slabs allocating on the thread pool */
+    int arena_first_busy;  /* a request's arena has arena_first */
+    _Alignas(16) uint8_t arena_first[KVD_ARENA_FIRST]; /* its first chunk (account.h) */
 } kvd_server_t;
 
 /* Set up everything (backend, socket) without running; on error nothing
