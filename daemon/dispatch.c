@@ -71,6 +71,12 @@ static void send_and_count(kvd_conn_t *c, Kvdock__Response *resp, size_t op_inde
     kvd_stats_op(&srv->stats, op_index, (int)resp->status, bytes, kvd_now_ns() - t_start_ns);
 }
 
+void kvd__reply_deferred_response(kvd_conn_t *c, Kvdock__Response *resp, size_t op_index,
+                                  uint64_t t_start_ns)
+{
+    send_and_count(c, resp, op_index, t_start_ns, 0, NULL, 0);
+}
+
 void kvd__reply_error(kvd_conn_t *c, uint64_t id, kvd_status_t st, const char *msg)
 {
     Kvdock__Response resp = KVDOCK__RESPONSE__INIT;

@@ -76,6 +76,11 @@ void kvd__reply_error(kvd_conn_t *c, uint64_t id, kvd_status_t st, const char *m
 void kvd__reply_deferred(kvd_conn_t *c, uint64_t id, size_t op_index, uint64_t t_start_ns,
                          kvd_status_t st, const char *msg, Kvdock__OpReply *op, uint64_t bytes);
 
+/* Reply for a deferred request with a whole response (its id, status and
+ * result set by the caller). */
+void kvd__reply_deferred_response(kvd_conn_t *c, Kvdock__Response *resp, size_t op_index,
+                                  uint64_t t_start_ns);
+
 /* Set the error message of r; returns st (for `return kvd__req_fail(r, ...)`). */
 kvd_status_t kvd__req_fail(kvd_req_t *r, kvd_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -237,7 +237,7 @@ static void slab_work_end(uv_work_t *w, int status)
                 sw->bytes, sw->why);
     sw->done(sw->arg, sw->st, sw->ptr, sw->handle);
     free(sw);
-    kvd__server_slab_work_done(srv);
+    kvd__server_mem_work_done(srv);
 }
 
 static kvd_status_t slab_alloc_ahead(void *ctx, uint64_t bytes, kvd_cache_mem_done_fn done,
@@ -260,7 +260,7 @@ static kvd_status_t slab_alloc_ahead(void *ctx, uint64_t bytes, kvd_cache_mem_do
         free(sw);
         return KVD_EIO;
     }
-    srv->slab_works++;
+    srv->mem_works++;
     return KVD_OK;
 }
 

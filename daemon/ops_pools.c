@@ -112,6 +112,16 @@ static uint64_t align_up(uint64_t v, uint64_t a)
     return (v + a - 1) / a * a;
 }
 
+static void log_pool(const kvd_conn_t *c, const kvd_pool_t *p)
+{
+    kvd_log(KVD_LOG_INFO,
+            "event=pool_%s client=%" PRIu64 " pool=%" PRIu64 " name=%s kind=%s layers=%u "
+            "slots=%" PRIu64 " slot_bytes=%" PRIu64 " mla=%d bytes=%" PRIu64,
+            p->imported ? "import" : "create", c->id, p->obj.id, p->name,
+            kvd_mem_kind_name(p->kind),
+            p->num_layers, p->num_slots, p->slot_bytes, p->mla, p->obj.bytes);
+}
+
 static kvd_status_t register_pool(kvd_req_t *r, kvd_pool_t *p)
 {
     Kvdock__PoolInfo *pi = kvd__req_alloc(r, sizeof(*pi));
@@ -121,12 +131,107 @@ static kvd_status_t register_pool(kvd_req_t *r, kvd_pool_t *p)
     fill_info(p, pi);
     r->resp.result_case = KVDOCK__RESPONSE__RESULT_POOL;
     r->resp.pool = pi;
-    kvd_log(KVD_LOG_INFO,
-            "event=pool_%s client=%" PRIu64 " pool=%" PRIu64 " name=%s kind=%s layers=%u "
-            "slots=%" PRIu64 " slot_bytes=%" PRIu64 " mla=%d bytes=%" PRIu64,
-            p->imported ? "import" : "create", r->conn->id, p->obj.id, p->name,
-            kvd_mem_kind_name(p->kind),
-            p->num_layers, p->num_slots, p->slot_bytes, p->mla, p->obj.bytes);
+    log_pool(r->conn, p);
+    return KVD_OK;
+}
+
+/* A host pool's memory made on libuv's thread pool: reserving and
+ * populating (and pinning, on cuda) half a GiB takes tens of ms, which on
+ * the loop every client would wait for.  The pool is in the registry
+ * meanwhile (counted, its name taken) but no request finds it; the reply
+ * goes once it is ready. */
+typedef struct pool_work {
+    uv_work_t w;
+    kvd_server_t *srv;
+    kvd_conn_t *conn;
+    kvd_pool_t *p;     /* holds a reference */
+    kvd_mem_t *mem;
+    uint64_t req_id;
+    size_t op_index;
+    uint64_t t_start_ns;
+    kvd_status_t st;
+    char why[160];
+} pool_work_t;
+
+static void pool_work_run(uv_work_t *w)
+{
+    pool_work_t *pw = w->data;
+    kvd_backend_t *be = pw->srv->backend;
+
+    pw->st = be->mem_create(be, KVD_MEM_HOST, pw->p->bytes, pw->p->name, &pw->mem, pw->why,
+                            sizeof(pw->why));
+}
+
+static void pool_work_end(uv_work_t *w, int status)
+{
+    pool_work_t *pw = w->data;
+    kvd_server_t *srv = pw->srv;
+    kvd_pool_t *p = pw->p;
+    Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
+    Kvdock__PoolInfo pi;
+    char msg[220];
+
+    if (status != 0 && pw->st == KVD_OK) { /* cancelled before it ran */
+        pw->st = KVD_ESHUTDOWN;
+        snprintf(pw->why, sizeof(pw->why), "%s", uv_strerror(status));
+    }
+    p->mem = pw->mem; /* freed with the pool if it was dropped meanwhile */
+    p->creating = 0;
+    resp.id = pw->req_id;
+    if (pw->st == KVD_OK && p->obj.owner == NULL) {
+        pw->st = KVD_ECONN; /* its client went: nobody reads the reply */
+        snprintf(pw->why, sizeof(pw->why), "dropped while it was being made");
+    }
+    if (pw->st != KVD_OK) {
+        if (p->obj.owner != NULL)
+            kvd_registry_drop(&srv->reg, &p->obj);
+        snprintf(msg, sizeof(msg), "cannot allocate %" PRIu64 " bytes: %s", p->bytes, pw->why);
+        resp.status = (uint32_t)pw->st;
+        resp.message = msg;
+    } else {
+        fill_info(p, &pi);
+        resp.result_case = KVDOCK__RESPONSE__RESULT_POOL;
+        resp.pool = &pi;
+        log_pool(pw->conn, p);
+    }
+    kvd__reply_deferred_response(pw->conn, &resp, pw->op_index, pw->t_start_ns);
+    kvd_obj_unref(&srv->reg, &p->obj);
+    kvd__conn_op_end(pw->conn);
+    free(pw);
+    kvd__server_mem_work_done(srv);
+}
+
+/* Register p (its fields set, no memory yet) and make its memory off the
+ * loop; the reply goes from pool_work_end. */
+static kvd_status_t pool_create_later(kvd_req_t *r, kvd_pool_t *p)
+{
+    kvd_server_t *srv = r->srv;
+    pool_work_t *pw = calloc(1, sizeof(*pw));
+
+    if (pw == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    p->creating = 1;
+    if (kvd_registry_add(&srv->reg, &p->obj, &r->conn->owner) != KVD_OK) {
+        free(pw);
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    }
+    kvd_obj_ref(&p->obj);
+    pw->w.data = pw;
+    pw->srv = srv;
+    pw->conn = r->conn;
+    pw->p = p;
+    pw->req_id = r->req->id;
+    pw->op_index = r->op_index;
+    pw->t_start_ns = r->t_start_ns;
+    if (uv_queue_work(srv->loop, &pw->w, pool_work_run, pool_work_end) != 0) {
+        kvd_registry_drop(&srv->reg, &p->obj);
+        kvd_obj_unref(&srv->reg, &p->obj);
+        free(pw);
+        return kvd__req_fail(r, KVD_EIO, "cannot queue the pool's allocation");
+    }
+    srv->mem_works++;
+    kvd__conn_op_begin(r->conn);
+    r->deferred = 1;
     return KVD_OK;
 }
 
@@ -180,11 +285,12 @@ kvd_status_t kvd__op_pool_create(kvd_req_t *r)
         free(p);
         return st;
     }
-    st = be->mem_create(be, (int)pc->kind, total, pc->name, &p->mem, why, sizeof(why));
-    if (st != KVD_OK) {
-        kvd__unreserve_host(r, &p->obj);
-        free(p);
-        return kvd__req_fail(r, st, "cannot allocate %" PRIu64 " bytes: %s", total, why);
+    if (pc->kind != KVDOCK__MEM_KIND__MEM_HOST) {
+        st = be->mem_create(be, (int)pc->kind, total, pc->name, &p->mem, why, sizeof(why));
+        if (st != KVD_OK) {
+            free(p);
+            return kvd__req_fail(r, st, "cannot allocate %" PRIu64 " bytes: %s", total, why);
+        }
     }
     p->obj.type = KVD_OBJ_POOL;
     p->obj.shared = pc->shared;
@@ -200,6 +306,14 @@ kvd_status_t kvd__op_pool_create(kvd_req_t *r)
     p->page_size = pc->page_size;
     p->layer_stride = layer_stride;
     p->v_offset = pc->mla ? 0 : region_al;
+    if (pc->kind == KVDOCK__MEM_KIND__MEM_HOST) {
+        st = pool_create_later(r, p);
+        if (st != KVD_OK) {
+            kvd__unreserve_host(r, &p->obj);
+            free(p);
+        }
+        return st;
+    }
     st = register_pool(r, p);
     if (st != KVD_OK) {
         be->mem_destroy(be, &p->mem);
@@ -418,7 +532,9 @@ kvd_status_t kvd__op_pool_drop(kvd_req_t *r)
     }
     kvd_log(KVD_LOG_INFO, "event=pool_drop client=%" PRIu64 " pool=%" PRIu64 " name=%s refs=%u",
             r->conn->id, p->obj.id, p->name, p->obj.refs);
+    kvd__server_drop_wait_begin(r->srv, r->conn, r->req->id, r->op_index, r->t_start_ns);
     kvd_registry_drop(&r->srv->reg, &p->obj);
+    r->deferred = kvd__server_drop_wait_end(r->srv);
     return KVD_OK;
 }
 
@@ -438,6 +554,8 @@ kvd_status_t kvd__op_pool_list(kvd_req_t *r)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     for (p = r->srv->reg.pools; p; p = p->next) {
         Kvdock__PoolInfo *pi;
+        if (p->creating)
+            continue;
         /* its own pools and the shared ones: other clients' private pools
          * are theirs, their names too (an admin sees them in status) */
         if (!all && kvd_obj_may_use(&p->obj, r->conn->id) != KVD_OK)

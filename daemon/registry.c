@@ -16,6 +16,26 @@ void kvd_registry_init(kvd_registry_t *reg, kvd_backend_t *be, kvd_hostmem_t *ho
     kvd_idmap_init(&reg->objs);
 }
 
+void kvd_registry_set_host_release(kvd_registry_t *reg,
+                                   void (*fn)(void *ctx, kvd_mem_t *mem, int host_kind,
+                                              uint64_t host_bytes),
+                                   void *ctx)
+{
+    reg->host_release = fn;
+    reg->host_release_ctx = ctx;
+}
+
+/* The host memory of obj goes to the release hook, with the budget's
+ * bytes, where there is one; *mem is then NULL. */
+static void release_host(kvd_registry_t *reg, kvd_obj_t *obj, kvd_mem_t **mem)
+{
+    if (reg->host_release == NULL || *mem == NULL || (*mem)->kind != KVD_MEM_HOST)
+        return;
+    reg->host_release(reg->host_release_ctx, *mem, obj->host_kind, obj->host_bytes);
+    *mem = NULL;
+    obj->host_bytes = 0;
+}
+
 void kvd_pool_free(kvd_backend_t *be, kvd_pool_t *p)
 {
     uint32_t i;
@@ -38,6 +58,10 @@ static void free_obj(kvd_registry_t *reg, kvd_obj_t *obj)
     kvd_backend_t *be = reg->be;
 
     reg->live_bytes -= obj->bytes;
+    if (obj->type == KVD_OBJ_POOL && !((kvd_pool_t *)obj)->imported)
+        release_host(reg, obj, &((kvd_pool_t *)obj)->mem);
+    else if (obj->type == KVD_OBJ_BUFFER)
+        release_host(reg, obj, &((kvd_buffer_t *)obj)->mem);
     if (obj->host_bytes)
         kvd_hostmem_release(reg->hostmem, obj->host_kind, obj->host_bytes);
     switch (obj->type) {
@@ -147,6 +171,8 @@ kvd_obj_t *kvd_registry_get(kvd_registry_t *reg, uint64_t id, kvd_obj_type_t typ
 {
     kvd_obj_t *obj = kvd_idmap_get(&reg->objs, id);
 
+    if (obj != NULL && type == KVD_OBJ_POOL && obj->type == type && ((kvd_pool_t *)obj)->creating)
+        return NULL;
     return obj != NULL && obj->type == type ? obj : NULL;
 }
 
@@ -155,7 +181,7 @@ kvd_pool_t *kvd_registry_pool_by_name(kvd_registry_t *reg, const char *name, uin
     kvd_pool_t *p, *shared = NULL;
 
     for (p = reg->pools; p; p = p->next) {
-        if (strcmp(p->name, name) != 0)
+        if (p->creating || strcmp(p->name, name) != 0)
             continue;
         if (p->obj.owner_id == client_id)
             return p;

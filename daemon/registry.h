@@ -76,6 +76,8 @@ typedef struct kvd_pool {
     int mla;
     uint32_t page_size;
     int imported;
+    int creating;          /* its memory is being made off the loop: counted and
+                            * its name taken, but found by no request yet */
     uint64_t bytes;        /* the pool's size (imports: their regions'); obj.bytes
                             * is what counts against the limits */
     uint64_t layer_stride; /* daemon-owned pools */
@@ -113,9 +115,19 @@ typedef struct kvd_registry {
     kvd_owner_t orphans; /* shared pools whose creator has gone (client id 0) */
     uint32_t npools, nbuffers, nevents;
     uint64_t live_bytes;  /* bytes of pools and buffers not yet released */
+    void (*host_release)(void *ctx, kvd_mem_t *mem, int host_kind, uint64_t host_bytes);
+    void *host_release_ctx;
 } kvd_registry_t;
 
 void kvd_registry_init(kvd_registry_t *reg, kvd_backend_t *be, kvd_hostmem_t *hostmem);
+
+/* Host memory of a dropped pool or buffer goes to release when it is set
+ * (the server's: unmapping and unpinning run off the loop, and the budget
+ * gets the bytes back once they are gone); else it is destroyed here. */
+void kvd_registry_set_host_release(kvd_registry_t *reg,
+                                   void (*fn)(void *ctx, kvd_mem_t *mem, int host_kind,
+                                              uint64_t host_bytes),
+                                   void *ctx);
 
 /* Release a pool's memory and tables and free it: for a pool the registry
  * drops, or one that failed before it was added. */

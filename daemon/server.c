@@ -331,13 +331,93 @@ static void backend_gone_cb(void *arg)
     srv->backend = NULL;
 }
 
+/* A dropped pool's or buffer's host memory, unmapped (and unpinned) on
+ * the thread pool: half a GiB takes tens of ms, which on the loop every
+ * client would wait for.  The budget counts it until it is gone. */
+typedef struct host_release_work {
+    uv_work_t w;
+    kvd_server_t *srv;
+    kvd_mem_t *mem;
+    int kind;
+    uint64_t bytes;
+    kvd_release_waiter_t waiter; /* conn NULL: none */
+} host_release_work_t;
+
+void kvd__server_drop_wait_begin(kvd_server_t *srv, kvd_conn_t *c, uint64_t id, size_t op_index,
+                                 uint64_t t_start_ns)
+{
+    srv->release_waiter = (kvd_release_waiter_t){c, id, op_index, t_start_ns, 0};
+}
+
+int kvd__server_drop_wait_end(kvd_server_t *srv)
+{
+    int taken = srv->release_waiter.taken;
+
+    memset(&srv->release_waiter, 0, sizeof(srv->release_waiter));
+    return taken;
+}
+
+static void host_release_run(uv_work_t *w)
+{
+    host_release_work_t *hw = w->data;
+
+    hw->srv->backend->mem_destroy(hw->srv->backend, &hw->mem);
+}
+
+static void host_release_end(uv_work_t *w, int status)
+{
+    host_release_work_t *hw = w->data;
+    kvd_server_t *srv = hw->srv;
+
+    if (hw->mem != NULL) /* cancelled before it ran */
+        srv->backend->mem_destroy(srv->backend, &hw->mem);
+    kvd_hostmem_release(&srv->hostmem, hw->kind, hw->bytes);
+    if (hw->waiter.conn != NULL) {
+        Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
+
+        resp.id = hw->waiter.id;
+        kvd__reply_deferred_response(hw->waiter.conn, &resp, hw->waiter.op_index,
+                                     hw->waiter.t_start_ns);
+        kvd__conn_op_end(hw->waiter.conn);
+    }
+    free(hw);
+    kvd__server_mem_work_done(srv);
+}
+
+static void host_release(void *ctx, kvd_mem_t *mem, int kind, uint64_t bytes)
+{
+    kvd_server_t *srv = ctx;
+    host_release_work_t *hw = calloc(1, sizeof(*hw));
+
+    if (hw != NULL) {
+        hw->w.data = hw;
+        hw->srv = srv;
+        hw->mem = mem;
+        hw->kind = kind;
+        hw->bytes = bytes;
+        if (uv_queue_work(srv->loop, &hw->w, host_release_run, host_release_end) == 0) {
+            srv->mem_works++;
+            if (srv->release_waiter.conn != NULL && !srv->release_waiter.taken) {
+                hw->waiter = srv->release_waiter;
+                srv->release_waiter.taken = 1;
+                kvd__conn_op_begin(hw->waiter.conn);
+            }
+            return;
+        }
+        free(hw);
+    }
+    srv->backend->mem_destroy(srv->backend, &mem); /* here, then */
+    kvd_hostmem_release(&srv->hostmem, kind, bytes);
+}
+
 /* At the end: shared pools outlive their creators, so they are released
  * here, while the backend that made their memory still exists; then the
  * backend goes. */
 static void release_backend(kvd_server_t *srv)
 {
-    if (srv->backend == NULL || srv->slab_works > 0) /* the last one's end calls again */
+    if (srv->backend == NULL || srv->mem_works > 0) /* the last one's end calls again */
         return;
+    kvd_registry_set_host_release(&srv->reg, NULL, NULL); /* the backend goes next */
     kvd__caches_destroy(srv);
     kvd_registry_deinit(&srv->reg);
     srv->backend->destroy(srv->backend, backend_gone_cb, srv);
@@ -406,10 +486,10 @@ static int writes_pending(const kvd_server_t *srv)
     return 0;
 }
 
-void kvd__server_slab_work_done(kvd_server_t *srv)
+void kvd__server_mem_work_done(kvd_server_t *srv)
 {
     /* finish() found no connection left and deferred to this */
-    if (--srv->slab_works == 0 && srv->shutting_down == 2 && srv->conns == NULL)
+    if (--srv->mem_works == 0 && srv->shutting_down == 2 && srv->conns == NULL)
         release_backend(srv);
 }
 
@@ -771,6 +851,7 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     srv->sweep.data = srv;
     start_sweep(srv);
     open_spare(srv);
+    kvd_registry_set_host_release(&srv->reg, host_release, srv);
     *out = srv;
     return KVD_OK;
 

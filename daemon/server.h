@@ -23,6 +23,15 @@
 
 typedef struct kvd_conn kvd_conn_t;
 
+/* A drop whose reply waits for the host memory it releases. */
+typedef struct kvd_release_waiter {
+    kvd_conn_t *conn; /* NULL: none */
+    uint64_t id;
+    size_t op_index;
+    uint64_t t_start_ns;
+    int taken;        /* by a release, which replies */
+} kvd_release_waiter_t;
+
 typedef struct kvd_server {
     uv_loop_t *loop;
     kvd_options_t opts;
@@ -66,7 +75,9 @@ typedef struct kvd_server {
     int cancelled;
     uint64_t shutdown_ns;
     int handles_open;      /* handles still to close before the loop ends */
-    int slab_works;        /* cache slabs allocating on the thread pool */
+    int mem_works;         /* host memory made or released on the thread pool
+                            * (cache slabs, pools, buffers) */
+    kvd_release_waiter_t release_waiter; /* the drop being handled, if any */
     int arena_first_busy;  /* a request's arena has arena_first */
     _Alignas(16) uint8_t arena_first[KVD_ARENA_FIRST]; /* its first chunk (account.h) */
 } kvd_server_t;
@@ -96,9 +107,17 @@ void kvd__server_activity(kvd_server_t *srv);
 void kvd__server_conn_gone(kvd_server_t *srv, kvd_conn_t *conn);
 /* A request finished (completion or reply): check for the end of a drain. */
 void kvd__server_check_drained(kvd_server_t *srv);
-/* A cache slab allocated on the thread pool came back: at the end the
- * backend waits for the last one. */
-void kvd__server_slab_work_done(kvd_server_t *srv);
+/* Host memory made or released on the thread pool came back: at the end
+ * the backend waits for the last one. */
+void kvd__server_mem_work_done(kvd_server_t *srv);
+
+/* A drop request about to release an object: when that releases host
+ * memory off the loop, the reply to (c, id) waits until the memory is gone
+ * (so that the client's next request finds the budget free again) and this
+ * returns 1 after kvd__server_drop_wait_end; else 0 and the caller replies. */
+void kvd__server_drop_wait_begin(kvd_server_t *srv, kvd_conn_t *c, uint64_t id, size_t op_index,
+                                 uint64_t t_start_ns);
+int kvd__server_drop_wait_end(kvd_server_t *srv);
 
 /* Peer permission from the config: may connect, is admin. */
 int kvd__server_peer_allowed(const kvd_server_t *srv, uid_t uid, gid_t gid);
