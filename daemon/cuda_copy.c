@@ -2,14 +2,13 @@
  * Copy-engine transfers of the cuda backend, issued by worker threads.
  *
  * Handing a copy to the copy engines (cudaMemcpyBatchAsync) costs the
- * calling thread about a microsecond per descriptor, and the call blocks
+ * calling thread CPU time per descriptor, and the call blocks
  * once its stream holds enough queued work: a stream waiting on a
  * client's event would block whoever calls it.  So the loop thread never
  * issues copy-engine work.  Each stream class has --copy-threads workers,
  * each with a stream of its own at the class's priority; a transfer is
- * split by rows into a part per worker (two issuing threads reach about
- * half again the descriptor rate of one at 16-32 KiB; more add nothing),
- * every part waits on the request's wait event, and the worker that issues
+ * split by rows into a part per worker (issuing threads raise the rate of
+ * descriptors for small runs, up to a few: --copy-threads), every part waits on the request's wait event, and the worker that issues
  * the last part joins the others through their events, records the
  * request's record event and queues a host function that hands the job
  * back to the loop.

@@ -255,9 +255,9 @@ static kvd_status_t cuda_submit(kvd_backend_t *be, kvd_job_t *job)
     job->be = be;
     job->done_event = NULL;
 
-    /* The copy engines cost the issuing thread about a microsecond per
-     * descriptor, and the call blocks while its stream holds enough queued
-     * work: never on the loop thread. */
+    /* The copy engines cost the issuing thread CPU time per descriptor,
+     * and the call blocks while its stream holds enough queued work: never
+     * on the loop thread. */
     if ((job->flags & KVD_LAUNCH_COPY_ENGINE) && job->kind == KVD_JOB_TRANSFER &&
         cb->ce_threads > 0) {
         st = kvd__cuda_copy_submit(cb, job);

@@ -115,14 +115,14 @@ const kvd_option_def_t kvd__option_table[] = {
      "budget); a request may ask for either (Sync.path)"},
     {"copy-threads", KVD_OPT_UINT, OFF(copy_threads), "2", 0, 8, NULL,
      "threads per stream class that hand copy-engine transfers to the driver, each on a "
-     "stream of its own (issuing costs about a microsecond per contiguous run, and blocks "
-     "while the stream is full: never on the event loop); a transfer is split by rows among "
-     "them; 0: issue on the event loop"},
+     "stream of its own (issuing costs CPU time per contiguous run, and blocks while the "
+     "stream is full: never on the event loop); a transfer is split by rows among them; 0: "
+     "issue on the event loop"},
     {"copy-issue", KVD_OPT_ENUM, OFF(copy_issue), "batch", 0, 0, "batch|each",
      "how copy-engine transfers from host to device memory whose runs average under 32 KiB "
      "are handed to the driver: batch (cudaMemcpyBatchAsync) or each (one cudaMemcpyAsync per "
-     "run: faster on some machines, slower on most; compare with gpu_round.sh chunks); larger "
-     "runs and other directions always go in batches"},
+     "run, for a machine whose driver issues single copies faster than batches); larger runs "
+     "and other directions always go in batches"},
     {"cuda-completion", KVD_OPT_ENUM, OFF(cuda_completion), "loop", 0, 0, "loop|poll|hostfunc",
      "how the cuda backend learns that work is done: loop (the event loop polls the streams "
      "between socket events while work is in flight: no thread hand-off; the fastest), poll (a thread polls an event per operation while work is in "

@@ -3,7 +3,7 @@
 The daemon moves host-device traffic on the copy engines, which leave
 every multiprocessor to the forward pass but issue each row as one copy:
 rows of a few KiB scattered one by one run at the copy engines' descriptor
-rate (about 4 GB/s for 2 KiB rows on an H200).  A kernel moves them at
+rate, far below their bandwidth.  A kernel moves them at
 full speed, but a kernel of the daemon's process time-slices the GPU
 against the worker's, whatever its block budget.  In the worker's own
 process the budget does hold: a gather of scattered rows into a
@@ -250,11 +250,10 @@ def copy_rows(src: Any, dst: Any, src_rows: Any, dst_rows: Any, *, src_v: Any = 
     CUDA tensors: kvdock's transfer kernel on ``stream`` (a
     ``torch.cuda.Stream``, a raw handle, or None for the current stream),
     returning at once; ``max_blocks`` thread blocks at most (0: as many as
-    help). Beside a running forward pass on its own stream, a low-priority
-    stream and 2 to 8 blocks keep the step's cost to a few percent (the
-    interference benchmark: 2 KiB rows packed at 19 GB/s for +2.8% of a
-    decode step, at 60 GB/s for +9.3% with 8 blocks; the same rows scattered
-    through the daemon's copy engines: 3.9 GB/s, +15%). Row indices go to
+    help). Beside a running forward pass on its own stream, use a
+    low-priority stream and 2 to 8 blocks: the step then keeps most
+    multiprocessors (tests/bench/RESULTS.md, the interference table, has
+    the current cost of each budget). Row indices go to
     the tensors' device (a CPU list or tensor is copied there first, in
     the stream's order); tensors already there, like the rows themselves,
     must be ready for ``stream`` (``stream.wait_stream(...)`` after the

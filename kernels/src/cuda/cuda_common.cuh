@@ -14,9 +14,9 @@
  * register cap follows from it); grids are sized to this many per SM. */
 #define KVD_MIN_BLOCKS_PER_SM 4
 /* Waves (grids of what the device holds at once) up to which the row
- * kernels launch one group per row instead of a grid-stride loop: on an
- * H200 one pass beat the loop at 2,048 and 4,096 blocks (store of 8,192
- * tokens, per-layer transfer of 16,384 slots). */
+ * kernels launch one group per row instead of a grid-stride loop: one
+ * pass is the faster launch for grids of up to this many waves (the store
+ * and per-layer transfer rows of tests/bench/bench_kernels.py check it). */
 #define KVD_ONE_PASS_WAVES 8
 
 /* Map a CUDA error to KVD_ECUDA, record where it happened, and clear the
@@ -90,14 +90,12 @@ __host__ __device__ __forceinline__ int kvd__wide_shift(int64_t vecs)
 
 /*
  * Load every kernel of the library on this device, once, before our first
- * launch.  CUDA loads a kernel lazily by default, at its first launch.  In
- * check_cuda (H200, driver 580, CUDA 13) the suite's only launch that was
- * both a kernel's first and into a stream held by an earlier host function
- * wrote its output while the stream was still held; every launch of an
- * already loaded kernel waited.  Loading them all up front leaves no launch
- * of ours to be a kernel's first.  Asking for a kernel's attributes loads
- * it.  Errors are cleared: a kernel this card cannot run fails at its
- * launch, with the launch's error.
+ * launch.  CUDA loads a kernel lazily by default, at its first launch, and
+ * a kernel's first launch into a stream held by an earlier host function
+ * can run before the stream is released; a launch of an already loaded
+ * kernel waits its turn.  So no launch of ours may be a kernel's first.
+ * Asking for a kernel's attributes loads it.  Errors are cleared: a kernel
+ * this card cannot run fails at its launch, with the launch's error.
  */
 void kvd__cuda_load_kernels(void);
 /* Each kernel file's part: ask for the attributes of each of its kernels. */
