@@ -321,6 +321,20 @@ static void slab_unreserve(kvd_hostmem_t *hm, uint64_t held, uint64_t data)
     kvd_hostmem_release(hm, KVD_HM_CACHE_INDEX, held - data);
 }
 
+/* Free a slab's memory and give back its part of the budget: the blocks'
+ * bytes once they are gone, where the memory is freed later. */
+static void slab_give_back(const kvd_cache_mem_t *mem, kvd_hostmem_t *hm, void *handle,
+                           uint64_t held, uint64_t data)
+{
+    if (mem->free_later != NULL) {
+        mem->free_later(mem->ctx, handle, KVD_HM_CACHE, data);
+        kvd_hostmem_release(hm, KVD_HM_CACHE_INDEX, held - data);
+        return;
+    }
+    mem->free(mem->ctx, handle);
+    slab_unreserve(hm, held, data);
+}
+
 /* Let go of the slab allocated ahead: freed now if ready, else when its
  * allocation ends. */
 static void ahead_drop(kvd_cache_store_t *c)
@@ -335,8 +349,7 @@ static void ahead_drop(kvd_cache_store_t *c)
         a->c = NULL;
         return;
     }
-    a->mem.free(a->mem.ctx, a->handle);
-    slab_unreserve(a->hm, a->held, a->data);
+    slab_give_back(&a->mem, a->hm, a->handle, a->held, a->data);
     free(a);
 }
 
@@ -467,11 +480,10 @@ static void slab_free(kvd_cache_store_t *c, uint32_t s)
     uint32_t n = sl->nblocks;
     uint64_t held = slab_held(c, n);
 
-    c->mem.free(c->mem.ctx, sl->handle);
+    slab_give_back(&c->mem, c->hostmem, sl->handle, held, (uint64_t)n * c->block_bytes);
     zfree(sl->blocks, (size_t)sl->nblocks * sizeof(kvd_cblock_t));
     memset(sl, 0, sizeof(*sl));
     c->nslabs--;
-    slab_unreserve(c->hostmem, held, (uint64_t)n * c->block_bytes);
     c->held_bytes -= held;
 }
 

@@ -84,6 +84,10 @@ typedef struct kvd_cache_mem {
      * to stall every client of the thread that waits for it. */
     kvd_status_t (*alloc_ahead)(void *ctx, uint64_t bytes, kvd_cache_mem_done_fn done,
                                 void *arg);
+    /* Optional: free off the caller's thread (unmapping a GiB stalls the
+     * thread that does it), giving the budget's bytes of hm_kind back once
+     * the memory is gone; used instead of free where set. */
+    void (*free_later)(void *ctx, void *handle, int hm_kind, uint64_t bytes);
 } kvd_cache_mem_t;
 
 struct kvd_cache_ahead;

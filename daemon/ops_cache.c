@@ -202,6 +202,11 @@ static void slab_free(void *ctx, void *handle)
     srv->backend->mem_destroy(srv->backend, &m);
 }
 
+static void slab_free_later(void *ctx, void *handle, int hm_kind, uint64_t bytes)
+{
+    kvd__server_host_release(ctx, handle, hm_kind, bytes);
+}
+
 /* A slab allocated ahead on libuv's thread pool (mem_create of host
  * memory is safe off the loop); the server's backend stays until the last
  * one is back. */
@@ -277,7 +282,7 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
     kvd_server_t *srv = r->srv;
     kvd_conn_t *c = r->conn;
     kvd_cache_layout_t l;
-    kvd_cache_mem_t mem = {srv, slab_alloc, slab_free, slab_alloc_ahead};
+    kvd_cache_mem_t mem = {srv, slab_alloc, slab_free, slab_alloc_ahead, slab_free_later};
     kvd_cache_t *k, *same;
     uint32_t n = 0;
     char why[200];
@@ -486,7 +491,10 @@ kvd_status_t kvd__op_cache_drop(kvd_req_t *r)
         return st;
     kvd_log(KVD_LOG_INFO, "event=cache_drop client=%" PRIu64 " cache=%" PRIu64 " name=%s "
             "blocks=%u", r->conn->id, k->id, k->name, k->store.ready);
+    /* the reply waits for the slabs to be unmapped, where they go now */
+    kvd__server_drop_wait_begin(r->srv, r->conn, r->req->id, r->op_index, r->t_start_ns);
     cache_drop(r->srv, k);
+    r->deferred = kvd__server_drop_wait_end(r->srv);
     return KVD_OK;
 }
 

@@ -340,20 +340,29 @@ typedef struct host_release_work {
     kvd_mem_t *mem;
     int kind;
     uint64_t bytes;
-    kvd_release_waiter_t waiter; /* conn NULL: none */
+    kvd_release_waiter_t *waiter; /* NULL: none */
 } host_release_work_t;
 
 void kvd__server_drop_wait_begin(kvd_server_t *srv, kvd_conn_t *c, uint64_t id, size_t op_index,
                                  uint64_t t_start_ns)
 {
-    srv->release_waiter = (kvd_release_waiter_t){c, id, op_index, t_start_ns, 0};
+    kvd_release_waiter_t *w = calloc(1, sizeof(*w));
+
+    if (w != NULL) /* else the drop answers at once */
+        *w = (kvd_release_waiter_t){c, id, op_index, t_start_ns, 0};
+    srv->release_waiter = w;
 }
 
 int kvd__server_drop_wait_end(kvd_server_t *srv)
 {
-    int taken = srv->release_waiter.taken;
+    kvd_release_waiter_t *w = srv->release_waiter;
+    int taken = w != NULL && w->pending > 0;
 
-    memset(&srv->release_waiter, 0, sizeof(srv->release_waiter));
+    srv->release_waiter = NULL;
+    if (w != NULL && !taken)
+        free(w);
+    else if (taken)
+        kvd__conn_op_begin(w->conn);
     return taken;
 }
 
@@ -372,13 +381,14 @@ static void host_release_end(uv_work_t *w, int status)
     if (hw->mem != NULL) /* cancelled before it ran */
         srv->backend->mem_destroy(srv->backend, &hw->mem);
     kvd_hostmem_release(&srv->hostmem, hw->kind, hw->bytes);
-    if (hw->waiter.conn != NULL) {
+    if (hw->waiter != NULL && --hw->waiter->pending == 0) {
         Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
+        kvd_release_waiter_t *rw = hw->waiter;
 
-        resp.id = hw->waiter.id;
-        kvd__reply_deferred_response(hw->waiter.conn, &resp, hw->waiter.op_index,
-                                     hw->waiter.t_start_ns);
-        kvd__conn_op_end(hw->waiter.conn);
+        resp.id = rw->id;
+        kvd__reply_deferred_response(rw->conn, &resp, rw->op_index, rw->t_start_ns);
+        kvd__conn_op_end(rw->conn);
+        free(rw);
     }
     free(hw);
     kvd__server_mem_work_done(srv);
@@ -386,8 +396,12 @@ static void host_release_end(uv_work_t *w, int status)
 
 static void host_release(void *ctx, kvd_mem_t *mem, int kind, uint64_t bytes)
 {
-    kvd_server_t *srv = ctx;
-    host_release_work_t *hw = calloc(1, sizeof(*hw));
+    kvd__server_host_release(ctx, mem, kind, bytes);
+}
+
+void kvd__server_host_release(kvd_server_t *srv, kvd_mem_t *mem, int kind, uint64_t bytes)
+{
+    host_release_work_t *hw = srv->releasing_backend ? NULL : calloc(1, sizeof(*hw));
 
     if (hw != NULL) {
         hw->w.data = hw;
@@ -397,10 +411,9 @@ static void host_release(void *ctx, kvd_mem_t *mem, int kind, uint64_t bytes)
         hw->bytes = bytes;
         if (uv_queue_work(srv->loop, &hw->w, host_release_run, host_release_end) == 0) {
             srv->mem_works++;
-            if (srv->release_waiter.conn != NULL && !srv->release_waiter.taken) {
+            if (srv->release_waiter != NULL) {
                 hw->waiter = srv->release_waiter;
-                srv->release_waiter.taken = 1;
-                kvd__conn_op_begin(hw->waiter.conn);
+                hw->waiter->pending++;
             }
             return;
         }
@@ -417,7 +430,7 @@ static void release_backend(kvd_server_t *srv)
 {
     if (srv->backend == NULL || srv->mem_works > 0) /* the last one's end calls again */
         return;
-    kvd_registry_set_host_release(&srv->reg, NULL, NULL); /* the backend goes next */
+    srv->releasing_backend = 1; /* what is freed now is freed here: the backend goes next */
     kvd__caches_destroy(srv);
     kvd_registry_deinit(&srv->reg);
     srv->backend->destroy(srv->backend, backend_gone_cb, srv);

@@ -23,13 +23,14 @@
 
 typedef struct kvd_conn kvd_conn_t;
 
-/* A drop whose reply waits for the host memory it releases. */
+/* A drop whose reply waits for the host memory it releases: the
+ * releases it starts share it, and the last to end replies. */
 typedef struct kvd_release_waiter {
     kvd_conn_t *conn; /* NULL: none */
     uint64_t id;
     size_t op_index;
     uint64_t t_start_ns;
-    int taken;        /* by a release, which replies */
+    uint32_t pending; /* releases still running */
 } kvd_release_waiter_t;
 
 typedef struct kvd_server {
@@ -77,7 +78,8 @@ typedef struct kvd_server {
     int handles_open;      /* handles still to close before the loop ends */
     int mem_works;         /* host memory made or released on the thread pool
                             * (cache slabs, pools, buffers) */
-    kvd_release_waiter_t release_waiter; /* the drop being handled, if any */
+    kvd_release_waiter_t *release_waiter; /* the drop being handled, if any */
+    int releasing_backend; /* at the end: memory is freed at once, not on threads */
     int arena_first_busy;  /* a request's arena has arena_first */
     _Alignas(16) uint8_t arena_first[KVD_ARENA_FIRST]; /* its first chunk (account.h) */
 } kvd_server_t;
@@ -110,6 +112,10 @@ void kvd__server_check_drained(kvd_server_t *srv);
 /* Host memory made or released on the thread pool came back: at the end
  * the backend waits for the last one. */
 void kvd__server_mem_work_done(kvd_server_t *srv);
+
+/* Destroy host memory mem on the thread pool, then give bytes of the
+ * budget's kind back (at the very end: here and now). */
+void kvd__server_host_release(kvd_server_t *srv, kvd_mem_t *mem, int kind, uint64_t bytes);
 
 /* A drop request about to release an object: when that releases host
  * memory off the loop, the reply to (c, id) waits until the memory is gone

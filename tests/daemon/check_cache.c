@@ -32,7 +32,7 @@ static void test_free(void *ctx, void *handle)
     free(handle);
 }
 
-static const kvd_cache_mem_t MEM = {NULL, test_alloc, test_free, NULL};
+static const kvd_cache_mem_t MEM = {NULL, test_alloc, test_free, NULL, NULL};
 
 /* A cache of cap blocks of 64 bytes (1 layer, MLA, 4 tokens of 16 bytes)
  * from mem, in a host-memory budget of hm_budget. */
@@ -443,7 +443,7 @@ static void end_ahead(int i, kvd_status_t st)
     ahead.done[i](ahead.arg[i], st, p, p);
 }
 
-static const kvd_cache_mem_t MEM_AHEAD = {NULL, counting_alloc, test_free, test_alloc_ahead};
+static const kvd_cache_mem_t MEM_AHEAD = {NULL, counting_alloc, test_free, test_alloc_ahead, NULL};
 
 /* Reserve and commit blocks (keys of chain ch from *next) until the
  * store has used n blocks in all. */

@@ -18,7 +18,7 @@
  *
  * After the input, the harness closes its end (the daemon sees the client
  * go, as when a process dies), runs the loop until the connection has
- * been freed and every job has completed, and checks what a client would:
+ * been freed and every job (and thread-pool memory work) has completed, and checks what a client would:
  * every reply frame decodes as a Response.  Then the registry must be
  * empty (the client's pools and buffers released); ids restart so that
  * an input replays the same way.  An input that shuts the daemon down (an
@@ -291,7 +291,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* The client leaves; the daemon finishes its work and frees the
      * connection. */
     shutdown(sv[1], SHUT_WR);
-    while (srv->nconns > 0 ||
+    while (srv->nconns > 0 || srv->mem_works > 0 ||
            (srv->backend != NULL && srv->backend->pending(srv->backend) > 0)) {
         (void)drain(sv[1], &rx);
         turn(sv[1], 10);
@@ -322,5 +322,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the same input replays the same way: ids restart */
     srv->reg.next_id = 1;
     srv->next_client_id = 1;
+    if (srv->caches == NULL)
+        srv->next_cache_id = 1;
     return 0;
 }

@@ -630,6 +630,36 @@ int main(int argc, char **argv)
     end("regress-shared-pool-outlives-backend");
     begin(); hello(KVD_PROTOCOL_VERSION); pool_create("kept", 1, 16, 16, 0, 0, 1);
     shutdown_op(1); end("regress-shared-pool-at-shutdown");
+    /* A lookup of 349,000 one-byte keys in a frame just under the
+     * target's 1 MiB: decoded whole before its count was checked, a scan
+     * slab of 8 MiB among 349,000 small allocations (the replay runs
+     * under -malloc_limit_mb=4); now refused from the wire, ELIMIT, so
+     * it is named err-. */
+    begin(); hello(KVD_PROTOCOL_VERSION);
+    {
+        static const uint8_t head[] = {0x08, 0x02, 0x82, 0x04}; /* id 2; cache_lookup */
+        uint32_t n = 349000, body = 8 + 3 * n, req, flen;
+        uint8_t v[5];
+        int k = 0;
+
+        req = (uint32_t)sizeof(head) + 5 + body;
+        flen = req;
+        put(&flen, 4); /* little-endian hosts (x86-64, aarch64) */
+        put(head, sizeof(head));
+        for (uint32_t x = body + 0; k < 4; k++, x >>= 7) /* padded varints: fixed sizes */
+            v[k] = (uint8_t)(0x80 | (x & 0x7f));
+        v[4] = (uint8_t)((body >> 28) & 0x7f);
+        put(v, 5);
+        put((const uint8_t[]){0x08, 0x01}, 2); /* cache 1 */
+        put((const uint8_t[]){0x12}, 1);       /* keys */
+        for (k = 0; k < 4; k++)
+            v[k] = (uint8_t)(0x80 | (((3 * n) >> (7 * k)) & 0x7f));
+        v[4] = (uint8_t)(((3 * n) >> 28) & 0x7f);
+        put(v, 5);
+        for (uint32_t i = 0; i < n; i++)
+            put((const uint8_t[]){0x0a, 0x01, (uint8_t)i}, 3);
+    }
+    end("err-regress-many-one-byte-keys");
     free(buf);
     return 0;
 }

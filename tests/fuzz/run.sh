@@ -25,7 +25,7 @@ mkdir -p "$dir/corpus" "$dir/artifacts"
 # Every seed (the regression inputs among them) once; the valid sessions
 # (all but err-*) again, each request to get one reply and that reply OK;
 # then fuzz.
-"$bin" -runs=0 "$dir/tests/fuzz/seeds" 2>&1 | tail -n 2
+"$bin" -runs=0 -malloc_limit_mb=4 "$dir/tests/fuzz/seeds" 2>&1 | tail -n 2
 mapfile -t valid < <(find "$dir/tests/fuzz/seeds" -type f ! -name 'err-*' ! -name '.*' | sort)
 if ! KVD_FUZZ_EXPECT_OK=1 "$bin" -runs=1 "${valid[@]}" >"$dir/valid-seeds.log" 2>&1; then
   echo "fuzz: a valid seed session did not get one OK reply per request:" >&2
@@ -35,8 +35,10 @@ fi
 echo "fuzz: ${#valid[@]} valid seed sessions, every request answered OK"
 # -rss_limit_mb: pools are capped at 64 MiB in the target; ASan's shadow
 # and the corpus stay well under 2 GiB.
+# -malloc_limit_mb: no single allocation past 4 MiB (decoding is measured
+# from the wire first, and its arena is mapped, not malloc'd).
 rc=0
-"$bin" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 -max_len=65536 \
+"$bin" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 -malloc_limit_mb=4 -max_len=65536 \
   -print_final_stats=1 \
   -artifact_prefix="$dir/artifacts/" "$dir/corpus" "$dir/tests/fuzz/seeds" \
   >"$dir/fuzz.log" 2>&1 || rc=$?
