@@ -18,8 +18,9 @@
  *
  * After the input, the harness closes its end (the daemon sees the client
  * go, as when a process dies), runs the loop until the connection has
- * been freed and every job (and thread-pool memory work) has completed, and checks what a client would:
- * every reply frame decodes as a Response.  Then the registry must be
+ * been freed, every job has completed and the memory made or freed on
+ * threads is done, and checks what a client would: every reply frame
+ * decodes as a Response.  Then the registry must be
  * empty (the client's pools and buffers released); ids restart so that
  * an input replays the same way.  An input that shuts the daemon down (an
  * admin shutdown) ends the server; the next input gets a fresh one.
