@@ -632,6 +632,16 @@ static void on_poll(uv_poll_t *h, int status, int events)
         read_and_process(c);
 }
 
+int kvd_conn_in_group(const kvd_conn_t *c, gid_t gid)
+{
+    if (c->gid == gid)
+        return 1;
+    for (uint32_t i = 0; i < c->ngroups; i++)
+        if (c->groups[i] == gid)
+            return 1;
+    return 0;
+}
+
 kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, const struct ucred *cred,
                              kvd_conn_t **out)
 {
@@ -650,6 +660,16 @@ kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, const struct ucred *cred
     c->pid = cred->pid;
     c->uid = cred->uid;
     c->gid = cred->gid;
+    {
+        socklen_t len = sizeof(c->groups);
+
+        /* a kernel without it (before 4.13), or more groups than fit:
+         * the primary group, and those that fit */
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, c->groups, &len) == 0)
+            c->ngroups = len / sizeof(gid_t);
+        else if (errno == ERANGE)
+            c->ngroups = KVD_CONN_GROUPS;
+    }
     c->admin = kvd__server_peer_admin(srv, cred->uid);
     c->owner.client_id = c->id;
     c->owner.uid = cred->uid;

@@ -28,6 +28,8 @@ typedef struct kvd_fdgroup {
     struct kvd_fdgroup *next;
 } kvd_fdgroup_t;
 
+#define KVD_CONN_GROUPS 64
+
 typedef struct kvd_wbuf {
     uint8_t *buf;
     size_t len;
@@ -45,6 +47,11 @@ struct kvd_conn {
     pid_t pid;
     uid_t uid;
     gid_t gid;
+    /* its supplementary groups when it connected (SO_PEERGROUPS: fixed at
+     * connect, unlike /proc/PID, which a reused pid answers for another
+     * process); the first KVD_CONN_GROUPS of them */
+    gid_t groups[KVD_CONN_GROUPS];
+    uint32_t ngroups;
     char name[64];
     int hello_done;
     int admin;
@@ -84,6 +91,10 @@ struct kvd_conn {
 };
 
 struct ucred;
+
+/* Whether the client is a member of group gid: its primary group or one
+ * of its supplementary groups. */
+int kvd_conn_in_group(const kvd_conn_t *c, gid_t gid);
 
 /* Take over an accepted, non-blocking socket whose peer is cred
  * (SO_PEERCRED, read once by the caller to admit it). */

@@ -54,8 +54,12 @@ static int may_use(const kvd_cache_t *k, const kvd_conn_t *c)
         return 0;
     if (k->n_allow_uids == 0 && k->n_allow_gids == 0)
         return 1;
-    return listed(k->allow_uids, k->n_allow_uids, c->uid) ||
-           listed(k->allow_gids, k->n_allow_gids, c->gid);
+    if (listed(k->allow_uids, k->n_allow_uids, c->uid))
+        return 1;
+    for (uint32_t i = 0; i < k->n_allow_gids; i++) /* any of its groups */
+        if (kvd_conn_in_group(c, (gid_t)k->allow_gids[i]))
+            return 1;
+    return 0;
 }
 
 static int may_manage(const kvd_cache_t *k, const kvd_conn_t *c)

@@ -17,8 +17,11 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <grp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 
 #define MiB (1024ull * 1024)
 /* The cache's blocks here: one layer, MLA, one 8-byte token. */
@@ -648,6 +651,80 @@ START_TEST(test_lookup_repeated_key)
 }
 END_TEST
 
+/* A cache shared with a group admits a member by supplementary group (the
+ * groups the client had when it connected), not by its primary one only. */
+static int groups_child(const char *sock, uint64_t ok_cache, uint64_t other_cache)
+{
+    const gid_t g = 4242;
+    const uint64_t keys[2] = {900, 901};
+    kvd_client_t *cli = NULL;
+    kvd_cache_lookup_result_t res;
+
+    if (setgroups(1, &g) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+        return 10;
+    if (kvd_client_create(sock, "member", &cli) != KVD_OK)
+        return 11;
+    if (lookup(cli, ok_cache, keys, 2, false, &res) != KVD_OK || res.hits != 2)
+        return 12;
+    if (lookup(cli, other_cache, keys, 2, false, &res) != KVD_EPERM)
+        return 13;
+    kvd_client_destroy(&cli);
+    return 0;
+}
+
+START_TEST(test_cache_supplementary_groups)
+{
+    const char *extra[] = {"--socket-group", "65534", "--allow-uids", "65534", NULL};
+    kvt_daemon_t d;
+    kvd_client_t *cli;
+    kvt_pool_t p;
+    kvd_cache_spec_t s;
+    kvd_cache_info_t info;
+    uint64_t member, other;
+    pid_t pid;
+    int status;
+
+    if (geteuid() != 0) {
+        printf("SKIP: test_cache_supplementary_groups: needs root to run a client as nobody "
+               "with a supplementary group\n");
+        return;
+    }
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, 10000), 0);
+    ck_assert_int_eq(chmod(d.dir, 0711), 0); /* nobody may reach the socket */
+    KVT_OK(NULL, kvd_client_create(d.socket, "owner", &cli));
+    memset(&s, 0, sizeof(s));
+    s.layout.num_layers = 1;
+    s.layout.mla = true;
+    s.layout.tokens_per_block = 1;
+    s.layout.token_bytes = BLOCK;
+    snprintf(s.layout.dtype, sizeof(s.layout.dtype), "u8");
+    s.budget_bytes = 16 * BLOCK;
+    s.shared = true;
+    s.num_allow_gids = 1;
+    s.name = "members";
+    s.allow_gids = (const uint32_t[]){4242};
+    KVT_OK(cli, kvd_cache_create(cli, &s, &info));
+    member = info.id;
+    s.name = "others";
+    s.allow_gids = (const uint32_t[]){4243};
+    KVT_OK(cli, kvd_cache_create(cli, &s, &info));
+    other = info.id;
+    kvt_pool_make(cli, &p, "gp", 1, 16, BLOCK, true, 1);
+    save_chain(cli, member, p.info.id, 900, 2, 0);
+    save_chain(cli, other, p.info.id, 900, 2, 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(groups_child(d.socket, member, other));
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "as nobody in group 4242, step %d went otherwise", WEXITSTATUS(status));
+    kvt_pool_free(cli, &p);
+    kvd_client_destroy(&cli);
+    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 static Suite *budget_suite(void)
 {
     Suite *s = suite_create("budget");
@@ -660,6 +737,7 @@ static Suite *budget_suite(void)
     tcase_add_test(tc, test_evict_cost);
     tcase_add_test(tc, test_pools_off_loop);
     tcase_add_test(tc, test_lookup_repeated_key);
+    tcase_add_test(tc, test_cache_supplementary_groups);
     suite_add_tcase(s, tc);
     return s;
 }
