@@ -725,12 +725,228 @@ START_TEST(test_cache_supplementary_groups)
 }
 END_TEST
 
+/* ---- under load ----------------------------------------------------------------------- */
+
+#define LOAD_CLIENTS 64
+#define LOAD_TOKEN 64u /* bytes of a block here */
+#define LOAD_PAGES 32
+
+typedef struct worker {
+    kvd_client_t *cli;
+    kvt_pool_t pool;
+    uint64_t cache;
+    int64_t deadline_ms;
+    uint64_t rng;
+    uint64_t ops, loaded, checked;
+    char error[256];
+} worker_t;
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Key j of chain family f; a block's bytes follow from its key. */
+static uint64_t load_key(uint64_t f, uint32_t j)
+{
+    return f << 16 | j;
+}
+
+static uint8_t *load_page(const worker_t *w, uint32_t pg)
+{
+    return kvt_page(&w->pool, pg, 0, false);
+}
+
+static int load_check(worker_t *w, const uint64_t *keys, uint32_t n)
+{
+    uint8_t want[LOAD_TOKEN];
+
+    for (uint32_t i = 0; i < n; i++) {
+        kvt_fill(want, LOAD_TOKEN, keys[i]);
+        if (memcmp(load_page(w, i), want, LOAD_TOKEN) != 0) {
+            snprintf(w->error, sizeof(w->error), "block of key %" PRIx64 " loaded wrong",
+                     keys[i]);
+            return -1;
+        }
+        w->checked++;
+    }
+    w->loaded += n;
+    return 0;
+}
+
+#define WORKER_FAIL(w, what, st)                                                                  \
+    do {                                                                                          \
+        snprintf((w)->error, sizeof((w)->error), "%s: %s: %s", what, kvd_err_name(st),            \
+                 kvd_client_last_error((w)->cli));                                                \
+        return NULL;                                                                              \
+    } while (0)
+
+static void *load_worker(void *arg)
+{
+    worker_t *w = arg;
+    uint64_t keys[LOAD_PAGES];
+    int64_t pages[LOAD_PAGES];
+
+    for (uint32_t i = 0; i < LOAD_PAGES; i++)
+        pages[i] = i;
+    while (kvt_now_ms() < w->deadline_ms) {
+        uint64_t f = rnd(&w->rng) % 256, r = rnd(&w->rng) % 100;
+        uint32_t n = 1 + (uint32_t)(rnd(&w->rng) % LOAD_PAGES);
+        kvd_cache_keys_t k = {.blob = keys, .key_size = 8, .count = n};
+        kvd_status_t st;
+
+        for (uint32_t i = 0; i < n; i++)
+            keys[i] = load_key(f, i);
+        w->ops++;
+        if (r < 35) { /* save the chain's first n blocks */
+            kvd_cache_save_t a = {.cache = w->cache, .pool = w->pool.info.id, .keys = k,
+                                  .blocks = {.values = pages, .count = n,
+                                             .dtype = KVD_DTYPE_I64}};
+            kvd_op_result_t res;
+            for (uint32_t i = 0; i < n; i++)
+                kvt_fill(load_page(w, i), LOAD_TOKEN, keys[i]);
+            st = kvd_cache_save(w->cli, &a, NULL, &res);
+            if (st != KVD_OK && st != KVD_EBUSY)
+                WORKER_FAIL(w, "save", st);
+        } else if (r < 60) { /* leased lookup, then a load by the lease */
+            kvd_cache_lookup_result_t lr;
+            st = kvd_cache_lookup(w->cli, w->cache, &k, true, 10000, &lr);
+            if (st != KVD_OK)
+                WORKER_FAIL(w, "lookup", st);
+            if (lr.lease != 0) {
+                kvd_cache_load_t a = {.cache = w->cache, .pool = w->pool.info.id,
+                                      .lease = lr.lease,
+                                      .blocks = {.values = pages, .count = lr.local_hits,
+                                                 .dtype = KVD_DTYPE_I64}};
+                kvd_op_result_t res;
+                memset(load_page(w, 0), 0, (size_t)LOAD_PAGES * w->pool.info.slot_stride);
+                if (r < 55) {
+                    st = kvd_cache_load(w->cli, &a, NULL, &res);
+                    if (st != KVD_OK)
+                        WORKER_FAIL(w, "load by lease", st);
+                    if (load_check(w, keys, lr.local_hits) != 0)
+                        return NULL;
+                } else if ((st = kvd_cache_release(w->cli, lr.lease)) != KVD_OK) {
+                    WORKER_FAIL(w, "release", st);
+                }
+            }
+        } else if (r < 80) { /* load by keys: whole, or ENOENT when evicted meanwhile */
+            kvd_cache_load_t a = {.cache = w->cache, .pool = w->pool.info.id, .keys = k,
+                                  .blocks = {.values = pages, .count = n,
+                                             .dtype = KVD_DTYPE_I64}};
+            kvd_op_result_t res;
+            st = kvd_cache_load(w->cli, &a, NULL, &res);
+            if (st == KVD_OK && load_check(w, keys, n) != 0)
+                return NULL;
+            if (st != KVD_OK && st != KVD_ENOENT)
+                WORKER_FAIL(w, "load", st);
+        } else if (r < 92) { /* evict one key (and what follows it) */
+            kvd_cache_evict_result_t ev;
+            k.blob = &keys[rnd(&w->rng) % n];
+            k.count = 1;
+            if ((st = kvd_cache_evict(w->cli, w->cache, &k, false, &ev)) != KVD_OK)
+                WORKER_FAIL(w, "evict", st);
+        } else { /* a small host pool made and dropped */
+            kvd_pool_spec_t sp = {.name = "churn", .kind = KVD_MEM_HOST, .num_layers = 1,
+                                  .num_slots = 256, .slot_bytes = 2048};
+            kvd_pool_info_t pi;
+            if ((st = kvd_pool_create(w->cli, &sp, &pi)) != KVD_OK)
+                WORKER_FAIL(w, "pool create", st);
+            if ((st = kvd_pool_drop(w->cli, pi.id, NULL)) != KVD_OK)
+                WORKER_FAIL(w, "pool drop", st);
+        }
+    }
+    return NULL;
+}
+
+/* 64 clients mix saves, leased lookups, loads, evicts and pool churn on one
+ * shared cache for KVD_LOAD_SECONDS (default 60); every loaded byte is
+ * checked, the budget's kinds add up to its total throughout, and once
+ * the clients and the cache are gone the budget is back where it began. */
+START_TEST(test_accounting_under_load)
+{
+    const char *extra[] = {"--host-memory-budget", "1G", NULL};
+    const char *env = getenv("KVD_LOAD_SECONDS");
+    int secs = env != NULL && atoi(env) > 0 ? atoi(env) : 60;
+    kvt_daemon_t d;
+    kvd_client_t *owner;
+    kvd_cache_spec_t s;
+    kvd_cache_info_t info;
+    worker_t *w = calloc(LOAD_CLIENTS, sizeof(*w));
+    pthread_t t[LOAD_CLIENTS];
+    uint64_t used0, ops = 0, checked = 0;
+    kvd_daemon_status_t ds;
+    int64_t end;
+
+    ck_assert_ptr_nonnull(w);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, 10000), 0);
+    KVT_OK(NULL, kvd_client_create(d.socket, "owner", &owner));
+    KVT_OK(owner, kvd_daemon_status(owner, &ds, NULL, 0));
+    used0 = ds.host_used;
+    memset(&s, 0, sizeof(s));
+    s.name = "load";
+    s.layout.num_layers = 1;
+    s.layout.mla = true;
+    s.layout.tokens_per_block = 1;
+    s.layout.token_bytes = LOAD_TOKEN;
+    snprintf(s.layout.dtype, sizeof(s.layout.dtype), "u8");
+    s.budget_bytes = 3000 * LOAD_TOKEN; /* under the 8,192 blocks asked for: evictions */
+    s.shared = true;
+    KVT_OK(owner, kvd_cache_create(owner, &s, &info));
+    for (int i = 0; i < LOAD_CLIENTS; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "load-%d", i);
+        KVT_OK(NULL, kvd_client_create(d.socket, name, &w[i].cli));
+        kvt_pool_make(w[i].cli, &w[i].pool, "load", 1, LOAD_PAGES, LOAD_TOKEN, true, 1);
+        w[i].cache = info.id;
+        w[i].rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+        w[i].deadline_ms = kvt_now_ms() + secs * 1000;
+    }
+    for (int i = 0; i < LOAD_CLIENTS; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, load_worker, &w[i]), 0);
+    while (kvt_now_ms() < w[0].deadline_ms) {
+        /* the kinds add up to the total at every moment (host_kind checks) */
+        (void)host_kind(owner, "requests");
+        usleep(500 * 1000);
+    }
+    for (int i = 0; i < LOAD_CLIENTS; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_msg(w[i].error[0] == '\0', "client %d: %s", i, w[i].error);
+        ops += w[i].ops;
+        checked += w[i].checked;
+    }
+    ck_assert_uint_gt(ops, 64 * 10);
+    ck_assert_uint_gt(checked, 0);
+    printf("accounting under load: %d clients, %" PRIu64 " operations, %" PRIu64
+           " loaded blocks checked in %d s\n", LOAD_CLIENTS, ops, checked, secs);
+    for (int i = 0; i < LOAD_CLIENTS; i++) {
+        kvd_mapping_destroy(&w[i].pool.map);
+        kvd_client_destroy(&w[i].cli); /* its pools and leases go with it */
+    }
+    KVT_OK(owner, kvd_cache_drop(owner, info.id, NULL));
+    /* pools of clients gone are released off the loop: soon, not at once */
+    end = kvt_now_ms() + scaled(10000);
+    do {
+        KVT_OK(owner, kvd_daemon_status(owner, &ds, NULL, 0));
+    } while (ds.host_used != used0 && kvt_now_ms() < end && usleep(20000) == 0);
+    ck_assert_uint_eq(ds.host_used, used0);
+    ck_assert_uint_eq(host_kind(owner, "leases"), 0);
+    ck_assert_uint_eq(host_kind(owner, "requests"), 0);
+    kvd_client_destroy(&owner);
+    free(w);
+    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 static Suite *budget_suite(void)
 {
     Suite *s = suite_create("budget");
     TCase *tc = tcase_create("budget");
 
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_leases_counted);
     tcase_add_test(tc, test_decode_bounded);
     tcase_add_test(tc, test_decode_duplicates_refused);
@@ -738,6 +954,7 @@ static Suite *budget_suite(void)
     tcase_add_test(tc, test_pools_off_loop);
     tcase_add_test(tc, test_lookup_repeated_key);
     tcase_add_test(tc, test_cache_supplementary_groups);
+    tcase_add_test(tc, test_accounting_under_load);
     suite_add_tcase(s, tc);
     return s;
 }
