@@ -463,6 +463,8 @@ START_TEST(test_decode_bounded)
      * read buffer, and no decoding past the measure (it was 458 MB) */
     ck_assert_msg(proc_kb(d.pid, "VmHWM:") < hwm0 + 64 * MiB, "peak RSS grew by %" PRIu64
                   " MiB", (uint64_t)((proc_kb(d.pid, "VmHWM:") - hwm0) / MiB));
+    printf("decoding: peak RSS +%.1f MiB over frames of up to 16 MiB\n",
+           (double)(proc_kb(d.pid, "VmHWM:") - hwm0) / MiB);
     ck_assert_uint_eq(host_kind(cli, "requests"), 0);
     close(fd);
     kvt_pool_free(cli, &p);
@@ -533,6 +535,7 @@ START_TEST(test_evict_cost)
     KVT_OK(cli, kvd_cache_evict(cli, cache, &k, false, &ev));
     dt = kvt_now_ms() - t0;
     ck_assert_uint_eq(ev.evicted, 100);
+    printf("evict: 100 keys of 200,000 blocks in %" PRId64 " ms (round trip)\n", dt);
     ck_assert_msg(dt <= scaled(20), "evicting 100 blocks of 200,000 took %" PRId64 " ms", dt);
     /* a chain's first key takes the whole chain, and only it */
     tails[0] = (uint64_t)1 << 20;
@@ -620,6 +623,9 @@ START_TEST(test_pools_off_loop)
     ck_assert_uint_ge(pg->n, 20);
     qsort(pg->lat, pg->n, sizeof(pg->lat[0]), cmp_i64);
     p99 = pg->lat[pg->n * 99 / 100];
+    printf("pools off the loop: ping p50 %" PRId64 " us, p99 %" PRId64 " us, max %" PRId64
+           " us over %u pings while 3 pools of 1 GiB were made and dropped\n",
+           pg->lat[pg->n / 2], p99, pg->lat[pg->n - 1], pg->n);
     ck_assert_msg(p99 <= scaled(2000), "ping p99 %" PRId64 " us over %u pings", p99, pg->n);
     kvd_client_destroy(&cli);
     free(pg);
