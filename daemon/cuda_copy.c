@@ -301,7 +301,7 @@ kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd_job_t *job)
         return KVD_ENOMEM;
     g->cb = cb;
     g->job = job;
-    g->flags = kvd__cuda_copy_flags(cb, a);
+    g->flags = kvd__cuda_copy_flags(cb, a) | (job->flags & KVD_LAUNCH_TABLES_ONE_ALLOCATION);
     g->nparts = n;
     g->to_issue = n;
     per = (rows + n - 1) / n;

@@ -803,7 +803,7 @@ static int64_t quick_count(int64_t n, int64_t bytes_per_item)
 /* Launch variants and the GPU call                                          */
 
 enum { L_DEFAULT, L_NULL, L_MB1, L_MB8, L_STREAM, L_STREAM_MB3, L_CE, L_CE_STREAM, L_CE_EACH,
-       L_CE_EACH_STREAM, L_COUNT };
+       L_CE_EACH_STREAM, L_CE_ONE, L_COUNT };
 
 typedef struct launch_spec {
     const char *name;
@@ -825,6 +825,9 @@ static const launch_spec_t LS[L_COUNT] = {
     [L_CE_EACH] = {"copy_engine+each", 0, 0, KVD_LAUNCH_COPY_ENGINE | KVD_LAUNCH_COPY_EACH, 0},
     [L_CE_EACH_STREAM] = {"copy_engine+each+stream", 0, 0,
                           KVD_LAUNCH_COPY_ENGINE | KVD_LAUNCH_COPY_EACH, 1},
+    /* tables vouched for as one allocation a side: 2D copies over them */
+    [L_CE_ONE] = {"copy_engine+tables_one", 0, 0,
+                  KVD_LAUNCH_COPY_ENGINE | KVD_LAUNCH_TABLES_ONE_ALLOCATION, 0},
 };
 
 typedef kvd_status_t (*op_fn)(const void *args, const kvd_launch_t *launch);
@@ -1845,11 +1848,14 @@ static const xfer_case_t XFER_CASES[] = {
     {1024, 1152, 4, XF_TABLE, 1, I32, IDX_RUNS, PIN, DEV, 0, 0, 128, 0, 1, L_CE_STREAM},
     {1024, 34, 3, XF_STRIDE, 0, I32, IDX_MIXED, DEV, PIN, 2, 0, 6, 2, 1, L_CE},
     /* ... 2D over layers between pinned and device memory: evenly spaced
-     * tables, runs up to a whole layer (no gap), rows of odd sizes */
+     * tables vouched for as one allocation, runs up to a whole layer (no
+     * gap), rows of odd sizes; the same tables not vouched for go in
+     * batches */
+    {2048, 2048, 32, XF_EVEN, 0, I64, IDX_MIXED, PIN, DEV, 0, 0, 128, 0, 1, L_CE_ONE},
     {2048, 2048, 32, XF_EVEN, 0, I64, IDX_MIXED, PIN, DEV, 0, 0, 128, 0, 1, L_CE},
     {2048, 1024, 32, XF_STRIDE, 0, I32, IDX_CONTIG, DEV, PIN, 0, 0, 0, 0, 1, L_CE},
     {64, 1024, 8, XF_STRIDE, 0, I32, IDX_RUNS, PIN, DEV, 0, 0, 0, 0, 1, L_CE_STREAM},
-    {1000, 578, 5, XF_EVEN, 1, I64, IDX_RUNS, DEV, PIN, 6, 0, 10, 2, 1, L_CE},
+    {1000, 578, 5, XF_EVEN, 1, I64, IDX_RUNS, DEV, PIN, 6, 0, 10, 2, 1, L_CE_ONE},
 };
 
 typedef struct xside {

@@ -436,5 +436,6 @@ int main(void)
     F(kvd_launch_t, flags);
     S_END();
     printf("CONST _LAUNCH_COPY_ENGINE %d\n", (int)KVD_LAUNCH_COPY_ENGINE);
+    printf("CONST _LAUNCH_TABLES_ONE_ALLOCATION %d\n", (int)KVD_LAUNCH_TABLES_ONE_ALLOCATION);
     return 0;
 }

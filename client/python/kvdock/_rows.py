@@ -69,6 +69,17 @@ class _Launch(ctypes.Structure):
 
 
 _LAUNCH_COPY_ENGINE = 1
+_LAUNCH_TABLES_ONE_ALLOCATION = 4
+
+
+def _one_storage(tensors: List[Any]) -> bool:
+    """Whether the tensors are views of one storage (one allocation): a
+    2D copy over their layers may then span them."""
+    ptrs = set()
+    for t in tensors:
+        s = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+        ptrs.add(int(s.data_ptr()))
+    return len(ptrs) <= 1
 
 _lib: Optional[ctypes.CDLL] = None
 _lib_lock = threading.Lock()
@@ -361,7 +372,10 @@ def copy_rows(src: Any, dst: Any, src_rows: Any, dst_rows: Any, *, src_v: Any = 
     a.idx_dtype = C.DTYPE_I64 if idx64 else C.DTYPE_I32
     a.count = count
     a.row_bytes = s_rb
-    launch = _Launch(handle or None, max_blocks, _LAUNCH_COPY_ENGINE if copy_engine else 0)
+    flags = _LAUNCH_COPY_ENGINE if copy_engine else 0
+    if copy_engine and all(_one_storage(ts) for ts in (ks, vs, ds, dvs)):
+        flags |= _LAUNCH_TABLES_ONE_ALLOCATION
+    launch = _Launch(handle or None, max_blocks, flags)
     fn = lib.kvd_cuda_kv_transfer if s_cuda else lib.kvd_cpu_kv_transfer
     st = fn(byref(a), byref(launch))
     if s_cuda and not copy_engine:

@@ -62,10 +62,11 @@ enum {
      * in stream order, and adds to oob_count before returning.  Every row
      * is one copy of a batch; runs of consecutive slots are merged.
      * Between pinned host memory and the device, a buffer whose layers
-     * are evenly spaced on both sides (layer_stride, or a table that
-     * steps evenly) moves each run as one 2D copy over all its layers
-     * instead: the copy engines' rate at small runs is set by descriptors,
-     * and a 2D copy is one for all layers. */
+     * are evenly spaced on both sides and lie in one allocation on each
+     * (layer_stride; or a table that steps evenly, with
+     * KVD_LAUNCH_TABLES_ONE_ALLOCATION) moves each run as one 2D copy over
+     * all its layers instead: the copy engines' rate at small runs is set
+     * by descriptors, and a 2D copy is one for all layers. */
     KVD_LAUNCH_COPY_ENGINE = 1u << 0,
     /* With KVD_LAUNCH_COPY_ENGINE: hand each batch whose runs average under
      * 32 KiB to the driver one cudaMemcpyAsync per run instead of one
@@ -73,6 +74,13 @@ enum {
      * faster so, others slower: kvdockd's --copy-issue chooses).  The same
      * copies in the same stream order either way; 2D copies are as above. */
     KVD_LAUNCH_COPY_EACH = 1u << 1,
+    /* With KVD_LAUNCH_COPY_ENGINE: the caller knows that each side's
+     * layer tables (k_layers, v_layers) point into one allocation per
+     * table, so that a 2D copy may span their layers.  Without it, tables
+     * go in batches: layers evenly spaced in the address space may still
+     * be separate allocations (per-layer tensors imported one handle
+     * each), which a 2D copy may not span. */
+    KVD_LAUNCH_TABLES_ONE_ALLOCATION = 1u << 2,
 };
 
 typedef struct kvd_launch {

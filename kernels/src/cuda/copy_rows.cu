@@ -827,12 +827,16 @@ kvd_status_t for_each_row(const RowCopy &p, int buf, int64_t layer, unsigned lon
 
 /* The distances between layers of buffer buf on each side when every run
  * of its rows may go as one 2D copy over all layers: pinned host memory
- * on one side and device memory on the other, each side's layers evenly
- * spaced within the copy engines' pitch and at least a row apart (a row
- * wider than a pitch would overlap the next layer).  False otherwise. */
-bool flat_pitches(const RowCopy &p, int buf, int64_t num_layers, int max_pitch, int64_t *spitch,
-                  int64_t *dpitch)
+ * on one side and device memory on the other, each side's layers in one
+ * allocation (a stride, or a table the caller vouches for: tables_one),
+ * evenly spaced within the copy engines' pitch and at least a row apart
+ * (a row wider than a pitch would overlap the next layer).  False
+ * otherwise. */
+bool flat_pitches(const RowCopy &p, int buf, int64_t num_layers, int max_pitch, bool tables_one,
+                  int64_t *spitch, int64_t *dpitch)
 {
+    if (!tables_one && (p.src_tab[buf] || p.dst_tab[buf]))
+        return false;
     *spitch = layer_pitch(p.src_tab[buf], p.src_layer_stride, num_layers, max_pitch);
     *dpitch = layer_pitch(p.dst_tab[buf], p.dst_layer_stride, num_layers, max_pitch);
     return *spitch >= p.row_bytes && *dpitch >= p.row_bytes;
@@ -841,36 +845,23 @@ bool flat_pitches(const RowCopy &p, int buf, int64_t num_layers, int max_pitch, 
 /*
  * Buffer buf's rows as 2D copies, a run of rows (consecutive on both
  * sides, at most the narrower pitch wide) each: width the run, height the
- * layers, each side's layer distance its pitch.  *refused is set, with
- * nothing issued, when the driver refuses the first one: layers evenly
- * spaced in the address space need not lie in one allocation (a worker's
- * per-layer tensors imported one CUDA IPC handle each), and a 2D copy may
- * not span allocations.  Every run spans every layer, so the first run
- * answers for all of them.
+ * layers, each side's layer distance its pitch.
  */
 kvd_status_t copy_2d(const RowCopy &p, int buf, int64_t num_layers, int64_t spitch,
-                     int64_t dpitch, cudaStream_t stream, unsigned long long *oob, bool *refused)
+                     int64_t dpitch, cudaStream_t stream, unsigned long long *oob)
 {
     const int64_t widest = spitch < dpitch ? spitch : dpitch;
     const char *run_src = NULL;
     char *run_dst = NULL;
     int64_t run_bytes = 0;
-    bool issued = false;
     auto issue = [&]() -> kvd_status_t {
         cudaError_t e = cudaMemcpy2DAsync(run_dst, (size_t)dpitch, run_src, (size_t)spitch,
                                           (size_t)run_bytes, (size_t)num_layers,
                                           cudaMemcpyDefault, stream);
-        if (e == cudaErrorInvalidValue && !issued) {
-            (void)cudaGetLastError();
-            *refused = true;
-            return KVD_ENOTSUP; /* ends the walk: the caller goes in batches */
-        }
         if (e != cudaSuccess)
             return kvd__cuda_fail(e, "cudaMemcpy2DAsync", __FILE__, __LINE__);
-        issued = true;
         return KVD_OK;
     };
-    *refused = false;
     kvd_status_t st = for_each_row(p, buf, 0, oob, [&](const char *sr, char *dr) {
         if (run_bytes > 0 && run_src + run_bytes == sr && run_dst + run_bytes == dr &&
             run_bytes + p.row_bytes <= widest) {
@@ -889,7 +880,7 @@ kvd_status_t copy_2d(const RowCopy &p, int buf, int64_t num_layers, int64_t spit
     });
     if (st == KVD_OK && run_bytes > 0)
         st = issue();
-    return *refused ? KVD_OK : st;
+    return st;
 }
 
 /*
@@ -936,17 +927,17 @@ kvd_status_t copy_engine(const RowCopy &p, int64_t num_layers, const kvd_launch_
             int dev, max_pitch = 0;
             KVD_CUDA_TRY(cudaGetDevice(&dev));
             KVD_CUDA_TRY(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, dev));
+            bool tables_one = launch && (launch->flags & KVD_LAUNCH_TABLES_ONE_ALLOCATION);
             for (int buf = 0; buf < p.nbufs; buf++) {
                 int64_t spitch, dpitch;
-                bool refused = false;
-                if (!flat_pitches(p, buf, num_layers, max_pitch, &spitch, &dpitch))
+                if (!flat_pitches(p, buf, num_layers, max_pitch, tables_one, &spitch, &dpitch))
                     continue;
                 unsigned long long buf_oob = 0;
-                st = copy_2d(p, buf, num_layers, spitch, dpitch, stream, &buf_oob, &refused);
+                st = copy_2d(p, buf, num_layers, spitch, dpitch, stream, &buf_oob);
                 if (st != KVD_OK)
                     return st;
-                flat[buf] = !refused;
-                if (buf == 0 && flat[0])
+                flat[buf] = true;
+                if (buf == 0)
                     oob = buf_oob;
             }
         }
