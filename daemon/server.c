@@ -265,7 +265,8 @@ static kvd_status_t open_listener(kvd_server_t *srv, char *why, size_t why_len)
             return KVD_ERANGE;
         }
         snprintf(srv->socket_path, sizeof(srv->socket_path), "%s", srv->opts.socket);
-    } else if (kvd_default_socket_path(srv->socket_path, sizeof(srv->socket_path)) != KVD_OK) {
+    } else if (kvd_socket_path_resolve(srv->socket_path, sizeof(srv->socket_path), NULL) !=
+               KVD_OK) {
         snprintf(why, why_len, "default socket path does not fit");
         return KVD_ERANGE;
     }

@@ -938,7 +938,8 @@ static void print_usage(FILE *f)
     fprintf(f,
             "\noptions:\n"
             "  --socket PATH  daemon socket (default %s:\n"
-            "                 $KVDOCK_SOCKET, else $XDG_RUNTIME_DIR/kvdock/kvdockd.sock,\n"
+            "                 $KVDOCK_SOCKET, else /run/kvdock/kvdockd.sock when a system\n"
+            "                 service listens there, else $XDG_RUNTIME_DIR/kvdock/kvdockd.sock,\n"
             "                 else /tmp/kvdock-<uid>/kvdockd.sock)\n"
             "  --json         print one JSON object instead of tables\n"
             "  --help         this help; 'kvdock COMMAND --help' for a command\n"

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -274,7 +275,19 @@ int kvd_wire_string_with_nul(const ProtobufCMessageDescriptor *desc, const uint8
     return len ? scan_strings(desc, buf, buf + len, 0, path, path_len) : 0;
 }
 
-kvd_status_t kvd_default_socket_path(char *buf, size_t len)
+/* Whether a daemon may be serving at path: a socket there, or a path we
+ * may not even look at (a service's directory closed to us: connecting
+ * says so, rather than trying a per-user path where nothing runs). */
+static int socket_present(const char *path)
+{
+    struct stat st;
+
+    if (stat(path, &st) == 0)
+        return S_ISSOCK(st.st_mode);
+    return errno == EACCES;
+}
+
+kvd_status_t kvd_socket_path_resolve(char *buf, size_t len, const char *system_path)
 {
     const char *env;
     int n;
@@ -284,6 +297,8 @@ kvd_status_t kvd_default_socket_path(char *buf, size_t len)
     env = getenv("KVDOCK_SOCKET");
     if (env != NULL && env[0] != '\0') {
         n = snprintf(buf, len, "%s", env);
+    } else if (system_path != NULL && system_path[0] != '\0' && socket_present(system_path)) {
+        n = snprintf(buf, len, "%s", system_path);
     } else {
         env = getenv("XDG_RUNTIME_DIR");
         if (env != NULL && env[0] == '/')
@@ -296,6 +311,11 @@ kvd_status_t kvd_default_socket_path(char *buf, size_t len)
         return KVD_ERANGE;
     }
     return KVD_OK;
+}
+
+kvd_status_t kvd_default_socket_path(char *buf, size_t len)
+{
+    return kvd_socket_path_resolve(buf, len, KVD_SYSTEM_SOCKET);
 }
 
 const char *kvd_op_name(int op_case)

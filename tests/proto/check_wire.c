@@ -19,6 +19,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "kvdock/wire.h"
@@ -635,14 +637,71 @@ START_TEST(test_default_socket_path)
 
     unsetenv("KVDOCK_SOCKET");
     setenv("XDG_RUNTIME_DIR", "/run/user/1234", 1);
-    ck_assert_int_eq(kvd_default_socket_path(buf, sizeof(buf)), KVD_OK);
+    ck_assert_int_eq(kvd_socket_path_resolve(buf, sizeof(buf), NULL), KVD_OK);
     ck_assert_str_eq(buf, "/run/user/1234/kvdock/kvdockd.sock");
 
     unsetenv("XDG_RUNTIME_DIR");
-    ck_assert_int_eq(kvd_default_socket_path(buf, sizeof(buf)), KVD_OK);
+    ck_assert_int_eq(kvd_socket_path_resolve(buf, sizeof(buf), NULL), KVD_OK);
     snprintf(want, sizeof(want), "/tmp/kvdock-%u/kvdockd.sock", (unsigned)getuid());
     ck_assert_str_eq(buf, want);
     ck_assert_int_eq(kvd_default_socket_path(NULL, 10), KVD_ENULL);
+}
+END_TEST
+
+/* A system daemon's socket comes after $KVDOCK_SOCKET and before the
+ * per-user paths, when a socket is there; the daemon's own default never
+ * takes it. */
+START_TEST(test_system_socket_path)
+{
+    char dir[] = "/tmp/kvd-sysXXXXXX", sys[64], plain[64], buf[256];
+    struct sockaddr_un sa;
+    int fd;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(sys, sizeof(sys), "%s/kvdockd.sock", dir);
+    snprintf(plain, sizeof(plain), "%s/not-a-socket", dir);
+    unsetenv("KVDOCK_SOCKET");
+    setenv("XDG_RUNTIME_DIR", "/run/user/1234", 1);
+
+    /* nothing there yet: the per-user path */
+    ck_assert_int_eq(kvd_socket_path_resolve(buf, sizeof(buf), sys), KVD_OK);
+    ck_assert_str_eq(buf, "/run/user/1234/kvdock/kvdockd.sock");
+
+    fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sys);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(kvd_socket_path_resolve(buf, sizeof(buf), sys), KVD_OK);
+    ck_assert_str_eq(buf, sys);
+    /* the daemon's own default skips it */
+    ck_assert_int_eq(kvd_socket_path_resolve(buf, sizeof(buf), NULL), KVD_OK);
+    ck_assert_str_eq(buf, "/run/user/1234/kvdock/kvdockd.sock");
+    /* $KVDOCK_SOCKET comes first */
+    setenv("KVDOCK_SOCKET", "/run/x/kvd.sock", 1);
+    ck_assert_int_eq(kvd_socket_path_resolve(buf, sizeof(buf), sys), KVD_OK);
+    ck_assert_str_eq(buf, "/run/x/kvd.sock");
+    unsetenv("KVDOCK_SOCKET");
+
+    /* a file that is not a socket is no daemon */
+    fclose(fopen(plain, "w"));
+    ck_assert_int_eq(kvd_socket_path_resolve(buf, sizeof(buf), plain), KVD_OK);
+    ck_assert_str_eq(buf, "/run/user/1234/kvdock/kvdockd.sock");
+
+    /* the public default names the installed service's socket */
+    ck_assert_str_eq(KVD_SYSTEM_SOCKET, "/run/kvdock/kvdockd.sock");
+    ck_assert_int_eq(kvd_default_socket_path(buf, sizeof(buf)), KVD_OK);
+    {
+        struct stat st;
+        int there = stat(KVD_SYSTEM_SOCKET, &st) == 0 && S_ISSOCK(st.st_mode);
+        ck_assert_str_eq(buf, there ? KVD_SYSTEM_SOCKET : "/run/user/1234/kvdock/kvdockd.sock");
+    }
+    unsetenv("XDG_RUNTIME_DIR");
+    close(fd);
+    unlink(sys);
+    unlink(plain);
+    rmdir(dir);
 }
 END_TEST
 
@@ -696,6 +755,7 @@ static Suite *wire_suite(void)
     tcase_add_test(tc, test_sendmsg_gathers);
     tcase_add_test(tc, test_send_large);
     tcase_add_test(tc, test_default_socket_path);
+    tcase_add_test(tc, test_system_socket_path);
     suite_add_tcase(s, tc);
     return s;
 }

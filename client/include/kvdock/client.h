@@ -115,7 +115,8 @@ typedef struct kvd_hello_info {
 
 /*
  * Connect to the daemon at socket_path (NULL: kvd_default_socket_path(),
- * which is $KVDOCK_SOCKET, else $XDG_RUNTIME_DIR/kvdock/kvdockd.sock, else
+ * which is $KVDOCK_SOCKET, else /run/kvdock/kvdockd.sock when the system
+ * service's socket is there, else $XDG_RUNTIME_DIR/kvdock/kvdockd.sock, else
  * /tmp/kvdock-<uid>/kvdockd.sock) and say hello as client_name (NULL:
  * "kvdock-client").  On failure *out is NULL and kvd_client_last_error(NULL)
  * says why.

@@ -1126,7 +1126,9 @@ class Client:
 
     Args:
         socket: the daemon's socket path (None: $KVDOCK_SOCKET, else
-            $XDG_RUNTIME_DIR/kvdock/kvdockd.sock, else /tmp/kvdock-UID/...).
+            /run/kvdock/kvdockd.sock when the system service's socket is
+            there, else $XDG_RUNTIME_DIR/kvdock/kvdockd.sock, else
+            /tmp/kvdock-UID/kvdockd.sock).
         name: the client name shown by ``kvdock status``.
         timeout: seconds a blocking call waits for its reply (None: forever);
             past it the call raises :class:`Timeout`.

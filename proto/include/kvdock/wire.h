@@ -69,12 +69,24 @@ kvd_status_t kvd_sock_send_all(int sock, const void *buf, size_t len, const int 
  */
 ssize_t kvd_sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int max_fds);
 
+/* Where the installed system service listens (deploy/kvdockd.socket). */
+#define KVD_SYSTEM_SOCKET "/run/kvdock/kvdockd.sock"
+
 /*
- * The socket path used when none is given: $KVDOCK_SOCKET, else
+ * The socket path a client uses when none is given: $KVDOCK_SOCKET, else
+ * KVD_SYSTEM_SOCKET when a socket is there (or its directory is closed to
+ * us: connecting then says so), else the per-user path,
  * $XDG_RUNTIME_DIR/kvdock/kvdockd.sock, else /tmp/kvdock-<uid>/kvdockd.sock.
  * KVD_OK, or KVD_ERANGE if it does not fit in len.
  */
 kvd_status_t kvd_default_socket_path(char *buf, size_t len);
+
+/*
+ * The same order with system_path in the place of KVD_SYSTEM_SOCKET;
+ * NULL skips it: the path a daemon listens on when none is given
+ * ($KVDOCK_SOCKET, else the per-user path), never the system service's.
+ */
+kvd_status_t kvd_socket_path_resolve(char *buf, size_t len, const char *system_path);
 
 /*
  * Does a string field of the encoded message buf (of type desc, nested
