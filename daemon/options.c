@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -21,8 +22,9 @@ const kvd_option_def_t kvd__option_table[] = {
      "socket path (default: $KVDOCK_SOCKET, else $XDG_RUNTIME_DIR/kvdock/kvdockd.sock, else "
      "/tmp/kvdock-UID/kvdockd.sock)"},
     {"socket-group", KVD_OPT_STR, OFF(socket_group), "", 0, 0, NULL,
-     "group that may also connect (socket directory 0750, socket 0660); empty: owner only "
-     "(directory 0700)"},
+     "group (a name or a gid) whose members may also connect: the socket directory is 0750 "
+     "and the socket 0660 in that group, and the daemon admits them as allow-gids does; "
+     "empty: owner only (directory 0700)"},
     {"backend", KVD_OPT_ENUM, OFF(backend), "auto", 0, 0, "cpu|cuda|auto",
      "cuda: GPU pools and kernels; cpu: host pools and the reference kernels; auto: cuda when a "
      "GPU is usable"},
@@ -87,7 +89,7 @@ const kvd_option_def_t kvd__option_table[] = {
     {"allow-uids", KVD_OPT_STR, OFF(allow_uids), "", 0, 0, NULL,
      "comma-separated user ids that may connect besides the daemon's user and root"},
     {"allow-gids", KVD_OPT_STR, OFF(allow_gids), "", 0, 0, NULL,
-     "comma-separated group ids whose members (primary group) may connect"},
+     "comma-separated group ids whose members (primary or supplementary group) may connect"},
     {"admin-uids", KVD_OPT_STR, OFF(admin_uids), "", 0, 0, NULL,
      "comma-separated user ids that are admins besides the daemon's user and root"},
     {"reload-blocks", KVD_OPT_UINT, OFF(blocks[KVD_STREAM_RELOAD]), "0", 0, 1 << 20, NULL,
@@ -270,6 +272,31 @@ static const char *boolean_word(const kvd_option_def_t *d, const char *v)
     return v;
 }
 
+/* socket-group's gid, kept beside its text: a name (looked up once,
+ * here, not at every connection) or a decimal gid; "" is none. */
+static kvd_status_t resolve_group(kvd_options_t *o, const char *value, char *err,
+                                  size_t err_len)
+{
+    struct group *gr;
+    uint64_t v;
+
+    if (value[0] == '\0') {
+        o->socket_gid = -1;
+        return KVD_OK;
+    }
+    gr = getgrnam(value);
+    if (gr != NULL) {
+        o->socket_gid = (int64_t)gr->gr_gid;
+        return KVD_OK;
+    }
+    if (parse_number(value, 0, 0, NULL, &v) != 0 || v >= (uint64_t)(gid_t)-1) {
+        kvd__seterr(err, err_len, "socket-group: no group '%s'", value);
+        return KVD_EINVAL;
+    }
+    o->socket_gid = (int64_t)v;
+    return KVD_OK;
+}
+
 static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const char *value,
                             char *err, size_t err_len)
 {
@@ -284,6 +311,8 @@ static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const c
             kvd__seterr(err, err_len, "%s: value longer than %d bytes", d->name, KVD_OPT_STR_MAX - 1);
             return KVD_ERANGE;
         }
+        if (d->offset == OFF(socket_group) && resolve_group(o, value, err, err_len) != KVD_OK)
+            return KVD_EINVAL;
         snprintf(field, KVD_OPT_STR_MAX, "%s", value);
         return KVD_OK;
     case KVD_OPT_ENUM:
@@ -761,4 +790,10 @@ int kvd_options_id_listed(const char *list, uint64_t id)
         p = end;
     }
     return 0;
+}
+
+int kvd_options_group_admitted(const kvd_options_t *o, uint64_t gid)
+{
+    return (o->socket_gid >= 0 && (uint64_t)o->socket_gid == gid) ||
+           kvd_options_id_listed(o->allow_gids, gid);
 }

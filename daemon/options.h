@@ -49,6 +49,7 @@ enum kvd_host_path {
 typedef struct kvd_options {
     char socket[KVD_OPT_STR_MAX];       /* "" = kvd_default_socket_path() */
     char socket_group[KVD_OPT_STR_MAX]; /* "" = no group */
+    int64_t socket_gid;                 /* socket_group's gid (set with it); -1: none */
     int backend;                        /* enum kvd_backend_choice */
     char config[KVD_OPT_STR_MAX];
     int log_level; /* kvd_log_level_t */
@@ -170,5 +171,9 @@ const char *kvd_stream_class_name(int sc);
 
 /* Is id in a comma-separated list of numbers ("1000,1001")? */
 int kvd_options_id_listed(const char *list, uint64_t id);
+
+/* Whether members of group gid may connect: it is the socket group or
+ * listed in allow-gids. */
+int kvd_options_group_admitted(const kvd_options_t *o, uint64_t gid);
 
 #endif

@@ -35,10 +35,39 @@
 
 /* ---- peers ------------------------------------------------------------- */
 
-int kvd__server_peer_allowed(const kvd_server_t *srv, uid_t uid, gid_t gid)
+/*
+ * A peer's groups are its primary gid and the supplementary groups it had
+ * when it connected (SO_PEERGROUPS: fixed by connect, as SO_PEERCRED is,
+ * whatever the process does or becomes after).  Not /proc/PID/status: by
+ * the time it is read, the pid may have exited and been reused by another
+ * user's process, and the installed unit's ProtectProc=invisible hides
+ * other users' processes anyway.  A kernel without SO_PEERGROUPS (before
+ * 4.13): the primary group alone.
+ */
+int kvd__server_peer_allowed(const kvd_server_t *srv, int fd, uid_t uid, gid_t gid)
 {
-    return uid == srv->uid || uid == 0 || kvd_options_id_listed(srv->opts.allow_uids, uid) ||
-           kvd_options_id_listed(srv->opts.allow_gids, gid);
+    gid_t small[64], *groups = small;
+    socklen_t len = sizeof(small);
+    int ok = 0;
+
+    if (uid == srv->uid || uid == 0 || kvd_options_id_listed(srv->opts.allow_uids, uid) ||
+        kvd_options_group_admitted(&srv->opts, gid))
+        return 1;
+    if (srv->opts.socket_gid < 0 && srv->opts.allow_gids[0] == '\0')
+        return 0;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {
+        if (errno != ERANGE || (groups = malloc(len)) == NULL)
+            return 0;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {
+            free(groups);
+            return 0;
+        }
+    }
+    for (size_t i = 0; i < len / sizeof(gid_t) && !ok; i++)
+        ok = kvd_options_group_admitted(&srv->opts, groups[i]);
+    if (groups != small)
+        free(groups);
+    return ok;
 }
 
 int kvd__server_peer_admin(const kvd_server_t *srv, uid_t uid)
@@ -145,10 +174,11 @@ static void on_accept(uv_poll_t *h, int status, int events)
             close(fd);
             continue;
         }
-        if (!kvd__server_peer_allowed(srv, cred.uid, cred.gid)) {
+        if (!kvd__server_peer_allowed(srv, fd, cred.uid, cred.gid)) {
             kvd_log(KVD_LOG_WARN, "event=peer_refused pid=%d uid=%u gid=%u", (int)cred.pid,
                     (unsigned)cred.uid, (unsigned)cred.gid);
-            refuse(fd, KVD_EPERM, "this user may not connect to kvdockd (allow-uids/allow-gids)");
+            refuse(fd, KVD_EPERM, "this user may not connect to kvdockd "
+                   "(allow-uids, allow-gids, socket-group)");
             continue;
         }
         if (srv->nconns >= srv->opts.max_clients) {

@@ -125,8 +125,9 @@ void kvd__server_drop_wait_begin(kvd_server_t *srv, kvd_conn_t *c, uint64_t id, 
                                  uint64_t t_start_ns);
 int kvd__server_drop_wait_end(kvd_server_t *srv);
 
-/* Peer permission from the config: may connect, is admin. */
-int kvd__server_peer_allowed(const kvd_server_t *srv, uid_t uid, gid_t gid);
+/* Peer permission from the config: may connect (fd the peer's socket, for
+ * its supplementary groups), is admin. */
+int kvd__server_peer_allowed(const kvd_server_t *srv, int fd, uid_t uid, gid_t gid);
 int kvd__server_peer_admin(const kvd_server_t *srv, uid_t uid);
 
 #endif

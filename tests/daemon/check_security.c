@@ -55,7 +55,8 @@ static void skip_msg(const char *what)
  * back over a socketpair.  Returns the socket, or -1 with *err = the
  * child's connect errno.
  */
-static int connect_as(const char *sock, uid_t uid, gid_t gid, int *err)
+static int connect_as_groups(const char *sock, uid_t uid, gid_t gid, size_t ngroups,
+                             const gid_t *groups, int *err)
 {
     int sp[2], fds[4], nfds = 0, status;
     int32_t cerr = 0;
@@ -67,7 +68,7 @@ static int connect_as(const char *sock, uid_t uid, gid_t gid, int *err)
     if (pid == 0) { /* no Check assertion here (kvdt_child_close_fds) */
         int fd;
         kvdt_child_close_fds(sp[1]);
-        if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
+        if (setgroups(ngroups, groups) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
             _exit(3);
         fd = kvdt_connect(sock);
         cerr = fd < 0 ? errno : 0;
@@ -90,6 +91,11 @@ static int connect_as(const char *sock, uid_t uid, gid_t gid, int *err)
     if (nfds == 0)
         return -1;
     return fds[0];
+}
+
+static int connect_as(const char *sock, uid_t uid, gid_t gid, int *err)
+{
+    return connect_as_groups(sock, uid, gid, 0, NULL, err);
 }
 
 static Kvdock__Response *hello_on(int fd, const char *name)
@@ -310,7 +316,7 @@ END_TEST
 START_TEST(test_other_user_refused)
 {
     kvdt_daemon_t d;
-    char base[64], sock[128], grp[16];
+    char base[64], sock[160], dir[128], grp[16];
     const char *extra[] = {"--socket-group", grp, NULL};
     Kvdock__Response *r;
     int fd, me;
@@ -319,18 +325,23 @@ START_TEST(test_other_user_refused)
         skip_msg("other user refused by SO_PEERCRED");
         return;
     }
-    /* the group lets nobody reach the socket: the credentials check is
-     * what stops it */
+    /* a socket made reachable by all (as a socket unit with another mode
+     * could): the credentials check is what stops a user outside the
+     * socket group */
     snprintf(grp, sizeof(grp), "%u", NOGROUP);
     open_base(base, sizeof(base));
-    snprintf(sock, sizeof(sock), "%s/grp/kvd.sock", base);
+    snprintf(dir, sizeof(dir), "%s/grp", base);
+    snprintf(sock, sizeof(sock), "%s/kvd.sock", dir);
     kvdt_start_sock(&d, sock, extra);
-    fd = connect_as(sock, NOBODY, NOGROUP, NULL);
+    ck_assert_int_eq(chmod(dir, 0755), 0);
+    ck_assert_int_eq(chmod(sock, 0666), 0);
+    fd = connect_as(sock, NOBODY, 1, NULL);
     ck_assert_int_ge(fd, 0);
     r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
     ck_assert_ptr_nonnull(r);
     ck_assert_uint_eq(r->status, KVD_EPERM);
     ck_assert_ptr_nonnull(strstr(r->message, "allow-uids"));
+    ck_assert_ptr_nonnull(strstr(r->message, "socket-group"));
     kvdock__response__free_unpacked(r, NULL);
     ck_assert(kvdt_closed(fd, KVDT_TIMEOUT_MS));
     close(fd);
@@ -339,6 +350,54 @@ START_TEST(test_other_user_refused)
     ck_assert(kvdt_ping_ok(me));
     close(me);
     ck_assert_int_eq(kvdt_stop(&d), 0);
+    rm_rf(base);
+}
+END_TEST
+
+/* --socket-group G alone admits G's members, by their primary group or a
+ * supplementary one (as they were when they connected); --allow-gids
+ * takes supplementary groups too. */
+START_TEST(test_socket_group_admits_members)
+{
+    static const gid_t supp[] = {NOGROUP};
+    kvdt_daemon_t d;
+    char base[64], sock[128], grp[16];
+    int i;
+
+    if (!is_root()) {
+        skip_msg("socket-group members");
+        return;
+    }
+    snprintf(grp, sizeof(grp), "%u", NOGROUP);
+    open_base(base, sizeof(base));
+    for (i = 0; i < 3; i++) {
+        const char *only[] = {"--socket-group", grp, NULL};
+        const char *by_allow[] = {"--allow-gids", grp, NULL};
+        Kvdock__Response *r;
+        char dir[96];
+        int err = 0, fd;
+
+        snprintf(dir, sizeof(dir), "%s/g%d", base, i);
+        snprintf(sock, sizeof(sock), "%s/kvd.sock", dir);
+        kvdt_start_sock(&d, sock, i == 2 ? by_allow : only);
+        if (i == 2) { /* no socket group: open the way by hand */
+            ck_assert_int_eq(chmod(dir, 0755), 0);
+            ck_assert_int_eq(chmod(sock, 0666), 0);
+        }
+        if (i == 0) /* primary group */
+            fd = connect_as(sock, NOBODY, NOGROUP, &err);
+        else /* a supplementary group; the primary one is another */
+            fd = connect_as_groups(sock, NOBODY, 2, 1, supp, &err);
+        ck_assert_msg(fd >= 0, "case %d: cannot connect: %s", i, strerror(err));
+        r = hello_on(fd, "member");
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->status == 0, "case %d: hello: %u %s", i, r->status, r->message);
+        ck_assert_int_eq(r->hello->admin, 0);
+        kvdock__response__free_unpacked(r, NULL);
+        ck_assert(kvdt_ping_ok(fd));
+        close(fd);
+        ck_assert_int_eq(kvdt_stop(&d), 0);
+    }
     rm_rf(base);
 }
 END_TEST
@@ -955,6 +1014,7 @@ static Suite *security_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_other_user_blocked_by_directory);
     tcase_add_test(tc, test_other_user_refused);
+    tcase_add_test(tc, test_socket_group_admits_members);
     tcase_add_test(tc, test_allowed_users_and_groups);
     suite_add_tcase(s, tc);
 
