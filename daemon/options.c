@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "kvdock/parse.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -214,45 +215,15 @@ static void choice_name(const char *choices, int idx, char *buf, size_t len)
              p);
 }
 
-/* A whole decimal number with an optional size suffix; no sign for unsigned. */
+/* A decimal number (kvdock/parse.h), signed or not; a SIZE with
+ * allow_suffix.  0, or -1 when it is not one. */
 static int parse_number(const char *s, int is_signed, int allow_suffix, int64_t *out_s,
                         uint64_t *out_u)
 {
-    char *end;
-    uint64_t mult = 1;
-
-    if (*s == '\0' || isspace((unsigned char)*s))
-        return -1;
-    errno = 0;
-    if (is_signed) {
-        long long v = strtoll(s, &end, 10);
-        if (errno || end == s || *end != '\0')
-            return -1;
-        *out_s = v;
-        return 0;
-    }
-    if (*s == '-' || *s == '+')
-        return -1;
-    {
-        unsigned long long v = strtoull(s, &end, 10);
-        if (errno || end == s)
-            return -1;
-        if (*end != '\0') {
-            if (!allow_suffix || end[1] != '\0')
-                return -1;
-            switch (*end) {
-            case 'K': case 'k': mult = 1ull << 10; break;
-            case 'M': case 'm': mult = 1ull << 20; break;
-            case 'G': case 'g': mult = 1ull << 30; break;
-            case 'T': case 't': mult = 1ull << 40; break;
-            default: return -1;
-            }
-        }
-        if (v > UINT64_MAX / mult)
-            return -1;
-        *out_u = v * mult;
-    }
-    return 0;
+    if (is_signed)
+        return kvd__parse_i64(s, out_s) == KVD_OK ? 0 : -1;
+    return (allow_suffix ? kvd__parse_size(s, out_u) : kvd__parse_u64(s, out_u)) == KVD_OK ? 0
+                                                                                           : -1;
 }
 
 /* A switch's value ("no|yes" choices) in any of the usual spellings. */
@@ -360,8 +331,8 @@ static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const c
             return KVD_OK;
         }
         if (parse_number(value, 0, 1, &sv, &uv) != 0) {
-            kvd__seterr(err, err_len, "%s: '%s' is not a size (a number with an optional K, M, "
-                        "G or T) or a percentage (N%%)", d->name, value);
+            kvd__seterr(err, err_len, "%s: '%s' is not a size (" KVD_SIZE_WORDS ") or a "
+                        "percentage (N%%)", d->name, value);
             return KVD_EINVAL;
         }
         if (uv < (uint64_t)d->min || uv > (uint64_t)d->max) {
@@ -377,8 +348,8 @@ static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const c
     case KVD_OPT_SIZE:
         if (parse_number(value, 0, d->type == KVD_OPT_SIZE, &sv, &uv) != 0) {
             kvd__seterr(err, err_len, "%s: '%s' is not a %s", d->name, value,
-                   d->type == KVD_OPT_SIZE ? "size (a number with an optional K, M, G or T)"
-                                           : "non-negative whole number");
+                   d->type == KVD_OPT_SIZE ? "size (" KVD_SIZE_WORDS ")"
+                                           : "non-negative whole number (decimal)");
             return KVD_EINVAL;
         }
         if (uv < (uint64_t)d->min || uv > (uint64_t)d->max) {
@@ -696,30 +667,71 @@ static const char *type_word(const kvd_option_def_t *d)
     return "?";
 }
 
+/* --help: "  --name TYPE" in HELP_HEAD_COLS, the text from HELP_TEXT_COL,
+ * no line past HELP_COLS. */
+#define HELP_COLS 100
+#define HELP_HEAD_COLS 34
+#define HELP_TEXT_COL (2 + HELP_HEAD_COLS + 1)
+
+/* text from column col (the cursor is there), wrapped at spaces to end
+ * before column cols, continued at col; then a newline.  A word longer
+ * than a line goes on one of its own. */
+static void wrap(FILE *f, const char *text, int col, int cols)
+{
+    int at = col;
+    const char *p = text;
+
+    while (*p) {
+        size_t w = strcspn(p, " ");
+
+        if (at > col && at + 1 + (int)w > cols) {
+            fprintf(f, "\n%*s", col, "");
+            at = col;
+        } else if (at > col) {
+            fputc(' ', f);
+            at++;
+        }
+        fwrite(p, 1, w, f);
+        at += (int)w;
+        p += w;
+        while (*p == ' ')
+            p++;
+    }
+    fputc('\n', f);
+}
+
 void kvd_options_help(FILE *f, const char *prog)
 {
     size_t i;
 
     fprintf(f,
-            "usage: %s [--name VALUE | --name=VALUE]... [--help] [--version] [--print-config]\n"
-            "       [--print-example-config]\n"
+            "usage: %s [--name VALUE | --name=VALUE]...\n"
+            "       [--help] [--version] [--print-config] [--print-example-config]\n"
             "\n"
             "kvdockd owns KV-cache pools and moves KV data on request over a Unix socket.\n"
-            "Every option can also be set in the --config file as `name = value`.\n"
-            "SIZE takes an optional K, M, G or T suffix (powers of 1024).\n\n",
+            "Every option can also be set in the --config file as `name = value`.\n",
             prog);
+    wrap(f, "SIZE: " KVD_SIZE_WORDS ".", 0, HELP_COLS);
+    fputc('\n', f);
     for (i = 0; i < kvd__option_count; i++) {
         const kvd_option_def_t *d = &kvd__option_table[i];
-        char head[128];
+        char head[128], text[1536];
+        int n;
 
         snprintf(head, sizeof(head), "--%s %s", d->name, type_word(d));
-        fprintf(f, "  %-34s %s", head, d->help);
-        if (d->def[0] != '\0')
-            fprintf(f, " [default: %s]", d->def);
-        if (d->type == KVD_OPT_INT || d->type == KVD_OPT_UINT || d->type == KVD_OPT_SIZE ||
-            d->type == KVD_OPT_MEMSIZE)
-            fprintf(f, " [range: %" PRId64 "..%" PRId64 "]", d->min, d->max);
-        fputc('\n', f);
+        n = snprintf(text, sizeof(text), "%s", d->help);
+        if (d->def[0] != '\0' && n >= 0 && (size_t)n < sizeof(text))
+            n += snprintf(text + n, sizeof(text) - (size_t)n, " [default: %s]", d->def);
+        if ((d->type == KVD_OPT_INT || d->type == KVD_OPT_UINT || d->type == KVD_OPT_SIZE ||
+             d->type == KVD_OPT_MEMSIZE) &&
+            n >= 0 && (size_t)n < sizeof(text))
+            snprintf(text + n, sizeof(text) - (size_t)n, " [range: %" PRId64 "..%" PRId64 "]",
+                     d->min, d->max);
+        if (strlen(head) > HELP_HEAD_COLS) /* the name on a line of its own */
+            fprintf(f, "  %s\n%*s", head, HELP_TEXT_COL, "");
+        else
+            fprintf(f, "  %-*s ", HELP_HEAD_COLS, head);
+        wrap(f, text, HELP_TEXT_COL, HELP_COLS);
     }
 }
 
@@ -730,7 +742,8 @@ void kvd_options_print_example(FILE *f)
     fputs("# kvdockd example configuration: `name = value` lines, \"#\" starts a comment.\n"
           "# Every option of `kvdockd --help` may appear here; options given on the\n"
           "# command line override this file.  Use it with: kvdockd --config FILE\n"
-          "# SIZE values take an optional K, M, G or T suffix (powers of 1024).\n"
+          "# SIZE values: bytes, or with a unit: K, M, G, T (or KiB, MiB, ...: powers of\n"
+          "# 1024), KB, MB, GB, TB (powers of 1000); fractions like 1.5G.\n"
           "# The values below are the defaults; uncomment a line to change it.\n"
           "# Generated by `kvdockd --print-example-config`.\n",
           f);

@@ -678,26 +678,15 @@ void kvd__cli_bench_help(void)
            TARGET_P50_US, TARGET_P99_US, TARGET_RPS, TARGET_RPS_CLIENTS);
 }
 
+/* A decimal count (or a SIZE with size) in [lo, hi]. */
 static bool parse_count(const char *s, uint64_t *out, uint64_t lo, uint64_t hi)
 {
-    char *end;
-    unsigned long long v;
-    uint64_t mul = 1;
+    return kvd__cli_parse_u64(s, out, false) && *out >= lo && *out <= hi;
+}
 
-    if (s == NULL || s[0] == '\0' || s[0] == '-')
-        return false;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s)
-        return false;
-    if (*end == 'k' || *end == 'K')
-        mul = 1000, end++;
-    else if (*end == 'm' || *end == 'M')
-        mul = 1000000, end++;
-    if (*end != '\0' || v > hi / mul)
-        return false;
-    *out = (uint64_t)v * mul;
-    return *out >= lo && *out <= hi;
+static bool parse_size(const char *s, uint64_t *out, uint64_t lo, uint64_t hi)
+{
+    return kvd__cli_parse_u64(s, out, true) && *out >= lo && *out <= hi;
 }
 
 /* "--x V" or "--x=V": the value, or NULL when missing. */
@@ -781,7 +770,7 @@ int kvd__cli_bench(const char *socket, bool json, int argc, char **argv)
                 return usage("--slots needs a count from 1 to 1048576");
             o.slots = v;
         } else if (is_opt(a, "--slot-bytes")) {
-            if (!parse_count(value_of(argc, argv, &i, "--slot-bytes"), &v, 1, 1u << 20))
+            if (!parse_size(value_of(argc, argv, &i, "--slot-bytes"), &v, 1, 1u << 20))
                 return usage("--slot-bytes needs a size from 1 to 1048576");
             o.slot_bytes = v;
         } else if (is_opt(a, "--max-blocks")) {

@@ -453,7 +453,7 @@ static int cmd_pool_create(opts_t *o)
             spec.num_layers = (uint32_t)v;
             have_layers = true;
         } else if (kvd__cli_opt_is(a, "--slots")) {
-            if ((val = opt_value(o, &i, "--slots")) == NULL || !kvd__cli_parse_u64(val, &v, true) || v == 0)
+            if ((val = opt_value(o, &i, "--slots")) == NULL || !kvd__cli_parse_u64(val, &v, false) || v == 0)
                 return usage_error("pool create", "--slots needs a positive count");
             spec.num_slots = v;
             have_slots = true;
@@ -754,7 +754,7 @@ static int cmd_ping(opts_t *o)
 
         if (kvd__cli_opt_is(a, "--count") || strcmp(a, "-c") == 0) {
             val = opt_value(o, &i, strcmp(a, "-c") == 0 ? "-c" : "--count");
-            if (val == NULL || !kvd__cli_parse_u64(val, &count, true) || count == 0 || count > 100000000)
+            if (val == NULL || !kvd__cli_parse_u64(val, &count, false) || count == 0 || count > 100000000)
                 return usage_error("ping", "--count needs a count from 1 to 100000000");
         } else if (kvd__cli_opt_is(a, "--size")) {
             val = opt_value(o, &i, "--size");

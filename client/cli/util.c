@@ -3,6 +3,8 @@
  */
 #include "util.h"
 
+#include "kvdock/parse.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -139,40 +141,9 @@ void kvd__cli_table_print(kvd__cli_table_t *t)
     t->cells = NULL;
 }
 
-bool kvd__cli_parse_u64(const char *s, uint64_t *out, bool suffix)
+bool kvd__cli_parse_u64(const char *s, uint64_t *out, bool size)
 {
-    char *end;
-    unsigned long long v;
-    uint64_t mul = 1;
-
-    if (s == NULL || s[0] == '\0' || s[0] == '-')
-        return false;
-    errno = 0;
-    v = strtoull(s, &end, 0);
-    if (errno != 0 || end == s)
-        return false;
-    if (suffix && *end != '\0') {
-        switch (*end) {
-        case 'k':
-        case 'K': mul = 1ull << 10; break;
-        case 'm':
-        case 'M': mul = 1ull << 20; break;
-        case 'g':
-        case 'G': mul = 1ull << 30; break;
-        case 't':
-        case 'T': mul = 1ull << 40; break;
-        default: return false;
-        }
-        end++;
-        if (*end == 'i' || *end == 'I')
-            end++;
-        if (*end == 'b' || *end == 'B')
-            end++;
-    }
-    if (*end != '\0' || (mul > 1 && v > UINT64_MAX / mul))
-        return false;
-    *out = (uint64_t)v * mul;
-    return true;
+    return (size ? kvd__parse_size(s, out) : kvd__parse_u64(s, out)) == KVD_OK;
 }
 
 bool kvd__cli_opt_is(const char *a, const char *name)

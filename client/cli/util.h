@@ -41,8 +41,9 @@ void kvd__cli_table_row(kvd__cli_table_t *t, ...);
 /* Print (on stdout) and free the rows. */
 void kvd__cli_table_print(kvd__cli_table_t *t);
 
-/* A count with an optional binary suffix (k, m, g, t; suffix true). */
-bool kvd__cli_parse_u64(const char *s, uint64_t *out, bool suffix);
+/* A decimal count, or with size true a SIZE (kvdock/parse.h: 1.5G, 16MiB,
+ * 2KB). */
+bool kvd__cli_parse_u64(const char *s, uint64_t *out, bool size);
 /* Whether argument a is option name ("--x" or "--x=V"). */
 bool kvd__cli_opt_is(const char *a, const char *name);
 /* The value of option argv[*i] ("--x V", which moves *i on, or "--x=V");

@@ -142,7 +142,7 @@ START_TEST(test_cli_pool_create)
     result_t r;
 
     snprintf(name, sizeof(name), "cli-pool-%d", (int)getpid());
-    r = cli("pool", "create", name, "--kind", "host", "--layers", "4", "--slots", "1k",
+    r = cli("pool", "create", name, "--kind", "host", "--layers", "4", "--slots", "1024",
             "--slot-bytes", "128", "--mla", "--page-size", "16", "--shared", NULL);
     EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, name));
@@ -667,6 +667,42 @@ START_TEST(test_cli_stats)
 }
 END_TEST
 
+/* Numbers are decimal whatever their zeros, sizes take units and
+ * fractions (the parser the daemon shares, kvdock/parse.h); hex, octal
+ * and a count with a unit are usage errors. */
+START_TEST(test_cli_numbers)
+{
+    char name[64];
+    result_t r;
+
+    snprintf(name, sizeof(name), "cli-num-%d", (int)getpid());
+    r = cli("--json", "pool", "create", name, "--layers", "010", "--slots", "08", "--slot-bytes",
+            "1.5K", "--shared", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_msg(json_number(r.out, "num_layers") == 10, "%s", r.out);
+    ck_assert_msg(json_number(r.out, "num_slots") == 8, "%s", r.out);
+    ck_assert_msg(json_number(r.out, "slot_bytes") == 1536, "%s", r.out);
+    result_free(&r);
+    r = cli("pool", "drop", name, NULL);
+    EXPECT_RC(r, 0);
+    result_free(&r);
+
+    static const char *const bad[][2] = {{"--layers", "0x10"}, {"--slots", "1k"},
+                                         {"--slot-bytes", "0.1K"}, {"--slot-bytes", "1.5"},
+                                         {"--layers", "-1"}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *v[6] = {"--layers", "2", "--slots", "8", "--slot-bytes", "64"};
+        for (int k = 0; k < 6; k += 2)
+            if (strcmp(v[k], bad[i][0]) == 0)
+                v[k + 1] = bad[i][1];
+        r = cli("pool", "create", name, v[0], v[1], v[2], v[3], v[4], v[5], "--shared", NULL);
+        ck_assert_msg(r.rc == 2, "%s %s: exit %d\n%s%s", bad[i][0], bad[i][1], r.rc, r.out,
+                      r.err);
+        result_free(&r);
+    }
+}
+END_TEST
+
 START_TEST(test_cli_usage_errors)
 {
     const char *const cases[][10] = {
@@ -747,6 +783,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_cli_ping);
     tcase_add_test(tc, test_cli_stats);
     tcase_add_test(tc, test_cli_cache);
+    tcase_add_test(tc, test_cli_numbers);
     tcase_add_test(tc, test_cli_usage_errors);
     tcase_add_test(tc, test_cli_no_daemon);
     tcase_add_test(tc, test_cli_default_socket_from_env);

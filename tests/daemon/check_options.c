@@ -53,6 +53,18 @@ START_TEST(test_set_values)
     ck_assert_uint_eq(o.blocks[KVD_STREAM_D2D], 8);
     ck_assert_int_eq(kvd_options_set(&o, "log-level", "debug", err, sizeof(err)), KVD_OK);
     ck_assert_int_eq(o.log_level, 3);
+    /* numbers are decimal, sizes take binary and decimal units and fractions
+     * (the parser CLI and daemon share, kvdock/parse.h) */
+    ck_assert_int_eq(kvd_options_set(&o, "max-inflight", "010", err, sizeof(err)), KVD_OK);
+    ck_assert_uint_eq(o.max_inflight, 10);
+    ck_assert_int_eq(kvd_options_set(&o, "host-memory-budget", "2GiB", err, sizeof(err)), KVD_OK);
+    ck_assert_uint_eq(o.host_memory_budget.bytes, 2ull << 30);
+    ck_assert_int_eq(kvd_options_set(&o, "host-memory-budget", "2GB", err, sizeof(err)), KVD_OK);
+    ck_assert_uint_eq(o.host_memory_budget.bytes, 2000000000ull);
+    ck_assert_int_eq(kvd_options_set(&o, "host-memory-budget", "1.5G", err, sizeof(err)), KVD_OK);
+    ck_assert_uint_eq(o.host_memory_budget.bytes, 3ull << 29);
+    ck_assert_int_eq(kvd_options_set(&o, "max-frame-bytes", "16MB", err, sizeof(err)), KVD_OK);
+    ck_assert_uint_eq(o.max_frame_bytes, 16000000);
     ck_assert_int_eq(kvd_options_set(&o, "socket", "/run/x.sock", err, sizeof(err)), KVD_OK);
     ck_assert_str_eq(o.socket, "/run/x.sock");
     kvd_options_format(&o, &kvd__option_table[2], buf, sizeof(buf)); /* backend */
@@ -77,7 +89,11 @@ static const struct {
     {"max-frame-bytes", "1K", KVD_ERANGE}, /* below 4096 */
     {"max-frame-bytes", "2G", KVD_ERANGE},
     {"max-frame-bytes", "16Q", KVD_EINVAL},
-    {"max-frame-bytes", "16MB", KVD_EINVAL},
+    {"max-frame-bytes", "16XB", KVD_EINVAL},
+    {"max-inflight", "0x10", KVD_EINVAL}, /* decimal only */
+    {"max-inflight", "1k", KVD_EINVAL},   /* a count, not a size */
+    {"host-memory-budget", "1.5", KVD_EINVAL},
+    {"host-memory-budget", "0.1K", KVD_EINVAL}, /* a fraction of a byte */
     {"max-pool-bytes", "99999999999T", KVD_EINVAL}, /* overflows */
     {"device", "-1", KVD_ERANGE},
     {"device", "x", KVD_EINVAL},
@@ -285,6 +301,12 @@ START_TEST(test_help_lists_every_option)
         ck_assert_msg(strstr(text, want) != NULL, "--help lacks %s", want);
         ck_assert_msg(kvd__option_table[i].help[0] != '\0', "%s has no description",
                       kvd__option_table[i].name);
+    }
+    /* within 100 columns */
+    for (const char *line = text; *line;) {
+        size_t n = strcspn(line, "\n");
+        ck_assert_msg(n <= 100, "--help line of %zu columns: %.*s", n, (int)n, line);
+        line += n + (line[n] == '\n');
     }
     free(text);
     /* --print-config writes a file the config parser reads back */
