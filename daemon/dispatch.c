@@ -143,7 +143,7 @@ static int dispatch(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds,
     ProtobufCAllocator pa;
     uint64_t need, id;
     char field[128], why[200];
-    int i;
+    int i, bad;
 
     /* Measured from the wire before anything is allocated for it: a
      * repeated field past its limit is refused here, and the decoder
@@ -200,11 +200,13 @@ static int dispatch(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds,
     kvdock__response__init(&r.resp);
     r.resp.id = req->id;
 
-    if (kvd_wire_string_with_nul(&kvdock__request__descriptor, payload, len, field,
-                                 sizeof(field)) > 0) {
+    if ((bad = kvd_wire_bad_string(&kvdock__request__descriptor, payload, len, field,
+                                   sizeof(field))) > 0) {
         /* the decoder cut that string at its NUL: refuse it whole */
-        st = kvd__req_fail(&r, KVD_EINVAL, "%s holds a NUL byte (names and text are refused, "
-                           "not cut)", field);
+        st = kvd__req_fail(&r, KVD_EINVAL, bad == KVD_WIRE_STR_NUL
+                                               ? "%s holds a NUL byte (names and text are "
+                                                 "refused, not cut)"
+                                               : "%s is not valid UTF-8", field);
     } else if (r.op_index == kvd__op_count) {
         if (req->op_case == KVDOCK__REQUEST__OP__NOT_SET)
             st = kvd__req_fail(&r, KVD_EUNKNOWNOP, "the request names no operation this daemon "

@@ -4,6 +4,7 @@
 #include "util.h"
 
 #include "kvdock/parse.h"
+#include "kvdock/wire.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -12,22 +13,56 @@
 #include <string.h>
 #include <time.h>
 
+/* The length of the UTF-8 sequence at s (1..4), 0 when s does not start
+ * one. */
+static size_t utf8_len(const unsigned char *s)
+{
+    size_t k;
+
+    if (s[0] < 0x80)
+        k = 1;
+    else if (s[0] >= 0xc2 && s[0] <= 0xdf)
+        k = 2;
+    else if (s[0] >= 0xe0 && s[0] <= 0xef)
+        k = 3;
+    else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+        k = 4;
+    else
+        return 0;
+    for (size_t i = 1; i < k; i++)
+        if (s[i] == '\0')
+            return 0;
+    return kvd_utf8_valid(s, k) ? k : 0;
+}
+
 void kvd__cli_json_str(const char *s)
 {
-    putchar('"');
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
+    const unsigned char *p = (const unsigned char *)s;
 
-        if (c == '"' || c == '\\')
+    putchar('"');
+    while (*p != '\0') {
+        unsigned char c = *p;
+        size_t k;
+
+        if (c == '"' || c == '\\') {
             printf("\\%c", c);
-        else if (c == '\n')
+            p++;
+        } else if (c == '\n') {
             fputs("\\n", stdout);
-        else if (c == '\t')
+            p++;
+        } else if (c == '\t') {
             fputs("\\t", stdout);
-        else if (c < 0x20)
+            p++;
+        } else if (c < 0x20 || c == 0x7f) {
             printf("\\u%04x", c);
-        else
-            putchar(c);
+            p++;
+        } else if ((k = utf8_len(p)) == 0) {
+            fputs("\\ufffd", stdout); /* not UTF-8: the replacement character */
+            p++;
+        } else {
+            fwrite(p, 1, k, stdout);
+            p += k;
+        }
     }
     putchar('"');
 }

@@ -9,7 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* s as a JSON string, quotes included, on stdout. */
+/* s as a JSON string, quotes included, on stdout; bytes that are not
+ * UTF-8 become U+FFFD. */
 void kvd__cli_json_str(const char *s);
 /* b bytes as "512 B", "1.5 KiB", ... "2.0 PiB". */
 void kvd__cli_human_bytes(char *buf, size_t cap, double b);

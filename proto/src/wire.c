@@ -213,6 +213,41 @@ static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
  * decoder (the protocol nests three deep). */
 #define SCAN_DEPTH 8
 
+int kvd_utf8_valid(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+
+    while (i < n) {
+        uint8_t c = s[i];
+        size_t k;
+        uint32_t cp, min;
+
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xc2 && c <= 0xdf)
+            k = 1, cp = c & 0x1f, min = 0x80;
+        else if (c >= 0xe0 && c <= 0xef)
+            k = 2, cp = c & 0x0f, min = 0x800;
+        else if (c >= 0xf0 && c <= 0xf4)
+            k = 3, cp = c & 0x07, min = 0x10000;
+        else
+            return 0; /* a continuation byte first, or C0, C1, F5..FF */
+        if (n - i <= k)
+            return 0;
+        for (size_t j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xc0) != 0x80)
+                return 0;
+            cp = cp << 6 | (s[i + j] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0; /* overlong, past Unicode, or a surrogate */
+        i += k + 1;
+    }
+    return 1;
+}
+
 static int scan_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p,
                         const uint8_t *end, int depth, char *path, size_t path_len)
 {
@@ -247,9 +282,10 @@ static int scan_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p,
         f = key >> 3 <= UINT32_MAX
                 ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3))
                 : NULL;
-        if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, (size_t)len)) {
+        if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING &&
+            (memchr(p, 0, (size_t)len) || !kvd_utf8_valid(p, (size_t)len))) {
             snprintf(path, path_len, "%s", f->name);
-            return 1;
+            return memchr(p, 0, (size_t)len) ? KVD_WIRE_STR_NUL : KVD_WIRE_STR_UTF8;
         }
         if (f != NULL && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < SCAN_DEPTH) {
             char sub[128];
@@ -265,8 +301,8 @@ static int scan_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p,
     return 0;
 }
 
-int kvd_wire_string_with_nul(const ProtobufCMessageDescriptor *desc, const uint8_t *buf,
-                             size_t len, char *path, size_t path_len)
+int kvd_wire_bad_string(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+                        char *path, size_t path_len)
 {
     if (desc == NULL || (buf == NULL && len > 0))
         return -1;

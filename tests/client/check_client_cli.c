@@ -703,6 +703,27 @@ START_TEST(test_cli_numbers)
 }
 END_TEST
 
+/* Names are UTF-8 or refused (EINVAL, saying so); one that is prints as
+ * itself in valid JSON. */
+START_TEST(test_cli_utf8_names)
+{
+    kvd_client_t *c = NULL;
+    result_t r;
+
+    ck_assert_int_eq(kvd_client_create(kvt_d.socket, "bad\xff", &c), KVD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(kvd_client_last_error(NULL), "UTF-8"));
+    ck_assert_int_eq(kvd_client_create(kvt_d.socket, "over\xc0\xaflong", &c), KVD_EINVAL);
+    ck_assert_int_eq(kvd_client_create(kvt_d.socket, "surrogate\xed\xa0\x80", &c), KVD_EINVAL);
+    KVT_OK(NULL, kvd_client_create(kvt_d.socket, "w\xc3\xb6rker-\xe2\x9c\x93", &c));
+    r = cli("--json", "status", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"w\xc3\xb6rker-\xe2\x9c\x93\""));
+    result_free(&r);
+    kvd_client_destroy(&c);
+}
+END_TEST
+
 START_TEST(test_cli_usage_errors)
 {
     const char *const cases[][10] = {
@@ -784,6 +805,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_cli_stats);
     tcase_add_test(tc, test_cli_cache);
     tcase_add_test(tc, test_cli_numbers);
+    tcase_add_test(tc, test_cli_utf8_names);
     tcase_add_test(tc, test_cli_usage_errors);
     tcase_add_test(tc, test_cli_no_daemon);
     tcase_add_test(tc, test_cli_default_socket_from_env);

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "harness.h"
 
+#include "kvdock/wire.h"
+
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -427,6 +429,9 @@ static const char *value(const char *p, int depth)
 bool kvt_json_object_valid(const char *s)
 {
     const char *p = ws(s);
+
+    if (!kvd_utf8_valid((const uint8_t *)s, strlen(s)))
+        return false; /* JSON text is UTF-8 */
 
     if (*p != '{')
         return false;

@@ -443,6 +443,11 @@ B(s_nul_name)
     m->hello.client_name = "workerX0";
     nul_in_strings(m);
 }
+B(s_utf8_name)
+{
+    s_long_name(x, m);
+    m->hello.client_name = "worker\xff";
+}
 B(s_second_hello)
 {
     s_wrong_version(x, m);
@@ -1185,6 +1190,7 @@ static const row_t rows[] = {
     {"hello with a 70-byte client name", s_long_name, KVD_EINVAL, ON_FRESH, 0},
     {"hello with a newline in the client name", s_control_name, KVD_EINVAL, ON_FRESH, 0},
     {"hello with a NUL byte in the client name", s_nul_name, KVD_EINVAL, ON_FRESH, 0},
+    {"hello with a client name that is not UTF-8", s_utf8_name, KVD_EINVAL, ON_FRESH, 0},
     {"second hello", s_second_hello, KVD_EPROTO, ON_OWNER, 0},
     {"Sync on ping", s_sync_on_ping, KVD_EINVAL, ON_OWNER, 0},
     {"Sync on status", s_sync_on_status, KVD_EINVAL, ON_OWNER, 0},

@@ -705,6 +705,40 @@ START_TEST(test_system_socket_path)
 }
 END_TEST
 
+/* ---- UTF-8 ---------------------------------------------------------------- */
+
+START_TEST(test_utf8)
+{
+    static const char *const good[] = {"", "abc", "w\xc3\xb6rker", "\xe2\x9c\x93",
+                                       "\xf0\x9f\x98\x80", "\xef\xbf\xbf", "\xf4\x8f\xbf\xbf"};
+    static const char *const bad[] = {"\xff", "\x80", "\xc3", "\xc0\xaf", "\xe0\x80\xaf",
+                                      "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80",
+                                      "a\xe2\x9c", "\xc3\x28"};
+    Kvdock__Request req = KVDOCK__REQUEST__INIT;
+    Kvdock__Hello h = KVDOCK__HELLO__INIT;
+    uint8_t buf[128];
+    char path[64];
+    size_t n;
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        ck_assert_msg(kvd_utf8_valid((const uint8_t *)good[i], strlen(good[i])), "good %zu", i);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ck_assert_msg(!kvd_utf8_valid((const uint8_t *)bad[i], strlen(bad[i])), "bad %zu", i);
+    /* in a request: the field is named */
+    h.client_name = "w\xc3\xb6rker";
+    req.op_case = KVDOCK__REQUEST__OP_HELLO;
+    req.hello = &h;
+    n = kvdock__request__pack(&req, buf);
+    ck_assert_int_eq(kvd_wire_bad_string(&kvdock__request__descriptor, buf, n, path, sizeof(path)),
+                     0);
+    h.client_name = "worker\xff";
+    n = kvdock__request__pack(&req, buf);
+    ck_assert_int_eq(kvd_wire_bad_string(&kvdock__request__descriptor, buf, n, path, sizeof(path)),
+                     KVD_WIRE_STR_UTF8);
+    ck_assert_str_eq(path, "hello.client_name");
+}
+END_TEST
+
 /* ---- status table agreement ---------------------------------------------- */
 
 START_TEST(test_status_map_matches_proto)
@@ -756,6 +790,7 @@ static Suite *wire_suite(void)
     tcase_add_test(tc, test_send_large);
     tcase_add_test(tc, test_default_socket_path);
     tcase_add_test(tc, test_system_socket_path);
+    tcase_add_test(tc, test_utf8);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -88,15 +88,24 @@ kvd_status_t kvd_default_socket_path(char *buf, size_t len);
  */
 kvd_status_t kvd_socket_path_resolve(char *buf, size_t len, const char *system_path);
 
+/* Whether s[0..n) is UTF-8 (no overlong forms, surrogates or code points
+ * past U+10FFFF): 1 or 0. */
+int kvd_utf8_valid(const uint8_t *s, size_t n);
+
 /*
  * Does a string field of the encoded message buf (of type desc, nested
- * messages included) hold a NUL byte?  The decoder cuts such a string at
- * the NUL, so "ab\0cd" would pass for "ab": the daemon refuses it first.
- * 1 with path set to the field ("pool_create.name"), 0 when none does, -1
- * when the bytes do not parse (left to the decoder to refuse).
+ * messages included) hold a NUL byte or bytes that are not UTF-8?  The
+ * decoder cuts such a string at the NUL, so "ab\0cd" would pass for "ab";
+ * and a string that is not UTF-8 (which proto3 strings must be) would go
+ * on into names that status and JSON print: the daemon refuses both
+ * first.  KVD_WIRE_STR_NUL or KVD_WIRE_STR_UTF8 with path set to the field
+ * ("hello.client_name"), 0 when none is bad, -1 when the bytes do not
+ * parse (left to the decoder to refuse).
  */
-int kvd_wire_string_with_nul(const ProtobufCMessageDescriptor *desc, const uint8_t *buf,
-                             size_t len, char *path, size_t path_len);
+#define KVD_WIRE_STR_NUL 1
+#define KVD_WIRE_STR_UTF8 2
+int kvd_wire_bad_string(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+                        char *path, size_t path_len);
 
 /* The operation's name ("transfer", "pool_create", ...), "unknown" if none. */
 const char *kvd_op_name(int op_case);
