@@ -22,8 +22,6 @@
  * table to stdout (to stderr with --json, where stdout is one JSON object).
  */
 #define _GNU_SOURCE
-#include "bench.h"
-
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -37,13 +35,12 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "commands.h"
 #include "kvdock/client.h"
-#include "util.h"
 
-#define EXIT_DAEMON 1
-#define EXIT_USAGE 2
+#define EXIT_DAEMON KVD_CLI_EXIT_DAEMON
 
-/* Issue 3's targets. */
+/* The targets (`kvdock bench --help` states them too). */
 #define TARGET_P50_US 25.0
 #define TARGET_P99_US 60.0
 #define TARGET_RPS 100000.0
@@ -103,14 +100,13 @@ static int fail(kvd_client_t *cli, kvd_status_t st, const char *what)
 static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage(const char *fmt, ...)
 {
+    char msg[512];
     va_list ap;
 
-    fputs("kvdock: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\nusage: kvdock %s\n", KVD_BENCH_USAGE);
-    return EXIT_USAGE;
+    return kvd__cli_usage(&kvd__cli_cmd_bench, "%s", msg);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -656,28 +652,6 @@ static void print_json(const bench_opts_t *o, const kvd_hello_info_t *h, int32_t
 /* ------------------------------------------------------------------------ */
 /* Options and main                                                          */
 
-void kvd__cli_bench_help(void)
-{
-    printf("\nbench options:\n"
-           "  --iterations N   round trips per latency case (default 10000; the all-layer\n"
-           "                   case runs N/100 transfers, at least 5)\n"
-           "  --duration S     seconds of each pipelined run (default 2)\n"
-           "  --clients N      clients of the second pipelined run (default 8)\n"
-           "  --window N       requests each client keeps in flight (default 32)\n"
-           "  --layers N       all-layer case: layers (default 32)\n"
-           "  --slots N        all-layer case: slots moved (default 1024)\n"
-           "  --slot-bytes N   bytes per slot row, every case (default 2048)\n"
-           "  --max-blocks N   all-layer thread-block budget (default: the daemon's\n"
-           "                   budget of the d2d stream)\n"
-           "  --kind K         pool kind: host or device (default: device on the cuda\n"
-           "                   backend, host on cpu)\n"
-           "\ntargets, for a cuda daemon: one-slot transfer p50 <= %.0f us and p99 <= %.0f us;\n"
-           ">= %.0f req/s with %d clients.  tests/bench/bench_paths sets the all-layer\n"
-           "transfer through the daemon against the same kernel in-process.\n"
-           "Every pool the bench makes is private to its connection and dropped at the end.\n",
-           TARGET_P50_US, TARGET_P99_US, TARGET_RPS, TARGET_RPS_CLIENTS);
-}
-
 /* A decimal count (or a SIZE with size) in [lo, hi]. */
 static bool parse_count(const char *s, uint64_t *out, uint64_t lo, uint64_t hi)
 {
@@ -689,27 +663,20 @@ static bool parse_size(const char *s, uint64_t *out, uint64_t lo, uint64_t hi)
     return kvd__cli_parse_u64(s, out, true) && *out >= lo && *out <= hi;
 }
 
-/* "--x V" or "--x=V": the value, or NULL when missing. */
-static const char *value_of(int argc, char **argv, int *i, const char *name)
+enum { O_ITERATIONS = 1, O_DURATION, O_CLIENTS, O_WINDOW, O_LAYERS, O_SLOTS, O_SLOT_BYTES,
+       O_MAX_BLOCKS, O_KIND };
+
+static int run(kvd__cli_ctx_t *ctx, int argc, char **argv)
 {
-    size_t n = strlen(name);
-
-    if (strncmp(argv[*i], name, n) == 0 && argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    if (*i + 1 >= argc)
-        return NULL;
-    return argv[++*i];
-}
-
-static bool is_opt(const char *a, const char *name)
-{
-    size_t n = strlen(name);
-
-    return strncmp(a, name, n) == 0 && (a[n] == '\0' || a[n] == '=');
-}
-
-int kvd__cli_bench(const char *socket, bool json, int argc, char **argv)
-{
+    static const kvd__cli_opt_t opts[] = {
+        {"iterations", 0, true, O_ITERATIONS}, {"duration", 0, true, O_DURATION},
+        {"clients", 0, true, O_CLIENTS},       {"window", 0, true, O_WINDOW},
+        {"layers", 0, true, O_LAYERS},         {"slots", 0, true, O_SLOTS},
+        {"slot-bytes", 0, true, O_SLOT_BYTES}, {"max-blocks", 0, true, O_MAX_BLOCKS},
+        {"kind", 0, true, O_KIND},             KVD_CLI_OPT_END,
+    };
+    kvd__cli_args_t a;
+    int id;
     bench_opts_t o;
     results_t res;
     kvd_client_t *cli = NULL;
@@ -725,8 +692,6 @@ int kvd__cli_bench(const char *socket, bool json, int argc, char **argv)
     memset(&o, 0, sizeof(o));
     memset(&res, 0, sizeof(res));
     memset(&small, 0, sizeof(small));
-    o.socket = socket;
-    o.json = json;
     o.iterations = 10000;
     o.duration = 2.0;
     o.clients = TARGET_RPS_CLIENTS;
@@ -734,61 +699,76 @@ int kvd__cli_bench(const char *socket, bool json, int argc, char **argv)
     o.layers = 32;
     o.slots = 1024;
     o.slot_bytes = 2048;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val;
+    kvd__cli_args_init(&a, argc, argv, 1, opts, ctx);
+    while ((id = kvd__cli_next(&a)) != KVD_CLI_DONE) {
+        const char *val = a.val;
 
-        if (is_opt(a, "--iterations")) {
-            if (!parse_count(value_of(argc, argv, &i, "--iterations"), &v, 1, 100000000))
+        switch (id) {
+        case KVD_CLI_BAD:
+            return usage("%s", a.err);
+        case KVD_CLI_ARG:
+            return usage("bench: unexpected argument '%s'", val);
+        case O_ITERATIONS:
+            if (!parse_count(val, &v, 1, 100000000))
                 return usage("--iterations needs a count from 1 to 100000000");
             o.iterations = v;
-        } else if (is_opt(a, "--duration")) {
+            break;
+        case O_DURATION: {
             char *end;
             double d;
 
-            val = value_of(argc, argv, &i, "--duration");
-            if (val == NULL)
-                return usage("--duration needs seconds");
             errno = 0;
             d = strtod(val, &end);
-            if (errno != 0 || end == val || *end != '\0' || !(d >= 0.01 && d <= 3600))
-                return usage("--duration needs seconds from 0.01 to 3600");
+            if (errno != 0 || end == val || *end != '\0' || !(d >= 0.01 && d <= 3600) ||
+                strpbrk(val, "xXpPnN") != NULL)
+                return usage("--duration needs decimal seconds from 0.01 to 3600");
             o.duration = d;
-        } else if (is_opt(a, "--clients")) {
-            if (!parse_count(value_of(argc, argv, &i, "--clients"), &v, 1, MAX_CLIENTS))
+            break;
+        }
+        case O_CLIENTS:
+            if (!parse_count(val, &v, 1, MAX_CLIENTS))
                 return usage("--clients needs a count from 1 to %d", MAX_CLIENTS);
             o.clients = (uint32_t)v;
-        } else if (is_opt(a, "--window")) {
-            if (!parse_count(value_of(argc, argv, &i, "--window"), &v, 1, MAX_WINDOW))
+            break;
+        case O_WINDOW:
+            if (!parse_count(val, &v, 1, MAX_WINDOW))
                 return usage("--window needs a count from 1 to %d", MAX_WINDOW);
             o.window = (uint32_t)v;
-        } else if (is_opt(a, "--layers")) {
-            if (!parse_count(value_of(argc, argv, &i, "--layers"), &v, 1, 4096))
+            break;
+        case O_LAYERS:
+            if (!parse_count(val, &v, 1, 4096))
                 return usage("--layers needs a count from 1 to 4096");
             o.layers = (uint32_t)v;
-        } else if (is_opt(a, "--slots")) {
-            if (!parse_count(value_of(argc, argv, &i, "--slots"), &v, 1, 1u << 20))
+            break;
+        case O_SLOTS:
+            if (!parse_count(val, &v, 1, 1u << 20))
                 return usage("--slots needs a count from 1 to 1048576");
             o.slots = v;
-        } else if (is_opt(a, "--slot-bytes")) {
-            if (!parse_size(value_of(argc, argv, &i, "--slot-bytes"), &v, 1, 1u << 20))
-                return usage("--slot-bytes needs a size from 1 to 1048576");
+            break;
+        case O_SLOT_BYTES:
+            if (!parse_size(val, &v, 1, 1u << 20))
+                return usage("--slot-bytes needs a SIZE from 1 to 1 MiB");
             o.slot_bytes = v;
-        } else if (is_opt(a, "--max-blocks")) {
-            if (!parse_count(value_of(argc, argv, &i, "--max-blocks"), &v, 1, 1u << 20))
+            break;
+        case O_MAX_BLOCKS:
+            if (!parse_count(val, &v, 1, 1u << 20))
                 return usage("--max-blocks needs a count from 1 to 1048576");
             o.max_blocks = (uint32_t)v;
-        } else if (is_opt(a, "--kind")) {
-            val = value_of(argc, argv, &i, "--kind");
-            if (val != NULL && strcmp(val, "host") == 0)
+            break;
+        case O_KIND:
+            if (strcmp(val, "host") == 0)
                 o.kind = KVD_MEM_HOST;
-            else if (val != NULL && strcmp(val, "device") == 0)
+            else if (strcmp(val, "device") == 0)
                 o.kind = KVD_MEM_DEVICE;
             else
                 return usage("--kind must be host or device");
-        } else {
-            return usage("bench: unexpected argument '%s'", a);
+            break;
         }
     }
+    if (ctx->help)
+        return kvd__cli_help(&kvd__cli_cmd_bench);
+    o.socket = ctx->socket;
+    o.json = ctx->json;
     st = kvd_client_create(o.socket, "kvdock-bench", &cli);
     if (st != KVD_OK) {
         fprintf(stderr, "kvdock: %s: %s\n", kvd_err_name(st), kvd_client_last_error(NULL));
@@ -825,7 +805,7 @@ int kvd__cli_bench(const char *socket, bool json, int argc, char **argv)
     if ((rc = run_all_layer(cli, &o, prefix, kind, cuda, bars, &res)) != 0)
         goto out;
 
-    if (json)
+    if (o.json)
         print_json(&o, h, kind, &res);
     else
         print_table(stdout, &o, h, kind, &res);
@@ -835,3 +815,29 @@ out:
     kvd_client_destroy(&cli);
     return rc;
 }
+
+const kvd__cli_cmd_t kvd__cli_cmd_bench = {
+    "bench",
+    "bench [--iterations N] [--duration S] [--clients N] [--window N] [--layers N]\n"
+    "                    [--slots N] [--slot-bytes SIZE] [--max-blocks N] [--kind host|device]\n"
+    "                    [--json]",
+    "Benchmark the daemon: ping and one-slot transfer round trips, pipelined requests per\n"
+    "second with 1 and N clients, and an all-layer transfer; each figure beside its target.",
+    "bench options:\n"
+    "  --iterations N     round trips per latency case (default 10000; the all-layer\n"
+    "                     case runs N/100 transfers, at least 5)\n"
+    "  --duration S       seconds of each pipelined run (default 2)\n"
+    "  --clients N        clients of the second pipelined run (default 8)\n"
+    "  --window N         requests each client keeps in flight (default 32)\n"
+    "  --layers N         all-layer case: layers (default 32)\n"
+    "  --slots N          all-layer case: slots moved (default 1024)\n"
+    "  --slot-bytes SIZE  bytes per slot row, every case (default 2048)\n"
+    "  --max-blocks N     all-layer thread-block budget (default: the daemon's budget of\n"
+    "                     the d2d stream)\n"
+    "  --kind K           pool kind: host or device (default: device on the cuda backend,\n"
+    "                     host on cpu)\n"
+    "\ntargets, for a cuda daemon: one-slot transfer p50 <= 25 us and p99 <= 60 us;\n"
+    ">= 100000 req/s with 8 clients (TARGET_* in client/cli/bench.c).\n"
+    "Every pool the bench makes is private to its connection and dropped at the end.\n",
+    run,
+};

@@ -2,40 +2,26 @@
  * kvdock cache: the cache tier's caches from the command line (create, ls,
  * stats, drop, clear).
  */
-#include "cache.h"
-
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvdock/client.h"
-#include "util.h"
+#include "commands.h"
 
-#define EXIT_DAEMON 1
-#define EXIT_USAGE 2
+#define CMD (&kvd__cli_cmd_cache)
 
 static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage(const char *fmt, ...)
 {
+    char msg[512];
     va_list ap;
 
-    fputs("kvdock: cache: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\nusage: kvdock %s\n", KVD_CACHE_USAGE);
-    return EXIT_USAGE;
-}
-
-static int daemon_error(kvd_client_t *cli, kvd_status_t st, const char *what)
-{
-    const char *msg = kvd_client_last_error(cli);
-
-    fprintf(stderr, "kvdock: %s: %s: %s\n", what, kvd_err_name(st),
-            msg[0] != '\0' ? msg : kvd_strerror(st));
-    return EXIT_DAEMON;
+    return kvd__cli_usage(CMD, "cache: %s", msg);
 }
 
 /* "12.5%" of hit tokens among those asked for, or "-". */
@@ -180,87 +166,125 @@ static bool parse_ids(const char *s, uint32_t *ids, uint32_t *n)
     return *n > 0;
 }
 
-static int cmd_create(kvd_client_t **cli, const char *socket, bool json, int argc, char **argv)
+enum {
+    O_LAYERS = 1,
+    O_TPB,
+    O_TOKEN_BYTES,
+    O_BUDGET,
+    O_DTYPE,
+    O_ALLOW_UIDS,
+    O_ALLOW_GIDS,
+    O_MLA,
+    O_SHARED,
+    O_OPEN,
+    O_CLUSTER,
+    O_ID,
+};
+
+static int cmd_create(kvd_client_t **cli, kvd__cli_ctx_t *o, int argc, char **argv)
 {
+    static const kvd__cli_opt_t opts[] = {
+        {"layers", 0, true, O_LAYERS},
+        {"tokens-per-block", 0, true, O_TPB},
+        {"token-bytes", 0, true, O_TOKEN_BYTES},
+        {"budget", 0, true, O_BUDGET},
+        {"dtype", 0, true, O_DTYPE},
+        {"allow-uids", 0, true, O_ALLOW_UIDS},
+        {"allow-gids", 0, true, O_ALLOW_GIDS},
+        {"mla", 0, false, O_MLA},
+        {"shared", 0, false, O_SHARED},
+        {"open", 0, false, O_OPEN},
+        {"cluster", 0, false, O_CLUSTER},
+        KVD_CLI_OPT_END,
+    };
+    kvd__cli_args_t a;
     kvd_cache_spec_t s;
     kvd_cache_info_t info;
     uint32_t uids[KVD_CACHE_ALLOW_MAX], gids[KVD_CACHE_ALLOW_MAX];
     bool have_layers = false, have_tpb = false, have_tb = false, have_budget = false;
     kvd_status_t st;
     uint64_t v;
+    int id;
 
     memset(&s, 0, sizeof(s));
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *val;
+    kvd__cli_args_init(&a, argc, argv, 2, opts, o);
+    while ((id = kvd__cli_next(&a)) != KVD_CLI_DONE) {
+        const char *val = a.val;
 
-        if (kvd__cli_opt_is(a, "--layers")) {
-            if ((val = kvd__cli_opt_value(argc, argv, &i, "--layers")) == NULL ||
-                !kvd__cli_parse_u64(val, &v, false) || v == 0 || v > UINT32_MAX)
-                return usage("--layers needs a count from 1");
+        switch (id) {
+        case KVD_CLI_BAD:
+            return usage("%s", a.err);
+        case KVD_CLI_ARG:
+            if (s.name != NULL)
+                return usage("unexpected argument '%s'", val);
+            s.name = val;
+            break;
+        case O_LAYERS:
+            if (!kvd__cli_parse_u64(val, &v, false) || v == 0 || v > UINT32_MAX)
+                return usage("--layers needs a count from 1, not '%s'", val);
             s.layout.num_layers = (uint32_t)v;
             have_layers = true;
-        } else if (kvd__cli_opt_is(a, "--tokens-per-block")) {
-            if ((val = kvd__cli_opt_value(argc, argv, &i, "--tokens-per-block")) == NULL ||
-                !kvd__cli_parse_u64(val, &v, false) || v == 0 || v > UINT32_MAX)
-                return usage("--tokens-per-block needs a count from 1");
+            break;
+        case O_TPB:
+            if (!kvd__cli_parse_u64(val, &v, false) || v == 0 || v > UINT32_MAX)
+                return usage("--tokens-per-block needs a count from 1, not '%s'", val);
             s.layout.tokens_per_block = (uint32_t)v;
             have_tpb = true;
-        } else if (kvd__cli_opt_is(a, "--token-bytes")) {
-            if ((val = kvd__cli_opt_value(argc, argv, &i, "--token-bytes")) == NULL ||
-                !kvd__cli_parse_u64(val, &v, true) || v == 0)
-                return usage("--token-bytes needs a positive size");
+            break;
+        case O_TOKEN_BYTES:
+            if (!kvd__cli_parse_u64(val, &v, true) || v == 0)
+                return usage("--token-bytes needs a positive SIZE, not '%s'", val);
             s.layout.token_bytes = v;
             have_tb = true;
-        } else if (kvd__cli_opt_is(a, "--budget")) {
-            if ((val = kvd__cli_opt_value(argc, argv, &i, "--budget")) == NULL ||
-                !kvd__cli_parse_u64(val, &v, true) || v == 0)
-                return usage("--budget needs a positive size (k, m, g suffixes)");
+            break;
+        case O_BUDGET:
+            if (!kvd__cli_parse_u64(val, &v, true) || v == 0)
+                return usage("--budget needs a positive SIZE (1.5G, 512MiB), not '%s'", val);
             s.budget_bytes = v;
             have_budget = true;
-        } else if (kvd__cli_opt_is(a, "--dtype")) {
-            if ((val = kvd__cli_opt_value(argc, argv, &i, "--dtype")) == NULL ||
-                strlen(val) >= sizeof(s.layout.dtype))
+            break;
+        case O_DTYPE:
+            if (strlen(val) >= sizeof(s.layout.dtype))
                 return usage("--dtype needs a label of at most 15 characters");
             snprintf(s.layout.dtype, sizeof(s.layout.dtype), "%s", val);
-        } else if (kvd__cli_opt_is(a, "--allow-uids")) {
-            if (!parse_ids(kvd__cli_opt_value(argc, argv, &i, "--allow-uids"), uids,
-                           &s.num_allow_uids))
+            break;
+        case O_ALLOW_UIDS:
+            if (!parse_ids(val, uids, &s.num_allow_uids))
                 return usage("--allow-uids needs 1 to %d comma-separated user ids",
                              KVD_CACHE_ALLOW_MAX);
             s.allow_uids = uids;
-        } else if (kvd__cli_opt_is(a, "--allow-gids")) {
-            if (!parse_ids(kvd__cli_opt_value(argc, argv, &i, "--allow-gids"), gids,
-                           &s.num_allow_gids))
+            break;
+        case O_ALLOW_GIDS:
+            if (!parse_ids(val, gids, &s.num_allow_gids))
                 return usage("--allow-gids needs 1 to %d comma-separated group ids",
                              KVD_CACHE_ALLOW_MAX);
             s.allow_gids = gids;
-        } else if (strcmp(a, "--mla") == 0) {
+            break;
+        case O_MLA:
             s.layout.mla = true;
-        } else if (strcmp(a, "--shared") == 0) {
+            break;
+        case O_SHARED:
             s.shared = true;
-        } else if (strcmp(a, "--open") == 0) {
+            break;
+        case O_OPEN:
             s.open_existing = true;
-        } else if (strcmp(a, "--cluster") == 0) {
+            break;
+        case O_CLUSTER:
             s.cluster = true;
-        } else if (a[0] == '-') {
-            return usage("unknown option '%s'", a);
-        } else if (s.name == NULL) {
-            s.name = a;
-        } else {
-            return usage("unexpected argument '%s'", a);
+            break;
         }
     }
+    if (o->help)
+        return kvd__cli_help(CMD);
     if (s.name == NULL)
         return usage("a cache NAME is needed");
     if (!have_layers || !have_tpb || !have_tb || !have_budget)
         return usage("--layers, --tokens-per-block, --token-bytes and --budget are required");
-    if (kvd_client_create(socket, "kvdock-cli", cli) != KVD_OK) {
-        fprintf(stderr, "kvdock: %s\n", kvd_client_last_error(NULL));
-        return EXIT_DAEMON;
-    }
+    if (kvd__cli_connect(o, "kvdock-cli", cli) != 0)
+        return KVD_CLI_EXIT_DAEMON;
     if ((st = kvd_cache_create(*cli, &s, &info)) != KVD_OK)
-        return daemon_error(*cli, st, "cache create");
-    if (json) {
+        return kvd__cli_daemon_error(*cli, st, "cache create");
+    if (o->json) {
         printf("{\"cache\":");
         cache_json(&info);
         printf("}\n");
@@ -296,23 +320,22 @@ static kvd_status_t list_all(kvd_client_t *cli, kvd_cache_info_t **out, size_t *
     }
 }
 
-static int cmd_ls(kvd_client_t **cli, const char *socket, bool json, int argc, char **argv)
+static int cmd_ls(kvd_client_t **cli, kvd__cli_ctx_t *o, int argc, char **argv)
 {
     kvd_cache_info_t *c = NULL;
     size_t n = 0;
     kvd_status_t st;
+    int rc;
 
-    if (argc > 2)
-        return usage("ls takes no arguments ('%s')", argv[2]);
-    if (kvd_client_create(socket, "kvdock-cli", cli) != KVD_OK) {
-        fprintf(stderr, "kvdock: %s\n", kvd_client_last_error(NULL));
-        return EXIT_DAEMON;
-    }
+    if ((rc = kvd__cli_no_args(CMD, o, argc, argv, 2)) != 0 || o->help)
+        return rc;
+    if (kvd__cli_connect(o, "kvdock-cli", cli) != 0)
+        return KVD_CLI_EXIT_DAEMON;
     if ((st = list_all(*cli, &c, &n)) != KVD_OK) {
         free(c);
-        return daemon_error(*cli, st, "cache ls");
+        return kvd__cli_daemon_error(*cli, st, "cache ls");
     }
-    if (json) {
+    if (o->json) {
         printf("{\"caches\":[");
         for (size_t i = 0; i < n; i++) {
             if (i)
@@ -330,40 +353,40 @@ static int cmd_ls(kvd_client_t **cli, const char *socket, bool json, int argc, c
 }
 
 /* stats, drop and clear name one cache: NAME or --id ID. */
-static int cmd_one(kvd_client_t **cli, const char *socket, bool json, int argc, char **argv)
+static int cmd_one(kvd_client_t **cli, kvd__cli_ctx_t *o, int argc, char **argv)
 {
+    static const kvd__cli_opt_t opts[] = {{"id", 0, true, O_ID}, KVD_CLI_OPT_END};
+    kvd__cli_args_t a;
     const char *sub = argv[1], *name = NULL;
     char what[32];
     uint64_t id = 0;
     kvd_cache_info_t info;
     kvd_status_t st;
+    int r;
 
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-
-        if (kvd__cli_opt_is(a, "--id")) {
-            const char *val = kvd__cli_opt_value(argc, argv, &i, "--id");
-            if (val == NULL || !kvd__cli_parse_u64(val, &id, false) || id == 0)
-                return usage("--id needs a cache id");
-        } else if (a[0] == '-') {
-            return usage("unknown option '%s'", a);
-        } else if (name == NULL) {
-            name = a;
-        } else {
-            return usage("unexpected argument '%s'", a);
+    kvd__cli_args_init(&a, argc, argv, 2, opts, o);
+    while ((r = kvd__cli_next(&a)) != KVD_CLI_DONE) {
+        if (r == KVD_CLI_BAD)
+            return usage("%s", a.err);
+        if (r == KVD_CLI_ARG) {
+            if (name != NULL)
+                return usage("unexpected argument '%s'", a.val);
+            name = a.val;
+        } else if (!kvd__cli_parse_u64(a.val, &id, false) || id == 0) {
+            return usage("--id needs a cache id, not '%s'", a.val);
         }
     }
+    if (o->help)
+        return kvd__cli_help(CMD);
     if (name == NULL && id == 0)
         return usage("%s needs a cache NAME (or --id ID)", sub);
     snprintf(what, sizeof(what), "cache %s", sub);
-    if (kvd_client_create(socket, "kvdock-cli", cli) != KVD_OK) {
-        fprintf(stderr, "kvdock: %s\n", kvd_client_last_error(NULL));
-        return EXIT_DAEMON;
-    }
+    if (kvd__cli_connect(o, "kvdock-cli", cli) != 0)
+        return KVD_CLI_EXIT_DAEMON;
     if ((st = kvd_cache_stats(*cli, id, name, &info)) != KVD_OK)
-        return daemon_error(*cli, st, what);
+        return kvd__cli_daemon_error(*cli, st, what);
     if (strcmp(sub, "stats") == 0) {
-        if (json) {
+        if (o->json) {
             printf("{\"cache\":");
             cache_json(&info);
             printf("}\n");
@@ -374,8 +397,8 @@ static int cmd_one(kvd_client_t **cli, const char *socket, bool json, int argc, 
     }
     if (strcmp(sub, "drop") == 0) {
         if ((st = kvd_cache_drop(*cli, info.id, NULL)) != KVD_OK)
-            return daemon_error(*cli, st, what);
-        if (json) {
+            return kvd__cli_daemon_error(*cli, st, what);
+        if (o->json) {
             printf("{\"dropped\":%" PRIu64 ",\"blocks\":%u}\n", info.id, info.blocks);
         } else {
             printf("dropped cache %s (id %" PRIu64 ", %u blocks)\n", info.name, info.id,
@@ -387,8 +410,8 @@ static int cmd_one(kvd_client_t **cli, const char *socket, bool json, int argc, 
     {
         kvd_cache_evict_result_t ev;
         if ((st = kvd_cache_evict(*cli, info.id, NULL, true, &ev)) != KVD_OK)
-            return daemon_error(*cli, st, what);
-        if (json)
+            return kvd__cli_daemon_error(*cli, st, what);
+        if (o->json)
             printf("{\"cache\":%" PRIu64 ",\"evicted\":%u}\n", info.id, ev.evicted);
         else
             printf("cleared cache %s: %u blocks evicted%s\n", info.name, ev.evicted,
@@ -397,38 +420,51 @@ static int cmd_one(kvd_client_t **cli, const char *socket, bool json, int argc, 
     return 0;
 }
 
-int kvd__cli_cache(const char *socket, bool json, int argc, char **argv)
+static int run(kvd__cli_ctx_t *o, int argc, char **argv)
 {
     kvd_client_t *cli = NULL;
-    int rc;
+    const char *sub;
+    int rc = kvd__cli_subcommand(CMD, o, argc, argv, &sub);
 
-    if (argc < 2)
-        return usage("a subcommand is needed: create, ls, stats, drop or clear");
-    if (strcmp(argv[1], "create") == 0)
-        rc = cmd_create(&cli, socket, json, argc, argv);
-    else if (strcmp(argv[1], "ls") == 0 || strcmp(argv[1], "list") == 0)
-        rc = cmd_ls(&cli, socket, json, argc, argv);
-    else if (strcmp(argv[1], "stats") == 0 || strcmp(argv[1], "drop") == 0 ||
-             strcmp(argv[1], "clear") == 0)
-        rc = cmd_one(&cli, socket, json, argc, argv);
+    if (rc != 0 || sub == NULL)
+        return rc;
+    if (strcmp(sub, "create") == 0)
+        rc = cmd_create(&cli, o, argc, argv);
+    else if (strcmp(sub, "ls") == 0 || strcmp(sub, "list") == 0)
+        rc = cmd_ls(&cli, o, argc, argv);
+    else if (strcmp(sub, "stats") == 0 || strcmp(sub, "drop") == 0 || strcmp(sub, "clear") == 0)
+        rc = cmd_one(&cli, o, argc, argv);
+    else if (o->help)
+        rc = kvd__cli_help(CMD);
     else
-        rc = usage("unknown subcommand '%s' (create, ls, stats, drop or clear)", argv[1]);
+        rc = usage("unknown subcommand '%s' (create, ls, stats, drop or clear)", sub);
     kvd_client_destroy(&cli);
     return rc;
 }
 
-void kvd__cli_cache_help(void)
-{
-    printf("\ncache create options:\n"
-           "  --layers N            layers of a block, >= 1\n"
-           "  --tokens-per-block N  tokens of a block (the engine's block size)\n"
-           "  --token-bytes N       one token's row of one layer's K (or V)\n"
-           "  --budget SIZE         host memory for blocks at most (k, m, g suffixes)\n"
-           "  --mla                 one latent per layer instead of K and V\n"
-           "  --dtype LABEL         element type label, compared exactly (\"bf16\")\n"
-           "  --shared              other users may use it\n"
-           "  --allow-uids A,B      shared with these users only (and --allow-gids)\n"
-           "  --open                return an existing cache of this name and layout\n"
-           "  --cluster             also reach the caches of this name on the cluster's peers\n"
-           "\nA cache belongs to the user that made it and stays until dropped.\n");
-}
+const kvd__cli_cmd_t kvd__cli_cmd_cache = {
+    "cache",
+    "cache create NAME --layers N --tokens-per-block N --token-bytes SIZE --budget SIZE\n"
+    "                    [--mla] [--dtype LABEL] [--shared] [--allow-uids A,B]\n"
+    "                    [--allow-gids A,B] [--open] [--cluster] [--json]\n"
+    "       kvdock cache ls [--json]\n"
+    "       kvdock cache stats|drop|clear NAME|--id ID [--json]",
+    "Manage the cache tier's caches: create, list, show one's contents and counters, drop,\n"
+    "or clear (evict every block nothing holds).",
+    "cache create options:\n"
+    "  --layers N            layers of a block, >= 1\n"
+    "  --tokens-per-block N  tokens of a block (the engine's block size)\n"
+    "  --token-bytes SIZE    one token's row of one layer's K (or V)\n"
+    "  --budget SIZE         host memory for blocks at most (SIZE: bytes, or with a unit:\n"
+    "                        K M G T, KiB MiB ...: powers of 1024; KB MB ...: powers of\n"
+    "                        1000; fractions like 1.5G)\n"
+    "  --mla                 one latent per layer instead of K and V\n"
+    "  --dtype LABEL         element type label, compared exactly (\"bf16\")\n"
+    "  --shared              other users may use it\n"
+    "  --allow-uids A,B      shared with these users only (and --allow-gids)\n"
+    "  --open                return an existing cache of this name and layout\n"
+    "  --cluster             also reach the caches of this name on the cluster's peers\n"
+    "\nA cache belongs to the user that made it (OWNER: its user id) and stays until\n"
+    "dropped.\n",
+    run,
+};

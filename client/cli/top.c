@@ -12,10 +12,9 @@
  * --once prints one frame without any terminal control (two samples
  * --interval apart, so the rates are real) for scripts; when stdout is
  * not a terminal, frames are printed one after the other the same way
- * (like `top -b`), until --count frames or a signal.
+ * (like `top -b`), until --count frames or a signal.  --json prints each
+ * frame as one JSON object on a line of its own (the same rates).
  */
-#include "top.h"
-
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -29,8 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "kvdock/client.h"
-#include "util.h"
 
 #define MAX_OPS 64
 #define MAX_STREAMS 16
@@ -452,6 +451,107 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
     }
 }
 
+/* The frame of cur as one JSON object on a line (rates against prev;
+ * null before a second sample). */
+static void json_frame(const sample_t *cur, const sample_t *prev)
+{
+    double dt = prev->valid ? (double)(cur->t_ns - prev->t_ns) / 1e9 : 0;
+    bool r = prev->valid && dt > 0, first;
+    size_t i;
+
+#define RATE(c, p) printf(r ? "%.3f" : "null", r ? rate((c), (p), dt) : 0.0)
+    printf("{\"interval_s\":%.3f,\"uptime_ms\":%" PRIu64 ",\"clients\":%u,\"inflight\":%u,"
+           "\"pools\":%u,\"pool_bytes\":%" PRIu64 ",\"buffers\":%u,\"events\":%u,"
+           "\"shutting_down\":%s,\"bytes_in_per_s\":",
+           dt, cur->status.uptime_ms, cur->status.clients, cur->status.inflight,
+           cur->status.pools, cur->status.pool_bytes, cur->status.buffers, cur->status.events,
+           cur->status.shutting_down ? "true" : "false");
+    RATE(cur->stats.bytes_in, prev->stats.bytes_in);
+    printf(",\"bytes_out_per_s\":");
+    RATE(cur->stats.bytes_out, prev->stats.bytes_out);
+    printf(",\"streams\":[");
+    for (i = 0; i < cur->nstreams; i++) {
+        const kvd_stream_stats_t *s = &cur->streams[i], *p = find_stream(prev, s->name);
+        kvd_stream_stats_t none;
+
+        memset(&none, 0, sizeof(none));
+        if (p == NULL)
+            p = &none;
+        printf("%s{\"name\":", i ? "," : "");
+        kvd__cli_json_str(s->name);
+        printf(",\"queued\":%u,\"launches\":%" PRIu64 ",\"bytes\":%" PRIu64
+               ",\"launches_per_s\":",
+               s->queue_depth, s->launches, s->bytes);
+        RATE(s->launches, p->launches);
+        printf(",\"bytes_per_s\":");
+        RATE(s->bytes, p->bytes);
+        if (r && s->busy_ns >= p->busy_ns)
+            printf(",\"busy_pct\":%.1f", (double)(s->busy_ns - p->busy_ns) / (dt * 1e7));
+        else
+            printf(",\"busy_pct\":null");
+        putchar('}');
+    }
+    printf("],\"ops\":[");
+    for (i = 0, first = true; i < cur->nops; i++) {
+        const kvd_op_stats_t *o = &cur->ops[i], *p = find_op(prev, o->op);
+        kvd_op_stats_t none;
+
+        if (o->requests == 0)
+            continue;
+        memset(&none, 0, sizeof(none));
+        if (p == NULL)
+            p = &none;
+        printf("%s{\"op\":", first ? "" : ",");
+        first = false;
+        kvd__cli_json_str(o->op);
+        printf(",\"requests\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"requests_per_s\":",
+               o->requests, o->errors);
+        RATE(o->requests, p->requests);
+        printf(",\"errors_per_s\":");
+        RATE(o->errors, p->errors);
+        printf(",\"bytes_per_s\":");
+        RATE(o->bytes, p->bytes);
+        putchar('}');
+    }
+    printf("],\"caches\":[");
+    for (i = 0; i < cur->ncaches; i++) {
+        const kvd_cache_info_t *c = &cur->caches[i], *p = find_cache(prev, c->id);
+        kvd_cache_info_t none;
+
+        memset(&none, 0, sizeof(none));
+        if (p == NULL)
+            p = &none;
+        printf("%s{\"name\":", i ? "," : "");
+        kvd__cli_json_str(c->name);
+        printf(",\"blocks\":%u,\"used_bytes\":%" PRIu64 ",\"budget_bytes\":%" PRIu64
+               ",\"leases\":%u,\"lookups_per_s\":",
+               c->blocks, c->used_bytes, c->budget_bytes, c->leases);
+        RATE(c->lookups, p->lookups);
+        printf(",\"evictions_per_s\":");
+        RATE(c->evictions, p->evictions);
+        putchar('}');
+    }
+    printf("],\"client_list\":[");
+    for (i = 0; i < cur->nclients; i++) {
+        const kvd_client_entry_t *cl = &cur->clients[i], *p = find_client(prev, cl->id);
+        kvd_client_entry_t none;
+
+        memset(&none, 0, sizeof(none));
+        if (p == NULL)
+            p = &none;
+        printf("%s{\"id\":%" PRIu64 ",\"name\":", i ? "," : "", cl->id);
+        kvd__cli_json_str(cl->name);
+        printf(",\"pid\":%u,\"uid\":%u,\"inflight\":%u,\"pools\":%u,\"requests\":%" PRIu64
+               ",\"requests_per_s\":",
+               cl->pid, cl->uid, cl->inflight, cl->pools, cl->requests);
+        RATE(cl->requests, p->requests);
+        putchar('}');
+    }
+    printf("]}\n");
+#undef RATE
+    fflush(stdout);
+}
+
 /* ---- the terminal -------------------------------------------------------- */
 
 static volatile sig_atomic_t g_quit, g_winch;
@@ -545,33 +645,16 @@ static void print_plain(const frame_t *f)
 
 /* ---- main ---------------------------------------------------------------- */
 
-void kvd__cli_top_help(void)
+static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage(const char *fmt, ...)
 {
-    printf("\ntop options:\n"
-           "  --once            print one frame and exit: two samples --interval apart\n"
-           "                    (so rates are real), plain text without terminal control\n"
-           "  --interval S      seconds between refreshes (default 1; 0.1 to 3600)\n"
-           "  --count N         exit after N frames\n"
-           "\n"
-           "On a terminal: a full-screen view refreshed every interval; q (or Ctrl-C)\n"
-           "quits and restores the terminal, any other key refreshes at once.  When\n"
-           "stdout is not a terminal, frames are printed one after another as with\n"
-           "--once (like `top -b`) until --count frames or a signal.  If the daemon goes\n"
-           "away, the view says so and reconnects every interval.\n"
-           "\n"
-           "Columns: STREAM per stream class (QUEUED operations queued or running now,\n"
-           "BUSY%% of the interval with work queued, OPS/S and BYTES/S completed);\n"
-           "OP per operation that has had requests (MEAN_US: mean latency over the\n"
-           "interval); pools by memory kind and the largest pools; clients with their\n"
-           "requests in flight.\n");
-}
+    char msg[512];
+    va_list ap;
 
-static int usage(const char *fmt, const char *arg)
-{
-    fputs("kvdock: ", stderr);
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nusage: kvdock %s\n", KVD_TOP_USAGE);
-    return 2;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return kvd__cli_usage(&kvd__cli_cmd_top, "%s", msg);
 }
 
 /* Wait up to ms for a key (on a terminal) or a signal; 1 when the user
@@ -607,12 +690,22 @@ static int wait_key(int ms)
     return g_quit != 0;
 }
 
-int kvd__cli_top(const char *socket, bool json, int argc, char **argv)
+enum { O_ONCE = 1, O_INTERVAL, O_COUNT };
+
+static int run(kvd__cli_ctx_t *ctx, int argc, char **argv)
 {
-    bool once = false, screen;
+    static const kvd__cli_opt_t opts[] = {
+        {"once", 0, false, O_ONCE},
+        {"interval", 0, true, O_INTERVAL},
+        {"count", 0, true, O_COUNT},
+        KVD_CLI_OPT_END,
+    };
+    kvd__cli_args_t a;
+    const char *socket;
+    bool once = false, screen, json;
     double interval = 1.0;
     long count = 0, frames = 0;
-    int i, rc = 0;
+    int id, rc = 0;
     kvd_client_t *cli = NULL;
     sample_t cur, prev;
     frame_t *f;
@@ -621,41 +714,37 @@ int kvd__cli_top(const char *socket, bool json, int argc, char **argv)
     char err[600] = "";
     struct sigaction sa;
 
-    if (json)
-        return usage("%s", "top has no --json: use `kvdock stats --json` and `kvdock status --json`");
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
+    kvd__cli_args_init(&a, argc, argv, 1, opts, ctx);
+    while ((id = kvd__cli_next(&a)) != KVD_CLI_DONE) {
+        const char *v = a.val;
         char *end;
+        uint64_t n;
 
-        if (strcmp(a, "--once") == 0) {
+        if (id == KVD_CLI_BAD)
+            return usage("%s", a.err);
+        if (id == KVD_CLI_ARG)
+            return usage("unexpected argument '%s'", v);
+        if (id == O_ONCE) {
             once = true;
-            continue;
-        }
-        if (strncmp(a, "--interval", 10) == 0 && (a[10] == '\0' || a[10] == '=')) {
-            v = a[10] == '=' ? a + 11 : (i + 1 < argc ? argv[++i] : NULL);
-            if (v == NULL)
-                return usage("%s", "--interval needs seconds");
+        } else if (id == O_INTERVAL) {
             errno = 0;
             interval = strtod(v, &end);
-            if (errno || end == v || *end != '\0' || !(interval >= 0.1 && interval <= 3600))
-                return usage("--interval '%s': seconds from 0.1 to 3600", v);
-            continue;
-        }
-        if (strncmp(a, "--count", 7) == 0 && (a[7] == '\0' || a[7] == '=')) {
-            v = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
-            if (v == NULL)
-                return usage("%s", "--count needs a number");
-            errno = 0;
-            count = strtol(v, &end, 10);
-            if (errno || end == v || *end != '\0' || count < 1)
+            if (errno || end == v || *end != '\0' || !(interval >= 0.1 && interval <= 3600) ||
+                strpbrk(v, "xXpPnN") != NULL)
+                return usage("--interval '%s': decimal seconds from 0.1 to 3600", v);
+        } else {
+            if (!kvd__cli_parse_u64(v, &n, false) || n < 1 || n > 1000000000)
                 return usage("--count '%s': a number of frames, >= 1", v);
-            continue;
+            count = (long)n;
         }
-        return usage("unexpected argument '%s'", a);
     }
+    if (ctx->help)
+        return kvd__cli_help(&kvd__cli_cmd_top);
+    socket = ctx->socket;
+    json = ctx->json;
     if (once)
         count = 1;
-    screen = !once && isatty(STDOUT_FILENO);
+    screen = !once && !json && isatty(STDOUT_FILENO);
 
     f = malloc(sizeof(*f));
     if (f == NULL || sample_alloc(&cur) != 0 || sample_alloc(&prev) != 0) {
@@ -748,7 +837,9 @@ int kvd__cli_top(const char *socket, bool json, int argc, char **argv)
         if (screen)
             term_size(&rows, &cols);
         build_frame(f, cli, &cur, &prev, rows, NULL);
-        if (screen) {
+        if (json) {
+            json_frame(&cur, &prev);
+        } else if (screen) {
             draw_screen(f, rows, cols);
         } else {
             if (frames > 0)
@@ -767,3 +858,29 @@ out:
     free(f);
     return rc;
 }
+
+const kvd__cli_cmd_t kvd__cli_cmd_top = {
+    "top",
+    "top [--once] [--interval SECONDS] [--count N] [--json]",
+    "Live view of the daemon, refreshed every second: throughput per stream and per\n"
+    "operation, pool occupancy, clients and in-flight requests.  q or Ctrl-C quits.",
+    "top options:\n"
+    "  --once        print one frame and exit: two samples --interval apart (so rates\n"
+    "                are real), plain text without terminal control\n"
+    "  --interval S  seconds between refreshes (default 1; 0.1 to 3600)\n"
+    "  --count N     exit after N frames\n"
+    "  --json        each frame as one JSON object on a line (no terminal control)\n"
+    "\n"
+    "On a terminal: a full-screen view refreshed every interval; q (or Ctrl-C) quits and\n"
+    "restores the terminal, any other key refreshes at once.\n"
+    "When stdout is not a terminal, frames are printed one after another as with --once\n"
+    "(like `top -b`) until --count frames or a signal.  If the daemon goes away, the view\n"
+    "says so and reconnects every interval.\n"
+    "\n"
+    "Columns: STREAM per stream class (QUEUED operations queued or running now, BUSY% of\n"
+    "the interval with work queued, OPS/S and BYTES/S completed); OP per operation that\n"
+    "has had requests (MEAN_US: mean latency over the interval); pools by memory kind and\n"
+    "the largest pools (OWNER: the client connection that made it); clients with their\n"
+    "requests in flight.\n",
+    run,
+};

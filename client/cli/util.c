@@ -181,22 +181,228 @@ bool kvd__cli_parse_u64(const char *s, uint64_t *out, bool size)
     return (size ? kvd__parse_size(s, out) : kvd__parse_u64(s, out)) == KVD_OK;
 }
 
-bool kvd__cli_opt_is(const char *a, const char *name)
+int kvd__cli_usage(const kvd__cli_cmd_t *cmd, const char *fmt, ...)
 {
-    size_t n = strlen(name);
+    va_list ap;
 
-    return strncmp(a, name, n) == 0 && (a[n] == '\0' || a[n] == '=');
+    fputs("kvdock: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    if (cmd != NULL)
+        fprintf(stderr, "usage: kvdock %s\n", cmd->usage);
+    else
+        fputs("run 'kvdock --help' for the commands\n", stderr);
+    return KVD_CLI_EXIT_USAGE;
 }
 
-const char *kvd__cli_opt_value(int argc, char **argv, int *i, const char *name)
+int kvd__cli_help(const kvd__cli_cmd_t *cmd)
 {
-    const char *a = argv[*i];
-    size_t n = strlen(name);
+    printf("usage: kvdock %s\n\n%s\n", cmd->usage, cmd->summary);
+    if (cmd->options[0] != '\0')
+        printf("\n%s", cmd->options);
+    printf("\ncommon options: --socket PATH, --json, --help (see kvdock --help)\n");
+    return 0;
+}
 
-    if (strncmp(a, name, n) == 0 && a[n] == '=')
-        return a + n + 1;
-    if (*i + 1 >= argc)
-        return NULL;
-    (*i)++;
-    return argv[*i];
+int kvd__cli_daemon_error(kvd_client_t *cli, kvd_status_t st, const char *what)
+{
+    const char *msg = kvd_client_last_error(cli);
+
+    fprintf(stderr, "kvdock: %s: %s: %s\n", what, kvd_err_name(st),
+            msg[0] != '\0' ? msg : kvd_strerror(st));
+    return KVD_CLI_EXIT_DAEMON;
+}
+
+int kvd__cli_connect(const kvd__cli_ctx_t *ctx, const char *name, kvd_client_t **cli)
+{
+    kvd_status_t st = kvd_client_create(ctx->socket, name, cli);
+
+    if (st != KVD_OK) {
+        fprintf(stderr, "kvdock: %s: %s\n", kvd_err_name(st), kvd_client_last_error(NULL));
+        return KVD_CLI_EXIT_DAEMON;
+    }
+    return 0;
+}
+
+/* ---- options ------------------------------------------------------------ */
+
+enum { COMMON_SOCKET = -100, COMMON_JSON, COMMON_HELP };
+
+static const kvd__cli_opt_t common[] = {
+    {"socket", 's', true, COMMON_SOCKET},
+    {"json", 0, false, COMMON_JSON},
+    {"help", 'h', false, COMMON_HELP},
+    KVD_CLI_OPT_END,
+};
+
+void kvd__cli_args_init(kvd__cli_args_t *a, int argc, char **argv, int first,
+                        const kvd__cli_opt_t *opts, kvd__cli_ctx_t *ctx)
+{
+    memset(a, 0, sizeof(*a));
+    a->argc = argc;
+    a->argv = argv;
+    a->next = first;
+    a->opts = opts;
+    a->ctx = ctx;
+}
+
+static const kvd__cli_opt_t *find_long(const kvd__cli_opt_t *t, const char *name, size_t n)
+{
+    for (; t != NULL && t->name != NULL; t++)
+        if (strlen(t->name) == n && strncmp(t->name, name, n) == 0)
+            return t;
+    return NULL;
+}
+
+static const kvd__cli_opt_t *find_short(const kvd__cli_opt_t *t, char c)
+{
+    for (; t != NULL && t->name != NULL; t++)
+        if (t->short_name == c)
+            return t;
+    return NULL;
+}
+
+/* The edit distance of a[0..n) and b (99 past 32 characters). */
+static size_t distance(const char *a, size_t n, const char *b)
+{
+    size_t m = strlen(b), row[40], i, j;
+
+    if (n > 32 || m > 32)
+        return 99;
+    for (j = 0; j <= m; j++)
+        row[j] = j;
+    for (i = 1; i <= n; i++) {
+        size_t diag = row[0];
+
+        row[0] = i;
+        for (j = 1; j <= m; j++) {
+            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[m];
+}
+
+/* The known option nearest to name[0..n): one that name begins (an
+ * abbreviation, which is refused), else the one fewest edits away, if
+ * that is at most a third of its length (one edit below 6 characters). */
+static const char *nearest(const kvd__cli_args_t *a, const char *name, size_t n)
+{
+    const kvd__cli_opt_t *tables[2] = {a->opts, a->ctx != NULL ? common : NULL};
+    const char *best = NULL;
+    size_t best_d = n < 6 ? 2 : n / 3 + 1;
+
+    for (int k = 0; k < 2; k++)
+        for (const kvd__cli_opt_t *t = tables[k]; t != NULL && t->name != NULL; t++) {
+            size_t d = n >= 2 && strncmp(t->name, name, n) == 0 ? 0 : distance(name, n, t->name);
+
+            if (d < best_d) {
+                best_d = d;
+                best = t->name;
+            }
+        }
+    return best;
+}
+
+static int take(kvd__cli_args_t *a, const kvd__cli_opt_t *o, const char *inline_val,
+                const char *given)
+{
+    a->name = given;
+    a->val = NULL;
+    if (o->has_arg) {
+        if (inline_val != NULL) {
+            a->val = inline_val;
+        } else if (a->next < a->argc) {
+            a->val = a->argv[a->next++];
+        } else {
+            snprintf(a->err, sizeof(a->err), "%s needs a value", given);
+            return KVD_CLI_BAD;
+        }
+    } else if (inline_val != NULL) {
+        snprintf(a->err, sizeof(a->err), "%s takes no value", given);
+        return KVD_CLI_BAD;
+    }
+    if (o->id > 0)
+        return o->id;
+    /* a common option */
+    if (a->ctx == NULL) {
+        snprintf(a->err, sizeof(a->err), "unknown option '%s'", given);
+        return KVD_CLI_BAD;
+    }
+    if (o->id == COMMON_SOCKET)
+        a->ctx->socket = a->val;
+    else if (o->id == COMMON_JSON)
+        a->ctx->json = true;
+    else
+        a->ctx->help = true;
+    return 0; /* taken: go on */
+}
+
+int kvd__cli_next(kvd__cli_args_t *a)
+{
+    static char given[80];
+
+    for (;;) {
+        const char *arg, *eq;
+        const kvd__cli_opt_t *o;
+        int r;
+
+        if (a->next >= a->argc)
+            return KVD_CLI_DONE;
+        arg = a->argv[a->next++];
+        if (a->args_only || arg[0] != '-' || arg[1] == '\0') {
+            a->val = arg;
+            return KVD_CLI_ARG;
+        }
+        if (strcmp(arg, "--") == 0) {
+            a->args_only = true;
+            continue;
+        }
+        if (arg[1] == '-') { /* --name or --name=value */
+            const char *name = arg + 2;
+            size_t n;
+
+            eq = strchr(name, '=');
+            n = eq != NULL ? (size_t)(eq - name) : strlen(name);
+            snprintf(given, sizeof(given), "--%.*s", (int)(n < 64 ? n : 64), name);
+            o = find_long(a->opts, name, n);
+            if (o == NULL && a->ctx != NULL)
+                o = find_long(common, name, n);
+            if (o == NULL) {
+                const char *near = nearest(a, name, n);
+
+                if (near != NULL)
+                    snprintf(a->err, sizeof(a->err), "unknown option '%s' (did you mean --%s?)",
+                             given, near);
+                else
+                    snprintf(a->err, sizeof(a->err), "unknown option '%s'", given);
+                return KVD_CLI_BAD;
+            }
+            r = take(a, o, eq != NULL ? eq + 1 : NULL, given);
+        } else { /* -x, -x VALUE or -xVALUE */
+            snprintf(given, sizeof(given), "-%c", arg[1]);
+            o = find_short(a->opts, arg[1]);
+            if (o == NULL && a->ctx != NULL)
+                o = find_short(common, arg[1]);
+            if (o == NULL) {
+                snprintf(a->err, sizeof(a->err), "unknown option '%s'", given);
+                return KVD_CLI_BAD;
+            }
+            if (!o->has_arg && arg[2] != '\0') {
+                snprintf(a->err, sizeof(a->err), "%s takes no value ('%s')", given, arg);
+                return KVD_CLI_BAD;
+            }
+            r = take(a, o, arg[2] != '\0' ? arg + 2 : NULL, given);
+        }
+        if (r != 0)
+            return r;
+    }
 }

@@ -724,6 +724,89 @@ START_TEST(test_cli_utf8_names)
 }
 END_TEST
 
+/* Every line of out within 100 columns. */
+static void within_100(const char *what, const char *out)
+{
+    for (const char *line = out; *line;) {
+        size_t n = strcspn(line, "\n");
+        ck_assert_msg(n <= 100, "%s: a line of %zu columns: %.*s", what, n, (int)n, line);
+        line += n + (line[n] == '\n');
+    }
+}
+
+/* getopt_long-style parsing: whole names, --name=value, "--" ends the
+ * options, a near miss gets a suggestion; --help of every command within
+ * 100 columns, and the usages say what is required. */
+START_TEST(test_cli_by_the_book)
+{
+    static const char *const cmds[] = {"status", "pools", "pool", "stats", "ping",
+                                       "shutdown", "cache", "bench", "top", NULL};
+    char name[64], dash[72];
+    result_t r;
+
+    for (int i = 0; cmds[i] != NULL; i++) {
+        const char *argv[] = {cli_path(), cmds[i], "--help", NULL};
+
+        r.rc = kvt_run(argv, &r.out, &r.err, 10000);
+        EXPECT_RC(r, 0);
+        ck_assert_ptr_nonnull(strstr(r.out, "usage: kvdock "));
+        within_100(cmds[i], r.out);
+        if (strcmp(cmds[i], "pool") == 0) /* --kind is optional */
+            ck_assert_ptr_nonnull(strstr(r.out, "[--kind host|device|device-vmm]"));
+        if (strcmp(cmds[i], "cache") == 0)
+            ck_assert_ptr_nonnull(strstr(r.out, "[--cluster]"));
+        result_free(&r);
+    }
+    {
+        const char *argv[] = {cli_path(), "--help", NULL};
+
+        r.rc = kvt_run(argv, &r.out, &r.err, 10000);
+        EXPECT_RC(r, 0);
+        within_100("kvdock --help", r.out);
+        result_free(&r);
+    }
+    /* a near miss: refused, with the option meant */
+    r = cli("pool", "create", "x", "--lay", "2", NULL);
+    EXPECT_RC(r, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "did you mean --layers?"));
+    result_free(&r);
+    r = cli("pool", "create", "x", "--slotbytes", "2", NULL);
+    EXPECT_RC(r, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "did you mean --slot-bytes?"));
+    result_free(&r);
+    r = cli("status", "--jsn", NULL);
+    EXPECT_RC(r, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "did you mean --json?"));
+    result_free(&r);
+    /* a flag with a value, an option without one */
+    r = cli("pool", "create", "x", "--mla=yes", NULL);
+    EXPECT_RC(r, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "--mla takes no value"));
+    result_free(&r);
+    r = cli("ping", "--count", NULL);
+    EXPECT_RC(r, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "--count needs a value"));
+    result_free(&r);
+
+    /* --name=value, options after arguments, common options anywhere, and
+     * "--": a pool whose name starts with '-' */
+    snprintf(name, sizeof(name), "cli-book-%d", (int)getpid());
+    snprintf(dash, sizeof(dash), "-%s", name);
+    r = cli("pool", "create", "--layers=1", "--slots", "2", "--slot-bytes=8", "--json", "--shared",
+            "--", dash, NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_msg(kvt_json_object_valid(r.out), "%s", r.out);
+    ck_assert_ptr_nonnull(strstr(r.out, dash));
+    result_free(&r);
+    r = cli("pool", "drop", dash, NULL); /* without "--" it is an option */
+    EXPECT_RC(r, 2);
+    result_free(&r);
+    r = cli("pool", "drop", "--", dash, NULL);
+    EXPECT_RC(r, 0);
+    result_free(&r);
+}
+END_TEST
+
 START_TEST(test_cli_usage_errors)
 {
     const char *const cases[][10] = {
@@ -806,6 +889,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_cli_cache);
     tcase_add_test(tc, test_cli_numbers);
     tcase_add_test(tc, test_cli_utf8_names);
+    tcase_add_test(tc, test_cli_by_the_book);
     tcase_add_test(tc, test_cli_usage_errors);
     tcase_add_test(tc, test_cli_no_daemon);
     tcase_add_test(tc, test_cli_default_socket_from_env);

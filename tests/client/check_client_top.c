@@ -126,9 +126,21 @@ START_TEST(test_top_usage)
         free(err);
     }
     {
-        const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "--json", "top", NULL};
-        char *out = NULL, *err = NULL;
-        ck_assert_int_eq(kvt_run(argv, &out, &err, 20000), 2);
+        /* --json: a JSON object per frame, one a line */
+        const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "--json", "top", "--count",
+                              "2", "--interval", "0.1", NULL};
+        char *out = NULL, *err = NULL, *nl;
+        int rc = kvt_run(argv, &out, &err, 20000), lines = 0;
+
+        ck_assert_msg(rc == 0, "exit %d\n%s", rc, err);
+        ck_assert_ptr_null(strchr(out, '\x1b'));
+        for (char *line = out; (nl = strchr(line, '\n')) != NULL; line = nl + 1) {
+            *nl = '\0';
+            ck_assert_msg(kvt_json_object_valid(line), "not a JSON object: %s", line);
+            ck_assert_ptr_nonnull(strstr(line, "\"streams\":["));
+            lines++;
+        }
+        ck_assert_int_eq(lines, 2);
         free(out);
         free(err);
     }
