@@ -516,15 +516,17 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
                 cli->outstanding--;
         }
         /* The daemon may have said why before closing (an id-0 error
-         * reply): read what is already there so the message carries it. */
+         * reply, written before the close that failed our write: already
+         * in our receive queue): read it, and report its status rather
+         * than the failed write. */
         for (int i = 0; i < 16 && !cli->dead && !cli->reading; i++)
             if (pump(cli, now_ns()) == KVD_ETIMEDOUT)
                 break;
         set_dead(cli, KVD_ECONN, "connection to kvdockd lost while sending a %s request (%s)",
                  kvd_op_name(p->op), kvd_strerror(st));
-        kvd__client_fail(cli, KVD_ECONN, "%s", cli->dead_msg);
+        st = cli->dead_status != KVD_OK ? cli->dead_status : KVD_ECONN;
+        kvd__client_fail(cli, st, "%s", cli->dead_msg);
         pthread_mutex_unlock(&cli->mu);
-        st = KVD_ECONN;
         goto fail;
     }
     if (req_id != NULL)

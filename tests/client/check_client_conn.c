@@ -7,12 +7,34 @@
  */
 #include "testutil.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
 static kvt_daemon_t d;
+
+/*
+ * connect(2) of this process, with a pause after it when asked: a client
+ * slow to write its hello, so that a daemon that refuses it has closed
+ * the connection by then (its write fails) -- the order a loaded machine
+ * gives at times, here every time.
+ */
+static volatile int slow_connect_ms;
+
+int connect(int fd, const struct sockaddr *sa, socklen_t len)
+{
+    static int (*real)(int, const struct sockaddr *, socklen_t);
+    int r;
+
+    if (real == NULL)
+        real = (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "connect");
+    r = real(fd, sa, len);
+    if (r == 0 && slow_connect_ms > 0)
+        usleep((useconds_t)slow_connect_ms * 1000);
+    return r;
+}
 
 static void start(void)
 {
@@ -245,6 +267,45 @@ START_TEST(test_oversized_frame_closes_one_connection)
 }
 END_TEST
 
+/* A client that --max-clients turns away learns why (ELIMIT, the daemon's
+ * words), not that its hello could not be written: the daemon writes
+ * its refusal and closes before it reads the hello, so the hello's write
+ * often fails; the library reads the refusal first. */
+START_TEST(test_refused_client_learns_why)
+{
+    static const char *const extra[] = {"--max-clients", "2", NULL};
+    kvt_daemon_t d1;
+    kvd_client_t *held[2] = {NULL, NULL}, *c = NULL;
+    int limit = 0, other = 0;
+
+    ck_assert_int_eq(kvt_daemon_start(&d1, "cpu", extra, 10000), 0);
+    /* the daemon full (the harness's own probe may still be leaving) */
+    for (int i = 0, n = 0; n < 2 && i < 100; i++) {
+        if (kvd_client_create(d1.socket, "holder", &held[n]) == KVD_OK)
+            n++;
+        else
+            usleep(20000);
+    }
+    ck_assert_ptr_nonnull(held[1]);
+    for (int i = 0; i < 100; i++) {
+        slow_connect_ms = i % 2 ? 50 : 0; /* half of them write after the close */
+        kvd_status_t st = kvd_client_create(d1.socket, "turned-away", &c);
+
+        slow_connect_ms = 0;
+        ck_assert_ptr_null(c);
+        if (st == KVD_ELIMIT && strstr(kvd_client_last_error(NULL), "max-clients") != NULL)
+            limit++;
+        else if (other++ == 0)
+            fprintf(stderr, "try %d: %s: %s\n", i, kvd_err_name(st), kvd_client_last_error(NULL));
+    }
+    ck_assert_msg(other == 0, "%d of 100 refused clients did not learn ELIMIT", other);
+    ck_assert_int_eq(limit, 100);
+    kvd_client_destroy(&held[0]);
+    kvd_client_destroy(&held[1]);
+    ck_assert_int_eq(kvt_daemon_stop(&d1, 10000), 0);
+}
+END_TEST
+
 static Suite *conn_suite(void)
 {
     Suite *s = suite_create("client_conn");
@@ -259,6 +320,7 @@ static Suite *conn_suite(void)
     tcase_add_test(tc, test_local_argument_checks);
     tcase_add_test(tc, test_last_error_per_thread);
     tcase_add_test(tc, test_oversized_frame_closes_one_connection);
+    tcase_add_test(tc, test_refused_client_learns_why);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -11,6 +11,7 @@ import concurrent.futures
 import os
 import random
 import threading
+import time
 import unittest
 
 try:
@@ -614,6 +615,33 @@ class TestErrors(Base):
         self.cli.ping()
         self.assertTrue(issubclass(kvdock.Timeout, TimeoutError))
         self.assertTrue(issubclass(kvdock.Timeout, kvdock.Error))
+
+
+class TestRefused(unittest.TestCase):
+    """A client that --max-clients turns away learns why: ELIMIT and the
+    daemon's words, whether its hello was written before the daemon closed
+    the connection or not."""
+
+    def test_max_clients_says_elimit(self):
+        d = harness.Daemon("cpu", extra=["--max-clients", "2"])
+        held = []
+        try:
+            deadline = time.monotonic() + 10
+            while len(held) < 2 and time.monotonic() < deadline:
+                try:  # the harness's probe may still be leaving
+                    held.append(kvdock.Client(d.socket, name="holder"))
+                except kvdock.Error:
+                    time.sleep(0.02)
+            self.assertEqual(len(held), 2)
+            for i in range(60):
+                with self.assertRaises(kvdock.Error, msg=f"try {i}") as cm:
+                    kvdock.Client(d.socket, name="turned-away")
+                self.assertEqual(cm.exception.name, "ELIMIT", f"try {i}: {cm.exception}")
+                self.assertIn("max-clients", str(cm.exception))
+        finally:
+            for c in held:
+                c.close()
+            d.stop_clean()
 
 
 if __name__ == "__main__":
