@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from . import _capi as C
-from ._client import (Buffer, BufRef, Error, EventLike, Future, OpResult, PoolLike, _op_result,
-                      _pool_id)
+from ._client import (_PATH_DOC, _SYNC_DOC, Buffer, BufRef, Error, EventLike, Future, OpResult,
+                      PoolLike, _complete_async_docs, _op_result, _pool_id, _sync_doc)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._client import Client
@@ -45,7 +45,8 @@ def block_hashes(token_ids: Any, tokens_per_block: int, salt: bytes = b"") -> Li
     KV) give equal chains.  The same function as libkvdock's
     kvd_block_hashes, so C and Python workers share blocks.
 
-    token_ids: a sequence of ints, a numpy array or a tensor."""
+    token_ids: a sequence of ints, a numpy array or a tensor; tokens_per_block:
+    the tokens of a block (a partial last block gets no key)."""
     if tokens_per_block < 1:
         raise ValueError("tokens_per_block must be >= 1")
     if hasattr(token_ids, "tolist"):
@@ -197,13 +198,16 @@ class Cache:
 
     @property
     def id(self) -> int:
+        """The cache's id in the daemon."""
         return self.info.id
 
     @property
     def name(self) -> str:
+        """The cache's name."""
         return self.info.name
 
     def stats_async(self) -> Future[CacheInfo]:
+        """The cache's contents and counters now."""
         out = C.CacheInfo()
         return self.client._submit(self.client._lib.kvd_cache_stats_submit,
                                    (self.id, None, byref(out)), lambda: _cache_info(out), (out,))
@@ -213,6 +217,7 @@ class Cache:
         return self.client._block(self.stats_async())
 
     def lookup_async(self, keys: KeyChain, *, lease: bool = False, lease_ms: int = 0) -> Future[CacheLookup]:
+        """Like :meth:`lookup`, returning a :class:`Future` of its result."""
         k, keep = _keys(keys)
         out = C.CacheLookupResult()
         return self.client._submit(
@@ -231,6 +236,7 @@ class Cache:
                    parent: Optional[bytes] = None, wait_event: EventLike = None,
                    record_event: EventLike = None, reply_at_enqueue: bool = False,
                    path: Optional[str] = None) -> Future[OpResult]:
+        """Like :meth:`save`, returning a :class:`Future` of its result."""
         k, keep = _keys(keys)
         ix, arr = _pages(blocks)
         par = bytes(parent) if parent else b""
@@ -244,10 +250,22 @@ class Cache:
                                    (byref(a), byref(sync), byref(out)),
                                    lambda: _op_result(out), (a, keep, arr, pbuf, sync, out))
 
+    @_sync_doc(_SYNC_DOC, _PATH_DOC)
     def save(self, pool: PoolLike, keys: KeyChain, blocks: Any, *, parent: Optional[bytes] = None,
              wait_event: EventLike = None, record_event: EventLike = None,
              reply_at_enqueue: bool = False, path: Optional[str] = None) -> OpResult:
-        """
+        """Copy the blocks that the cache does not hold yet into it: keys[i]
+        names the block in page blocks[i] of pool (a paged :class:`Pool`, or
+        its id, of this cache's layout: a page is a block).  The result's
+        stored, skipped (found there already) and refused (every block held,
+        no room: EBUSY when none was stored) count them.
+
+        pool: where the blocks are.
+        keys: the chain's keys of those blocks (:func:`block_hashes`), in
+            order; bytes each.
+        blocks: one page index of pool per key (a list, numpy array or tensor).
+        parent: the key before keys[0] in its chain (None: keys[0] starts it),
+            so that an eviction of a key takes the blocks after it too.
 
         Blocks until the reply comes (within the client's timeout); ``save_async``
         is the same call returning a :class:`Future`."""
@@ -260,6 +278,7 @@ class Cache:
                    layer_flags: Any = None, flag_value: int = 1,
                    wait_event: EventLike = None, record_event: EventLike = None,
                    reply_at_enqueue: bool = False, path: Optional[str] = None) -> Future[OpResult]:
+        """Like :meth:`load`, returning a :class:`Future` of its result."""
         if (keys is None) == (not lease):
             raise ValueError("load takes keys or a lease, one of them")
         k, keep = _keys(keys)
@@ -283,11 +302,29 @@ class Cache:
                                    (byref(a), byref(sync), byref(out)),
                                    lambda: _op_result(out), (a, keep, arr, ev_arr, sync, out))
 
+    @_sync_doc(_SYNC_DOC, _PATH_DOC)
     def load(self, pool: PoolLike, keys: Optional[KeyChain] = None, *, blocks: Any, lease: int = 0,
              layer_events: Optional[Sequence[EventLike]] = None, layer_flags: Any = None,
              flag_value: int = 1, wait_event: EventLike = None, record_event: EventLike = None,
              reply_at_enqueue: bool = False, path: Optional[str] = None) -> OpResult:
-        """
+        """Copy cached blocks into pages of pool, named by keys or by a lease
+        (one of them): blocks a lookup with lease=True holds, which no
+        eviction takes meanwhile.  For a cluster cache, keys held by peers
+        are pulled from them first.
+
+        pool: where the blocks go (a paged :class:`Pool`, or its id, of this
+            cache's layout).
+        keys: the keys of the blocks, in chain order (None with a lease).
+        blocks: one page index of pool per key (a list, numpy array or tensor).
+        lease: a lease id from :meth:`lookup` (its blocks, all of them); 0:
+            none.
+        layer_events: registered events, one per group of layers, each
+            recorded once that group has landed (so that a forward pass may
+            start on the first layers early).
+        layer_flags: a :class:`Buffer` (or a :class:`BufRef` of 4 bytes a
+            group) whose uint32 per group of layers is set to flag_value once
+            the group has landed (:meth:`Buffer.wait_value`).
+        flag_value: the value written to layer_flags (not 0).
 
         Blocks until the reply comes (within the client's timeout); ``load_async``
         is the same call returning a :class:`Future`."""
@@ -297,6 +334,7 @@ class Cache:
             record_event=record_event, reply_at_enqueue=reply_at_enqueue, path=path))
 
     def evict_async(self, keys: Optional[KeyChain] = None, *, all: bool = False) -> Future[CacheEvicted]:
+        """Like :meth:`evict`, returning a :class:`Future` of its result."""
         k, keep = _keys(keys)
         out = C.CacheEvictResult()
         return self.client._submit(self.client._lib.kvd_cache_evict_submit,
@@ -374,3 +412,5 @@ def drop_cache_async(client: "Client", cache: Union[Cache, int, str]) -> Future[
 
 
 __all__ = ["Cache", "CacheEvicted", "CacheInfo", "CacheLookup", "block_hashes", "Error"]
+
+_complete_async_docs(Cache)

@@ -6,6 +6,7 @@ import concurrent.futures
 import ctypes
 import operator
 import os
+import re
 import threading
 import weakref
 from ctypes import byref, c_bool, c_size_t, c_uint8, c_uint64, c_void_p
@@ -16,6 +17,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, Generic, Iter
 from . import _capi as C
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._cache import Cache, CacheInfo
@@ -151,7 +153,71 @@ class OpResult:
     refused: int = 0  # or refused (every block held)
 
 
-_PATHS = {None: C.PATH_DEFAULT, "copy_engine": C.PATH_COPY_ENGINE, "kernel": C.PATH_KERNEL}
+# how a transfer moves: Python's spelling and the daemon's and CLI's
+_PATHS = {None: C.PATH_DEFAULT, "copy_engine": C.PATH_COPY_ENGINE,
+          "copy-engine": C.PATH_COPY_ENGINE, "kernel": C.PATH_KERNEL}
+
+# What every data operation's docstring says of its ordering arguments
+# (appended by _sync_doc, so that help() shows them on each).
+_SYNC_DOC = """\
+        wait_event: an event the daemon waits on before it starts: an
+            :class:`Event`, its id, or a ``torch.cuda.Event(interprocess=True)``
+            (registered on first use); None: none.
+        record_event: an event (the same kinds) the daemon records when the
+            work is done; None: none.
+        reply_at_enqueue: reply once the work and its events are enqueued on
+            the device, not when it is done (order later work by record_event).
+"""
+_STREAM_DOC = """\
+        stream: the stream class the work runs in: "reload", "write",
+            "offload", "d2d", or None for the operation's own.
+        max_blocks: thread-block budget of its kernel (0: the stream class's).
+"""
+_COPY_ENGINE_DOC = """\
+        copy_engine: True is path="copy-engine".
+"""
+_PATH_DOC = """\
+        path: how rows move between host and device memory: "copy-engine"
+            (or "copy_engine"), "kernel", or None for the daemon's choice (the
+            copy engines there, kernels elsewhere); the result's path says
+            which ran.
+"""
+
+
+_BLOCKS_PARAGRAPH = re.compile(r"\n\s*Blocks until the reply comes.*?:class:`Future`\.", re.S)
+
+
+def _sync_doc(*parts: str) -> Callable[[F], F]:
+    """Append the shared argument descriptions to a method's docstring."""
+    def deco(fn: F) -> F:
+        doc = (fn.__doc__ or "").rstrip()
+        extra = "\n\n        Ordering:\n" + "".join(parts).rstrip()
+        m = _BLOCKS_PARAGRAPH.search(doc)  # before "Blocks until the reply ..."
+        fn.__doc__ = doc[:m.start()] + extra + doc[m.start():] if m else doc + extra
+        return fn
+    return deco
+
+
+def _complete_async_docs(cls: type) -> None:
+    """Give each blocking method and its ``_async`` twin the same text: the
+    twin of one that has it says what it takes and how it returns."""
+    for name, fn in list(vars(cls).items()):
+        if not name.endswith("_async") or not callable(fn):
+            continue
+        sync = vars(cls).get(name[: -len("_async")])
+        if sync is None or not callable(sync):
+            continue
+        sdoc = (sync.__doc__ or "").strip()
+        adoc = (fn.__doc__ or "").strip()
+        blocks = ("\n\n        Blocks until the reply comes (within the client's timeout); "
+                  f"``{name}`` is the same call returning a :class:`Future`.")
+        tail = ("\n\n        Returns at once: a :class:`Future` of what "
+                f":meth:`{sync.__name__}` returns.")
+        if sdoc and (not adoc or adoc.startswith("Like :meth:")):
+            fn.__doc__ = _BLOCKS_PARAGRAPH.sub("", sdoc) + tail
+        elif adoc and not sdoc:
+            sync.__doc__ = adoc + blocks
+
 _PATH_NAMES = {C.PATH_COPY_ENGINE: "copy_engine", C.PATH_KERNEL: "kernel"}
 
 
@@ -292,7 +358,8 @@ class Future(Generic[T]):
         return loop.run_in_executor(None, self.result).__await__()
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        """The operation's error (None if it succeeded), waiting like result()."""
+        """The operation's error (None if it succeeded), waiting like result():
+        up to timeout seconds (None: without end)."""
         if self._state == "abandoned":
             raise concurrent.futures.CancelledError()
         if not self._collect(timeout):
@@ -309,9 +376,11 @@ class Future(Generic[T]):
         return st != C.OK or bool(done.value)
 
     def running(self) -> bool:
+        """Whether the request is still in flight (not :meth:`done`)."""
         return not self.done()
 
     def cancelled(self) -> bool:
+        """Whether the future was abandoned (:meth:`abandon`, :meth:`cancel`)."""
         return self._state == "abandoned"
 
     def cancel(self) -> bool:
@@ -381,7 +450,8 @@ def as_completed(futures: Iterable[Future[T]],
 
 
 def wait_all(futures: Iterable[Future[T]], timeout: Optional[float] = None) -> List[T]:
-    """Results of futures, in their order (raises the first error)."""
+    """Results of futures, in their order (raises the first error); each
+    waited for up to timeout seconds (None: without end)."""
     return [f.result(timeout) for f in futures]
 
 
@@ -543,6 +613,7 @@ class Mapping:
 
     @property
     def is_host(self) -> bool:
+        """Whether the memory is host memory (addressable from the CPU)."""
         return self.kind == "host"
 
     def _host_buffer(self) -> Any:
@@ -562,6 +633,7 @@ class Mapping:
         return memoryview(self._host_buffer()).cast("B")
 
     def contains(self, ptr: int, nbytes: int) -> bool:
+        """Whether the nbytes at address ptr lie inside this mapping."""
         return bool(self.base) and self.base <= ptr and ptr + nbytes <= self.base + self.bytes
 
     # -- layers of a pool ------------------------------------------------
@@ -598,15 +670,18 @@ class Mapping:
                           offset=self._layer_offset(layer, v), strides=strides)
 
     def k(self, layer: int, dtype: Any = "uint8") -> "np.ndarray[Any, Any]":
-        """Layer's K (the latent for MLA) as numpy [num_slots, slot_bytes / itemsize]."""
+        """Layer number layer's K (the latent for MLA) as numpy
+        [num_slots, slot_bytes / itemsize] of dtype (a numpy dtype or its name)."""
         return self._np_layer(layer, False, dtype)
 
     def v(self, layer: int, dtype: Any = "uint8") -> "np.ndarray[Any, Any]":
-        """Layer's V as numpy [num_slots, slot_bytes / itemsize] (MHA pools)."""
+        """Layer number layer's V as numpy [num_slots, slot_bytes / itemsize] of
+        dtype (MHA pools)."""
         return self._np_layer(layer, True, dtype)
 
     def latent(self, layer: int, dtype: Any = "uint8") -> "np.ndarray[Any, Any]":
-        """An MLA layer's latent buffer (same as k())."""
+        """An MLA pool's layer number layer (its latent buffer) as numpy of dtype
+        (the same as k())."""
         return self._np_layer(layer, False, dtype)
 
     # -- torch -----------------------------------------------------------
@@ -660,12 +735,13 @@ class Mapping:
         return self._cuda_view(off, (n, w), (ss // item, 1), dtype)
 
     def k_tensor(self, layer: int, dtype: Any = None) -> Any:
-        """Layer's K (MLA: latent) as a tensor [num_slots, slot_bytes / itemsize]:
-        CPU over the shared pages for host pools, CUDA for device pools."""
+        """Layer number layer's K (MLA: latent) as a tensor of dtype (a torch
+        dtype; None: torch.uint8) [num_slots, slot_bytes / itemsize]: CPU over
+        the shared pages for host pools, CUDA for device pools."""
         return self._torch_layer(layer, False, dtype)
 
     def v_tensor(self, layer: int, dtype: Any = None) -> Any:
-        """Layer's V as a tensor (see k_tensor)."""
+        """Layer number layer's V as a tensor of dtype (see k_tensor)."""
         return self._torch_layer(layer, True, dtype)
 
     def __repr__(self) -> str:
@@ -688,6 +764,7 @@ class HostMemory(Mapping):
         _host_memories[self.base] = self
 
     def region(self) -> C.ImportRegion:
+        """The memory as an import region (client.h's kvd_import_region_t)."""
         reg = C.ImportRegion()
         _check(C.load().kvd_import_region_from_mapping(self._handle().ptr, byref(reg)), None)
         return reg
@@ -715,10 +792,12 @@ class Pool:
 
     @property
     def id(self) -> int:
+        """The pool's id in the daemon."""
         return self.info.id
 
     @property
     def name(self) -> str:
+        """The pool's name."""
         return self.info.name
 
     def map(self) -> Mapping:
@@ -773,7 +852,9 @@ class Buffer:
 
     def tensor(self, dtype: Any = None, shape: Optional[Sequence[int]] = None,
                offset: int = 0) -> Any:
-        """A tensor view (CPU for host buffers, CUDA for device buffers)."""
+        """A tensor view of dtype (None: torch.uint8) from byte offset, shaped
+        shape (None: 1-D, as many elements as fit): CPU for host buffers,
+        CUDA for device buffers."""
         torch = _need_torch()
         dtype = dtype or torch.uint8
         item = _elsize(dtype)
@@ -788,7 +869,8 @@ class Buffer:
         return flat[: count * item].view(dtype).reshape(tuple(shape))
 
     def ref(self, offset: int = 0, nbytes: Optional[int] = None) -> "BufRef":
-        """A byte range of this buffer, to pass as an operand."""
+        """The nbytes (None: to the end) from byte offset of this buffer, to
+        pass as an operand."""
         return BufRef(self, offset, self.bytes - offset if nbytes is None else nbytes)
 
     def indices(self, count: int, dtype: str = "int64", offset: int = 0) -> "BufIndices":
@@ -817,6 +899,7 @@ class Buffer:
                                                 value), None)
 
     def drop(self) -> None:
+        """Drop the buffer from the daemon (and unmap it here)."""
         self.client.drop_buffer(self)
 
     def __repr__(self) -> str:
@@ -851,6 +934,7 @@ class Event:
         self.source = source  # the torch.cuda.Event, kept alive
 
     def drop(self) -> None:
+        """Drop the event's registration from the daemon."""
         self.client.drop_event(self)
 
     def __repr__(self) -> str:
@@ -1194,6 +1278,7 @@ class Client:
 
     @property
     def connected(self) -> bool:
+        """Whether the connection is open (not closed, not lost)."""
         return bool(self._cli) and bool(self._lib.kvd_client_connected(self._cli))
 
     @property
@@ -1243,7 +1328,8 @@ class Client:
         return self._block(self.ping_async(payload))
 
     def status_async(self, max_clients: int = 256) -> Future[Dict[str, Any]]:
-        """Daemon status as a dict (clients: a list of dicts)."""
+        """Daemon status as a dict (clients_list: a list of dicts, at most
+        max_clients of them)."""
         out = C.DaemonStatus()
         ents = (C.ClientEntry * max_clients)()
 
@@ -1292,7 +1378,8 @@ class Client:
         return self._block(self.stats_async())
 
     def shutdown_async(self, drain: bool = True) -> Future[None]:
-        """Ask the daemon to exit (admin only)."""
+        """Ask the daemon to exit (admin only); drain: finish the work in
+        flight first."""
         return self._submit(self._lib.kvd_daemon_shutdown_submit, (drain,), lambda: None)
 
     def shutdown(self, drain: bool = True) -> None:
@@ -1314,9 +1401,13 @@ class Client:
     def create_pool(self, name: str, num_layers: int, num_slots: int, slot_bytes: int, *,
                     kind: Union[str, int] = "host", mla: bool = False, page_size: int = 0,
                     shared: bool = False) -> Pool:
-        """Create a daemon-owned pool; the future gives a :class:`Pool`.
+        """Create a daemon-owned pool named name: num_layers layers of
+        num_slots slots of slot_bytes each, K and V (one latent with mla), in
+        pages of page_size slots (0 or 1: unpaged); a :class:`Pool`.
 
         kind: "host" (memfd pages), "device" (cudaMalloc) or "device-vmm".
+        shared: other clients may use it, and it outlives this connection
+        until dropped.
 
         Blocks until the reply comes (within the client's timeout); ``create_pool_async``
         is the same call returning a :class:`Future`."""
@@ -1334,7 +1425,7 @@ class Client:
 
     def pools_async(self, cap: int = 1024, all: bool = False) -> Future[List[PoolInfo]]:
         """This client's pools and the shared ones (all: every client's, for
-        an admin), as a list of :class:`PoolInfo`."""
+        an admin), as a list of :class:`PoolInfo`: the first cap of them."""
         out, count = (C.PoolInfo * cap)(), c_size_t(0)
         fn = self._lib.kvd_pool_list_all_submit if all else self._lib.kvd_pool_list_submit
         return self._submit(fn, (out, cap, byref(count)),
@@ -1343,7 +1434,7 @@ class Client:
 
     def pools(self, cap: int = 1024, all: bool = False) -> List[PoolInfo]:
         """This client's pools and the shared ones (all: every client's, for
-        an admin)."""
+        an admin): the first cap of them."""
         return self._block(self.pools_async(cap, all))
 
     def pool(self, name: str) -> Pool:
@@ -1457,7 +1548,9 @@ class Client:
     def import_pool(self, name: str, k_layers: Sequence[Any],
                     v_layers: Optional[Sequence[Any]] = None, *, page_size: int = 0,
                     shared: bool = False) -> Pool:
-        """Make the caller's memory a pool, without a copy.
+        """Make the caller's memory a pool named name, without a copy, in
+        pages of page_size slots (0 or 1: unpaged); shared: other clients may
+        use it.
 
         k_layers (and v_layers for MHA; None makes an MLA pool whose
         k_layers are the latents): one array per layer, each
@@ -1494,14 +1587,17 @@ class Client:
 
     def register_buffer(self, nbytes: int, *, device: bool = False, name: str = "",
                         map: bool = True) -> Buffer:
-        """Register a buffer of nbytes (host, or device memory); the future
-        gives a :class:`Buffer` mapped here (map=True).
+        """Register a buffer of nbytes (host memory, or device memory with
+        device), labelled name (shown in listings); a :class:`Buffer`, mapped
+        here unless map is False.
 
         Blocks until the reply comes (within the client's timeout); ``register_buffer_async``
         is the same call returning a :class:`Future`."""
         return self._block(self.register_buffer_async(nbytes, device=device, name=name, map=map))
 
     def drop_buffer_async(self, buf: Union[Buffer, int]) -> Future[None]:
+        """Drop the registered buffer buf (a :class:`Buffer` or its id); its
+        mapping here closes."""
         bid = buf.id if isinstance(buf, Buffer) else int(buf)
 
         def finish() -> None:
@@ -1556,6 +1652,7 @@ class Client:
         return self._block(self.register_event_async(event))
 
     def drop_event_async(self, event: Union[Event, int]) -> Future[None]:
+        """Drop a registered event (an :class:`Event` or its id)."""
         eid = event.id if isinstance(event, Event) else int(event)
 
         def finish() -> None:
@@ -1589,7 +1686,8 @@ class Client:
         if stream not in _STREAMS and not isinstance(stream, int):
             raise ValueError(f"stream must be one of {[s for s in _STREAMS if s]}")
         if path not in _PATHS:
-            raise ValueError(f"path must be 'copy_engine', 'kernel' or None, not {path!r}")
+            raise ValueError(f"path must be 'copy-engine' (or 'copy_engine'), 'kernel' or None, "
+                             f"not {path!r}")
         return C.Sync(wait_event=self._event_id(wait_event),
                       record_event=self._event_id(record_event),
                       reply_at_enqueue=reply_at_enqueue,
@@ -1624,11 +1722,13 @@ class Client:
             raise
         return self._data_op(self._lib.kvd_kv_store_submit, a, sync, req)
 
+    @_sync_doc(_SYNC_DOC, _STREAM_DOC)
     def store(self, pool: PoolLike, layer: int, loc: Any, k: Any, v: Any = None, *,
               src_stride: int = 0, wait_event: EventLike = None, record_event: EventLike = None,
               reply_at_enqueue: bool = False, stream: Optional[str] = None,
               max_blocks: int = 0) -> OpResult:
-        """Store per-token K (and V, for MHA pools) rows at slots loc of a layer.
+        """Store per-token K (and V, for MHA pools) rows at slots loc of layer
+        number layer of pool (a :class:`Pool` or its id).
 
         loc: int32/int64 indices (list, numpy, tensor; negative = padding).
         k, v: num_tokens rows of slot_bytes (src_stride apart): bytes, numpy
@@ -1693,6 +1793,7 @@ class Client:
             raise
         return self._data_op(self._lib.kvd_kv_fp8_set_submit, a, sync, req)
 
+    @_sync_doc(_SYNC_DOC, _STREAM_DOC)
     def fp8_set(self, pool: PoolLike, layer: int, loc: Any, k: Any, v: Any = None, *,
                 num_heads: Optional[int] = None, head_dim: Optional[int] = None,
                 src_dtype: Optional[str] = None, cache_dtype: str = "e4m3",
@@ -1701,9 +1802,9 @@ class Client:
                 v_head_scales: Optional[Sequence[float]] = None, wait_event: EventLike = None,
                 record_event: EventLike = None, reply_at_enqueue: bool = False,
                 stream: Optional[str] = None, max_blocks: int = 0) -> OpResult:
-        """Quantize K/V ([num_tokens, num_heads, head_dim] of float32, float16
-        or bfloat16) to FP8 (cache_dtype "e4m3" or "e5m2") into a pool whose
-        slot_bytes is num_heads * head_dim.  Scales: none, per tensor
+        """Quantize k and v (MHA pools; [num_tokens, num_heads, head_dim] of
+        float32, float16 or bfloat16) to FP8 (cache_dtype "e4m3" or "e5m2") into slots loc of
+        layer number layer of pool, whose slot_bytes is num_heads * head_dim.  Scales: none, per tensor
         (k_scale, v_scale) or per head (k_head_scales, v_head_scales).
         num_heads, head_dim and src_dtype default from k's shape and dtype.
 
@@ -1744,6 +1845,7 @@ class Client:
             raise
         return self._data_op(self._lib.kvd_page_table_gather_submit, a, sync, req)
 
+    @_sync_doc(_SYNC_DOC, _STREAM_DOC)
     def gather(self, req_to_page: Any, req_pool_indices: Any, seq_lens: Any, out: Any, *,
                page_size: int = 1, dummy_slot: int = 0, max_num_pages: Optional[int] = None,
                wait_event: EventLike = None, record_event: EventLike = None,
@@ -1755,6 +1857,7 @@ class Client:
 
         req_to_page and out: 2-D int32/int64 arrays (same dtype) that lie in
         registered buffers (``Buffer.array()`` / ``Buffer.tensor()`` views).
+        max_num_pages: the columns of out written (None: all of out's).
 
         Blocks until the reply comes (within the client's timeout); ``gather_async``
         is the same call returning a :class:`Future`."""
@@ -1787,6 +1890,7 @@ class Client:
             raise
         return self._data_op(self._lib.kvd_kv_transfer_submit, a, sync, req)
 
+    @_sync_doc(_SYNC_DOC, _STREAM_DOC, _PATH_DOC, _COPY_ENGINE_DOC)
     def transfer(self, src: PoolLike, dst: PoolLike, src_indices: Any, dst_indices: Any, *,
                  layer: Optional[int] = None, num_layers: int = 1, wait_event: EventLike = None,
                  record_event: EventLike = None, reply_at_enqueue: bool = False,
@@ -1794,9 +1898,7 @@ class Client:
                  path: Optional[str] = None) -> OpResult:
         """Copy slots src_indices of pool src to slots dst_indices of pool dst
         (same slot_bytes, both MHA or both MLA): every layer (layer None, the
-        default), or layers [layer, layer + num_layers).  path: "copy_engine",
-        "kernel", or None for the daemon's choice (the copy engines between
-        host and device memory); the result's path says which ran.
+        default), or layers [layer, layer + num_layers).
 
         Blocks until the reply comes (within the client's timeout); ``transfer_async``
         is the same call returning a :class:`Future`."""
@@ -1808,23 +1910,35 @@ class Client:
                                                path=path))
 
     # -- the cache tier (kvdock._cache) ------------------------------------
-    def create_cache_async(self, name: str, **kw: Any) -> Future["Cache"]:
+    def create_cache_async(self, name: str, *, num_layers: int, tokens_per_block: int,
+                           token_bytes: int, budget_bytes: int, mla: bool = False,
+                           dtype: str = "", shared: bool = False,
+                           allow_uids: Sequence[int] = (), allow_gids: Sequence[int] = (),
+                           open_existing: bool = False, cluster: bool = False
+                           ) -> Future["Cache"]:
         from ._cache import create_cache_async
-        return create_cache_async(self, name, **kw)
+        return create_cache_async(self, name, num_layers=num_layers,
+                                  tokens_per_block=tokens_per_block, token_bytes=token_bytes,
+                                  budget_bytes=budget_bytes, mla=mla, dtype=dtype, shared=shared,
+                                  allow_uids=allow_uids, allow_gids=allow_gids,
+                                  open_existing=open_existing, cluster=cluster)
 
     def create_cache(self, name: str, *, num_layers: int, tokens_per_block: int,
                      token_bytes: int, budget_bytes: int, mla: bool = False, dtype: str = "",
                      shared: bool = False, allow_uids: Sequence[int] = (),
                      allow_gids: Sequence[int] = (), open_existing: bool = False,
                      cluster: bool = False) -> "Cache":
-        """Make a cache of the cache tier: blocks of num_layers layers of
+        """Make a cache named name of the cache tier: blocks of num_layers layers of
         tokens_per_block token rows of token_bytes, K and V (or one latent
         with mla), within budget_bytes of the daemon's host memory.  dtype
         is a label compared exactly (never interpreted).  shared: other
         users may use it (only allow_uids / allow_gids when given).
         open_existing: a cache of this name and layout is returned instead
         of EEXIST.  cluster: lookups and loads also reach the caches of
-        this name and layout on the daemon's cluster peers."""
+        this name and layout on the daemon's cluster peers.
+
+        Blocks until the reply comes (within the client's timeout);
+        ``create_cache_async`` is the same call returning a :class:`Future`."""
         return self._block(self.create_cache_async(
             name, num_layers=num_layers, tokens_per_block=tokens_per_block,
             token_bytes=token_bytes, budget_bytes=budget_bytes, mla=mla, dtype=dtype,
@@ -1837,11 +1951,12 @@ class Client:
         return cache_by_name(self, name)
 
     def caches_async(self, cap: int = 256) -> Future[List["CacheInfo"]]:
+        """The caches this client may see: the first cap of them."""
         from ._cache import caches_async
         return caches_async(self, cap)
 
     def caches(self, cap: int = 256) -> List["CacheInfo"]:
-        """The caches this client may see."""
+        """The caches this client may see: the first cap of them."""
         return self._block(self.caches_async(cap))
 
     def drop_cache_async(self, cache: Union["Cache", int, str]) -> Future[None]:
@@ -1849,12 +1964,15 @@ class Client:
         return drop_cache_async(self, cache)
 
     def drop_cache(self, cache: Union["Cache", int, str]) -> None:
-        """Drop a cache (a handle, an id or a name): owner or admin."""
+        """Drop cache (a :class:`Cache`, an id or a name): owner or admin."""
         self._block(self.drop_cache_async(cache))
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "closed"
         return f"<kvdock.Client {self.socket_path} {self.info.backend} {state}>"
+
+
+_complete_async_docs(Client)
 
 
 def _floats(vals: Any) -> Any:

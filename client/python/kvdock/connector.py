@@ -164,6 +164,7 @@ class Load:
 
     @property
     def tokens(self) -> int:
+        """The tokens the load brings: its blocks times the block size."""
         return self.blocks * self._conn.block_size
 
     def done(self) -> bool:
@@ -197,9 +198,10 @@ class Load:
             raise self.error
 
     def wait(self, timeout: Optional[float] = None) -> OpResult:
-        """Wait on the host until every layer has landed; the load's result.
-        Raises the load's error: its pages then hold what they held before,
-        and those tokens must be recomputed."""
+        """Wait on the host until every layer has landed (at most timeout
+        seconds; None: without end); the load's result.  Raises the load's
+        error: its pages then hold what they held before, and those tokens
+        must be recomputed."""
         if self._fut is None:
             return OpResult(rows=0, skipped_oob=0, bytes=0, enqueued=False)
         if not self._done.wait(timeout):
@@ -222,11 +224,13 @@ class Save:
         self.blocks = blocks  # pages handed over (blocks already cached are skipped)
 
     def done(self) -> bool:
+        """Whether the save has finished (its pages may be reused)."""
         return self._fut is None or self._fut.done()
 
     def wait(self, timeout: Optional[float] = None) -> OpResult:
         """Wait until the daemon has copied the pages (they may then be
-        reused); raises the save's error (EBUSY: every block held)."""
+        reused), at most timeout seconds (None: without end); raises the
+        save's error (EBUSY: every block held)."""
         if self._fut is None:
             return OpResult(rows=0, skipped_oob=0, bytes=0, enqueued=False)
         return self._fut.result(timeout)
@@ -572,7 +576,8 @@ class Connector:
         return sv
 
     def wait_for_saves(self, timeout: Optional[float] = None) -> int:
-        """Wait for every save made so far; the blocks they stored.  A save
+        """Wait for every save made so far (each at most timeout seconds;
+        None: without end); the blocks they stored.  A save
         the cache refused (EBUSY: everything held) or that failed is logged
         and counted in failed_saves, not raised: serving goes on without it."""
         with self._lock:
