@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Install what the build needs (deploy/setup.sh), then configure and build
-# kvdock into ./build (or $KVD_BUILD_DIR).  Extra arguments go to cmake's
-# configure step.
+# Install what the build needs (deploy/setup.sh; the tests' extra packages
+# come with deploy/test.sh), then configure and build kvdock into ./build
+# (or $KVD_BUILD_DIR).  Extra arguments go to cmake's configure step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/setup.sh

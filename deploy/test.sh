@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Set up and build (deploy/build.sh), then run every test.  GPU suites skip
-# themselves where no GPU is usable; their reasons are printed at the end.
+# Install what the build and the tests need (deploy/setup.sh --tests), build
+# (deploy/build.sh), then run every test.  GPU suites skip themselves where
+# no GPU is usable; their reasons are printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${KVD_BUILD_DIR:-build}
+./deploy/setup.sh --tests
 ./deploy/build.sh "$@"
 rc=0
 passed=0
