@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -118,10 +119,21 @@ kvd_status_t kvd_client_create(const char *socket_path, const char *client_name,
     memcpy(sa.sun_path, path, strlen(path) + 1);
     while (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
         int e = errno;
+        struct stat stb;
 
         if (e == EINTR)
             continue;
         close(sock);
+        /* a path that is there but no socket: say what it is */
+        if (stat(path, &stb) == 0 && S_ISDIR(stb.st_mode))
+            return kvd__client_fail(NULL, KVD_ECONN,
+                                    "cannot connect to kvdockd at %s: it is a directory, not "
+                                    "the daemon's socket (that is a file in it, such as "
+                                    "%s/kvdockd.sock)",
+                                    path, path);
+        if (stat(path, &stb) == 0 && !S_ISSOCK(stb.st_mode))
+            return kvd__client_fail(NULL, KVD_ECONN,
+                                    "cannot connect to kvdockd at %s: it is not a socket", path);
         return kvd__client_fail(
             NULL, KVD_ECONN, "cannot connect to kvdockd at %s: %s%s", path, strerror(e),
             e == ENOENT || e == ECONNREFUSED ? " (is the daemon running?)" : "");

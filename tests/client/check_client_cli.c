@@ -755,6 +755,10 @@ START_TEST(test_cli_by_the_book)
             ck_assert_ptr_nonnull(strstr(r.out, "[--kind host|device|device-vmm]"));
         if (strcmp(cmds[i], "cache") == 0)
             ck_assert_ptr_nonnull(strstr(r.out, "[--cluster]"));
+        if (strcmp(cmds[i], "pools") == 0) { /* what OWNER and the flags mean */
+            ck_assert_ptr_nonnull(strstr(r.out, "OWNER is the id of the client connection"));
+            ck_assert_ptr_nonnull(strstr(r.out, "orphaned (its maker's connection"));
+        }
         result_free(&r);
     }
     {
@@ -855,6 +859,19 @@ START_TEST(test_cli_no_daemon)
 }
 END_TEST
 
+/* --socket naming a directory: said so */
+START_TEST(test_cli_socket_is_a_directory)
+{
+    const char *argv[] = {cli_path(), "--socket", "/tmp", "status", NULL};
+    result_t r;
+
+    r.rc = kvt_run(argv, &r.out, &r.err, 10000);
+    EXPECT_RC(r, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "/tmp: it is a directory"));
+    result_free(&r);
+}
+END_TEST
+
 START_TEST(test_cli_default_socket_from_env)
 {
     const char *argv[] = {cli_path(), "ping", NULL};
@@ -892,6 +909,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_cli_by_the_book);
     tcase_add_test(tc, test_cli_usage_errors);
     tcase_add_test(tc, test_cli_no_daemon);
+    tcase_add_test(tc, test_cli_socket_is_a_directory);
     tcase_add_test(tc, test_cli_default_socket_from_env);
     suite_add_tcase(s, tc);
     return s;

@@ -70,6 +70,21 @@ START_TEST(test_connect_errors)
     longpath[sizeof(longpath) - 1] = '\0';
     KVT_ERR(NULL, kvd_client_create(longpath, "x", &cli), KVD_ERANGE);
     KVT_ERR(NULL, kvd_client_create(d.socket, "x", NULL), KVD_ENULL);
+    /* a directory, or a file that is no socket: said so, not "is the
+     * daemon running?" */
+    KVT_ERR(NULL, kvd_client_create("/tmp", "x", &cli), KVD_ECONN);
+    ck_assert_ptr_nonnull(strstr(kvd_client_last_error(NULL), "/tmp: it is a directory"));
+    ck_assert_ptr_null(strstr(kvd_client_last_error(NULL), "running"));
+    {
+        char file[] = "/tmp/kvdt-notsock-XXXXXX";
+        int fd = mkstemp(file);
+
+        ck_assert_int_ge(fd, 0);
+        close(fd);
+        KVT_ERR(NULL, kvd_client_create(file, "x", &cli), KVD_ECONN);
+        ck_assert_ptr_nonnull(strstr(kvd_client_last_error(NULL), "it is not a socket"));
+        unlink(file);
+    }
 
     /* Default path from the environment. */
     setenv("KVDOCK_SOCKET", d.socket, 1);
