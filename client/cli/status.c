@@ -10,6 +10,27 @@
 #include "commands.h"
 #include "kvdock/wire.h"
 
+/* What a kind of the daemon's host memory holds (kvdock.proto's
+ * MemoryUse), for the MEMORY table; "" for a kind this CLI does not know. */
+static const char *memory_kind_text(const char *kind)
+{
+    static const char *const text[][2] = {
+        {"pools", "host pools"},
+        {"buffers", "registered host buffers"},
+        {"staging", "copies of request operands"},
+        {"sockets", "clients' unread requests and unsent replies"},
+        {"cache", "the cache tier's blocks"},
+        {"cache-index", "the cache tier's entries and index"},
+        {"leases", "cache leases clients hold"},
+        {"requests", "requests being decoded or served, and those in flight"},
+    };
+
+    for (size_t i = 0; i < sizeof(text) / sizeof(text[0]); i++)
+        if (strcmp(kind, text[i][0]) == 0)
+            return text[i][1];
+    return "";
+}
+
 static void human_duration_ms(char *buf, size_t cap, uint64_t ms)
 {
     uint64_t s = ms / 1000;
@@ -172,13 +193,14 @@ static int run(kvd__cli_ctx_t *o, int argc, char **argv)
         putchar('\n');
         if (s.num_host_kinds > 0) {
             putchar('\n');
-            kvd__cli_table_init(&t, "MEMORY,>USED,>LIMIT,>REFUSED");
+            kvd__cli_table_init(&t, "MEMORY,>USED,>LIMIT,>REFUSED,WHAT");
             for (uint32_t k = 0; k < s.num_host_kinds; k++) {
                 char u[32], l[32], r[24];
                 kvd__cli_human_bytes(u, sizeof(u), (double)s.host_kinds[k].used);
                 kvd__cli_human_bytes(l, sizeof(l), (double)s.host_kinds[k].limit);
                 snprintf(r, sizeof(r), "%" PRIu64, s.host_kinds[k].refused);
-                kvd__cli_table_row(&t, s.host_kinds[k].kind, u, l, r);
+                kvd__cli_table_row(&t, s.host_kinds[k].kind, u, l, r,
+                                   memory_kind_text(s.host_kinds[k].kind));
             }
             kvd__cli_table_print(&t);
         }
