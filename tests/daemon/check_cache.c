@@ -96,7 +96,8 @@ static uint32_t save_chain(kvd_cache_store_t *c, uint32_t ch, uint32_t n)
     return stored;
 }
 
-/* How many leading keys of chain ch are there (ready). */
+/* How many leading keys of chain ch the store reports (ready), by lookup:
+ * for the hand-worked cases below; the random ones check against model_t. */
 static uint32_t present(kvd_cache_store_t *c, uint32_t ch, uint32_t n)
 {
     uint8_t keys[512][12];
@@ -112,40 +113,161 @@ static uint32_t present(kvd_cache_store_t *c, uint32_t ch, uint32_t n)
     return kvd_cache_lookup(c, kp, lens, n, 0, NULL);
 }
 
+/*
+ * A plain model of the store, from the rules in cache.h and none of
+ * cache.c's structures: the chains of save_chain (block i's parent is
+ * block i-1 of the same chain), how many blocks of each are present and
+ * when each was last used.  A save holds the chain's blocks it meets,
+ * adds the missing ones (evicting when the cache is full) and lets go of
+ * them from the last to the first, so each is then used and the first the
+ * most recently.  A lookup with touch uses the blocks it found the same
+ * way.  Eviction takes the least recently used block that is not held and
+ * that no present block names as parent: the last present block of a
+ * chain other than the one being saved.
+ */
+typedef struct model {
+    uint32_t chains, maxlen, cap, count;
+    uint64_t clock;
+    uint32_t *len;  /* chain ch's present blocks are its first len[ch] */
+    uint64_t *used; /* [ch * maxlen + i]: when block i of chain ch was last used */
+} model_t;
+
+static void model_init(model_t *m, uint32_t chains, uint32_t maxlen, uint32_t cap)
+{
+    m->chains = chains;
+    m->maxlen = maxlen;
+    m->cap = cap;
+    m->count = 0;
+    m->clock = 0;
+    m->len = calloc(chains, sizeof(*m->len));
+    m->used = calloc((size_t)chains * maxlen, sizeof(*m->used));
+    ck_assert(m->len != NULL && m->used != NULL);
+}
+
+static void model_free(model_t *m)
+{
+    free(m->len);
+    free(m->used);
+}
+
+/* Evict for a save of chain busy: 0 when nothing may go. */
+static int model_evict(model_t *m, uint32_t busy)
+{
+    uint32_t ch, victim = UINT32_MAX;
+    uint64_t oldest = UINT64_MAX;
+
+    for (ch = 0; ch < m->chains; ch++) {
+        uint64_t t;
+
+        if (ch == busy || m->len[ch] == 0)
+            continue;
+        t = m->used[(size_t)ch * m->maxlen + m->len[ch] - 1];
+        if (t < oldest) {
+            oldest = t;
+            victim = ch;
+        }
+    }
+    if (victim == UINT32_MAX)
+        return 0;
+    m->len[victim]--;
+    m->count--;
+    return 1;
+}
+
+/* Use the first n blocks of chain ch, the last first. */
+static void model_touch(model_t *m, uint32_t ch, uint32_t n)
+{
+    while (n-- > 0)
+        m->used[(size_t)ch * m->maxlen + n] = ++m->clock;
+}
+
+/* A save of chain ch's first n blocks: how many it stored. */
+static uint32_t model_save(model_t *m, uint32_t ch, uint32_t n)
+{
+    uint32_t stored = 0;
+
+    ck_assert_uint_le(n, m->maxlen);
+    while (m->len[ch] < n) {
+        if (m->count == m->cap && !model_evict(m, ch))
+            break;
+        m->len[ch]++;
+        m->count++;
+        stored++;
+    }
+    model_touch(m, ch, n < m->len[ch] ? n : m->len[ch]);
+    return stored;
+}
+
+/* A lookup of chain ch's first n keys: the hits. */
+static uint32_t model_lookup(model_t *m, uint32_t ch, uint32_t n, int touch)
+{
+    uint32_t h = n < m->len[ch] ? n : m->len[ch];
+
+    if (touch)
+        model_touch(m, ch, h);
+    return h;
+}
+
+/* Every key of every chain is in the store exactly when the model has it,
+ * with its own bytes. */
+static void model_check(const model_t *m, kvd_cache_store_t *c)
+{
+    uint8_t k[12];
+
+    ck_assert_uint_eq(c->ready, m->count);
+    for (uint32_t ch = 0; ch < m->chains; ch++)
+        for (uint32_t i = 0; i < m->maxlen; i++) {
+            uint32_t id;
+
+            key_of(k, ch, i);
+            id = kvd_cache_find(c, k, 12);
+            if (i >= m->len[ch]) {
+                ck_assert_msg(id == KVD_CBLOCK_NONE,
+                              "chain %u block %u is in the store; the model has %u blocks", ch,
+                              i, m->len[ch]);
+                continue;
+            }
+            ck_assert_msg(id != KVD_CBLOCK_NONE,
+                          "chain %u block %u is not in the store; the model has %u blocks", ch,
+                          i, m->len[ch]);
+            ck_assert_int_eq(kvd_cache_block(c, id)->state, KVD_CBLOCK_READY);
+            ck_assert_int_eq(((uint8_t *)kvd_cache_block_bytes(c, id))[7], (uint8_t)(ch + i));
+        }
+}
+
 START_TEST(test_prefixes_under_pressure)
 {
-    /* fill a cache of 500 blocks ten times over with random chains: each
-     * chain's present blocks form a prefix, and the budget holds */
+    /* fill a cache of 500 blocks ten times over with random chains: the
+     * store holds exactly the model's blocks after every save (so each
+     * chain's present blocks form a prefix, the least recently used go
+     * first), and the budget holds */
     kvd_cache_store_t c;
     kvd_hostmem_t hm;
-    enum { CHAINS = 400 };
+    model_t m;
+    enum { CHAINS = 400, MAXLEN = 40 };
     uint32_t len[CHAINS], ch, i, round;
     unsigned seed = 12345;
+    uint8_t k[12];
 
     make(&c, &hm, 500);
+    model_init(&m, CHAINS, MAXLEN, 500);
     for (ch = 0; ch < CHAINS; ch++)
-        len[ch] = 1 + (uint32_t)(rand_r(&seed) % 40);
+        len[ch] = 1 + (uint32_t)(rand_r(&seed) % MAXLEN);
     for (round = 0; round < 1000; round++) {
         ch = (uint32_t)(rand_r(&seed) % CHAINS);
-        save_chain(&c, ch, len[ch]);
-        ck_assert_uint_le(c.ready, 500);
+        ck_assert_uint_eq(save_chain(&c, ch, len[ch]), model_save(&m, ch, len[ch]));
+        ck_assert_uint_eq(c.ready, m.count);
+        for (i = 0; i < MAXLEN; i++) { /* the saved chain, key by key */
+            key_of(k, ch, i);
+            ck_assert_int_eq(kvd_cache_find(&c, k, 12) != KVD_CBLOCK_NONE, i < m.len[ch]);
+        }
         ck_assert_uint_le(c.held_bytes, 500 * 64 + 500 * (sizeof(kvd_cblock_t) + 4) + 8192);
+        if (round % 100 == 99)
+            model_check(&m, &c);
     }
     ck_assert_uint_gt(c.n.evictions, 5000);
-    for (ch = 0; ch < CHAINS; ch++) {
-        uint32_t p = present(&c, ch, len[ch]);
-        uint8_t k[12];
-        for (i = p; i < len[ch]; i++) { /* nothing after the first gap */
-            key_of(k, ch, i);
-            ck_assert_msg(kvd_cache_find(&c, k, 12) == KVD_CBLOCK_NONE,
-                          "chain %u: block %u present after a gap at %u", ch, i, p);
-        }
-        for (i = 0; i < p; i++) { /* and the bytes are each block's own */
-            key_of(k, ch, i);
-            ck_assert_int_eq(((uint8_t *)kvd_cache_block_bytes(&c, kvd_cache_find(&c, k, 12)))[7],
-                             (uint8_t)(ch + i));
-        }
-    }
+    model_check(&m, &c);
+    model_free(&m);
     kvd_cache_store_deinit(&c);
     ck_assert_uint_eq(hm.used[KVD_HM_CACHE], 0);
 }
@@ -177,7 +299,8 @@ START_TEST(test_lookups_touch_chains)
 {
     /* lookups of whole chains and of prefixes, with touches, mixed with
      * saves under pressure: the recency list stays whole, a chain just
-     * looked up is the last to go, and lookups agree with the model */
+     * looked up is the last to go, and saves and lookups agree with the
+     * model (which blocks were evicted follows from when each was used) */
     kvd_cache_store_t c;
     kvd_hostmem_t hm;
     uint8_t keys[40][12];
@@ -185,13 +308,15 @@ START_TEST(test_lookups_touch_chains)
     size_t kl[40];
     uint32_t ids[40], step;
     unsigned seed = 5;
+    model_t m;
 
     make(&c, &hm, 120);
+    model_init(&m, 12, 40, 120);
     for (step = 0; step < 3000; step++) {
         uint32_t ch = (uint32_t)(rand_r(&seed) % 12), n = 1 + (uint32_t)(rand_r(&seed) % 40), h;
 
         if (rand_r(&seed) % 3 == 0) {
-            save_chain(&c, ch, n);
+            ck_assert_uint_eq(save_chain(&c, ch, n), model_save(&m, ch, n));
         } else {
             for (uint32_t i = 0; i < n; i++) {
                 key_of(keys[i], ch, i);
@@ -199,12 +324,18 @@ START_TEST(test_lookups_touch_chains)
                 kl[i] = 12;
             }
             h = kvd_cache_lookup(&c, kp, kl, n, 1, ids);
-            ck_assert_uint_eq(h, present(&c, ch, n));
+            ck_assert_uint_eq(h, model_lookup(&m, ch, n, 1));
+            for (uint32_t i = 0; i < h; i++) /* each hit is that key's block */
+                ck_assert_int_eq(((uint8_t *)kvd_cache_block_bytes(&c, ids[i]))[7],
+                                 (uint8_t)(ch + i));
             if (h > 0) /* its first block is now the most recent */
                 ck_assert_uint_eq(c.lru_head, ids[0] + 1);
         }
         check_lru(&c);
+        ck_assert_uint_eq(c.ready, m.count);
     }
+    model_check(&m, &c);
+    model_free(&m);
     kvd_cache_store_deinit(&c);
 }
 END_TEST
