@@ -1229,8 +1229,8 @@ START_TEST(test_users_and_sharing)
     int status;
 
     if (geteuid() != 0) {
-        fprintf(stderr, "SKIP users and sharing: needs root to run a client as uid %u\n",
-                NOBODY);
+        kvt_skip_case("test_users_and_sharing", "needs root to run a client as uid %u",
+                      NOBODY);
         return;
     }
     snprintf(grp, sizeof(grp), "%u", NOGROUP);

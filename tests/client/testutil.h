@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "kvt_skip.h"
+#include "kvt_time.h"
 #include "kvdock/client.h"
 #include "kvdock/kernels.h"
 

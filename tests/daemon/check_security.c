@@ -45,8 +45,8 @@ static int is_root(void)
 
 static void skip_msg(const char *what)
 {
-    fprintf(stderr, "SKIP %s: needs root to run a client as uid %u (this runs as uid %u)\n", what,
-            NOBODY, (unsigned)geteuid());
+    kvt_skip_case(what, "needs root to run a client as uid %u (this runs as uid %u)", NOBODY,
+                  (unsigned)geteuid());
 }
 
 /*

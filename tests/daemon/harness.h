@@ -11,6 +11,8 @@
 #include <sys/types.h>
 
 #include "kvdock/wire.h"
+#include "kvt_skip.h"
+#include "kvt_time.h"
 
 #define KVDT_TIMEOUT_MS 10000
 /* Every daemon a test starts has this host-memory budget unless its extra

@@ -12,6 +12,7 @@ import hashlib
 import random
 import struct
 import unittest
+from typing import Any
 
 import harness
 import kvdock
@@ -153,26 +154,35 @@ class CacheTest(unittest.TestCase):
         self.fill(range(4), keys)
         ticks = 0
 
-        async def ticker() -> None:
+        async def ticker() -> None:  # a step each time the loop runs its ready tasks
             nonlocal ticks
             while True:
                 ticks += 1
-                await asyncio.sleep(0.001)
+                await asyncio.sleep(0)
+
+        async def during(aw: Any) -> tuple:
+            """aw's value and the ticker's steps while main awaited it: at
+            least one when the await gave the loop back (the ticker is
+            ready whenever main runs), none when it blocked the loop."""
+            before = ticks
+            value = await aw
+            return value, ticks - before
 
         async def main() -> tuple:
             t = asyncio.ensure_future(ticker())
-            saved = await cache.save_async(self.pool, keys, blocks=range(4))
-            hit, loaded = await asyncio.gather(cache.lookup_async(keys),
-                                               cache.load_async(self.pool, keys,
-                                                                blocks=range(10, 14)))
+            await asyncio.sleep(0)  # the ticker runs from here on
+            saved, n1 = await during(cache.save_async(self.pool, keys, blocks=range(4)))
+            (hit, loaded), n2 = await during(asyncio.gather(
+                cache.lookup_async(keys), cache.load_async(self.pool, keys, blocks=range(10, 14))))
             t.cancel()
-            return saved, hit, loaded
+            return saved, hit, loaded, n1, n2
 
-        saved, hit, loaded = asyncio.run(main())
+        saved, hit, loaded, n1, n2 = asyncio.run(main())
         self.assertEqual(saved.stored, 4)
         self.assertEqual(hit.hits, 4)
         self.assertEqual(loaded.rows, 4)
-        self.assertGreater(ticks, 0)
+        self.assertGreater(n1, 0, "the loop did not run while save_async was awaited")
+        self.assertGreater(n2, 0, "the loop did not run while lookup and load were awaited")
         for i, k in enumerate(keys):
             self.assertTrue(self.holds(10 + i, k))
 

@@ -11,8 +11,10 @@ Skipped, saying why, where `import torch` fails."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import struct
 import subprocess
 import sys
 import unittest
@@ -289,9 +291,23 @@ class TestConnectorRules(ConnectorBase):
             self.connector(path="dma", pool_name=f"p-{os.getpid()}")
 
     def test_keys_are_block_hashes_under_the_salt(self):
+        """The connector's keys, worked out here with hashlib from the
+        documented rule (key i = BLAKE2s-256(key i-1 || the block's tokens
+        as little-endian int64), key -1 = BLAKE2s-256(salt)), are the keys
+        its saves store in the cache."""
         hm, ks, vs, conn = self.connector()
-        toks = prompt(17, 3 * BS)
-        self.assertEqual(conn.block_hashes(toks), kvdock.block_hashes(toks, BS, SALT))
+        toks = prompt(17, 3 * BS + 5)  # and a partial block, which has no key
+        prev, want = hashlib.blake2s(SALT).digest(), []
+        for b in range(3):
+            raw = b"".join(struct.pack("<q", t) for t in toks[b * BS:(b + 1) * BS])
+            prev = hashlib.blake2s(prev + raw).digest()
+            want.append(prev)
+        self.assertEqual(conn.block_hashes(toks), want)
+        self.fill(ks, vs, toks[:3 * BS], [0, 1, 2])
+        self.assertEqual(conn.save(toks, [0, 1, 2, 3]).wait().stored, 3)
+        self.assertEqual(self.cli.cache(self.cache_name).lookup(want).hits, 3)
+        other = want[:2] + [hashlib.blake2s(want[1] + b"\0" * 8 * BS).digest()]
+        self.assertEqual(self.cli.cache(self.cache_name).lookup(other).hits, 2)
 
 
 if __name__ == "__main__":

@@ -256,33 +256,41 @@ class TestEvents(GpuBase):
         stream = torch.cuda.Stream()
 
         # The worker's stream: a long stretch of work, then the source's
-        # final values, then the event.  Nothing is synchronised here.
-        sleep_on(stream, 300)
-        with torch.cuda.stream(stream):
-            src.fill_(0xAB)
-            ready.record(stream)
-        fut = self.cli.transfer_async(dev, host, idx, idx, wait_event=ev_ready)
-        was_busy = not ready.query()
-        fut.result(120)
-        k, v = hm.k_tensor(0), hm.v_tensor(0)
-        bad = (k != 0xAB).reshape(-1).nonzero().reshape(-1)
-        first = int(k.reshape(-1)[bad[0]]) if bad.numel() else 0
-        self.assertEqual(bad.numel(), 0, f"{bad.numel()} bytes of K were copied before the "
-                                         f"worker's event (first {first:#x})")
-        self.assertTrue(bool((v == 0xAB).all()), "V copied before the worker's event")
-        print(f"\nordering: worker stream {'still busy' if was_busy else 'already done'} "
-              "when the transfer was sent")
-        if not was_busy:
-            print("note: inconclusive timing: the worker's stream finished before the request "
-                  "was sent")
+        # final values, then the event.  Nothing is synchronised here.  The
+        # ordering is tested only when the stream is still busy once the
+        # request has been sent: otherwise again with a stretch four times
+        # as long, and the test fails when three tries never got there.
+        for attempt, ms in enumerate((300, 1200, 4800)):
+            hm.tensor().fill_(0)
+            src.fill_(0x11)
+            torch.cuda.synchronize()
+            sleep_on(stream, ms)
+            with torch.cuda.stream(stream):
+                src.fill_(0xAB)
+                ready.record(stream)
+            fut = self.cli.transfer_async(dev, host, idx, idx, wait_event=ev_ready)
+            was_busy = not ready.query()
+            fut.result(120)
+            k, v = hm.k_tensor(0), hm.v_tensor(0)
+            bad = (k != 0xAB).reshape(-1).nonzero().reshape(-1)
+            first = int(k.reshape(-1)[bad[0]]) if bad.numel() else 0
+            self.assertEqual(bad.numel(), 0, f"{bad.numel()} bytes of K were copied before the "
+                                             f"worker's event (first {first:#x})")
+            self.assertTrue(bool((v == 0xAB).all()), "V copied before the worker's event")
+            stream.synchronize()
+            if was_busy:
+                break
+            print(f"\nordering: the worker's stream ({ms} ms) was done before the request was "
+                  "sent; again, longer")
+        self.assertTrue(was_busy, "the worker's stream was done before the transfer was sent, "
+                                  "three times: the ordering was not tested")
 
         # Back: the daemon answers at enqueue and records `done`; the
         # worker's stream waits on it before it reads.
         hm.tensor().fill_(0xCD)
         res = self.cli.transfer(host, dev, idx, idx, record_event=ev_done,
                                 reply_at_enqueue=True)
-        if not res.enqueued:
-            print("note: the reply at enqueue was not marked enqueued")
+        self.assertTrue(res.enqueued, "the reply_at_enqueue reply is not marked enqueued")
         with torch.cuda.stream(stream):
             stream.wait_event(done)
             out = src.to("cpu", non_blocking=False)
@@ -646,8 +654,8 @@ class TestCluster(unittest.TestCase):
         daemons = [harness.Daemon("cuda", extra=[
             "--cluster-listen", f"127.0.0.1:{p}", "--cluster-peers", peers,
             "--cluster-secret-file", secret]) for p in ports]
-        for d in daemons:
-            self.addCleanup(d.stop)
+        for d in daemons:  # stopped last (cleanups run last first), each must exit 0
+            self.addCleanup(d.stop_clean)
         clis = [kvdock.Client(d.socket, name=f"cluster-worker-{i}", timeout=120)
                 for i, d in enumerate(daemons)]
         for c in clis:
