@@ -675,6 +675,13 @@ typedef struct saver {
     pthread_barrier_t *go;
     kvd_status_t st;
     kvd_op_result_t res;
+    /* probe: a lookup of the chain pipelined right behind the save on the
+     * same connection; the daemon reads it after the save, so a reply to
+     * it while the save's is still to come shows it ran during the save */
+    bool probe;
+    kvd_status_t probe_st;
+    kvd_cache_lookup_result_t probe_res;
+    bool save_done_at_probe;
 } saver_t;
 
 static void *saver_run(void *arg)
@@ -692,7 +699,24 @@ static void *saver_run(void *arg)
     a.blocks.values = pages;
     a.blocks.count = s->chain->n;
     pthread_barrier_wait(s->go);
-    s->st = kvd_cache_save(s->cli, &a, NULL, &s->res);
+    if (!s->probe) {
+        s->st = kvd_cache_save(s->cli, &a, NULL, &s->res);
+        return NULL;
+    }
+    {
+        uint64_t save_req, lookup_req;
+
+        s->st = kvd_cache_save_submit(s->cli, &a, NULL, &s->res, &save_req);
+        if (s->st != KVD_OK)
+            return NULL;
+        s->probe_st = kvd_cache_lookup_submit(s->cli, s->cache, &a.keys, false, 0,
+                                              &s->probe_res, &lookup_req);
+        if (s->probe_st == KVD_OK)
+            s->probe_st = kvd_client_wait(s->cli, lookup_req);
+        if (s->probe_st == KVD_OK)
+            s->probe_st = kvd_client_poll(s->cli, save_req, &s->save_done_at_probe);
+        s->st = kvd_client_wait(s->cli, save_req);
+    }
     return NULL;
 }
 
@@ -701,13 +725,17 @@ START_TEST(test_concurrent_saves_dedup)
     /* rounds of two clients saving the same 200-block chain at the same
      * moment: each block stored once, both saves succeed; meanwhile a
      * third client looks the chain up and loads whatever it reports, which
-     * must be whole */
+     * must be whole; the first saver's own lookup, pipelined behind its
+     * save, loads whole too, and in one round at least it is answered
+     * while that save is in flight (so a lookup surely ran during a save:
+     * a quick save may finish before the daemon reads the lookup) */
     kvd_client_t *cli[3] = {kvt_connect("dedup-a"), kvt_connect("dedup-b"),
                             kvt_connect("dedup-c")};
     uint64_t rng = 11, id = cache_make(cli[0], "dedup", 4096, true, NULL);
     kvt_pool_t p[3];
     chain_t *c = malloc(sizeof(*c));
     pthread_barrier_t go;
+    int during = 0; /* rounds whose pipelined lookup was answered before the save */
 
     for (int i = 0; i < 3; i++)
         pool_make(cli[i], &p[i], 256);
@@ -719,7 +747,7 @@ START_TEST(test_concurrent_saves_dedup)
 
         chain_make(c, 200, NULL, 0, &rng);
         for (int i = 0; i < 2; i++) {
-            s[i] = (saver_t){cli[i], &p[i], id, c, &go, KVD_OK, {0}};
+            s[i] = (saver_t){cli[i], &p[i], id, c, &go, KVD_OK, {0}, i == 0, KVD_OK, {0}, false};
             for (uint32_t b = 0; b < c->n; b++)
                 kvt_page_fill(&p[i], b, c->keys[b]);
             ck_assert_int_eq(pthread_create(&th[i], NULL, saver_run, &s[i]), 0);
@@ -738,6 +766,12 @@ START_TEST(test_concurrent_saves_dedup)
             ck_assert_msg(s[i].st == KVD_OK, "save %d: %s: %s", i, kvd_err_name(s[i].st),
                           kvd_client_last_error(cli[i]));
         }
+        ck_assert_msg(s[0].probe_st == KVD_OK, "the pipelined lookup: %s: %s",
+                      kvd_err_name(s[0].probe_st), kvd_client_last_error(cli[0]));
+        during += !s[0].save_done_at_probe;
+        ck_assert_uint_le(s[0].probe_res.hits, c->n);
+        if (s[0].probe_res.hits > 0)
+            load_check(cli[2], id, &p[2], c, s[0].probe_res.hits, 0);
         ck_assert_uint_eq(s[0].res.stored + s[1].res.stored, c->n);
         ck_assert_uint_eq(s[0].res.skipped + s[1].res.skipped, c->n);
         ck_assert_uint_eq(s[0].res.refused + s[1].res.refused, 0);
@@ -745,6 +779,8 @@ START_TEST(test_concurrent_saves_dedup)
         load_check(cli[2], id, &p[2], c, c->n, 0);
         ck_assert_uint_eq(stats(cli[0], id).blocks, (round + 1) * 200);
     }
+    ck_assert_msg(during > 0, "in none of 10 rounds was the lookup sent after a save answered "
+                  "before it: no lookup is known to have run during a save");
     pthread_barrier_destroy(&go);
     for (int i = 0; i < 3; i++) {
         kvt_pool_free(cli[i], &p[i]);
