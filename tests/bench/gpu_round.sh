@@ -17,7 +17,7 @@
 #             reference, the cuda daemon, IPC workers, the Python worker)
 #   memcheck  each GPU test binary once under compute-sanitizer memcheck,
 #             following the processes it starts, with KVD_TEST_QUICK=1
-#             (smaller counts); skipped, saying so, without compute-sanitizer
+#             (smaller counts); fails the stage without compute-sanitizer
 #   bench     tests/bench/bench_kernels.py: kvdock against the seed,
 #             rows in $OUT/kvdock_vs_seed.json
 #   daemonbench  tests/bench/bench_daemon.sh: `kvdock bench` and bench_paths
@@ -140,10 +140,15 @@ stage_info() {
     return 0
 }
 
-# ctest counts a skipped test as passed; on the GPU machine a skip means
-# the GPU was not usable, so it fails the stage.
+# The GPU tests that a build with CUDA registers: each must be there, run
+# and pass.  On the GPU machine nothing may skip, a whole test or one case
+# ("SKIP:" lines, tests/CMakeLists.txt): a skip means the GPU or a part of
+# it was not usable (check_kernels_cuda skips a case only when the GPU has
+# too little free memory for it, and fails when an allocation fails with
+# the memory free).
+GPU_TESTS="check_kernels_cuda check_daemon_gpu check_gpu_ipc python_gpu"
 stage_test() {
-    local tmp="$OUT/.ctest.out" rc py
+    local tmp="$OUT/.ctest.out" rc=0 py t listed
     # the Python GPU suite needs the interpreter that has PyTorch here,
     # not the one the build found on the CPU machine
     py=$(command -v python3)
@@ -151,22 +156,39 @@ stage_test() {
         export KVDOCK_TEST_PYTHON=$py
         echo "gpu_round: Python suites run under $py (it imports torch)"
     fi
+    listed=$(ctest --test-dir "$BUILD" -N -L gpu 2>&1)
+    for t in $GPU_TESTS; do
+        if ! grep -Eq "Test +#[0-9]+: $t\$" <<<"$listed"; then
+            echo "gpu_round: $t is not registered in $BUILD (configured without CUDA, or without the Python client?): failing the stage"
+            rc=1
+        fi
+    done
+    rm -f "$OUT/gpu.xml" "$OUT/python_gpu.xml"
     # the Python suite last and verbose: ctest shows a test's output only
     # once it ends, and the stage's time limit may end it first
     timeout --kill-after=15 "$TEST_TIMEOUT" bash -c '
-        ctest --test-dir "$1" -L gpu -E python_gpu --output-on-failure --timeout "$2" || rc=1
+        ctest --test-dir "$1" -L gpu -E python_gpu --output-on-failure --timeout "$2" \
+            --output-junit "$3/gpu.xml" --test-output-size-passed 1048576 || rc=1
         if ctest --test-dir "$1" -N -R python_gpu | grep -q "Total Tests: [1-9]"; then
-            ctest --test-dir "$1" -R python_gpu -V --timeout "$2" || rc=1
+            ctest --test-dir "$1" -R python_gpu -V --timeout "$2" \
+                --output-junit "$3/python_gpu.xml" --test-output-size-passed 1048576 || rc=1
         fi
-        exit "${rc:-0}"' _ "$BUILD" "$TEST_TIMEOUT" 2>&1 | tee "$tmp"
-    rc=${PIPESTATUS[0]}
-    if grep -q "(Skipped)" "$tmp"; then
-        echo "gpu_round: GPU tests were SKIPPED (no usable GPU?): failing the stage"
-        [ "$rc" = 0 ] && rc=1
-    fi
+        exit "${rc:-0}"' _ "$BUILD" "$TEST_TIMEOUT" "$OUT" 2>&1 | tee "$tmp"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     if grep -q "No tests were found" "$tmp"; then
         echo "gpu_round: no tests labelled gpu in $BUILD (configured without CUDA?)"
-        [ "$rc" = 0 ] && rc=1
+        rc=1
+    fi
+    # every skip, of a test or of a case, named with its reason
+    python3 tests/ctest_summary.py --prefix "gpu_round: " gpu="$OUT/gpu.xml" \
+        python_gpu="$OUT/python_gpu.xml" |
+        tee "$tmp"
+    if grep -q "failed: \|no ctest results" "$tmp"; then
+        rc=1
+    fi
+    if grep -q ": skipped: \|: case skipped in a passing test: " "$tmp"; then
+        echo "gpu_round: GPU tests or cases were SKIPPED (listed above): failing the stage"
+        rc=1
     fi
     rm -f "$tmp"
     return "$rc"
@@ -192,8 +214,8 @@ find_sanitizer() {
 stage_memcheck() {
     local san bin rc=0 one
     if ! san=$(find_sanitizer); then
-        echo "SKIP: compute-sanitizer not found (PATH, /usr/local/cuda*/bin)"
-        return 0
+        echo "gpu_round: compute-sanitizer not found (PATH, /usr/local/cuda*/bin): failing the stage"
+        return 1
     fi
     "$san" --version | head -n 2
     for bin in tests/kernels/check_kernels_cuda tests/daemon/check_daemon_gpu tests/client/check_gpu_ipc; do

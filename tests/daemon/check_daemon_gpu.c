@@ -565,7 +565,7 @@ int main(void)
     char why[256];
 
     if (!gpu_usable(why, sizeof(why))) {
-        printf("check_daemon_gpu: SKIPPED: no usable GPU (%s)\n", why);
+        printf("SKIP: no usable GPU (%s)\n", why);
         return 77;
     }
     sr = srunner_create(gpu_suite());

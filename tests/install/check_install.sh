@@ -18,7 +18,7 @@ trap cleanup EXIT
 fail() { echo "check_install: FAIL: $*" >&2; exit 1; }
 step() { echo "== $*"; }
 
-command -v pkg-config >/dev/null || { echo "check_install: pkg-config not found: skipped"; exit 77; }
+command -v pkg-config >/dev/null || { echo "SKIP: pkg-config not found"; exit 77; }
 
 step "cmake --install $build --prefix $tmp/prefix"
 "$cmake" --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log" || { cat "$tmp/install.log"; fail "install"; }
