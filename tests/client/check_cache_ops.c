@@ -209,7 +209,7 @@ static uint64_t cache_used(kvd_client_t *cli)
  * connection, and the lease sweep, on its own time). */
 static void wait_leases(kvd_client_t *cli, uint64_t cache, uint32_t n)
 {
-    int64_t end = kvt_now_ms() + 5000;
+    int64_t end = kvt_now_ms() + KVT_MS(5000);
 
     while (stats(cli, cache).leases != n && kvt_now_ms() < end)
         usleep(10000);
@@ -432,7 +432,7 @@ START_TEST(test_mla_and_key_forms)
     KVT_OK(cli, kvd_cache_save(cli, &sv, &sync, &res));
     ck_assert(res.enqueued);
     /* visible once the bytes are in: a lookup says when */
-    for (int64_t end = kvt_now_ms() + 5000; kvt_now_ms() < end;) {
+    for (int64_t end = kvt_now_ms() + KVT_MS(5000); kvt_now_ms() < end;) {
         kvd_cache_lookup_result_t lr;
         KVT_OK(cli, kvd_cache_lookup(cli, info.id, &sv.keys, false, 0, &lr));
         if (lr.hits == 3)
@@ -960,8 +960,14 @@ START_TEST(test_leases)
     KVT_OK(cli, kvd_cache_lookup(cli, id, &k, true, 150, &lr));
     ck_assert_uint_eq(lr.lease_expires_ms, 150);
     ck_assert_uint_eq(stats(cli, id).leases, 1);
-    usleep(400 * 1000);
-    ck_assert_uint_eq(stats(cli, id).leases, 0);
+    {
+        int64_t t0 = kvt_now_ms(), end = t0 + KVT_MS(1000);
+
+        while (stats(cli, id).leases != 0 && kvt_now_ms() < end)
+            usleep(10000);
+        ck_assert_msg(stats(cli, id).leases == 0, "a 150 ms lease still held after %lld ms",
+                      (long long)(kvt_now_ms() - t0));
+    }
     KVT_ERR(cli, kvd_cache_release(cli, lr.lease), KVD_ENOENT);
     /* a lease is its client's: another cannot release or load by it */
     KVT_OK(cli, kvd_cache_lookup(cli, id, &k, true, 0, &lr));
@@ -1012,7 +1018,8 @@ static void child_work(const char *sock, const char *cache_name, uint64_t seed)
     uint64_t rids[4];
     kvd_op_result_t res[4], lres;
     int nrids = 0;
-    for (;;) {
+    /* until the parent's SIGKILL; a child whose parent is gone ends by itself */
+    for (int64_t end = kvt_now_ms() + KVT_MS(60000); kvt_now_ms() < end;) {
         int64_t pages[256];
         kvd_cache_save_t a;
         kvd_cache_keys_t k;
@@ -1052,6 +1059,7 @@ static void child_work(const char *sock, const char *cache_name, uint64_t seed)
                 (void)kvd_cache_load_submit(cli, &ld, NULL, &lres, &rid);
         }
     }
+    _exit(4); /* the parent, which kills it sooner, takes this as the child ending early */
 }
 
 START_TEST(test_killed_client_leaves_nothing)
@@ -1079,7 +1087,7 @@ START_TEST(test_killed_client_leaves_nothing)
         ck_assert_int_ge(pid, 0);
         if (pid == 0)
             child_work(kvt_d.socket, "shared-kill", 1000 + round);
-        usleep((useconds_t)(50 + 60 * round) * 1000);
+        usleep((useconds_t)KVT_MS(50 + 60 * round) * 1000);
         kill(pid, SIGKILL);
         ck_assert_int_eq(waitpid(pid, &status, 0), pid);
         ck_assert_msg(WIFSIGNALED(status), "the child ended early (status 0x%x)", status);
@@ -1181,7 +1189,7 @@ START_TEST(test_slab_ahead)
     load_check(cli, id, &p, &c, 256, 0);     /* in the slab made ahead */
     load_check(cli, id, &p, &first, 256, 0); /* in the first */
     KVT_OK(cli, kvd_cache_drop(cli, id, NULL));
-    end = kvt_now_ms() + 5000; /* one still on its way goes when it comes */
+    end = kvt_now_ms() + KVT_MS(5000); /* one still on its way goes when it comes */
     while (cache_used(cli) != 0 && kvt_now_ms() < end)
         usleep(10000);
     ck_assert_uint_eq(cache_used(cli), 0);

@@ -1,6 +1,7 @@
 /* Test harness of the client suites: see harness.h. */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "kvt_time.h"
 
 #include "kvdock/wire.h"
 
@@ -207,7 +208,7 @@ int kvt_daemon_stop(kvt_daemon_t *d, int timeout_ms)
 void kvt_suite_setup(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    if (kvt_daemon_start(&kvt_d, "cpu", NULL, 10000) != 0) {
+    if (kvt_daemon_start(&kvt_d, "cpu", NULL, (int)KVT_MS(10000)) != 0) {
         fprintf(stderr, "cannot start kvdockd for the suite\n");
         exit(EXIT_FAILURE);
     }
@@ -215,7 +216,7 @@ void kvt_suite_setup(void)
 
 void kvt_suite_teardown(void)
 {
-    int status = kvt_daemon_stop(&kvt_d, 10000);
+    int status = kvt_daemon_stop(&kvt_d, (int)KVT_MS(10000));
 
     if (status != 0)
         fprintf(stderr, "note: kvdockd exit status 0x%x after SIGTERM\n", status);
@@ -228,7 +229,7 @@ kvd_client_t *kvt_connect(const char *name)
 
     ck_assert_msg(st == KVD_OK, "connect to %s: %s: %s", kvt_d.socket, kvd_err_name(st),
                   kvd_client_last_error(NULL));
-    kvd_client_set_timeout(cli, 20000);
+    kvd_client_set_timeout(cli, (int)KVT_MS(20000));
     return cli;
 }
 

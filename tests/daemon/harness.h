@@ -14,7 +14,7 @@
 #include "kvt_skip.h"
 #include "kvt_time.h"
 
-#define KVDT_TIMEOUT_MS 10000
+#define KVDT_TIMEOUT_MS ((int)KVT_MS(10000)) /* waits of the harness, scaled */
 /* Every daemon a test starts has this host-memory budget unless its extra
  * arguments give another: no test can fill a CI machine's memory. */
 #define KVDT_HOST_BUDGET "2G"

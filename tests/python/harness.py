@@ -34,6 +34,19 @@ def _die_with_parent() -> None:  # runs in the child before exec
         pass
 
 
+def time_scale() -> int:
+    """The factor of every time bound (KVD_TEST_TIME_SCALE, an integer >= 1,
+    default 1; tests/common/kvt_time.h tells who raises it)."""
+    raw = os.environ.get("KVD_TEST_TIME_SCALE", "1")
+    try:
+        v = int(raw)
+    except ValueError:
+        v = 0
+    if not 1 <= v <= 1000:
+        raise RuntimeError(f"KVD_TEST_TIME_SCALE={raw} is not an integer from 1 to 1000")
+    return v
+
+
 class Daemon:
     """kvdockd --backend BACKEND on a socket in a new temporary directory."""
 
@@ -51,7 +64,7 @@ class Daemon:
         self._logf = open(self.log, "wb")
         self.proc = subprocess.Popen(argv, stdout=self._logf, stderr=subprocess.STDOUT,
                                      preexec_fn=_die_with_parent)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout * time_scale()
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 log = self.read_log()
@@ -62,7 +75,8 @@ class Daemon:
             time.sleep(0.01)
         log = self.read_log()
         self.stop()
-        raise RuntimeError(f"kvdockd did not accept connections within {timeout} s:\n{log}")
+        raise RuntimeError(f"kvdockd did not accept connections within "
+                           f"{timeout * time_scale()} s:\n{log}")
 
     def _can_connect(self) -> bool:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -660,7 +660,7 @@ class TestCluster(unittest.TestCase):
                 for i, d in enumerate(daemons)]
         for c in clis:
             self.addCleanup(c.close)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 15 * harness.time_scale()
         while not all(p["state"] == "up" for c in clis for p in c.status()["cluster"]["peers"]):
             self.assertLess(time.monotonic(), deadline, [c.status()["cluster"] for c in clis])
             time.sleep(0.05)
