@@ -201,6 +201,9 @@ def main() -> int:
                 new.extend(out.rstrip("\n").split("\n") if out.strip() else [])
             lines[start:end] = new
             continue
+        if len(outs) != len(cmds):
+            failures.append(f"README.md line {start + 1}: {len(cmds)} commands, "
+                            f"{len(outs)} outputs: the block did not run through")
         for (cmd, want), got in zip(cmds, outs):
             checked += 1
             w, g = normalize("\n".join(want)), normalize(got)
@@ -217,6 +220,10 @@ def main() -> int:
         print(f"check_readme: no python3 imports numpy: {unchecked} commands of blocks "
               "that run python3 not checked")
     print(f"check_readme: {checked} commands, {len(failures)} differ")
+    if checked == 0:
+        print("check_readme: no command was checked (no console block run): nothing shown "
+              "was compared")
+        return 1
     return 1 if failures else 0
 
 
