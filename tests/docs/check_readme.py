@@ -54,8 +54,6 @@ VOLATILE = [
     (re.compile(r"socket in \S+ \S+\s+out \S+ \S+"), "socket in X out X"),
     (re.compile(r"(kvdock-cli)\s+\d+"), r"\1 PID"),
     (re.compile(r"<=\d+"), "<=N"),
-    # MEAN_US and BUSY_MS columns: a float not followed by a unit
-    (re.compile(r"\b\d+\.\d+\b(?!\s*(B|KiB|MiB|GiB|TiB|%))"), "F"),
 ]
 
 
