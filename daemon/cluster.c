@@ -1,38 +1,50 @@
 /*
- * The cluster over UCX (cluster.h says what it does, proto/cluster.proto
- * what daemons say to each other).
+ * The cluster (cluster.h says what it does, proto/cluster.proto what
+ * daemons say to each other).
  *
- * Endpoints.  Each daemon opens one endpoint to every configured peer
- * (outbound: its own requests go there) and accepts the endpoints peers
- * open to it (inbound: it answers there).  Every message is sent with
- * UCP_AM_SEND_FLAG_REPLY, so a handler learns the endpoint a message came
- * on and finds its link.  A link is trusted only once the secret is
- * proven (Hello, Challenge, Auth, Welcome); until then a daemon answers
- * nothing else, and a wrong proof closes the endpoint.
+ * The front door.  --cluster-listen is a plain TCP listener of the
+ * daemon's own loop, and nothing but this file reads what comes on it:
+ * no UCX listener faces the network (UCX's connection managers parse a
+ * stranger's first bytes and can be made to abort).  A connection from
+ * outside --cluster-allow-from is closed at accept; so is one past
+ * MAX_STARTUPS connections that have not proved the secret, or past
+ * MAX_STARTUPS_PER_SOURCE of them from one address.  Before the proof a
+ * connection may send PREAUTH_BYTES in all, in frames (cluster_wire.h)
+ * of at most PREAUTH_FRAME, and must complete the proof (Hello,
+ * Challenge, Auth, Welcome: BLAKE2s keyed with the secret over both
+ * sides' fresh nonces) within the deadline; anything else closes it,
+ * logged (rate-limited) and counted (status: refused).  Each daemon opens
+ * one connection to every configured peer (outbound: its own requests go
+ * there) and answers on the ones peers open to it (inbound).
  *
- * Events.  The UCP worker's event descriptor sits in a uv_poll; before
- * the loop sleeps (uv_prepare) the worker is progressed until it can be
- * armed, so no completion waits for a wake-up that never comes; while
- * transfers run the loop polls instead of sleeping.  A timer ticks the
- * deadlines, pings, and reconnects with back-off.
+ * Control stays on that connection.  Queries, fetches, their answers and
+ * pings are framed protobuf on the proven TCP connection, read by the
+ * same bounded parser (MAX_CTRL_BYTES a message): they are small, and a
+ * second channel for them would be a second thing to prove and to close.
+ * UCX carries only block bytes.
  *
- * Lanes.  Blocks do not travel on those endpoints: one TCP stream moves
- * what one thread on each side copies, so each daemon runs --cluster-lanes
- * lanes, each a worker with a listener of its own (the cluster's host, a
- * port the system picks, --cluster-allow-from checked as on the cluster's
- * listener) and a thread that progresses it, and tells its peers where
- * they listen (Lanes, right after Welcome).  A daemon answering a fetch
- * connects to those listeners from its own lanes (UCX's client-server
- * flow, as for the control endpoints: connecting to a worker's address
- * instead tripped an assertion inside UCX 1.13 when a peer died
- * mid-pull) and sends block i to the fetcher's lane i % n.  A lane's
- * worker is its thread's alone: the loop queues commands for it (send,
+ * Lanes.  Each daemon runs --cluster-lanes lanes, each a thread with two
+ * UCX workers of its own: rx, where blocks of this daemon's fetches
+ * land, and tx, from which it sends blocks to peers that fetch.  Right
+ * after Welcome the fetching daemon sends its rx workers' addresses
+ * (Lanes) on its outbound connection; the answering daemon checks each
+ * (kvd_cw_ucx_address_ok: UCX unpacks an address without bounds) and
+ * makes one endpoint from it on its own tx worker of that lane
+ * (ucp_ep_create from the remote address, UCP_ERR_HANDLING_MODE_PEER),
+ * and sends block i of a fetch to lane i % n.  So between two workers
+ * endpoints are made from one side only, one per link and lane: with
+ * UCX 1.13 two workers that connected to each other both ways tripped an
+ * assertion in the wireup ("got REP message") when one side died
+ * mid-pull.  Endpoints close with UCP_EP_CLOSE_MODE_FORCE when their link
+ * goes, and the lanes are progressed until every close has ended before
+ * their workers go.  UCX's TCP transport still listens on a port of each
+ * worker (the README says what to firewall); a block lands only if it
+ * carries the random token of a fetch this daemon made.  A lane's
+ * workers are its thread's alone: the loop queues commands for it (send,
  * receive, release, connect, close: lane_cmd), and every callback there
  * only queues an event for the loop (ev_post), which keeps all the
  * bookkeeping (a worker shared by two threads, UCX_THREAD_MODE_MULTI,
- * has the loop wait on a lock the progressing thread spins on).  A block
- * carries its fetch's random token and lands only if it names a fetch of
- * this daemon.
+ * has the loop wait on a lock the progressing thread spins on).
  *
  * Blocks.  A pull reserves a FILLING block in the local tier for each key
  * it asks a peer for, and the peer's block message lands there: in place
@@ -40,16 +52,15 @@
  * rendezvous ones, a window of them at a time (the rest wait in arrival
  * order), so that blocks land in a steady stream.  A block is committed
  * once its bytes are in, aborted otherwise; it stays held until UCX is
- * done with it.  A peer that sends
- * nothing for a whole deadline during a pull is cut off (its endpoint
- * closed: it then closes its lane endpoints to us, and a peer that died
- * ends them anyway), so a pull ends within a deadline of the last
- * progress, however large; a receive its lane still holds is settled
- * whenever UCX ends it.  Landed blocks are committed and
- * copied into the worker's pool by early runs of the load while the rest
- * arrive; the last run copies what is left and replies.  A load that
- * finds blocks another pull has reserved runs after that pull (its
- * leader) instead of pulling them again.
+ * done with it.  A peer that sends nothing for a whole deadline during a
+ * pull is cut off (its connection closed, which closes its lane
+ * endpoints), so a pull ends within a deadline of the last progress,
+ * however large; a receive its lane still holds is settled whenever UCX
+ * ends it.  Landed blocks are committed and copied into the worker's pool
+ * by early runs of the load while the rest arrive; the last run copies
+ * what is left and replies.  A load that finds blocks another pull has
+ * reserved runs after that pull (its leader) instead of pulling them
+ * again.
  */
 #include "cluster.h"
 
@@ -70,30 +81,32 @@
 #include <sys/types.h>
 #include <unistd.h>
 #include <ucp/api/ucp.h>
-#include <uct/api/uct.h>
 
 #include "caches.h"
 #include "cluster.pb-c.h"
+#include "cluster_wire.h"
 #include "conn.h"
 #include "dispatch.h"
 #include "kvdock/blake2s.h"
 #include "log.h"
 #include "server.h"
 
-#define AM_CTRL 1
+#define PROTOCOL_VERSION 2       /* 2: framed on TCP, lanes by worker address */
 #define AM_BLOCK 2
 #define NONCE_BYTES 16
 #define MAX_PEERS 64
-#define MAX_INBOUND 256          /* endpoints peers may hold open to us */
+#define MAX_INBOUND 256          /* connections from peers held at once */
+#define MAX_STARTUPS 64          /* connections without proof, in all ... */
+#define MAX_STARTUPS_PER_SOURCE 8 /* ... and from one address */
 #define MAX_ALLOW 64             /* networks of --cluster-allow-from */
 #define MAX_CTRL_BYTES (8u << 20) /* a query or fetch of 65,536 keys of 64 bytes fits */
-#define PREAUTH_BYTES 4096u       /* Hello and Auth are tens of bytes */
+#define PREAUTH_FRAME 512u        /* Hello, Challenge and Auth are under 100 bytes */
+#define PREAUTH_BYTES 1024u       /* all a connection may send before its proof */
+#define MAX_WRITE_QUEUE (64ull << 20) /* unsent bytes to a peer that does not read */
+#define READ_CHUNK 65536u
 #define PING_NS 1000000000ull
-#define REFUSE_GRACE_NS 100000000ull /* a refusal's reason is sent, then the endpoint closed */
-#define REFUSING_MAX 64          /* past it the oldest refused endpoint closes at once */
 #define BACKOFF_MIN_MS 100u
 #define BACKOFF_MAX_MS 5000u
-#define SPIN_QUERY_NS 2000000ull /* a query's answers are polled for this long */
 #define EARLY_MIN 16             /* blocks landed before an early run copies them */
 #define EARLY_RUNS 2             /* early runs of one load in flight at most */
 /* Rendezvous receives one pull runs at once (the rest wait in order):
@@ -104,7 +117,8 @@
 #define RX_WINDOW_BYTES (16ull << 20) /* per lane */
 #define RX_WINDOW_MIN 4
 #define MAX_LANES 8
-#define MAX_LANE_ADDRESS 64       /* HOST:PORT */
+#define MAX_LANE_ADDRESS 4096     /* a UCX worker address is tens to hundreds of bytes */
+#define ADDRESS_SLACK 64          /* zeros after a peer's address copy */
 
 enum peer_state { PEER_DOWN, PEER_CONNECTING, PEER_UP, PEER_REFUSED };
 enum got_state { GOT_NONE, GOT_IN, GOT_FAILED, GOT_RECEIVING, GOT_WAITING };
@@ -112,20 +126,28 @@ static const char *const peer_state_name[] = {"down", "connecting", "up", "refus
 
 typedef struct peer peer_t;
 
-/* One endpoint, either way. */
+/* One TCP connection between two daemons, either way; freed in its
+ * handle's close callback. */
 typedef struct link {
-    ucp_ep_h ep;
+    uv_tcp_t tcp;
+    uv_connect_t connect;    /* outbound */
+    kvd_cluster_t *cl;
     int outbound;
     peer_t *peer;            /* outbound: the configured peer */
     int authed;              /* the other side proved the secret */
     int hello_seen;          /* inbound: its Hello came (one only) */
-    int closed;              /* ep closed: nothing more is sent on it */
+    int closed;              /* its handle is closing: nothing more is sent or read */
+    int stalled;             /* it reads nothing of what it is sent: dropped at the tick */
     uint8_t my_nonce[NONCE_BYTES], their_nonce[NONCE_BYTES];
     char node[64];           /* the other side's node name */
     char from[64];           /* inbound: the address it came from */
+    uint8_t src[16];         /* inbound: that address's bytes (addr_bytes) */
+    int src_family;
     uint64_t opened_ns;
-    uint64_t refused_ns;     /* refused: closed REFUSE_GRACE_NS after this */
-    /* inbound: endpoints to the peer's lanes (on our lane workers) */
+    uint8_t *rx;             /* bytes read and not yet a whole frame */
+    size_t rx_len, rx_cap;
+    size_t rx_total;         /* bytes read before the proof */
+    /* inbound: endpoints to the peer's lanes (on our lanes' tx workers) */
     struct lane_ep *lane_ep[MAX_LANES];
     uint32_t nlanes;
     struct link *next;
@@ -141,19 +163,20 @@ typedef struct queue {
     qnode_t *head, *tail;
 } queue_t;
 
-/* An endpoint of a lane's worker: made, used and closed by its thread;
- * freed with the cluster (UCX may name it in an error until then). */
+/* An endpoint of a lane's tx worker to a peer's rx worker: made, used and
+ * closed by the lane's thread; freed with the cluster (UCX may name it in
+ * an error until then). */
 typedef struct lane_ep {
     ucp_ep_h ep;             /* NULL: not made, or failed to be */
     struct lane *lane;
-    struct sockaddr_storage sa; /* the peer lane's listener */
-    socklen_t salen;
+    uint8_t *addr;           /* the peer lane's worker address (checked), then
+                              * ADDRESS_SLACK zeros */
     struct lane_ep *all;     /* every lane endpoint, for the cluster to free */
 } lane_ep_t;
 
 enum lane_op { LANE_SEND, LANE_RECV, LANE_RELEASE, LANE_CONNECT, LANE_CLOSE };
 
-/* What the loop asks a lane's thread to do with its worker. */
+/* What the loop asks a lane's thread to do with its workers. */
 typedef struct lane_cmd {
     qnode_t node;            /* first */
     int op;
@@ -173,18 +196,16 @@ typedef struct lane_ev {
 
 typedef struct lane {
     kvd_cluster_t *cl;
-    ucp_worker_h worker;
-    int efd;
+    ucp_worker_h rx, tx;     /* blocks land on rx; tx's endpoints send them */
+    int rx_efd, tx_efd;
+    ucp_address_t *address;  /* rx's, as the Lanes message carries it */
+    size_t address_len;
     pthread_t thread;
     int running;
     atomic_int stop;
     queue_t cmds;            /* lane_cmd_t, from the loop */
     uint32_t outstanding;    /* its thread's: sends and receives UCX holds */
     uint32_t closing;        /* its thread's: endpoint closes UCX has not ended */
-    ucp_listener_h listener; /* where peers' lanes connect to it */
-    char where[MAX_LANE_ADDRESS]; /* its HOST:PORT, as the Lanes message says */
-    ucp_ep_h *in;            /* its thread's: the endpoints peers opened to it */
-    uint32_t nin, in_cap;
 } lane_t;
 
 struct peer {
@@ -254,14 +275,9 @@ typedef struct pend {
 struct kvd_cluster {
     kvd_server_t *srv;
     ucp_context_h ctx;
-    ucp_worker_h worker;
-    ucp_listener_h listener;
-    int efd;
-    uv_poll_t poll;
-    uv_prepare_t prepare;
-    uv_idle_t spin;          /* keeps the loop from sleeping while transfers run */
+    uv_tcp_t listener;       /* the front door */
+    int listening;
     uv_timer_t tick;
-    uint32_t sending;        /* sends UCX has not completed */
     int closing;
     char node[KVD_OPT_STR_MAX];
     struct sockaddr_storage listen_sa;
@@ -270,8 +286,6 @@ struct kvd_cluster {
     peer_t peers[MAX_PEERS];
     uint32_t npeers;
     link_t *links;
-    link_t *refusing;        /* refused, their endpoints closed soon (newest first) */
-    uint32_t nrefusing;
     uint32_t ninbound;
     pend_t *pends;
     uint64_t next_id;
@@ -284,7 +298,8 @@ struct kvd_cluster {
     queue_t events;          /* lane_ev_t, for the loop */
     uv_async_t ev_async;
     atomic_int ev_open;      /* ev_async is open: lanes may wake the loop with it */
-    /* where endpoints may come from (--cluster-allow-from) */
+    uint8_t scratch[READ_CHUNK]; /* where the loop reads every connection's bytes */
+    /* where connections may come from (--cluster-allow-from) */
     int allow_any;
     struct allow {
         int family;
@@ -293,7 +308,6 @@ struct kvd_cluster {
     } allow[MAX_ALLOW];
     uint32_t nallow;
 };
-
 /* ---- small things ---------------------------------------------------------- */
 
 /* Time from t to now; 0 when t is later (set after now was read: a
@@ -417,15 +431,15 @@ static int same_addr(const struct sockaddr_storage *a, socklen_t al,
 
 /* ---- sending ----------------------------------------------------------------- */
 
+/* A block sent from a lane (the loop's bookkeeping of it). */
 typedef struct sendctx {
-    lane_ev_t ev;            /* a block's send ended (first: the event is the context) */
-    lane_cmd_t cmd;          /* a block's send, for the lane of cmd.lep */
+    lane_ev_t ev;            /* its send ended (first: the event is the context) */
+    lane_cmd_t cmd;          /* its send, for the lane of cmd.lep */
     ucs_status_t status;
     kvd_cluster_t *cl;
-    void *buf;               /* a control message: freed when sent */
-    kvd_cache_t *cache;      /* a block: unheld when sent */
+    kvd_cache_t *cache;      /* unheld when sent */
     uint32_t block;
-    uint64_t hdr[3];         /* a block's header (fetch id, index, token): UCX reads it
+    uint64_t hdr[3];         /* its header (fetch id, index, token): UCX reads it
                               * until the send completes */
 } sendctx_t;
 
@@ -440,104 +454,55 @@ static void sent_done(sendctx_t *sc, ucs_status_t status)
         }
         kvd__cache_unref(sc->cache);
     }
-    free(sc->buf);
     free(sc);
 }
 
-static void on_sent(void *request, ucs_status_t status, void *user_data)
-{
-    sendctx_t *sc = user_data;
+/* A control message on its way: the frame lives until its write ends. */
+typedef struct wreq {
+    uv_write_t req;
+    uint8_t frame[];
+} wreq_t;
 
-    sc->cl->sending--;
-    sent_done(sc, status);
-    ucp_request_free(request);
+static void on_written(uv_write_t *req, int status)
+{
+    (void)status; /* a failed write shows as a read error or EOF on the link */
+    free(req);
 }
 
-static int am_send(kvd_cluster_t *cl, link_t *l, sendctx_t *sc, const void *data, size_t len)
-{
-    ucp_request_param_t rp;
-    void *req;
-
-    memset(&rp, 0, sizeof(rp));
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                      UCP_OP_ATTR_FIELD_FLAGS;
-    rp.cb.send = on_sent;
-    rp.user_data = sc;
-    /* control messages go eagerly: a query of a long chain is tens of KiB,
-     * and rendezvous would cost two more round trips */
-    rp.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-    req = ucp_am_send_nbx(l->ep, AM_CTRL, NULL, 0, data, len, &rp);
-    if (req == NULL) {
-        sent_done(sc, UCS_OK);
-        return 0;
-    }
-    if (UCS_PTR_IS_ERR(req)) {
-        sent_done(sc, UCS_PTR_STATUS(req));
-        return -1;
-    }
-    cl->sending++;
-    return 0;
-}
-
+/* Frame m and queue it on l (0), or -1 (l closed, no memory, or l reads
+ * nothing of what it is sent: then it is marked stalled and goes at the
+ * next tick). */
 static int send_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg *m)
 {
     size_t len = kvdock__cluster__msg__get_packed_size(m);
-    sendctx_t *sc = calloc(1, sizeof(*sc));
-    uint8_t *buf = malloc(len ? len : 1);
+    wreq_t *w;
+    uv_buf_t b;
 
-    if (l->closed || sc == NULL || buf == NULL) {
-        free(sc);
-        free(buf);
+    (void)cl;
+    if (l->closed || len == 0 || len > MAX_CTRL_BYTES)
+        return -1;
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&l->tcp) > MAX_WRITE_QUEUE) {
+        l->stalled = 1;
         return -1;
     }
-    kvdock__cluster__msg__pack(m, buf);
-    sc->cl = cl;
-    sc->buf = buf;
-    return am_send(cl, l, sc, buf, len);
+    if ((w = malloc(sizeof(*w) + KVD_CW_HEADER + len)) == NULL)
+        return -1;
+    kvd_cw_header(w->frame, (uint32_t)len);
+    kvdock__cluster__msg__pack(m, w->frame + KVD_CW_HEADER);
+    b = uv_buf_init((char *)w->frame, (unsigned)(KVD_CW_HEADER + len));
+    if (uv_write(&w->req, (uv_stream_t *)&l->tcp, &b, 1, on_written) != 0) {
+        free(w);
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- endpoints ------------------------------------------------------------------ */
 
-/* An endpoint of worker w to the listener at sa (UCX's client-server
- * flow), its failures reported to cb(arg). */
-static ucs_status_t ep_connect(ucp_worker_h w, const struct sockaddr_storage *sa, socklen_t salen,
-                               ucp_err_handler_cb_t cb, void *arg, ucp_ep_h *ep)
-{
-    ucp_ep_params_t pr;
-
-    memset(&pr, 0, sizeof(pr));
-    pr.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    pr.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    pr.sockaddr.addr = (const struct sockaddr *)sa;
-    pr.sockaddr.addrlen = salen;
-    pr.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    pr.err_handler.cb = cb;
-    pr.err_handler.arg = arg;
-    return ucp_ep_create(w, &pr, ep);
-}
-
-/* An endpoint of worker w for a connection request its listener took. */
-static ucs_status_t ep_accept(ucp_worker_h w, ucp_conn_request_h req, ucp_err_handler_cb_t cb,
-                              void *arg, ucp_ep_h *ep)
-{
-    ucp_ep_params_t pr;
-
-    memset(&pr, 0, sizeof(pr));
-    pr.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    pr.conn_request = req;
-    pr.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    pr.err_handler.cb = cb;
-    pr.err_handler.arg = arg;
-    return ucp_ep_create(w, &pr, ep);
-}
-
 static void on_closed(void *request, ucs_status_t status, void *user_data);
 
-/* Close endpoint e forcibly, on the thread that owns its worker: what it
- * carries ends at once, failed.  ln: the lane whose worker it is (which
- * counts closes not yet ended), NULL for the loop's. */
+/* Close a lane's endpoint e forcibly, on the lane's thread (or the loop's
+ * once that thread is gone): what it carries ends at once, failed. */
 static void ep_close_now(struct lane *ln, ucp_ep_h e);
 
 /* ---- lanes ---------------------------------------------------------------------- */
@@ -606,7 +571,7 @@ static void lane_cmd(lane_t *ln, lane_cmd_t *c)
     /* wake its thread (safe from any thread); a queue that was not empty
      * is one it has yet to take, and it takes all of it before it sleeps */
     if (queue_push(&ln->cmds, &c->node))
-        ucp_worker_signal(ln->worker);
+        ucp_worker_signal(ln->tx); /* its thread sleeps on both workers */
 }
 
 /* A command the loop makes and forgets (a release, a connect, a close). */
@@ -710,6 +675,7 @@ static void on_lane_received(void *request, ucs_status_t status, size_t length, 
 static void lane_receive_ended(void *rx, ucs_status_t status, size_t length);
 
 /* On lane ln's thread (or the loop's once that thread is gone): do c. */
+/* On lane ln's thread (or the loop's once that thread is gone): do c. */
 static void lane_do(lane_t *ln, lane_cmd_t *c)
 {
     ucp_request_param_t rp;
@@ -736,7 +702,7 @@ static void lane_do(lane_t *ln, lane_cmd_t *c)
         rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
         rp.cb.recv_am = on_lane_received;
         rp.user_data = c->ctx;
-        req = ucp_am_recv_data_nbx(ln->worker, c->desc, c->buf, c->len, &rp);
+        req = ucp_am_recv_data_nbx(ln->rx, c->desc, c->buf, c->len, &rp);
         if (req == NULL || UCS_PTR_IS_ERR(req))
             lane_receive_ended(c->ctx, req == NULL ? UCS_OK : UCS_PTR_STATUS(req),
                                req == NULL ? c->len : 0);
@@ -744,12 +710,21 @@ static void lane_do(lane_t *ln, lane_cmd_t *c)
             ln->outstanding++;
         break;
     case LANE_RELEASE:
-        ucp_am_data_release(ln->worker, c->desc);
+        ucp_am_data_release(ln->rx, c->desc);
         break;
     case LANE_CONNECT: {
-        ucs_status_t st = ep_connect(ln->worker, &c->lep->sa, c->lep->salen, on_lane_ep_error,
-                                     c->lep, &c->lep->ep);
-        if (st != UCS_OK) {
+        /* from the tx worker only: the peer's rx worker never makes an
+         * endpoint back, so these two workers are connected one way */
+        ucp_ep_params_t pr;
+        ucs_status_t st;
+        memset(&pr, 0, sizeof(pr));
+        pr.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+        pr.address = (const ucp_address_t *)c->lep->addr;
+        pr.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+        pr.err_handler.cb = on_lane_ep_error;
+        pr.err_handler.arg = c->lep;
+        if ((st = ucp_ep_create(ln->tx, &pr, &c->lep->ep)) != UCS_OK) {
             c->lep->ep = NULL;
             on_lane_ep_error(c->lep, NULL, st);
         }
@@ -764,7 +739,6 @@ static void lane_do(lane_t *ln, lane_cmd_t *c)
     }
 }
 
-/* Do every command queued for ln so far; how many. */
 static unsigned lane_run_cmds(lane_t *ln)
 {
     qnode_t *n, *next;
@@ -781,6 +755,7 @@ static unsigned lane_run_cmds(lane_t *ln)
     return count;
 }
 
+
 static void ep_close_now(lane_t *ln, ucp_ep_h e)
 {
     ucp_request_param_t rp;
@@ -793,79 +768,49 @@ static void ep_close_now(lane_t *ln, ucp_ep_h e)
     rp.cb.send = on_closed;
     rp.user_data = ln;
     req = ucp_ep_close_nbx(e, &rp);
-    if (UCS_PTR_IS_PTR(req) && ln != NULL)
+    if (UCS_PTR_IS_PTR(req))
         ln->closing++; /* on_closed ends it */
 }
 
-/* A lane's thread: an endpoint a peer opened to it failed (the peer died
- * or closed it): its receives end, failed, and it goes. */
-static void lane_in_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
+/* A forcible close ended. */
+static void on_closed(void *request, ucs_status_t status, void *user_data)
 {
-    lane_t *ln = arg;
+    lane_t *ln = user_data;
 
     (void)status;
-    for (uint32_t i = 0; i < ln->nin; i++)
-        if (ln->in[i] == ep) {
-            ln->in[i] = ln->in[--ln->nin];
-            ep_close_now(ln, ep);
-            return;
-        }
+    ln->closing--;
+    ucp_request_free(request);
 }
 
-static int allowed(const kvd_cluster_t *cl, const struct sockaddr_storage *from);
-
-/* A lane's thread: a peer's lane connects.  Where from is checked as on
- * the cluster's own listener (the list is fixed once the daemon runs);
- * what comes on it lands only with a fetch's token. */
-static void lane_on_conn(ucp_conn_request_h req, void *arg)
+/* Progress both of ln's workers once; what moved. */
+static unsigned lane_progress(lane_t *ln)
 {
-    lane_t *ln = arg;
-    ucp_conn_request_attr_t a;
-    ucp_ep_h e;
-
-    memset(&a, 0, sizeof(a));
-    a.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-    if (ucp_conn_request_query(req, &a) != UCS_OK || !allowed(ln->cl, &a.client_address) ||
-        atomic_load(&ln->stop) || ln->nin >= MAX_INBOUND) {
-        ucp_listener_reject(ln->listener, req);
-        return;
-    }
-    if (ln->nin == ln->in_cap) {
-        uint32_t cap = ln->in_cap ? 2 * ln->in_cap : 8;
-        ucp_ep_h *in = realloc(ln->in, cap * sizeof(*in));
-        if (in == NULL) {
-            ucp_listener_reject(ln->listener, req);
-            return;
-        }
-        ln->in = in;
-        ln->in_cap = cap;
-    }
-    if (ep_accept(ln->worker, req, lane_in_failed, ln, &e) == UCS_OK)
-        ln->in[ln->nin++] = e;
+    return ucp_worker_progress(ln->rx) + ucp_worker_progress(ln->tx);
 }
 
 /* A lane's thread: its commands, then progress, polling while transfers
- * run, else sleeping on its worker's descriptor (a command signals it). */
+ * run, else sleeping on its workers' descriptors (a command signals tx). */
 static void *lane_run(void *arg)
 {
     lane_t *ln = arg;
 
     while (!atomic_load(&ln->stop)) {
-        struct pollfd pf;
+        struct pollfd pf[2];
         unsigned n = lane_run_cmds(ln);
-        n += ucp_worker_progress(ln->worker);
+        n += lane_progress(ln);
         if (n > 0)
             continue;
         if (ln->outstanding > 0) {
             sched_yield(); /* the loop, which feeds it, may want this core */
             continue;
         }
-        if (ucp_worker_arm(ln->worker) == UCS_ERR_BUSY)
+        if (ucp_worker_arm(ln->rx) == UCS_ERR_BUSY || ucp_worker_arm(ln->tx) == UCS_ERR_BUSY)
             continue; /* events came meanwhile, or a command's signal */
-        pf.fd = ln->efd;
-        pf.events = POLLIN;
-        pf.revents = 0;
-        (void)poll(&pf, 1, 100);
+        pf[0].fd = ln->rx_efd;
+        pf[1].fd = ln->tx_efd;
+        pf[0].events = pf[1].events = POLLIN;
+        pf[0].revents = pf[1].revents = 0;
+        (void)poll(pf, 2, 100);
     }
     return NULL;
 }
@@ -892,19 +837,8 @@ static void peer_set(kvd_cluster_t *cl, peer_t *p, int state, const char *why)
     (void)cl;
 }
 
-/* A forcible close ended (user_data: its lane, NULL for a link's). */
-static void on_closed(void *request, ucs_status_t status, void *user_data)
-{
-    lane_t *ln = user_data;
-
-    (void)status;
-    if (ln != NULL)
-        ln->closing--;
-    ucp_request_free(request);
-}
-
-/* Take l out of the links (messages on its endpoint are ignored from now
- * on) and settle its peer's state. */
+/* Take l out of the links (nothing it sends is read from now on) and
+ * settle its peer's state. */
 static void link_forget(kvd_cluster_t *cl, link_t *l, const char *why)
 {
     link_t **pp;
@@ -914,12 +848,14 @@ static void link_forget(kvd_cluster_t *cl, link_t *l, const char *why)
             *pp = l->next;
             break;
         }
+    l->next = NULL;
     if (!l->outbound && cl->ninbound > 0)
         cl->ninbound--;
     if (l->outbound && l->peer != NULL) {
         peer_t *p = l->peer;
         uint32_t idx = (uint32_t)(p - cl->peers);
         p->link = NULL;
+        l->peer = NULL;
         if (p->state == PEER_UP)
             p->failures++;
         if (p->state != PEER_REFUSED)
@@ -930,18 +866,26 @@ static void link_forget(kvd_cluster_t *cl, link_t *l, const char *why)
     }
 }
 
-/* Close a forgotten link's endpoint, forcibly (its transfers end with
- * errors at once: a flushing close would wait on the other side), and
- * free it. */
+static void on_link_closed(uv_handle_t *h)
+{
+    link_t *l = h->data;
+
+    free(l->rx);
+    free(l);
+}
+
+/* Close a forgotten link: its connection (freed once closed) and its
+ * lane endpoints, forcibly (the sends on them end at once, failed: a
+ * flushing close would wait on the other side). */
 static void link_close(link_t *l)
 {
+    for (uint32_t k = 0; k < l->nlanes; k++)
+        lane_cmd_new(l->lane_ep[k]->lane, LANE_CLOSE, l->lane_ep[k], NULL);
+    l->nlanes = 0;
     if (!l->closed) {
         l->closed = 1;
-        ep_close_now(NULL, l->ep);
+        uv_close((uv_handle_t *)&l->tcp, on_link_closed);
     }
-    for (uint32_t k = 0; k < l->nlanes; k++) /* the sends on them end, failed */
-        lane_cmd_new(l->lane_ep[k]->lane, LANE_CLOSE, l->lane_ep[k], NULL);
-    free(l);
 }
 
 static void link_drop(kvd_cluster_t *cl, link_t *l, const char *why)
@@ -950,63 +894,46 @@ static void link_drop(kvd_cluster_t *cl, link_t *l, const char *why)
     link_close(l);
 }
 
-static link_t *link_of(kvd_cluster_t *cl, ucp_ep_h ep)
-{
-    for (link_t *l = cl->links; l; l = l->next)
-        if (l->ep == ep && !l->closed)
-            return l;
-    return NULL;
-}
-
-static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
-{
-    kvd_cluster_t *cl = arg;
-    link_t *l = link_of(cl, ep);
-    char why[160];
-
-    if (l == NULL)
-        return;
-    snprintf(why, sizeof(why), "endpoint failed: %s", ucs_status_string(status));
-    if (!l->outbound)
-        kvd_log(KVD_LOG_INFO, "event=cluster_inbound_closed from=%s node=%s reason=\"%s\"",
-                l->from, l->node, why);
-    link_drop(cl, l, why);
-}
-
+/* A link with its handle made (freed by link_close from now on), at the
+ * head of the links. */
 static link_t *link_new(kvd_cluster_t *cl, int outbound)
 {
     link_t *l = calloc(1, sizeof(*l));
 
     if (l == NULL)
         return NULL;
+    l->cl = cl;
     l->outbound = outbound;
     l->opened_ns = kvd_now_ns();
+    uv_tcp_init(cl->srv->loop, &l->tcp);
+    l->tcp.data = l;
     l->next = cl->links;
     cl->links = l;
     return l;
 }
 
-static void peer_connect(kvd_cluster_t *cl, peer_t *p)
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+static void on_connected(uv_connect_t *req, int status)
 {
-    link_t *l = link_new(cl, 1);
+    link_t *l = req->data;
+    kvd_cluster_t *cl = l->cl;
     Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
     Kvdock__Cluster__Hello h = KVDOCK__CLUSTER__HELLO__INIT;
-    ucs_status_t st;
+    char why[160];
+    int rc;
 
-    if (l == NULL)
-        return;
-    l->peer = p;
-    p->link = l;
-    peer_set(cl, p, p->state == PEER_REFUSED ? PEER_REFUSED : PEER_CONNECTING, NULL);
-    if ((st = ep_connect(cl->worker, &p->sa, p->salen, on_ep_error, cl, &l->ep)) != UCS_OK) {
-        char why[160];
-        l->closed = 1;
-        snprintf(why, sizeof(why), "cannot connect: %s", ucs_status_string(st));
+    if (l->closed)
+        return; /* dropped meanwhile (its close cancelled the connect) */
+    if (status < 0 || (rc = uv_read_start((uv_stream_t *)&l->tcp, on_alloc, on_read)) != 0) {
+        snprintf(why, sizeof(why), "cannot connect: %s", uv_strerror(status < 0 ? status : rc));
         link_drop(cl, l, why);
         return;
     }
+    (void)uv_tcp_nodelay(&l->tcp, 1);
     fill_random(l->my_nonce, NONCE_BYTES);
-    h.version = 1;
+    h.version = PROTOCOL_VERSION;
     h.node = cl->node;
     h.nonce.data = l->my_nonce;
     h.nonce.len = NONCE_BYTES;
@@ -1016,42 +943,64 @@ static void peer_connect(kvd_cluster_t *cl, peer_t *p)
         link_drop(cl, l, "cannot send hello");
 }
 
+static void peer_connect(kvd_cluster_t *cl, peer_t *p)
+{
+    link_t *l = link_new(cl, 1);
+    char why[160];
+    int rc;
+
+    if (l == NULL)
+        return;
+    l->peer = p;
+    p->link = l;
+    peer_set(cl, p, p->state == PEER_REFUSED ? PEER_REFUSED : PEER_CONNECTING, NULL);
+    l->connect.data = l;
+    if ((rc = uv_tcp_connect(&l->connect, &l->tcp, (const struct sockaddr *)&p->sa,
+                             on_connected)) != 0) {
+        snprintf(why, sizeof(why), "cannot connect: %s", uv_strerror(rc));
+        link_drop(cl, l, why);
+    }
+}
+
+/* Count a refusal and log it: always for a side that proved the secret
+ * (rare, and worth each line), at most a line a second for strangers. */
+static void refused(kvd_cluster_t *cl, int trusted, const char *side, const char *who,
+                    const char *node, const char *why)
+{
+    uint64_t held = 0;
+
+    cl->n.refused++;
+    if (trusted || kvd_ratelimit_take(&cl->refuse_log, kvd_now_ns(), &held))
+        kvd_log(KVD_LOG_WARN, "event=cluster_refused %s=%s node=\"%s\" reason=\"%s\" "
+                "suppressed=%" PRIu64, side, who, node, why, held);
+}
+
+/* Close l for why, logged and counted, telling the other side why (best
+ * effort: only what the socket takes at once). */
 static void refuse_link(kvd_cluster_t *cl, link_t *l, const char *why)
 {
     Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
     Kvdock__Cluster__Refused rf = KVDOCK__CLUSTER__REFUSED__INIT;
-    uint64_t held = 0;
+    uint8_t frame[KVD_CW_HEADER + 256];
+    size_t len;
 
-    cl->n.refused++;
-    if (kvd_ratelimit_take(&cl->refuse_log, kvd_now_ns(), &held))
-        kvd_log(KVD_LOG_WARN, "event=cluster_refused %s=%s node=\"%s\" reason=\"%s\" "
-                "suppressed=%" PRIu64, l->outbound ? "peer" : "from",
-                l->outbound && l->peer ? l->peer->addr : l->from, l->node, why, held);
+    refused(cl, l->authed, l->outbound ? "peer" : "from",
+            l->outbound && l->peer ? l->peer->addr : l->from, l->node, why);
     rf.reason = (char *)why;
     m.m_case = KVDOCK__CLUSTER__MSG__M_REFUSED;
     m.refused = &rf;
-    (void)send_msg(cl, l, &m); /* best effort */
+    len = kvdock__cluster__msg__get_packed_size(&m);
+    if (!l->closed && len <= sizeof(frame) - KVD_CW_HEADER) {
+        uv_buf_t b = uv_buf_init((char *)frame, (unsigned)(KVD_CW_HEADER + len));
+        kvd_cw_header(frame, (uint32_t)len);
+        kvdock__cluster__msg__pack(&m, frame + KVD_CW_HEADER);
+        (void)uv_try_write((uv_stream_t *)&l->tcp, &b, 1);
+    }
     if (l->outbound && l->peer != NULL)
         peer_set(cl, l->peer, PEER_REFUSED, why);
-    /* closed a moment later, so the reason can reach the peer first;
-     * meanwhile nothing it sends is read */
-    link_forget(cl, l, why);
-    l->refused_ns = kvd_now_ns();
-    l->next = cl->refusing;
-    cl->refusing = l;
-    if (++cl->nrefusing > REFUSING_MAX) { /* a flood of refusals holds no more endpoints */
-        link_t **pp = &cl->refusing;
-        while ((*pp)->next != NULL)
-            pp = &(*pp)->next;
-        link_close(*pp);
-        *pp = NULL;
-        cl->nrefusing--;
-    }
+    link_drop(cl, l, why);
 }
 
-/* The next comma-separated item of *s, blanks around it trimmed, into item
- * (len bytes): KVD_OK (an empty one too), KVD_ENOENT at the end, KVD_ELIMIT
- * when it does not fit. */
 static kvd_status_t next_item(const char **s, char *item, size_t len)
 {
     const char *p = *s;
@@ -1181,63 +1130,69 @@ static kvd_status_t allow_parse(kvd_cluster_t *cl, const char *list, char *why, 
     return KVD_OK;
 }
 
-static void on_conn(ucp_conn_request_h req, void *arg)
+/* The numeric host of a socket address. */
+static void addr_text(const struct sockaddr_storage *s, char *out, size_t len)
 {
-    kvd_cluster_t *cl = arg;
-    ucp_conn_request_attr_t a;
-    link_t *l;
-    char from[64] = "?";
+    char host[INET6_ADDRSTRLEN] = "?";
 
-    memset(&a, 0, sizeof(a));
-    a.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-    if (ucp_conn_request_query(req, &a) != UCS_OK)
-        a.client_address.ss_family = AF_UNSPEC;
-    else {
-        char host[INET6_ADDRSTRLEN] = "?";
-        const struct sockaddr_storage *s = &a.client_address;
-        if (s->ss_family == AF_INET)
-            inet_ntop(AF_INET, &((const struct sockaddr_in *)s)->sin_addr, host, sizeof(host));
-        else if (s->ss_family == AF_INET6)
-            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)s)->sin6_addr, host,
-                      sizeof(host));
-        snprintf(from, sizeof(from), "%s", host);
-    }
-    if (!allowed(cl, &a.client_address)) {
-        /* refused before its endpoint exists: UCX assembles a message of
-         * many fragments before any handler sees it, so a stranger let in
-         * could make the daemon hold whatever it sends */
-        uint64_t held = 0;
-        ucp_listener_reject(cl->listener, req);
-        cl->n.refused++;
-        if (kvd_ratelimit_take(&cl->refuse_log, kvd_now_ns(), &held))
-            kvd_log(KVD_LOG_WARN, "event=cluster_refused from=%s reason=\"not in "
-                    "cluster-allow-from\" suppressed=%" PRIu64, from, held);
+    if (s->ss_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)s)->sin_addr, host, sizeof(host));
+    else if (s->ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)s)->sin6_addr, host, sizeof(host));
+    snprintf(out, len, "%s", host);
+}
+
+/* The front door: a connection comes.  Refused at once, before a byte of
+ * it is read, when it comes from outside --cluster-allow-from or when
+ * too many have not proved the secret yet (in all, or from its address);
+ * else read by on_read, within the limits before the proof. */
+static void on_accept(uv_stream_t *server, int status)
+{
+    kvd_cluster_t *cl = server->data;
+    struct sockaddr_storage sa;
+    int salen = sizeof(sa);
+    uint32_t startups = 0, same = 0;
+    const char *why = NULL;
+    link_t *l;
+
+    if (status < 0)
         return;
-    }
-    if (!cl->closing && cl->ninbound >= MAX_INBOUND) {
-        /* full: the oldest endpoint that has not proved the secret makes
-         * room, so strangers that open endpoints and say nothing cannot
-         * keep a peer out until their deadline */
-        link_t *oldest = NULL;
-        for (link_t *o = cl->links; o; o = o->next)
-            if (!o->outbound && !o->authed && (oldest == NULL || o->opened_ns < oldest->opened_ns))
-                oldest = o;
-        if (oldest != NULL)
-            refuse_link(cl, oldest, "too many inbound endpoints: the oldest without proof goes");
-    }
-    if (cl->closing || cl->ninbound >= MAX_INBOUND || (l = link_new(cl, 0)) == NULL) {
-        ucp_listener_reject(cl->listener, req);
-        cl->n.refused++;
-        kvd_log(KVD_LOG_WARN, "event=cluster_refused from=%s reason=\"%s\"", from,
-                cl->closing ? "shutting down" : "too many inbound endpoints");
+    if ((l = link_new(cl, 0)) == NULL) {
+        /* the connection stays queued: taken when memory is back */
+        kvd_log(KVD_LOG_ERROR, "event=cluster_accept_failed reason=\"no memory\"");
         return;
     }
     cl->ninbound++;
-    snprintf(l->from, sizeof(l->from), "%s", from);
-    if (ep_accept(cl->worker, req, on_ep_error, cl, &l->ep) != UCS_OK) {
-        l->closed = 1;
+    if (uv_accept(server, (uv_stream_t *)&l->tcp) != 0) {
         link_drop(cl, l, "cannot accept");
+        return;
     }
+    memset(&sa, 0, sizeof(sa));
+    if (uv_tcp_getpeername(&l->tcp, (struct sockaddr *)&sa, &salen) != 0)
+        sa.ss_family = AF_UNSPEC;
+    addr_text(&sa, l->from, sizeof(l->from));
+    l->src_family = addr_bytes(&sa, l->src);
+    for (const link_t *o = cl->links; o; o = o->next)
+        if (o != l && !o->outbound && !o->authed) {
+            startups++;
+            same += o->src_family == l->src_family && memcmp(o->src, l->src, 16) == 0;
+        }
+    if (!allowed(cl, &sa))
+        why = "not in cluster-allow-from";
+    else if (cl->closing)
+        why = "shutting down";
+    else if (startups >= MAX_STARTUPS)
+        why = "too many connections without proof of the secret";
+    else if (same >= MAX_STARTUPS_PER_SOURCE)
+        why = "too many connections without proof of the secret from this address";
+    else if (cl->ninbound > MAX_INBOUND)
+        why = "too many inbound connections";
+    if (why != NULL || uv_read_start((uv_stream_t *)&l->tcp, on_alloc, on_read) != 0) {
+        refused(cl, 0, "from", l->from, "", why ? why : "cannot read");
+        link_drop(cl, l, why ? why : "cannot read");
+        return;
+    }
+    (void)uv_tcp_nodelay(&l->tcp, 1);
 }
 
 /* ---- the caches peers ask about ---------------------------------------------- */
@@ -1852,7 +1807,8 @@ static pend_t *answered_pend(kvd_cluster_t *cl, const link_t *l, uint64_t id, in
     return p;
 }
 
-/* Tell the peer behind outbound link l where to send the blocks we fetch. */
+/* Tell the peer behind outbound link l where to send the blocks we fetch:
+ * our lanes' rx workers. */
 static int send_lanes(kvd_cluster_t *cl, link_t *l)
 {
     Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
@@ -1860,8 +1816,8 @@ static int send_lanes(kvd_cluster_t *cl, link_t *l)
     ProtobufCBinaryData addr[MAX_LANES];
 
     for (uint32_t k = 0; k < cl->nlanes; k++) {
-        addr[k].data = (uint8_t *)cl->lanes[k].where;
-        addr[k].len = strlen(cl->lanes[k].where);
+        addr[k].data = (uint8_t *)cl->lanes[k].address;
+        addr[k].len = cl->lanes[k].address_len;
     }
     ln.n_address = cl->nlanes;
     ln.address = addr;
@@ -1870,34 +1826,32 @@ static int send_lanes(kvd_cluster_t *cl, link_t *l)
     return send_msg(cl, l, &m);
 }
 
-/* A proven peer's lanes (once, on its endpoint to us): connect to each
- * from one of ours, lane k from our lane k % ours. */
+/* A proven peer's lanes (once, on its connection to us): each address
+ * checked before UCX sees it, then an endpoint to each from one of our
+ * lanes' tx workers, lane k from our lane k % ours. */
 static void take_lanes(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Lanes *ln)
 {
+    const lane_t *own = &cl->lanes[0];
+
     if (l->nlanes > 0 || ln->n_address == 0 || ln->n_address > MAX_LANES) {
         refuse_link(cl, l, "bad lanes");
         return;
     }
     for (size_t k = 0; k < ln->n_address; k++)
-        if (ln->address[k].len == 0 || ln->address[k].len > MAX_LANE_ADDRESS) {
-            refuse_link(cl, l, "bad lanes");
+        if (ln->address[k].len == 0 || ln->address[k].len > MAX_LANE_ADDRESS ||
+            !kvd_cw_ucx_address_ok(ln->address[k].data, ln->address[k].len,
+                                   (const uint8_t *)own->address, own->address_len)) {
+            refuse_link(cl, l, "bad lanes: not a UCX worker address of this cluster's kind");
             return;
         }
     for (uint32_t k = 0; k < ln->n_address; k++) {
         lane_ep_t *lep = calloc(1, sizeof(*lep));
-        char text[2 * MAX_LANE_ADDRESS + 2], said[MAX_LANE_ADDRESS + 1], why[320];
-        memcpy(said, ln->address[k].data, ln->address[k].len);
-        said[ln->address[k].len] = '\0';
-        if (strncmp(said, "0.0.0.0:", 8) == 0) /* it listens everywhere: where it came from */
-            snprintf(text, sizeof(text), "%s:%s", l->from, said + 8);
-        else
-            snprintf(text, sizeof(text), "%s", said);
-        if (lep == NULL || resolve(text, &lep->sa, &lep->salen, why, sizeof(why)) != KVD_OK ||
-            usable_family(&lep->sa, text, why, sizeof(why)) != KVD_OK) {
+        if (lep == NULL || (lep->addr = calloc(1, ln->address[k].len + ADDRESS_SLACK)) == NULL) {
             free(lep);
-            refuse_link(cl, l, "bad lanes"); /* closes those made so far */
+            refuse_link(cl, l, "bad lanes: no memory"); /* closes those made so far */
             return;
         }
+        memcpy(lep->addr, ln->address[k].data, ln->address[k].len);
         lep->lane = &cl->lanes[k % cl->nlanes];
         lep->all = cl->lane_eps;
         cl->lane_eps = lep;
@@ -1916,8 +1870,8 @@ static void handle_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg 
         Kvdock__Cluster__Challenge ch = KVDOCK__CLUSTER__CHALLENGE__INIT;
         const Kvdock__Cluster__Hello *h = m->hello;
         if (l->outbound || l->authed || l->hello_seen || h->nonce.len != NONCE_BYTES ||
-            h->version != 1) {
-            refuse_link(cl, l, h->version != 1 ? "protocol version" : "bad hello");
+            h->version != PROTOCOL_VERSION) {
+            refuse_link(cl, l, h->version != PROTOCOL_VERSION ? "protocol version" : "bad hello");
             return;
         }
         l->hello_seen = 1;
@@ -2078,88 +2032,101 @@ static void handle_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg 
     }
 }
 
-typedef struct ctrl_rx {
-    kvd_cluster_t *cl;
-    ucp_ep_h ep;
-    uint8_t *buf;
-    size_t len;
-} ctrl_rx_t;
 
-static void ctrl_parse(kvd_cluster_t *cl, ucp_ep_h ep, const uint8_t *data, size_t len)
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    link_t *l = link_of(cl, ep);
-    Kvdock__Cluster__Msg *m;
+    link_t *l = h->data;
 
-    if (l == NULL)
+    (void)suggested; /* the loop reads one connection at a time, into one buffer */
+    buf->base = (char *)l->cl->scratch;
+    buf->len = sizeof(l->cl->scratch);
+}
+
+/* Keep n more bytes of l's stream; 0, or -1 out of memory.  At most a
+ * frame's limit and a read are ever kept: whole frames go as they come. */
+static int rx_append(link_t *l, const uint8_t *data, size_t n)
+{
+    if (l->rx_len + n > l->rx_cap) {
+        size_t cap = l->rx_cap ? l->rx_cap : 4096;
+        uint8_t *rx;
+        while (cap < l->rx_len + n)
+            cap *= 2;
+        if ((rx = realloc(l->rx, cap)) == NULL)
+            return -1;
+        l->rx = rx;
+        l->rx_cap = cap;
+    }
+    memcpy(l->rx + l->rx_len, data, n);
+    l->rx_len += n;
+    return 0;
+}
+
+/* Bytes from a connection: before the proof at most PREAUTH_BYTES in
+ * all and frames of PREAUTH_FRAME, after it frames of MAX_CTRL_BYTES;
+ * each whole frame is decoded and handled as it comes. */
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    link_t *l = s->data;
+    kvd_cluster_t *cl = l->cl;
+    size_t at = 0;
+    char why[160];
+
+    if (l->closed || nread == 0)
         return;
-    m = kvdock__cluster__msg__unpack(NULL, len, data);
-    if (m == NULL) {
-        refuse_link(cl, l, "a message that does not decode");
+    if (nread < 0) {
+        snprintf(why, sizeof(why), "connection %s", nread == UV_EOF ? "closed by the other side"
+                                                                    : uv_strerror((int)nread));
+        if (!l->outbound && !l->authed) {
+            refused(cl, 0, "from", l->from, l->node, "left without proof of the secret");
+        } else if (!l->outbound) {
+            kvd_log(KVD_LOG_INFO, "event=cluster_inbound_closed from=%s node=%s reason=\"%s\"",
+                    l->from, l->node, why);
+        }
+        link_drop(cl, l, why);
         return;
     }
-    handle_msg(cl, l, m);
-    kvdock__cluster__msg__free_unpacked(m, NULL);
-}
-
-static void on_ctrl_data(void *request, ucs_status_t status, size_t length, void *user_data)
-{
-    ctrl_rx_t *rx = user_data;
-
-    if (status == UCS_OK && !rx->cl->closing)
-        ctrl_parse(rx->cl, rx->ep, rx->buf, length);
-    free(rx->buf);
-    free(rx);
-    if (request != NULL)
-        ucp_request_free(request);
-}
-
-static ucs_status_t on_ctrl(void *arg, const void *header, size_t header_length, void *data,
-                            size_t length, const ucp_am_recv_param_t *param)
-{
-    kvd_cluster_t *cl = arg;
-    ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
-    link_t *l = ep ? link_of(cl, ep) : NULL;
-
-    (void)header;
-    (void)header_length;
-    if (l == NULL || cl->closing)
-        return UCS_OK;
     kvd__server_activity(cl->srv); /* the next message likely follows soon */
-    if (!l->authed && length > PREAUTH_BYTES) {
-        /* before the proof nothing is buffered for a stranger */
-        refuse_link(cl, l, "a message over 4 KiB before the proof of the secret");
-        return UCS_OK;
+    if (!l->authed && (l->rx_total += (size_t)nread) > PREAUTH_BYTES) {
+        refuse_link(cl, l, "more than 1 KiB before the proof of the secret");
+        return;
     }
-    if (length > MAX_CTRL_BYTES) {
-        refuse_link(cl, l, "a message over 8 MiB");
-        return UCS_OK;
+    if (rx_append(l, (const uint8_t *)buf->base, (size_t)nread) != 0) {
+        link_drop(cl, l, "out of memory");
+        return;
     }
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-        ctrl_rx_t *rx = calloc(1, sizeof(*rx));
-        ucp_request_param_t rp;
-        void *req;
-        if (rx == NULL || (rx->buf = malloc(length ? length : 1)) == NULL) {
-            free(rx);
-            return UCS_OK;
+    while (!l->closed) {
+        uint32_t n;
+        int r = kvd_cw_frame(l->rx + at, l->rx_len - at, l->authed ? MAX_CTRL_BYTES : PREAUTH_FRAME,
+                             &n);
+        Kvdock__Cluster__Msg *m;
+        if (r == KVD_CW_BAD) {
+            refuse_link(cl, l, l->authed ? "an empty message or one over 8 MiB"
+                                         : "an empty message or one over 512 bytes before the "
+                                           "proof of the secret");
+            return;
         }
-        rx->cl = cl;
-        rx->ep = ep;
-        rx->len = length;
-        memset(&rp, 0, sizeof(rp));
-        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        rp.cb.recv_am = on_ctrl_data;
-        rp.user_data = rx;
-        req = ucp_am_recv_data_nbx(cl->worker, data, rx->buf, length, &rp);
-        if (req == NULL) {
-            on_ctrl_data(NULL, UCS_OK, length, rx);
-        } else if (UCS_PTR_IS_ERR(req)) {
-            free(rx->buf);
-            free(rx);
+        if (r == KVD_CW_NEED)
+            break;
+        m = kvdock__cluster__msg__unpack(NULL, n, l->rx + at + KVD_CW_HEADER);
+        at += KVD_CW_HEADER + n;
+        if (m == NULL) {
+            refuse_link(cl, l, "a message that does not decode");
+            return;
         }
-        return UCS_OK;
+        handle_msg(cl, l, m);
+        kvdock__cluster__msg__free_unpacked(m, NULL);
     }
-    ctrl_parse(cl, ep, data, length);
-    return UCS_OK;
+    if (l->closed)
+        return; /* its buffer goes with it */
+    memmove(l->rx, l->rx + at, l->rx_len - at);
+    l->rx_len -= at;
+    if (l->rx_cap > 65536 && l->rx_len < l->rx_cap / 4) { /* a large message went: give it back */
+        uint8_t *rx = realloc(l->rx, l->rx_cap / 4);
+        if (rx != NULL) {
+            l->rx = rx;
+            l->rx_cap /= 4;
+        }
+    }
 }
 
 typedef struct block_rx {
@@ -2302,6 +2269,9 @@ static void lane_arrived(kvd_cluster_t *cl, lane_ev_t *ev)
     free(a);
     return;
 drop:
+    /* a stray block (a fetch given up, or a peer sending what was not
+     * asked): the link it came by is not known here, only its lane */
+    cl->n.blocks_dropped++;
     if (a->rndv)
         lane_cmd_new(a->lane, LANE_RELEASE, NULL, a->data);
     free(a);
@@ -2334,77 +2304,7 @@ static ucs_status_t lane_on_block(void *arg, const void *header, size_t header_l
     return rndv ? UCS_INPROGRESS : UCS_OK;
 }
 
-/* Blocks come over lanes only: on a link's own endpoint one is dropped,
- * and one before the proof closes it. */
-static ucs_status_t on_block(void *arg, const void *header, size_t header_length, void *data,
-                             size_t length, const ucp_am_recv_param_t *param)
-{
-    kvd_cluster_t *cl = arg;
-    ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
-    link_t *l = ep ? link_of(cl, ep) : NULL;
-
-    (void)header;
-    (void)header_length;
-    (void)data;
-    (void)length;
-    if (l != NULL && !cl->closing && !l->authed)
-        refuse_link(cl, l, "a block before the proof of the secret");
-    return UCS_OK;
-}
-
 /* ---- the loop's side ---------------------------------------------------------- */
-
-static void progress(kvd_cluster_t *cl)
-{
-    while (ucp_worker_progress(cl->worker) != 0) {
-    }
-}
-
-static void on_poll(uv_poll_t *h, int status, int events)
-{
-    (void)status;
-    (void)events;
-    progress(h->data);
-}
-
-/* Control messages are on their way (sends UCX holds, queries just
- * sent): polling beats waking up through the event descriptor for their
- * answers.  Blocks need none of it: lanes' threads poll for them. */
-static int busy(const kvd_cluster_t *cl, uint64_t now)
-{
-    if (cl->sending > 0)
-        return 1;
-    for (const pend_t *p = cl->pends; p; p = p->next)
-        if (p->phase == 0 && since(now, p->started_ns) < SPIN_QUERY_NS)
-            return 1;
-    return 0;
-}
-
-static void on_spin(uv_idle_t *h)
-{
-    (void)h; /* progress happens in on_prepare, on every turn of the loop */
-}
-
-/* Before the loop polls: progress; then keep polling while busy, or arm
- * the worker so that its descriptor wakes the loop. */
-static void on_prepare(uv_prepare_t *h)
-{
-    kvd_cluster_t *cl = h->data;
-
-    progress(cl);
-    if (!cl->closing && busy(cl, kvd_now_ns())) {
-        if (!uv_is_active((uv_handle_t *)&cl->spin))
-            uv_idle_start(&cl->spin, on_spin);
-        return;
-    }
-    if (uv_is_active((uv_handle_t *)&cl->spin))
-        uv_idle_stop(&cl->spin);
-    for (int i = 0; i < 64; i++) {
-        if (ucp_worker_arm(cl->worker) != UCS_ERR_BUSY)
-            return;
-        progress(cl);
-    }
-}
 
 static void on_tick(uv_timer_t *t)
 {
@@ -2420,12 +2320,11 @@ static void on_tick(uv_timer_t *t)
                 peer_connect(cl, pe);
             continue;
         }
-        if (pe->state == PEER_CONNECTING && since(now, pe->link->opened_ns) > cl->deadline_ns) {
-            link_drop(cl, pe->link, "no proof within the deadline");
+        if (pe->state != PEER_UP) {
+            if (since(now, pe->link->opened_ns) > cl->deadline_ns)
+                link_drop(cl, pe->link, "no proof within the deadline");
             continue;
         }
-        if (pe->state != PEER_UP)
-            continue;
         if (pe->ping_sent_ns != 0 && since(now, pe->ping_sent_ns) > cl->deadline_ns) {
             link_drop(cl, pe->link, "no answer to a ping within the deadline");
             continue;
@@ -2441,21 +2340,20 @@ static void on_tick(uv_timer_t *t)
             (void)send_msg(cl, pe->link, &m);
         }
     }
-    for (link_t **pp = &cl->refusing; *pp;) {
-        l = *pp;
-        if (since(now, l->refused_ns) < REFUSE_GRACE_NS) {
-            pp = &l->next;
-            continue;
-        }
-        *pp = l->next;
-        link_close(l);
-        cl->nrefusing--;
-    }
-    /* inbound endpoints that never proved the secret */
+    /* connections that never proved the secret, and those that read
+     * nothing of what they are sent */
     for (l = cl->links; l; l = lnext) {
         lnext = l->next;
-        if (!l->outbound && !l->authed && since(now, l->opened_ns) > cl->deadline_ns)
+        if (l->stalled) {
+            if (!l->outbound)
+                refused(cl, l->authed, "from", l->from, l->node,
+                        "reads nothing of what it is sent");
+            link_drop(cl, l, "reads nothing of what it is sent");
+            lnext = cl->links; /* dropping may have changed the list: again */
+        } else if (!l->outbound && !l->authed && since(now, l->opened_ns) > cl->deadline_ns) {
             refuse_link(cl, l, "no proof of the secret within the deadline");
+            lnext = cl->links;
+        }
     }
 again:
     for (p = cl->pends; p; p = next) {
@@ -2608,34 +2506,6 @@ static kvd_status_t read_peers_file(kvd_cluster_t *cl, const char *path, char *w
     return st;
 }
 
-/* Whether UCX has a component of this name here (rdmacm only where the
- * machine has RDMA's connection manager). */
-static int ucx_has_component(const char *name)
-{
-    uct_component_h *comps;
-    unsigned n;
-    int found = 0;
-
-    if (uct_query_components(&comps, &n) != UCS_OK)
-        return 0;
-    for (unsigned i = 0; i < n && !found; i++) {
-        uct_component_attr_t a;
-        memset(&a, 0, sizeof(a));
-        a.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
-        found = uct_component_query(comps[i], &a) == UCS_OK && strcmp(a.name, name) == 0;
-    }
-    uct_release_component_list(comps);
-    return found;
-}
-
-void kvd_cluster_environment(void)
-{
-    setenv("UCX_TCP_CM_REUSEADDR", "y", 0); /* 0: the operator's own value stays */
-    /* only where something reads it: UCX warns of UCX_* variables unread */
-    if (ucx_has_component("rdmacm"))
-        setenv("UCX_RDMA_CM_REUSEADDR", "y", 0);
-}
-
 /* Stop the lanes' threads (their workers stay, for the loop to finish). */
 static void lanes_stop(kvd_cluster_t *cl)
 {
@@ -2644,20 +2514,10 @@ static void lanes_stop(kvd_cluster_t *cl)
         if (!ln->running)
             continue;
         atomic_store(&ln->stop, 1);
-        ucp_worker_signal(ln->worker);
+        ucp_worker_signal(ln->tx);
         pthread_join(ln->thread, NULL);
         ln->running = 0;
     }
-}
-
-/* With its thread stopped: no more peers' lanes into lane ln. */
-static void lane_shut(lane_t *ln)
-{
-    if (ln->listener != NULL)
-        ucp_listener_destroy(ln->listener);
-    ln->listener = NULL;
-    while (ln->nin > 0)
-        ep_close_now(ln, ln->in[--ln->nin]);
 }
 
 /* With the threads stopped: do the lanes' last commands and progress
@@ -2665,8 +2525,6 @@ static void lane_shut(lane_t *ln)
  * the loop. */
 static void lanes_settle(kvd_cluster_t *cl)
 {
-    for (uint32_t k = 0; k < cl->nlanes; k++)
-        lane_shut(&cl->lanes[k]);
     /* until every transfer and close has ended and handed back what it
      * held (the caches it names go right after), or 2 s have passed */
     for (uint64_t end = kvd_now_ns() + 2000000000ull; kvd_now_ns() < end;) {
@@ -2674,7 +2532,7 @@ static void lanes_settle(kvd_cluster_t *cl)
         for (uint32_t k = 0; k < cl->nlanes; k++) {
             lane_t *ln = &cl->lanes[k];
             n += lane_run_cmds(ln);
-            n += ucp_worker_progress(ln->worker);
+            n += lane_progress(ln);
             held += ln->outstanding + ln->closing;
         }
         n += ev_drain(cl);
@@ -2693,10 +2551,12 @@ static void lanes_free(kvd_cluster_t *cl)
             if (((lane_cmd_t *)n)->owned)
                 free(n);
         }
-        lane_shut(ln);
-        free(ln->in);
-        if (ln->worker != NULL)
-            ucp_worker_destroy(ln->worker);
+        if (ln->address != NULL)
+            ucp_worker_release_address(ln->rx, ln->address);
+        if (ln->tx != NULL)
+            ucp_worker_destroy(ln->tx);
+        if (ln->rx != NULL)
+            ucp_worker_destroy(ln->rx);
         pthread_mutex_destroy(&ln->cmds.lock);
         memset(ln, 0, sizeof(*ln));
     }
@@ -2704,28 +2564,13 @@ static void lanes_free(kvd_cluster_t *cl)
     while (cl->lane_eps != NULL) {
         lane_ep_t *lep = cl->lane_eps;
         cl->lane_eps = lep->all;
+        free(lep->addr);
         free(lep);
     }
 }
 
-static ucs_status_t worker_handle(ucp_worker_h w, unsigned id, ucp_am_recv_callback_t cb,
-                                  void *arg)
-{
-    ucp_am_handler_param_t hp;
-
-    memset(&hp, 0, sizeof(hp));
-    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    hp.id = id;
-    hp.cb = cb;
-    hp.arg = arg;
-    return ucp_worker_set_am_recv_handler(w, &hp);
-}
-
-/* A worker for one thread, its event descriptor, and a handler of active
- * message id. */
-static ucs_status_t worker_make(kvd_cluster_t *cl, ucp_worker_h *w, int *efd, unsigned id,
-                                ucp_am_recv_callback_t cb, void *arg)
+/* A worker for one thread and its event descriptor. */
+static ucs_status_t worker_make(kvd_cluster_t *cl, ucp_worker_h *w, int *efd)
 {
     ucp_worker_params_t wp;
     ucs_status_t us;
@@ -2737,56 +2582,56 @@ static ucs_status_t worker_make(kvd_cluster_t *cl, ucp_worker_h *w, int *efd, un
         *w = NULL;
         return us;
     }
-    if ((us = ucp_worker_get_efd(*w, efd)) != UCS_OK)
-        return us;
-    return worker_handle(*w, id, cb, arg);
+    return ucp_worker_get_efd(*w, efd);
 }
 
-/* Lane ln listens where the cluster does, on a port of its own. */
-static ucs_status_t lane_listen(kvd_cluster_t *cl, lane_t *ln)
+/* Lane ln's workers, the handler of blocks on rx, and rx's address,
+ * which must be one this daemon can check when a peer sends its own. */
+static kvd_status_t lane_make(kvd_cluster_t *cl, lane_t *ln, char *why, size_t why_len)
 {
-    ucp_listener_params_t lp;
-    ucp_listener_attr_t la;
-    struct sockaddr_storage sa = cl->listen_sa; /* IPv4: usable_family saw to it */
-    const struct sockaddr_in *in = (const struct sockaddr_in *)&la.sockaddr;
-    char host[INET_ADDRSTRLEN] = "?";
+    ucp_am_handler_param_t hp;
     ucs_status_t us;
 
-    ((struct sockaddr_in *)&sa)->sin_port = 0;
-    memset(&lp, 0, sizeof(lp));
-    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    lp.sockaddr.addr = (const struct sockaddr *)&sa;
-    lp.sockaddr.addrlen = cl->listen_salen;
-    lp.conn_handler.cb = lane_on_conn;
-    lp.conn_handler.arg = ln;
-    if ((us = ucp_listener_create(ln->worker, &lp, &ln->listener)) != UCS_OK) {
-        ln->listener = NULL;
-        return us;
+    if ((us = worker_make(cl, &ln->rx, &ln->rx_efd)) != UCS_OK ||
+        (us = worker_make(cl, &ln->tx, &ln->tx_efd)) != UCS_OK)
+        goto fail;
+    memset(&hp, 0, sizeof(hp));
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = AM_BLOCK;
+    hp.cb = lane_on_block;
+    hp.arg = ln;
+    if ((us = ucp_worker_set_am_recv_handler(ln->rx, &hp)) != UCS_OK ||
+        (us = ucp_worker_get_address(ln->rx, &ln->address, &ln->address_len)) != UCS_OK) {
+        ln->address = NULL;
+        goto fail;
     }
-    memset(&la, 0, sizeof(la));
-    la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-    if ((us = ucp_listener_query(ln->listener, &la)) != UCS_OK)
-        return us;
-    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-    snprintf(ln->where, sizeof(ln->where), "%s:%u", host, ntohs(in->sin_port));
-    return UCS_OK;
+    if (ln->address_len > MAX_LANE_ADDRESS ||
+        !kvd_cw_ucx_address_ok((const uint8_t *)ln->address, ln->address_len,
+                               (const uint8_t *)ln->address, ln->address_len)) {
+        snprintf(why, why_len, "UCX packs its worker addresses in a form kvdockd cannot check "
+                 "(UCX_UNIFIED_MODE=y, or a UCX other than 1.13's address format)");
+        return KVD_EINVAL;
+    }
+    return KVD_OK;
+fail:
+    snprintf(why, why_len, "UCX lane worker: %s", ucs_status_string(us));
+    return KVD_EIO;
 }
 
-/* n lane workers (each its thread's alone), their listeners, their
- * threads. */
+/* n lanes: their workers (each its thread's alone) and threads. */
 static kvd_status_t lanes_start(kvd_cluster_t *cl, uint32_t n, char *why, size_t why_len)
 {
-    ucs_status_t us = UCS_OK;
+    kvd_status_t st;
 
     for (cl->nlanes = 0; cl->nlanes < n; cl->nlanes++) {
         lane_t *ln = &cl->lanes[cl->nlanes];
         ln->cl = cl;
         pthread_mutex_init(&ln->cmds.lock, NULL);
-        if ((us = worker_make(cl, &ln->worker, &ln->efd, AM_BLOCK, lane_on_block, ln)) !=
-                UCS_OK ||
-            (us = lane_listen(cl, ln)) != UCS_OK) {
+        if ((st = lane_make(cl, ln, why, why_len)) != KVD_OK) {
             cl->nlanes++; /* freed below */
-            break;
+            lanes_free(cl);
+            return st;
         }
         if (pthread_create(&ln->thread, NULL, lane_run, ln) != 0) {
             cl->nlanes++;
@@ -2795,11 +2640,6 @@ static kvd_status_t lanes_start(kvd_cluster_t *cl, uint32_t n, char *why, size_t
             return KVD_ENOMEM;
         }
         ln->running = 1;
-    }
-    if (us != UCS_OK) {
-        snprintf(why, why_len, "UCX lane worker: %s", ucs_status_string(us));
-        lanes_free(cl);
-        return KVD_EIO;
     }
     return KVD_OK;
 }
@@ -2816,6 +2656,24 @@ static uint32_t lanes_wanted(const kvd_options_t *o)
     return cpus >= 16 ? 4 : cpus >= 8 ? 2 : 1;
 }
 
+/* The front door's socket, listening (a daemon restarted listens again
+ * at once: SO_REUSEADDR); -errno on failure. */
+static int listen_fd(const struct sockaddr_storage *sa, socklen_t len)
+{
+    int one = 1, err;
+    int fd = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+    if (fd < 0)
+        return -errno;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, (const struct sockaddr *)sa, len) != 0 || listen(fd, 128) != 0) {
+        err = errno;
+        close(fd);
+        return -err;
+    }
+    return fd;
+}
+
 kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *why,
                                 size_t why_len)
 {
@@ -2823,15 +2681,14 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
     kvd_cluster_t *cl = calloc(1, sizeof(*cl));
     ucp_params_t up;
     ucp_config_t *cfg = NULL;
-    ucp_listener_params_t lp;
     ucs_status_t us;
     kvd_status_t st;
+    int rc, fd;
 
     if (cl == NULL)
         return KVD_ENOMEM;
     cl->srv = srv;
     cl->next_id = 1;
-    cl->efd = -1;
     cl->deadline_ns = o->cluster_deadline_ms * 1000000ull;
     snprintf(cl->node, sizeof(cl->node), "%s", o->cluster_listen);
     if ((st = resolve(o->cluster_listen, &cl->listen_sa, &cl->listen_salen, why, why_len)) !=
@@ -2845,6 +2702,12 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
         free(cl);
         return st;
     }
+    if ((fd = listen_fd(&cl->listen_sa, cl->listen_salen)) < 0) {
+        snprintf(why, why_len, "cluster-listen %s: cannot listen there: %s", cl->node,
+                 strerror(-fd));
+        free(cl);
+        return KVD_EIO;
+    }
     memset(&up, 0, sizeof(up));
     up.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -2854,49 +2717,30 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
         if (cfg)
             ucp_config_release(cfg);
         snprintf(why, why_len, "UCX: %s", ucs_status_string(us));
+        close(fd);
         free(cl);
         return KVD_EIO;
     }
     ucp_config_release(cfg);
-    if ((us = worker_make(cl, &cl->worker, &cl->efd, AM_CTRL, on_ctrl, cl)) != UCS_OK ||
-        (us = worker_handle(cl->worker, AM_BLOCK, on_block, cl)) != UCS_OK)
-        goto fail_ucx;
-    memset(&lp, 0, sizeof(lp));
-    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    lp.sockaddr.addr = (const struct sockaddr *)&cl->listen_sa;
-    lp.sockaddr.addrlen = cl->listen_salen;
-    lp.conn_handler.cb = on_conn;
-    lp.conn_handler.arg = cl;
     pthread_mutex_init(&cl->events.lock, NULL);
     if ((st = lanes_start(cl, lanes_wanted(o), why, why_len)) != KVD_OK) {
-        ucp_worker_destroy(cl->worker);
-        ucp_cleanup(cl->ctx);
-        pthread_mutex_destroy(&cl->events.lock);
-        free(cl);
-        return st;
+        close(fd);
+        goto fail;
     }
-    if ((us = ucp_listener_create(cl->worker, &lp, &cl->listener)) != UCS_OK) {
-        snprintf(why, why_len, "cluster-listen %s: UCX cannot listen there: %s", cl->node,
-                 ucs_status_string(us));
-        lanes_free(cl);
-        ev_drain(cl); /* what a stranger's early connection may have queued */
-        ucp_worker_destroy(cl->worker);
-        ucp_cleanup(cl->ctx);
-        pthread_mutex_destroy(&cl->events.lock);
-        free(cl);
-        return KVD_EIO;
+    uv_tcp_init(srv->loop, &cl->listener);
+    cl->listener.data = cl;
+    if ((rc = uv_tcp_open(&cl->listener, fd)) != 0 ||
+        (rc = uv_listen((uv_stream_t *)&cl->listener, 128, on_accept)) != 0) {
+        /* never on Linux once listen(2) took it; the handle owns fd now */
+        kvd_log(KVD_LOG_ERROR, "event=cluster_listen_failed reason=\"%s\"", uv_strerror(rc));
     }
+    cl->listening = 1;
     uv_async_init(srv->loop, &cl->ev_async, on_events);
     cl->ev_async.data = cl;
     atomic_store(&cl->ev_open, 1);
     uv_async_send(&cl->ev_async); /* anything queued before it opened */
-    uv_poll_init(srv->loop, &cl->poll, cl->efd);
-    uv_prepare_init(srv->loop, &cl->prepare);
-    uv_idle_init(srv->loop, &cl->spin);
     uv_timer_init(srv->loop, &cl->tick);
-    cl->poll.data = cl->prepare.data = cl->spin.data = cl->tick.data = cl;
-    uv_poll_start(&cl->poll, UV_READABLE, on_poll);
-    uv_prepare_start(&cl->prepare, on_prepare);
+    cl->tick.data = cl;
     {
         uint64_t ms = o->cluster_deadline_ms / 4;
         ms = ms < 5 ? 5 : ms > 100 ? 100 : ms;
@@ -2907,13 +2751,12 @@ kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *wh
     *out = cl;
     return KVD_OK;
 
-fail_ucx:
-    snprintf(why, why_len, "UCX worker: %s", ucs_status_string(us));
-    if (cl->worker)
-        ucp_worker_destroy(cl->worker);
+fail:
+    ev_drain(cl);
     ucp_cleanup(cl->ctx);
+    pthread_mutex_destroy(&cl->events.lock);
     free(cl);
-    return KVD_EIO;
+    return st;
 }
 
 void kvd_cluster_close(kvd_cluster_t *cl)
@@ -2937,26 +2780,14 @@ void kvd_cluster_close(kvd_cluster_t *cl)
     }
     while (cl->links)
         link_drop(cl, cl->links, "the daemon is shutting down");
-    while (cl->refusing) {
-        link_t *l = cl->refusing;
-        cl->refusing = l->next;
-        link_close(l);
-    }
-    cl->nrefusing = 0;
-    progress(cl);
     /* the lanes' threads go; what their workers still hold ends here */
     lanes_stop(cl);
     lanes_settle(cl);
     atomic_store(&cl->ev_open, 0); /* no thread left to post: lanes_stop joined them */
     uv_close((uv_handle_t *)&cl->ev_async, NULL);
-    if (cl->listener) {
-        ucp_listener_destroy(cl->listener);
-        cl->listener = NULL;
-    }
-    uv_poll_stop(&cl->poll);
-    uv_close((uv_handle_t *)&cl->poll, NULL);
-    uv_close((uv_handle_t *)&cl->prepare, NULL);
-    uv_close((uv_handle_t *)&cl->spin, NULL);
+    if (cl->listening)
+        uv_close((uv_handle_t *)&cl->listener, NULL);
+    cl->listening = 0;
     uv_close((uv_handle_t *)&cl->tick, NULL);
 }
 
@@ -2968,11 +2799,9 @@ void kvd_cluster_destroy(kvd_cluster_t **clp)
         return;
     if (!cl->closing)
         kvd_cluster_close(cl);
-    progress(cl);
     lanes_settle(cl);
     lanes_free(cl);
     ev_drain(cl);
-    ucp_worker_destroy(cl->worker);
     ucp_cleanup(cl->ctx);
     pthread_mutex_destroy(&cl->events.lock);
     free(cl);

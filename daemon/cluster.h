@@ -1,7 +1,8 @@
 /*
  * The cluster: kvdockd daemons on several machines that share the caches
- * made with cluster = true, over UCX (proto/cluster.proto says what they
- * say; README "A cluster" why it is built so).
+ * made with cluster = true: control on TCP connections each daemon reads
+ * itself, block bytes over UCX (proto/cluster.proto says what they say,
+ * cluster.c's header how; README "A cluster" why it is built so).
  *
  * No directory and no home node: a lookup that misses locally asks every
  * live peer at once which of the missing keys it holds (one round trip,
@@ -56,12 +57,6 @@ static inline int kvd_cluster_has(const kvd_cluster_answer_t *a, uint32_t i)
     return i >= a->first && i < a->n && kvd_cluster_bit(a->present, i - a->first);
 }
 
-/* Before any thread starts (main): a daemon restarted must listen on its
- * cluster address again at once, not after its old connections' TIME_WAIT
- * (UCX leaves SO_REUSEADDR off unless told); UCX_* variables set by the
- * operator win. */
-void kvd_cluster_environment(void);
-
 /* Listen, read the secret and the peers, start connecting (--cluster-*).
  * Nothing is left behind on error (why says what failed). */
 kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *why,
@@ -89,6 +84,7 @@ struct Kvdock__Cluster *kvd_cluster_status(kvd_req_t *r, const kvd_cluster_t *cl
 /* For the metrics: the totals, and peer i (of kvd_cluster_peers). */
 typedef struct kvd_cluster_totals {
     uint64_t blocks_fetched, bytes_fetched, blocks_served, bytes_served, refused;
+    uint64_t blocks_dropped; /* blocks on a lane that no fetch of ours asked for */
     uint32_t inbound;
 } kvd_cluster_totals_t;
 void kvd_cluster_get_totals(const kvd_cluster_t *cl, kvd_cluster_totals_t *t);

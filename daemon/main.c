@@ -54,8 +54,6 @@ int main(int argc, char **argv)
      * launch, where a load can wait for queued work, and the loop with it
      * (see kvd_cuda_load_kernels).  Set before the first CUDA call. */
     setenv("CUDA_MODULE_LOADING", "EAGER", 1);
-    if (opts.cluster_listen[0] != '\0')
-        kvd_cluster_environment();
     signal(SIGPIPE, SIG_IGN);
     /* a memfd past RLIMIT_FSIZE then fails with EFBIG (refused, ENOMEM)
      * instead of killing the daemon */

@@ -2,29 +2,35 @@
 #include "rawpeer.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
-#include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include "kvdock/blake2s.h"
 
 #define QUEUE 64
+#define RX_MAX (16u << 20)
 
 struct rawpeer {
-    ucp_context_h ctx;
-    ucp_worker_h worker;
-    ucp_ep_h ep;
-    ucp_ep_h *silent;            /* rawpeer_open_silent's */
+    int fd;
+    int closed;                  /* the daemon closed the connection */
+    int *silent;                 /* rawpeer_open_silent's */
     int nsilent;
-    int failed;                  /* the endpoint failed: the daemon closed it */
+    uint8_t *rx;
+    size_t rx_len;
     Kvdock__Cluster__Msg *q[QUEUE];
     int nq;
     char refused[256];           /* the last Refused reason */
     uint8_t nonce[RAWPEER_NONCE], their_nonce[RAWPEER_NONCE];
+    uint8_t auth[128];
+    size_t auth_len;
 };
 
 static int64_t now_ms(void)
@@ -35,209 +41,227 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static ucs_status_t on_ctrl(void *arg, const void *header, size_t header_length, void *data,
-                            size_t length, const ucp_am_recv_param_t *param)
-{
-    rawpeer_t *rp = arg;
-    Kvdock__Cluster__Msg *m;
-
-    (void)header;
-    (void)header_length;
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
-        return UCS_OK; /* the daemon sends control messages eagerly */
-    m = kvdock__cluster__msg__unpack(NULL, length, data);
-    if (m == NULL)
-        return UCS_OK;
-    if (m->m_case == KVDOCK__CLUSTER__MSG__M_REFUSED)
-        snprintf(rp->refused, sizeof(rp->refused), "%s",
-                 m->refused->reason ? m->refused->reason : "");
-    if (rp->nq == QUEUE) {
-        kvdock__cluster__msg__free_unpacked(m, NULL);
-        return UCS_OK;
-    }
-    rp->q[rp->nq++] = m;
-    return UCS_OK;
-}
-
-static void on_error(void *arg, ucp_ep_h ep, ucs_status_t status)
-{
-    (void)ep;
-    (void)status;
-    ((rawpeer_t *)arg)->failed = 1;
-}
-
 rawpeer_t *rawpeer_new(void)
 {
     rawpeer_t *rp = calloc(1, sizeof(*rp));
-    ucp_params_t p;
-    ucp_worker_params_t wp;
-    ucp_am_handler_param_t ap;
 
     if (rp == NULL)
         return NULL;
-    memset(&p, 0, sizeof(p));
-    p.field_mask = UCP_PARAM_FIELD_FEATURES;
-    p.features = UCP_FEATURE_AM;
-    memset(&wp, 0, sizeof(wp));
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-    if (ucp_init(&p, NULL, &rp->ctx) != UCS_OK) {
+    rp->fd = -1;
+    rp->rx = malloc(RX_MAX);
+    if (rp->rx == NULL) {
         free(rp);
         return NULL;
     }
-    if (ucp_worker_create(rp->ctx, &wp, &rp->worker) != UCS_OK) {
-        ucp_cleanup(rp->ctx);
-        free(rp);
-        return NULL;
-    }
-    memset(&ap, 0, sizeof(ap));
-    ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    ap.id = RAWPEER_AM_CTRL;
-    ap.cb = on_ctrl;
-    ap.arg = rp;
-    (void)ucp_worker_set_am_recv_handler(rp->worker, &ap);
     for (int i = 0; i < RAWPEER_NONCE; i++)
         rp->nonce[i] = (uint8_t)(rand() ^ (i * 37));
     return rp;
-}
-
-void rawpeer_progress(rawpeer_t *rp, int ms)
-{
-    int64_t end = now_ms() + ms;
-
-    do {
-        while (ucp_worker_progress(rp->worker) != 0) {
-        }
-    } while (now_ms() < end);
-}
-
-static void close_ep(rawpeer_t *rp, ucp_ep_h ep)
-{
-    ucp_request_param_t prm;
-    void *req;
-
-    memset(&prm, 0, sizeof(prm));
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    req = ucp_ep_close_nbx(ep, &prm);
-    if (UCS_PTR_IS_PTR(req)) {
-        int64_t end = now_ms() + 2000;
-        while (ucp_request_check_status(req) == UCS_INPROGRESS && now_ms() < end)
-            ucp_worker_progress(rp->worker);
-        ucp_request_free(req);
-    }
 }
 
 void rawpeer_free(rawpeer_t *rp)
 {
     if (rp == NULL)
         return;
-    if (rp->ep != NULL)
-        close_ep(rp, rp->ep);
+    if (rp->fd >= 0)
+        close(rp->fd);
     for (int i = 0; i < rp->nsilent; i++)
-        close_ep(rp, rp->silent[i]);
+        if (rp->silent[i] >= 0)
+            close(rp->silent[i]);
     free(rp->silent);
     for (int i = 0; i < rp->nq; i++)
         kvdock__cluster__msg__free_unpacked(rp->q[i], NULL);
-    ucp_worker_destroy(rp->worker);
-    ucp_cleanup(rp->ctx);
+    free(rp->rx);
     free(rp);
 }
 
-static int connect_ep(rawpeer_t *rp, int port, ucp_ep_h *out)
+static int dial(const char *from, int port)
 {
-    struct sockaddr_in sa;
-    ucp_ep_params_t ep;
+    struct sockaddr_in sa, src;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 
+    if (fd < 0)
+        return -1;
+    if (from != NULL) {
+        memset(&src, 0, sizeof(src));
+        src.sin_family = AF_INET;
+        if (inet_pton(AF_INET, from, &src.sin_addr) != 1 ||
+            bind(fd, (struct sockaddr *)&src, sizeof(src)) != 0) {
+            close(fd);
+            return -1;
+        }
+    }
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     sa.sin_port = htons((uint16_t)port);
-    memset(&ep, 0, sizeof(ep));
-    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep.sockaddr.addr = (const struct sockaddr *)&sa;
-    ep.sockaddr.addrlen = sizeof(sa);
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = on_error;
-    ep.err_handler.arg = rp;
-    return ucp_ep_create(rp->worker, &ep, out) == UCS_OK ? 0 : -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return -1;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+}
+
+int rawpeer_connect_from(rawpeer_t *rp, const char *from, int port)
+{
+    rp->fd = dial(from, port);
+    return rp->fd >= 0 ? 0 : -1;
 }
 
 int rawpeer_connect(rawpeer_t *rp, int port)
 {
-    return connect_ep(rp, port, &rp->ep);
+    return rawpeer_connect_from(rp, NULL, port);
 }
 
-int rawpeer_open_silent(rawpeer_t *rp, int port, int n)
+int rawpeer_open_silent(rawpeer_t *rp, const char *from, int port, int n)
 {
-    ucp_ep_h *more = realloc(rp->silent, (size_t)(rp->nsilent + n) * sizeof(*more));
+    int *more = realloc(rp->silent, (size_t)(rp->nsilent + n) * sizeof(*more)), got = 0;
 
     if (more == NULL)
-        return -1;
+        return 0;
     rp->silent = more;
     for (int i = 0; i < n; i++) {
-        if (connect_ep(rp, port, &rp->silent[rp->nsilent]) != 0)
-            return -1;
-        rp->nsilent++;
-        ucp_worker_progress(rp->worker);
+        int fd = dial(from, port);
+        if (fd < 0)
+            break;
+        rp->silent[rp->nsilent++] = fd;
+        got++;
     }
-    return 0;
+    return got;
 }
 
 void rawpeer_silent_send(rawpeer_t *rp, const void *data, size_t len)
 {
-    ucp_request_param_t prm;
-
-    memset(&prm, 0, sizeof(prm));
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    prm.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-    for (int i = 0; i < rp->nsilent; i++) {
-        void *req = ucp_am_send_nbx(rp->silent[i], RAWPEER_AM_CTRL, NULL, 0, data, len, &prm);
-        if (UCS_PTR_IS_PTR(req))
-            ucp_request_free(req); /* completes inside UCX, or fails with the endpoint */
-    }
+    for (int i = 0; i < rp->nsilent; i++)
+        if (rp->silent[i] >= 0)
+            (void)send(rp->silent[i], data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-int rawpeer_send(rawpeer_t *rp, unsigned am_id, const void *hdr, size_t hdr_len,
-                 const void *data, size_t len, int eager, int timeout_ms)
+int rawpeer_silent_closed(rawpeer_t *rp, int timeout_ms)
 {
-    ucp_request_param_t prm;
-    void *req;
     int64_t end = now_ms() + timeout_ms;
-    ucs_status_t st;
+    int closed;
 
-    memset(&prm, 0, sizeof(prm));
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    prm.flags = UCP_AM_SEND_FLAG_REPLY | (eager ? UCP_AM_SEND_FLAG_EAGER : UCP_AM_SEND_FLAG_RNDV);
-    req = ucp_am_send_nbx(rp->ep, am_id, hdr, hdr_len, data, len, &prm);
-    if (req == NULL)
+    do {
+        closed = 0;
+        for (int i = 0; i < rp->nsilent; i++) {
+            char b[256];
+            ssize_t n;
+            if (rp->silent[i] < 0) {
+                closed++;
+                continue;
+            }
+            n = recv(rp->silent[i], b, sizeof(b), MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+                close(rp->silent[i]);
+                rp->silent[i] = -1;
+                closed++;
+            }
+        }
+        if (closed == rp->nsilent)
+            break;
+        usleep(10000);
+    } while (now_ms() < end);
+    return closed;
+}
+
+int rawpeer_send_raw(rawpeer_t *rp, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+
+    while (len > 0) {
+        ssize_t n = send(rp->fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static size_t frame(const Kvdock__Cluster__Msg *m, uint8_t **out)
+{
+    size_t len = kvdock__cluster__msg__get_packed_size(m);
+    uint8_t *b = malloc(len + 4);
+
+    if (b == NULL)
         return 0;
-    if (UCS_PTR_IS_ERR(req))
-        return -1;
-    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS && !rp->failed &&
-           now_ms() < end)
-        ucp_worker_progress(rp->worker);
-    if (st == UCS_INPROGRESS)
-        ucp_request_cancel(rp->worker, req);
-    ucp_request_free(req);
-    return st == UCS_OK ? 0 : -1;
+    b[0] = (uint8_t)len;
+    b[1] = (uint8_t)(len >> 8);
+    b[2] = (uint8_t)(len >> 16);
+    b[3] = (uint8_t)(len >> 24);
+    kvdock__cluster__msg__pack(m, b + 4);
+    *out = b;
+    return len + 4;
 }
 
 int rawpeer_send_msg(rawpeer_t *rp, const Kvdock__Cluster__Msg *m)
 {
-    size_t len = kvdock__cluster__msg__get_packed_size(m);
-    uint8_t *buf = malloc(len ? len : 1);
+    uint8_t *b = NULL;
+    size_t n = frame(m, &b);
     int rc;
 
-    if (buf == NULL)
+    if (n == 0)
         return -1;
-    kvdock__cluster__msg__pack(m, buf);
-    rc = rawpeer_send(rp, RAWPEER_AM_CTRL, NULL, 0, buf, len, 1, 5000);
-    free(buf);
+    rc = rawpeer_send_raw(rp, b, n);
+    free(b);
     return rc;
+}
+
+/* Read what is there within ms; whole frames go to the queue. */
+static void pump(rawpeer_t *rp, int ms)
+{
+    struct pollfd pf = {.fd = rp->fd, .events = POLLIN};
+    ssize_t n;
+
+    if (rp->closed || rp->fd < 0 || poll(&pf, 1, ms) <= 0)
+        return;
+    n = recv(rp->fd, rp->rx + rp->rx_len, RX_MAX - rp->rx_len, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        rp->closed = 1;
+        return;
+    }
+    if (n < 0)
+        return;
+    rp->rx_len += (size_t)n;
+    for (;;) {
+        uint32_t len;
+        Kvdock__Cluster__Msg *m;
+        if (rp->rx_len < 4)
+            break;
+        len = (uint32_t)rp->rx[0] | (uint32_t)rp->rx[1] << 8 | (uint32_t)rp->rx[2] << 16 |
+              (uint32_t)rp->rx[3] << 24;
+        if (len > RX_MAX - 4) {
+            rp->closed = 1; /* the daemon never sends that */
+            return;
+        }
+        if (rp->rx_len < 4 + (size_t)len)
+            break;
+        m = kvdock__cluster__msg__unpack(NULL, len, rp->rx + 4);
+        memmove(rp->rx, rp->rx + 4 + len, rp->rx_len - 4 - len);
+        rp->rx_len -= 4 + len;
+        if (m == NULL)
+            continue;
+        if (m->m_case == KVDOCK__CLUSTER__MSG__M_REFUSED)
+            snprintf(rp->refused, sizeof(rp->refused), "%s",
+                     m->refused->reason ? m->refused->reason : "");
+        if (rp->nq == QUEUE) {
+            kvdock__cluster__msg__free_unpacked(m, NULL);
+            continue;
+        }
+        rp->q[rp->nq++] = m;
+    }
+}
+
+void rawpeer_progress(rawpeer_t *rp, int ms)
+{
+    int64_t end = now_ms() + ms;
+
+    do
+        pump(rp, 10);
+    while (now_ms() < end && !rp->closed);
 }
 
 Kvdock__Cluster__Msg *rawpeer_wait(rawpeer_t *rp, Kvdock__Cluster__Msg__MCase want,
@@ -253,9 +277,9 @@ Kvdock__Cluster__Msg *rawpeer_wait(rawpeer_t *rp, Kvdock__Cluster__Msg__MCase wa
                 rp->nq--;
                 return m;
             }
-        if (rp->failed || now_ms() >= end)
+        if (rp->closed || now_ms() >= end)
             return NULL;
-        ucp_worker_progress(rp->worker);
+        pump(rp, 10);
     }
 }
 
@@ -263,11 +287,16 @@ int rawpeer_wait_closed(rawpeer_t *rp, int timeout_ms, char *why, size_t why_len
 {
     int64_t end = now_ms() + timeout_ms;
 
-    while (!rp->failed && now_ms() < end)
-        ucp_worker_progress(rp->worker);
+    while (!rp->closed && now_ms() < end)
+        pump(rp, 10);
     if (why != NULL)
         snprintf(why, why_len, "%s", rp->refused);
-    return rp->failed;
+    return rp->closed;
+}
+
+void rawpeer_set_nonce(rawpeer_t *rp, const uint8_t nonce[RAWPEER_NONCE])
+{
+    memcpy(rp->nonce, nonce, RAWPEER_NONCE);
 }
 
 int rawpeer_hello(rawpeer_t *rp, uint32_t version)
@@ -297,10 +326,18 @@ static void prove(const uint8_t key[KVD_BLAKE2S_BYTES], const char *label, const
     kvd_b2s_final(&s, out);
 }
 
+size_t rawpeer_last_auth(const rawpeer_t *rp, uint8_t *out, size_t cap)
+{
+    if (rp->auth_len > cap)
+        return 0;
+    memcpy(out, rp->auth, rp->auth_len);
+    return rp->auth_len;
+}
+
 int rawpeer_auth(rawpeer_t *rp, const char *secret)
 {
-    uint8_t key[KVD_BLAKE2S_BYTES], want[KVD_BLAKE2S_BYTES], proof[KVD_BLAKE2S_BYTES];
-    size_t len = strlen(secret);
+    uint8_t key[KVD_BLAKE2S_BYTES], want[KVD_BLAKE2S_BYTES], proof[KVD_BLAKE2S_BYTES], *b = NULL;
+    size_t len = strlen(secret), n;
     kvd_b2s_t s;
     Kvdock__Cluster__Msg *ch, *w, m = KVDOCK__CLUSTER__MSG__INIT;
     Kvdock__Cluster__Auth au = KVDOCK__CLUSTER__AUTH__INIT;
@@ -312,7 +349,7 @@ int rawpeer_auth(rawpeer_t *rp, const char *secret)
     kvd_b2s_init(&s, NULL, 0);
     kvd_b2s_update(&s, secret, len);
     kvd_b2s_final(&s, key);
-    if (rawpeer_hello(rp, 1) != 0 ||
+    if (rawpeer_hello(rp, RAWPEER_VERSION) != 0 ||
         (ch = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_CHALLENGE, 5000)) == NULL)
         return -1;
     ok = ch->challenge->nonce.len == RAWPEER_NONCE;
@@ -330,8 +367,15 @@ int rawpeer_auth(rawpeer_t *rp, const char *secret)
     au.proof.len = sizeof(proof);
     m.m_case = KVDOCK__CLUSTER__MSG__M_AUTH;
     m.auth = &au;
-    if (rawpeer_send_msg(rp, &m) != 0 ||
-        (w = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_WELCOME, 5000)) == NULL)
+    if ((n = frame(&m, &b)) == 0 || n > sizeof(rp->auth)) {
+        free(b);
+        return -1;
+    }
+    memcpy(rp->auth, b, n);
+    rp->auth_len = n;
+    ok = rawpeer_send_raw(rp, b, n) == 0;
+    free(b);
+    if (!ok || (w = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_WELCOME, 5000)) == NULL)
         return -1;
     kvdock__cluster__msg__free_unpacked(w, NULL);
     return 0;
