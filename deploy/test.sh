@@ -64,20 +64,22 @@ if [ "${KVD_ASAN:-1}" != 0 ]; then
   echo "test.sh: sanitizer build and tests: $((SECONDS - t0)) s"
 fi
 
-# The libFuzzer target (clang, ASan + UBSan) for a bounded time:
-# $KVD_FUZZ_SECONDS (default 60; 0 leaves it out).
+# The libFuzzer targets (clang, ASan + UBSan) for a bounded time each:
+# $KVD_FUZZ_SECONDS (default 60; 0 leaves them out).
 fuzz_passed=0
 fuzz_failed=0
 if [ "${KVD_FUZZ_SECONDS:-60}" != 0 ]; then
-  t0=$SECONDS
-  if ./tests/fuzz/run.sh "${KVD_FUZZ_SECONDS:-60}"; then
-    fuzz_passed=1
-  else
-    rc=1
-    fuzz_failed=1
-    echo "test.sh: fuzzing: failed"
-  fi
-  echo "test.sh: fuzzing: $((SECONDS - t0)) s"
+  for target in frames cluster; do
+    t0=$SECONDS
+    if ./tests/fuzz/run.sh "${KVD_FUZZ_SECONDS:-60}" "$target"; then
+      fuzz_passed=$((fuzz_passed + 1))
+    else
+      rc=1
+      fuzz_failed=$((fuzz_failed + 1))
+      echo "test.sh: fuzzing $target: failed"
+    fi
+    echo "test.sh: fuzzing $target: $((SECONDS - t0)) s"
+  done
 fi
 
 # The closing account: per tree, then one line over every stage.

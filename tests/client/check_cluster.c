@@ -41,6 +41,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <dirent.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1661,6 +1662,108 @@ START_TEST(test_inbound_flood)
 }
 END_TEST
 
+/* The TCP ports pid listens on (IPv4 and IPv6), at most max; how many. */
+static int listening_ports(pid_t pid, int *ports, int max)
+{
+    char path[300], link[128];
+    unsigned long inodes[512];
+    int ninodes = 0, n = 0;
+    DIR *d;
+    struct dirent *e;
+    static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    d = opendir(path);
+    ck_assert_ptr_nonnull(d);
+    while ((e = readdir(d)) != NULL && ninodes < 512) {
+        char fdpath[600];
+        ssize_t len;
+        unsigned long ino;
+        snprintf(fdpath, sizeof(fdpath), "%s/%s", path, e->d_name);
+        if ((len = readlink(fdpath, link, sizeof(link) - 1)) <= 0)
+            continue;
+        link[len] = '\0';
+        if (sscanf(link, "socket:[%lu]", &ino) == 1)
+            inodes[ninodes++] = ino;
+    }
+    closedir(d);
+    for (size_t t = 0; t < 2; t++) {
+        FILE *f = fopen(tables[t], "r");
+        char line[512];
+        if (f == NULL)
+            continue;
+        while (fgets(line, sizeof(line), f) != NULL && n < max) {
+            unsigned port, state;
+            unsigned long ino;
+            char local[64];
+            if (sscanf(line, " %*d: %63[0-9A-Fa-f]:%x %*s %x %*s %*s %*s %*s %*s %lu", local,
+                       &port, &state, &ino) != 4 ||
+                state != 0x0A) /* LISTEN */
+                continue;
+            for (int i = 0; i < ninodes; i++)
+                if (inodes[i] == ino) {
+                    ports[n++] = (int)port;
+                    break;
+                }
+        }
+        fclose(f);
+    }
+    return n;
+}
+
+/* Every port the daemon listens on besides its front door is UCX's TCP
+ * transport's (each lane worker's): what a stranger sends there, the
+ * 116-byte frame, 2,100 bytes of garbage, a flood of idle connections,
+ * must neither stop nor spin the daemon.  (Nothing of kvdockd reads
+ * there: the README says to firewall those ports to the peers' hosts.) */
+START_TEST(test_ucx_ports)
+{
+    node_t nodes[2];
+    int ports[64], n, others = 0;
+    uint8_t frame116[116], garbage[2100];
+
+    memset(nodes, 0, sizeof(nodes));
+    start_nodes(nodes, 2, secret_path);
+    wait_all_up(nodes, 2);
+    for (int i = 0; i < 2; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 1024, true);
+    memset(frame116, 0, 16);
+    frame116[0] = 10;
+    memset(frame116 + 16, 'A', 100);
+    memset(garbage, 'A', sizeof(garbage));
+    n = listening_ports(nodes[0].d.pid, ports, 64);
+    for (int i = 0; i < n; i++) {
+        rawpeer_t *rp;
+        if (ports[i] == nodes[0].port)
+            continue;
+        others++;
+        for (int c = 0; c < 3; c++) {
+            rp = rawpeer_new();
+            ck_assert_ptr_nonnull(rp);
+            if (rawpeer_connect(rp, ports[i]) != 0) { /* listening on another address */
+                rawpeer_free(rp);
+                break;
+            }
+            if (c == 0)
+                (void)rawpeer_send_raw(rp, frame116, sizeof(frame116));
+            else if (c == 1)
+                (void)rawpeer_send_raw(rp, garbage, sizeof(garbage));
+            else
+                (void)rawpeer_open_silent(rp, NULL, ports[i], 200);
+            rawpeer_progress(rp, 300);
+            rawpeer_free(rp);
+            ck_assert_msg(kill(nodes[0].d.pid, 0) == 0, "the daemon died of case %d on UCX's "
+                          "port %d", c, ports[i]);
+        }
+    }
+    ck_assert_msg(others > 0, "no UCX port found beside the front door (%d ports)", n);
+    expect_idle(&nodes[0], "bytes on UCX's ports");
+    expect_cluster_works(&nodes[0], &nodes[1], 44);
+    expect_cluster_works(&nodes[1], &nodes[0], 45);
+    stop_nodes(nodes, 2);
+}
+END_TEST
+
 /* The daemon's peak resident memory (VmHWM), bytes. */
 static uint64_t peak_rss(pid_t pid)
 {
@@ -1892,6 +1995,7 @@ int main(void)
     tcase_add_test(tc, test_hostile_after_proof);
     tcase_add_test(tc, test_inbound_flood);
     tcase_add_test(tc, test_allow_from);
+    tcase_add_test(tc, test_ucx_ports);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -3,7 +3,12 @@
 # in its own tree and fuzz the daemon's decode and dispatch path for a
 # bounded time.
 #
-#   tests/fuzz/run.sh [SECONDS]     (default 60; $KVD_FUZZ_DIR, default build-fuzz)
+#   tests/fuzz/run.sh [SECONDS] [frames|cluster]
+#       (default 60 s of frames; $KVD_FUZZ_DIR, default build-fuzz)
+#
+# cluster: fuzz_cluster instead, the cluster's front door (framing before
+# and after the proof, decoding, the check of peers' UCX addresses); its
+# corpus grows in $KVD_FUZZ_DIR/corpus-cluster.
 #
 # The corpus grows in $KVD_FUZZ_DIR/corpus (seeded from the generated
 # seeds); a crash leaves crash-* in $KVD_FUZZ_DIR/artifacts and fails the
@@ -11,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-60}
+target=${2:-frames}
 dir=${KVD_FUZZ_DIR:-build-fuzz}
 
 if ! command -v clang >/dev/null 2>&1; then
@@ -18,6 +24,25 @@ if ! command -v clang >/dev/null 2>&1; then
   exit 1
 fi
 CC=clang cmake -S . -B "$dir" -DKVD_FUZZ=ON -DKVD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+if [ "$target" = cluster ]; then
+  cmake --build "$dir" -j "$(nproc)" --target fuzz_cluster
+  mkdir -p "$dir/corpus-cluster" "$dir/artifacts"
+  rc=0
+  "$dir/tests/fuzz/fuzz_cluster" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 \
+    -max_len=65536 -print_final_stats=1 -artifact_prefix="$dir/artifacts/" \
+    "$dir/corpus-cluster" >"$dir/fuzz-cluster.log" 2>&1 || rc=$?
+  grep -E '^stat::|^#[0-9]+.*DONE|ERROR|SUMMARY' "$dir/fuzz-cluster.log" | tail -n 20 || true
+  if [ "$rc" -ne 0 ]; then
+    echo "fuzz: fuzz_cluster failed (exit $rc); see $dir/fuzz-cluster.log and $dir/artifacts/" >&2
+    tail -n 60 "$dir/fuzz-cluster.log" >&2
+    exit "$rc"
+  fi
+  echo "fuzz: fuzz_cluster ${secs}s, no crash"
+  exit 0
+elif [ "$target" != frames ]; then
+  echo "fuzz: no target '$target' (frames or cluster)" >&2
+  exit 2
+fi
 cmake --build "$dir" -j "$(nproc)" --target fuzz_frames
 
 bin=$dir/tests/fuzz/fuzz_frames
