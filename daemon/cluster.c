@@ -2232,6 +2232,7 @@ typedef struct arrival {
     void *data;              /* rendezvous: its descriptor; eager: bytes below */
     size_t length;
     int rndv;
+    int bad;                 /* no block's header: dropped, counted */
     uint8_t bytes[];
 } arrival_t;
 
@@ -2243,6 +2244,8 @@ static void lane_arrived(kvd_cluster_t *cl, lane_ev_t *ev)
     pend_t *p = cl->closing ? NULL : pend_find(cl, a->hdr[0]);
     uint32_t i = MAX_PEERS, j;
 
+    if (a->bad)
+        goto drop;
     if (p != NULL && p->phase == 1)
         for (i = 0; i < cl->npeers; i++)
             if (p->fetching[i] && p->token[i] == a->hdr[2])
@@ -2287,19 +2290,27 @@ static ucs_status_t lane_on_block(void *arg, const void *header, size_t header_l
     int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     arrival_t *a;
 
-    if (header_length != sizeof(a->hdr) || (!rndv && length > MAX_CTRL_BYTES))
-        return UCS_OK;
-    a = malloc(sizeof(*a) + (rndv ? 0 : length));
+    int bad = header_length != sizeof(a->hdr) || (!rndv && length > MAX_CTRL_BYTES);
+
+    /* a bad one is only counted (by the loop): UCX keeps nothing of it */
+    a = malloc(sizeof(*a) + (rndv || bad ? 0 : length));
     if (a == NULL)
         return UCS_OK;
     a->ev.fn = lane_arrived;
     a->lane = ln;
-    memcpy(a->hdr, header, sizeof(a->hdr));
+    a->bad = bad;
+    memset(a->hdr, 0, sizeof(a->hdr));
+    if (!bad)
+        memcpy(a->hdr, header, sizeof(a->hdr));
     a->length = length;
-    a->rndv = rndv;
+    a->rndv = rndv && !bad;
     a->data = data;
-    if (!rndv)
+    if (!rndv && !bad)
         memcpy(a->bytes, data, length);
+    if (bad) {
+        ev_post(ln->cl, &a->ev);
+        return UCS_OK;
+    }
     ev_post(ln->cl, &a->ev);
     return rndv ? UCS_INPROGRESS : UCS_OK;
 }
@@ -2861,9 +2872,11 @@ Kvdock__Cluster *kvd_cluster_status(kvd_req_t *r, const kvd_cluster_t *cl)
 void kvd_cluster_get_totals(const kvd_cluster_t *cl, kvd_cluster_totals_t *t)
 {
     *t = cl->n;
-    t->inbound = 0;
-    for (const link_t *l = cl->links; l; l = l->next)
+    t->inbound = t->unproven = 0;
+    for (const link_t *l = cl->links; l; l = l->next) {
         t->inbound += !l->outbound && l->authed;
+        t->unproven += !l->outbound && !l->authed;
+    }
 }
 
 uint32_t kvd_cluster_peers(const kvd_cluster_t *cl)

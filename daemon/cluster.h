@@ -86,6 +86,7 @@ typedef struct kvd_cluster_totals {
     uint64_t blocks_fetched, bytes_fetched, blocks_served, bytes_served, refused;
     uint64_t blocks_dropped; /* blocks on a lane that no fetch of ours asked for */
     uint32_t inbound;
+    uint32_t unproven;       /* connections in (front door) without proof yet */
 } kvd_cluster_totals_t;
 void kvd_cluster_get_totals(const kvd_cluster_t *cl, kvd_cluster_totals_t *t);
 uint32_t kvd_cluster_peers(const kvd_cluster_t *cl);

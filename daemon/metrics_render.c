@@ -188,8 +188,14 @@ static void render_cluster(sbuf_t *b, const kvd_server_t *srv)
     family(b, "kvdock_cluster_served_bytes_total", "counter", "bytes peers pulled from here");
     sb_printf(b, "kvdock_cluster_served_bytes_total %" PRIu64 "\n", t.bytes_served);
     family(b, "kvdock_cluster_refused_total", "counter",
-           "cluster connections refused (no proof of the secret, too many)");
+           "cluster connections refused (outside the allow list, too many, no proof, bad input)");
     sb_printf(b, "kvdock_cluster_refused_total %" PRIu64 "\n", t.refused);
+    family(b, "kvdock_cluster_unproven", "gauge",
+           "connections to the cluster's port that have not proven the secret yet");
+    sb_printf(b, "kvdock_cluster_unproven %u\n", t.unproven);
+    family(b, "kvdock_cluster_dropped_blocks_total", "counter",
+           "block messages on this daemon's lanes that no fetch of it asked for");
+    sb_printf(b, "kvdock_cluster_dropped_blocks_total %" PRIu64 "\n", t.blocks_dropped);
 }
 
 char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)

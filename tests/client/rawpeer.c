@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <ucp/api/ucp.h>
+
 #include "kvdock/blake2s.h"
 
 #define QUEUE 64
@@ -31,6 +33,13 @@ struct rawpeer {
     uint8_t nonce[RAWPEER_NONCE], their_nonce[RAWPEER_NONCE];
     uint8_t auth[128];
     size_t auth_len;
+    int lfd;                     /* rawpeer_listen's */
+    uint8_t *lane[8];            /* the daemon's lanes' worker addresses (rawpeer_serve) */
+    size_t lane_len[8];
+    int nlanes;
+    ucp_context_h ctx;           /* rawpeer_send_block's, made at its first call */
+    ucp_worker_h worker;
+    ucp_ep_h ep[8];
 };
 
 static int64_t now_ms(void)
@@ -48,6 +57,7 @@ rawpeer_t *rawpeer_new(void)
     if (rp == NULL)
         return NULL;
     rp->fd = -1;
+    rp->lfd = -1;
     rp->rx = malloc(RX_MAX);
     if (rp->rx == NULL) {
         free(rp);
@@ -68,6 +78,29 @@ void rawpeer_free(rawpeer_t *rp)
         if (rp->silent[i] >= 0)
             close(rp->silent[i]);
     free(rp->silent);
+    if (rp->lfd >= 0)
+        close(rp->lfd);
+    for (int k = 0; k < 8; k++) {
+        if (rp->ep[k] != NULL) {
+            ucp_request_param_t prm;
+            void *req;
+            memset(&prm, 0, sizeof(prm));
+            prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+            prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+            req = ucp_ep_close_nbx(rp->ep[k], &prm);
+            if (UCS_PTR_IS_PTR(req)) {
+                int64_t end = now_ms() + 2000;
+                while (ucp_request_check_status(req) == UCS_INPROGRESS && now_ms() < end)
+                    ucp_worker_progress(rp->worker);
+                ucp_request_free(req);
+            }
+        }
+        free(rp->lane[k]);
+    }
+    if (rp->worker != NULL)
+        ucp_worker_destroy(rp->worker);
+    if (rp->ctx != NULL)
+        ucp_cleanup(rp->ctx);
     for (int i = 0; i < rp->nq; i++)
         kvdock__cluster__msg__free_unpacked(rp->q[i], NULL);
     free(rp->rx);
@@ -379,4 +412,129 @@ int rawpeer_auth(rawpeer_t *rp, const char *secret)
         return -1;
     kvdock__cluster__msg__free_unpacked(w, NULL);
     return 0;
+}
+
+int rawpeer_listen(rawpeer_t *rp, int port)
+{
+    struct sockaddr_in sa;
+    int one = 1;
+
+    rp->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (rp->lfd < 0)
+        return -1;
+    setsockopt(rp->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons((uint16_t)port);
+    if (bind(rp->lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(rp->lfd, 8) != 0)
+        return -1;
+    return 0;
+}
+
+int rawpeer_serve(rawpeer_t *rp, const char *secret, int timeout_ms)
+{
+    uint8_t key[KVD_BLAKE2S_BYTES], proof[KVD_BLAKE2S_BYTES];
+    size_t len = strlen(secret);
+    kvd_b2s_t s;
+    struct pollfd pf = {.fd = rp->lfd, .events = POLLIN};
+    Kvdock__Cluster__Msg *h, *a, *ln, m = KVDOCK__CLUSTER__MSG__INIT;
+    Kvdock__Cluster__Challenge ch = KVDOCK__CLUSTER__CHALLENGE__INIT;
+    Kvdock__Cluster__Welcome w = KVDOCK__CLUSTER__WELCOME__INIT;
+
+    while (len > 0 && (secret[len - 1] == '\n' || secret[len - 1] == '\r' ||
+                       secret[len - 1] == ' '))
+        len--;
+    kvd_b2s_init(&s, NULL, 0);
+    kvd_b2s_update(&s, secret, len);
+    kvd_b2s_final(&s, key);
+    if (poll(&pf, 1, timeout_ms) != 1 || (rp->fd = accept(rp->lfd, NULL, NULL)) < 0)
+        return -1;
+    if ((h = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_HELLO, timeout_ms)) == NULL)
+        return -1;
+    if (h->hello->nonce.len != RAWPEER_NONCE) {
+        kvdock__cluster__msg__free_unpacked(h, NULL);
+        return -1;
+    }
+    memcpy(rp->their_nonce, h->hello->nonce.data, RAWPEER_NONCE);
+    kvdock__cluster__msg__free_unpacked(h, NULL);
+    prove(key, "kvdock-cluster-1 B", rp->their_nonce, rp->nonce, proof);
+    ch.node = "rawpeer";
+    ch.nonce.data = rp->nonce;
+    ch.nonce.len = RAWPEER_NONCE;
+    ch.proof.data = proof;
+    ch.proof.len = sizeof(proof);
+    m.m_case = KVDOCK__CLUSTER__MSG__M_CHALLENGE;
+    m.challenge = &ch;
+    if (rawpeer_send_msg(rp, &m) != 0 ||
+        (a = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_AUTH, timeout_ms)) == NULL)
+        return -1;
+    kvdock__cluster__msg__free_unpacked(a, NULL);
+    m.m_case = KVDOCK__CLUSTER__MSG__M_WELCOME;
+    m.welcome = &w;
+    if (rawpeer_send_msg(rp, &m) != 0 ||
+        (ln = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_LANES, timeout_ms)) == NULL)
+        return -1;
+    for (size_t k = 0; k < ln->lanes->n_address && k < 8; k++) {
+        rp->lane[k] = calloc(1, ln->lanes->address[k].len + 64);
+        memcpy(rp->lane[k], ln->lanes->address[k].data, ln->lanes->address[k].len);
+        rp->lane_len[k] = ln->lanes->address[k].len;
+        rp->nlanes++;
+    }
+    kvdock__cluster__msg__free_unpacked(ln, NULL);
+    return rp->nlanes > 0 ? 0 : -1;
+}
+
+int rawpeer_lanes(const rawpeer_t *rp)
+{
+    return rp->nlanes;
+}
+
+int rawpeer_send_block(rawpeer_t *rp, int k, const void *hdr, size_t hdr_len,
+                       const void *data, size_t len, int timeout_ms)
+{
+    ucp_request_param_t prm;
+    void *req;
+    ucs_status_t st = UCS_OK;
+    int64_t end = now_ms() + timeout_ms;
+
+    if (k < 0 || k >= rp->nlanes)
+        return -1;
+    if (rp->ctx == NULL) {
+        ucp_params_t p;
+        ucp_worker_params_t wp;
+        memset(&p, 0, sizeof(p));
+        p.field_mask = UCP_PARAM_FIELD_FEATURES;
+        p.features = UCP_FEATURE_AM;
+        memset(&wp, 0, sizeof(wp));
+        wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+        wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+        if (ucp_init(&p, NULL, &rp->ctx) != UCS_OK)
+            return -1;
+        if (ucp_worker_create(rp->ctx, &wp, &rp->worker) != UCS_OK)
+            return -1;
+    }
+    if (rp->ep[k] == NULL) {
+        ucp_ep_params_t ep;
+        memset(&ep, 0, sizeof(ep));
+        ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+        ep.address = (const ucp_address_t *)rp->lane[k];
+        ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+        if (ucp_ep_create(rp->worker, &ep, &rp->ep[k]) != UCS_OK) {
+            rp->ep[k] = NULL;
+            return -1;
+        }
+    }
+    memset(&prm, 0, sizeof(prm));
+    req = ucp_am_send_nbx(rp->ep[k], 2, hdr, hdr_len, data, len, &prm);
+    if (req == NULL)
+        return 0;
+    if (UCS_PTR_IS_ERR(req))
+        return -1;
+    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS && now_ms() < end)
+        ucp_worker_progress(rp->worker);
+    if (st == UCS_INPROGRESS)
+        ucp_request_cancel(rp->worker, req);
+    ucp_request_free(req);
+    return st == UCS_OK ? 0 : -1;
 }

@@ -65,6 +65,22 @@ size_t rawpeer_last_auth(const rawpeer_t *rp, uint8_t *out, size_t cap);
 /* Use this nonce in Hello from now on (a replay says the same). */
 void rawpeer_set_nonce(rawpeer_t *rp, const uint8_t nonce[RAWPEER_NONCE]);
 
+/* Act as a configured peer of a daemon: listen on 127.0.0.1:port, take
+ * the daemon's connection, answer its Hello with a Challenge proving the
+ * secret, take its Auth, say Welcome and wait for its Lanes (the UCX
+ * worker addresses of its lanes, kept).  0, or -1 (timeout_ms passed,
+ * or the daemon said something else). */
+int rawpeer_listen(rawpeer_t *rp, int port);
+int rawpeer_serve(rawpeer_t *rp, const char *secret, int timeout_ms);
+/* Lanes the daemon said it has (after rawpeer_serve). */
+int rawpeer_lanes(const rawpeer_t *rp);
+/* Send a block message to the daemon's lane k over UCX, as a peer
+ * answering a fetch does: header hdr (hdr_len bytes: 24 for a real one,
+ * fetch id, index, token), data len bytes.  0 once UCX is done with it,
+ * -1 on failure or after timeout_ms. */
+int rawpeer_send_block(rawpeer_t *rp, int k, const void *hdr, size_t hdr_len,
+                       const void *data, size_t len, int timeout_ms);
+
 /* Read (and keep) whatever comes for ms. */
 void rawpeer_progress(rawpeer_t *rp, int ms);
 
