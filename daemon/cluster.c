@@ -238,6 +238,7 @@ typedef struct pend {
     uint8_t *keys;           /*   KVD_CACHE_KEY_MAX bytes each */
     uint8_t *klen;
     uint8_t *present;        /* the request's bits over [first, n): some live peer has it */
+    uint32_t covered;        /* asked keys some peer that answered holds */
     uint32_t *parent;        /* pulls: per asked key, the local block of the key before it */
     uint32_t *held;          /* pulls: the request's blocks here, held until it runs again */
     uint32_t nheld;
@@ -1447,10 +1448,15 @@ static void block_landed(pend_t *p, uint32_t j, int ok)
     }
 }
 
+/* Asking ends when every asked peer answered, or once the peers that
+ * answered hold every asked key between them: a peer that is slow or
+ * stopped then costs nothing (its answer could change nothing). */
 static int pend_all_done(const pend_t *p)
 {
     if (p->leader != NULL || p->early_inflight > 0)
         return 0;
+    if (p->phase == 0 && p->nask > 0 && p->covered == p->nask)
+        return 1;
     for (uint32_t i = 0; i < MAX_PEERS; i++) {
         if (p->phase == 0 && p->asked[i] && !p->answered[i])
             return 0;
@@ -2010,8 +2016,11 @@ static void handle_msg(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Msg 
         if (m->query_reply->present.len >= (p->nask + 7) / 8) {
             memcpy(p->bits[i], m->query_reply->present.data, (p->nask + 7) / 8);
             for (uint32_t j = 0; j < p->nask; j++)
-                if (kvd_cluster_bit(p->bits[i], j))
+                if (kvd_cluster_bit(p->bits[i], j) &&
+                    !kvd_cluster_bit(p->present, p->pos[j] - p->first)) {
                     set_bit(p->present, p->pos[j] - p->first);
+                    p->covered++;
+                }
         }
         pend_check(cl, p);
         return;

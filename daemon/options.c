@@ -140,28 +140,30 @@ const kvd_option_def_t kvd__option_table[] = {
     {"metrics-allow-remote", KVD_OPT_ENUM, OFF(metrics_allow_remote), "no", 0, 0, "no|yes",
      "allow a non-loopback metrics address (the endpoint has no authentication)"},
     {"cluster-listen", KVD_OPT_STR, OFF(cluster_listen), "", 0, 0, NULL,
-     "HOST:PORT where this daemon meets the other daemons of its cluster (UCX): caches made "
-     "with cluster = true then find and pull blocks from theirs; empty: no cluster"},
-    {"cluster-peers", KVD_OPT_STR, OFF(cluster_peers), "", 0, 0, NULL,
-     "the cluster's daemons, comma-separated HOST:PORT (this daemon's own address among them "
-     "is skipped, so every node may share one list)"},
+     "HOST:PORT where this daemon meets the other daemons of its cluster (TCP, read by kvdockd "
+     "itself; blocks then move over UCX): caches made with cluster = true then find and pull "
+     "blocks from theirs; empty: no cluster"},
+    {"cluster-peers", KVD_OPT_STR, OFF(cluster_peers), "", 0, KVD_OPT_PEERS_MAX - 1, NULL,
+     "the cluster's daemons, comma-separated HOST:PORT, at most 64 (this daemon's own address "
+     "among them is skipped, so every node may share one list)"},
     {"cluster-peers-file", KVD_OPT_STR, OFF(cluster_peers_file), "", 0, 0, NULL,
      "a file of the cluster's daemons, one HOST:PORT a line ('#' starts a comment), added to "
-     "cluster-peers"},
+     "cluster-peers; with it, at most 64 peers"},
     {"cluster-secret-file", KVD_OPT_STR, OFF(cluster_secret_file), "", 0, 0, NULL,
      "the cluster's shared secret (at least 16 bytes; the file readable by its owner only): "
      "peers prove it before they get anything; required with cluster-listen"},
     {"cluster-allow-from", KVD_OPT_STR, OFF(cluster_allow_from), "peers", 0, 0, NULL,
-     "the addresses the cluster's endpoints may come from, comma-separated: ADDRESS, "
-     "ADDRESS/BITS, 'peers' (the hosts of cluster-peers and cluster-peers-file) or 'any'; "
-     "others are refused before UCX reads a byte they send"},
+     "the addresses the cluster's connections may come from, comma-separated: ADDRESS, "
+     "ADDRESS/BITS (at most 64), 'peers' (the hosts of cluster-peers and cluster-peers-file) "
+     "or 'any'; others are closed at accept, before a byte of theirs is read; of those let "
+     "in, at most 64 may be without proof of the secret at once, 8 from one address"},
     {"cluster-deadline-ms", KVD_OPT_UINT, OFF(cluster_deadline_ms), "2000", 10, 600000, NULL,
      "how long a lookup or load waits for the cluster's peers: past it a peer that has not "
      "answered counts as holding nothing, and its blocks are reported missing"},
     {"cluster-lanes", KVD_OPT_UINT, OFF(cluster_lanes), "0", 0, 8, NULL,
-     "lanes (UCX workers, each with a connection to every peer and a thread of its own) that "
-     "blocks this daemon pulls come over: one TCP stream moves what one thread copies; 0: by "
-     "the CPUs, 1 below 8, 2 below 16, else 4"},
+     "lanes (each a thread of its own with two UCX workers: one where the blocks this daemon "
+     "pulls land, one that sends the blocks peers pull) that blocks move over: one TCP stream "
+     "moves what one thread copies; 0: by the CPUs, 1 below 8, 2 below 16, else 4"},
 };
 const size_t kvd__option_count = sizeof(kvd__option_table) / sizeof(kvd__option_table[0]);
 
@@ -277,15 +279,17 @@ static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const c
     int idx;
 
     switch (d->type) {
-    case KVD_OPT_STR:
-        if (strlen(value) >= KVD_OPT_STR_MAX) {
-            kvd__seterr(err, err_len, "%s: value longer than %d bytes", d->name, KVD_OPT_STR_MAX - 1);
+    case KVD_OPT_STR: {
+        size_t most = d->max > 0 ? (size_t)d->max : KVD_OPT_STR_MAX - 1;
+        if (strlen(value) > most) {
+            kvd__seterr(err, err_len, "%s: value longer than %zu bytes", d->name, most);
             return KVD_ERANGE;
         }
         if (d->offset == OFF(socket_group) && resolve_group(o, value, err, err_len) != KVD_OK)
             return KVD_EINVAL;
-        snprintf(field, KVD_OPT_STR_MAX, "%s", value);
+        snprintf(field, most + 1, "%s", value);
         return KVD_OK;
+    }
     case KVD_OPT_ENUM:
         idx = choice_index(d->choices, boolean_word(d, value));
         if (idx < 0) {
@@ -755,6 +759,8 @@ void kvd_options_print_example(FILE *f)
         fprintf(f, "\n# %s", d->help);
         if (d->type == KVD_OPT_ENUM)
             fprintf(f, " (%s)", d->choices);
+        else if (d->type == KVD_OPT_STR && d->max > 0)
+            fprintf(f, " (at most %" PRId64 " bytes)", d->max);
         else if (d->type != KVD_OPT_STR)
             fprintf(f, " (%s, %" PRId64 "..%" PRId64 ")", type_word(d), d->min, d->max);
         fprintf(f, "\n# %s =%s%s\n", d->name, d->def[0] ? " " : "", d->def);
@@ -764,7 +770,7 @@ void kvd_options_print_example(FILE *f)
 void kvd_options_print(const kvd_options_t *o, FILE *f)
 {
     size_t i;
-    char buf[KVD_OPT_STR_MAX + 32];
+    static char buf[KVD_OPT_PEERS_MAX + 32]; /* the longest value: --cluster-peers */
 
     for (i = 0; i < kvd__option_count; i++) {
         const kvd_option_def_t *d = &kvd__option_table[i];

@@ -14,6 +14,9 @@
 #include "kvdock/types.h"
 
 #define KVD_OPT_STR_MAX 256
+/* --cluster-peers: as many HOST:PORT as the cluster takes (64 of up to
+ * 255 bytes each, with their commas) */
+#define KVD_OPT_PEERS_MAX 16384
 
 enum kvd_backend_choice {
     KVD_BACKEND_CPU = 0,
@@ -88,7 +91,7 @@ typedef struct kvd_options {
     char metrics[KVD_OPT_STR_MAX];  /* Prometheus endpoint [HOST:]PORT; "" = off */
     int metrics_allow_remote;       /* 1: a non-loopback metrics address is allowed */
     char cluster_listen[KVD_OPT_STR_MAX];  /* HOST:PORT; "" = no cluster */
-    char cluster_peers[KVD_OPT_STR_MAX];   /* HOST:PORT,HOST:PORT */
+    char cluster_peers[KVD_OPT_PEERS_MAX]; /* HOST:PORT,HOST:PORT */
     char cluster_peers_file[KVD_OPT_STR_MAX];
     char cluster_secret_file[KVD_OPT_STR_MAX];
     char cluster_allow_from[KVD_OPT_STR_MAX]; /* "peers", "any", ADDRESS[/BITS],... */
@@ -110,7 +113,8 @@ typedef struct kvd_option_def {
     kvd_opt_type_t type;
     size_t offset;
     const char *def;     /* default, as it would be written in the config file */
-    int64_t min, max;    /* bounds for numbers (inclusive); unused otherwise */
+    int64_t min, max;    /* bounds for numbers (inclusive); for TEXT, max is the most
+                          * bytes (0: KVD_OPT_STR_MAX - 1) */
     const char *choices; /* "cpu|cuda|auto" for KVD_OPT_ENUM */
     const char *help;
 } kvd_option_def_t;

@@ -141,7 +141,10 @@ static int run(kvd__cli_ctx_t *o, int argc, char **argv)
                        p->rtt_us, p->since_ms, p->queries, p->blocks_fetched, p->bytes_fetched,
                        p->failures);
             }
-            printf("]}");
+            /* the client library carries the first KVD_CLUSTER_PEERS_MAX;
+             * the metrics name them all */
+            printf("],\"peers_total\":%u,\"peers_shown\":%u}", c->num_peers,
+                   c->num_peers < KVD_CLUSTER_PEERS_MAX ? c->num_peers : KVD_CLUSTER_PEERS_MAX);
         }
         printf(",\"client_list\":[");
         for (size_t i = 0; i < shown; i++) {
@@ -223,6 +226,10 @@ static int run(kvd__cli_ctx_t *o, int argc, char **argv)
                                    p->error[0] ? p->error : "-");
             }
             kvd__cli_table_print(&t);
+            if (c->num_peers > KVD_CLUSTER_PEERS_MAX)
+                printf("... and %u more peers not shown (%u in all; the metrics, "
+                       "kvdock_cluster_peer_up, name every one)\n",
+                       c->num_peers - KVD_CLUSTER_PEERS_MAX, c->num_peers);
         }
         if (shown > 0) {
             putchar('\n');

@@ -279,8 +279,12 @@ static void cluster_line(frame_t *f, const sample_t *cur, const sample_t *prev, 
                prev->valid && dt > 0 ? rate(c->bytes_fetched, p->bytes_fetched, dt) : 0);
     human_rate(served, sizeof(served),
                prev->valid && dt > 0 ? rate(c->bytes_served, p->bytes_served, dt) : 0);
-    fline(f, STYLE_PLAIN, "cluster: %s, %u of %u peers up%s, pulling %s, serving %s", c->node, up,
-          c->num_peers, others, pulled, served);
+    if (n < c->num_peers) /* the client library carries the first KVD_CLUSTER_PEERS_MAX */
+        fline(f, STYLE_PLAIN, "cluster: %s, %u of the first %u of %u peers up%s, pulling %s, "
+              "serving %s", c->node, up, n, c->num_peers, others, pulled, served);
+    else
+        fline(f, STYLE_PLAIN, "cluster: %s, %u of %u peers up%s, pulling %s, serving %s", c->node,
+              up, c->num_peers, others, pulled, served);
     fline(f, STYLE_PLAIN, "%s", "");
 }
 

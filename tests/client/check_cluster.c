@@ -132,7 +132,7 @@ static void teardown(void)
     rmdir(dir);
 }
 
-static char peer_list[512];
+static char peer_list[2048];
 
 static char peers_file[300]; /* when set, nodes read their peers from it */
 static int deadline_ms;       /* when set, the next nodes' deadline instead of DEADLINE_MS */
@@ -143,6 +143,7 @@ static const char *allow_from; /* when set, the next nodes' --cluster-allow-from
 static void start_node_with(node_t *node, const char *secret, const char *metrics)
 {
     char listen[64], deadline[32], lanes[16];
+    const char *level = getenv("KVD_TEST_LOG_LEVEL") ? getenv("KVD_TEST_LOG_LEVEL") : "info";
 
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", node->port);
     snprintf(deadline, sizeof(deadline), "%d", deadline_ms ? deadline_ms : DEADLINE_MS);
@@ -150,7 +151,7 @@ static void start_node_with(node_t *node, const char *secret, const char *metric
     const char *extra[] = {"--host-memory-budget", "256M", "--cluster-listen", listen,
                            peers_file[0] ? "--cluster-peers-file" : "--cluster-peers",
                            peers_file[0] ? peers_file : peer_list, "--cluster-secret-file",
-                           secret, "--cluster-deadline-ms", deadline, "--log-level", getenv("KVD_TEST_LOG_LEVEL") ? getenv("KVD_TEST_LOG_LEVEL") : "info",
+                           secret, "--cluster-deadline-ms", deadline, "--log-level", level,
                            "--cluster-allow-from", allow_from ? allow_from : "peers",
                            "--cluster-lanes", lanes, metrics ? "--metrics" : NULL, metrics,
                            NULL};
@@ -662,6 +663,52 @@ START_TEST(test_node_lost)
 }
 END_TEST
 
+/* A peer that stops answering costs nothing to lookups and loads of
+ * chains the live peers hold: once the peers that answered hold every
+ * key asked, the others are not waited for. */
+START_TEST(test_stopped_peer)
+{
+    node_t nodes[3];
+    kvt_pool_t pa, pb;
+    uint8_t(*keys)[KEY] = malloc(32 * KEY);
+    kvd_cache_lookup_result_t r;
+    int64_t t0, took;
+
+    memset(nodes, 0, sizeof(nodes));
+    deadline_ms = (int)MS(5000); /* long: waiting for C would show */
+    start_nodes(nodes, 3, secret_path);
+    deadline_ms = 0;
+    wait_all_up(nodes, 3);
+    for (int i = 0; i < 3; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 1024, true);
+    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, 32 * TPB, 1024, false, TPB);
+    kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, 32 * TPB, 1024, false, TPB);
+    chain(keys, 32, 7);
+    save(&nodes[0], &pa, keys, 0, 32, true);
+
+    kill(nodes[2].d.pid, SIGSTOP); /* C: up, but answers nothing */
+    t0 = kvt_now_ms();
+    r = lookup(&nodes[1], keys, 32);
+    took = kvt_now_ms() - t0;
+    ck_assert_uint_eq(r.hits, 32);
+    ck_assert_msg(took < MS(1000), "the lookup waited %lld ms for the stopped peer",
+                  (long long)took);
+    poison(&pb);
+    t0 = kvt_now_ms();
+    KVT_OK(nodes[1].cli, load(&nodes[1], &pb, keys, 32));
+    took = kvt_now_ms() - t0;
+    ck_assert_msg(took < MS(1000), "the load waited %lld ms for the stopped peer",
+                  (long long)took);
+    for (uint32_t i = 0; i < 32; i++)
+        ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "block %u differs", i);
+    kill(nodes[2].d.pid, SIGCONT);
+    kvt_pool_free(nodes[0].cli, &pa);
+    kvt_pool_free(nodes[1].cli, &pb);
+    stop_nodes(nodes, 3);
+    free(keys);
+}
+END_TEST
+
 /* Two nodes up, caches of 1 MiB blocks, a pool of n blocks on each, and
  * a chain of n blocks (from seed) saved on A. */
 static void chain_on_a(node_t *nodes, kvt_pool_t *pa, kvt_pool_t *pb, uint8_t (*keys)[KEY],
@@ -988,6 +1035,53 @@ START_TEST(test_status_and_metrics)
     stop_checked_log(&nodes[0].d, log, 1 << 20);
     ck_assert_msg(strstr(log, "unused env variable") == NULL, "UCX warned:\n%s", log);
     free(log);
+}
+END_TEST
+
+/* 40 peers, named in a --cluster-peers of over 255 bytes: the daemon
+ * takes them all, and kvdock status says how many there are when it
+ * shows only the first KVD_CLUSTER_PEERS_MAX. */
+START_TEST(test_many_peers)
+{
+    node_t node;
+    kvd_daemon_status_t *s = malloc(sizeof(*s));
+    const char *argv[6];
+    char *out = NULL, *err = NULL, want[64];
+    int rc;
+
+    memset(&node, 0, sizeof(node));
+    node.port = free_port();
+    snprintf(peer_list, sizeof(peer_list), "127.0.0.1:%d", node.port);
+    for (int i = 0; i < 40; i++) /* nothing listens there: they stay down */
+        snprintf(peer_list + strlen(peer_list), sizeof(peer_list) - strlen(peer_list),
+                 ",127.0.0.1:%d", 1000 + i);
+    ck_assert_uint_gt(strlen(peer_list), 255);
+    start_node(&node, secret_path);
+    KVT_OK(node.cli, kvd_daemon_status(node.cli, s, NULL, 0));
+    ck_assert_uint_eq(s->cluster.num_peers, 40);
+    argv[0] = KVDOCK_CLI_PATH;
+    argv[1] = "--socket";
+    argv[2] = node.d.socket;
+    argv[3] = "status";
+    argv[4] = NULL;
+    rc = kvt_run(argv, &out, &err, 20000);
+    snprintf(want, sizeof(want), "... and %d more peers not shown (40 in all",
+             40 - KVD_CLUSTER_PEERS_MAX);
+    ck_assert_msg(rc == 0 && strstr(out, want) != NULL, "kvdock status:\n%s", out);
+    free(out);
+    free(err);
+    argv[4] = "--json";
+    argv[5] = NULL;
+    rc = kvt_run(argv, &out, &err, 20000);
+    snprintf(want, sizeof(want), "\"peers_total\":40,\"peers_shown\":%d",
+             KVD_CLUSTER_PEERS_MAX);
+    ck_assert_msg(rc == 0 && kvt_json_object_valid(out) && strstr(out, want) != NULL,
+                  "kvdock status --json:\n%s", out);
+    free(out);
+    free(err);
+    kvd_client_destroy(&node.cli);
+    stop_checked(&node.d);
+    free(s);
 }
 END_TEST
 
@@ -2084,12 +2178,14 @@ int main(void)
     ADD(tc, test_same_chain_twice);
     ADD(tc, test_pulled_load_flags);
     ADD(tc, test_node_lost);
+    ADD(tc, test_stopped_peer);
     ADD(tc, test_killed_mid_load);
     ADD(tc, test_killed_mid_load_repeated);
     ADD(tc, test_pull_streams);
     ADD(tc, test_restart_rejoins);
     ADD(tc, test_status_and_metrics);
     ADD(tc, test_peers_file);
+    ADD(tc, test_many_peers);
     ADD(tc, test_wrong_secret);
     ADD(tc, test_bad_options);
     suite_add_tcase(s, tc);

@@ -128,6 +128,30 @@ START_TEST(test_long_string)
 }
 END_TEST
 
+/* --cluster-peers takes as many peers as the cluster does (64 of the
+ * longest names), not 255 bytes; past its own limit it is refused. */
+START_TEST(test_cluster_peers_long)
+{
+    kvd_options_t *o = malloc(sizeof(*o));
+    char *list = malloc(KVD_OPT_PEERS_MAX + 10);
+    size_t len = 0;
+
+    kvd_options_init(o);
+    for (int i = 0; i < 64; i++)
+        len += (size_t)snprintf(list + len, KVD_OPT_PEERS_MAX - len, "%s10.0.%d.%d:7070",
+                                i ? "," : "", i / 8, i);
+    ck_assert_uint_gt(len, KVD_OPT_STR_MAX);
+    ck_assert_int_eq(kvd_options_set(o, "cluster-peers", list, err, sizeof(err)), KVD_OK);
+    ck_assert_str_eq(o->cluster_peers, list);
+    memset(list, 'a', KVD_OPT_PEERS_MAX + 1);
+    list[KVD_OPT_PEERS_MAX] = '\0';
+    ck_assert_int_eq(kvd_options_set(o, "cluster-peers", list, err, sizeof(err)), KVD_ERANGE);
+    ck_assert_ptr_nonnull(strstr(err, "longer than 16383 bytes"));
+    free(list);
+    free(o);
+}
+END_TEST
+
 START_TEST(test_cross_checks)
 {
     kvd_options_t o;
@@ -407,6 +431,7 @@ static Suite *options_suite(void)
     tcase_add_test(tc, test_set_values);
     tcase_add_loop_test(tc, test_bad_values, 0, sizeof(bad_values) / sizeof(bad_values[0]));
     tcase_add_test(tc, test_long_string);
+    tcase_add_test(tc, test_cluster_peers_long);
     tcase_add_test(tc, test_cross_checks);
     tcase_add_test(tc, test_config_file);
     tcase_add_loop_test(tc, test_config_file_bad, 0, sizeof(bad_files) / sizeof(bad_files[0]));
