@@ -8,7 +8,6 @@
 #include "kvdock/wire.h"
 #include "log.h"
 #include "options.h"
-#include "cluster.h"
 #include "server.h"
 
 /* Descriptors: each client can hold several (exports in flight). */
