@@ -510,6 +510,11 @@ class TestConnector(GpuBase):
         import threading
         kv_all, k, v, conn = self.connector()
         tokens, _ = prompt_blocks(43, 4)
+        # the kernel queued behind the waits is loaded first, as a serving
+        # engine's are: a lazy module load waits for the device to go idle,
+        # which a stream waiting on flags never does
+        k[0].add_(0)
+        torch.cuda.synchronize()
         ld = conn.load(tokens, [0, 1, 2, 3])  # never saved: ENOENT
         for l in range(L_C):
             ld.wait_layer(l)
