@@ -855,14 +855,19 @@ START_TEST(test_pull_streams)
     a = load_args(&nodes[1], &pb, keys, 0, n, pages);
     poison(&pb);
     KVT_OK(nodes[1].cli, kvd_cache_load_submit(nodes[1].cli, &a, NULL, &res, &id));
-    for (;;) {
-        uint64_t got;
-        KVT_OK(watch, kvd_daemon_status(watch, s, NULL, 0));
-        got = s->cluster.blocks_fetched - before;
-        samples++;
-        partial += got > 0 && got < n;
-        if (got >= n)
-            break;
+    {
+        int64_t t0 = kvt_now_ms();
+        for (;;) {
+            uint64_t got;
+            KVT_OK(watch, kvd_daemon_status(watch, s, NULL, 0));
+            got = s->cluster.blocks_fetched - before;
+            samples++;
+            partial += got > 0 && got < n;
+            if (got >= n)
+                break;
+            ck_assert_msg(kvt_now_ms() - t0 < MS(30000), "B fetched %" PRIu64 " of %u blocks "
+                          "in 30 s", got, n);
+        }
     }
     KVT_OK(nodes[1].cli, kvd_client_wait(nodes[1].cli, id));
     for (uint32_t i = 0; i < n; i++)
