@@ -201,18 +201,19 @@ static void pool_work_end(uv_work_t *w, int status)
     kvd__server_mem_work_done(srv);
 }
 
-/* Register p (its fields set, no memory yet) and make its memory off the
- * loop; the reply goes from pool_work_end. */
+/* Register p (its fields set and its host memory reserved, no memory
+ * made yet) and make its memory off the loop; the reply goes from
+ * pool_work_end.  p is this function's: on failure it is gone. */
 static kvd_status_t pool_create_later(kvd_req_t *r, kvd_pool_t *p)
 {
     kvd_server_t *srv = r->srv;
     pool_work_t *pw = calloc(1, sizeof(*pw));
 
-    if (pw == NULL)
-        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     p->creating = 1;
-    if (kvd_registry_add(&srv->reg, &p->obj, &r->conn->owner) != KVD_OK) {
+    if (pw == NULL || kvd_registry_add(&srv->reg, &p->obj, &r->conn->owner) != KVD_OK) {
         free(pw);
+        kvd__unreserve_host(r, &p->obj);
+        free(p);
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     }
     kvd_obj_ref(&p->obj);
@@ -224,7 +225,7 @@ static kvd_status_t pool_create_later(kvd_req_t *r, kvd_pool_t *p)
     pw->op_index = r->op_index;
     pw->t_start_ns = r->t_start_ns;
     if (uv_queue_work(srv->loop, &pw->w, pool_work_run, pool_work_end) != 0) {
-        kvd_registry_drop(&srv->reg, &p->obj);
+        kvd_registry_drop(&srv->reg, &p->obj); /* frees it, and its reservation */
         kvd_obj_unref(&srv->reg, &p->obj);
         free(pw);
         return kvd__req_fail(r, KVD_EIO, "cannot queue the pool's allocation");
@@ -306,14 +307,8 @@ kvd_status_t kvd__op_pool_create(kvd_req_t *r)
     p->page_size = pc->page_size;
     p->layer_stride = layer_stride;
     p->v_offset = pc->mla ? 0 : region_al;
-    if (pc->kind == KVDOCK__MEM_KIND__MEM_HOST) {
-        st = pool_create_later(r, p);
-        if (st != KVD_OK) {
-            kvd__unreserve_host(r, &p->obj);
-            free(p);
-        }
-        return st;
-    }
+    if (pc->kind == KVDOCK__MEM_KIND__MEM_HOST)
+        return pool_create_later(r, p);
     st = register_pool(r, p);
     if (st != KVD_OK) {
         be->mem_destroy(be, &p->mem);
