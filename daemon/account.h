@@ -6,7 +6,7 @@
  * "requests" kinds) and to the client's own limit (--max-client-memory)
  * before it is allocated, and given back when it goes.
  *
- * A request is decoded in two steps: its wire bytes are measured first
+ * A request is decoded in two steps: its wire bytes are walked first
  * (kvd__wire_measure: no allocation, bounded time), which refuses a
  * repeated field past its limit and yields the most that protobuf-c's
  * unpacking can allocate for it; then it is unpacked into an arena

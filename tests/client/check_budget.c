@@ -3,7 +3,7 @@
  * asks for keeps the loop busy for a time that grows with the size of a
  * cache or a pool (tests/RELIABILITY.md, "Memory and the loop"): leases
  * charged to --max-client-memory and the budget, hostile frames refused
- * from the wire with the daemon's peak memory measured, evicts in time of
+ * from the wire while the daemon's peak memory is read, evicts in time of
  * what they evict, host pools made and dropped off the loop while another
  * client's pings are timed.
  *
@@ -27,8 +27,7 @@
 #define MiB (1024ull * 1024)
 /* Most the daemon's peak RSS may grow over the hostile frames: their read
  * buffer (16 MiB) and small change; AddressSanitizer's quarantine keeps
- * freed buffers resident a while longer.  The unbounded decoder grew it by
- * 435 MiB. */
+ * freed buffers resident a while longer. */
 #ifdef KVD_SANITIZED
 #define PEAK_RSS_BOUND (192 * MiB)
 #else
@@ -472,7 +471,7 @@ START_TEST(test_decode_bounded)
     lookup_raw(fd, 7, cache, &keys, KVD_OK, NULL);
     raw_ping(fd, 8);
     /* a frame of the maximum size costs a small multiple of itself: its
-     * read buffer, and no decoding past the measure (it was 458 MB) */
+     * read buffer, and no decoding past the measure */
     ck_assert_msg(proc_kb(d.pid, "VmHWM:") < hwm0 + PEAK_RSS_BOUND, "peak RSS grew by %" PRIu64
                   " MiB", (uint64_t)((proc_kb(d.pid, "VmHWM:") - hwm0) / MiB));
     printf("decoding: peak RSS +%.1f MiB over frames of up to 16 MiB\n",
@@ -518,8 +517,8 @@ END_TEST
 /* ---- the loop ------------------------------------------------------------------------------ */
 
 /* 2,000 chains of 100 blocks (200,000 blocks), then 100 keys evicted, each
- * a chain's last block: the evict is timed by its own round trip.  It
- * once cost 1.4-1.8 ms a key on this machine, whatever it evicted. */
+ * a chain's last block: the evict is timed by its own round trip, which
+ * must not grow with the blocks the cache holds. */
 START_TEST(test_evict_cost)
 {
     enum { CHAINS = 2000, LEN = 100 };
@@ -596,8 +595,7 @@ static int cmp_i64(const void *a, const void *b)
 }
 
 /* Another client makes and drops host pools of 1 GiB; a pinger's p99 stays
- * under 2 ms (each pool took its 50 ms a 512 MiB out of every client's
- * time when made on the loop). */
+ * under 2 ms: a pool's pages are made and unmapped off the loop. */
 START_TEST(test_pools_off_loop)
 {
     const char *extra[] = {"--host-memory-budget", "1536M", NULL};

@@ -631,10 +631,9 @@ int main(int argc, char **argv)
     begin(); hello(KVD_PROTOCOL_VERSION); pool_create("kept", 1, 16, 16, 0, 0, 1);
     shutdown_op(1); end("regress-shared-pool-at-shutdown");
     /* A lookup of 349,000 one-byte keys in a frame just under the
-     * target's 1 MiB: decoded whole before its count was checked, a scan
-     * slab of 8 MiB among 349,000 small allocations (the replay runs
-     * under -malloc_limit_mb=4); now refused from the wire, ELIMIT, so
-     * it is named err-. */
+     * target's 1 MiB: refused from the wire (ELIMIT), so it is named err-;
+     * decoded whole, it would take an 8 MiB scan slab, past the replay's
+     * -malloc_limit_mb=4. */
     begin(); hello(KVD_PROTOCOL_VERSION);
     {
         static const uint8_t head[] = {0x08, 0x02, 0x82, 0x04}; /* id 2; cache_lookup */
