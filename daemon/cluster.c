@@ -87,7 +87,7 @@
 #include "cluster_wire.h"
 #include "conn.h"
 #include "dispatch.h"
-#include "kvdock/blake2s.h"
+#include "blake2s.h"
 #include "log.h"
 #include "server.h"
 

@@ -14,7 +14,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include "kvdock/wire.h"
+#include "wire.h"
 #include "registry.h"
 #include "server.h"
 

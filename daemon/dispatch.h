@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "conn.h"
-#include "kvdock/wire.h"
+#include "wire.h"
 #include "op_list.h"
 
 enum kvd_op_flags {

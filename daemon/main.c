@@ -5,7 +5,7 @@
 #include <sys/resource.h>
 #include <uv.h>
 
-#include "kvdock/wire.h"
+#include "wire.h"
 #include "log.h"
 #include "options.h"
 #include "server.h"

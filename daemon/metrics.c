@@ -16,7 +16,7 @@
 
 #include "conn.h"
 #include "dispatch.h"
-#include "kvdock/wire.h"
+#include "wire.h"
 #include "log.h"
 #include "server.h"
 

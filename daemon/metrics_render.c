@@ -10,7 +10,7 @@
 #include "cluster.h"
 #include "conn.h"
 #include "dispatch.h"
-#include "kvdock/wire.h"
+#include "wire.h"
 #include "log.h"
 #include "metrics.h"
 #include "server.h"

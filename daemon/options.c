@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "kvdock/parse.h"
+#include "parse.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -217,7 +217,7 @@ static void choice_name(const char *choices, int idx, char *buf, size_t len)
              p);
 }
 
-/* A decimal number (kvdock/parse.h), signed or not; a SIZE with
+/* A decimal number (proto/src/parse.h), signed or not; a SIZE with
  * allow_suffix.  0, or -1 when it is not one. */
 static int parse_number(const char *s, int is_signed, int allow_suffix, int64_t *out_s,
                         uint64_t *out_u)

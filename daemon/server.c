@@ -20,7 +20,7 @@
 #include "cluster.h"
 #include "conn.h"
 #include "dispatch.h"
-#include "kvdock/wire.h"
+#include "wire.h"
 #include "log.h"
 #include "metrics.h"
 #include "systemd.h"

@@ -14,7 +14,7 @@
 
 #include "commands.h"
 #include "kvdock/client.h"
-#include "kvdock/wire.h"
+#include "wire.h"
 
 static const kvd__cli_cmd_t *const cmds[] = {
     &kvd__cli_cmd_status, &kvd__cli_cmd_pools, &kvd__cli_cmd_pool,

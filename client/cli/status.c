@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "commands.h"
-#include "kvdock/wire.h"
+#include "wire.h"
 
 /* What a kind of the daemon's host memory holds (kvdock.proto's
  * MemoryUse), for the MEMORY table; "" for a kind this CLI does not know. */

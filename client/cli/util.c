@@ -3,8 +3,8 @@
  */
 #include "util.h"
 
-#include "kvdock/parse.h"
-#include "kvdock/wire.h"
+#include "parse.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <stdarg.h>

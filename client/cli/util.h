@@ -44,7 +44,7 @@ void kvd__cli_table_row(kvd__cli_table_t *t, ...);
 /* Print (on stdout) and free the rows. */
 void kvd__cli_table_print(kvd__cli_table_t *t);
 
-/* A decimal count, or with size true a SIZE (kvdock/parse.h: 1.5G, 16MiB,
+/* A decimal count, or with size true a SIZE (proto/src/parse.h: 1.5G, 16MiB,
  * 2KB). */
 bool kvd__cli_parse_u64(const char *s, uint64_t *out, bool size);
 

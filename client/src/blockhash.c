@@ -1,5 +1,5 @@
 /*
- * Chained block keys (kvd_block_hashes): BLAKE2s-256 (kvdock/blake2s.h);
+ * Chained block keys (kvd_block_hashes): BLAKE2s-256 (proto/src/blake2s.h);
  * Python's hashlib has the same function, so kvdock.block_hashes agrees
  * byte for byte.
  *
@@ -11,7 +11,7 @@
 
 #include <string.h>
 
-#include "kvdock/blake2s.h"
+#include "blake2s.h"
 
 kvd_status_t kvd_block_hashes(const int64_t *tokens, size_t num_tokens, uint32_t tokens_per_block,
                               const void *salt, size_t salt_len, uint8_t *out, size_t cap_keys,

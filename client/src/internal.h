@@ -11,7 +11,7 @@
 #include <sys/un.h>
 
 #include "kvdock/client.h"
-#include "kvdock/wire.h"
+#include "wire.h"
 
 /* Largest reply frame this client accepts (replies are not bounded by the
  * daemon's request limit). */

@@ -1,7 +1,7 @@
 /*
- * BLAKE2s-256 (RFC 7693): kvdock/blake2s.h says who uses it.
+ * BLAKE2s-256 (RFC 7693): blake2s.h says who uses it.
  */
-#include "kvdock/blake2s.h"
+#include "blake2s.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
-/* Numbers and sizes: see kvdock/parse.h. */
-#include "kvdock/parse.h"
+/* Numbers and sizes: see parse.h. */
+#include "parse.h"
 
 #include <stddef.h>
 #include <string.h>

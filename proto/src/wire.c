@@ -1,9 +1,9 @@
 /*
  * kvdock wire helpers: framing, socket I/O with SCM_RIGHTS descriptor
  * passing, the default socket path and operation names.  See
- * kvdock/wire.h for the contract.
+ * wire.h for the contract.
  */
-#include "kvdock/wire.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <poll.h>

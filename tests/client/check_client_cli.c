@@ -678,7 +678,7 @@ START_TEST(test_cli_stats)
 END_TEST
 
 /* Numbers are decimal whatever their zeros, sizes take units and
- * fractions (the parser the daemon shares, kvdock/parse.h); hex, octal
+ * fractions (the parser the daemon shares, proto/src/parse.h); hex, octal
  * and a count with a unit are usage errors. */
 START_TEST(test_cli_numbers)
 {

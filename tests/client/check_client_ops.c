@@ -15,7 +15,7 @@ START_TEST(test_hello_info)
     kvd_client_t *cli = kvt_connect("hello-test");
     const kvd_hello_info_t *h = kvd_client_info(cli);
 
-    ck_assert_uint_eq(h->protocol_version, 2); /* kvdock/wire.h KVD_PROTOCOL_VERSION */
+    ck_assert_uint_eq(h->protocol_version, 2); /* proto/src/wire.h KVD_PROTOCOL_VERSION */
     ck_assert_int_eq(h->backend, KVD_BACKEND_CPU);
     ck_assert_str_ne(h->daemon_version, "");
     ck_assert_uint_gt(h->limits.max_frame_bytes, 0);

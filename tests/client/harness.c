@@ -3,7 +3,7 @@
 #include "harness.h"
 #include "kvt_time.h"
 
-#include "kvdock/wire.h"
+#include "wire.h"
 
 #include <check.h>
 #include <errno.h>

@@ -15,7 +15,7 @@
 
 #include <ucp/api/ucp.h>
 
-#include "kvdock/blake2s.h"
+#include "blake2s.h"
 
 #define QUEUE 64
 #define RX_MAX (16u << 20)

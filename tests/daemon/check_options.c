@@ -54,7 +54,7 @@ START_TEST(test_set_values)
     ck_assert_int_eq(kvd_options_set(&o, "log-level", "debug", err, sizeof(err)), KVD_OK);
     ck_assert_int_eq(o.log_level, 3);
     /* numbers are decimal, sizes take binary and decimal units and fractions
-     * (the parser CLI and daemon share, kvdock/parse.h) */
+     * (the parser CLI and daemon share, proto/src/parse.h) */
     ck_assert_int_eq(kvd_options_set(&o, "max-inflight", "010", err, sizeof(err)), KVD_OK);
     ck_assert_uint_eq(o.max_inflight, 10);
     ck_assert_int_eq(kvd_options_set(&o, "host-memory-budget", "2GiB", err, sizeof(err)), KVD_OK);

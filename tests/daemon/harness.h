@@ -1,6 +1,6 @@
 /*
  * Test harness for the daemon suites: start the real kvdockd on a
- * temporary socket, talk to it with raw frames through kvdock/wire.h, stop
+ * temporary socket, talk to it with raw frames through proto/src/wire.h, stop
  * it.  Every wait has a timeout.
  */
 #ifndef KVDT_HARNESS_H
@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "kvdock/wire.h"
+#include "wire.h"
 #include "kvt_skip.h"
 #include "kvt_time.h"
 

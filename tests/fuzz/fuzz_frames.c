@@ -40,7 +40,7 @@
 #include <uv.h>
 
 #include "conn.h"
-#include "kvdock/wire.h"
+#include "wire.h"
 #include "log.h"
 #include "options.h"
 #include "server.h"

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "kvdock/wire.h"
+#include "wire.h"
 
 static const char *dir;
 static uint8_t *buf;

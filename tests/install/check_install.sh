@@ -42,6 +42,16 @@ for f in libkvdock.so "libkvdock.so.$abi" libkvdock.a libkvdock_kernels.so libkv
          cmake/kvdock/kvdockConfigVersion.cmake; do
   [ -e "$libdir/$f" ] || fail "lib/$f not installed"
 done
+# the public headers only: the internal ones (proto/src: wire.h, blake2s.h,
+# parse.h) stay out, and an installed header includes only installed ones
+installed=$(cd "$prefix/include/kvdock" && ls | sort | tr '\n' ' ')
+[ "$installed" = "client.h kernels.h status.h types.h " ] ||
+  fail "include/kvdock holds '$installed', not the four public headers"
+for h in "$prefix"/include/kvdock/*.h; do
+  for inc in $(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$h"); do
+    [ -e "$prefix/include/$inc" ] || fail "installed $(basename "$h") includes $inc, which is not installed"
+  done
+done
 # the static archive carries the protocol runtime it needs
 # (whole outputs captured first: grep -q would cut a pipe under pipefail)
 syms=$(nm -g --defined-only "$libdir/libkvdock.a")

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvdock/blake2s.h"
+#include "blake2s.h"
 
 static void unhex(const char *hex, uint8_t *out, size_t n)
 {

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "kvdock/parse.h"
+#include "parse.h"
 
 START_TEST(test_numbers_are_decimal)
 {

@@ -23,7 +23,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "kvdock/wire.h"
+#include "wire.h"
 
 /* ---- a tiny arena for the messages built by the filler ------------------- */
 
