@@ -483,8 +483,27 @@ START_TEST(test_found_and_pulled)
 }
 END_TEST
 
+/* In-flight requests of the client named name on node, per its status as
+ * the client obs sees it; -1 when no such client. */
+static int64_t inflight_of(kvd_client_t *obs, const char *name)
+{
+    kvd_daemon_status_t *s = malloc(sizeof(*s));
+    kvd_client_entry_t cl[16];
+    int64_t n = -1;
+
+    KVT_OK(obs, kvd_daemon_status(obs, s, cl, 16));
+    for (size_t i = 0; i < s->num_clients && i < 16; i++)
+        if (strcmp(cl[i].name, name) == 0)
+            n = cl[i].inflight;
+    free(s);
+    return n;
+}
+
 /* Two workers on B load the same chain held on A at once: the second
- * waits for the first one's pull instead of failing; both get A's bytes. */
+ * waits for the first one's pull instead of failing or pulling again;
+ * both get A's bytes.  A is stopped while both loads are in, so that
+ * they overlap whatever the machine's speed: both are in flight at B
+ * (its status says so) and neither can answer until A runs again. */
 START_TEST(test_same_chain_twice)
 {
     node_t nodes[2];
@@ -492,17 +511,23 @@ START_TEST(test_same_chain_twice)
     uint32_t n = 48;
     uint8_t(*keys)[KEY] = malloc(n * KEY);
     int64_t *pages = malloc(n * sizeof(*pages));
-    kvd_client_t *b2 = NULL;
+    kvd_client_t *b2 = NULL, *obs = NULL;
     kvd_cache_load_t a1, a2;
     kvd_op_result_t r1, r2;
     uint64_t id1, id2;
+    bool done1 = false, done2 = false;
+    int64_t t0, in1, in2;
+    kvd_status_t st1, st2;
 
     memset(nodes, 0, sizeof(nodes));
+    deadline_ms = (int)MS(10000); /* A stays stopped for a while: no give-up meanwhile */
     start_nodes(nodes, 2, secret_path);
+    deadline_ms = 0;
     wait_all_up(nodes, 2);
     for (int i = 0; i < 2; i++)
         nodes[i].cache = make_cache(&nodes[i], "kv", 16384, true);
     ck_assert_int_eq(kvd_client_create(nodes[1].d.socket, "second-worker", &b2), KVD_OK);
+    ck_assert_int_eq(kvd_client_create(nodes[1].d.socket, "observer", &obs), KVD_OK);
     kvd_client_set_timeout(b2, 20000);
     kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, n * TPB, 16384, false, TPB);
     kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, n * TPB, 16384, false, TPB);
@@ -515,10 +540,36 @@ START_TEST(test_same_chain_twice)
     a2 = load_args(&nodes[1], &pb2, keys, 0, n, pages);
     poison(&pb);
     poison(&pb2);
+
+    /* A stopped: up, but answering nothing.  Every check until it runs
+     * again only records, so that a failure does not leave it stopped. */
+    kill(nodes[0].d.pid, SIGSTOP);
     KVT_OK(nodes[1].cli, kvd_cache_load_submit(nodes[1].cli, &a1, NULL, &r1, &id1));
+    t0 = kvt_now_ms();
+    while ((in1 = inflight_of(obs, "cluster-test")) < 1 && kvt_now_ms() - t0 < MS(5000))
+        usleep(2000); /* the first is in, asking A */
     KVT_OK(b2, kvd_cache_load_submit(b2, &a2, NULL, &r2, &id2));
+    t0 = kvt_now_ms();
+    while ((in2 = inflight_of(obs, "second-worker")) < 1 && kvt_now_ms() - t0 < MS(5000))
+        usleep(2000);
+    /* both in at B, A stopped: nothing can have been pulled, and a second
+     * load that did not wait for the blocks would answer now */
+    usleep(200 * 1000);
+    st1 = kvd_client_poll(nodes[1].cli, id1, &done1);
+    st2 = kvd_client_poll(b2, id2, &done2);
+    in1 = in1 < 1 ? in1 : inflight_of(obs, "cluster-test");
+    in2 = in2 < 1 ? in2 : inflight_of(obs, "second-worker");
+    kill(nodes[0].d.pid, SIGCONT);
+    ck_assert_int_eq(st1, KVD_OK);
+    ck_assert_int_eq(st2, KVD_OK);
+    ck_assert_msg(!done1, "the first load answered with A stopped");
+    ck_assert_msg(!done2, "the second load answered without waiting for the pull");
+    ck_assert_msg(in1 == 1 && in2 == 1, "in flight at B: first %lld, second %lld (not both in)",
+                  (long long)in1, (long long)in2);
+
     KVT_OK(nodes[1].cli, kvd_client_wait(nodes[1].cli, id1));
     KVT_OK(b2, kvd_client_wait(b2, id2));
+    ck_assert_uint_eq(r1.rows, r2.rows);
     for (uint32_t i = 0; i < n; i++) {
         ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "first worker's block %u", i);
         ck_assert_msg(kvt_page_holds(&pb2, i, keys[i]), "second worker's block %u", i);
@@ -526,9 +577,10 @@ START_TEST(test_same_chain_twice)
     {
         kvd_daemon_status_t *s = malloc(sizeof(*s));
         KVT_OK(b2, kvd_daemon_status(b2, s, NULL, 0));
-        ck_assert_uint_eq(s->cluster.blocks_fetched, n); /* pulled once */
+        ck_assert_uint_eq(s->cluster.blocks_fetched, n); /* pulled once, for both */
         free(s);
     }
+    kvd_client_destroy(&obs);
     kvt_pool_free(b2, &pb2);
     kvd_client_destroy(&b2);
     kvt_pool_free(nodes[0].cli, &pa);
