@@ -6,6 +6,6 @@
 kvd_status_t kvd_backend_cuda_create(uv_loop_t *loop, const kvd_options_t *opts,
                                      kvd_backend_t **out, char *why, size_t why_len)
 {
-    snprintf(why, why_len, "kvdockd was built without CUDA");
+    snprintf(why, why_len, "%s", KVD_NO_CUDA_REASON);
     return KVD_ENOTSUP;
 }

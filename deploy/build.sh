@@ -3,6 +3,9 @@
 # come with deploy/test.sh), then configure and build kvdock into ./build
 # (or $KVD_BUILD_DIR).  Extra arguments go to cmake's configure step.
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) sed -n "2,4p" "$0" | sed "s/^# \{0,1\}//"; exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 ./deploy/setup.sh
 build=${KVD_BUILD_DIR:-build}

@@ -17,6 +17,9 @@
 # The last line is `test.sh: N passed, N failed, N skipped` over every
 # stage; the exit status is 0 only when nothing failed.
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) sed -n "2,18p" "$0" | sed "s/^# \{0,1\}//"; exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 build=${KVD_BUILD_DIR:-build}
 ./deploy/setup.sh --tests

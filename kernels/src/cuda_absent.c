@@ -7,7 +7,7 @@
 
 #include "internal.h"
 
-static const char no_cuda[] = "kvdock was built without CUDA (nvcc not found at build time)";
+static const char no_cuda[] = KVD_NO_CUDA_REASON;
 
 kvd_status_t kvd_cuda_probe(char *why, size_t why_len)
 {

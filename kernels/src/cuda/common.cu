@@ -91,7 +91,12 @@ extern "C" kvd_status_t kvd_cuda_probe(char *why, size_t why_len)
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess || n == 0) {
-        if (why && why_len)
+        int driver = 0;
+        /* no driver at all reads as "insufficient" to the runtime: say which */
+        if (why && why_len && cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0)
+            snprintf(why, why_len, "no usable CUDA device: no NVIDIA driver (libcuda.so.1 "
+                     "not found)");
+        else if (why && why_len)
             snprintf(why, why_len, "no usable CUDA device: %s",
                      err != cudaSuccess ? cudaGetErrorString(err) : "none found");
         (void)cudaGetLastError();
