@@ -234,6 +234,14 @@ static kvd_status_t prepare_dir(const char *path, gid_t gid, int have_group, cha
         snprintf(why, why_len, "socket directory %s is world-writable", dir);
         return KVD_EPERM;
     }
+    /* an existing directory is left as it is (it may be shared): say when
+     * the group named cannot get through it */
+    if (have_group && !(st.st_mode & S_IXOTH) && (st.st_gid != gid || !(st.st_mode & S_IXGRP)))
+        kvd_log(KVD_LOG_WARN, "event=socket_dir_closed_to_group dir=%s mode=%04o gid=%u "
+                "socket_gid=%u hint=\"members of the socket group cannot reach the socket: "
+                "chgrp %u %s && chmod g+x %s, or remove the directory\"", dir,
+                (unsigned)(st.st_mode & 07777), (unsigned)st.st_gid, (unsigned)gid,
+                (unsigned)gid, dir, dir);
     if (st.st_mode & (S_IXOTH | S_IWOTH))
         kvd_log(KVD_LOG_WARN, "event=socket_dir_open dir=%s mode=%04o hint=\"others can enter "
                 "it; the socket itself is 0660\"", dir, (unsigned)(st.st_mode & 07777));

@@ -195,6 +195,15 @@ START_TEST(test_dir_modes)
     ck_assert_int_eq(st.st_mode & 0777, 0660);
     ck_assert_uint_eq(st.st_gid, g);
     ck_assert_int_eq(kvdt_stop(&d), 0);
+
+    /* the 0700 directory kept, now with a group: left as it is, and said */
+    snprintf(dir, sizeof(dir), "%s/own", base);
+    snprintf(sock, sizeof(sock), "%s/kvd.sock", dir);
+    kvdt_start_sock(&d, sock, extra);
+    ck_assert_int_eq(lstat(dir, &st), 0);
+    ck_assert_int_eq(st.st_mode & 07777, 0700);
+    ck_assert(kvdt_log_has(&d, "event=socket_dir_closed_to_group"));
+    ck_assert_int_eq(kvdt_stop(&d), 0);
     rm_rf(base);
 }
 END_TEST

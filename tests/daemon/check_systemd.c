@@ -106,20 +106,6 @@ static void make_dir(kvdt_daemon_t *d)
     snprintf(d->log, sizeof(d->log), "%s/kvdockd.log", d->dir);
 }
 
-static int log_has(const kvdt_daemon_t *d, const char *what)
-{
-    FILE *f = fopen(d->log, "r");
-    char line[2048];
-    int found = 0;
-
-    if (f == NULL)
-        return 0;
-    while (!found && fgets(line, sizeof(line), f) != NULL)
-        found = strstr(line, what) != NULL;
-    fclose(f);
-    return found;
-}
-
 static void ping_ok(const kvdt_daemon_t *d)
 {
     int fd = kvdt_client(d, "sd-test");
@@ -157,8 +143,8 @@ START_TEST(test_socket_activation)
     spawn_activated(&d, lfd, 1, 0, NULL);
     close(lfd); /* only the daemon holds it now */
     ping_ok(&d);
-    ck_assert(log_has(&d, "event=socket_activated"));
-    ck_assert(log_has(&d, "event=ready socket="));
+    ck_assert(kvdt_log_has(&d, "event=socket_activated"));
+    ck_assert(kvdt_log_has(&d, "event=ready socket="));
     kill(d.pid, SIGTERM);
     st = kvdt_wait_exit(&d, KVDT_TIMEOUT_MS);
     if (st != 0)
@@ -213,7 +199,7 @@ START_TEST(test_listen_pid_other)
     ck_assert_int_ge(i, 0);
     close(i);
     ping_ok(&d);
-    ck_assert(!log_has(&d, "event=socket_activated"));
+    ck_assert(!kvdt_log_has(&d, "event=socket_activated"));
     ck_assert_int_eq(kvdt_stop(&d), 0);
 }
 END_TEST
@@ -247,7 +233,7 @@ START_TEST(test_activation_bad_fd)
     close(fd3);
     st = kvdt_wait_exit(&d, KVDT_TIMEOUT_MS);
     ck_assert_msg(st == 1, "exit %d", st);
-    if (!log_has(&d, why[_i])) {
+    if (!kvdt_log_has(&d, why[_i])) {
         kvdt_dump_log(&d);
         ck_abort_msg("the log does not say '%s'", why[_i]);
     }

@@ -49,6 +49,20 @@ int kvdt_connect(const char *sock)
     return fd;
 }
 
+int kvdt_log_has(const kvdt_daemon_t *d, const char *what)
+{
+    FILE *f = fopen(d->log, "r");
+    char line[2048];
+    int found = 0;
+
+    if (f == NULL)
+        return 0;
+    while (!found && fgets(line, sizeof(line), f) != NULL)
+        found = strstr(line, what) != NULL;
+    fclose(f);
+    return found;
+}
+
 void kvdt_dump_log(const kvdt_daemon_t *d)
 {
     char buf[4096];

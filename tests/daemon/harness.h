@@ -46,6 +46,8 @@ int kvdt_stop(kvdt_daemon_t *d);
 int kvdt_wait_exit(kvdt_daemon_t *d, int timeout_ms);
 /* Print the daemon's log (on failure). */
 void kvdt_dump_log(const kvdt_daemon_t *d);
+/* Whether a line of d's log contains what. */
+int kvdt_log_has(const kvdt_daemon_t *d, const char *what);
 /* In a child just forked from a test: close every descriptor from 3 up but
  * keep (-1: none).  Check's message file is among them, and every process
  * that holds it can write into the test's record: the faults suite failed
