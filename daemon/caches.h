@@ -43,6 +43,11 @@ typedef struct kvd_lease {
     struct kvd_lease *next; /* the connection's */
 } kvd_lease_t;
 
+/* Take lease id off c's list (the caller owns it then); NULL: c has none
+ * such. */
+kvd_lease_t *kvd__lease_take(kvd_conn_t *c, uint64_t id);
+/* A lease taken off its list ends: its blocks are unheld. */
+void kvd__lease_end(kvd_cache_t *k, kvd_lease_t *l);
 /* Drop a reference (the last one frees the cache). */
 void kvd__cache_unref(kvd_cache_t *k);
 /* The connection goes: its leases end. */

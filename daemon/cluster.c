@@ -56,11 +56,11 @@
  * pull is cut off (its connection closed, which closes its lane
  * endpoints), so a pull ends within a deadline of the last progress,
  * however large; a receive its lane still holds is settled whenever UCX
- * ends it.  Landed blocks are committed and copied into the worker's pool
- * by early runs of the load while the rest arrive; the last run copies
- * what is left and replies.  A load that finds blocks another pull has
- * reserved runs after that pull (its leader) instead of pulling them
- * again.
+ * ends it.  Landed blocks are committed in batches and handed to the
+ * asker (the load's plan copies them into the worker's pool while the
+ * rest arrive); at the end the asker hears once what could not come.  A
+ * pull that finds blocks another pull has reserved ends after that pull
+ * (its leader) instead of pulling them again.
  */
 #include "cluster.h"
 
@@ -107,12 +107,11 @@
 #define PING_NS 1000000000ull
 #define BACKOFF_MIN_MS 100u
 #define BACKOFF_MAX_MS 5000u
-#define EARLY_MIN 16             /* blocks landed before an early run copies them */
-#define EARLY_RUNS 2             /* early runs of one load in flight at most */
+#define EARLY_MIN 16             /* blocks landed before a batch goes to the load */
 /* Rendezvous receives one pull runs at once (the rest wait in order):
  * UCX shares the link among all it is given, so a pull of 1,024 blocks
  * given at once lands nothing until nearly all of it is in; a few at a
- * time land in a steady stream that early runs copy while the rest come,
+ * time land in a steady stream that the load copies while the rest come,
  * and that shows the peer alive. */
 #define RX_WINDOW_BYTES (16ull << 20) /* per lane */
 #define RX_WINDOW_MIN 4
@@ -222,26 +221,23 @@ struct peer {
     uint64_t queries, blocks_fetched, bytes_fetched, failures;
 };
 
-/* A request set aside while the peers are asked. */
+/* What a lookup or a load asked of the peers (kvd_cluster_ask). */
 typedef struct pend {
     uint64_t id;
     int pull;
     kvd_cluster_t *cl;
-    kvd_conn_t *conn;
-    uint8_t *frame;          /* the request, packed: it runs again from this */
-    size_t frame_len;
-    uint64_t t_start_ns;
+    void (*landed)(void *arg, const uint32_t *pos, uint32_t count); /* the asker's */
+    void (*answer)(void *arg, const uint8_t *present, const char *why); /* NULL once called */
+    void *arg;
     kvd_cache_t *cache;      /* referenced */
-    uint32_t first, n;       /* the request's keys [first, n) ... */
+    uint32_t first, n;       /* the asker's keys [first, n) ... */
     uint32_t nask;           /* ... of which these were asked: */
-    uint32_t *pos;           /*   their places in the request */
+    uint32_t *pos;           /*   their places in the asker's keys */
     uint8_t *keys;           /*   KVD_CACHE_KEY_MAX bytes each */
     uint8_t *klen;
-    uint8_t *present;        /* the request's bits over [first, n): some live peer has it */
+    uint8_t *present;        /* bits over [first, n): some live peer has it */
     uint32_t covered;        /* asked keys some peer that answered holds */
     uint32_t *parent;        /* pulls: per asked key, the local block of the key before it */
-    uint32_t *held;          /* pulls: the request's blocks here, held until it runs again */
-    uint32_t nheld;
     uint8_t *bits[MAX_PEERS];/* each peer's answer over the asked keys */
     uint8_t asked[MAX_PEERS], answered[MAX_PEERS];
     /* pulls */
@@ -255,18 +251,15 @@ typedef struct pend {
     uint32_t *waitq;         /* the waiting keys in arrival order: [wq_head, wq_tail) */
     uint32_t wq_head, wq_tail;
     uint32_t window;         /* receives run at once at most */
-    uint8_t *copied;         /* bits over the request's keys: copied by an early run */
-    uint8_t *only;           /* an early run's keys */
-    uint32_t fresh;          /* blocks landed since the last early run */
-    uint32_t early_inflight; /* early runs not yet done */
-    kvd_status_t early_status; /* the first early run's failure */
+    uint32_t *lpos;          /* the places of a batch of landed blocks, for landed() */
+    uint32_t fresh;          /* blocks landed since the last batch */
     uint32_t *flist;         /* the asked keys of each peer's fetch, peer by peer: */
     uint32_t fbase[MAX_PEERS], fcount[MAX_PEERS]; /* where its run starts, how long */
     uint32_t expect[MAX_PEERS], recvd[MAX_PEERS]; /* blocks sent, blocks whose receive ended */
     uint8_t fetching[MAX_PEERS], done[MAX_PEERS];
     uint64_t progress_ns[MAX_PEERS];
     int phase;               /* 0 asking, 1 pulling, 2 finished (waiting for UCX) */
-    struct pend *leader;     /* a pull bringing in keys of this one: it runs after it */
+    struct pend *leader;     /* a pull bringing in keys of this one: it ends after it */
     uint64_t started_ns;
     uint64_t deadline_ns;
     char why[200];
@@ -1296,7 +1289,7 @@ static void answer_fetch(kvd_cluster_t *cl, link_t *l, const Kvdock__Cluster__Fe
     free(missing);
 }
 
-/* ---- requests set aside -------------------------------------------------------- */
+/* ---- asks of the peers ---------------------------------------------------------- */
 
 static pend_t *pend_find(kvd_cluster_t *cl, uint64_t id)
 {
@@ -1318,9 +1311,7 @@ static void pend_free(kvd_cluster_t *cl, pend_t *p)
     for (uint32_t i = 0; i < MAX_PEERS; i++)
         free(p->bits[i]);
     kvd__cache_unref(p->cache);
-    free(p->frame);
     free(p->parent);
-    free(p->held);
     free(p->pos);
     free(p->keys);
     free(p->klen);
@@ -1332,16 +1323,14 @@ static void pend_free(kvd_cluster_t *cl, pend_t *p)
     free(p->desc);
     free(p->desc_lane);
     free(p->waitq);
-    free(p->copied);
-    free(p->only);
+    free(p->lpos);
     free(p);
 }
 
-/* Once finished, p goes when nothing refers to it any more: its
- * connection's run, UCX's receives, the early runs. */
+/* Once finished, p goes when UCX holds none of its blocks. */
 static void pend_maybe_free(kvd_cluster_t *cl, pend_t *p)
 {
-    if (p->phase == 2 && p->conn == NULL && p->inflight == 0 && p->early_inflight == 0)
+    if (p->phase == 2 && p->inflight == 0)
         pend_free(cl, p);
 }
 
@@ -1362,10 +1351,9 @@ static void rx_drop_waiting(kvd_cluster_t *cl, pend_t *p, int peer)
 }
 
 /* Every asked peer answered or the deadline passed: commit what came,
- * run the request again, and free p once UCX holds none of its blocks. */
+ * tell the asker, and free p once UCX holds none of its blocks. */
 static void pend_finish(kvd_cluster_t *cl, pend_t *p)
 {
-    kvd_cluster_answer_t a;
     kvd_cache_store_t *c = &p->cache->store;
     uint32_t missing = 0, first_missing = 0;
 
@@ -1392,21 +1380,13 @@ static void pend_finish(kvd_cluster_t *cl, pend_t *p)
         kvd_log(KVD_LOG_DEBUG, "event=cluster_pull cache=%s asked=%u missing=%u first=%u",
                 p->cache->name, p->nask, missing, first_missing);
     }
-    memset(&a, 0, sizeof(a));
-    a.first = p->first;
-    a.n = p->n;
-    a.present = p->present;
-    a.why = p->why;
-    a.copied = p->copied;
-    a.early_status = p->early_status;
-    if (!p->conn->closing)
-        kvd__dispatch_replay(p->conn, p->frame, p->frame_len, p->t_start_ns, &a);
-    for (uint32_t i = p->nheld; i-- > 0;) /* the load holds them itself now */
-        kvd_cache_unhold(c, p->held[i]);
-    p->nheld = 0;
-    kvd__conn_op_end(p->conn);
-    p->conn = NULL;
-    for (pend_t *f = cl->pends, *next; f; f = next) { /* loads that waited for this pull */
+    if (p->answer != NULL) {
+        void (*answer)(void *, const uint8_t *, const char *) = p->answer;
+        p->answer = NULL;
+        p->landed = NULL;
+        answer(p->arg, p->present, p->why);
+    }
+    for (pend_t *f = cl->pends, *next; f; f = next) { /* pulls that waited for this one */
         next = f->next;
         if (f->leader == p) {
             f->leader = NULL;
@@ -1453,7 +1433,7 @@ static void block_landed(pend_t *p, uint32_t j, int ok)
  * stopped then costs nothing (its answer could change nothing). */
 static int pend_all_done(const pend_t *p)
 {
-    if (p->leader != NULL || p->early_inflight > 0)
+    if (p->leader != NULL)
         return 0;
     if (p->phase == 0 && p->nask > 0 && p->covered == p->nask)
         return 1;
@@ -1468,66 +1448,33 @@ static int pend_all_done(const pend_t *p)
 
 static void pend_start_pull(kvd_cluster_t *cl, pend_t *p);
 
-static void pend_early(kvd_cluster_t *cl, pend_t *p);
-
-static void early_done(void *arg, kvd_status_t st)
-{
-    pend_t *p = arg;
-
-    p->early_inflight--;
-    if (st != KVD_OK && p->early_status == KVD_OK)
-        p->early_status = st;
-    if (p->phase == 2)
-        pend_maybe_free(p->cl, p);
-    else
-        pend_check(p->cl, p);
-}
-
-/* Blocks have landed while the pull goes on: commit them and copy them
- * into the worker's pool now (an early run of the load), so that the
+/* Blocks have landed while the pull goes on: commit them and hand them to
+ * the asker now (a load copies them into the worker's pool), so that the
  * copy overlaps the rest of the pull instead of following it. */
-static void pend_early(kvd_cluster_t *cl, pend_t *p)
+static void pend_early(pend_t *p)
 {
     kvd_cache_store_t *c = &p->cache->store;
-    kvd_cluster_answer_t a;
     uint32_t count = 0;
 
-    if (p->conn->closing || p->cache->dropped)
+    if (p->cache->dropped)
         return;
-    memset(p->only, 0, (p->n + 7) / 8);
     for (uint32_t j = p->nask; j-- > 0;) { /* the last first, as saves commit */
         if (p->got[j] != GOT_IN || p->ids[j] == KVD_CBLOCK_NONE)
             continue;
-        if (kvd_cache_commit(c, p->ids[j])) {
-            set_bit(p->only, p->pos[j]);
-            set_bit(p->copied, p->pos[j]);
-            count++;
-        }
+        if (kvd_cache_commit(c, p->ids[j]))
+            p->lpos[count++] = p->pos[j];
         p->ids[j] = KVD_CBLOCK_NONE; /* the tier's now */
     }
     p->fresh = 0;
-    if (count == 0)
-        return;
-    memset(&a, 0, sizeof(a));
-    a.first = p->first;
-    a.n = p->n;
-    a.present = p->present;
-    a.why = p->why;
-    a.early = 1;
-    a.only = p->only;
-    a.done = early_done;
-    a.done_arg = p;
-    p->early_inflight++;
-    kvd__dispatch_replay(p->conn, p->frame, p->frame_len, p->t_start_ns, &a);
-    (void)cl;
+    if (count > 0)
+        p->landed(p->arg, p->lpos, count);
 }
 
 static void pend_check(kvd_cluster_t *cl, pend_t *p)
 {
-    if (p->phase == 1 && p->copied != NULL && p->early_inflight < EARLY_RUNS &&
-        p->fresh >= (p->nask / 8 > EARLY_MIN ? p->nask / 8 : EARLY_MIN) &&
-        !pend_all_done(p))
-        pend_early(cl, p);
+    if (p->phase == 1 && p->landed != NULL && p->lpos != NULL &&
+        p->fresh >= (p->nask / 8 > EARLY_MIN ? p->nask / 8 : EARLY_MIN) && !pend_all_done(p))
+        pend_early(p);
     if (p->phase == 2 || !pend_all_done(p))
         return;
     if (p->phase == 0 && p->pull) {
@@ -1638,13 +1585,7 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
     if (p->window < RX_WINDOW_MIN)
         p->window = RX_WINDOW_MIN;
     p->window *= cl->nlanes;
-    p->copied = calloc((p->n + 7) / 8, 1); /* no early runs without them: fine */
-    p->only = malloc((p->n + 7) / 8);
-    if (p->copied == NULL || p->only == NULL) {
-        free(p->copied);
-        free(p->only);
-        p->copied = p->only = NULL;
-    }
+    p->lpos = malloc(p->nask * sizeof(*p->lpos)); /* no batches without it: fine */
     if (p->ids == NULL || p->from == NULL || p->got == NULL || p->flist == NULL ||
         p->desc == NULL || p->desc_lane == NULL || p->waitq == NULL) {
         free(p->ids); /* nothing is pulled: the load names every key missing */
@@ -1713,18 +1654,23 @@ static void pend_start_pull(kvd_cluster_t *cl, pend_t *p)
     }
 }
 
-kvd_status_t kvd_cluster_defer(kvd_req_t *r, kvd_cache_t *k, const uint8_t *const *keys,
-                               const size_t *lens, uint32_t first, uint32_t n, int pull)
+kvd_status_t kvd_cluster_ask(kvd_cluster_t *cl, const kvd_cluster_ask_t *a, char *why,
+                             size_t why_len)
 {
-    kvd_cluster_t *cl = r->srv->cluster;
+    kvd_cache_t *k = a->cache;
+    uint32_t first = a->first, n = a->n, asked = 0, nask = 0;
     pend_t *p = calloc(1, sizeof(*p));
-    uint32_t asked = 0, nask = 0;
 
-    if (p == NULL)
-        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    if (p == NULL) {
+        snprintf(why, why_len, "out of memory");
+        return KVD_ENOMEM;
+    }
     p->cl = cl;
     p->id = cl->next_id++;
-    p->pull = pull;
+    p->pull = a->pull;
+    p->landed = a->landed;
+    p->answer = a->done;
+    p->arg = a->arg;
     p->first = first;
     p->n = n;
     p->cache = k;
@@ -1734,35 +1680,30 @@ kvd_status_t kvd_cluster_defer(kvd_req_t *r, kvd_cache_t *k, const uint8_t *cons
     p->klen = malloc(n - first);
     p->present = calloc((n - first + 7) / 8 + 1, 1);
     p->parent = malloc((n - first) * sizeof(*p->parent));
-    p->held = malloc((n - first) * sizeof(*p->held));
-    p->frame_len = kvdock__request__get_packed_size(r->req);
-    p->frame = malloc(p->frame_len ? p->frame_len : 1);
     if (p->pos == NULL || p->keys == NULL || p->klen == NULL || p->present == NULL ||
-        p->parent == NULL || p->held == NULL || p->frame == NULL) {
+        p->parent == NULL) {
         pend_free(cl, p);
-        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+        snprintf(why, why_len, "out of memory");
+        return KVD_ENOMEM;
     }
-    kvdock__request__pack(r->req, p->frame);
     for (uint32_t i = first, here = KVD_CBLOCK_NONE; i < n; i++) {
         /* a pull asks only for the keys the tier lacks (neither ready nor
-         * filling); those it has are held, so that the blocks the pull
-         * reserves do not evict them before the load runs */
-        uint32_t id = pull ? kvd_cache_find(&k->store, keys[i], lens[i]) : KVD_CBLOCK_NONE;
+         * filling); the asker holds those it has */
+        uint32_t id = a->pull ? kvd_cache_find(&k->store, a->keys[i], a->lens[i])
+                              : KVD_CBLOCK_NONE;
         if (id != KVD_CBLOCK_NONE) {
             here = KVD_CBLOCK_NONE;
-            if (kvd_cache_block(&k->store, id)->state == KVD_CBLOCK_READY) {
-                kvd_cache_hold(&k->store, id);
-                p->held[p->nheld++] = here = id;
-            } else if (p->leader == NULL) { /* filling: if a pull brings it, wait for that */
+            if (kvd_cache_block(&k->store, id)->state == KVD_CBLOCK_READY)
+                here = id;
+            else if (p->leader == NULL) /* filling: if a pull brings it, wait for that */
                 p->leader = puller_of(cl, p, id);
-            }
             continue;
         }
         p->parent[nask] = here;
         here = KVD_CBLOCK_NONE;
         p->pos[nask] = i;
-        memcpy(p->keys + (size_t)nask * KVD_CACHE_KEY_MAX, keys[i], lens[i]);
-        p->klen[nask] = (uint8_t)lens[i];
+        memcpy(p->keys + (size_t)nask * KVD_CACHE_KEY_MAX, a->keys[i], a->lens[i]);
+        p->klen[nask] = (uint8_t)a->lens[i];
         nask++;
     }
     p->nask = nask;
@@ -1784,16 +1725,14 @@ kvd_status_t kvd_cluster_defer(kvd_req_t *r, kvd_cache_t *k, const uint8_t *cons
         }
         asked++;
     }
-    r->deferred = 1;
-    r->set_aside = 1;
-    p->conn = r->conn;
-    p->t_start_ns = r->t_start_ns;
-    kvd__conn_op_begin(r->conn);
-    if (asked == 0 && nask > 0 && p->why[0] == '\0')
-        snprintf(p->why, sizeof(p->why), "no peer is up");
-    if (asked == 0 && p->leader == NULL) /* nobody to ask or wait for: run again now */
-        pend_finish(cl, p);
-    else if (asked == 0)
+    if (asked == 0 && p->leader == NULL) { /* nobody to ask or wait for */
+        snprintf(why, why_len, "%s", nask > 0 ? "no peer is up" : "");
+        p->answer = NULL;
+        p->phase = 2;
+        pend_free(cl, p);
+        return KVD_ENOENT;
+    }
+    if (asked == 0)
         p->phase = 1; /* only waiting for the leader's pull */
     return KVD_OK;
 }
@@ -2784,7 +2723,7 @@ void kvd_cluster_close(kvd_cluster_t *cl)
     if (cl == NULL || cl->closing)
         return;
     cl->closing = 1;
-    while (cl->pends) { /* run again with what came; freed once UCX lets go */
+    while (cl->pends) { /* end with what came; freed once UCX lets go */
         pend_t *p = cl->pends;
         if (p->phase == 2) {
             /* only waiting for UCX: the endpoints close below */

@@ -8,10 +8,10 @@
  * live peer at once which of the missing keys it holds (one round trip,
  * answered from each peer's own index), and a load pulls the blocks it
  * lacks from the peers that hold them, spread over them, straight into
- * blocks of the local tier, and runs as a local load over them, batch by
- * batch as they land.  Both go through the same step: the request is set aside (its frame kept), the
- * peers are asked, and the request runs again with what they answered
- * (kvd_req_t.cluster).  Loop thread only, like the caches.
+ * blocks of the local tier, and hands them to the load's plan batch by
+ * batch as they land (cache_load.h).  Both go through one step: the
+ * peers are asked (kvd_cluster_ask) and the caller hears back through
+ * its callbacks.  Loop thread only, like the caches.
  */
 #ifndef KVD_DAEMON_CLUSTER_H
 #define KVD_DAEMON_CLUSTER_H
@@ -27,42 +27,39 @@ typedef struct kvd_req kvd_req_t;
 typedef struct kvd_cache kvd_cache_t;
 struct Kvdock__Cluster;
 
-/* What the cluster answered, for the request's second run. */
-typedef struct kvd_cluster_answer {
-    uint32_t first;          /* the keys asked: [first, n) of the request's */
-    uint32_t n;
-    const uint8_t *present;  /* lookups: bit i set when a live peer holds key first + i */
-    const char *why;         /* loads: why blocks could not be pulled ("" if none) */
-    /* Loads copy pulled blocks into the pool while the pull goes on: early
-     * runs copy the keys of `only` (a bit per key of the request) and
-     * answer nobody but done(); the last run copies the keys not in
-     * `copied` (NULL: all) and replies for the whole load, or fails with
-     * early_status when an early run failed. */
-    int early;
-    const uint8_t *only;
-    const uint8_t *copied;
-    kvd_status_t early_status;
-    void (*done)(void *arg, kvd_status_t st);
-    void *done_arg;
-} kvd_cluster_answer_t;
+/* What a lookup or a load asks of the peers (ops_cache.c): about keys
+ * [first, n) of a cluster cache, which they hold (a lookup), or, for a
+ * load (pull), to bring those the local tier lacks into it.  The cluster
+ * copies the keys; it reports back only through the callbacks, on the
+ * loop, never from inside kvd_cluster_ask. */
+typedef struct kvd_cluster_ask {
+    kvd_cache_t *cache;
+    const uint8_t *const *keys;
+    const size_t *lens;
+    uint32_t first, n;
+    int pull;
+    /* pulls: the blocks of keys pos[0..count) landed and are READY in the
+     * tier (committed) */
+    void (*landed)(void *arg, const uint32_t *pos, uint32_t count);
+    /* once, at the end: every asked peer answered, or the deadline passed.
+     * present: a bit per key of [first, n), set when a live peer holds it
+     * (lookups); why: "" or why keys could not be found or brought (a peer
+     * that did not answer in time is named) */
+    void (*done)(void *arg, const uint8_t *present, const char *why);
+    void *arg;
+} kvd_cluster_ask_t;
 
 static inline int kvd_cluster_bit(const uint8_t *bits, uint32_t i)
 {
     return (bits[i >> 3] >> (i & 7)) & 1;
 }
 
-/* Does a live peer hold key i of the request (a lookup's answer)? */
-static inline int kvd_cluster_has(const kvd_cluster_answer_t *a, uint32_t i)
-{
-    return i >= a->first && i < a->n && kvd_cluster_bit(a->present, i - a->first);
-}
-
 /* Listen, read the secret and the peers, start connecting (--cluster-*).
  * Nothing is left behind on error (why says what failed). */
 kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *why,
                                 size_t why_len);
-/* The daemon is finishing: requests waiting on peers run again with what
- * came (the drain lets them end first), endpoints close, handles close. */
+/* The daemon is finishing: asks in flight end with what came (the drain
+ * lets them end first), endpoints close, handles close. */
 void kvd_cluster_close(kvd_cluster_t *cl);
 /* After the loop has ended. */
 void kvd_cluster_destroy(kvd_cluster_t **cl);
@@ -70,13 +67,11 @@ void kvd_cluster_destroy(kvd_cluster_t **cl);
 /* Peers that are up now. */
 uint32_t kvd_cluster_live(const kvd_cluster_t *cl);
 
-/* Set r aside and ask the live peers about keys[first..n) of k: which
- * they hold (a lookup), or, for a load, pull those the local tier lacks.
- * r runs again once every peer answered or the deadline passed.  KVD_OK
- * with r->deferred and r->set_aside set (a data operation's dataop is
- * dropped unsubmitted), or a failure (r's message set). */
-kvd_status_t kvd_cluster_defer(kvd_req_t *r, kvd_cache_t *k, const uint8_t *const *keys,
-                               const size_t *lens, uint32_t first, uint32_t n, int pull);
+/* Ask the live peers (a): KVD_OK, and a->done comes later; KVD_ENOENT
+ * when there is nothing to ask or wait for (why says why: no peer is up),
+ * nothing kept; another failure (why says what). */
+kvd_status_t kvd_cluster_ask(kvd_cluster_t *cl, const kvd_cluster_ask_t *a, char *why,
+                             size_t why_len);
 
 /* The status reply's cluster section (allocated with r). */
 struct Kvdock__Cluster *kvd_cluster_status(kvd_req_t *r, const kvd_cluster_t *cl);

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
 #include "log.h"
 
 static void dataop_destroy(kvd_dataop_t *d)
@@ -22,34 +21,46 @@ static void dataop_destroy(kvd_dataop_t *d)
     free(d);
 }
 
-static kvd_dataop_t *dataop_create(kvd_req_t *r)
+kvd_dataop_t *kvd__dataop_new(kvd_server_t *srv, kvd_conn_t *c, uint64_t req_id,
+                              size_t op_index, uint64_t t_start_ns)
 {
     kvd_dataop_t *d = calloc(1, sizeof(*d));
 
     if (d == NULL)
         return NULL;
-    d->srv = r->srv;
-    d->conn = r->conn;
-    d->req_id = r->req->id;
-    d->op_index = r->op_index;
-    d->t_start_ns = r->t_start_ns;
+    d->srv = srv;
+    d->conn = c;
+    d->req_id = req_id;
+    d->op_index = op_index;
+    d->t_start_ns = t_start_ns;
     d->njobs = 1;
-    if (r->cluster != NULL && r->cluster->early) {
-        d->silent_done = r->cluster->done;
-        d->silent_arg = r->cluster->done_arg;
-    }
     return d;
 }
 
-kvd_status_t kvd__dataop_jobs(kvd_req_t *r, kvd_dataop_t *d, uint32_t n)
+void kvd__dataop_free(kvd_dataop_t *d)
+{
+    if (d != NULL)
+        dataop_destroy(d);
+}
+
+kvd_status_t kvd__dataop_more(kvd_dataop_t *d, uint32_t n)
 {
     if (n < 1)
         n = 1;
     free(d->more);
     d->more = n > 1 ? calloc(n - 1, sizeof(*d->more)) : NULL;
-    if (n > 1 && d->more == NULL)
-        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    if (n > 1 && d->more == NULL) {
+        d->njobs = 1;
+        return KVD_ENOMEM;
+    }
     d->njobs = n;
+    return KVD_OK;
+}
+
+kvd_status_t kvd__dataop_jobs(kvd_req_t *r, kvd_dataop_t *d, uint32_t n)
+{
+    if (kvd__dataop_more(d, n) != KVD_OK)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     return KVD_OK;
 }
 
@@ -65,22 +76,25 @@ void kvd__hold(kvd_dataop_t *d, kvd_obj_t *o)
     d->refs[d->nrefs++] = o;
 }
 
-/* A staging copy of n bytes from src (NULL: left uninitialised), freed with
- * d; NULL when refused, with r's message set and the status in
- * d->stage_status (the budget's ELIMIT, or ENOMEM). */
 void *kvd__stage(kvd_req_t *r, kvd_dataop_t *d, const void *src, size_t n)
 {
-    kvd_backend_t *be = r->srv->backend;
-    char why[200] = "";
+    return kvd__dataop_stage(d, src, n, r->msg, sizeof(r->msg));
+}
+
+void *kvd__dataop_stage(kvd_dataop_t *d, const void *src, size_t n, char *why, size_t why_len)
+{
+    kvd_backend_t *be = d->srv->backend;
+    char bwhy[200] = "";
     void *p = NULL;
 
     if (d->nstaging == KVD_DATAOP_MAX_STAGING) {
-        d->stage_status = kvd__req_fail(r, KVD_EINTERNAL, "too many staged operands");
+        d->stage_status = KVD_EINTERNAL;
+        snprintf(why, why_len, "too many staged operands");
         return NULL;
     }
-    d->stage_status = be->staging_alloc(be, n, &p, why, sizeof(why));
+    d->stage_status = be->staging_alloc(be, n, &p, bwhy, sizeof(bwhy));
     if (d->stage_status != KVD_OK) {
-        (void)kvd__req_fail(r, d->stage_status, "staging %zu bytes: %s", n, why);
+        snprintf(why, why_len, "staging %zu bytes: %s", n, bwhy);
         return NULL;
     }
     if (n && src != NULL)
@@ -475,10 +489,9 @@ static void job_done(kvd_job_t *job)
     kvd__conn_op_end(c);
 }
 
-/* Submit a validated job; on error the caller still owns d. */
-kvd_status_t kvd__submit(kvd_req_t *r, kvd_dataop_t *d)
+kvd_status_t kvd__dataop_submit(kvd_dataop_t *d, char *why, size_t why_len)
 {
-    kvd_backend_t *be = r->srv->backend;
+    kvd_backend_t *be = d->srv->backend;
     kvd_status_t st = KVD_OK;
     uint32_t i;
 
@@ -510,8 +523,8 @@ kvd_status_t kvd__submit(kvd_req_t *r, kvd_dataop_t *d)
         d->to_issue += job->issue_later != 0;
     }
     if (d->pending == 0) {
-        kvd_job_t *job = &d->job;
-        return kvd__req_fail(r, st, "%s", job->detail[0] ? job->detail : "cannot submit the work");
+        snprintf(why, why_len, "%s", d->job.detail[0] ? d->job.detail : "cannot submit the work");
+        return st != KVD_OK ? st : KVD_EINTERNAL;
     }
     if (st != KVD_OK) {
         /* the jobs before it run; the reply says what failed */
@@ -519,14 +532,24 @@ kvd_status_t kvd__submit(kvd_req_t *r, kvd_dataop_t *d)
         snprintf(d->detail, sizeof(d->detail), "job %u of %u could not be submitted: %s", i + 1,
                  d->njobs, kvd_strerror(st));
     }
-    r->deferred = 1;
-    kvd__conn_op_begin(r->conn);
-    kvd_stats_stream_enter(&r->srv->stats, d->job.sclass, kvd_now_ns());
+    d->submitted = 1;
+    kvd__conn_op_begin(d->conn);
+    kvd_stats_stream_enter(&d->srv->stats, d->job.sclass, kvd_now_ns());
     if (d->reply_at_enqueue && d->to_issue == 0) {
         d->replied = 1;
         send_op_reply(d, KVD_OK, NULL, 1);
     }
     return KVD_OK;
+}
+
+/* Submit a validated job; on error the caller still owns d. */
+kvd_status_t kvd__submit(kvd_req_t *r, kvd_dataop_t *d)
+{
+    kvd_status_t st = kvd__dataop_submit(d, r->msg, sizeof(r->msg));
+
+    if (st == KVD_OK)
+        r->deferred = 1;
+    return st;
 }
 
 char *kvd__layer_k(const kvd_pool_t *p, uint32_t l)
@@ -585,13 +608,13 @@ void kvd__fill_side(const kvd_pool_t *p, uint32_t begin, int copy_engine, kvd_kv
 
 kvd_status_t kvd__dataop_run(kvd_req_t *r, kvd_status_t (*fn)(kvd_req_t *, kvd_dataop_t *))
 {
-    kvd_dataop_t *d = dataop_create(r);
+    kvd_dataop_t *d = kvd__dataop_new(r->srv, r->conn, r->req->id, r->op_index, r->t_start_ns);
     kvd_status_t st;
 
     if (d == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     st = fn(r, d);
-    if (st != KVD_OK || r->set_aside) { /* nothing was launched */
+    if (st != KVD_OK || !d->submitted) { /* nothing was launched */
         if (d->finish != NULL) {
             Kvdock__OpReply op = KVDOCK__OP_REPLY__INIT;
             uint64_t bytes = 0;

@@ -53,8 +53,10 @@ struct kvd_dataop {
      * with the failure, when the operation fails before anything ran. */
     void (*finish)(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *op, uint64_t *bytes);
     void *ext; /* the hook's */
-    /* Set for a part the daemon runs on its own (a cluster load's early
-     * copy): no reply goes out; this hears how it ended instead. */
+    int submitted;       /* kvd__dataop_submit took it: freed when its jobs are done */
+    /* Set for a part the daemon runs on its own (a load plan's copy of
+     * blocks that landed early, cache_load.h): no reply goes out; this
+     * hears how it ended instead. */
     void (*silent_done)(void *arg, kvd_status_t st);
     void *silent_arg;
 };
@@ -71,13 +73,23 @@ typedef struct kvd_idx {
 
 /*
  * Run fn on a new dataop for r: fn validates and ends with kvd__submit.
- * If fn fails, nothing was launched: the finish hook (if fn set one) runs
- * with the failure and the dataop is freed.
+ * If fn fails, or submits nothing (a load plan submits dataops of its
+ * own), nothing of this dataop was launched: the finish hook (if fn set
+ * one) runs with the status and the dataop is freed.
  */
 kvd_status_t kvd__dataop_run(kvd_req_t *r, kvd_status_t (*fn)(kvd_req_t *, kvd_dataop_t *));
 
+/* A dataop outside any handler, for work decided earlier and submitted
+ * now (a load plan's copies, cache_load.h): its reply goes to request
+ * req_id of c, counted in row op_index from t_start_ns.  NULL out of
+ * memory.  One never submitted goes with kvd__dataop_free. */
+kvd_dataop_t *kvd__dataop_new(kvd_server_t *srv, kvd_conn_t *c, uint64_t req_id,
+                              size_t op_index, uint64_t t_start_ns);
+void kvd__dataop_free(kvd_dataop_t *d);
+
 /* Jobs beyond the first: d->more[0..n-2], cleared (KVD_ENOMEM if none). */
 kvd_status_t kvd__dataop_jobs(kvd_req_t *r, kvd_dataop_t *d, uint32_t n);
+kvd_status_t kvd__dataop_more(kvd_dataop_t *d, uint32_t n); /* the same, outside a handler */
 /* Job i of d (0: d->job). */
 kvd_job_t *kvd__dataop_job(kvd_dataop_t *d, uint32_t i);
 
@@ -86,6 +98,8 @@ void kvd__hold(kvd_dataop_t *d, kvd_obj_t *o);
 /* A staging copy of n bytes from src (NULL: left uninitialised), freed with
  * d; NULL when refused, r's message set and the status in d->stage_status. */
 void *kvd__stage(kvd_req_t *r, kvd_dataop_t *d, const void *src, size_t n);
+/* The same outside a handler: the message in why. */
+void *kvd__dataop_stage(kvd_dataop_t *d, const void *src, size_t n, char *why, size_t why_len);
 
 /* The operands: a pool the client may use (held), a buffer range, an index
  * array checked against bound (< 0: no bound), operand bytes, an event. */
@@ -113,8 +127,11 @@ kvd_status_t kvd__choose_path(kvd_req_t *r, kvd_dataop_t *d, int src_kind, int d
                               int indices_on_device, int buffer_indices);
 
 /* Submit the validated jobs in order, each after the one before; on error
- * nothing was submitted and the caller still owns d. */
+ * nothing was submitted and the caller still owns d.  kvd__submit marks
+ * r deferred; kvd__dataop_submit is the same outside a handler (the
+ * message in why). */
 kvd_status_t kvd__submit(kvd_req_t *r, kvd_dataop_t *d);
+kvd_status_t kvd__dataop_submit(kvd_dataop_t *d, char *why, size_t why_len);
 
 /* Where a pool's layer l starts (K, or V: NULL for MLA). */
 char *kvd__layer_k(const kvd_pool_t *p, uint32_t l);

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "account.h"
-#include "cluster.h"
 #include "log.h"
 
 /* One row per operation (op_list.h): existence, hello-first, permission
@@ -130,10 +129,10 @@ static kvd_status_t precheck(kvd_req_t *r, const kvd_op_def_t *op)
     return KVD_OK;
 }
 
-static int dispatch(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds,
-                    uint64_t t_start_ns, const struct kvd_cluster_answer *answer)
+int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds)
 {
     kvd_server_t *srv = c->srv;
+    uint64_t t_start_ns = kvd_now_ns();
     kvd_wire_limits_t lim = {KVD_MAX_REPEATED, srv->opts.max_inline_bytes};
     Kvdock__Request *req;
     kvd_req_t r;
@@ -178,14 +177,12 @@ static int dispatch(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds,
             return -1;
         }
         /* well framed, but refused whole: the connection goes on */
-        if (answer == NULL)
-            c->requests++;
+        c->requests++;
         kvd__reply_error(c, id, st, why);
         return 0;
     }
     arena.cap = UINT64_MAX; /* the handler's allocations: charged as they come */
-    if (answer == NULL)
-        c->requests++;
+    c->requests++;
 
     memset(&r, 0, sizeof(r));
     r.srv = srv;
@@ -195,7 +192,6 @@ static int dispatch(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds,
     r.fds = fds;
     r.nfds = nfds;
     r.t_start_ns = t_start_ns;
-    r.cluster = answer;
     r.op_index = find_op((int)req->op_case);
     kvdock__response__init(&r.resp);
     r.resp.id = req->id;
@@ -231,12 +227,7 @@ static int dispatch(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds,
         if (fds[i] >= 0)
             close(fds[i]);
 
-    if (answer != NULL && answer->early) {
-        /* a part the daemon runs on its own answers nobody: the dataop
-         * reports its end, or this its refusal */
-        if (st != KVD_OK || !r.deferred)
-            answer->done(answer->done_arg, st != KVD_OK ? st : KVD_EINTERNAL);
-    } else if (st != KVD_OK || !r.deferred) {
+    if (st != KVD_OK || !r.deferred) {
         if (st != KVD_OK) {
             r.resp.status = (uint32_t)st;
             r.resp.message = r.msg[0] ? r.msg : (char *)kvd_strerror(st);
@@ -258,15 +249,4 @@ static int dispatch(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds,
     if (r.close_after)
         kvd_conn_close_after_flush(c, "closed after error reply");
     return 0;
-}
-
-int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds)
-{
-    return dispatch(c, payload, len, fds, nfds, kvd_now_ns(), NULL);
-}
-
-void kvd__dispatch_replay(kvd_conn_t *c, const uint8_t *payload, size_t len,
-                          uint64_t t_start_ns, const struct kvd_cluster_answer *answer)
-{
-    (void)dispatch(c, payload, len, NULL, 0, t_start_ns, answer);
 }

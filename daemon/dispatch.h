@@ -42,9 +42,6 @@ struct kvd_req {
     Kvdock__Response resp; /* the handler sets result_case and the result */
     char msg[256];         /* the error message, when the handler fails */
     int deferred;          /* the handler replies later (kvd__reply_deferred) */
-    const struct kvd_cluster_answer *cluster; /* a second run, after the peers answered
-                                               * (cluster.h) */
-    int set_aside;         /* kept to run again later (cluster.h): nothing was submitted */
     int reply_fds[2];      /* descriptors to send with the reply (not owned) */
     int n_reply_fds;
     int close_after;       /* close the connection once the reply is out */
@@ -62,12 +59,6 @@ const char *kvd__op_row_name(size_t i);
  * it (closed unless a handler keeps them).  Returns -1 when the frame does
  * not decode (the connection must close). */
 int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds);
-
-/* Run a request set aside for the cluster again (cluster.h), from its
- * packed frame, with what the peers answered; its latency counts from
- * t_start_ns, when it first came in. */
-void kvd__dispatch_replay(kvd_conn_t *c, const uint8_t *payload, size_t len,
-                          uint64_t t_start_ns, const struct kvd_cluster_answer *answer);
 
 /* Answer a frame that cannot be handled (ETOOBIG, EPROTO): request id 0. */
 void kvd__reply_error(kvd_conn_t *c, uint64_t id, kvd_status_t st, const char *msg);

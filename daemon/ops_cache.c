@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "account.h"
+#include "cache_copy.h"
+#include "cache_load.h"
 #include "caches.h"
 #include "cluster.h"
 #include "conn.h"
@@ -385,7 +387,7 @@ static uint64_t lease_bytes(uint32_t n)
     return sizeof(kvd_lease_t) + (uint64_t)n * sizeof(uint32_t);
 }
 
-static void lease_end(kvd_cache_t *k, kvd_lease_t *l)
+void kvd__lease_end(kvd_cache_t *k, kvd_lease_t *l)
 {
     for (uint32_t i = l->n; i-- > 0;) /* the last first */
         kvd_cache_unhold(&k->store, l->ids[i]);
@@ -396,8 +398,7 @@ static void lease_end(kvd_cache_t *k, kvd_lease_t *l)
     kvd__cache_unref(k);
 }
 
-/* Take lease id off c's list; NULL when it has none such. */
-static kvd_lease_t *lease_take(kvd_conn_t *c, uint64_t id)
+kvd_lease_t *kvd__lease_take(kvd_conn_t *c, uint64_t id)
 {
     kvd_lease_t **pp;
 
@@ -417,7 +418,7 @@ void kvd__leases_drop(kvd_conn_t *c)
     while (c->leases) {
         kvd_lease_t *l = c->leases;
         c->leases = l->next;
-        lease_end(l->cache, l);
+        kvd__lease_end(l->cache, l);
     }
     c->nleases = 0;
 }
@@ -431,7 +432,7 @@ void kvd__leases_expire(kvd_conn_t *c, uint64_t now_ns)
         if (now_ns >= l->expires_ns) {
             *pp = l->next;
             c->nleases--;
-            lease_end(l->cache, l);
+            kvd__lease_end(l->cache, l);
         } else {
             pp = &l->next;
         }
@@ -450,7 +451,7 @@ static void leases_of_cache_end(kvd_server_t *srv, kvd_cache_t *k)
             if (l->cache == k) {
                 *pp = l->next;
                 c->nleases--;
-                lease_end(k, l);
+                kvd__lease_end(k, l);
             } else {
                 pp = &l->next;
             }
@@ -460,12 +461,12 @@ static void leases_of_cache_end(kvd_server_t *srv, kvd_cache_t *k)
 
 kvd_status_t kvd__op_cache_release(kvd_req_t *r)
 {
-    kvd_lease_t *l = lease_take(r->conn, r->req->cache_release->lease);
+    kvd_lease_t *l = kvd__lease_take(r->conn, r->req->cache_release->lease);
 
     if (l == NULL)
         return kvd__req_fail(r, KVD_ENOENT, "no lease %" PRIu64 " of this client",
                              r->req->cache_release->lease);
-    lease_end(l->cache, l);
+    kvd__lease_end(l->cache, l);
     return KVD_OK;
 }
 
@@ -645,18 +646,21 @@ static int run_cmp(const void *a, const void *b)
  * load refuse one anywhere.  Hits come in runs of consecutive block ids
  * (a chain saved in one go is one run), so a block found twice is two
  * runs that overlap: a chain of one run costs nothing more. */
-static kvd_status_t repeated_hit(kvd_req_t *r, const uint32_t *ids, uint32_t n)
+static kvd_status_t repeated_hit(const uint32_t *ids, uint32_t n, char *msg, size_t len)
 {
     uint32_t i, nruns = 0;
     run_t *runs;
+    kvd_status_t st = KVD_OK;
 
     for (i = 1; i < n && ids[i] == ids[i - 1] + 1; i++)
         ;
     if (i >= n)
         return KVD_OK;
-    runs = kvd__req_alloc(r, n * sizeof(*runs));
-    if (runs == NULL)
-        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    runs = malloc(n * sizeof(*runs));
+    if (runs == NULL) {
+        snprintf(msg, len, "out of memory");
+        return KVD_ENOMEM;
+    }
     for (i = 0; i < n; i++) {
         if (nruns > 0 && ids[i] == runs[nruns - 1].first + runs[nruns - 1].n)
             runs[nruns - 1].n++;
@@ -664,10 +668,203 @@ static kvd_status_t repeated_hit(kvd_req_t *r, const uint32_t *ids, uint32_t n)
             runs[nruns++] = (run_t){ids[i], 1};
     }
     qsort(runs, nruns, sizeof(*runs), run_cmp);
-    for (i = 1; i < nruns; i++)
-        if ((uint64_t)runs[i - 1].first + runs[i - 1].n > runs[i].first)
-            return kvd__req_fail(r, KVD_EINVAL, "the chain names block %u twice: a chain "
-                                 "names each block once", runs[i].first);
+    for (i = 1; i < nruns && st == KVD_OK; i++)
+        if ((uint64_t)runs[i - 1].first + runs[i - 1].n > runs[i].first) {
+            snprintf(msg, len, "the chain names block %u twice: a chain names each block once",
+                     runs[i].first);
+            st = KVD_EINVAL;
+        }
+    free(runs);
+    return st;
+}
+
+/* The leading keys of a chain in k (their blocks in ids, the count in
+ * *hits), made the most recent. */
+static kvd_status_t lookup_hits(kvd_cache_t *k, const uint8_t *const *keys, const size_t *lens,
+                                uint32_t n, uint32_t *ids, uint32_t *hits, char *msg,
+                                size_t len)
+{
+    kvd_status_t st;
+
+    *hits = kvd_cache_lookup(&k->store, keys, lens, n, 0, ids);
+    if ((st = repeated_hit(ids, *hits, msg, len)) != KVD_OK)
+        return st;
+    kvd_cache_touch_chain(&k->store, ids, *hits);
+    return KVD_OK;
+}
+
+/* A lookup's answer in rep: the hits here (ids[0..hits)), then the run
+ * the peers hold from the first key missing here (present: a bit per key
+ * from first on, or NULL), and a lease on those here if asked. */
+static kvd_status_t lookup_reply(kvd_server_t *srv, kvd_conn_t *c, kvd_cache_t *k,
+                                 const Kvdock__CacheLookup *cl, const uint32_t *ids,
+                                 uint32_t hits, uint32_t n, uint32_t first,
+                                 const uint8_t *present, Kvdock__CacheLookupReply *rep,
+                                 char *msg, size_t len)
+{
+    kvd_status_t st;
+
+    if (cl->lease && c->nleases >= srv->opts.max_leases) {
+        snprintf(msg, len, "this client holds %u leases already (max-leases)", c->nleases);
+        return KVD_ELIMIT;
+    }
+    rep->local_hits = hits;
+    rep->hits = hits;
+    while (present != NULL && rep->hits < n && rep->hits >= first &&
+           kvd_cluster_bit(present, rep->hits - first))
+        rep->hits++;
+    k->store.n.lookups++;
+    k->store.n.keys_asked += n;
+    k->store.n.keys_hit += hits;
+    if (cl->lease && hits > 0) {
+        uint32_t ms = cl->lease_ms ? cl->lease_ms : (uint32_t)srv->opts.cache_lease_ms;
+        kvd_lease_t *l;
+
+        if ((st = kvd__account_charge(c, KVD_HM_LEASES, lease_bytes(hits), msg, len)) != KVD_OK)
+            return st;
+        l = calloc(1, sizeof(*l));
+        if (l == NULL || (l->ids = malloc(hits * sizeof(*l->ids))) == NULL) {
+            free(l);
+            kvd__account_release(c, KVD_HM_LEASES, lease_bytes(hits));
+            snprintf(msg, len, "out of memory");
+            return KVD_ENOMEM;
+        }
+        l->conn = c;
+        if (ms > MAX_LEASE_MS)
+            ms = MAX_LEASE_MS;
+        memcpy(l->ids, ids, hits * sizeof(*ids));
+        l->n = hits;
+        for (uint32_t i = 0; i < hits; i++)
+            kvd_cache_hold(&k->store, ids[i]);
+        l->id = srv->next_lease_id++;
+        l->cache = k;
+        k->refs++;
+        k->leases++;
+        l->expires_ns = kvd_now_ns() + (uint64_t)ms * 1000000ull;
+        l->next = c->leases;
+        c->leases = l;
+        c->nleases++;
+        rep->lease = l->id;
+        rep->lease_expires_ms = ms;
+    }
+    return KVD_OK;
+}
+
+/* A lookup waiting for the peers: what its answer needs, in memory of its
+ * own (charged to its client as request bookkeeping). */
+typedef struct lookup_wait {
+    kvd_server_t *srv;
+    kvd_conn_t *conn;
+    uint64_t req_id;
+    size_t op_index;
+    uint64_t t_start_ns;
+    uint64_t held;
+    kvd_cache_t *cache;     /* referenced */
+    Kvdock__CacheLookup cl; /* its lease and lease_ms */
+    uint32_t n, first;      /* the peers were asked about keys [first, n) */
+    const uint8_t **keys;   /* [n], into bytes */
+    size_t *lens;
+    uint32_t *ids;
+    uint64_t bytes[];       /* keys, lens, ids, then the keys' bytes */
+} lookup_wait_t;
+
+/* The peers answered (or the deadline passed): the lookup's reply, its
+ * message naming a peer that was waited for in vain. */
+static void lookup_answered(void *arg, const uint8_t *present, const char *why)
+{
+    lookup_wait_t *w = arg;
+    kvd_conn_t *c = w->conn;
+    Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
+    Kvdock__CacheLookupReply rep = KVDOCK__CACHE_LOOKUP_REPLY__INIT;
+    char msg[256] = "";
+    uint32_t hits = 0;
+    kvd_status_t st;
+
+    if (!c->closing) {
+        st = lookup_hits(w->cache, w->keys, w->lens, w->n, w->ids, &hits, msg, sizeof(msg));
+        if (st == KVD_OK)
+            st = lookup_reply(w->srv, c, w->cache, &w->cl, w->ids, hits, w->n, w->first,
+                              present, &rep, msg, sizeof(msg));
+        resp.id = w->req_id;
+        resp.status = (uint32_t)st;
+        if (st != KVD_OK) {
+            resp.message = msg;
+        } else {
+            resp.result_case = KVDOCK__RESPONSE__RESULT_CACHE_LOOKUP;
+            resp.cache_lookup = &rep;
+            if (why != NULL && why[0] != '\0')
+                resp.message = (char *)why;
+        }
+        kvd__reply_deferred_response(c, &resp, w->op_index, w->t_start_ns);
+    }
+    kvd__cache_unref(w->cache);
+    kvd__account_release(c, KVD_HM_REQUESTS, w->held);
+    free(w);
+    kvd__conn_op_end(c);
+}
+
+/* Ask the live peers about keys [first, n) of r's lookup: KVD_OK with r
+ * deferred (lookup_answered replies), KVD_ENOENT when nobody can be
+ * asked (r answers from here), or a failure. */
+static kvd_status_t lookup_ask(kvd_req_t *r, kvd_cache_t *k, const keys_t *ks, uint32_t first)
+{
+    uint64_t keybytes = 0, held;
+    kvd_cluster_ask_t ask;
+    lookup_wait_t *w;
+    uint8_t *at;
+    char why[200];
+    kvd_status_t st;
+
+    for (uint32_t i = 0; i < ks->n; i++)
+        keybytes += ks->len[i];
+    held = sizeof(*w) + keybytes +
+           (uint64_t)ks->n * (sizeof(*w->keys) + sizeof(*w->lens) + sizeof(*w->ids));
+    if ((st = kvd__account_charge(r->conn, KVD_HM_REQUESTS, held, r->msg, sizeof(r->msg))) !=
+        KVD_OK)
+        return st;
+    w = calloc(1, held);
+    if (w == NULL) {
+        kvd__account_release(r->conn, KVD_HM_REQUESTS, held);
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    }
+    w->keys = (const uint8_t **)w->bytes;
+    w->lens = (size_t *)(w->keys + ks->n);
+    w->ids = (uint32_t *)(w->lens + ks->n);
+    at = (uint8_t *)(w->ids + ks->n);
+    for (uint32_t i = 0; i < ks->n; i++) {
+        memcpy(at, ks->k[i], ks->len[i]);
+        w->keys[i] = at;
+        w->lens[i] = ks->len[i];
+        at += ks->len[i];
+    }
+    w->srv = r->srv;
+    w->conn = r->conn;
+    w->req_id = r->req->id;
+    w->op_index = r->op_index;
+    w->t_start_ns = r->t_start_ns;
+    w->held = held;
+    w->cache = k;
+    w->cl = *r->req->cache_lookup;
+    w->cl.keys = NULL;
+    w->n = ks->n;
+    w->first = first;
+    memset(&ask, 0, sizeof(ask));
+    ask.cache = k;
+    ask.keys = w->keys;
+    ask.lens = w->lens;
+    ask.first = first;
+    ask.n = ks->n;
+    ask.done = lookup_answered;
+    ask.arg = w;
+    st = kvd_cluster_ask(r->srv->cluster, &ask, why, sizeof(why));
+    if (st != KVD_OK) {
+        kvd__account_release(r->conn, KVD_HM_REQUESTS, held);
+        free(w);
+        return st == KVD_ENOENT ? st : kvd__req_fail(r, st, "%s", why);
+    }
+    k->refs++;
+    kvd__conn_op_begin(r->conn);
+    r->deferred = 1;
     return KVD_OK;
 }
 
@@ -691,51 +888,16 @@ kvd_status_t kvd__op_cache_lookup(kvd_req_t *r)
     if (rep == NULL || ids == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     kvdock__cache_lookup_reply__init(rep);
-    hits = kvd_cache_lookup(&k->store, ks.k, ks.len, ks.n, 0, ids);
-    if ((st = repeated_hit(r, ids, hits)) != KVD_OK)
+    if ((st = lookup_hits(k, ks.k, ks.len, ks.n, ids, &hits, r->msg, sizeof(r->msg))) != KVD_OK)
         return st;
-    kvd_cache_touch_chain(&k->store, ids, hits);
-    if (hits < ks.n && k->cluster && r->cluster == NULL && kvd_cluster_live(r->srv->cluster))
-        return kvd_cluster_defer(r, k, ks.k, ks.len, hits, ks.n, 0); /* ask the peers */
-    rep->local_hits = hits;
-    rep->hits = hits;
-    if (r->cluster != NULL) /* then the run the peers hold, from the first key missing here */
-        while (rep->hits < ks.n && kvd_cluster_has(r->cluster, rep->hits))
-            rep->hits++;
-    k->store.n.lookups++;
-    k->store.n.keys_asked += ks.n;
-    k->store.n.keys_hit += hits;
-    if (cl->lease && hits > 0) {
-        uint32_t ms = cl->lease_ms ? cl->lease_ms : (uint32_t)r->srv->opts.cache_lease_ms;
-        kvd_lease_t *l;
-
-        if ((st = kvd__account_charge(r->conn, KVD_HM_LEASES, lease_bytes(hits), r->msg,
-                                      sizeof(r->msg))) != KVD_OK)
+    if (hits < ks.n && k->cluster && kvd_cluster_live(r->srv->cluster)) {
+        /* ask the peers about the rest */
+        if ((st = lookup_ask(r, k, &ks, hits)) != KVD_ENOENT)
             return st;
-        l = calloc(1, sizeof(*l));
-        if (l == NULL || (l->ids = malloc(hits * sizeof(*l->ids))) == NULL) {
-            free(l);
-            kvd__account_release(r->conn, KVD_HM_LEASES, lease_bytes(hits));
-            return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
-        }
-        l->conn = r->conn;
-        if (ms > MAX_LEASE_MS)
-            ms = MAX_LEASE_MS;
-        memcpy(l->ids, ids, hits * sizeof(*ids));
-        l->n = hits;
-        for (uint32_t i = 0; i < hits; i++)
-            kvd_cache_hold(&k->store, ids[i]);
-        l->id = r->srv->next_lease_id++;
-        l->cache = k;
-        k->refs++;
-        k->leases++;
-        l->expires_ns = kvd_now_ns() + (uint64_t)ms * 1000000ull;
-        l->next = r->conn->leases;
-        r->conn->leases = l;
-        r->conn->nleases++;
-        rep->lease = l->id;
-        rep->lease_expires_ms = ms;
     }
+    if ((st = lookup_reply(r->srv, r->conn, k, cl, ids, hits, ks.n, 0, NULL, rep, r->msg,
+                           sizeof(r->msg))) != KVD_OK)
+        return st;
     r->resp.result_case = KVDOCK__RESPONSE__RESULT_CACHE_LOOKUP;
     r->resp.cache_lookup = rep;
     return KVD_OK;
@@ -782,44 +944,16 @@ kvd_status_t kvd__op_cache_evict(kvd_req_t *r)
 
 /* ---- saves and loads ------------------------------------------------------------ */
 
-/* What a save or load carries to its finish. */
+/* What a save carries to its finish. */
 typedef struct cacheop {
     kvd_cache_t *cache;
     uint32_t *ids;      /* the blocks, in chain order */
-    uint8_t *is_new;    /* saves: reserved by this save (else held while it ran) */
+    uint8_t *is_new;    /* reserved by this save (else held while it ran) */
     uint32_t n;
-    uint32_t total;     /* loads: blocks the request names (n of them move in this run) */
     uint32_t stored, skipped, refused;
-    kvd_lease_t *lease; /* loads by lease: ended with the load */
     kvd_conn_t *conn;   /* charged with held bytes of requests */
     uint64_t held;
-    int load;
-    int early;          /* loads: an early run of a cluster load (cluster.h) */
 } cacheop_t;
-
-/* The pool's pages as a transfer side: page p holds the block's rows of
- * each layer contiguously. */
-static void page_side(const kvd_pool_t *p, uint32_t tokens, uint32_t begin, int copy_engine,
-                      kvd_kv_side_t *s)
-{
-    kvd__fill_side(p, begin, copy_engine, s);
-    s->slot_stride = (int64_t)(p->slot_stride * tokens);
-    s->num_slots = (int64_t)(p->num_slots / tokens);
-}
-
-/* Slab s of the cache as a transfer side, from layer begin. */
-static void slab_side(const kvd_cache_store_t *c, uint32_t s, uint32_t begin, kvd_kv_side_t *d)
-{
-    const kvd_cache_slab_t *sl = &c->slabs[s];
-    uint64_t per_layer = c->chunk_bytes * (c->layout.mla ? 1 : 2);
-
-    memset(d, 0, sizeof(*d));
-    d->k = (char *)sl->ptr + begin * per_layer;
-    d->v = c->layout.mla ? NULL : (char *)d->k + c->chunk_bytes;
-    d->layer_stride = (int64_t)per_layer;
-    d->slot_stride = (int64_t)c->block_bytes;
-    d->num_slots = sl->nblocks;
-}
 
 /* The pool must hold blocks of the cache's layout, by whole pages. */
 static kvd_status_t check_pool(kvd_req_t *r, const kvd_pool_t *p, const kvd_cache_store_t *c)
@@ -864,114 +998,6 @@ static kvd_status_t get_pages(kvd_req_t *r, kvd_dataop_t *d, const Kvdock__Indic
         return st;
     *out = (int64_t *)x.ptr;
     return KVD_OK;
-}
-
-/* The blocks an operation moves, by slab: the pool's pages and the
- * blocks' places in their slab, in one staging allocation; every layer
- * group's jobs use them. */
-typedef struct slab_plan {
-    uint32_t nslabs;   /* slabs with blocks */
-    uint32_t *slab;    /* [nslabs] which */
-    uint32_t *count;   /* [nslabs] blocks in it */
-    int64_t **pages;   /* [nslabs] the pool's pages */
-    int64_t **places;  /* [nslabs] the blocks' places in the slab */
-} slab_plan_t;
-
-/* Plan the move of op's blocks (of a save: only the new ones). */
-static kvd_status_t plan_slabs(kvd_req_t *r, kvd_dataop_t *d, const cacheop_t *op,
-                               const int64_t *pages, int only_new, slab_plan_t *pl)
-{
-    const kvd_cache_store_t *c = &op->cache->store;
-    uint32_t *per = kvd__req_alloc(r, (c->nslabs_max + 1) * sizeof(*per));
-    uint32_t i, s, n = 0, at;
-    int64_t *stage;
-
-    memset(pl, 0, sizeof(*pl));
-    if (per == NULL)
-        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
-    memset(per, 0, (c->nslabs_max + 1) * sizeof(*per));
-    for (i = 0; i < op->n; i++)
-        if (!only_new || op->is_new[i]) {
-            per[kvd_cache_slab_of(c, op->ids[i])]++;
-            n++;
-        }
-    for (s = 0; s < c->nslabs_max; s++)
-        pl->nslabs += per[s] > 0;
-    if (n == 0)
-        return KVD_OK;
-    pl->slab = kvd__req_alloc(r, pl->nslabs * sizeof(*pl->slab));
-    pl->count = kvd__req_alloc(r, pl->nslabs * sizeof(*pl->count));
-    pl->pages = kvd__req_alloc(r, pl->nslabs * sizeof(*pl->pages));
-    pl->places = kvd__req_alloc(r, pl->nslabs * sizeof(*pl->places));
-    if (pl->slab == NULL || pl->count == NULL || pl->pages == NULL || pl->places == NULL)
-        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
-    if ((stage = kvd__stage(r, d, NULL, 2 * (size_t)n * sizeof(int64_t))) == NULL)
-        return d->stage_status;
-    /* per[s] becomes the slab's row in the plan; each slab's runs are
-     * filled in chain order */
-    for (s = 0, at = 0, n = 0; s < c->nslabs_max; s++) {
-        if (per[s] == 0)
-            continue;
-        pl->slab[n] = s;
-        pl->count[n] = 0;
-        pl->pages[n] = stage + at;
-        pl->places[n] = stage + at + per[s];
-        at += 2 * per[s];
-        per[s] = n++;
-    }
-    for (i = 0; i < op->n; i++) {
-        uint32_t k;
-        if (only_new && !op->is_new[i])
-            continue;
-        k = per[kvd_cache_slab_of(c, op->ids[i])];
-        pl->pages[k][pl->count[k]] = pages[i];
-        pl->places[k][pl->count[k]] = kvd_cache_pos_of(c, op->ids[i]);
-        pl->count[k]++;
-    }
-    return KVD_OK;
-}
-
-/* Jobs *next on: one per slab of the plan, for layers [begin, begin +
- * count), from the pool into the cache (to_cache) or back. */
-static void slab_jobs(kvd_dataop_t *d, const kvd_pool_t *p, const kvd_cache_store_t *c,
-                      const slab_plan_t *pl, int to_cache, uint32_t begin, uint32_t count,
-                      uint32_t *next)
-{
-    int ce = (d->job.flags & KVD_LAUNCH_COPY_ENGINE) != 0;
-
-    for (uint32_t k = 0; k < pl->nslabs; k++) {
-        kvd_job_t *job = kvd__dataop_job(d, (*next)++);
-        kvd_transfer_args_t *a = &job->a.transfer;
-        kvd_kv_side_t ps, cs;
-
-        job->kind = KVD_JOB_TRANSFER;
-        memset(a, 0, sizeof(*a));
-        page_side(p, c->layout.tokens_per_block, begin, ce, &ps);
-        slab_side(c, pl->slab[k], begin, &cs);
-        a->src = to_cache ? ps : cs;
-        a->dst = to_cache ? cs : ps;
-        a->src_idx = to_cache ? pl->pages[k] : pl->places[k];
-        a->dst_idx = to_cache ? pl->places[k] : pl->pages[k];
-        a->idx_dtype = KVD_DTYPE_I64;
-        a->count = pl->count[k];
-        a->num_layers = count;
-        a->row_bytes = (int64_t)c->chunk_bytes;
-    }
-}
-
-/* An empty transfer (nothing to copy), so that the request's events are
- * still waited on and recorded in stream order. */
-static void empty_job(kvd_dataop_t *d, kvd_job_t *job, const kvd_pool_t *p, uint32_t tokens)
-{
-    kvd_transfer_args_t *a = &job->a.transfer;
-
-    job->kind = KVD_JOB_TRANSFER;
-    memset(a, 0, sizeof(*a));
-    page_side(p, tokens, 0, (d->job.flags & KVD_LAUNCH_COPY_ENGINE) != 0, &a->src);
-    a->dst = a->src;
-    a->num_layers = 1;
-    a->idx_dtype = KVD_DTYPE_I64;
-    a->row_bytes = (int64_t)(p->slot_bytes * tokens);
 }
 
 /* The operation's bookkeeping goes with its reference on the cache. */
@@ -1023,8 +1049,8 @@ static void save_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, 
 
 /* The operation's bookkeeping, reserved before anything else can fail. */
 static kvd_status_t cacheop_new(kvd_req_t *r, kvd_dataop_t *d, kvd_cache_t *k, uint32_t n,
-                                int load, void (*finish)(kvd_dataop_t *, kvd_status_t,
-                                                         Kvdock__OpReply *, uint64_t *))
+                                void (*finish)(kvd_dataop_t *, kvd_status_t, Kvdock__OpReply *,
+                                               uint64_t *))
 {
     uint64_t held = sizeof(cacheop_t) + (uint64_t)(n ? n : 1) * (sizeof(uint32_t) + 1);
     cacheop_t *op;
@@ -1045,7 +1071,6 @@ static kvd_status_t cacheop_new(kvd_req_t *r, kvd_dataop_t *d, kvd_cache_t *k, u
     op->conn = r->conn;
     op->held = held;
     op->cache = k;
-    op->load = load;
     k->refs++;
     d->ext = op;
     d->finish = finish;
@@ -1062,7 +1087,9 @@ static kvd_status_t do_save(kvd_req_t *r, kvd_dataop_t *d)
     int64_t *pages;
     uint32_t parent = KVD_CBLOCK_NONE, i;
     kvd_status_t refusal = KVD_OK;
-    slab_plan_t plan;
+    kvd_slab_plan_t plan;
+    uint32_t *new_ids, nnew = 0;
+    int64_t *new_pages;
     cacheop_t *op;
     char why[200];
     kvd_status_t st;
@@ -1088,8 +1115,7 @@ static kvd_status_t do_save(kvd_req_t *r, kvd_dataop_t *d)
                             1)) != KVD_OK ||
         (st = kvd__choose_path(r, d, p->kind, KVD_MEM_HOST, 0, 0)) != KVD_OK)
         return st;
-    if ((st = cacheop_new(r, d, k, ks.n + (parent != KVD_CBLOCK_NONE), 0, save_finish)) !=
-        KVD_OK)
+    if ((st = cacheop_new(r, d, k, ks.n + (parent != KVD_CBLOCK_NONE), save_finish)) != KVD_OK)
         return st;
     op = d->ext;
     /* every block of the chain, held until the save ends: present ones
@@ -1128,77 +1154,42 @@ static kvd_status_t do_save(kvd_req_t *r, kvd_dataop_t *d)
         memcpy(shifted + 1, pages, ks.n * sizeof(int64_t));
         pages = shifted;
     }
-    if ((st = plan_slabs(r, d, op, pages, 1, &plan)) != KVD_OK ||
-        (st = kvd__dataop_jobs(r, d, plan.nslabs ? plan.nslabs : 1)) != KVD_OK)
+    /* the new blocks move, in chain order */
+    if ((new_ids = kvd__req_alloc(r, (op->n ? op->n : 1) * sizeof(*new_ids))) == NULL ||
+        (new_pages = kvd__req_alloc(r, (op->n ? op->n : 1) * sizeof(*new_pages))) == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    for (i = 0; i < op->n; i++)
+        if (op->is_new[i]) {
+            new_ids[nnew] = op->ids[i];
+            new_pages[nnew++] = pages[i];
+        }
+    if ((st = kvd__slab_plan(d, c, new_ids, new_pages, nnew, &plan, r->msg, sizeof(r->msg))) !=
+        KVD_OK)
         return st;
-    if (plan.nslabs == 0) {
-        empty_job(d, &d->job, p, c->layout.tokens_per_block);
-    } else {
-        uint32_t next = 0;
-        slab_jobs(d, p, c, &plan, 1, 0, c->layout.num_layers, &next);
+    if ((st = kvd__dataop_jobs(r, d, plan.nslabs ? plan.nslabs : 1)) == KVD_OK) {
+        if (plan.nslabs == 0) {
+            kvd__empty_job(d, &d->job, p, c->layout.tokens_per_block);
+        } else {
+            uint32_t next = 0;
+            kvd__slab_jobs(d, p, c, &plan, 1, 0, c->layout.num_layers, &next);
+        }
+        d->rows = op->stored;
+        st = kvd__submit(r, d);
     }
-    d->rows = op->stored;
-    return kvd__submit(r, d);
+    kvd__slab_plan_free(&plan);
+    return st;
 }
 
-static void load_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
+/* A load's plan hears from the cluster (cluster.h) as blocks land. */
+static void load_landed(void *arg, const uint32_t *pos, uint32_t count)
 {
-    cacheop_t *op = d->ext;
-    kvd_cache_store_t *c;
-
-    if (op == NULL)
-        return;
-    c = &op->cache->store;
-    for (uint32_t i = op->n; i-- > 0;)
-        kvd_cache_unhold(c, op->ids[i]);
-    if (st == KVD_OK) {
-        c->n.loads += !op->early;
-        c->n.loaded += op->n;
-        c->n.bytes_out += (uint64_t)op->n * c->block_bytes;
-        *bytes = (uint64_t)op->total * c->block_bytes; /* early runs' blocks included */
-    }
-    rep->rows = op->total;
-    if (op->lease != NULL)
-        lease_end(op->cache, op->lease);
-    cacheop_free(d);
+    kvd__load_land(arg, pos, count);
 }
 
-/* ENOENT naming every key of a load that neither this daemon nor its
- * peers could give, as index ranges, and why. */
-static kvd_status_t missing_in_cluster(kvd_req_t *r, const kvd_cache_store_t *c,
-                                       const keys_t *ks, uint32_t n)
+static void load_pulled(void *arg, const uint8_t *present, const char *why)
 {
-    char ranges[96];
-    size_t at = 0;
-    uint32_t i = 0, missing = 0;
-
-    ranges[0] = '\0';
-    while (i < n) {
-        uint32_t id = kvd_cache_find(c, ks->k[i], ks->len[i]), j;
-        if (id != KVD_CBLOCK_NONE && kvd_cache_block(c, id)->state == KVD_CBLOCK_READY) {
-            i++;
-            continue;
-        }
-        for (j = i + 1; j < n; j++) {
-            id = kvd_cache_find(c, ks->k[j], ks->len[j]);
-            if (id != KVD_CBLOCK_NONE && kvd_cache_block(c, id)->state == KVD_CBLOCK_READY)
-                break;
-        }
-        missing += j - i;
-        if (at < sizeof(ranges) - 24) {
-            int w = j - i > 1 ? snprintf(ranges + at, sizeof(ranges) - at, "%s%u-%u",
-                                         at ? "," : "", i, j - 1)
-                              : snprintf(ranges + at, sizeof(ranges) - at, "%s%u",
-                                         at ? "," : "", i);
-            at += w > 0 ? (size_t)w : 0;
-        } else if (ranges[at - 1] != '.') {
-            at += (size_t)snprintf(ranges + at, sizeof(ranges) - at, ",...");
-        }
-        i = j;
-    }
-    return kvd__req_fail(r, KVD_ENOENT, "keys[%s] (%u of %u) are neither in the cache nor on a "
-                         "live peer: %s", ranges, missing, n,
-                         r->cluster->why[0] ? r->cluster->why : "no peer holds them");
+    (void)present;
+    kvd__load_end(arg, why);
 }
 
 static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
@@ -1209,13 +1200,11 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
     kvd_pool_t *p;
     keys_t ks;
     kvd_lease_t *lease = NULL;
-    int64_t *pages, *moved;
-    uint32_t n, m, i, g, groups, nflags = 0, nevents, next = 0, *flags = NULL;
+    int64_t *pages;
+    uint32_t n, i, nflags = 0, *flags = NULL;
     void *levs[MAX_LAYER_EVENTS];
-    const kvd_cluster_answer_t *ca = r->cluster;
-    int early = ca != NULL && ca->early;
-    slab_plan_t plan;
-    cacheop_t *op;
+    kvd_load_spec_t spec;
+    kvd_load_t *plan;
     kvd_status_t st;
 
     if ((st = find_cache(r, cl->cache, NULL, 1, &k)) != KVD_OK ||
@@ -1251,9 +1240,6 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
         return kvd__req_fail(r, KVD_EINVAL, "blocks: name at least one page to load into");
     if ((st = get_pages(r, d, cl->blocks, p, c->layout.tokens_per_block, n, &pages)) != KVD_OK)
         return st;
-    if (ca != NULL && ca->early_status != KVD_OK)
-        return kvd__req_fail(r, ca->early_status, "copying the blocks pulled from peers into "
-                             "pool '%s' failed: %s", p->name, kvd_strerror(ca->early_status));
     if (cl->n_layer_events > MAX_LAYER_EVENTS || cl->n_layer_events > c->layout.num_layers)
         return kvd__req_fail(r, KVD_EINVAL, "%zu layer events for %u layers (at most %d)",
                              cl->n_layer_events, c->layout.num_layers, MAX_LAYER_EVENTS);
@@ -1286,94 +1272,51 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
                             1)) != KVD_OK ||
         (st = kvd__choose_path(r, d, KVD_MEM_HOST, p->kind, 0, 0)) != KVD_OK)
         return st;
-    /* a cluster cache lacking keys (or pulling them for another load)
-     * pulls them first: the request runs again once they are here */
-    if (lease == NULL && k->cluster && ca == NULL && kvd_cluster_live(r->srv->cluster))
-        for (i = 0; i < n; i++) {
-            uint32_t id = kvd_cache_find(c, ks.k[i], ks.len[i]);
-            if (id == KVD_CBLOCK_NONE || kvd_cache_block(c, id)->state != KVD_CBLOCK_READY)
-                return kvd_cluster_defer(r, k, ks.k, ks.len, 0, n, 1);
-        }
-    if ((st = cacheop_new(r, d, k, n, 1, load_finish)) != KVD_OK)
+    /* validated: the plan keeps what was decided */
+    memset(&spec, 0, sizeof(spec));
+    spec.cache = k;
+    spec.pool = p;
+    spec.n = n;
+    spec.pages = pages;
+    spec.keys = lease ? NULL : ks.k;
+    spec.lens = ks.len;
+    spec.lease = lease;
+    spec.levs = levs;
+    spec.nevents = (uint32_t)cl->n_layer_events;
+    spec.flags = flags;
+    spec.nflags = nflags;
+    spec.flag_value = cl->flag_value;
+    if ((st = kvd__load_create(r, d, &spec, &plan)) != KVD_OK)
         return st;
-    op = d->ext;
-    op->total = n;
-    op->early = early;
-    if (early) { /* an early run of a cluster load: no events, no flags, no reply */
-        d->job.record_event = NULL;
-        d->reply_at_enqueue = 0;
-        nevents = nflags = 0;
-        flags = NULL;
-    } else {
-        nevents = (uint32_t)cl->n_layer_events;
-    }
-    /* the blocks this run moves (of a cluster load: those pulled since the
-     * last run, or those no early run moved), and their pages */
-    moved = kvd__req_alloc(r, n * sizeof(*moved));
-    if (moved == NULL)
-        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
-    for (i = 0, m = 0; i < n; i++) {
-        uint32_t id;
+    /* a cluster cache lacking blocks (or pulling them for another load)
+     * has the peers bring them: the plan copies them as they land */
+    if (lease == NULL && k->cluster && kvd__load_missing(plan) > 0 &&
+        kvd_cluster_live(r->srv->cluster)) {
+        kvd_cluster_ask_t ask;
+        char why[200];
 
-        if (early ? !kvd_cluster_bit(ca->only, i)
-                  : ca != NULL && ca->copied != NULL && kvd_cluster_bit(ca->copied, i))
-            continue;
-        id = lease ? lease->ids[i] : kvd_cache_find(c, ks.k[i], ks.len[i]);
-        /* after a pull that lost a peer (its why), a block still filling
-         * may be one UCX still writes: missing like the rest */
-        if (id != KVD_CBLOCK_NONE && kvd_cache_block(c, id)->state == KVD_CBLOCK_FILLING &&
-            ca != NULL && ca->why != NULL && ca->why[0] != '\0')
-            return missing_in_cluster(r, c, &ks, n);
-        if (id != KVD_CBLOCK_NONE && kvd_cache_block(c, id)->state == KVD_CBLOCK_FILLING)
-            return kvd__req_fail(r, KVD_ENOENT, "keys[%u] is being saved: not in the cache "
-                                 "until its bytes are complete", i);
-        if (id == KVD_CBLOCK_NONE || kvd_cache_block(c, id)->state != KVD_CBLOCK_READY) {
-            if (ca != NULL)
-                return missing_in_cluster(r, c, &ks, n);
-            return kvd__req_fail(r, KVD_ENOENT, "keys[%u] is not in the cache", i);
+        memset(&ask, 0, sizeof(ask));
+        ask.cache = k;
+        ask.keys = ks.k;
+        ask.lens = ks.len;
+        ask.n = n;
+        ask.pull = 1;
+        ask.landed = load_landed;
+        ask.done = load_pulled;
+        ask.arg = plan;
+        st = kvd_cluster_ask(r->srv->cluster, &ask, why, sizeof(why));
+        if (st == KVD_OK) {
+            kvd__load_wait(plan);
+            r->deferred = 1;
+            return KVD_OK;
         }
-        op->ids[m] = id;
-        moved[m++] = pages[i];
-    }
-    op->n = m;
-    for (i = 0; i < m; i++)
-        kvd_cache_hold(c, op->ids[i]);
-    /* layer groups as even as they come: group g is layers [g L / G, (g + 1) L / G) */
-    groups = nevents ? nevents : nflags ? nflags : 1;
-    if ((st = plan_slabs(r, d, op, moved, 0, &plan)) != KVD_OK ||
-        (st = kvd__dataop_jobs(r, d, plan.nslabs ? groups * plan.nslabs : groups)) != KVD_OK)
-        return st;
-    if (plan.nslabs == 0) { /* early runs moved every block: the groups still signal */
-        for (g = 0; g < groups; g++) {
-            kvd_job_t *job = kvd__dataop_job(d, g);
-            empty_job(d, job, p, c->layout.tokens_per_block);
-            if (nevents)
-                job->layer_event = levs[g];
-            if (flags != NULL) {
-                job->layer_flag = flags + g;
-                job->flag_value = cl->flag_value;
-            }
+        if (st != KVD_ENOENT) {
+            kvd__load_destroy(&plan);
+            return kvd__req_fail(r, st, "%s", why);
         }
-    } else {
-        uint32_t L = c->layout.num_layers;
-        for (g = 0; g < groups; g++) {
-            uint32_t begin = (uint32_t)((uint64_t)g * L / groups);
-            uint32_t end = (uint32_t)((uint64_t)(g + 1) * L / groups);
-            slab_jobs(d, p, c, &plan, 0, begin, end - begin, &next);
-            if (nevents)
-                kvd__dataop_job(d, next - 1)->layer_event = levs[g];
-            if (flags != NULL) {
-                kvd__dataop_job(d, next - 1)->layer_flag = flags + g;
-                kvd__dataop_job(d, next - 1)->flag_value = cl->flag_value;
-            }
-        }
+        return kvd__load_run(r, plan, why); /* nobody to ask: what is here, or why not */
     }
-    if (lease != NULL) { /* the load ends the lease: it is the load's now */
-        lease_take(r->conn, lease->id);
-        op->lease = lease;
-    }
-    d->rows = n;
-    return kvd__submit(r, d);
+    return kvd__load_run(r, plan, NULL);
 }
 
 kvd_status_t kvd__op_cache_save(kvd_req_t *r)

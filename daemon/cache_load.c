@@ -1,0 +1,551 @@
+/* A cache load as a plan: see cache_load.h. */
+#include "cache_load.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "account.h"
+#include "cache_copy.h"
+#include "conn.h"
+#include "log.h"
+
+#define MAX_GROUPS 128  /* layer events or flags of one load (ops_cache.c checks) */
+#define EARLY_COPIES 2  /* copies of landed blocks in flight at once, at most */
+
+enum { B_ABSENT, B_HELD, B_COPYING }; /* a block of the plan: not here, held, copy submitted */
+
+struct kvd_load {
+    kvd_server_t *srv;
+    kvd_conn_t *conn;          /* the reply's, charged with held */
+    uint64_t req_id;
+    size_t op_index;
+    uint64_t t_start_ns;
+    uint64_t held;             /* bytes of this plan (KVD_HM_REQUESTS) */
+    kvd_cache_t *cache;        /* referenced */
+    kvd_pool_t *pool;
+    kvd_obj_t *refs[KVD_DATAOP_MAX_REFS]; /* the pool, buffers, events: referenced */
+    int nrefs;
+    /* the request's Sync: each copy's */
+    int sclass, path, split_layers, reply_at_enqueue;
+    unsigned launch_flags;
+    uint32_t max_blocks;
+    void *wait_event, *record_event;
+    void *levs[MAX_GROUPS];
+    uint32_t nevents;
+    uint32_t *flags;
+    uint32_t nflags, flag_value;
+    uint32_t n;
+    int64_t *pages;            /* [n] */
+    uint8_t *keys;             /* [n] of KVD_CACHE_KEY_MAX, NULL for a lease */
+    uint8_t *klen;
+    kvd_lease_t *lease;        /* the client's until the load runs, then the plan's */
+    int lease_taken;
+    uint32_t *ids;             /* [n] the block of each while held, else NONE */
+    uint8_t *state;            /* [n] B_* */
+    uint32_t copies;           /* copies of landed blocks in flight */
+    uint32_t copied;           /* blocks they moved */
+    kvd_status_t copy_status;  /* the first one's failure */
+    int waiting;               /* kvd__load_wait: an operation in flight on conn */
+    int ending;                /* kvd__load_end came: ends once copies is 0 */
+    int brought;               /* blocks were to be brought (why names what failed) */
+    char why[200];
+};
+
+static uint64_t plan_bytes(uint32_t n, int keys)
+{
+    return sizeof(kvd_load_t) +
+           (uint64_t)n * (sizeof(int64_t) + sizeof(uint32_t) + 1 +
+                          (keys ? KVD_CACHE_KEY_MAX + 1 : 0));
+}
+
+static void load_free(kvd_load_t *l)
+{
+    kvd_cache_store_t *c = &l->cache->store;
+    int waiting = l->waiting;
+    kvd_conn_t *conn = l->conn;
+
+    for (uint32_t i = l->n; i-- > 0;) /* the last first */
+        if (l->ids[i] != KVD_CBLOCK_NONE)
+            kvd_cache_unhold(c, l->ids[i]);
+    if (l->lease_taken)
+        kvd__lease_end(l->cache, l->lease);
+    for (int i = 0; i < l->nrefs; i++)
+        kvd_obj_unref(&l->srv->reg, l->refs[i]);
+    kvd__cache_unref(l->cache);
+    kvd__account_release(l->conn, KVD_HM_REQUESTS, l->held);
+    free(l->pages);
+    free(l->keys);
+    free(l->klen);
+    free(l->ids);
+    free(l->state);
+    free(l);
+    if (waiting)
+        kvd__conn_op_end(conn);
+}
+
+void kvd__load_destroy(kvd_load_t **lp)
+{
+    if (lp != NULL && *lp != NULL)
+        load_free(*lp);
+    if (lp != NULL)
+        *lp = NULL;
+}
+
+/* Block i of the plan as the tier has it now: its id, or NONE. */
+static uint32_t find(const kvd_load_t *l, uint32_t i)
+{
+    if (l->lease != NULL)
+        return l->lease->ids[i];
+    return kvd_cache_find(&l->cache->store, l->keys + (size_t)i * KVD_CACHE_KEY_MAX,
+                          l->klen[i]);
+}
+
+static int ready(const kvd_load_t *l, uint32_t id)
+{
+    return id != KVD_CBLOCK_NONE &&
+           kvd_cache_block(&l->cache->store, id)->state == KVD_CBLOCK_READY;
+}
+
+kvd_status_t kvd__load_create(kvd_req_t *r, kvd_dataop_t *d, const kvd_load_spec_t *s,
+                              kvd_load_t **out)
+{
+    uint64_t held = plan_bytes(s->n, s->keys != NULL);
+    kvd_load_t *l;
+    kvd_status_t st;
+
+    *out = NULL;
+    if ((st = kvd__account_charge(r->conn, KVD_HM_REQUESTS, held, r->msg, sizeof(r->msg))) !=
+        KVD_OK)
+        return st;
+    l = calloc(1, sizeof(*l));
+    if (l == NULL || (l->pages = malloc(s->n * sizeof(*l->pages))) == NULL ||
+        (l->ids = malloc(s->n * sizeof(*l->ids))) == NULL ||
+        (l->state = calloc(s->n, 1)) == NULL ||
+        (s->keys != NULL && ((l->keys = malloc((size_t)s->n * KVD_CACHE_KEY_MAX)) == NULL ||
+                             (l->klen = malloc(s->n)) == NULL))) {
+        if (l != NULL) {
+            free(l->pages);
+            free(l->ids);
+            free(l->state);
+            free(l->keys);
+            free(l);
+        }
+        kvd__account_release(r->conn, KVD_HM_REQUESTS, held);
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    }
+    l->srv = r->srv;
+    l->conn = r->conn;
+    l->req_id = r->req->id;
+    l->op_index = r->op_index;
+    l->t_start_ns = r->t_start_ns;
+    l->held = held;
+    l->cache = s->cache;
+    s->cache->refs++;
+    l->pool = s->pool;
+    for (int i = 0; i < d->nrefs; i++) {
+        kvd_obj_ref(d->refs[i]);
+        l->refs[l->nrefs++] = d->refs[i];
+    }
+    l->sclass = d->job.sclass;
+    l->path = d->path;
+    l->split_layers = d->split_layers;
+    l->reply_at_enqueue = d->reply_at_enqueue;
+    l->launch_flags = d->job.flags;
+    l->max_blocks = d->job.max_blocks;
+    l->wait_event = d->job.wait_event;
+    l->record_event = d->job.record_event;
+    l->nevents = s->nevents;
+    for (uint32_t g = 0; g < s->nevents; g++)
+        l->levs[g] = s->levs[g];
+    l->flags = s->flags;
+    l->nflags = s->nflags;
+    l->flag_value = s->flag_value;
+    l->n = s->n;
+    l->lease = s->lease;
+    memcpy(l->pages, s->pages, s->n * sizeof(*l->pages));
+    for (uint32_t i = 0; i < s->n && s->keys != NULL; i++) {
+        memcpy(l->keys + (size_t)i * KVD_CACHE_KEY_MAX, s->keys[i], s->lens[i]);
+        l->klen[i] = (uint8_t)s->lens[i];
+    }
+    /* the blocks here now are held from now on: what brings the others
+     * cannot evict them */
+    for (uint32_t i = 0; i < s->n; i++) {
+        uint32_t id = find(l, i);
+        l->ids[i] = KVD_CBLOCK_NONE;
+        if (ready(l, id)) {
+            kvd_cache_hold(&s->cache->store, id);
+            l->ids[i] = id;
+            l->state[i] = B_HELD;
+        }
+    }
+    *out = l;
+    return KVD_OK;
+}
+
+uint32_t kvd__load_missing(const kvd_load_t *l)
+{
+    uint32_t m = 0;
+
+    for (uint32_t i = 0; i < l->n; i++)
+        m += l->state[i] == B_ABSENT;
+    return m;
+}
+
+/* ENOENT naming every block of the plan that is not in the tier, as index
+ * ranges, and why they could not be brought. */
+static kvd_status_t missing_named(const kvd_load_t *l, char *msg, size_t len)
+{
+    char ranges[96];
+    size_t at = 0;
+    uint32_t i = 0, missing = 0, n = l->n;
+
+    ranges[0] = '\0';
+    while (i < n) {
+        uint32_t j;
+        if (l->state[i] != B_ABSENT || ready(l, find(l, i))) {
+            i++;
+            continue;
+        }
+        for (j = i + 1; j < n; j++)
+            if (l->state[j] != B_ABSENT || ready(l, find(l, j)))
+                break;
+        missing += j - i;
+        if (at < sizeof(ranges) - 24) {
+            int w = j - i > 1 ? snprintf(ranges + at, sizeof(ranges) - at, "%s%u-%u",
+                                         at ? "," : "", i, j - 1)
+                              : snprintf(ranges + at, sizeof(ranges) - at, "%s%u",
+                                         at ? "," : "", i);
+            at += w > 0 ? (size_t)w : 0;
+        } else if (ranges[at - 1] != '.') {
+            at += (size_t)snprintf(ranges + at, sizeof(ranges) - at, ",...");
+        }
+        i = j;
+    }
+    snprintf(msg, len, "keys[%s] (%u of %u) are neither in the cache nor on a live peer: %.150s",
+             ranges, missing, n, l->why[0] ? l->why : "no peer holds them");
+    return KVD_ENOENT;
+}
+
+/* A copy's bookkeeping ends (its finish hook): counted once it is done. */
+static void copy_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
+{
+    kvd_load_t *l = d->ext;
+    kvd_cache_store_t *c = &l->cache->store;
+
+    (void)rep;
+    (void)bytes;
+    if (st == KVD_OK) {
+        c->n.loaded += (uint32_t)d->rows;
+        c->n.bytes_out += d->rows * c->block_bytes;
+        l->copied += (uint32_t)d->rows;
+    } else if (l->copy_status == KVD_OK) {
+        l->copy_status = st;
+    }
+}
+
+static void load_last(kvd_load_t *l);
+static kvd_status_t copy_held(kvd_load_t *l, char *why, size_t why_len);
+
+/* A copy of landed blocks ended (no reply: the plan's last copy has it). */
+static void copy_ended(void *arg, kvd_status_t st)
+{
+    kvd_load_t *l = arg;
+    char why[200];
+
+    (void)st; /* copy_finish kept it */
+    l->copies--;
+    if (l->ending) {
+        if (l->copies == 0)
+            load_last(l);
+        return;
+    }
+    if (copy_held(l, why, sizeof(why)) != KVD_OK)
+        kvd_log(KVD_LOG_DEBUG, "event=load_early_copy_failed client=%" PRIu64 " id=%" PRIu64
+                " reason=\"%s\"", l->conn->id, l->req_id, why);
+}
+
+/* The last copy ends: the load's counters, its reply's rows and bytes;
+ * the plan goes. */
+static void last_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
+{
+    kvd_load_t *l = d->ext;
+    kvd_cache_store_t *c;
+
+    if (l == NULL)
+        return;
+    c = &l->cache->store;
+    if (st == KVD_OK) {
+        c->n.loads++;
+        c->n.loaded += (uint32_t)d->rows;
+        c->n.bytes_out += d->rows * c->block_bytes;
+        *bytes = (uint64_t)l->n * c->block_bytes; /* the early copies' blocks included */
+    }
+    rep->rows = l->n;
+    d->ext = NULL;
+    load_free(l);
+}
+
+/* A dataop for a copy of the plan, its operands held and its Sync set. */
+static kvd_dataop_t *copy_new(kvd_load_t *l)
+{
+    kvd_dataop_t *d = kvd__dataop_new(l->srv, l->conn, l->req_id, l->op_index, l->t_start_ns);
+
+    if (d == NULL)
+        return NULL;
+    for (int i = 0; i < l->nrefs; i++)
+        kvd__hold(d, l->refs[i]);
+    d->job.sclass = l->sclass;
+    d->job.flags = l->launch_flags;
+    d->job.max_blocks = l->max_blocks;
+    d->job.wait_event = l->wait_event;
+    d->path = l->path;
+    d->split_layers = l->split_layers;
+    d->ext = l;
+    return d;
+}
+
+/* The held blocks whose copy was not submitted: their places in the
+ * plan, ids and pages (the count returned). */
+static uint32_t list_held(const kvd_load_t *l, uint32_t *pos, uint32_t *ids, int64_t *pages)
+{
+    uint32_t m = 0;
+
+    for (uint32_t i = 0; i < l->n; i++)
+        if (l->state[i] == B_HELD) {
+            pos[m] = i;
+            ids[m] = l->ids[i];
+            pages[m++] = l->pages[i];
+        }
+    return m;
+}
+
+/* Copy the held blocks not copied yet, without events, flags or reply,
+ * when fewer than EARLY_COPIES copies are in flight.  Blocks it could not
+ * submit stay for the next copy or the last. */
+static kvd_status_t copy_held(kvd_load_t *l, char *why, size_t why_len)
+{
+    uint32_t *pos, *ids, m = 0, next = 0;
+    int64_t *pages;
+    kvd_slab_plan_t pl;
+    kvd_dataop_t *d;
+    kvd_status_t st;
+
+    memset(&pl, 0, sizeof(pl));
+    if (l->copies >= EARLY_COPIES || l->conn->closing || l->copy_status != KVD_OK)
+        return KVD_OK;
+    for (uint32_t i = 0; i < l->n; i++)
+        m += l->state[i] == B_HELD;
+    if (m == 0)
+        return KVD_OK;
+    pos = malloc(m * sizeof(*pos));
+    ids = malloc(m * sizeof(*ids));
+    pages = malloc(m * sizeof(*pages));
+    d = copy_new(l);
+    st = KVD_ENOMEM;
+    snprintf(why, why_len, "out of memory");
+    if (pos != NULL && ids != NULL && pages != NULL && d != NULL) {
+        m = list_held(l, pos, ids, pages);
+        st = kvd__slab_plan(d, &l->cache->store, ids, pages, m, &pl, why, why_len);
+        if (st == KVD_OK && (st = kvd__dataop_more(d, pl.nslabs)) == KVD_OK) {
+            kvd__slab_jobs(d, l->pool, &l->cache->store, &pl, 0, 0,
+                           l->cache->store.layout.num_layers, &next);
+            d->rows = m;
+            d->finish = copy_finish;
+            d->silent_done = copy_ended;
+            d->silent_arg = l;
+            st = kvd__dataop_submit(d, why, why_len);
+        }
+    }
+    if (st == KVD_OK) {
+        for (uint32_t k = 0; k < m; k++)
+            l->state[pos[k]] = B_COPYING;
+        l->copies++;
+    } else {
+        kvd__dataop_free(d);
+    }
+    kvd__slab_plan_free(&pl);
+    free(pos);
+    free(ids);
+    free(pages);
+    return st;
+}
+
+/* The last copy: every block not copied yet (each must be in the tier
+ * now), in layer groups, each group's event recorded and flag written
+ * once its layers are in; then the reply.  A failure has submitted
+ * nothing (msg says why). */
+static kvd_status_t copy_last(kvd_load_t *l, char *msg, size_t len)
+{
+    kvd_cache_store_t *c = &l->cache->store;
+    uint32_t groups, g, m, next = 0, *ids = NULL, *pos = NULL;
+    int64_t *pages = NULL;
+    kvd_slab_plan_t pl;
+    kvd_dataop_t *d;
+    kvd_status_t st;
+
+    memset(&pl, 0, sizeof(pl));
+    if (l->srv->shutting_down > 1) {
+        snprintf(msg, len, "the daemon is shutting down");
+        return KVD_ESHUTDOWN;
+    }
+    if (l->copy_status != KVD_OK) {
+        snprintf(msg, len, "copying blocks that landed into pool '%s' failed: %s",
+                 l->pool->name, kvd_strerror(l->copy_status));
+        return l->copy_status;
+    }
+    for (uint32_t i = 0; i < l->n; i++) {
+        uint32_t id;
+        if (l->state[i] != B_ABSENT)
+            continue;
+        id = find(l, i);
+        /* a block still filling after a pull that lost a peer may be one
+         * its receive still writes: missing like the rest */
+        if (id != KVD_CBLOCK_NONE && !ready(l, id) && !(l->brought && l->why[0] != '\0')) {
+            snprintf(msg, len, "keys[%u] is being saved: not in the cache until its bytes "
+                     "are complete", i);
+            return KVD_ENOENT;
+        }
+        if (!ready(l, id)) {
+            if (l->brought)
+                return missing_named(l, msg, len);
+            snprintf(msg, len, "keys[%u] is not in the cache", i);
+            return KVD_ENOENT;
+        }
+        kvd_cache_hold(c, id);
+        l->ids[i] = id;
+        l->state[i] = B_HELD;
+    }
+    if ((d = copy_new(l)) == NULL || (ids = malloc(l->n * sizeof(*ids))) == NULL ||
+        (pos = malloc(l->n * sizeof(*pos))) == NULL ||
+        (pages = malloc(l->n * sizeof(*pages))) == NULL) {
+        st = KVD_ENOMEM;
+        snprintf(msg, len, "out of memory");
+        goto fail;
+    }
+    m = list_held(l, pos, ids, pages);
+    d->job.record_event = l->record_event;
+    d->reply_at_enqueue = l->reply_at_enqueue;
+    /* layer groups as even as they come: group g is layers [g L / G, (g + 1) L / G) */
+    groups = l->nevents ? l->nevents : l->nflags ? l->nflags : 1;
+    if ((st = kvd__slab_plan(d, c, ids, pages, m, &pl, msg, len)) != KVD_OK)
+        goto fail;
+    if ((st = kvd__dataop_more(d, pl.nslabs ? groups * pl.nslabs : groups)) != KVD_OK) {
+        snprintf(msg, len, "out of memory");
+        goto fail;
+    }
+    for (g = 0; g < groups; g++) {
+        uint32_t L = c->layout.num_layers;
+        uint32_t begin = (uint32_t)((uint64_t)g * L / groups);
+        uint32_t end = (uint32_t)((uint64_t)(g + 1) * L / groups);
+        kvd_job_t *job;
+
+        if (pl.nslabs == 0) /* early copies moved every block: the groups still signal */
+            kvd__empty_job(d, kvd__dataop_job(d, next++), l->pool, c->layout.tokens_per_block);
+        else
+            kvd__slab_jobs(d, l->pool, c, &pl, 0, begin, end - begin, &next);
+        job = kvd__dataop_job(d, next - 1);
+        if (l->nevents)
+            job->layer_event = l->levs[g];
+        if (l->flags != NULL) {
+            job->layer_flag = l->flags + g;
+            job->flag_value = l->flag_value;
+        }
+    }
+    d->rows = m;
+    d->finish = last_finish;
+    if ((st = kvd__dataop_submit(d, msg, len)) != KVD_OK)
+        goto fail;
+    if (l->lease != NULL) { /* the load ends the lease: it is the plan's now */
+        kvd__lease_take(l->conn, l->lease->id);
+        l->lease_taken = 1;
+    }
+    for (uint32_t k = 0; k < m; k++)
+        l->state[pos[k]] = B_COPYING;
+    kvd__slab_plan_free(&pl);
+    free(pos);
+    free(ids);
+    free(pages);
+    return KVD_OK;
+fail:
+    kvd__slab_plan_free(&pl);
+    free(pos);
+    free(ids);
+    free(pages);
+    if (d != NULL)
+        d->ext = NULL; /* the plan goes with the caller */
+    kvd__dataop_free(d);
+    return st;
+}
+
+kvd_status_t kvd__load_run(kvd_req_t *r, kvd_load_t *l, const char *why)
+{
+    kvd_status_t st;
+
+    if (why != NULL) {
+        l->brought = 1;
+        snprintf(l->why, sizeof(l->why), "%s", why);
+    }
+    st = copy_last(l, r->msg, sizeof(r->msg));
+    if (st != KVD_OK) {
+        load_free(l);
+        return st;
+    }
+    r->deferred = 1;
+    return KVD_OK;
+}
+
+void kvd__load_wait(kvd_load_t *l)
+{
+    l->waiting = 1;
+    l->brought = 1;
+    kvd__conn_op_begin(l->conn);
+}
+
+void kvd__load_land(kvd_load_t *l, const uint32_t *pos, uint32_t n)
+{
+    kvd_cache_store_t *c = &l->cache->store;
+    char why[200];
+
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = pos[k], id;
+        if (i >= l->n || l->state[i] != B_ABSENT)
+            continue;
+        id = find(l, i);
+        if (!ready(l, id))
+            continue; /* the last copy names it missing */
+        kvd_cache_hold(c, id);
+        l->ids[i] = id;
+        l->state[i] = B_HELD;
+    }
+    if (!l->ending && copy_held(l, why, sizeof(why)) != KVD_OK)
+        kvd_log(KVD_LOG_DEBUG, "event=load_early_copy_failed client=%" PRIu64 " id=%" PRIu64
+                " reason=\"%s\"", l->conn->id, l->req_id, why);
+}
+
+/* Every copy of landed blocks ended and nothing more will land: the last
+ * copy, or the failure's reply. */
+static void load_last(kvd_load_t *l)
+{
+    char msg[256];
+    kvd_status_t st;
+
+    if (l->conn->closing) { /* nobody to copy for */
+        load_free(l);
+        return;
+    }
+    st = copy_last(l, msg, sizeof(msg));
+    if (st != KVD_OK) {
+        kvd__reply_deferred(l->conn, l->req_id, l->op_index, l->t_start_ns, st, msg, NULL, 0);
+        load_free(l);
+    }
+}
+
+void kvd__load_end(kvd_load_t *l, const char *why)
+{
+    l->ending = 1;
+    snprintf(l->why, sizeof(l->why), "%s", why ? why : "");
+    if (l->copies == 0)
+        load_last(l);
+}

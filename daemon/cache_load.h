@@ -1,0 +1,70 @@
+/*
+ * A cache load as a plan.  The handler (ops_cache.c) validates the
+ * request once: the cache, the pool, its pages, the layer events and
+ * flags, Sync, and the keys or the lease; kvd__load_create keeps what it
+ * decided in a plan of its own (charged to the client as request
+ * bookkeeping), holding the objects it names and the blocks already in
+ * the tier.  Blocks land in the tier, and kvd__load_land copies landed
+ * blocks of the plan into their pages; the plan ends once (kvd__load_run
+ * or kvd__load_end): the blocks left are copied with the layer events,
+ * the flags and the reply.
+ *
+ * Where blocks come from is not the plan's business: a load of blocks all
+ * in the tier runs at once (kvd__load_run); a load that waits for blocks
+ * (the cluster pulling them from peers) calls kvd__load_wait, and whoever
+ * brings them calls kvd__load_land as batches land and kvd__load_end
+ * when nothing more will.  Loop thread only.
+ */
+#ifndef KVD_DAEMON_CACHE_LOAD_H
+#define KVD_DAEMON_CACHE_LOAD_H
+
+#include "caches.h"
+#include "dataop.h"
+
+typedef struct kvd_load kvd_load_t;
+
+/* What the handler validated. */
+typedef struct kvd_load_spec {
+    kvd_cache_t *cache;
+    kvd_pool_t *pool;
+    uint32_t n;                 /* blocks */
+    const int64_t *pages;       /* [n] the pool's page for each */
+    const uint8_t *const *keys; /* [n] their keys, or NULL: the lease's blocks */
+    const size_t *lens;
+    kvd_lease_t *lease;         /* still the client's: the load takes it when it runs */
+    void *const *levs;          /* [nevents] layer events, one per group */
+    uint32_t nevents;
+    uint32_t *flags;            /* [nflags] layer flags, one per group, or NULL */
+    uint32_t nflags;
+    uint32_t flag_value;
+} kvd_load_spec_t;
+
+/* Plan the load s of request r, from the operands d holds (the plan
+ * holds them too; d's Sync settings become each copy's).  KVD_OK, or a
+ * failure with r's message set and nothing kept. */
+kvd_status_t kvd__load_create(kvd_req_t *r, kvd_dataop_t *d, const kvd_load_spec_t *s,
+                              kvd_load_t **out);
+/* A plan that never ran goes (its holds end). */
+void kvd__load_destroy(kvd_load_t **l);
+
+/* Blocks of the plan not READY in the tier now. */
+uint32_t kvd__load_missing(const kvd_load_t *l);
+
+/* End the plan now, in r's handler: every block must be in the tier
+ * (why: NULL, or why blocks could not be brought: a missing one is then
+ * named with it).  KVD_OK: r is deferred, the reply comes when the copy
+ * ends; a failure: r's message set, the plan gone. */
+kvd_status_t kvd__load_run(kvd_req_t *r, kvd_load_t *l, const char *why);
+
+/* The plan waits for blocks to land: its request is deferred (an
+ * operation in flight on its client) until kvd__load_end. */
+void kvd__load_wait(kvd_load_t *l);
+/* The blocks of keys pos[0..n) are READY in the tier: the plan holds them
+ * and copies them into their pages now, or once the copies before end. */
+void kvd__load_land(kvd_load_t *l, const uint32_t *pos, uint32_t n);
+/* Nothing more will land (why: "" or why blocks could not be brought):
+ * once the copies in flight end, the rest is copied and the reply goes
+ * (or the failure).  The plan is gone once it ends. */
+void kvd__load_end(kvd_load_t *l, const char *why);
+
+#endif
