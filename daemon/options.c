@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "hostmem.h"
 #include "parse.h"
 #include "log.h"
 #include "metrics.h"
@@ -270,6 +271,21 @@ static kvd_status_t resolve_group(kvd_options_t *o, const char *value, char *err
     return KVD_OK;
 }
 
+/* A size out of its option's range, said in the units sizes are given in. */
+static kvd_status_t size_range_error(const kvd_option_def_t *d, const char *value, uint64_t v,
+                                     char *err, size_t err_len)
+{
+    char a[32], b[32];
+
+    if (v < (uint64_t)d->min)
+        kvd__seterr(err, err_len, "%s: %s (%s) is below the least, %s", d->name, value,
+                    kvd_fmt_bytes(v, a, sizeof(a)), kvd_fmt_bytes((uint64_t)d->min, b, sizeof(b)));
+    else
+        kvd__seterr(err, err_len, "%s: %s (%s) is above the most, %s", d->name, value,
+                    kvd_fmt_bytes(v, a, sizeof(a)), kvd_fmt_bytes((uint64_t)d->max, b, sizeof(b)));
+    return KVD_ERANGE;
+}
+
 static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const char *value,
                             char *err, size_t err_len)
 {
@@ -339,11 +355,8 @@ static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const c
                         "percentage (N%%)", d->name, value);
             return KVD_EINVAL;
         }
-        if (uv < (uint64_t)d->min || uv > (uint64_t)d->max) {
-            kvd__seterr(err, err_len, "%s: %" PRIu64 " is outside [%" PRId64 ", %" PRId64 "]",
-                        d->name, uv, d->min, d->max);
-            return KVD_ERANGE;
-        }
+        if (uv < (uint64_t)d->min || uv > (uint64_t)d->max)
+            return size_range_error(d, value, uv, err, err_len);
         m->bytes = uv;
         m->percent = 0;
         return KVD_OK;
@@ -356,6 +369,8 @@ static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const c
                                            : "non-negative whole number (decimal)");
             return KVD_EINVAL;
         }
+        if ((uv < (uint64_t)d->min || uv > (uint64_t)d->max) && d->type == KVD_OPT_SIZE)
+            return size_range_error(d, value, uv, err, err_len);
         if (uv < (uint64_t)d->min || uv > (uint64_t)d->max) {
             kvd__seterr(err, err_len, "%s: %" PRIu64 " is outside [%" PRId64 ", %" PRId64 "]",
                    d->name, uv, d->min, d->max);

@@ -65,6 +65,10 @@ START_TEST(test_set_values)
     ck_assert_uint_eq(o.host_memory_budget.bytes, 3ull << 29);
     ck_assert_int_eq(kvd_options_set(&o, "max-frame-bytes", "16MB", err, sizeof(err)), KVD_OK);
     ck_assert_uint_eq(o.max_frame_bytes, 16000000);
+    /* a size out of range is said in sizes */
+    ck_assert_int_eq(kvd_options_set(&o, "host-memory-budget", "8M", err, sizeof(err)),
+                     KVD_ERANGE);
+    ck_assert_str_eq(err, "host-memory-budget: 8M (8.0 MiB) is below the least, 16.0 MiB");
     ck_assert_int_eq(kvd_options_set(&o, "socket", "/run/x.sock", err, sizeof(err)), KVD_OK);
     ck_assert_str_eq(o.socket, "/run/x.sock");
     kvd_options_format(&o, &kvd__option_table[2], buf, sizeof(buf)); /* backend */
