@@ -2,7 +2,8 @@
  * The cluster: kvdockd daemons on several machines that share the caches
  * made with cluster = true: control on TCP connections each daemon reads
  * itself, block bytes over UCX (proto/cluster.proto says what they say,
- * cluster.c's header how; README "A cluster" why it is built so).
+ * docs/design/cluster.md how, file by file; README "A cluster" why it
+ * is built so).
  *
  * No directory and no home node: a lookup that misses locally asks every
  * live peer at once which of the missing keys it holds (one round trip,

@@ -49,7 +49,7 @@
 #define LAYERS 2
 #define TPB 4
 #define KEY 32
-#define MAX_STARTUPS 64            /* unproven connections a daemon holds (cluster.c) ... */
+#define MAX_STARTUPS 64            /* unproven connections a daemon holds (door.c) ... */
 #define MAX_STARTUPS_PER_SOURCE 8  /* ... and from one address */
 /* --cluster-deadline-ms of the test daemons, and the factor every time
  * bound here takes: KVD_TEST_TIME_SCALE (valgrind_daemon.sh sets it: the

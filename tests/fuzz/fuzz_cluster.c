@@ -1,13 +1,13 @@
 /*
  * fuzz_cluster: libFuzzer target for what the cluster's front door reads
- * from the network (daemon/cluster_wire.c, with ASan and UBSan: see
+ * from the network (daemon/cluster/frames.c, with ASan and UBSan: see
  * tests/fuzz/run.sh).
  *
  * The input is a byte stream as a connection to --cluster-listen brings
  * it.  It is cut where the frames' length headers say, under the limit
  * before the proof (512 bytes a frame, 1 KiB in all) and then, once a
  * frame decodes as an Auth, under the limit after it (8 MiB), exactly as
- * cluster.c's on_read does; each whole frame is unpacked as a
+ * door.c's on_read does; each whole frame is unpacked as a
  * kvdock.cluster.Msg, and the addresses of a Lanes message go through
  * kvd_cw_ucx_address_ok against a real UCX 1.13 worker address (TCP on
  * the loopback, as ucp_worker_get_address packs it).  The first byte of
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "cluster.pb-c.h"
-#include "cluster_wire.h"
+#include "cluster/frames.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -9,7 +9,7 @@
  *   boundaries), written down from Python's hashlib.blake2s(msg, key=key);
  *   the 32-byte key's empty message is the first line of the BLAKE2
  *   reference's blake2s-kat.txt;
- * - the cluster's proof as tests/client/rawpeer.c and daemon/cluster.c
+ * - the cluster's proof as tests/client/rawpeer.c and daemon/cluster/config.c
  *   build it: key = BLAKE2s(secret), proof = BLAKE2s_key(label || nonce
  *   || nonce), from hashlib the same way.
  *

@@ -1,13 +1,13 @@
 /*
  * What the cluster's front door reads from the network before anything
- * else does (cluster.c owns the connections): the framing of control
+ * else does (door.c owns the connections): the framing of control
  * messages on the TCP connection between two daemons, and the check of a
  * UCX worker address a peer gives for its lanes before UCX unpacks it.
  * Pure functions over bytes, no allocation: what the fuzz target
  * (tests/fuzz/fuzz_cluster.c) drives.
  */
-#ifndef KVD_DAEMON_CLUSTER_WIRE_H
-#define KVD_DAEMON_CLUSTER_WIRE_H
+#ifndef KVD_DAEMON_CLUSTER_FRAMES_H
+#define KVD_DAEMON_CLUSTER_FRAMES_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
-/* The cluster's framing and the check of peers' UCX addresses (cluster_wire.h). */
-#include "cluster_wire.h"
+/* The cluster's framing and the check of peers' UCX addresses (frames.h). */
+#include "frames.h"
 
 #include <math.h>
 #include <string.h>
