@@ -45,8 +45,10 @@ typedef struct kvd_cluster_ask {
     /* once, at the end: every asked peer answered, or the deadline passed.
      * present: a bit per key of [first, n), set when a live peer holds it
      * (lookups); why: "" or why keys could not be found or brought (a peer
-     * that did not answer in time is named) */
-    void (*done)(void *arg, const uint8_t *present, const char *why);
+     * that did not answer in time is named); waited_for: the peers asked
+     * that did not answer (in time, or at all), HOST:PORT comma-separated,
+     * or "" */
+    void (*done)(void *arg, const uint8_t *present, const char *why, const char *waited_for);
     void *arg;
 } kvd_cluster_ask_t;
 

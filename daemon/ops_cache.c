@@ -768,9 +768,10 @@ typedef struct lookup_wait {
     uint64_t bytes[];       /* keys, lens, ids, then the keys' bytes */
 } lookup_wait_t;
 
-/* The peers answered (or the deadline passed): the lookup's reply, its
- * message naming a peer that was waited for in vain. */
-static void lookup_answered(void *arg, const uint8_t *present, const char *why)
+/* The peers answered (or the deadline passed): the lookup's reply, naming
+ * the peers that were waited for in vain. */
+static void lookup_answered(void *arg, const uint8_t *present, const char *why,
+                            const char *waited_for)
 {
     lookup_wait_t *w = arg;
     kvd_conn_t *c = w->conn;
@@ -790,10 +791,12 @@ static void lookup_answered(void *arg, const uint8_t *present, const char *why)
         if (st != KVD_OK) {
             resp.message = msg;
         } else {
+            rep.waited_for = (char *)waited_for;
             resp.result_case = KVDOCK__RESPONSE__RESULT_CACHE_LOOKUP;
             resp.cache_lookup = &rep;
-            if (why != NULL && why[0] != '\0')
-                resp.message = (char *)why;
+            if (waited_for[0] != '\0')
+                kvd_log(KVD_LOG_INFO, "event=cluster_lookup_waited client=%" PRIu64 " id=%"
+                        PRIu64 " peers=%s reason=\"%s\"", c->id, w->req_id, waited_for, why);
         }
         kvd__reply_deferred_response(c, &resp, w->op_index, w->t_start_ns);
     }
@@ -1186,9 +1189,11 @@ static void load_landed(void *arg, const uint32_t *pos, uint32_t count)
     kvd__load_land(arg, pos, count);
 }
 
-static void load_pulled(void *arg, const uint8_t *present, const char *why)
+static void load_pulled(void *arg, const uint8_t *present, const char *why,
+                        const char *waited_for)
 {
     (void)present;
+    (void)waited_for; /* why names it */
     kvd__load_end(arg, why);
 }
 

@@ -4,6 +4,7 @@
  */
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,6 +104,8 @@ static kvd_status_t lookup_finish(kvd_client_t *cli, kvd__pending_t *p)
         o->lease = r->lease;
         o->lease_expires_ms = r->lease_expires_ms;
         o->local_hits = r->local_hits;
+        if (r->waited_for != NULL)
+            snprintf(o->waited_for, sizeof(o->waited_for), "%s", r->waited_for);
     }
     return KVD_OK;
 }

@@ -26,7 +26,8 @@ struct pend {
     int pull;
     kvd_pulls_t *ps;           /* its pulls */
     void (*landed)(void *arg, const uint32_t *pos, uint32_t count); /* the asker's */
-    void (*answer)(void *arg, const uint8_t *present, const char *why); /* NULL once called */
+    void (*answer)(void *arg, const uint8_t *present, const char *why,
+                   const char *waited_for); /* NULL once called */
     void *arg;
     kvd_cache_t *cache;      /* referenced */
     uint32_t first, n;       /* the asker's keys [first, n) ... */
@@ -39,6 +40,7 @@ struct pend {
     uint32_t *parent;        /* pulls: per asked key, the local block of the key before it */
     uint8_t *bits[KVD_CL_MAX_PEERS];/* each peer's answer over the asked keys */
     uint8_t asked[KVD_CL_MAX_PEERS], answered[KVD_CL_MAX_PEERS];
+    uint8_t silent[KVD_CL_MAX_PEERS]; /* asked, and no answer came (in time, or at all) */
     /* pulls */
     uint32_t *ids;           /* reserved local block per asked key, or NONE */
     int8_t *from;            /* the peer asked for it, -1: none */
@@ -145,6 +147,25 @@ static void rx_drop_waiting(kvd_pulls_t *ps, pend_t *p, int peer)
     }
 }
 
+/* The peers p asked that did not answer, HOST:PORT comma-separated (as
+ * many as fit, then "..."). */
+static void silent_peers(const kvd_pulls_t *ps, const pend_t *p, char *out, size_t len)
+{
+    size_t at = 0;
+
+    out[0] = '\0';
+    for (uint32_t i = 0; i < ps->links->npeers; i++) {
+        const char *a = ps->links->peers[i].addr;
+        if (!p->silent[i])
+            continue;
+        if (at + strlen(a) + 5 > len) { /* room for ",..." */
+            snprintf(out + at, len - at, "%s...", at ? "," : "");
+            return;
+        }
+        at += (size_t)snprintf(out + at, len - at, "%s%s", at ? "," : "", a);
+    }
+}
+
 /* Every asked peer answered or the deadline passed: commit what came,
  * tell the asker, and free p once UCX holds none of its blocks. */
 static void pend_finish(kvd_pulls_t *ps, pend_t *p)
@@ -176,10 +197,12 @@ static void pend_finish(kvd_pulls_t *ps, pend_t *p)
                 p->cache->name, p->nask, missing, first_missing);
     }
     if (p->answer != NULL) {
-        void (*answer)(void *, const uint8_t *, const char *) = p->answer;
+        void (*answer)(void *, const uint8_t *, const char *, const char *) = p->answer;
+        char silent[256];
         p->answer = NULL;
         p->landed = NULL;
-        answer(p->arg, p->present, p->why);
+        silent_peers(ps, p, silent, sizeof(silent));
+        answer(p->arg, p->present, p->why, silent);
     }
     for (pend_t *f = ps->pends, *next; f; f = next) { /* pulls that waited for this one */
         next = f->next;
@@ -287,6 +310,8 @@ void kvd__pull_peer_lost(kvd_pulls_t *ps, uint32_t i, const char *why)
         next = p->next;
         if (p->phase == 2)
             continue;
+        if (p->phase == 0 && p->asked[i] && !p->answered[i])
+            p->silent[i] = 1;
         if ((p->phase == 0 && p->asked[i] && !p->answered[i]) ||
             (p->phase == 1 && p->fetching[i] && (!p->done[i] || p->recvd[i] < p->expect[i]))) {
             if (p->why[0] == '\0')
@@ -685,6 +710,7 @@ again:
             for (uint32_t i = 0; i < KVD_CL_MAX_PEERS; i++)
                 if (p->asked[i] && !p->answered[i]) {
                     p->answered[i] = 1;
+                    p->silent[i] = 1;
                     if (p->why[0] == '\0')
                         snprintf(p->why, sizeof(p->why), "peer %s did not answer within %" PRIu64
                                  " ms", ps->links->peers[i].addr, ps->deadline_ns / 1000000);

@@ -717,13 +717,16 @@ END_TEST
 
 /* A peer that stops answering costs nothing to lookups and loads of
  * chains the live peers hold: once the peers that answered hold every
- * key asked, the others are not waited for. */
+ * key asked, the others are not waited for (and the reply names none).
+ * A lookup that needs its answer waits the deadline for it, and the
+ * reply names the peer it waited for. */
 START_TEST(test_stopped_peer)
 {
     node_t nodes[3];
     kvt_pool_t pa, pb;
-    uint8_t(*keys)[KEY] = malloc(32 * KEY);
+    uint8_t(*keys)[KEY] = malloc(33 * KEY);
     kvd_cache_lookup_result_t r;
+    char c_addr[64];
     int64_t t0, took;
 
     memset(nodes, 0, sizeof(nodes));
@@ -735,8 +738,9 @@ START_TEST(test_stopped_peer)
         nodes[i].cache = make_cache(&nodes[i], "kv", 1024, true);
     kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, 32 * TPB, 1024, false, TPB);
     kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, 32 * TPB, 1024, false, TPB);
-    chain(keys, 32, 7);
+    chain(keys, 33, 7); /* the 33rd key: on no node */
     save(&nodes[0], &pa, keys, 0, 32, true);
+    snprintf(c_addr, sizeof(c_addr), "127.0.0.1:%d", nodes[2].port);
 
     kill(nodes[2].d.pid, SIGSTOP); /* C: up, but answers nothing */
     t0 = kvt_now_ms();
@@ -745,6 +749,18 @@ START_TEST(test_stopped_peer)
     ck_assert_uint_eq(r.hits, 32);
     ck_assert_msg(took < MS(1000), "the lookup waited %lld ms for the stopped peer",
                   (long long)took);
+    ck_assert_msg(r.waited_for[0] == '\0', "nobody was waited for, the reply names '%s'",
+                  r.waited_for);
+    /* a key no live peer holds: only C could have it, so C is waited for */
+    t0 = kvt_now_ms();
+    r = lookup(&nodes[1], keys, 33);
+    took = kvt_now_ms() - t0;
+    ck_assert_uint_eq(r.hits, 32);
+    ck_assert_uint_eq(r.local_hits, 0);
+    ck_assert_msg(took >= MS(5000) - 100, "the lookup answered after %lld ms, before the "
+                  "deadline it waited for C", (long long)took);
+    ck_assert_msg(strcmp(r.waited_for, c_addr) == 0, "the reply names '%s' as waited for, "
+                  "not C (%s)", r.waited_for, c_addr);
     poison(&pb);
     t0 = kvt_now_ms();
     KVT_OK(nodes[1].cli, load(&nodes[1], &pb, keys, 32));

@@ -383,6 +383,7 @@ int main(void)
     F(kvd_cache_lookup_result_t, lease);
     F(kvd_cache_lookup_result_t, lease_expires_ms);
     F(kvd_cache_lookup_result_t, local_hits);
+    F(kvd_cache_lookup_result_t, waited_for);
     S_END();
     S_BEGIN(kvd_cache_save_t, "CacheSave");
     F(kvd_cache_save_t, cache);

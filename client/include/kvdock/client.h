@@ -54,8 +54,9 @@ extern "C" {
  *    refused.
  * 5: the cluster: kvd_cache_spec_t.cluster, kvd_cache_info_t.cluster,
  *    fetched, served, kvd_cache_lookup_result_t.local_hits,
- *    kvd_daemon_status_t.cluster. */
-#define KVD_CLIENT_ABI_VERSION 5
+ *    kvd_daemon_status_t.cluster.
+ * 6: kvd_cache_lookup_result_t.waited_for. */
+#define KVD_CLIENT_ABI_VERSION 6
 
 /* KVD_CLIENT_ABI_VERSION of the library loaded at run time (a caller built
  * against another header, or a ctypes binding, compares it with its own). */
@@ -702,6 +703,9 @@ typedef struct kvd_cache_lookup_result {
     uint64_t lease_expires_ms;  /* from the reply */
     uint32_t local_hits;        /* of hits, in this daemon (the lease holds these); the
                                  * rest are on peers: a load by keys pulls them */
+    char waited_for[256];       /* peers asked that did not answer (within the cluster's
+                                 * deadline, or lost), HOST:PORT comma-separated: hits
+                                 * counts the others; "" when all answered */
 } kvd_cache_lookup_result_t;
 
 typedef struct kvd_cache_save {

@@ -109,12 +109,15 @@ class CacheInfo:
 @dataclass(frozen=True)
 class CacheLookup:
     """How many leading keys are cached (here or, for a cluster cache, on a
-    peer); the lease on those here (0: none); local_hits of them here."""
+    peer); the lease on those here (0: none); local_hits of them here;
+    waited_for: the peers asked that did not answer (HOST:PORT,
+    comma-separated; "" when all did)."""
 
     hits: int
     lease: int = 0
     lease_expires_ms: int = 0
     local_hits: int = -1  # -1: as many as hits
+    waited_for: str = ""
 
     def __post_init__(self) -> None:
         if self.local_hits < 0:
@@ -223,7 +226,8 @@ class Cache:
         return self.client._submit(
             self.client._lib.kvd_cache_lookup_submit, (self.id, byref(k), lease, lease_ms,
                                                        byref(out)),
-            lambda: CacheLookup(out.hits, out.lease, out.lease_expires_ms, out.local_hits),
+            lambda: CacheLookup(out.hits, out.lease, out.lease_expires_ms, out.local_hits,
+                                out.waited_for.decode()),
             (k, keep, out))
 
     def lookup(self, keys: KeyChain, *, lease: bool = False, lease_ms: int = 0) -> CacheLookup:

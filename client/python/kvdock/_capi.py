@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 #: The ABI this module was written against (KVD_CLIENT_ABI_VERSION).
-CLIENT_ABI_VERSION = 5
+CLIENT_ABI_VERSION = 6
 
 NAME_MAX = 64
 IPC_HANDLE_BYTES = 64
@@ -509,7 +509,7 @@ class CacheKeys(Structure):
 
 class CacheLookupResult(Structure):
     _fields_ = [("hits", c_uint32), ("lease", c_uint64), ("lease_expires_ms", c_uint64),
-                ("local_hits", c_uint32)]
+                ("local_hits", c_uint32), ("waited_for", c_char * 256)]
 
 
 class CacheSave(Structure):
