@@ -458,7 +458,7 @@ static void lanes_stop(kvd_lanes_t *ls)
 {
     for (uint32_t k = 0; k < ls->n; k++) {
         kvd_lane_t *ln = ls->lane[k];
-        if (!ln->running)
+        if (ln == NULL || !ln->running)
             continue;
         atomic_store(&ln->stop, 1);
         ucp_worker_signal(ln->tx);
@@ -478,6 +478,8 @@ static void lanes_settle(kvd_lanes_t *ls)
         unsigned n = 0, held = 0;
         for (uint32_t k = 0; k < ls->n; k++) {
             kvd_lane_t *ln = ls->lane[k];
+            if (ln == NULL || ln->rx == NULL || ln->tx == NULL)
+                continue; /* one that failed to start: nothing on it */
             n += lane_run_cmds(ln);
             n += lane_progress(ln);
             held += ln->outstanding + ln->closing;
@@ -504,6 +506,8 @@ void kvd__lanes_free(kvd_lanes_t *ls)
     lanes_settle(ls);
     for (uint32_t k = 0; k < ls->n; k++) {
         kvd_lane_t *ln = ls->lane[k];
+        if (ln == NULL)
+            continue;
         for (kvd_qnode_t *n = queue_take(&ln->cmds), *next; n != NULL; n = next) {
             next = n->next; /* none left after lanes_settle; none run here */
             if (((kvd_lane_node_t *)n)->kind >= CMD_RELEASE)
