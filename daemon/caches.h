@@ -56,5 +56,9 @@ void kvd__leases_drop(kvd_conn_t *c);
 void kvd__leases_expire(kvd_conn_t *c, uint64_t now_ns);
 /* Every cache goes (the daemon is done: nothing in flight). */
 void kvd__caches_destroy(kvd_server_t *srv);
+/* The caches' budgets added up.  Each is at most the host-memory budget,
+ * but together they may pass it: then they cannot all fill, and the
+ * daemon says so (a warning at create, `kvdock status`). */
+uint64_t kvd__caches_budgets(const kvd_server_t *srv);
 
 #endif

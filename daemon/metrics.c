@@ -42,6 +42,7 @@ struct kvd_metrics {
     uv_tcp_t listener;
     kvd_metrics_addr_t addr;
     uint16_t port;
+    char address[80];  /* HOST:PORT ([V6]:PORT) bound */
     mconn_t *conns;
     int nconns;
     int handles;   /* the listener and every connection's handles */
@@ -495,6 +496,8 @@ kvd_status_t kvd_metrics_create(kvd_server_t *srv, kvd_metrics_t **out, char *wh
     }
     m->port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
                                             : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    snprintf(m->address, sizeof(m->address), "%s%s%s:%u", m->addr.family == AF_INET6 ? "[" : "",
+             m->addr.host, m->addr.family == AF_INET6 ? "]" : "", (unsigned)m->port);
     kvd_log(KVD_LOG_INFO, "event=metrics_listening addr=%s port=%u url=http://%s%s%s:%u/metrics",
             m->addr.host, (unsigned)m->port, m->addr.family == AF_INET6 ? "[" : "",
             m->addr.host, m->addr.family == AF_INET6 ? "]" : "", (unsigned)m->port);
@@ -505,6 +508,11 @@ kvd_status_t kvd_metrics_create(kvd_server_t *srv, kvd_metrics_t **out, char *wh
 uint16_t kvd_metrics_port(const kvd_metrics_t *m)
 {
     return m ? m->port : 0;
+}
+
+const char *kvd_metrics_address(const kvd_metrics_t *m)
+{
+    return m ? m->address : "";
 }
 
 void kvd_metrics_close(kvd_metrics_t *m)

@@ -49,6 +49,8 @@ kvd_status_t kvd_metrics_create(kvd_server_t *srv, kvd_metrics_t **out, char *wh
                                 size_t why_len);
 /* The port bound (useful with port 0). */
 uint16_t kvd_metrics_port(const kvd_metrics_t *m);
+/* HOST:PORT ([V6]:PORT) bound, the port as picked; "" for NULL. */
+const char *kvd_metrics_address(const kvd_metrics_t *m);
 /* Stop listening and close every scrape connection (loop callbacks
  * finish the job; run the loop afterwards). */
 void kvd_metrics_close(kvd_metrics_t *m);

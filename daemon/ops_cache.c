@@ -376,7 +376,21 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
             "uid=%u layers=%u mla=%d tokens=%u token_bytes=%" PRIu64 " budget=%" PRIu64
             " shared=%d cluster=%d", c->id, k->id, k->name, (unsigned)c->uid, l.num_layers,
             l.mla, l.tokens_per_block, l.token_bytes, cc->budget_bytes, k->shared, k->cluster);
+    if (kvd__caches_budgets(srv) > srv->hostmem.budget)
+        kvd_log(KVD_LOG_WARN, "event=cache_budgets_over cache=%s budgets=%" PRIu64
+                " host_budget=%" PRIu64 " reason=\"the caches cannot all fill: each fills until "
+                "the host-memory budget is spent\"", k->name, kvd__caches_budgets(srv),
+                srv->hostmem.budget);
     return reply_info(r, k);
+}
+
+uint64_t kvd__caches_budgets(const kvd_server_t *srv)
+{
+    uint64_t sum = 0;
+
+    for (const kvd_cache_t *k = srv->caches; k; k = k->next)
+        sum += k->store.budget;
+    return sum;
 }
 
 /* ---- leases ----------------------------------------------------------------- */

@@ -3,9 +3,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "caches.h"
 #include "cluster.h"
 #include "dispatch.h"
 #include "log.h"
+#include "metrics.h"
 
 kvd_status_t kvd__op_hello(kvd_req_t *r)
 {
@@ -95,6 +97,7 @@ static kvd_status_t fill_memory(kvd_req_t *r, Kvdock__StatusReply *s)
     kvdock__host_memory__init(h);
     h->budget = hm->budget;
     h->used = hm->total;
+    h->cache_budgets = kvd__caches_budgets(srv);
     if (kvd_sysmem(&total, &avail) == 0) {
         h->available = avail;
         h->machine = total;
@@ -161,6 +164,7 @@ kvd_status_t kvd__op_status(kvd_req_t *r)
     s->events = srv->reg.nevents;
     s->inflight = srv->inflight;
     s->socket_path = srv->socket_path;
+    s->metrics_address = (char *)kvd_metrics_address(srv->metrics);
     s->shutting_down = srv->shutting_down != 0;
     if (fill_memory(r, s) != KVD_OK || fill_paths(r, s) != KVD_OK ||
         (srv->cluster != NULL && (s->cluster = kvd_cluster_status(r, srv->cluster)) == NULL))

@@ -92,7 +92,8 @@ static void caches_table(const kvd_cache_info_t *c, size_t n)
         snprintf(id, sizeof(id), "%" PRIu64, c[i].id);
         layout_text(lay, sizeof(lay), &c[i]);
         snprintf(blocks, sizeof(blocks), "%u", c[i].blocks);
-        kvd__cli_human_bytes(used, sizeof(used), (double)c[i].used_bytes);
+        /* the host memory it holds: its blocks' slabs, entries and index */
+        kvd__cli_human_bytes(used, sizeof(used), (double)c[i].held_bytes);
         kvd__cli_human_bytes(budget, sizeof(budget), (double)c[i].budget_bytes);
         hit_rate(hit, sizeof(hit), &c[i]);
         snprintf(saves, sizeof(saves), "%" PRIu64, c[i].saves);
@@ -465,6 +466,7 @@ const kvd__cli_cmd_t kvd__cli_cmd_cache = {
     "  --open                return an existing cache of this name and layout\n"
     "  --cluster             also reach the caches of this name on the cluster's peers\n"
     "\nA cache belongs to the user that made it (OWNER: its user id) and stays until\n"
-    "dropped.\n",
+    "dropped.  `cache ls` USED: the host memory it holds now (the slabs its blocks\n"
+    "live in, a slab at a time, and its entries and index).\n",
     run,
 };

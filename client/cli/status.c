@@ -108,7 +108,10 @@ static int run(kvd__cli_ctx_t *o, int argc, char **argv)
             printf(",\"used\":%" PRIu64 ",\"limit\":%" PRIu64 ",\"refused\":%" PRIu64 "}",
                    s.host_kinds[k].used, s.host_kinds[k].limit, s.host_kinds[k].refused);
         }
-        printf("]}");
+        printf("],\"cache_budgets\":%" PRIu64 ",\"caches_over_budget\":%s}", s.cache_budgets,
+               s.cache_budgets > s.host_budget ? "true" : "false");
+        printf(",\"metrics_address\":");
+        kvd__cli_json_str(s.metrics_address);
         printf(",\"stream_paths\":{");
         for (int i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++)
             printf("%s\"%s\":\"%s\"", i > KVD_STREAM_FIRST ? "," : "", stream_names[i],
@@ -181,7 +184,14 @@ static int run(kvd__cli_ctx_t *o, int argc, char **argv)
             kvd__cli_human_bytes(m, sizeof(m), (double)s.host_machine);
             printf("  host memory %s used of a %s budget (the machine: %s available of %s)\n",
                    u, b, a, m);
+            if (s.cache_budgets > s.host_budget) {
+                kvd__cli_human_bytes(u, sizeof(u), (double)s.cache_budgets);
+                printf("  warning     the caches' budgets add up to %s, past the host-memory "
+                       "budget: not all can fill\n", u);
+            }
         }
+        if (s.metrics_address[0])
+            printf("  metrics     http://%s/metrics\n", s.metrics_address);
         if (s.device_total > 0) {
             char f[32], t2[32], mg[32];
             kvd__cli_human_bytes(f, sizeof(f), (double)s.device_free);

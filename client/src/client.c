@@ -330,6 +330,7 @@ static kvd_status_t status_finish(kvd_client_t *cli, kvd__pending_t *p)
     o->events = s->events;
     o->inflight = s->inflight;
     kvd__copy_str(o->socket_path, sizeof(o->socket_path), s->socket_path);
+    kvd__copy_str(o->metrics_address, sizeof(o->metrics_address), s->metrics_address);
     o->shutting_down = s->shutting_down != 0;
     o->num_clients = s->n_client_list;
     if (s->host_memory != NULL) {
@@ -339,6 +340,7 @@ static kvd_status_t status_finish(kvd_client_t *cli, kvd__pending_t *p)
         o->host_used = h->used;
         o->host_available = h->available;
         o->host_machine = h->machine;
+        o->cache_budgets = h->cache_budgets;
         for (size_t i = 0; i < h->n_kinds && i < KVD_MEMORY_KINDS_MAX; i++) {
             kvd_memory_use_t *u = &o->host_kinds[o->num_host_kinds++];
             kvd__copy_str(u->kind, sizeof(u->kind), h->kinds[i]->kind);

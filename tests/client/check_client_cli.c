@@ -5,6 +5,7 @@
  */
 #include "testutil.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -620,6 +621,183 @@ START_TEST(test_cli_cache)
 }
 END_TEST
 
+/* The line of text holding needle (a copy; NULL when none). */
+static char *line_with(const char *text, const char *needle)
+{
+    const char *p = strstr(text, needle), *b, *e;
+
+    if (p == NULL)
+        return NULL;
+    for (b = p; b > text && b[-1] != '\n'; b--)
+        ;
+    e = strchr(p, '\n');
+    return strndup(b, e != NULL ? (size_t)(e - b) : strlen(b));
+}
+
+/* `cache ls` USED is the host memory a cache holds (its slab, entries and
+ * index), not its blocks' bytes: one 32 KiB block saved makes a slab of
+ * the whole 4 MiB budget, and USED says so. */
+START_TEST(test_cli_cache_used_holds_the_slab)
+{
+    kvd_client_t *c = kvt_connect("cache-used");
+    kvd_cache_info_t info;
+    kvd_op_result_t res;
+    kvt_pool_t p;
+    uint8_t key[32];
+    const int64_t page = 0;
+    kvd_cache_save_t sv;
+    char held[32], used[32], *row;
+    result_t r;
+
+    r = cli("cache", "create", "cli-used", "--layers", "4", "--tokens-per-block", "16",
+            "--token-bytes", "256", "--budget", "4m", "--shared", NULL);
+    EXPECT_RC(r, 0);
+    result_free(&r);
+    KVT_OK(c, kvd_cache_stats(c, 0, "cli-used", &info));
+    kvt_pool_make(c, &p, "used", 4, 4 * 16, 256, false, 16);
+    memset(key, 7, sizeof(key));
+    memset(&sv, 0, sizeof(sv));
+    sv.cache = info.id;
+    sv.pool = p.info.id;
+    sv.keys.blob = key;
+    sv.keys.key_size = sizeof(key);
+    sv.keys.count = 1;
+    sv.blocks.values = &page;
+    sv.blocks.count = 1;
+    sv.blocks.dtype = KVD_DTYPE_I64;
+    KVT_OK(c, kvd_cache_save(c, &sv, NULL, &res));
+    ck_assert_uint_eq(res.stored, 1);
+    KVT_OK(c, kvd_cache_stats(c, info.id, NULL, &info));
+    ck_assert_uint_eq(info.used_bytes, 32 * 1024);
+    ck_assert_msg(info.held_bytes >= 4u << 20, "held %" PRIu64 " bytes: no slab counted",
+                  info.held_bytes);
+    snprintf(held, sizeof(held), "%.1f MiB", (double)info.held_bytes / (1 << 20));
+    snprintf(used, sizeof(used), "%.1f KiB", (double)info.used_bytes / 1024);
+    r = cli("cache", "ls", NULL);
+    EXPECT_RC(r, 0);
+    row = line_with(r.out, "cli-used");
+    ck_assert_ptr_nonnull(row);
+    ck_assert_msg(strstr(row, held) != NULL && strstr(row, used) == NULL,
+                  "USED is not the %s held (blocks: %s):\n%s", held, used, r.out);
+    free(row);
+    result_free(&r);
+    r = cli("cache", "stats", "cli-used", NULL); /* both figures, named */
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "1 of 128 (32.0 KiB of 4.0 MiB)"));
+    ck_assert_ptr_nonnull(strstr(r.out, held));
+    result_free(&r);
+    kvt_pool_free(c, &p);
+    KVT_OK(c, kvd_cache_drop(c, info.id, NULL));
+    kvd_client_destroy(&c);
+}
+END_TEST
+
+/* Caches' budgets may add up past the host-memory budget (each alone
+ * fits); the daemon then warns in its log and `kvdock status` says so,
+ * in text and JSON, until one goes. */
+START_TEST(test_cli_cache_budgets_past_host_budget)
+{
+    kvd_client_t *c = kvt_connect("cache-budgets");
+    double before;
+    result_t r;
+
+    r = cli("status", "--json", NULL); /* other tests' caches are gone: nothing but a trifle */
+    EXPECT_RC(r, 0);
+    before = json_number(r.out, "cache_budgets");
+    ck_assert(before < 64 << 20);
+    result_free(&r);
+    r = cli("cache", "create", "cli-big1", "--layers", "1", "--tokens-per-block", "1",
+            "--token-bytes", "1k", "--budget", "1.5g", NULL);
+    EXPECT_RC(r, 0);
+    result_free(&r);
+    r = cli("status", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_null(strstr(r.out, "warning"));
+    result_free(&r);
+    r = cli("status", "--json", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"caches_over_budget\":false"));
+    ck_assert(json_number(r.out, "cache_budgets") == before + 1.5 * (1 << 30));
+    result_free(&r);
+    ck_assert(!log_has("event=cache_budgets_over"));
+
+    r = cli("cache", "create", "cli-big2", "--layers", "1", "--tokens-per-block", "1",
+            "--token-bytes", "1k", "--budget", "1g", NULL);
+    EXPECT_RC(r, 0); /* allowed: each fits, and neither holds memory yet */
+    result_free(&r);
+    ck_assert(log_has("event=cache_budgets_over cache=cli-big2 budgets=%llu host_budget=%llu",
+                      (unsigned long long)before + (5ull << 29), (unsigned long long)(2ull << 30)));
+    r = cli("status", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_msg(before > 0 ||
+                      strstr(r.out, "  warning     the caches' budgets add up to 2.5 GiB, past "
+                                    "the host-memory budget: not all can fill\n") != NULL,
+                  "no warning:\n%s", r.out);
+    ck_assert_ptr_nonnull(strstr(r.out, "  warning     the caches' budgets add up to "));
+    result_free(&r);
+    r = cli("status", "--json", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"caches_over_budget\":true"));
+    ck_assert(json_number(r.out, "cache_budgets") == before + 2.5 * (1 << 30));
+    result_free(&r);
+
+    KVT_OK(c, kvd_cache_drop(c, 0, "cli-big2"));
+    r = cli("status", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_null(strstr(r.out, "warning"));
+    result_free(&r);
+    KVT_OK(c, kvd_cache_drop(c, 0, "cli-big1"));
+    kvd_client_destroy(&c);
+}
+END_TEST
+
+/* `--metrics 127.0.0.1:0`: the port the daemon picked, as its log says,
+ * is in `kvdock status` and its JSON; without --metrics, neither names
+ * one. */
+START_TEST(test_cli_status_metrics_port)
+{
+    static const char *const extra[] = {"--metrics", "127.0.0.1:0", NULL};
+    kvt_daemon_t d;
+    char line[1024], want[96];
+    unsigned port = 0;
+    result_t r;
+    FILE *f;
+
+    r = cli("status", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_null(strstr(r.out, "metrics"));
+    result_free(&r);
+    r = cli("status", "--json", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"metrics_address\":\"\""));
+    result_free(&r);
+
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, 10000), 0);
+    f = fopen(d.log, "r");
+    ck_assert_ptr_nonnull(f);
+    while (port == 0 && fgets(line, sizeof(line), f) != NULL) {
+        const char *e = strstr(line, "event=metrics_listening");
+        if (e != NULL && strstr(e, " port=") != NULL)
+            port = (unsigned)strtoul(strstr(e, " port=") + 6, NULL, 10);
+    }
+    fclose(f);
+    ck_assert_uint_ne(port, 0);
+    r = cli_at(d.socket, "status", NULL, NULL, NULL);
+    EXPECT_RC(r, 0);
+    snprintf(want, sizeof(want), "  metrics     http://127.0.0.1:%u/metrics\n", port);
+    ck_assert_msg(strstr(r.out, want) != NULL, "no '%s' in:\n%s", want, r.out);
+    result_free(&r);
+    r = cli_at(d.socket, "status", "--json", NULL, NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
+    snprintf(want, sizeof(want), "\"metrics_address\":\"127.0.0.1:%u\"", port);
+    ck_assert_msg(strstr(r.out, want) != NULL, "no %s in:\n%s", want, r.out);
+    result_free(&r);
+    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 START_TEST(test_cli_unknown_pool)
 {
     result_t r = cli("pool", "drop", "no-such-pool-anywhere", NULL);
@@ -914,6 +1092,9 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_cli_ping);
     tcase_add_test(tc, test_cli_stats);
     tcase_add_test(tc, test_cli_cache);
+    tcase_add_test(tc, test_cli_cache_used_holds_the_slab);
+    tcase_add_test(tc, test_cli_cache_budgets_past_host_budget);
+    tcase_add_test(tc, test_cli_status_metrics_port);
     tcase_add_test(tc, test_cli_numbers);
     tcase_add_test(tc, test_cli_utf8_names);
     tcase_add_test(tc, test_cli_by_the_book);

@@ -114,6 +114,8 @@ int main(void)
     F(kvd_daemon_status_t, device_margin);
     F(kvd_daemon_status_t, stream_paths);
     F(kvd_daemon_status_t, cluster);
+    F(kvd_daemon_status_t, metrics_address);
+    F(kvd_daemon_status_t, cache_budgets);
     S_END();
     S_BEGIN(kvd_cluster_status_t, "ClusterStatus");
     F(kvd_cluster_status_t, enabled);

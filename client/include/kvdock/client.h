@@ -55,7 +55,8 @@ extern "C" {
  * 5: the cluster: kvd_cache_spec_t.cluster, kvd_cache_info_t.cluster,
  *    fetched, served, kvd_cache_lookup_result_t.local_hits,
  *    kvd_daemon_status_t.cluster.
- * 6: kvd_cache_lookup_result_t.waited_for. */
+ * 6: kvd_cache_lookup_result_t.waited_for, kvd_daemon_status_t.metrics_address and
+ *    cache_budgets. */
 #define KVD_CLIENT_ABI_VERSION 6
 
 /* KVD_CLIENT_ABI_VERSION of the library loaded at run time (a caller built
@@ -255,6 +256,11 @@ typedef struct kvd_daemon_status {
     /* each stream class's default path (kvd_copy_path_t), by class number */
     int32_t stream_paths[KVD_STREAM_END];
     kvd_cluster_status_t cluster;
+    /* --metrics: the HOST:PORT it listens on (the port it picked for 0);
+     * "": no endpoint */
+    char metrics_address[80];
+    /* the caches' budgets added up: past host_budget, they cannot all fill */
+    uint64_t cache_budgets;
 } kvd_daemon_status_t;
 
 /* Daemon status; the connected clients go to clients[0..cap) (may be NULL

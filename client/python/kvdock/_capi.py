@@ -212,6 +212,8 @@ class DaemonStatus(Structure):
         ("device_margin", c_uint64),
         ("stream_paths", c_int32 * STREAM_END),
         ("cluster", ClusterStatus),
+        ("metrics_address", c_char * 80),
+        ("cache_budgets", c_uint64),
     ]
 
 
