@@ -206,8 +206,10 @@ static const kvd_cache_info_t *find_cache(const sample_t *s, uint64_t id)
 }
 
 /* The cache tier: each cache's contents, and over the last interval its
- * hit rate (tokens found of tokens asked for) and traffic. */
-static void cache_lines(frame_t *f, const sample_t *cur, const sample_t *prev, double dt)
+ * hit rate (tokens found of tokens asked for) and traffic; in room lines
+ * at most (the header, the caches, a line for those not shown). */
+static void cache_lines(frame_t *f, const sample_t *cur, const sample_t *prev, double dt,
+                        int room)
 {
     char used[32], budget[32], hit[16], in[48], out[48];
 
@@ -217,11 +219,16 @@ static void cache_lines(frame_t *f, const sample_t *cur, const sample_t *prev, d
           "USED / BUDGET", "HIT", "LOOKUP/S", "SAVE", "LOAD", "EVICT/S", "LEASES");
     for (size_t i = 0; i < cur->ncaches; i++) {
         const kvd_cache_info_t *c = &cur->caches[i], *p = find_cache(prev, c->id);
+
+        if ((int)i + 2 >= room && i + 1 < cur->ncaches) {
+            fline(f, STYLE_PLAIN, "  ... %zu more caches (kvdock cache ls)", cur->ncaches - i);
+            break;
+        }
         uint64_t asked = c->keys_asked - (p ? p->keys_asked : 0);
         uint64_t hits = c->keys_hit - (p ? p->keys_hit : 0);
         char both[80];
 
-        kvd__cli_human_bytes(used, sizeof(used), (double)c->used_bytes);
+        kvd__cli_human_bytes(used, sizeof(used), (double)c->held_bytes); /* as cache ls */
         kvd__cli_human_bytes(budget, sizeof(budget), (double)c->budget_bytes);
         snprintf(both, sizeof(both), "%s / %s", used, budget);
         if (p == NULL || dt <= 0) {
@@ -288,10 +295,19 @@ static void cluster_line(frame_t *f, const sample_t *cur, const sample_t *prev, 
     fline(f, STYLE_PLAIN, "%s", "");
 }
 
+/* Rows of a table of n entries at its least: its header and up to two
+ * entries, and a line saying how many more. */
+static int least_rows(size_t n)
+{
+    return 1 + (int)(n < 2 ? n : 2) + (n > 2);
+}
+
 /*
  * Build the frame of cur (rates against prev when it is valid).  rows:
- * the terminal's height (0: no limit); the tables of pools and clients
- * are cut to fit, saying how many are not shown.
+ * the terminal's height (0: no limit).  On a short screen every section
+ * keeps its header and a few rows, each table cut says how many it does
+ * not show: the operations give way first (the busiest stay), then the
+ * pools and caches, then the clients.  Tables fit 80 columns.
  */
 static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, const sample_t *prev,
                         int rows, const char *error)
@@ -300,7 +316,8 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
     double dt = prev->valid ? (double)(cur->t_ns - prev->t_ns) / 1e9 : 0;
     char a[48], b[48], c[48], d[48], e[112];
     uint64_t kind_bytes[4] = {0}, kind_pools[4] = {0};
-    size_t i;
+    size_t i, ops_shown, ops_listed, ops_busy;
+    uint64_t ops_min;
     int left;
     time_t wall = time(NULL);
     struct tm tm;
@@ -351,28 +368,65 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
     }
     fline(f, STYLE_PLAIN, "%s", "");
 
-    /* operations with traffic */
-    fline(f, STYLE_HEAD, "%-16s %9s %8s %12s %10s %12s %10s", "OP", "REQ/S", "ERR/S", "BYTES/S",
+    /* operations with traffic, the busiest first when they do not all fit:
+     * what the sections below need at their least stays free for them */
+    {
+        int below = 1 + (cur->npools > 0 ? least_rows(cur->npools) : 0) + 1 +
+                    (cur->ncaches > 0 ? least_rows(cur->ncaches) + 1 : 0) +
+                    least_rows(cur->nclients) + (cur->status.cluster.enabled ? 2 : 0);
+        size_t busy = 0;
+
+        for (i = 0; i < cur->nops; i++)
+            busy += cur->ops[i].requests > 0;
+        left = rows > 0 ? rows - f->n - 2 - below : 1 << 30;
+        ops_shown = busy;
+        if ((int)busy > left) /* room for the busiest, and a line for the rest */
+            ops_shown = left > 1 ? (size_t)(left - 1) : 0;
+        ops_min = 0;
+        if (ops_shown < busy) { /* the requests of the ops_shown-th busiest */
+            uint64_t *req = malloc(cur->nops * sizeof(*req));
+            size_t n = 0, j, k;
+            for (i = 0; req != NULL && i < cur->nops; i++) {
+                const kvd_op_stats_t *p = find_op(prev, cur->ops[i].op);
+                if (cur->ops[i].requests > 0)
+                    req[n++] = cur->ops[i].requests - (p != NULL ? p->requests : 0);
+            }
+            for (j = 1; req != NULL && j < n; j++) /* descending */
+                for (k = j; k > 0 && req[k] > req[k - 1]; k--) {
+                    uint64_t t = req[k];
+                    req[k] = req[k - 1];
+                    req[k - 1] = t;
+                }
+            ops_min = req != NULL && ops_shown > 0 ? req[ops_shown - 1] : UINT64_MAX;
+            free(req);
+        }
+        ops_busy = busy;
+    }
+    fline(f, STYLE_HEAD, "%-15s %8s %7s %11s %9s %11s %8s", "OP", "REQ/S", "ERR/S", "BYTES/S",
           "MEAN_US", "REQUESTS", "ERRORS");
-    for (i = 0; i < cur->nops; i++) {
+    for (i = 0, ops_listed = 0; i < cur->nops; i++) {
         const kvd_op_stats_t *o = &cur->ops[i], *p = find_op(prev, o->op);
         double mean;
 
-        if (o->requests == 0)
+        if (o->requests == 0 || ops_listed >= ops_shown ||
+            o->requests - (p != NULL ? p->requests : 0) < ops_min)
             continue;
+        ops_listed++;
         if (p != NULL && dt > 0 && o->requests > p->requests)
             mean = (o->sum_us - p->sum_us) / (double)(o->requests - p->requests);
         else
             mean = o->sum_us / (double)o->requests;
         human_rate(a, sizeof(a), p ? rate(o->bytes, p->bytes, dt) : 0);
         if (p != NULL && dt > 0)
-            fline(f, STYLE_PLAIN, "%-16s %9.1f %8.1f %12s %10.1f %12" PRIu64 " %10" PRIu64,
+            fline(f, STYLE_PLAIN, "%-15s %8.1f %7.1f %11s %9.1f %11" PRIu64 " %8" PRIu64,
                   o->op, rate(o->requests, p->requests, dt), rate(o->errors, p->errors, dt), a,
                   mean, o->requests, o->errors);
         else
-            fline(f, STYLE_PLAIN, "%-16s %9s %8s %12s %10.1f %12" PRIu64 " %10" PRIu64, o->op,
+            fline(f, STYLE_PLAIN, "%-15s %8s %7s %11s %9.1f %11" PRIu64 " %8" PRIu64, o->op,
                   "-", "-", "-", mean, o->requests, o->errors);
     }
+    if (ops_listed < ops_busy)
+        fline(f, STYLE_PLAIN, "  ... %zu more operations (kvdock stats)", ops_busy - ops_listed);
     fline(f, STYLE_PLAIN, "%s", "");
 
     cluster_line(f, cur, prev, dt);
@@ -399,9 +453,12 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
     {
         /* room: what is left once the client table has a few rows */
         size_t shown = cur->npools, order[MAX_POOLS], j, k;
-        left = rows > 0 ? rows - f->n - 6 - (int)(cur->nclients < 4 ? cur->nclients : 4) : 1 << 30;
-        if (left < 1)
-            left = 1;
+        left = rows > 0 ? rows - f->n - 1 - /* the blank line below */
+                              (cur->ncaches > 0 ? least_rows(cur->ncaches) + 1 : 0) -
+                              least_rows(cur->nclients)
+                        : 1 << 30;
+        if (left < least_rows(cur->npools))
+            left = least_rows(cur->npools);
         for (j = 0; j < cur->npools; j++)
             order[j] = j;
         for (j = 1; j < cur->npools; j++) /* by bytes, descending (insertion sort) */
@@ -411,15 +468,16 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
                 order[k - 1] = t;
             }
         if (cur->npools > 0) {
-            fline(f, STYLE_HEAD, "%6s %-20s %-10s %6s %10s %10s %12s %6s %s", "ID", "NAME", "KIND",
+            fline(f, STYLE_HEAD, "%3s %-14s %-10s %6s %8s %6s %10s %5s %s", "ID", "NAME", "KIND",
                   "LAYERS", "SLOTS", "SLOT_B", "BYTES", "OWNER", "FLAGS");
+            left--; /* the header */
             if ((int)shown > left)
                 shown = (size_t)(left > 1 ? left - 1 : 0);
             for (j = 0; j < shown; j++) {
                 const kvd_pool_info_t *p = &cur->pools[order[j]];
                 kvd__cli_human_bytes(a, sizeof(a), (double)p->bytes);
-                fline(f, STYLE_PLAIN, "%6" PRIu64 " %-20.20s %-10s %6u %10" PRIu64 " %10" PRIu64
-                      " %12s %6" PRIu64 " %s%s%s%s", p->id, p->name, kvd_mem_kind_name(p->kind),
+                fline(f, STYLE_PLAIN, "%3" PRIu64 " %-14.14s %-10s %6u %8" PRIu64 " %6" PRIu64
+                      " %10s %5" PRIu64 " %s%s%s%s", p->id, p->name, kvd_mem_kind_name(p->kind),
                       p->num_layers, p->num_slots, p->slot_bytes, a, p->owner,
                       p->mla ? "mla" : "mha", p->shared ? ",shared" : "",
                       p->imported ? ",imported" : "", p->page_size > 1 ? ",paged" : "");
@@ -429,10 +487,12 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
         }
     }
     fline(f, STYLE_PLAIN, "%s", "");
-    cache_lines(f, cur, prev, dt);
+    left = rows > 0 ? rows - f->n - 1 - least_rows(cur->nclients) : 1 << 30;
+    cache_lines(f, cur, prev, dt,
+                left > least_rows(cur->ncaches) ? left : least_rows(cur->ncaches));
 
     /* clients */
-    fline(f, STYLE_HEAD, "%6s %-24s %8s %6s %8s %6s %9s %12s", "ID", "CLIENT", "PID", "UID",
+    fline(f, STYLE_HEAD, "%4s %-22s %7s %6s %8s %5s %8s %10s", "ID", "CLIENT", "PID", "UID",
           "INFLIGHT", "POOLS", "REQ/S", "REQUESTS");
     left = rows > 0 ? rows - f->n : 1 << 30;
     for (i = 0; i < cur->nclients; i++) {
@@ -450,7 +510,7 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
             snprintf(a, sizeof(a), "%.1f", rate(cl->requests, p->requests, dt));
         else
             snprintf(a, sizeof(a), "-");
-        fline(f, STYLE_PLAIN, "%6" PRIu64 " %-24.24s %8u %6u %8u %6u %9s %12" PRIu64, cl->id,
+        fline(f, STYLE_PLAIN, "%4" PRIu64 " %-22.22s %7u %6u %8u %5u %8s %10" PRIu64, cl->id,
               name, cl->pid, cl->uid, cl->inflight, cl->pools, a, cl->requests);
     }
 }

@@ -5,7 +5,10 @@
  * (--count); the interactive view, driven through a pseudo-terminal
  * (forkpty), draws on the alternate screen and exits 0 on 'q' and on
  * Ctrl-C with the terminal restored (canonical mode and echo back, the
- * cursor shown, the main screen back); usage errors exit 2.
+ * cursor shown, the main screen back); at 80x24 with more operations,
+ * pools and clients than fit, every section keeps its header and first
+ * rows within the screen and says how many it leaves out; usage errors
+ * exit 2.
  */
 #include "testutil.h"
 
@@ -174,9 +177,9 @@ typedef struct pty_run {
     size_t len, cap;
 } pty_run_t;
 
-static void pty_start(pty_run_t *r)
+static void pty_start_size(pty_run_t *r, unsigned short rows, unsigned short cols)
 {
-    struct winsize ws = {.ws_row = 40, .ws_col = 120};
+    struct winsize ws = {.ws_row = rows, .ws_col = cols};
 
     memset(r, 0, sizeof(*r));
     r->cap = 1 << 16;
@@ -189,6 +192,11 @@ static void pty_start(pty_run_t *r)
               (char *)NULL);
         _exit(127);
     }
+}
+
+static void pty_start(pty_run_t *r)
+{
+    pty_start_size(r, 40, 120);
 }
 
 /* Read what the pty says until needle appears after from (or EOF). */
@@ -308,6 +316,114 @@ START_TEST(test_top_interactive_sigterm)
 }
 END_TEST
 
+/* The screen of the last whole frame in what the pty said: from its last
+ * cursor-home to the clear after it, escape sequences taken out, lines
+ * split at CR LF.  Returns the number of lines; lines[i] malloc'd. */
+static int last_screen(const char *out, char **lines, int cap)
+{
+    const char *end = NULL, *start = NULL, *p;
+    int n = 0;
+
+    for (p = out; (p = strstr(p, "\x1b[J")) != NULL; p++)
+        end = p; /* the clear below the frame ends it */
+    ck_assert_ptr_nonnull(end);
+    for (p = out; (p = strstr(p, "\x1b[H")) != NULL && p < end; p++)
+        start = p + 3;
+    ck_assert_ptr_nonnull(start);
+    lines[0] = calloc(1, (size_t)(end - start) + 1);
+    for (p = start; p < end && n < cap; p++) {
+        if (*p == '\x1b') { /* CSI: ESC [ params final */
+            p += 1;
+            while (p + 1 < end && !(p[1] >= '@' && p[1] <= '~' && p[1] != '['))
+                p++;
+            p++;
+            continue;
+        }
+        if (*p == '\r')
+            continue;
+        if (*p == '\n') {
+            if (++n < cap)
+                lines[n] = calloc(1, (size_t)(end - p) + 1);
+            continue;
+        }
+        lines[n][strlen(lines[n])] = *p;
+    }
+    return n < cap ? n + 1 : cap;
+}
+
+/* At 80x24, with more operations, pools and clients than fit, every
+ * section keeps its header and its first rows, says how many it does not
+ * show, and the frame fits the screen: the operations give way. */
+START_TEST(test_top_fits_80x24)
+{
+    kvd_client_t *cli = kvt_connect("top-small"), *more[4];
+    pty_run_t r;
+    char *lines[64];
+    const char *want[] = {"pools: host 5", "LAYERS", "top-pool-", "... 3 more pools", "CLIENT",
+                          "(this top)", "more clients", "OP ", "more operations", NULL};
+    size_t mark;
+    int n, found;
+
+    for (int i = 0; i < 5; i++) {
+        char name[32];
+        kvd_pool_spec_t spec = {.name = name, .kind = KVD_MEM_HOST, .num_layers = 2,
+                                .num_slots = 64, .slot_bytes = 128, .shared = false};
+        kvd_pool_info_t info;
+        kvd_pool_info_t list[8];
+        size_t count;
+        kvd_daemon_status_t *st = malloc(sizeof(*st));
+
+        snprintf(name, sizeof(name), "top-pool-%d", i);
+        KVT_OK(cli, kvd_pool_create(cli, &spec, &info));
+        /* traffic on more kinds of operation than the screen has room for */
+        KVT_OK(cli, kvd_ping(cli, "x", 1));
+        KVT_OK(cli, kvd_pool_list(cli, list, 8, &count));
+        KVT_OK(cli, kvd_daemon_status(cli, st, NULL, 0));
+        free(st);
+    }
+    for (int i = 0; i < 4; i++)
+        more[i] = kvt_connect("top-other");
+    pty_start_size(&r, 24, 80);
+    ck_assert_msg(pty_read_until(&r, "CLIENT", 0, 10000), "no frame:\n%s", r.out);
+    mark = r.len;
+    ck_assert_msg(pty_read_until(&r, "CLIENT", mark, 10000), "no second frame");
+    pty_read_until(&r, "\x1b[J", r.len, 2000);
+    kill(r.pid, SIGTERM);
+    pty_read_until(&r, NULL, r.len, 10000);
+    ck_assert_int_eq(pty_wait(&r, 10000), 0);
+    /* the last frame drawn before the main screen came back */
+    if (strstr(r.out, "\x1b[?1049l") != NULL)
+        *strstr(r.out, "\x1b[?1049l") = '\0';
+    n = last_screen(r.out, lines, 64);
+    ck_assert_msg(n <= 24, "a frame of %d lines on a 24-line screen", n);
+    for (int w = 0; want[w] != NULL; w++) {
+        found = 0;
+        for (int i = 0; i < n && !found; i++)
+            found = strstr(lines[i], want[w]) != NULL;
+        if (!found) {
+            for (int i = 0; i < n; i++)
+                fprintf(stderr, "%2d|%s|\n", i, lines[i]);
+            ck_abort_msg("no '%s' on the 80x24 screen", want[w]);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        /* the tables are within 80 columns: nothing of theirs cut */
+        if (strstr(lines[i], "top-pool-") != NULL)
+            ck_assert_msg(strstr(lines[i], "mha") != NULL, "pool row cut: %s", lines[i]);
+        if (strstr(lines[i], "(this top)") != NULL)
+            ck_assert_msg(lines[i][strlen(lines[i]) - 1] >= '0' &&
+                              lines[i][strlen(lines[i]) - 1] <= '9',
+                          "client row cut: %s", lines[i]);
+        free(lines[i]);
+    }
+    close(r.master);
+    free(r.out);
+    for (int i = 0; i < 4; i++)
+        kvd_client_destroy(&more[i]);
+    kvd_client_destroy(&cli);
+}
+END_TEST
+
 static Suite *top_suite(void)
 {
     Suite *s = suite_create("client_top");
@@ -321,6 +437,7 @@ static Suite *top_suite(void)
     tcase_add_test(tc, test_top_interactive_q);
     tcase_add_test(tc, test_top_interactive_ctrl_c);
     tcase_add_test(tc, test_top_interactive_sigterm);
+    tcase_add_test(tc, test_top_fits_80x24);
     suite_add_tcase(s, tc);
     return s;
 }
