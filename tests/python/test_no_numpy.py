@@ -58,8 +58,8 @@ class TestWithoutNumpy(unittest.TestCase):
     def test_import_without_numpy(self):
         out = self.run_script("""
             import kvdock
-            from kvdock import _client
-            assert _client.np is None, _client.np
+            from kvdock import _util
+            assert _util.np is None, _util.np
             assert sys.modules.get("numpy") is None
             print("kvdock", kvdock.__version__, "imports without numpy")
         """)

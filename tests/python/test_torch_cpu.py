@@ -103,7 +103,7 @@ class TestTensorViews(TorchBase):
         # Device pools become CUDA tensors through the same DLPack capsule
         # (only the device differs): made here over CPU memory, the
         # tensor and its views must keep the owner alive, and free it after.
-        from kvdock import _client as K
+        from kvdock import _dlpack as K
 
         class Owner:
             pass

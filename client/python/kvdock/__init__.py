@@ -42,32 +42,21 @@ from ._cache import Cache, CacheEvicted, CacheInfo, CacheLookup, block_hashes
 from ._capi import CLIENT_ABI_VERSION, library_path
 from .connector import Connector, Load, Save
 from ._rows import copy_rows
-from ._client import (
-    BufIndices,
-    BufRef,
-    Buffer,
-    Client,
-    Error,
-    Event,
-    Future,
-    HelloInfo,
-    HostMemory,
-    Limits,
-    Mapping,
-    OpResult,
-    Pool,
-    PoolInfo,
-    Timeout,
-    as_completed,
-    wait_all,
-)
+from ._buffers import BufIndices, BufRef, Buffer
+from ._client import Client
+from ._errors import Error, Timeout
+from ._events import Event
+from ._futures import Future, as_completed, wait_all
+from ._mapping import HostMemory, Mapping
+from ._pools import Pool
+from ._results import HelloInfo, Limits, OpResult, PoolInfo
 
 __version__ = "0.1.0"
 
 for _cls in (BufIndices, BufRef, Buffer, Cache, CacheEvicted, CacheInfo, CacheLookup, Client,
              Connector, Error, Event, Future, HelloInfo, HostMemory, Limits, Load, Mapping,
              OpResult, Pool, PoolInfo, Save, Timeout):
-    _cls.__module__ = __name__  # shown as kvdock.Error, not kvdock._client.Error
+    _cls.__module__ = __name__  # shown as kvdock.Error, not kvdock._errors.Error
 del _cls
 
 __all__ = [

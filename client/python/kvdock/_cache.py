@@ -28,8 +28,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from . import _capi as C
-from ._client import (_PATH_DOC, _SYNC_DOC, Buffer, BufRef, Error, EventLike, Future, OpResult,
-                      PoolLike, _complete_async_docs, _op_result, _pool_id, _sync_doc)
+from ._buffers import Buffer, BufRef
+from ._docs import _PATH_DOC, _SYNC_DOC, _complete_async_docs, _sync_doc
+from ._errors import Error
+from ._events import EventLike
+from ._futures import Future
+from ._pools import PoolLike, _pool_id
+from ._results import OpResult, _op_result
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._client import Client
@@ -402,8 +407,9 @@ def caches_async(client: "Client", cap: int = 256) -> Future[List[CacheInfo]]:
 
 def cache_by_name(client: "Client", name: str) -> Cache:
     out = C.CacheInfo()
-    fut = client._submit(client._lib.kvd_cache_stats_submit, (0, name.encode(), byref(out)),
-                         lambda: Cache(client, _cache_info(out)), (out,))
+    fut: Future[Cache] = client._submit(client._lib.kvd_cache_stats_submit,
+                                        (0, name.encode(), byref(out)),
+                                        lambda: Cache(client, _cache_info(out)), (out,))
     return client._block(fut)
 
 

@@ -29,7 +29,9 @@ from ctypes import POINTER, byref, c_char_p, c_int, c_int32, c_int64, c_uint32, 
 from typing import Any, List, Optional, Tuple
 
 from . import _capi as C
-from ._client import Error, _is_tensor, _layer_geometry, _need_torch
+from ._errors import Error
+from ._operands import _layer_geometry
+from ._util import _is_tensor, _need_torch
 
 KERNELS_ABI_VERSION = 1
 

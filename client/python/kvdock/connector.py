@@ -66,7 +66,13 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from . import _capi as C
 from ._cache import Cache, CacheLookup, block_hashes
-from ._client import Buffer, Client, Error, Future, OpResult, Pool, _is_tensor, _need_torch
+from ._buffers import Buffer
+from ._client import Client
+from ._errors import Error
+from ._futures import Future
+from ._pools import Pool
+from ._results import OpResult
+from ._util import _is_tensor, _need_torch
 
 log = logging.getLogger("kvdock.connector")
 
