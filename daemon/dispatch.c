@@ -196,7 +196,7 @@ int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *
     kvdock__response__init(&r.resp);
     r.resp.id = req->id;
 
-    if ((bad = kvd_wire_bad_string(&kvdock__request__descriptor, payload, len, field,
+    if ((bad = kvd__wire_bad_string(&kvdock__request__descriptor, payload, len, field,
                                    sizeof(field))) > 0) {
         /* the decoder cut that string at its NUL: refuse it whole */
         st = kvd__req_fail(&r, KVD_EINVAL, bad == KVD_WIRE_STR_NUL

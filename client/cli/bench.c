@@ -72,16 +72,16 @@ typedef struct tput {
 } tput_t;
 
 typedef struct results {
-    kvd_lat_t ping;
-    kvd_lat_t xfer;
+    kvd__bench_lat_t ping;
+    kvd__bench_lat_t xfer;
     tput_t one, many;
     /* all-layer */
     uint64_t al_iterations;
     uint64_t al_bytes; /* bytes written per transfer */
     uint32_t al_max_blocks;
     const char *al_stream;
-    kvd_lat_t al_daemon;     /* inline indices (the daemon stages them) */
-    kvd_lat_t al_daemon_buf; /* indices in a registered buffer (device on cuda, host on cpu) */
+    kvd__bench_lat_t al_daemon;     /* inline indices (the daemon stages them) */
+    kvd__bench_lat_t al_daemon_buf; /* indices in a registered buffer (device on cuda, host on cpu) */
     bool have_daemon_buf;
 } results_t;
 
@@ -113,7 +113,7 @@ static int usage(const char *fmt, ...)
 /* Pools                                                                     */
 
 /* A one-slot, one-layer transfer from a to b. */
-static void one_slot(const kvd_pool_pair_t *pp, uint64_t i, int64_t *s, int64_t *d,
+static void one_slot(const kvd__bench_pair_t *pp, uint64_t i, int64_t *s, int64_t *d,
                      kvd_kv_transfer_t *t)
 {
     *s = (int64_t)(i % SMALL_SLOTS);
@@ -132,11 +132,11 @@ static void one_slot(const kvd_pool_pair_t *pp, uint64_t i, int64_t *s, int64_t 
 /* ------------------------------------------------------------------------ */
 /* Cases a and b: round trips                                                */
 
-static int run_ping(kvd_client_t *cli, const bench_opts_t *o, bool bars, kvd_lat_t *out)
+static int run_ping(kvd_client_t *cli, const bench_opts_t *o, bool bars, kvd__bench_lat_t *out)
 {
     uint64_t n = o->iterations, warm = n / 20 + 1;
     double *v = malloc((size_t)n * sizeof(*v));
-    kvd_progress_t p;
+    kvd__bench_progress_t p;
     char sum[96];
     kvd_status_t st;
 
@@ -170,12 +170,12 @@ static int run_ping(kvd_client_t *cli, const bench_opts_t *o, bool bars, kvd_lat
     return 0;
 }
 
-static int run_xfer(kvd_client_t *cli, const bench_opts_t *o, const kvd_pool_pair_t *pp, bool bars,
-                    kvd_lat_t *out)
+static int run_xfer(kvd_client_t *cli, const bench_opts_t *o, const kvd__bench_pair_t *pp, bool bars,
+                    kvd__bench_lat_t *out)
 {
     uint64_t n = o->iterations, warm = n / 20 + 1;
     double *v = malloc((size_t)n * sizeof(*v));
-    kvd_progress_t p;
+    kvd__bench_progress_t p;
     char sum[96];
     kvd_status_t st;
 
@@ -254,7 +254,7 @@ static void *worker_main(void *arg)
 {
     worker_t *w = arg;
     kvd_client_t *cli = NULL;
-    kvd_pool_pair_t pp;
+    kvd__bench_pair_t pp;
     char name[32], tag[32];
     uint64_t ids[MAX_WINDOW];
     kvd_op_result_t res[MAX_WINDOW];
@@ -334,7 +334,7 @@ static int run_tput(const bench_opts_t *o, const char *prefix, int32_t kind, uin
     uint32_t started = 0;
     int go = 1;
     char label[64], sum[96];
-    kvd_progress_t p;
+    kvd__bench_progress_t p;
     int rc = 0;
 
     if (w == NULL) {
@@ -448,9 +448,9 @@ static int run_all_layer(kvd_client_t *cli, const bench_opts_t *o, const char *p
     uint64_t iters = o->iterations / 100, warm = 2, ibuf = 0;
     int64_t *ps = NULL, *pd = NULL;
     double *v = NULL;
-    kvd_pool_pair_t pp;
+    kvd__bench_pair_t pp;
     kvd_sync_t sync;
-    kvd_progress_t p;
+    kvd__bench_progress_t p;
     kvd_mapping_t *imap = NULL;
     char label[96], sum[160];
     kvd_status_t st;
@@ -596,7 +596,7 @@ static void print_table(FILE *f, const bench_opts_t *o, const kvd_hello_info_t *
     }
 }
 
-static void json_lat(const char *key, const kvd_lat_t *l)
+static void json_lat(const char *key, const kvd__bench_lat_t *l)
 {
     printf("\"%s\":{\"count\":%" PRIu64 ",\"p50_us\":%.3f,\"p99_us\":%.3f,\"mean_us\":%.3f,"
            "\"min_us\":%.3f,\"max_us\":%.3f}",
@@ -681,7 +681,7 @@ static int run(kvd__cli_ctx_t *ctx, int argc, char **argv)
     results_t res;
     kvd_client_t *cli = NULL;
     const kvd_hello_info_t *h;
-    kvd_pool_pair_t small;
+    kvd__bench_pair_t small;
     char prefix[48];
     int32_t kind;
     bool bars = isatty(STDERR_FILENO) != 0, cuda;

@@ -25,7 +25,7 @@ static double quantile(const double *s, uint64_t n, double q)
     return s[k - 1];
 }
 
-void kvd__bench_lat(kvd_lat_t *l, double *v, uint64_t n)
+void kvd__bench_lat(kvd__bench_lat_t *l, double *v, uint64_t n)
 {
     double sum = 0;
 
@@ -69,14 +69,14 @@ void kvd__bench_permutation(int64_t *p, uint64_t n, uint64_t seed)
 
 #define BAR_WIDTH 30
 
-void kvd__bench_progress_start(kvd_progress_t *p, bool on, const char *label)
+void kvd__bench_progress_start(kvd__bench_progress_t *p, bool on, const char *label)
 {
     p->on = on;
     p->label = label;
     p->last = -1;
 }
 
-void kvd__bench_progress_set(kvd_progress_t *p, double frac)
+void kvd__bench_progress_set(kvd__bench_progress_t *p, double frac)
 {
     static const char hashes[] = "##############################";
     static const char dots[] = "..............................";
@@ -98,7 +98,7 @@ void kvd__bench_progress_set(kvd_progress_t *p, double frac)
     fflush(stderr);
 }
 
-void kvd__bench_progress_end(kvd_progress_t *p, const char *summary)
+void kvd__bench_progress_end(kvd__bench_progress_t *p, const char *summary)
 {
     if (!p->on)
         return;
@@ -108,7 +108,7 @@ void kvd__bench_progress_end(kvd_progress_t *p, const char *summary)
 
 kvd_status_t kvd__bench_pair_create(kvd_client_t *cli, const char *prefix, const char *tag,
                                     int32_t kind, uint32_t layers, uint64_t slots,
-                                    uint64_t slot_bytes, kvd_pool_pair_t *pp)
+                                    uint64_t slot_bytes, kvd__bench_pair_t *pp)
 {
     kvd_pool_spec_t spec;
     char name[KVD_NAME_MAX];
@@ -135,7 +135,7 @@ kvd_status_t kvd__bench_pair_create(kvd_client_t *cli, const char *prefix, const
     return KVD_OK;
 }
 
-kvd_status_t kvd__bench_pair_drop(kvd_client_t *cli, kvd_pool_pair_t *pp)
+kvd_status_t kvd__bench_pair_drop(kvd_client_t *cli, kvd__bench_pair_t *pp)
 {
     kvd_status_t st = KVD_OK, s2;
 
@@ -161,11 +161,11 @@ void kvd__bench_prefix(char *buf, size_t len)
              (unsigned long)((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20)) & 0xffffffUL);
 }
 
-kvd_status_t kvd__bench_all_layer(kvd_client_t *cli, const kvd_pool_pair_t *pp, uint64_t slots,
+kvd_status_t kvd__bench_all_layer(kvd_client_t *cli, const kvd__bench_pair_t *pp, uint64_t slots,
                                   const kvd_sync_t *sync, const int64_t *ps, const int64_t *pd,
                                   uint64_t ibuf, uint64_t warm, uint64_t iters,
-                                  kvd_progress_t *p, double p0, double p1, double *v,
-                                  kvd_lat_t *out)
+                                  kvd__bench_progress_t *p, double p0, double p1, double *v,
+                                  kvd__bench_lat_t *out)
 {
     for (uint64_t i = 0; i < warm + iters; i++) {
         kvd_kv_transfer_t t;

@@ -84,7 +84,7 @@ static int run(kvd__cli_ctx_t *o, int argc, char **argv)
         }
         memcpy(sorted, rtt, (size_t)count * sizeof(*sorted));
         {
-            kvd_lat_t lat; /* nearest rank: the p99 of 3 samples is the largest */
+            kvd__bench_lat_t lat; /* nearest rank: the p99 of 3 samples is the largest */
             kvd__bench_lat(&lat, sorted, count);
             mn = lat.min;
             mx = lat.max;

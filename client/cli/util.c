@@ -32,7 +32,7 @@ static size_t utf8_len(const unsigned char *s)
     for (size_t i = 1; i < k; i++)
         if (s[i] == '\0')
             return 0;
-    return kvd_utf8_valid(s, k) ? k : 0;
+    return kvd__utf8_valid(s, k) ? k : 0;
 }
 
 void kvd__cli_json_str(const char *s)

@@ -213,7 +213,7 @@ static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
  * decoder (the protocol nests three deep). */
 #define SCAN_DEPTH 8
 
-int kvd_utf8_valid(const uint8_t *s, size_t n)
+int kvd__utf8_valid(const uint8_t *s, size_t n)
 {
     size_t i = 0;
 
@@ -283,7 +283,7 @@ static int scan_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p,
                 ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3))
                 : NULL;
         if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING &&
-            (memchr(p, 0, (size_t)len) || !kvd_utf8_valid(p, (size_t)len))) {
+            (memchr(p, 0, (size_t)len) || !kvd__utf8_valid(p, (size_t)len))) {
             snprintf(path, path_len, "%s", f->name);
             return memchr(p, 0, (size_t)len) ? KVD_WIRE_STR_NUL : KVD_WIRE_STR_UTF8;
         }
@@ -301,7 +301,7 @@ static int scan_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p,
     return 0;
 }
 
-int kvd_wire_bad_string(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+int kvd__wire_bad_string(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
                         char *path, size_t path_len)
 {
     if (desc == NULL || (buf == NULL && len > 0))

@@ -90,7 +90,7 @@ kvd_status_t kvd_socket_path_resolve(char *buf, size_t len, const char *system_p
 
 /* Whether s[0..n) is UTF-8 (no overlong forms, surrogates or code points
  * past U+10FFFF): 1 or 0. */
-int kvd_utf8_valid(const uint8_t *s, size_t n);
+int kvd__utf8_valid(const uint8_t *s, size_t n);
 
 /*
  * Does a string field of the encoded message buf (of type desc, nested
@@ -104,7 +104,7 @@ int kvd_utf8_valid(const uint8_t *s, size_t n);
  */
 #define KVD_WIRE_STR_NUL 1
 #define KVD_WIRE_STR_UTF8 2
-int kvd_wire_bad_string(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+int kvd__wire_bad_string(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
                         char *path, size_t path_len);
 
 /* The operation's name ("transfer", "pool_create", ...), "unknown" if none. */

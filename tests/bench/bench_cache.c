@@ -126,7 +126,7 @@ static long proc_kb(uint32_t pid, const char *field)
 /* lookup                                                                    */
 
 typedef struct lookup_res {
-    kvd_lat_t small, large;
+    kvd__bench_lat_t small, large;
     uint64_t small_blocks, large_blocks;
     double ratio;
     double bytes_per_block; /* < 0: not measured */
@@ -160,7 +160,7 @@ static kvd_status_t fill(kvd_client_t *cli, uint64_t cache, uint64_t pool, uint6
  * machine does weighs on both alike), of random chains among [0, chains[k])
  * of cache k, every key a hit. */
 static kvd_status_t time_lookups(kvd_client_t *cli, const uint64_t cache[2],
-                                 const uint64_t chains[2], uint64_t n, kvd_lat_t out[2])
+                                 const uint64_t chains[2], uint64_t n, kvd__bench_lat_t out[2])
 {
     uint8_t *keys = malloc((size_t)CHAIN * KEY);
     double *v[2] = {malloc((size_t)n * sizeof(double)), malloc((size_t)n * sizeof(double))};
@@ -227,7 +227,7 @@ static int run_lookup(kvd_client_t *cli, const opts_t *o, lookup_res_t *r)
     int64_t pages[CHAIN];
     kvd_pool_spec_t ps;
     kvd_pool_info_t pool;
-    kvd_lat_t lat[2];
+    kvd__bench_lat_t lat[2];
     kvd_status_t st;
     char name[64];
     long rss0, shm0, rss1, shm1;
@@ -321,7 +321,7 @@ typedef struct transfer_res {
 #ifdef KVD_HAVE_CUDA
 static double median(double *v, uint64_t n)
 {
-    kvd_lat_t l;
+    kvd__bench_lat_t l;
 
     kvd__bench_lat(&l, v, n);
     return l.p50;

@@ -156,7 +156,7 @@ int main(int argc, char **argv)
     uint8_t *keys;
     int64_t *pages;
     double *t, pull_gbps, local_gbps, *la, *lb;
-    kvd_lat_t lat_a, lat_b;
+    kvd__bench_lat_t lat_a, lat_b;
     kvd_daemon_status_t *s;
     kvd_status_t st;
     uint64_t rtt_us = 0;

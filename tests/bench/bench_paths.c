@@ -132,8 +132,8 @@ static kvd_status_t inproc_call(const opts_t *o, const inproc_t *ip, uint32_t ma
 
 /* Time iters in-process calls after warm ones. */
 static int inproc_time(const opts_t *o, const inproc_t *ip, uint32_t max_blocks,
-                       uint64_t warm, uint64_t iters, kvd_progress_t *p, double p0, double p1,
-                       kvd_lat_t *out)
+                       uint64_t warm, uint64_t iters, kvd__bench_progress_t *p, double p0, double p1,
+                       kvd__bench_lat_t *out)
 {
     double *v = malloc((size_t)iters * sizeof(*v));
     kvd_status_t st;
@@ -262,8 +262,8 @@ static kvd_status_t inproc_alloc(const opts_t *o, bool cuda, bool host, int devi
  * daemon stages inline indices: the difference to the device-index call is
  * what reading them over the bus costs the kernel. */
 static int inproc_pinned(const opts_t *o, inproc_t *ip, uint32_t max_blocks, uint64_t warm,
-                         uint64_t iters, const int64_t *ps, const int64_t *pd, kvd_progress_t *p,
-                         kvd_lat_t *out)
+                         uint64_t iters, const int64_t *ps, const int64_t *pd, kvd__bench_progress_t *p,
+                         kvd__bench_lat_t *out)
 {
     size_t ib = (size_t)o->slots * sizeof(int64_t);
     int64_t *hs = NULL, *hd = NULL, *ds = ip->idx_src, *dd = ip->idx_dst;
@@ -291,7 +291,7 @@ static int inproc_pinned(const opts_t *o, inproc_t *ip, uint32_t max_blocks, uin
 typedef struct all_layer {
     uint64_t bytes; /* written per transfer */
     uint32_t max_blocks;
-    kvd_lat_t daemon, daemon_buf, inproc, inproc_pinned;
+    kvd__bench_lat_t daemon, daemon_buf, inproc, inproc_pinned;
     bool have_daemon_buf, have_inproc, have_inproc_pinned;
     char inproc_why[160];
     /* daemon over in-process with the kernel reading its indices from the
@@ -323,8 +323,8 @@ static int run_all_layer(kvd_client_t *cli, const opts_t *o, int32_t kind, bool 
     size_t half = (size_t)o->slots * sizeof(int64_t);
     int64_t *ps = malloc(half), *pd = malloc(half);
     double *v = malloc((size_t)iters * sizeof(double));
-    kvd_progress_t p;
-    kvd_pool_pair_t pp;
+    kvd__bench_progress_t p;
+    kvd__bench_pair_t pp;
     kvd_sync_t sync;
     kvd_mapping_t *imap = NULL;
     inproc_t ip;
@@ -463,7 +463,7 @@ static void print_all_layer(const opts_t *o, const all_layer_t *r)
     printf("%-46s %8.3f %8s %s\n", "inline indices / device indices", r->ratio_cross, "-", "-");
 }
 
-static void json_lat(const char *key, const kvd_lat_t *l)
+static void json_lat(const char *key, const kvd__bench_lat_t *l)
 {
     printf("\"%s\":{\"count\":%" PRIu64 ",\"p50_us\":%.3f,\"p99_us\":%.3f,\"mean_us\":%.3f}",
            key, l->count, l->p50, l->p99, l->mean);
@@ -543,7 +543,7 @@ static int run_chunks(kvd_client_t *cli, const opts_t *o, chunk_row_t *rows)
     uint64_t nmax = total / chunk_sizes[0], ib = 0, dev_id = 0, host_id = 0;
     kvd_mapping_t *imap = NULL;
     int64_t *perm = malloc(2 * nmax * sizeof(int64_t)), *seq = malloc(nmax * sizeof(int64_t));
-    kvd_progress_t p;
+    kvd__bench_progress_t p;
     char prefix[48];
     kvd_status_t st = KVD_OK;
     int rc = 0;

@@ -431,7 +431,7 @@ bool kvt_json_object_valid(const char *s)
 {
     const char *p = ws(s);
 
-    if (!kvd_utf8_valid((const uint8_t *)s, strlen(s)))
+    if (!kvd__utf8_valid((const uint8_t *)s, strlen(s)))
         return false; /* JSON text is UTF-8 */
 
     if (*p != '{')

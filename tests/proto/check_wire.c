@@ -721,19 +721,19 @@ START_TEST(test_utf8)
     size_t n;
 
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
-        ck_assert_msg(kvd_utf8_valid((const uint8_t *)good[i], strlen(good[i])), "good %zu", i);
+        ck_assert_msg(kvd__utf8_valid((const uint8_t *)good[i], strlen(good[i])), "good %zu", i);
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        ck_assert_msg(!kvd_utf8_valid((const uint8_t *)bad[i], strlen(bad[i])), "bad %zu", i);
+        ck_assert_msg(!kvd__utf8_valid((const uint8_t *)bad[i], strlen(bad[i])), "bad %zu", i);
     /* in a request: the field is named */
     h.client_name = "w\xc3\xb6rker";
     req.op_case = KVDOCK__REQUEST__OP_HELLO;
     req.hello = &h;
     n = kvdock__request__pack(&req, buf);
-    ck_assert_int_eq(kvd_wire_bad_string(&kvdock__request__descriptor, buf, n, path, sizeof(path)),
+    ck_assert_int_eq(kvd__wire_bad_string(&kvdock__request__descriptor, buf, n, path, sizeof(path)),
                      0);
     h.client_name = "worker\xff";
     n = kvdock__request__pack(&req, buf);
-    ck_assert_int_eq(kvd_wire_bad_string(&kvdock__request__descriptor, buf, n, path, sizeof(path)),
+    ck_assert_int_eq(kvd__wire_bad_string(&kvdock__request__descriptor, buf, n, path, sizeof(path)),
                      KVD_WIRE_STR_UTF8);
     ck_assert_str_eq(path, "hello.client_name");
 }
