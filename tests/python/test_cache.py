@@ -223,8 +223,12 @@ class CacheTest(unittest.TestCase):
             with self.assertRaises(kvdock.Error, msg=code) as e:
                 call()
             self.assertEqual(e.exception.name, code, e.exception.message)
-        with self.assertRaises(ValueError):
+        with self.assertRaisesRegex(ValueError, "not both"):
             cache.load(self.pool, keys, lease=5, blocks=[0])
+        # a lookup that found nothing gives lease 0: the error says so
+        self.assertEqual(cache.lookup(keys, lease=True).lease, 0)
+        with self.assertRaisesRegex(ValueError, "lease is 0"):
+            cache.load(self.pool, lease=0, blocks=[])
         with self.assertRaises(TypeError):
             cache.lookup(b"one bytes object")
         self.assertEqual(cache.stats().blocks, 0)

@@ -288,8 +288,11 @@ class Cache:
                    wait_event: EventLike = None, record_event: EventLike = None,
                    reply_at_enqueue: bool = False, path: Optional[str] = None) -> Future[OpResult]:
         """Like :meth:`load`, returning a :class:`Future` of its result."""
-        if (keys is None) == (not lease):
-            raise ValueError("load takes keys or a lease, one of them")
+        if keys is not None and lease:
+            raise ValueError("load takes keys or a lease, not both")
+        if keys is None and not lease:
+            raise ValueError("load takes keys or a lease: lease is 0 (a lookup that found no "
+                             "block, or held none on this daemon, gives none): pass keys")
         k, keep = _keys(keys)
         ix, arr = _pages(blocks)
         evs = [self.client._event_id(e) for e in (layer_events or ())]
