@@ -87,7 +87,7 @@ static void caches_table(const kvd_cache_info_t *c, size_t n)
                             ">LEASES,>OWNER,FLAGS");
     for (size_t i = 0; i < n; i++) {
         char id[24], lay[64], blocks[24], used[32], budget[32], hit[16], saves[24], loads[24],
-            ev[24], leases[16], owner[16];
+            ev[24], leases[16], owner[16], flags[40];
 
         snprintf(id, sizeof(id), "%" PRIu64, c[i].id);
         layout_text(lay, sizeof(lay), &c[i]);
@@ -101,11 +101,13 @@ static void caches_table(const kvd_cache_info_t *c, size_t n)
         snprintf(ev, sizeof(ev), "%" PRIu64, c[i].evictions);
         snprintf(leases, sizeof(leases), "%u", c[i].leases);
         snprintf(owner, sizeof(owner), "%u", c[i].owner_uid);
+        snprintf(flags, sizeof(flags), "%s%s%s",
+                 !c[i].shared ? ""
+                 : c[i].num_allow_uids || c[i].num_allow_gids ? "shared,restricted"
+                                                              : "shared",
+                 c[i].shared && c[i].cluster ? "," : "", c[i].cluster ? "cluster" : "");
         kvd__cli_table_row(&t, id, c[i].name, lay, blocks, used, budget, hit, saves, loads, ev,
-                           leases, owner,
-                           !c[i].shared ? "-"
-                           : c[i].num_allow_uids || c[i].num_allow_gids ? "shared,restricted"
-                                                                        : "shared");
+                           leases, owner, flags[0] != '\0' ? flags : "-");
     }
     kvd__cli_table_print(&t);
 }
@@ -463,6 +465,7 @@ const kvd__cli_cmd_t kvd__cli_cmd_cache = {
     "  --dtype LABEL         element type label, compared exactly (\"bf16\")\n"
     "  --shared              other users may use it\n"
     "  --allow-uids A,B      shared with these users only (and --allow-gids)\n"
+    "  --allow-gids A,B      shared with members of these groups only\n"
     "  --open                return an existing cache of this name and layout\n"
     "  --cluster             also reach the caches of this name on the cluster's peers\n"
     "\nA cache belongs to the user that made it (OWNER: its user id) and stays until\n"

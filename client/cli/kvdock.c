@@ -81,6 +81,29 @@ static const kvd__cli_cmd_t *find_cmd(const char *name)
     return NULL;
 }
 
+/* "  name      summary", the summary wrapped within 80 columns under itself. */
+static void print_summary(FILE *f, const char *name, const char *summary)
+{
+    enum { INDENT = 12, WIDTH = 80 };
+    const char *p = summary;
+    int col = fprintf(f, "  %-9s", name);
+
+    while (*p != '\0') {
+        size_t n;
+
+        while (*p == ' ' || *p == '\n')
+            p++;
+        n = strcspn(p, " \n");
+        if (n == 0)
+            break;
+        if (col > INDENT && col + 1 + (int)n > WIDTH)
+            col = fprintf(f, "\n%*s", INDENT - 1, "") - 1;
+        col += fprintf(f, " %.*s", (int)n, p);
+        p += n;
+    }
+    fputc('\n', f);
+}
+
 static void print_usage(FILE *f)
 {
     char path[256];
@@ -90,7 +113,7 @@ static void print_usage(FILE *f)
     fprintf(f, "usage: kvdock [--socket PATH] [--json] COMMAND [ARGS]\n\n"
                "Admin CLI of kvdockd, the KV-cache daemon.\n\ncommands:\n");
     for (size_t i = 0; i < NCMDS; i++)
-        fprintf(f, "  %-9s %s\n", cmds[i]->name, cmds[i]->summary);
+        print_summary(f, cmds[i]->name, cmds[i]->summary);
     fprintf(f,
             "\noptions (before or after the command):\n"
             "  -s, --socket PATH  the daemon's socket; now %s:\n"

@@ -190,7 +190,9 @@ static int run(kvd__cli_ctx_t *o, int argc, char **argv)
     if (strcmp(sub, "drop") == 0)
         return drop(o, argc, argv);
     return o->help ? kvd__cli_help(CMD)
-                   : kvd__cli_usage(CMD, "unknown subcommand '%s' (create or drop)", sub);
+                   : kvd__cli_usage(CMD, "unknown subcommand '%s' (create or drop%s)", sub,
+                                    strcmp(sub, "list") == 0 || strcmp(sub, "ls") == 0
+                                        ? "; `kvdock pools` lists them" : "");
 }
 
 const kvd__cli_cmd_t kvd__cli_cmd_pool = {

@@ -146,6 +146,27 @@ START_TEST(test_bench_table)
 }
 END_TEST
 
+/* A last case the daemon refuses (its pools past the host budget) still
+ * shows the figures the others measured, and the exit status says it failed. */
+START_TEST(test_bench_refused_case_keeps_results)
+{
+    const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "bench", "--iterations", "300",
+                          "--duration", "0.1", "--clients", "2", "--layers", "4096",
+                          "--slots", "16", "--slot-bytes", "64K", NULL};
+    char *out, *err;
+    int rc = kvt_run(argv, &out, &err, 60000);
+
+    ck_assert_msg(rc == 1, "kvdock bench exit %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+    ck_assert_msg(strstr(out, "ping round trip") != NULL, "stdout:\n%s\nstderr:\n%s", out, err);
+    ck_assert_ptr_nonnull(strstr(out, "pipelined one-slot transfers, 2 clients"));
+    ck_assert_msg(strstr(out, "all-layer transfer, 16 slots") != NULL &&
+                      strstr(out, "failed") != NULL, "stdout:\n%s", out);
+    ck_assert_msg(strstr(err, "ELIMIT") != NULL, "stderr:\n%s", err);
+    free(out);
+    free(err);
+}
+END_TEST
+
 START_TEST(test_bench_paths)
 {
     /* the daemon against the same kernel in-process (the cpu reference here) */
@@ -264,6 +285,7 @@ static Suite *bench_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_bench_json);
     tcase_add_test(tc, test_bench_table);
+    tcase_add_test(tc, test_bench_refused_case_keeps_results);
     tcase_add_test(tc, test_bench_paths);
     tcase_add_test(tc, test_bench_usage_errors);
     tcase_add_test(tc, test_bench_daemon_script);

@@ -955,8 +955,15 @@ START_TEST(test_cli_by_the_book)
         r.rc = kvt_run(argv, &r.out, &r.err, 10000);
         EXPECT_RC(r, 0);
         within_100("kvdock --help", r.out);
+        /* the command list wraps under its summaries */
+        ck_assert_ptr_null(strstr(r.out, "\nor clear"));
+        ck_assert_ptr_nonnull(strstr(r.out, "\n            and counters, drop, or clear"));
         result_free(&r);
     }
+    r = cli("pool", "list", NULL);
+    EXPECT_RC(r, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "`kvdock pools` lists them"));
+    result_free(&r);
     /* a near miss: refused, with the option meant */
     r = cli("pool", "create", "x", "--lay", "2", NULL);
     EXPECT_RC(r, 2);

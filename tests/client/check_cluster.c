@@ -1120,6 +1120,12 @@ START_TEST(test_status_and_metrics)
                       "kvdock cache stats --json:\n%s", out);
         free(out);
         free(err);
+        st[4] = "ls"; /* FLAGS says it is a cluster cache */
+        st[5] = NULL;
+        rc = kvt_run(st, &out, &err, 20000);
+        ck_assert_msg(rc == 0 && strstr(out, " cluster\n") != NULL, "kvdock cache ls:\n%s", out);
+        free(out);
+        free(err);
     }
     argv[3] = "top";
     argv[4] = "--once";
