@@ -24,6 +24,10 @@ class Event:
 
     def __repr__(self) -> str:
         return f"<kvdock.Event id {self.id}>"
+
+
+# What an operation takes for an event: an Event, its id, a torch.cuda.Event
+# (registered on first use) or None.
 EventLike = Union[Event, int, Any, None]
 
 

@@ -54,10 +54,7 @@ class Pool:
                 f"{i.slot_bytes}{' mla' if i.mla else ''}>")
 
 
-# ---------------------------------------------------------------------------
-# The client
-
-
+# What an operation takes for a pool: a Pool, its info or its id.
 PoolLike = Union[Pool, int, PoolInfo]
 
 
