@@ -137,7 +137,7 @@ const kvd_option_def_t kvd__option_table[] = {
      "(uses a core while clients are busy, none when idle); 0: sleep at once"},
     {"metrics", KVD_OPT_STR, OFF(metrics), "", 0, 0, NULL,
      "serve Prometheus metrics over HTTP at [HOST:]PORT (GET /metrics); a bare PORT listens on "
-     "127.0.0.1, 0 picks a free port (logged); empty: off"},
+     "127.0.0.1, 0 picks a free port (kvdock status names it); empty: off"},
     {"metrics-allow-remote", KVD_OPT_ENUM, OFF(metrics_allow_remote), "no", 0, 0, "no|yes",
      "allow a non-loopback metrics address (the endpoint has no authentication)"},
     {"cluster-listen", KVD_OPT_STR, OFF(cluster_listen), "", 0, 0, NULL,
