@@ -54,6 +54,7 @@ static void update_deadline(kvd_conn_t *c)
     if (c->deadline_ns == 0 || c->deadline_frame != start) {
         c->deadline_ns = kvd_now_ns() + o->frame_timeout_ms * 1000000ull;
         c->deadline_frame = start;
+        kvd__server_sweep_arm(c->srv);
     }
 }
 
@@ -543,6 +544,7 @@ static void read_and_process(kvd_conn_t *c)
         c->rlen += (size_t)n;
         drained = (size_t)n < room;
         c->srv->stats.bytes_in += (uint64_t)n;
+        kvd__server_client_active(c->srv, c);
         kvd__server_activity(c->srv);
         if (nfds > 0) {
             kvd_fdgroup_t *g = NULL;
@@ -676,6 +678,7 @@ kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, const struct ucred *cred
     if (srv->opts.hello_timeout_ms != 0) {
         c->deadline_hello = 1;
         c->deadline_ns = kvd_now_ns() + srv->opts.hello_timeout_ms * 1000000ull;
+        kvd__server_sweep_arm(srv);
     }
     c->next = srv->conns;
     if (srv->conns)

@@ -79,6 +79,7 @@ struct kvd_conn {
     /* accounting */
     uint32_t inflight; /* requests deferred to the backend, not completed */
     uint64_t requests;
+    uint64_t active_period; /* the server's period in which it last sent one */
     kvd_owner_t owner;
     struct kvd_lease *leases; /* cache leases it holds (caches.h) */
     uint32_t nleases;

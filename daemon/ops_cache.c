@@ -758,6 +758,7 @@ static kvd_status_t lookup_reply(kvd_server_t *srv, kvd_conn_t *c, kvd_cache_t *
         l->next = c->leases;
         c->leases = l;
         c->nleases++;
+        kvd__server_sweep_arm(srv);
         rep->lease = l->id;
         rep->lease_expires_ms = ms;
     }

@@ -132,9 +132,10 @@ const kvd_option_def_t kvd__option_table[] = {
      "between socket events while work is in flight: no thread hand-off; the fastest), poll (a thread polls an event per operation while work is in "
      "flight) or hostfunc (cudaLaunchHostFunc; no polling)"},
     {"busy-poll-us", KVD_OPT_UINT, OFF(busy_poll_us), "50", 0, 1000000, NULL,
-     "after a request comes in or a reply goes out, poll the sockets without sleeping for this "
-     "many microseconds, so a client's next request is taken without a wake-up from sleep "
-     "(uses a core while clients are busy, none when idle); 0: sleep at once"},
+     "after a request comes in or a reply goes out, poll the sockets without sleeping for up "
+     "to this many microseconds, so a client's next request is taken without a wake-up from "
+     "sleep; only while fewer clients are busy than cores and no thread waits for a core, the "
+     "window adapting to the gaps between requests (none when idle); 0: sleep at once"},
     {"metrics", KVD_OPT_STR, OFF(metrics), "", 0, 0, NULL,
      "serve Prometheus metrics over HTTP at [HOST:]PORT (GET /metrics); a bare PORT listens on "
      "127.0.0.1, 0 picks a free port (kvdock status names it); empty: off"},

@@ -20,6 +20,7 @@
 #include "cluster.h"
 #include "conn.h"
 #include "dispatch.h"
+#include "spin.h"
 #include "wire.h"
 #include "log.h"
 #include "metrics.h"
@@ -640,22 +641,69 @@ static void idle_cb(uv_idle_t *h)
 
 /* ---- busy polling -------------------------------------------------------- */
 
+#define ACTIVE_PERIOD_NS 1000000ull
+
 /* An active idle handle makes each loop iteration poll with a zero
- * timeout; stopping it lets the loop sleep in epoll again. */
+ * timeout; stopping it lets the loop sleep in epoll again.  The loop stops
+ * polling at the end of the window, or as soon as threads wait for a core
+ * (its polling would delay the clients whose requests it polls for). */
 static void spin_cb(uv_idle_t *h)
 {
     kvd_server_t *srv = h->data;
+    uint64_t now = kvd_now_ns();
 
-    if (kvd_now_ns() >= srv->spin_until_ns)
+    if (now >= srv->spin_until_ns || !kvd__spin_cores_free(now))
         uv_idle_stop(&srv->spin);
 }
 
+/* Clients that sent a request in this period or the last. */
+static uint32_t clients_active(kvd_server_t *srv, uint64_t now)
+{
+    if (now - srv->active_since_ns >= ACTIVE_PERIOD_NS) {
+        srv->active_before = now - srv->active_since_ns < 2 * ACTIVE_PERIOD_NS
+                                 ? srv->active_now : 0;
+        srv->active_now = 0;
+        srv->active_period++;
+        srv->active_since_ns = now;
+    }
+    return srv->active_now > srv->active_before ? srv->active_now : srv->active_before;
+}
+
+void kvd__server_client_active(kvd_server_t *srv, kvd_conn_t *c)
+{
+    (void)clients_active(srv, kvd_now_ns());
+    if (c->active_period != srv->active_period) {
+        c->active_period = srv->active_period;
+        srv->active_now++;
+    }
+}
+
+/* The loop polls only while that can pay: while fewer clients are busy
+ * than the cores (each busy client is a thread that wants a core, and the
+ * loop's polling takes one; with as many clients as cores or more, the
+ * loop rarely waits long, and its polling would slow the very clients it
+ * polls for), and while no thread waits for a core.  The window adapts to
+ * the gaps between requests (proto/src/spin.h): a request that came while
+ * the loop polled leaves it; one that came after the loop slept teaches it
+ * how long polling would have had to last. */
 void kvd__server_activity(kvd_server_t *srv)
 {
+    uint64_t now;
+    int polling;
+
     if (srv->opts.busy_poll_us == 0 || srv->shutting_down == 2)
         return;
-    srv->spin_until_ns = kvd_now_ns() + srv->opts.busy_poll_us * 1000ull;
-    if (!uv_is_active((uv_handle_t *)&srv->spin))
+    now = kvd_now_ns();
+    polling = uv_is_active((uv_handle_t *)&srv->spin);
+    if (!polling && srv->last_activity_ns != 0)
+        kvd__spin_learn(&srv->poll_window, now - srv->last_activity_ns);
+    srv->last_activity_ns = now;
+    if (srv->poll_window.window_ns == 0 ||
+        (!polling && (clients_active(srv, now) >= (uint32_t)kvd__spin_cores() ||
+                      !kvd__spin_cores_free(now))))
+        return;
+    srv->spin_until_ns = now + srv->poll_window.window_ns;
+    if (!polling)
         uv_idle_start(&srv->spin, spin_cb);
 }
 
@@ -754,24 +802,37 @@ static void sweep_cb(uv_timer_t *t)
     uint64_t now = kvd_now_ns();
     kvd_conn_t *c;
 
+    int waiting = 0;
+
     /* a closed connection stays on the list until its close callback */
     for (c = srv->conns; c; c = c->next) {
         if (c->leases != NULL)
             kvd__leases_expire(c, now);
         kvd__conn_check_deadline(c, now);
+        waiting |= !c->closing && (c->deadline_ns != 0 || c->leases != NULL);
     }
+    if (!waiting) /* nothing to time: an idle daemon is not woken */
+        uv_timer_stop(&srv->sweep);
 }
 
 /* Deadlines are checked a few times within the shorter of them, and cache
  * leases end within 100 ms of their time; one timer for all connections
- * costs nothing on the request path. */
-static void start_sweep(kvd_server_t *srv)
+ * costs nothing on the request path.  It runs only while a connection has
+ * a deadline or a lease (kvd__server_sweep_arm). */
+static uint64_t sweep_ms(const kvd_server_t *srv)
 {
     uint64_t h = srv->opts.hello_timeout_ms, f = srv->opts.frame_timeout_ms, ms;
 
     ms = (h == 0 ? f : f == 0 ? h : h < f ? h : f) / 4;
-    ms = ms < 10 ? 10 : ms > 100 ? 100 : ms;
-    uv_timer_start(&srv->sweep, sweep_cb, ms, ms);
+    return ms < 10 ? 10 : ms > 100 ? 100 : ms;
+}
+
+void kvd__server_sweep_arm(kvd_server_t *srv)
+{
+    uint64_t ms = sweep_ms(srv);
+
+    if (srv->shutting_down != 2 && !uv_is_active((uv_handle_t *)&srv->sweep))
+        uv_timer_start(&srv->sweep, sweep_cb, ms, ms);
 }
 
 /* ---- the host-memory budget ---------------------------------------------- */
@@ -890,6 +951,7 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     srv->idle.data = srv;
     uv_idle_init(loop, &srv->spin);
     srv->spin.data = srv;
+    kvd__spin_init(&srv->poll_window, srv->opts.busy_poll_us * 1000ull);
     uv_prepare_init(loop, &srv->flush_prepare);
     srv->flush_prepare.data = srv;
     uv_check_init(loop, &srv->flush_check);
@@ -901,7 +963,6 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     uv_timer_init(loop, &srv->sweep);
     uv_timer_init(loop, &srv->watchdog);
     srv->sweep.data = srv;
-    start_sweep(srv);
     open_spare(srv);
     kvd_registry_set_host_release(&srv->reg, host_release, srv);
     *out = srv;

@@ -14,6 +14,7 @@
 #include "account.h"
 #include "backend.h"
 #include "hostmem.h"
+#include "spin.h"
 #include "log.h"
 #include "options.h"
 #include "registry.h"
@@ -48,6 +49,12 @@ typedef struct kvd_server {
     uv_check_t flush_check;     /* ...and after the I/O callbacks of a poll */
     kvd_conn_t *to_flush;  /* connections with replies queued since */
     uint64_t spin_until_ns;
+    kvd_spin_t poll_window; /* how long the loop polls after activity (proto/src/spin.h) */
+    uint64_t last_activity_ns; /* the last request read or reply queued */
+    /* clients that sent requests: in the period begun at active_since_ns
+     * (1 ms), and in the one before */
+    uint64_t active_since_ns, active_period;
+    uint32_t active_now, active_before;
     uv_timer_t drain_timer;
     kvd_backend_t *backend;
     kvd_hostmem_t hostmem; /* the host-memory budget (hostmem.h) */
@@ -105,6 +112,12 @@ void kvd__server_want_flush(kvd_server_t *srv, kvd_conn_t *conn);
  * polls without sleeping until that long after the last such moment, so
  * the next request is taken without a wake-up from sleep. */
 void kvd__server_activity(kvd_server_t *srv);
+/* A connection has a deadline or a lease: the timer that ends them runs
+ * until none has. */
+void kvd__server_sweep_arm(kvd_server_t *srv);
+/* c sent a request: it counts among the busy clients (busy polling pays
+ * only while they are fewer than the cores). */
+void kvd__server_client_active(kvd_server_t *srv, kvd_conn_t *c);
 /* Called by a connection in its close callback, before it is freed. */
 void kvd__server_conn_gone(kvd_server_t *srv, kvd_conn_t *conn);
 /* A request finished (completion or reply): check for the end of a drain. */

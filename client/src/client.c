@@ -148,7 +148,7 @@ kvd_status_t kvd_client_create(const char *socket_path, const char *client_name,
     memcpy(c->path, path, strlen(path) + 1);
     c->next_id = 1;
     c->info.device_ordinal = -1;
-    c->spin_us = default_spin_us();
+    kvd__spin_init(&c->spin, (uint64_t)default_spin_us() * 1000);
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->send_mu, NULL);
     /* Timed waits for the reader use CLOCK_MONOTONIC deadlines. */
@@ -230,7 +230,8 @@ void kvd_client_set_spin_us(kvd_client_t *cli, uint32_t spin_us)
     if (cli == NULL)
         return;
     pthread_mutex_lock(&cli->mu);
-    cli->spin_us = spin_us > KVD_CLIENT_SPIN_US_MAX ? KVD_CLIENT_SPIN_US_MAX : spin_us;
+    kvd__spin_init(&cli->spin,
+                   (uint64_t)(spin_us > KVD_CLIENT_SPIN_US_MAX ? KVD_CLIENT_SPIN_US_MAX : spin_us) * 1000);
     pthread_mutex_unlock(&cli->mu);
 }
 

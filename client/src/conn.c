@@ -5,6 +5,8 @@
  */
 #include "internal.h"
 
+#include "spin.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -244,8 +246,9 @@ static void groups_take(kvd_client_t *c, uint64_t s, uint64_t e, int *fds, int *
  * frames into items.  Returns KVD_OK (possibly with no item),
  * KVD_ETIMEDOUT, or a fatal status with msg set.
  */
-static kvd_status_t read_round(kvd_client_t *c, int64_t deadline, uint32_t spin_us,
-                               rx_item_t **items, size_t *nitems, char *msg, size_t msg_cap)
+static kvd_status_t read_round(kvd_client_t *c, int64_t deadline, uint64_t spin_ns,
+                               uint64_t *waited_ns, rx_item_t **items, size_t *nitems, char *msg,
+                               size_t msg_cap)
 {
     int fds[KVD_MAX_FDS_PER_FRAME];
     int nfds = 0;
@@ -255,21 +258,30 @@ static kvd_status_t read_round(kvd_client_t *c, int64_t deadline, uint32_t spin_
     size_t cap_items = 0;
     size_t off = 0; /* bytes of rx consumed this round */
 
+    int64_t t0 = now_ns();
+
     *items = NULL;
     *nitems = 0;
-    if (spin_us > 0 && (deadline < 0 || deadline > now_ns())) {
-        /* poll without sleeping first: a quick reply is taken at once */
-        int64_t until = now_ns() + (int64_t)spin_us * 1000;
+    *waited_ns = 0;
+    /* poll without sleeping first, while that pays (proto/src/spin.h): a
+     * quick reply is taken at once */
+    if (spin_ns > 0 && (deadline < 0 || deadline > t0) && kvd__spin_begin((uint64_t)t0)) {
+        int64_t until = t0 + (int64_t)spin_ns, t;
 
         if (deadline >= 0 && deadline < until)
             until = deadline;
-        while ((rc = poll(&pfd, 1, 0)) == 0 && now_ns() < until)
+        while ((rc = poll(&pfd, 1, 0)) == 0 && (t = now_ns()) < until &&
+               kvd__spin_cores_free((uint64_t)t))
             ;
+        kvd__spin_end();
         if (rc > 0)
             goto readable;
     }
-    /* Without a deadline the blocking recvmsg below waits by itself. */
-    while (deadline >= 0) {
+    /* Sleep in poll, not in a blocking recvmsg: a reader asleep in
+     * recvmsg is woken each time the daemon consumes one of our requests
+     * (the socket's write space wakes every sleeper on its queue), and
+     * goes back to sleep; poll sleeps for POLLIN alone. */
+    for (;;) {
         rc = poll(&pfd, 1, ms_left(deadline));
         if (rc > 0)
             break;
@@ -325,6 +337,7 @@ readable:
         c->ngroups++;
     }
     c->rx_len += (size_t)n;
+    *waited_ns = (uint64_t)(now_ns() - t0);
 
     for (;;) {
         size_t plen = 0;
@@ -393,7 +406,8 @@ static kvd_status_t pump(kvd_client_t *c, int64_t deadline)
     rx_item_t *items = NULL;
     size_t nitems = 0;
     char msg[KVD__ERR_MAX];
-    uint32_t spin_us;
+    uint64_t spin_ns, waited_ns = 0;
+    bool may_wait;
     kvd_status_t st;
 
     if (c->reading) {
@@ -409,11 +423,14 @@ static kvd_status_t pump(kvd_client_t *c, int64_t deadline)
         return KVD_OK;
     }
     c->reading = true;
-    spin_us = c->spin_us;
+    spin_ns = c->spin.window_ns;
+    may_wait = deadline < 0 || deadline > now_ns();
     pthread_mutex_unlock(&c->mu);
     msg[0] = '\0';
-    st = read_round(c, deadline, spin_us, &items, &nitems, msg, sizeof(msg));
+    st = read_round(c, deadline, spin_ns, &waited_ns, &items, &nitems, msg, sizeof(msg));
     pthread_mutex_lock(&c->mu);
+    if (nitems > 0 && may_wait) /* a look at what is there teaches nothing */
+        kvd__spin_learn(&c->spin, waited_ns);
     for (size_t i = 0; i < nitems; i++)
         deliver(c, &items[i]);
     free(items);

@@ -149,7 +149,11 @@ const char *kvd_client_last_error(const kvd_client_t *cli);
  * Busy waiting: before a blocking call sleeps for its reply, it polls the
  * socket for up to spin_us microseconds, which saves the wake-up from
  * sleep (several microseconds on servers with deep idle states) when the
- * reply is quick, at the cost of a core while it polls.  The default is
+ * reply is quick, at the cost of a core while it polls.  It polls only
+ * while that pays: while the machine's ready threads fit its cores, with
+ * at most cores - 1 of the process's threads polling at once, and for a
+ * window that adapts to how long replies take (docs/design/event-loop.md).
+ * The default is
  * $KVDOCK_SPIN_US when set (0 to KVD_CLIENT_SPIN_US_MAX), else
  * KVD_CLIENT_SPIN_US_DEFAULT; 0 sleeps at once.  Larger values are capped.
  */
