@@ -40,9 +40,13 @@
 #             (UCX over TCP on the loopback), 1,024 blocks of 1 MiB pulled
 #             from A into a device pool through B, beside ucx_perftest
 #             (carried in the build by slim_build.sh); $OUT/cluster.json
+#   reqpath   tests/bench/bench_reqpath.sh: the request path with 1, 8 and
+#             64 clients beside a raw Unix socket, on the daemon's defaults
+#             and with polling off (--busy-poll-us 0, KVDOCK_SPIN_US=0);
+#             $OUT/reqpath.log
 #
 # Pick stages as arguments after BUILD_DIR or with STAGES="test bench"
-# (default: all ten).  Each stage's output is tee'd to
+# (default: all eleven).  Each stage's output is tee'd to
 # $OUT/<stage>.log (OUT defaults to /tmp/kvdock-gpu-round); a summary with
 # every stage's exit code ends the run, and the script exits non-zero when
 # any stage failed.  Per-stage time limits (seconds): TEST_TIMEOUT (420),
@@ -55,14 +59,14 @@ set -u
 BUILD=build-gpu
 if [ $# -gt 0 ]; then
     case "$1" in
-    info | test | memcheck | bench | daemonbench | chunks | interference | cache | engine | cluster) ;;
+    info | test | memcheck | bench | daemonbench | chunks | interference | cache | engine | cluster | reqpath) ;;
     *) BUILD=$1; shift ;;
     esac
 fi
 if [ $# -gt 0 ]; then
     STAGES="$*"
 fi
-STAGES=${STAGES:-"info test memcheck bench daemonbench chunks interference cache engine cluster"}
+STAGES=${STAGES:-"info test memcheck bench daemonbench chunks interference cache engine cluster reqpath"}
 OUT=${OUT:-/tmp/kvdock-gpu-round}
 PEER=${PEER:-.peer}
 TOOLS=${TOOLS:-.carry/tools}
@@ -327,6 +331,19 @@ stage_cluster() {
         tests/bench/bench_cluster.sh "$BUILD" --pool device
 }
 
+# The request path (a cpu daemon: the same path on every backend), on the
+# defaults and with polling off, beside a raw Unix socket in each run.
+stage_reqpath() {
+    local rc=0
+    echo "--- defaults"
+    timeout --kill-after=15 "$BENCH_TIMEOUT" tests/bench/bench_reqpath.sh "$BUILD" -- \
+        --rounds 3 || rc=1
+    echo "--- polling off"
+    KVDOCKD_ARGS="--busy-poll-us 0" KVDOCK_SPIN_US=0 timeout --kill-after=15 "$BENCH_TIMEOUT" \
+        tests/bench/bench_reqpath.sh "$BUILD" -- --rounds 3 || rc=1
+    return "$rc"
+}
+
 for s in $STAGES; do
     case "$s" in
     info) run_stage info stage_info ;;
@@ -339,8 +356,9 @@ for s in $STAGES; do
     cache) run_stage cache stage_cache ;;
     engine) run_stage engine stage_engine ;;
     cluster) run_stage cluster stage_cluster ;;
+    reqpath) run_stage reqpath stage_reqpath ;;
     *)
-        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench chunks interference cache engine cluster)" >&2
+        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench chunks interference cache engine cluster reqpath)" >&2
         NAMES+=("$s")
         CODES+=(2)
         SECS+=(0)
