@@ -157,7 +157,7 @@ static void start_node_with(node_t *node, const char *secret, const char *metric
                            NULL};
     ck_assert_int_eq(kvt_daemon_start(&node->d, "cpu", extra, (int)MS(10000)), 0);
     ck_assert_int_eq(kvd_client_create(node->d.socket, "cluster-test", &node->cli), KVD_OK);
-    kvd_client_set_timeout(node->cli, 20000);
+    kvd_client_set_timeout(node->cli, (int)MS(20000));
 }
 
 static void start_node(node_t *node, const char *secret)

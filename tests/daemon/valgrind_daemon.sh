@@ -11,7 +11,7 @@
 # drop, buffers, events, store, fp8 set, gather, transfer) against kvdockd
 # started under
 #   valgrind --leak-check=full --errors-for-leak-kinds=definite
-# (the suites start the daemon through $KVDOCKD_PATH, here a wrapper that
+# (with valgrind-ucx.supp: defects inside UCX, named there) (the suites start the daemon through $KVDOCKD_PATH, here a wrapper that
 # execs valgrind), and SIGTERM at the end: the daemon drains and exits, and
 # valgrind reports.  Passes when every suite passes and every valgrind log
 # says 0 errors and no definite leak; a SUITE written +SUITE kills some of
@@ -19,6 +19,7 @@
 # mid-pull), so its logs without a summary are those and pass.  Exit 77
 # (skipped, with the reason) when valgrind is missing.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 daemon=$1
 shift
 if ! command -v valgrind >/dev/null 2>&1; then
@@ -31,6 +32,7 @@ cat >"$work/kvdockd" <<EOF
 #!/bin/sh
 exec valgrind --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=99 \\
   --show-leak-kinds=definite --track-fds=no --num-callers=30 \\
+  --suppressions="$here/valgrind-ucx.supp" \\
   --log-file="$work/vg.\${KVD_VG_SUITE:-0}.%p.log" "$daemon" "\$@"
 EOF
 chmod +x "$work/kvdockd"
