@@ -848,7 +848,7 @@ static const launch_spec_t LS[L_COUNT] = {
     [L_CE_EACH] = {"copy_engine+each", 0, 0, KVD_LAUNCH_COPY_ENGINE | KVD_LAUNCH_COPY_EACH, 0},
     [L_CE_EACH_STREAM] = {"copy_engine+each+stream", 0, 0,
                           KVD_LAUNCH_COPY_ENGINE | KVD_LAUNCH_COPY_EACH, 1},
-    /* tables vouched for as one allocation a side: 2D copies over them */
+    /* 2D copies over layers asked for (tables vouched for as one allocation) */
     [L_CE_ONE] = {"copy_engine+tables_one", 0, 0,
                   KVD_LAUNCH_COPY_ENGINE | KVD_LAUNCH_TABLES_ONE_ALLOCATION, 0},
 };
@@ -1870,13 +1870,14 @@ static const xfer_case_t XFER_CASES[] = {
     {64, 1536, 2, XF_TABLE, 0, I64, IDX_MIXED, DEV, PIN, 0, 0, 128, 0, 1, L_CE},
     {1024, 1152, 4, XF_TABLE, 1, I32, IDX_RUNS, PIN, DEV, 0, 0, 128, 0, 1, L_CE_STREAM},
     {1024, 34, 3, XF_STRIDE, 0, I32, IDX_MIXED, DEV, PIN, 2, 0, 6, 2, 1, L_CE},
-    /* ... 2D over layers between pinned and device memory: evenly spaced
-     * tables vouched for as one allocation, runs up to a whole layer (no
-     * gap), rows of odd sizes; the same tables not vouched for go in
-     * batches */
+    /* ... 2D over layers between pinned and device memory, asked for:
+     * evenly spaced tables vouched for as one allocation, strides, runs up
+     * to a whole layer (no gap), rows of odd sizes; the same layouts not
+     * asked for go in batches */
     {2048, 2048, 32, XF_EVEN, 0, I64, IDX_MIXED, PIN, DEV, 0, 0, 128, 0, 1, L_CE_ONE},
     {2048, 2048, 32, XF_EVEN, 0, I64, IDX_MIXED, PIN, DEV, 0, 0, 128, 0, 1, L_CE},
     {2048, 1024, 32, XF_STRIDE, 0, I32, IDX_CONTIG, DEV, PIN, 0, 0, 0, 0, 1, L_CE},
+    {2048, 1024, 32, XF_STRIDE, 0, I32, IDX_CONTIG, DEV, PIN, 0, 0, 0, 0, 1, L_CE_ONE},
     {64, 1024, 8, XF_STRIDE, 0, I32, IDX_RUNS, PIN, DEV, 0, 0, 0, 0, 1, L_CE_STREAM},
     {1000, 578, 5, XF_EVEN, 1, I64, IDX_RUNS, DEV, PIN, 6, 0, 10, 2, 1, L_CE_ONE},
 };

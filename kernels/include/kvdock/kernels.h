@@ -60,13 +60,9 @@ enum {
      * The index arrays, layer tables and oob_count must be host-readable
      * (else KVD_ENOTSUP): the call reads the indices when it is made, not
      * in stream order, and adds to oob_count before returning.  Every row
-     * is one copy of a batch; runs of consecutive slots are merged.
-     * Between pinned host memory and the device, a buffer whose layers
-     * are evenly spaced on both sides and lie in one allocation on each
-     * (layer_stride; or a table that steps evenly, with
-     * KVD_LAUNCH_TABLES_ONE_ALLOCATION) moves each run as one 2D copy over
-     * all its layers instead: the copy engines' rate at small runs is set
-     * by descriptors, and a 2D copy is one for all layers. */
+     * is one copy of a batch (a descriptor a run and layer); runs of
+     * consecutive slots are merged; 2D copies only as
+     * KVD_LAUNCH_TABLES_ONE_ALLOCATION says. */
     KVD_LAUNCH_COPY_ENGINE = 1u << 0,
     /* With KVD_LAUNCH_COPY_ENGINE: hand each batch whose runs average under
      * 32 KiB to the driver one cudaMemcpyAsync per run instead of one
@@ -74,12 +70,17 @@ enum {
      * faster so, others slower: kvdockd's --copy-issue chooses).  The same
      * copies in the same stream order either way; 2D copies are as above. */
     KVD_LAUNCH_COPY_EACH = 1u << 1,
-    /* With KVD_LAUNCH_COPY_ENGINE: the caller knows that each side's
-     * layer tables (k_layers, v_layers) point into one allocation per
-     * table, so that a 2D copy may span their layers.  Without it, tables
-     * go in batches: layers evenly spaced in the address space may still
-     * be separate allocations (per-layer tensors imported one handle
-     * each), which a 2D copy may not span. */
+    /* With KVD_LAUNCH_COPY_ENGINE: move each run as one 2D copy over all
+     * its layers where the layout allows, instead of a descriptor a
+     * layer: between pinned host memory and the device, for a buffer whose
+     * layers are evenly spaced on both sides (layer_stride, or a table
+     * that steps evenly).  The caller asks for it and vouches that each
+     * side's layers lie in one allocation (a stride does; tables may
+     * not: layers evenly spaced in the address space may be separate
+     * allocations, which a 2D copy may not span).  Fewer calls, not
+     * always a faster copy: beside another process's compute, 2D copies
+     * of 16-64 KiB runs can move far less than batches (kvdockd does not
+     * ask for them: tests/bench/RESULTS.md). */
     KVD_LAUNCH_TABLES_ONE_ALLOCATION = 1u << 2,
 };
 

@@ -826,17 +826,14 @@ kvd_status_t for_each_row(const RowCopy &p, int buf, int64_t layer, unsigned lon
 }
 
 /* The distances between layers of buffer buf on each side when every run
- * of its rows may go as one 2D copy over all layers: pinned host memory
- * on one side and device memory on the other, each side's layers in one
- * allocation (a stride, or a table the caller vouches for: tables_one),
+ * of its rows may go as one 2D copy over all layers (the caller asked for
+ * 2D copies, and vouches that each side's layers lie in one allocation):
  * evenly spaced within the copy engines' pitch and at least a row apart
  * (a row wider than a pitch would overlap the next layer).  False
  * otherwise. */
-bool flat_pitches(const RowCopy &p, int buf, int64_t num_layers, int max_pitch, bool tables_one,
-                  int64_t *spitch, int64_t *dpitch)
+bool flat_pitches(const RowCopy &p, int buf, int64_t num_layers, int max_pitch, int64_t *spitch,
+                  int64_t *dpitch)
 {
-    if (!tables_one && (p.src_tab[buf] || p.dst_tab[buf]))
-        return false;
     *spitch = layer_pitch(p.src_tab[buf], p.src_layer_stride, num_layers, max_pitch);
     *dpitch = layer_pitch(p.dst_tab[buf], p.dst_layer_stride, num_layers, max_pitch);
     return *spitch >= p.row_bytes && *dpitch >= p.row_bytes;
@@ -887,13 +884,12 @@ kvd_status_t copy_2d(const RowCopy &p, int buf, int64_t num_layers, int64_t spit
  * Every row becomes one copy of a batch; rows that continue the previous
  * copy on both sides (consecutive slots, packed rows) are merged into it.
  *
- * Between pinned host memory and the device, where both sides' layers
- * are evenly spaced (the daemon's pools and cache tier), a run goes
- * instead as one 2D copy over all layers (copy_2d): the copy engines walk
- * a 2D copy themselves, where a batch costs a descriptor per layer, and
- * at 4-32 KiB runs the descriptors, not the bytes, set the rate.  Device
- * to device stays in batches, which keep off the multiprocessors (a 2D
- * copy there may run as a kernel).
+ * With KVD_LAUNCH_TABLES_ONE_ALLOCATION, between pinned host memory and
+ * the device, where both sides' layers are evenly spaced, a run goes
+ * instead as one 2D copy over all layers (copy_2d): one call for all
+ * layers where a batch costs a descriptor per layer.  Device to device
+ * stays in batches, which keep off the multiprocessors (a 2D copy there
+ * may run as a kernel).
  *
  * Out-of-range pairs are counted on the host, where the counter must then
  * be host-readable too.
@@ -921,16 +917,15 @@ kvd_status_t copy_engine(const RowCopy &p, int64_t num_layers, const kvd_launch_
     bool flat[2] = {false, false};
 
     /* the buffers whose layers go as 2D copies: their runs first */
-    if (num_layers > 1) {
+    if (num_layers > 1 && launch && (launch->flags & KVD_LAUNCH_TABLES_ONE_ALLOCATION)) {
         Mem sm = mem_of(src_base(p, 0, 0)), dm = mem_of(dst_base(p, 0, 0));
         if ((sm == Mem::Pinned && dm == Mem::Device) || (sm == Mem::Device && dm == Mem::Pinned)) {
             int dev, max_pitch = 0;
             KVD_CUDA_TRY(cudaGetDevice(&dev));
             KVD_CUDA_TRY(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, dev));
-            bool tables_one = launch && (launch->flags & KVD_LAUNCH_TABLES_ONE_ALLOCATION);
             for (int buf = 0; buf < p.nbufs; buf++) {
                 int64_t spitch, dpitch;
-                if (!flat_pitches(p, buf, num_layers, max_pitch, tables_one, &spitch, &dpitch))
+                if (!flat_pitches(p, buf, num_layers, max_pitch, &spitch, &dpitch))
                     continue;
                 unsigned long long buf_oob = 0;
                 st = copy_2d(p, buf, num_layers, spitch, dpitch, stream, &buf_oob);
