@@ -28,7 +28,7 @@ struct kvd_load {
     kvd_obj_t *refs[KVD_DATAOP_MAX_REFS]; /* the pool, buffers, events: referenced */
     int nrefs;
     /* the request's Sync: each copy's */
-    int sclass, path, split_layers, reply_at_enqueue;
+    int sclass, path, reply_at_enqueue;
     unsigned launch_flags;
     uint32_t max_blocks;
     void *wait_event, *record_event;
@@ -150,7 +150,6 @@ kvd_status_t kvd__load_create(kvd_req_t *r, kvd_dataop_t *d, const kvd_load_spec
     }
     l->sclass = d->job.sclass;
     l->path = d->path;
-    l->split_layers = d->split_layers;
     l->reply_at_enqueue = d->reply_at_enqueue;
     l->launch_flags = d->job.flags;
     l->max_blocks = d->job.max_blocks;
@@ -301,7 +300,6 @@ static kvd_dataop_t *copy_new(kvd_load_t *l)
     d->job.max_blocks = l->max_blocks;
     d->job.wait_event = l->wait_event;
     d->path = l->path;
-    d->split_layers = l->split_layers;
     d->ext = l;
     return d;
 }

@@ -117,8 +117,6 @@ kvd_status_t kvd__get_pool(kvd_req_t *r, kvd_dataop_t *d, uint64_t id, const cha
                          id);
     kvd__hold(d, o);
     *out = (kvd_pool_t *)o;
-    if ((*out)->imported && (*out)->n_regions > 1)
-        d->split_layers = 1;
     return KVD_OK;
 }
 
@@ -499,11 +497,6 @@ kvd_status_t kvd__dataop_submit(kvd_dataop_t *d, char *why, size_t why_len)
         kvd__dataop_job(d, d->njobs - 1)->record_event = d->job.record_event;
         d->job.record_event = NULL;
     }
-    /* a 2D copy over the layers of a table may span them only where they
-     * lie in one allocation: every pool of this request was made, or
-     * imported, as one */
-    if ((d->job.flags & KVD_LAUNCH_COPY_ENGINE) && !d->split_layers)
-        d->job.flags |= KVD_LAUNCH_TABLES_ONE_ALLOCATION;
     for (i = 0; i < d->njobs; i++) {
         kvd_job_t *job = kvd__dataop_job(d, i);
 

@@ -45,8 +45,6 @@ struct kvd_dataop {
     uint64_t row_bytes;  /* bytes written per row */
     kvd_status_t stage_status; /* why the last kvd__stage failed */
     int path;            /* kvd_copy_path_t: asked for, then the one run */
-    int split_layers;    /* a pool of it was imported a region per layer (or more
-                          * than one region): its layers are separate allocations */
     /* Run on the loop thread once every job is done (st: their outcome),
      * before the reply; it may fill the reply's cache fields and set
      * *bytes (the bytes moved; by default the rows' bytes).  Also run,
