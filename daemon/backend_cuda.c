@@ -78,6 +78,9 @@ static void cuda_destroy(kvd_backend_t *be, void (*fn)(void *arg), void *arg)
     cuda_backend_t *cb = (cuda_backend_t *)be;
 
     cudaDeviceSynchronize();
+    /* the copy-engine completion threads hand jobs back through the async
+     * handle: ended before it closes */
+    kvd__cuda_copy_stop(cb);
     cb->destroy_cb = fn;
     cb->destroy_arg = arg;
     if (cb->loop_poll) {

@@ -8,10 +8,20 @@
  * issues copy-engine work.  Each stream class has --copy-threads workers,
  * each with a stream of its own at the class's priority; a transfer is
  * split by rows into a part per worker (issuing threads raise the rate of
- * descriptors for small runs, up to a few: --copy-threads), every part waits on the request's wait event, and the worker that issues
- * the last part joins the others through their events, records the
- * request's record event and queues a host function that hands the job
- * back to the loop.
+ * descriptors for small runs, up to a few: --copy-threads), every part
+ * waits on the request's wait event, and the worker that issues the last
+ * part joins the others through their events, records the request's
+ * record event and the job's end, and hands the job to its completion
+ * thread, which waits for that end and hands the job back to the loop.
+ *
+ * The completion thread waits on the event off the stream: a host
+ * function on the stream (cudaLaunchHostFunc) would hold the stream's
+ * next copies until the CUDA callback thread had run it.  A worker's jobs
+ * end in its stream's order, so its completion thread takes them in turn.
+ *
+ * A host-to-device transfer whose runs average under 32 KiB goes in one
+ * part: threads issuing small host-to-device runs at once lowered the
+ * rate and slowed compute beside them (tests/bench/RESULTS.md).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +32,8 @@
 
 /* Rows below which a transfer is not split. */
 #define MIN_PART_ROWS 256
+/* Host-to-device runs that average fewer bytes go in one part. */
+#define SPLIT_H2D_RUN_BYTES (32u << 10)
 
 typedef struct ce_group ce_group_t;
 
@@ -44,6 +56,7 @@ struct ce_group {
     cudaEvent_t wait_end; /* the end of the job before it, or NULL */
     int issued;           /* every part issued, end recorded (under cb->ce_mu) */
     struct ce_group *next; /* the job after it, held back until this one is issued */
+    struct ce_group *reap_next; /* in its completion thread's queue */
     kvd_status_t status; /* the first error (under cb->ce_mu) */
     char detail[sizeof(((kvd_job_t *)0)->detail)];
     ce_part_t parts[];
@@ -57,6 +70,12 @@ typedef struct ce_worker {
     cudaStream_t stream;
     pthread_cond_t cv;
     ce_part_t *head, *tail; /* under cb->ce_mu */
+    /* its completion thread: the groups whose end it recorded, in order */
+    pthread_t reaper;
+    int reaper_started;
+    pthread_cond_t reap_cv;
+    ce_group_t *reap_head, *reap_tail; /* under cb->ce_mu */
+    int reap_stop;                     /* its worker has ended (under cb->ce_mu) */
 } ce_worker_t;
 
 /* An event for a part, from the free list that group_done refills (it may
@@ -69,7 +88,9 @@ static cudaEvent_t event_get(cuda_backend_t *cb)
     if (cb->ce_nevents > 0)
         ev = cb->ce_events[--cb->ce_nevents];
     pthread_mutex_unlock(&cb->ce_mu);
-    if (ev == NULL && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+    /* blocking: the completion thread sleeps in cudaEventSynchronize */
+    if (ev == NULL && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming |
+                                                        cudaEventBlockingSync) != cudaSuccess) {
         (void)cudaGetLastError();
         return NULL;
     }
@@ -100,10 +121,9 @@ static void group_fail(ce_group_t *g, kvd_status_t st, const char *detail)
     pthread_mutex_unlock(&g->cb->ce_mu);
 }
 
-/* On a CUDA thread once the last part's stream reaches it: no CUDA calls. */
-static void CUDART_CB group_done(void *arg)
+/* On the completion thread once the job's end is reached. */
+static void group_done(ce_group_t *g)
 {
-    ce_group_t *g = arg;
     cuda_backend_t *cb = g->cb;
     kvd_job_t *job = g->job;
     unsigned long long oob = 0;
@@ -186,7 +206,14 @@ static void issue(ce_worker_t *w, ce_part_t *p)
             (void)cudaStreamWaitEvent(w->stream, g->parts[i].done, 0);
     if (g->status == KVD_OK)
         kvd__cuda_record_events(w->cb, job, w->stream);
-    (void)cudaEventRecord(g->end, w->stream);
+    if (cudaEventRecord(g->end, w->stream) != cudaSuccess) {
+        /* no end to wait for: the copies are queued, wait for them here */
+        (void)cudaGetLastError();
+        if ((e = cudaStreamSynchronize(w->stream)) != cudaSuccess) {
+            char why[160];
+            group_fail(g, kvd__cuda_fail(e, "cudaStreamSynchronize", why, sizeof(why)), why);
+        }
+    }
     pthread_mutex_lock(&w->cb->ce_mu);
     g->issued = 1;
     if (g->next != NULL) {
@@ -196,15 +223,49 @@ static void issue(ce_worker_t *w, ce_part_t *p)
     pthread_mutex_unlock(&w->cb->ce_mu);
     kvd__issued_push(&w->cb->done, job); /* before group_done can push it as done */
     uv_async_send(&w->cb->async);
-    if ((e = cudaLaunchHostFunc(w->stream, group_done, g)) != cudaSuccess) {
-        /* the copies are queued: wait for them here rather than lose their end */
-        (void)cudaGetLastError();
-        if ((e = cudaStreamSynchronize(w->stream)) != cudaSuccess) {
+    pthread_mutex_lock(&w->cb->ce_mu);
+    g->reap_next = NULL;
+    if (w->reap_tail)
+        w->reap_tail->reap_next = g;
+    else
+        w->reap_head = g;
+    w->reap_tail = g;
+    pthread_cond_signal(&w->reap_cv);
+    pthread_mutex_unlock(&w->cb->ce_mu);
+}
+
+/* A worker's completion thread: each group whose end the worker recorded,
+ * in the worker's stream order, once that end is reached.  It stops once
+ * its worker has ended and its queue is empty. */
+static void *reaper_main(void *arg)
+{
+    ce_worker_t *w = arg;
+    cuda_backend_t *cb = w->cb;
+
+    cudaSetDevice(cb->dev);
+    pthread_mutex_lock(&cb->ce_mu);
+    for (;;) {
+        ce_group_t *g;
+        cudaError_t e;
+
+        while (w->reap_head == NULL && !w->reap_stop)
+            pthread_cond_wait(&w->reap_cv, &cb->ce_mu);
+        if (w->reap_head == NULL)
+            break;
+        g = w->reap_head;
+        w->reap_head = g->reap_next;
+        if (w->reap_head == NULL)
+            w->reap_tail = NULL;
+        pthread_mutex_unlock(&cb->ce_mu);
+        if ((e = cudaEventSynchronize(g->end)) != cudaSuccess) {
             char why[160];
-            group_fail(g, kvd__cuda_fail(e, "cudaStreamSynchronize", why, sizeof(why)), why);
+            group_fail(g, kvd__cuda_fail(e, "cudaEventSynchronize", why, sizeof(why)), why);
         }
         group_done(g);
+        pthread_mutex_lock(&cb->ce_mu);
     }
+    pthread_mutex_unlock(&cb->ce_mu);
+    return NULL;
 }
 
 static void *worker_main(void *arg)
@@ -250,7 +311,11 @@ static kvd_status_t workers_of(cuda_backend_t *cb, int sclass, char *why, size_t
                                                      cb->be.priority[sclass]);
         w->cb = cb;
         pthread_cond_init(&w->cv, NULL);
-        if (e != cudaSuccess || pthread_create(&w->th, NULL, worker_main, w) != 0) {
+        pthread_cond_init(&w->reap_cv, NULL);
+        /* the completion thread first: a worker hands every job to it */
+        if (e == cudaSuccess && pthread_create(&w->reaper, NULL, reaper_main, w) == 0)
+            w->reaper_started = 1;
+        if (!w->reaper_started || pthread_create(&w->th, NULL, worker_main, w) != 0) {
             snprintf(why, why_len, "cannot start copy-engine workers");
             (void)cudaGetLastError();
             cb->ce[sclass] = ws; /* stopped and freed with the backend */
@@ -282,6 +347,36 @@ uint32_t kvd__cuda_copy_flags(const cuda_backend_t *cb, const kvd_transfer_args_
     return KVD_LAUNCH_COPY_ENGINE;
 }
 
+static int64_t index_at(const void *p, int is64, int64_t i)
+{
+    return is64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
+}
+
+/* Whether a host-to-device transfer's runs (rows consecutive on both
+ * sides, where rows lie packed) average under SPLIT_H2D_RUN_BYTES.  The
+ * copy engines' indices are host-readable (kvd__choose_path). */
+static int small_h2d_runs(const kvd_transfer_args_t *a)
+{
+    int is64 = a->idx_dtype == KVD_DTYPE_I64;
+    int packed = a->src.slot_stride == (int64_t)a->row_bytes &&
+                 a->dst.slot_stride == (int64_t)a->row_bytes;
+    int64_t runs = 0, i;
+
+    if (!on_host(&a->src) || on_host(&a->dst))
+        return 0;
+    if (!packed)
+        return (uint64_t)a->row_bytes < SPLIT_H2D_RUN_BYTES;
+    for (i = 0; i < a->count; i++) {
+        int64_t d = index_at(a->dst_idx, is64, i);
+        int64_t sx = a->src_idx ? index_at(a->src_idx, is64, i) : i;
+
+        if (i == 0 || d != index_at(a->dst_idx, is64, i - 1) + 1 ||
+            sx != (a->src_idx ? index_at(a->src_idx, is64, i - 1) : i - 1) + 1)
+            runs++;
+    }
+    return runs > 0 && (uint64_t)a->count * a->row_bytes < (uint64_t)runs * SPLIT_H2D_RUN_BYTES;
+}
+
 kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd_job_t *job)
 {
     const kvd_transfer_args_t *a = &job->a.transfer;
@@ -294,14 +389,14 @@ kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd_job_t *job)
     if ((st = workers_of(cb, job->sclass, job->detail, sizeof(job->detail))) != KVD_OK)
         return st;
     n = rows / MIN_PART_ROWS < cb->ce_threads ? (int)(rows / MIN_PART_ROWS) : cb->ce_threads;
-    if (n < 1)
+    if (n < 1 || (n > 1 && small_h2d_runs(a)))
         n = 1;
     g = calloc(1, sizeof(*g) + (size_t)n * sizeof(ce_part_t));
     if (g == NULL)
         return KVD_ENOMEM;
     g->cb = cb;
     g->job = job;
-    g->flags = kvd__cuda_copy_flags(cb, a) | (job->flags & KVD_LAUNCH_TABLES_ONE_ALLOCATION);
+    g->flags = kvd__cuda_copy_flags(cb, a);
     g->nparts = n;
     g->to_issue = n;
     per = (rows + n - 1) / n;
@@ -370,9 +465,17 @@ void kvd__cuda_copy_stop(cuda_backend_t *cb)
         for (i = 0; i < cb->ce_threads; i++) {
             if (ws[i].started)
                 pthread_join(ws[i].th, NULL);
+            /* after its worker: every group it was handed is in its queue */
+            pthread_mutex_lock(&cb->ce_mu);
+            ws[i].reap_stop = 1;
+            pthread_cond_signal(&ws[i].reap_cv);
+            pthread_mutex_unlock(&cb->ce_mu);
+            if (ws[i].reaper_started)
+                pthread_join(ws[i].reaper, NULL);
             if (ws[i].stream != NULL)
                 cudaStreamDestroy(ws[i].stream);
             pthread_cond_destroy(&ws[i].cv);
+            pthread_cond_destroy(&ws[i].reap_cv);
         }
         free(ws);
         cb->ce[sc] = NULL;
