@@ -25,11 +25,31 @@ defaults otherwise):
 Conditions alternate with no-movement controls between them, in rounds; a
 step's slowdown is its median against the median of every control step.
 
+The chunks table (--table chunks) sets the daemon's copy-engine path
+against the copy engines' own rate (bench_ce, built with the tree: one
+descriptor a chunk through cudaMemcpyBatchAsync, no daemon), each measured
+alone and beside the same decode step in the same run: for every chunk
+size and direction, a mover worker keeps 4 all-layer transfers in flight
+between its cache and a daemon host pool, pages of the chunk size (the
+contiguous bytes of one layer and K or V) at random, the host pool's
+slots in order (as the yardstick's host side is); its cache is either
+32 layers of K and V in allocations of their own ("layers") or views into
+one allocation ("one"); the daemon moves either as a descriptor a page,
+layer and K/V.  A row's figure is the daemon's rate as a
+fraction of the yardstick's beside the decode step; the decode step's
+slowdown is against decode steps with nothing moving.
+
 Usage (GPU machine, repository root; the build carried there):
     python3 tests/bench/bench_interference.py --build .carry/bg [--rounds 2] [--mps]
+    python3 tests/bench/bench_interference.py --build .carry/bg --table chunks
+        [--chunks 16K,32K,64K,2M] [--dirs d2h,h2d] [--layouts layers,one]
+        [--seconds 1.5] [--daemon-args "--copy-threads 2"] ...
 Writes $OUT/interference.json (OUT defaults to /tmp) and prints a table.
 With --mps the conditions run again under an MPS control daemon started
-(and stopped) here, when the machine allows it.
+(and stopped) here, when the machine allows it.  Each --daemon-args (may
+be repeated; words of the form env:NAME=VALUE set the daemon's
+environment) runs the chunks table's daemon rows once more on a fresh
+daemon so configured.
 """
 import argparse
 import collections
@@ -309,6 +329,284 @@ def print_rows(label, rows):
               f"{','.join(r['paths'])}")
 
 
+# --- the chunks table -------------------------------------------------------
+
+def decode_worker(conn):
+    """Decode steps back to back while told to, each timed with CUDA events
+    and stamped with time.monotonic() at its end."""
+    import torch
+    torch.manual_seed(0)
+    dev, dt = torch.device("cuda"), torch.bfloat16
+    up = [torch.randn(HIDDEN, FFN, device=dev, dtype=dt) * 0.01 for _ in range(LAYERS)]
+    down = [torch.randn(FFN, HIDDEN, device=dev, dtype=dt) * 0.01 for _ in range(LAYERS)]
+    xd = torch.randn(32, HIDDEN, device=dev, dtype=dt)
+
+    def decode():
+        x = xd
+        for l in range(LAYERS):
+            x = torch.relu(x @ up[l]) @ down[l]
+        return x
+
+    for _ in range(10):
+        decode()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    conn.send("ready")
+    while True:
+        msg = conn.recv()
+        if msg[0] == "quit":
+            return
+        steps = []
+        while not conn.poll():
+            s.record()
+            decode()
+            e.record()
+            e.synchronize()
+            steps.append((time.monotonic(), s.elapsed_time(e)))
+        conn.recv()  # the stop
+        conn.send(steps)
+
+
+def chunk_mover(conn, layouts):
+    """Makes its cache in each layout named; then, for each daemon it is
+    sent to, imports them and moves what it is told."""
+    import torch
+    import kvdock
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(1)
+    caches = {}
+    for lay in layouts:
+        if lay == "layers":  # each layer's K and V an allocation of its own
+            k = [torch.randint(0, 255, (SLOTS, ROW), dtype=torch.uint8, device=dev)
+                 for _ in range(LAYERS)]
+            v = [torch.randint(0, 255, (SLOTS, ROW), dtype=torch.uint8, device=dev)
+                 for _ in range(LAYERS)]
+        else:  # views into one allocation, layers evenly spaced
+            whole = torch.randint(0, 255, (LAYERS, 2, SLOTS, ROW), dtype=torch.uint8, device=dev)
+            k = [whole[l, 0] for l in range(LAYERS)]
+            v = [whole[l, 1] for l in range(LAYERS)]
+        caches[lay] = (k, v)
+    torch.cuda.synchronize()
+    conn.send("ready")
+    while True:
+        msg = conn.recv()
+        if msg[0] == "quit":
+            return
+        with kvdock.Client(msg[1], name="chunk-mover") as cli:
+            pools = {lay: cli.import_pool(f"kv-{lay}", k, v) for lay, (k, v) in caches.items()}
+            host = cli.create_pool("chunk-host", LAYERS, SLOTS, ROW, kind="host")
+            # a round trip through the host pool, small and large pages
+            bad = []
+            for lay, gpu in pools.items():
+                k, v = caches[lay]
+                for page in (8, 1024):
+                    perm = torch.randperm(SLOTS // page, generator=g)
+                    a = (perm[:4, None] * page + torch.arange(page)[None, :]).reshape(-1)
+                    b = (perm[4:8, None] * page + torch.arange(page)[None, :]).reshape(-1)
+                    cli.transfer(gpu, host, a, a, path="copy_engine")
+                    cli.transfer(host, gpu, a, b, path="copy_engine")
+                    torch.cuda.synchronize()
+                    for t in k + v:
+                        if not torch.equal(t[a.to(dev)], t[b.to(dev)]):
+                            bad.append(f"{lay}/{page}")
+                            break
+            conn.send(bad)
+            while True:
+                msg = conn.recv()
+                if msg[0] == "done":
+                    break
+                _, lay, chunk, d2h = msg
+                gpu = pools[lay]
+                page = chunk // ROW
+                rows = max(REQ_SLOTS, 2 * page)
+                src, dst = (gpu, host) if d2h else (host, gpu)
+                futs, moved, paths, t0, n = [], 0, set(), None, 0
+                while not conn.poll():
+                    while len(futs) < INFLIGHT:
+                        # random pages of the cache, the host pool's slots in order
+                        pages = torch.randperm(SLOTS // page, generator=g)[:rows // page]
+                        idx = (pages[:, None] * page + torch.arange(page)[None, :]).reshape(-1)
+                        hidx = torch.arange(rows) + (n * rows) % SLOTS
+                        n += 1
+                        s_idx, d_idx = (idx, hidx) if d2h else (hidx, idx)
+                        futs.append(cli.transfer_async(src, dst, s_idx, d_idx,
+                                                       path="copy_engine"))
+                    r = futs.pop(0).result()
+                    if t0 is None:  # timed from the first completion on
+                        t0 = time.monotonic()
+                    else:
+                        moved += r.bytes
+                    paths.add(r.path)
+                for f in futs:
+                    moved += f.result().bytes
+                t1 = time.monotonic()
+                conn.recv()  # the stop
+                conn.send({"gbps": moved / (t1 - t0) / 1e9, "t0": t0, "t1": t1,
+                           "paths": sorted(str(p) for p in paths)})
+        conn.send("disconnected")
+
+
+def parse_size(text):
+    t = text.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    return int(t[:-1] if t[-1:] in "KMG" else t) * mult
+
+
+def chunk_table(args):
+    chunks = [parse_size(c) for c in args.chunks.split(",")]
+    dirs = args.dirs.split(",")
+    layouts = args.layouts.split(",")
+    for c in chunks:
+        if c % ROW or (SLOTS * ROW) % c:
+            raise SystemExit(f"chunk {c}: not a whole number of {ROW}-byte rows dividing a layer")
+    configs = args.daemon_args or [""]
+    bench_ce = str(Path(args.build) / "tests" / "bench" / "bench_ce")
+    ctx = mp.get_context("spawn")
+    cpipe, cchild = ctx.Pipe()
+    comp = ctx.Process(target=decode_worker, args=(cchild,))
+    comp.start()
+    mpipe, mchild = ctx.Pipe()
+    mover = ctx.Process(target=chunk_mover, args=(mchild, layouts))
+    mover.start()
+    assert cpipe.recv() == "ready" and mpipe.recv() == "ready"
+    secs = args.seconds
+
+    def beside(fn):
+        """fn() run while the decode worker steps; its steps inside fn's window."""
+        cpipe.send(("loop",))
+        time.sleep(0.5)
+        out = fn()
+        cpipe.send(("stop",))
+        steps = cpipe.recv()
+        inside = [ms for t, ms in steps if out["t0"] <= t <= out["t1"]]
+        return out, (statistics.median(inside) if inside else None)
+
+    def control():
+        cpipe.send(("loop",))
+        time.sleep(secs)
+        cpipe.send(("stop",))
+        return statistics.median([ms for _, ms in cpipe.recv()])
+
+    def yardstick(chunk, d, extra=()):
+        cmd = ["timeout", "-s", "KILL", "60", bench_ce, "--chunk", str(chunk), "--dir", d,
+               "--seconds", str(secs)] + list(extra)
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"bench_ce failed ({p.returncode}): {p.stderr.strip()}")
+        return json.loads(p.stdout)
+
+    # the yardstick and the decode controls, per chunk and direction
+    ys, ctl = {}, []
+    probes = []
+    for c in chunks:
+        for d in dirs:
+            ctl.append(control())
+            y_alone = yardstick(c, d)
+            y_bes, y_dec = beside(lambda: yardstick(c, d))
+            ys[(c, d)] = {"alone": y_alone["gbps"], "beside": y_bes["gbps"], "decode_ms": y_dec,
+                          "issue_frac": y_alone["issue_frac"]}
+            if c == 16 << 10 and args.probes:
+                probes.append(yardstick(c, d, ["--gated", "--total", str(16384 * c)]))
+                probes.append(yardstick(c, d, ["--host-random"]))
+                probes.append(yardstick(c, d, ["--pthread"]))
+                probes.append(yardstick(c, d, ["--threads", "2"]))
+    base = statistics.median(ctl)
+    print(f"yardstick (bench_ce): GB/s alone and beside the decode step "
+          f"({base:.3f} ms alone), the step's slowdown beside it, the share of time in the "
+          f"issuing calls alone")
+    for (c, d), v in ys.items():
+        dp = f"{100 * (v['decode_ms'] / base - 1):+.1f}%" if v["decode_ms"] else "-"
+        print(f"  {c >> 10:>5}K {d}  {v['alone']:6.1f} {v['beside']:6.1f} {dp:>7} "
+              f"issue {v['issue_frac']:.2f}", flush=True)
+    for pr in probes:
+        print("probe", json.dumps(pr), flush=True)
+
+    result = {"decode_ms_control": base, "controls": ctl, "yardstick": [
+        dict(chunk=c, dir=d, **v) for (c, d), v in ys.items()], "probes": probes, "configs": []}
+    tmp = tempfile.mkdtemp(prefix="kvdock-chunks-")
+    for ci, cfg in enumerate(configs):
+        words = cfg.split()
+        env = dict(os.environ, **dict(w[4:].split("=", 1) for w in words if w.startswith("env:")))
+        only = dict(w.split("=", 1) for w in words if w.split("=", 1)[0] in
+                    ("chunks", "dirs", "layouts"))
+        dargs = [w for w in words if not w.startswith("env:") and
+                 w.split("=", 1)[0] not in ("chunks", "dirs", "layouts")]
+        c_chunks = [parse_size(c) for c in only["chunks"].split(",")] if "chunks" in only \
+            else chunks
+        c_dirs = only["dirs"].split(",") if "dirs" in only else dirs
+        c_layouts = only["layouts"].split(",") if "layouts" in only else layouts
+        sock = os.path.join(tmp, f"kvdockd-{ci}.sock")
+        log_path = os.path.join(tmp, f"kvdockd-{ci}.log")
+        log = open(log_path, "w")
+        daemon = subprocess.Popen(
+            [str(Path(args.build) / "daemon" / "kvdockd"), "--backend", "cuda", "--socket", sock,
+             "--log-level", "warn"] + dargs, stdout=log, stderr=subprocess.STDOUT, env=env)
+        for _ in range(400):
+            if os.path.exists(sock) or daemon.poll() is not None:
+                break
+            time.sleep(0.05)
+        if not os.path.exists(sock):
+            raise SystemExit(f"kvdockd ({cfg!r}) did not start")
+        mpipe.send(("connect", sock))
+        bad = mpipe.recv()
+        rows = []
+
+        def move(lay, c, d):
+            mpipe.send(("run", lay, c, d == "d2h"))
+            time.sleep(secs)
+            mpipe.send(("stop",))
+            return mpipe.recv()
+
+        for c in c_chunks:
+            for d in c_dirs:
+                for lay in c_layouts:
+                    alone = move(lay, c, d)
+                    bes, dec = beside(lambda: move(lay, c, d))
+                    y = ys[(c, d)]
+                    rows.append({
+                        "layout": lay, "dir": d, "chunk": c, "paths": bes["paths"],
+                        "yardstick_alone": y["alone"], "daemon_alone": alone["gbps"],
+                        "alone_frac": alone["gbps"] / y["alone"],
+                        "yardstick_beside": y["beside"], "daemon_beside": bes["gbps"],
+                        "beside_frac": bes["gbps"] / y["beside"],
+                        "decode_pct": 100 * (dec / base - 1) if dec else None,
+                        "yardstick_decode_pct": 100 * (y["decode_ms"] / base - 1)
+                        if y["decode_ms"] else None})
+        mpipe.send(("done",))
+        assert mpipe.recv() == "disconnected"
+        daemon.terminate()
+        daemon.wait()
+        log.close()
+        said = Path(log_path).read_text(errors="replace").strip()
+        if said:
+            print(f"kvdockd ({cfg or 'defaults'}) said:\n{said[-2000:]}")
+        result["configs"].append({"daemon_args": cfg, "verify_failed": bad, "rows": rows})
+        print_chunk_rows(cfg, bad, base, rows)
+        Path(args.out, "interference.json").write_text(json.dumps(result, indent=1))
+    cpipe.send(("quit",))
+    mpipe.send(("quit",))
+    comp.join()
+    mover.join()
+    shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+def print_chunk_rows(cfg, bad, base, rows):
+    print(f"\nchunks table, kvdockd {cfg or '(defaults)'}: decode step {base:.3f} ms alone; "
+          f"GB/s; daemon as a fraction of the yardstick (bench_ce) alone and beside the step"
+          + (f"; ROUND TRIP WRONG: {bad}" if bad else "; round trip checked"))
+    print(f"{'layout':7} {'dir':4} {'chunk':>6} {'yard':>6} {'kvd':>6} {'alone':>6} "
+          f"{'yard':>6} {'kvd':>6} {'beside':>7} {'decode':>7} {'(yard)':>7}")
+    for r in rows:
+        c = r["chunk"]
+        cs = f"{c >> 20}M" if c >= 1 << 20 else f"{c >> 10}K"
+        dp = f"{r['decode_pct']:+.1f}%" if r["decode_pct"] is not None else "-"
+        yp = f"{r['yardstick_decode_pct']:+.1f}%" if r["yardstick_decode_pct"] is not None else "-"
+        print(f"{r['layout']:7} {r['dir']:4} {cs:>6} {r['yardstick_alone']:6.1f} "
+              f"{r['daemon_alone']:6.1f} {r['alone_frac']:6.2f} {r['yardstick_beside']:6.1f} "
+              f"{r['daemon_beside']:6.1f} {r['beside_frac']:7.2f} {dp:>7} {yp:>7}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", required=True, help="the build folder (daemon/, client/, kernels/)")
@@ -317,10 +615,25 @@ def main():
     ap.add_argument("--prefill-steps", type=int, default=40)
     ap.add_argument("--mps", action="store_true", help="run the conditions under MPS too")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    ap.add_argument("--table", choices=("conditions", "chunks"), default="conditions",
+                    help="the conditions (default) or the chunks table")
+    ap.add_argument("--chunks", default="16K,32K,64K,2M", help="chunks table: chunk sizes")
+    ap.add_argument("--dirs", default="d2h,h2d", help="chunks table: directions")
+    ap.add_argument("--layouts", default="layers,one",
+                    help="chunks table: the worker cache's layouts (layers, one)")
+    ap.add_argument("--seconds", type=float, default=1.5, help="chunks table: seconds a figure")
+    ap.add_argument("--daemon-args", action="append",
+                    help="chunks table: a daemon configuration (repeatable)")
+    ap.add_argument("--probes", action="store_true",
+                    help="chunks table, at 16 KiB: bench_ce gated (16,384 descriptors), with "
+                    "the host side scattered, from a thread not the main one, from 2 threads")
     args = ap.parse_args()
     os.environ["KVDOCK_LIB"] = str(Path(args.build) / "client" / "libkvdock.so")
     sys.path.insert(0, str(REPO / "client" / "python"))
     os.environ["PYTHONPATH"] = str(REPO / "client" / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")
+    if args.table == "chunks":
+        Path(args.out, "interference.json").write_text(json.dumps(chunk_table(args), indent=1))
+        return
     result = {"default": run_conditions(args, {}, "default")}
     print_rows("default compute mode", result["default"])
     if args.mps:

@@ -29,6 +29,10 @@
 #   interference  tests/bench/bench_interference.py: a worker's decode and
 #             prefill steps beside the daemon's movement, each path (the
 #             cache tier's saves and loads among them)
+#   cetable   tests/bench/bench_interference.py --table chunks --probes: the
+#             daemon's copy-engine rate per chunk size, direction and cache
+#             layout as a fraction of the copy engines' own (bench_ce),
+#             alone and beside a decode step, and the step's slowdown
 #   cache     tests/bench/bench_cache: the cache tier's lookups, save and
 #             load rates, both at once, layer-wise load, against the same
 #             copies in-process; figures in $OUT/cache.json
@@ -46,7 +50,7 @@
 #             $OUT/reqpath.log
 #
 # Pick stages as arguments after BUILD_DIR or with STAGES="test bench"
-# (default: all eleven).  Each stage's output is tee'd to
+# (default: all twelve).  Each stage's output is tee'd to
 # $OUT/<stage>.log (OUT defaults to /tmp/kvdock-gpu-round); a summary with
 # every stage's exit code ends the run, and the script exits non-zero when
 # any stage failed.  Per-stage time limits (seconds): TEST_TIMEOUT (420),
@@ -59,14 +63,14 @@ set -u
 BUILD=build-gpu
 if [ $# -gt 0 ]; then
     case "$1" in
-    info | test | memcheck | bench | daemonbench | chunks | interference | cache | engine | cluster | reqpath) ;;
+    info | test | memcheck | bench | daemonbench | chunks | interference | cetable | cache | engine | cluster | reqpath) ;;
     *) BUILD=$1; shift ;;
     esac
 fi
 if [ $# -gt 0 ]; then
     STAGES="$*"
 fi
-STAGES=${STAGES:-"info test memcheck bench daemonbench chunks interference cache engine cluster reqpath"}
+STAGES=${STAGES:-"info test memcheck bench daemonbench chunks interference cetable cache engine cluster reqpath"}
 OUT=${OUT:-/tmp/kvdock-gpu-round}
 PEER=${PEER:-.peer}
 TOOLS=${TOOLS:-.carry/tools}
@@ -299,6 +303,16 @@ stage_interference() {
         python3 tests/bench/bench_interference.py --build "$BUILD" --mps
 }
 
+# The daemon's copy-engine path against the copy engines' own rate, alone
+# and beside a decode step (bench_interference.py --table chunks).
+# CETABLE_ARGS: more arguments, split into words.
+# shellcheck disable=SC2086
+stage_cetable() {
+    PYTHONUNBUFFERED=1 timeout --kill-after=15 "$BENCH_TIMEOUT" \
+        python3 tests/bench/bench_interference.py --build "$BUILD" --table chunks --probes \
+        ${CETABLE_ARGS:-}
+}
+
 # The cache tier through a fresh cuda daemon (a host-memory budget that
 # holds the benchmark's two sets of 1,024 blocks of 2 MiB).
 stage_cache() {
@@ -353,12 +367,13 @@ for s in $STAGES; do
     daemonbench) run_stage daemonbench stage_daemonbench ;;
     chunks) run_stage chunks stage_chunks ;;
     interference) run_stage interference stage_interference ;;
+    cetable) run_stage cetable stage_cetable ;;
     cache) run_stage cache stage_cache ;;
     engine) run_stage engine stage_engine ;;
     cluster) run_stage cluster stage_cluster ;;
     reqpath) run_stage reqpath stage_reqpath ;;
     *)
-        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench chunks interference cache engine cluster reqpath)" >&2
+        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench chunks interference cetable cache engine cluster reqpath)" >&2
         NAMES+=("$s")
         CODES+=(2)
         SECS+=(0)
