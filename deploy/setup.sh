@@ -28,11 +28,13 @@ build_packages=(
   libuv1-dev                          # event loop (static libuv_a.a)
   libprotobuf-c-dev protobuf-c-compiler  # wire format (static libprotobuf-c.a, protoc-c)
   libucx-dev libnuma-dev              # the cluster's transport (static libucp.a ..., libnuma.a)
+  liburing-dev                        # the disk level's I/O (static liburing.a)
   check libsubunit-dev                # the unit test programs (static libcheck.a)
 )
 # What running the tests adds.
 test_packages=(
   ucx-utils                           # ucx_perftest, beside the cluster benchmark
+  fio                                 # the disk level's yardstick (tests/bench/bench_disk.sh)
   clang libclang-rt-dev               # libFuzzer target (-fsanitize=fuzzer: libclang_rt.fuzzer)
   valgrind                            # the daemon's integration test under valgrind
   python3

@@ -1,0 +1,427 @@
+/* The disk level's I/O engine: see disk_io.h. */
+#include "disk_io.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POOL_THREADS_MAX 64
+
+struct kvd_disk_io {
+    int uring; /* the engine: io_uring, else the pool */
+    unsigned depth;
+    void (*notify)(void *arg);
+    void *notify_arg;
+
+    pthread_mutex_t mu;
+    pthread_cond_t todo_cv; /* the pool: requests queued, or stop */
+    pthread_cond_t done_cv; /* kvd_disk_io_wait */
+    kvd_disk_req_t *todo_head, *todo_tail;
+    kvd_disk_req_t *done_head, *done_tail;
+    uint64_t pending; /* submitted, done not run yet (caller's thread) */
+    int stop;
+
+    /* io_uring */
+    struct io_uring ring;
+    int efd;
+    pthread_t ring_thread;
+    /* the pool */
+    pthread_t threads[POOL_THREADS_MAX];
+    unsigned nthreads;
+};
+
+/* ---- aligned memory ------------------------------------------------------ */
+
+void *kvd_disk_alloc_aligned(size_t bytes)
+{
+    void *p;
+
+    if (bytes == 0)
+        bytes = KVD_DISK_ALIGN;
+    p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void kvd_disk_free_aligned(void *p, size_t bytes)
+{
+    if (p != NULL)
+        munmap(p, bytes ? bytes : KVD_DISK_ALIGN);
+}
+
+/* ---- completions ------------------------------------------------------- */
+
+static void list_push(kvd_disk_req_t **head, kvd_disk_req_t **tail, kvd_disk_req_t *r)
+{
+    r->next = NULL;
+    if (*tail)
+        (*tail)->next = r;
+    else
+        *head = r;
+    *tail = r;
+}
+
+/* Hand a list of finished requests to the caller's thread. */
+static void finish_list(kvd_disk_io_t *io, kvd_disk_req_t *head, kvd_disk_req_t *tail)
+{
+    if (head == NULL)
+        return;
+    pthread_mutex_lock(&io->mu);
+    if (io->done_tail)
+        io->done_tail->next = head;
+    else
+        io->done_head = head;
+    io->done_tail = tail;
+    pthread_cond_broadcast(&io->done_cv);
+    pthread_mutex_unlock(&io->mu);
+    if (io->notify)
+        io->notify(io->notify_arg);
+}
+
+/* ---- the pool --------------------------------------------------------- */
+
+/* The whole operation with pread/pwrite, short transfers continued. */
+static void run_sync(kvd_disk_req_t *r)
+{
+    r->res = 0;
+    if (r->before) {
+        r->before(r);
+        if (r->res < 0)
+            return;
+    }
+    if (r->op == KVD_DISK_OP_CALL)
+        return;
+    r->moved = 0;
+    while (r->moved < r->len) {
+        ssize_t n = r->op == KVD_DISK_OP_READ
+                        ? pread(r->fd, (char *)r->buf + r->moved, r->len - r->moved,
+                                (off_t)(r->off + r->moved))
+                        : pwrite(r->fd, (char *)r->buf + r->moved, r->len - r->moved,
+                                 (off_t)(r->off + r->moved));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            r->res = -errno;
+            return;
+        }
+        if (n == 0) { /* a read past the end: the file is shorter than it said */
+            r->res = r->op == KVD_DISK_OP_READ ? -ENODATA : -EIO;
+            return;
+        }
+        r->moved += (size_t)n;
+    }
+    r->res = (int64_t)r->len;
+    if (r->after)
+        r->after(r);
+}
+
+static void *pool_main(void *arg)
+{
+    kvd_disk_io_t *io = arg;
+
+    for (;;) {
+        kvd_disk_req_t *r;
+
+        pthread_mutex_lock(&io->mu);
+        while (io->todo_head == NULL && !io->stop)
+            pthread_cond_wait(&io->todo_cv, &io->mu);
+        r = io->todo_head;
+        if (r == NULL) {
+            pthread_mutex_unlock(&io->mu);
+            return NULL;
+        }
+        io->todo_head = r->next;
+        if (io->todo_head == NULL)
+            io->todo_tail = NULL;
+        pthread_mutex_unlock(&io->mu);
+        r->next = NULL;
+        run_sync(r);
+        finish_list(io, r, r);
+    }
+}
+
+/* ---- io_uring ------------------------------------------------------------ */
+
+/* user_data of the eventfd's read: no request */
+#define EFD_TAG 1ull
+
+static void prep(struct io_uring_sqe *sqe, kvd_disk_req_t *r)
+{
+    char *p = (char *)r->buf + r->moved;
+    unsigned n = (unsigned)(r->len - r->moved > (1u << 30) ? (1u << 30) : r->len - r->moved);
+
+    if (r->op == KVD_DISK_OP_READ)
+        io_uring_prep_read(sqe, r->fd, p, n, r->off + r->moved);
+    else
+        io_uring_prep_write(sqe, r->fd, p, n, r->off + r->moved);
+    io_uring_sqe_set_data(sqe, r);
+}
+
+static void *ring_main(void *arg)
+{
+    kvd_disk_io_t *io = arg;
+    kvd_disk_req_t *wait_head = NULL, *wait_tail = NULL; /* no room in the ring yet */
+    unsigned inflight = 0;
+    int armed = 0, stopping = 0;
+    uint64_t efd_val;
+
+    for (;;) {
+        kvd_disk_req_t *take, *done_head = NULL, *done_tail = NULL, *r;
+        struct io_uring_cqe *cqe;
+        unsigned head, seen = 0;
+
+        pthread_mutex_lock(&io->mu);
+        take = io->todo_head;
+        io->todo_head = io->todo_tail = NULL;
+        stopping = io->stop;
+        pthread_mutex_unlock(&io->mu);
+        while (take) {
+            r = take;
+            take = r->next;
+            r->res = 0;
+            r->moved = 0;
+            if (r->before)
+                r->before(r);
+            if (r->res < 0 || r->op == KVD_DISK_OP_CALL || r->len == 0) {
+                if (r->res == 0 && r->op != KVD_DISK_OP_CALL && r->after)
+                    r->after(r);
+                list_push(&done_head, &done_tail, r);
+                continue;
+            }
+            list_push(&wait_head, &wait_tail, r);
+        }
+        while (wait_head && inflight < io->depth) {
+            struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
+            if (sqe == NULL)
+                break;
+            r = wait_head;
+            wait_head = r->next;
+            if (wait_head == NULL)
+                wait_tail = NULL;
+            prep(sqe, r);
+            inflight++;
+        }
+        if (!armed && !stopping) {
+            struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
+            if (sqe) {
+                io_uring_prep_read(sqe, io->efd, &efd_val, sizeof(efd_val), 0);
+                io_uring_sqe_set_data64(sqe, EFD_TAG);
+                armed = 1;
+            }
+        }
+        finish_list(io, done_head, done_tail);
+        done_head = done_tail = NULL;
+        if (stopping && !armed && inflight == 0 && wait_head == NULL)
+            return NULL;
+        if (io_uring_submit_and_wait(&io->ring, 1) < 0 && errno != EINTR) {
+            /* the ring is unusable: nothing more to do than wait */
+        }
+        io_uring_for_each_cqe(&io->ring, head, cqe)
+        {
+            seen++;
+            if (io_uring_cqe_get_data64(cqe) == EFD_TAG) {
+                armed = 0;
+                continue;
+            }
+            r = io_uring_cqe_get_data(cqe);
+            inflight--;
+            if (cqe->res < 0 || (cqe->res == 0 && r->moved < r->len)) {
+                r->res = cqe->res < 0 ? cqe->res : (r->op == KVD_DISK_OP_READ ? -ENODATA : -EIO);
+                if (r->res == -EINTR || r->res == -EAGAIN) { /* try again */
+                    r->res = 0;
+                    list_push(&wait_head, &wait_tail, r);
+                    continue;
+                }
+                list_push(&done_head, &done_tail, r);
+                continue;
+            }
+            r->moved += (size_t)cqe->res;
+            if (r->moved < r->len) { /* a short transfer: the rest */
+                list_push(&wait_head, &wait_tail, r);
+                continue;
+            }
+            r->res = (int64_t)r->len;
+            if (r->after)
+                r->after(r);
+            list_push(&done_head, &done_tail, r);
+        }
+        io_uring_cq_advance(&io->ring, seen);
+        finish_list(io, done_head, done_tail);
+        /* a stop: wake the eventfd read so that it ends */
+    }
+}
+
+/* ---- the interface ---------------------------------------------------- */
+
+kvd_status_t kvd_disk_io_create(kvd_disk_io_t **out, const kvd_disk_io_config_t *cfg, char *why,
+                                size_t why_len)
+{
+    kvd_disk_io_t *io = calloc(1, sizeof(*io));
+    unsigned i;
+    int rc;
+
+    *out = NULL;
+    if (why_len)
+        why[0] = 0;
+    if (io == NULL) {
+        snprintf(why, why_len, "out of memory");
+        return KVD_ENOMEM;
+    }
+    io->depth = cfg->queue_depth ? cfg->queue_depth : 32;
+    if (io->depth > 4096)
+        io->depth = 4096;
+    io->notify = cfg->notify;
+    io->notify_arg = cfg->notify_arg;
+    io->efd = -1;
+    pthread_mutex_init(&io->mu, NULL);
+    pthread_cond_init(&io->todo_cv, NULL);
+    pthread_cond_init(&io->done_cv, NULL);
+    if (!cfg->force_threads) {
+        io->efd = eventfd(0, EFD_CLOEXEC);
+        rc = io->efd < 0 ? -errno : io_uring_queue_init(io->depth + 1, &io->ring, 0);
+        if (rc == 0 && (rc = pthread_create(&io->ring_thread, NULL, ring_main, io)) != 0) {
+            io_uring_queue_exit(&io->ring);
+            rc = -rc;
+        }
+        if (rc == 0) {
+            io->uring = 1;
+            *out = io;
+            return KVD_OK;
+        }
+        snprintf(why, why_len, "io_uring unavailable (%s): a thread pool with pread/pwrite",
+                 strerror(-rc));
+        if (io->efd >= 0)
+            close(io->efd);
+        io->efd = -1;
+    }
+    io->nthreads = cfg->threads ? cfg->threads : 4;
+    if (io->nthreads > POOL_THREADS_MAX)
+        io->nthreads = POOL_THREADS_MAX;
+    for (i = 0; i < io->nthreads; i++) {
+        if ((rc = pthread_create(&io->threads[i], NULL, pool_main, io)) != 0) {
+            io->nthreads = i;
+            kvd_disk_io_destroy(&io);
+            snprintf(why, why_len, "cannot start the disk I/O threads: %s", strerror(rc));
+            return KVD_ENOMEM;
+        }
+    }
+    *out = io;
+    return KVD_OK;
+}
+
+void kvd_disk_io_submit(kvd_disk_io_t *io, kvd_disk_req_t *r)
+{
+    uint64_t one = 1;
+
+    r->res = 0;
+    r->moved = 0;
+    pthread_mutex_lock(&io->mu);
+    io->pending++;
+    list_push(&io->todo_head, &io->todo_tail, r);
+    if (!io->uring)
+        pthread_cond_signal(&io->todo_cv);
+    pthread_mutex_unlock(&io->mu);
+    if (io->uring)
+        (void)!write(io->efd, &one, sizeof(one));
+}
+
+unsigned kvd_disk_io_poll(kvd_disk_io_t *io)
+{
+    kvd_disk_req_t *r;
+    unsigned n = 0;
+
+    pthread_mutex_lock(&io->mu);
+    r = io->done_head;
+    io->done_head = io->done_tail = NULL;
+    pthread_mutex_unlock(&io->mu);
+    while (r) {
+        kvd_disk_req_t *next = r->next;
+        pthread_mutex_lock(&io->mu);
+        io->pending--;
+        pthread_mutex_unlock(&io->mu);
+        if (r->done)
+            r->done(r); /* may free r, may submit more */
+        r = next;
+        n++;
+    }
+    return n;
+}
+
+unsigned kvd_disk_io_wait(kvd_disk_io_t *io, int timeout_ms)
+{
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (timeout_ms >= 0) {
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&io->mu);
+    while (io->done_head == NULL && io->pending > 0) {
+        if (timeout_ms < 0)
+            pthread_cond_wait(&io->done_cv, &io->mu);
+        else if (pthread_cond_timedwait(&io->done_cv, &io->mu, &until) != 0)
+            break;
+    }
+    pthread_mutex_unlock(&io->mu);
+    return kvd_disk_io_poll(io);
+}
+
+uint64_t kvd_disk_io_pending(const kvd_disk_io_t *io)
+{
+    uint64_t n;
+
+    pthread_mutex_lock((pthread_mutex_t *)&io->mu);
+    n = io->pending;
+    pthread_mutex_unlock((pthread_mutex_t *)&io->mu);
+    return n;
+}
+
+void kvd_disk_io_destroy(kvd_disk_io_t **iop)
+{
+    kvd_disk_io_t *io = *iop;
+    unsigned i;
+    uint64_t one = 1;
+
+    if (io == NULL)
+        return;
+    *iop = NULL;
+    while (kvd_disk_io_pending(io) > 0)
+        kvd_disk_io_wait(io, -1);
+    pthread_mutex_lock(&io->mu);
+    io->stop = 1;
+    pthread_cond_broadcast(&io->todo_cv);
+    pthread_mutex_unlock(&io->mu);
+    if (io->uring) {
+        (void)!write(io->efd, &one, sizeof(one)); /* ends the armed read */
+        pthread_join(io->ring_thread, NULL);
+        io_uring_queue_exit(&io->ring);
+        close(io->efd);
+    }
+    for (i = 0; i < io->nthreads; i++)
+        pthread_join(io->threads[i], NULL);
+    pthread_mutex_destroy(&io->mu);
+    pthread_cond_destroy(&io->todo_cv);
+    pthread_cond_destroy(&io->done_cv);
+    free(io);
+}
+
+const char *kvd_disk_io_engine(const kvd_disk_io_t *io)
+{
+    return io->uring ? "io_uring" : "threads";
+}
+
+unsigned kvd_disk_io_depth(const kvd_disk_io_t *io)
+{
+    return io->uring ? io->depth : io->nthreads;
+}

@@ -1,0 +1,743 @@
+/*
+ * check_disk_store: the disk level's store (daemon/disk/) on its own, on
+ * the build tree's file system (a real disk in CI, not tmpfs): records
+ * written through io_uring with O_DIRECT and through the thread pool read
+ * back byte for byte; a reopened store finds every record not dropped,
+ * from the segments' indexes, or from the segments themselves when an
+ * index is missing (a crash) or damaged; a flipped byte fails the read's
+ * checksum and is counted; a truncated segment loses only its tail; a
+ * segment of another layout, another user's file, a file others may write
+ * and a directory others may write are refused; a file system that is
+ * full fails appends with KVD_ELIMIT and loses nothing written; a
+ * million records are found again within 3 seconds.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "disk_store.h"
+
+#ifndef KVD_TEST_SCRATCH
+#define KVD_TEST_SCRATCH "/tmp"
+#endif
+
+#define BLOCK 1000u /* not a multiple of anything: records straddle pages */
+
+static char dir[512];
+
+static void scratch(void)
+{
+    snprintf(dir, sizeof(dir), "%s/disk-store-XXXXXX", KVD_TEST_SCRATCH);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+}
+
+static void scratch_rm(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* KVD_TEST_DISK_THREADS=1 runs every case on the pool (valgrind does not
+ * follow io_uring's shared rings). */
+static kvd_disk_io_t *io_make(int threads)
+{
+    threads = threads || getenv("KVD_TEST_DISK_THREADS") != NULL;
+    kvd_disk_io_config_t c = {.queue_depth = 16, .threads = 3, .force_threads = threads};
+    kvd_disk_io_t *io;
+    char why[200];
+
+    ck_assert_int_eq(kvd_disk_io_create(&io, &c, why, sizeof(why)), KVD_OK);
+    ck_assert_str_eq(kvd_disk_io_engine(io), threads ? "threads" : "io_uring");
+    return io;
+}
+
+static kvd_disk_store_config_t config(uint64_t layout_id, uint64_t block)
+{
+    kvd_disk_store_config_t c = {.dir = dir,
+                                 .layout_id = layout_id,
+                                 .layout_text = "test layout",
+                                 .block_bytes = block,
+                                 .segment_bytes = 256 << 10, /* a few segments */
+                                 .write_bytes = 64 << 10,
+                                 .max_writes = 4};
+    return c;
+}
+
+static void key_of(uint8_t *k, uint32_t i)
+{
+    memset(k, 0, 32);
+    memcpy(k, &i, 4);
+    k[31] = 0x5a;
+}
+
+static void fill(uint8_t *p, uint32_t i, uint64_t n)
+{
+    uint64_t j;
+    for (j = 0; j < n; j++)
+        p[j] = (uint8_t)(i * 131 + j * 7 + (j >> 8));
+}
+
+/* ---- what the callbacks saw ---------------------------------------------------------- */
+
+#define NMAX 4096
+static kvd_disk_loc_t locs[NMAX];
+static kvd_status_t ast[NMAX];
+static int adone, rdone;
+static kvd_status_t rst[NMAX];
+static uint8_t found_seen[NMAX];
+static uint32_t nfound;
+static uint64_t last_seq;
+static int seq_ordered;
+
+static void on_append(void *arg, kvd_status_t st, kvd_disk_loc_t loc)
+{
+    uint32_t i = (uint32_t)(uintptr_t)arg;
+    ast[i] = st;
+    locs[i] = loc;
+    adone++;
+}
+
+static void on_read(void *arg, kvd_status_t st)
+{
+    rst[(uint32_t)(uintptr_t)arg] = st;
+    rdone++;
+}
+
+static int on_found(void *arg, const kvd_disk_found_t *f)
+{
+    uint32_t i;
+    uint8_t k[32];
+    (void)arg;
+    ck_assert_uint_eq(f->klen, 32);
+    memcpy(&i, f->key, 4);
+    ck_assert_uint_lt(i, NMAX);
+    key_of(k, i);
+    ck_assert_mem_eq(f->key, k, 32);
+    if (i == 0) {
+        ck_assert_ptr_null(f->parent);
+    } else {
+        key_of(k, i - 1);
+        ck_assert_uint_eq(f->plen, 32);
+        ck_assert_mem_eq(f->parent, k, 32);
+    }
+    if (nfound > 0 && f->seq <= last_seq)
+        seq_ordered = 0;
+    last_seq = f->seq;
+    found_seen[i]++;
+    locs[i] = f->loc;
+    nfound++;
+    return 1;
+}
+
+static kvd_disk_store_t *open_store(kvd_disk_io_t *io, const kvd_disk_store_config_t *c)
+{
+    kvd_disk_store_t *s;
+    char why[300];
+    kvd_status_t st;
+
+    memset(found_seen, 0, sizeof(found_seen));
+    nfound = 0;
+    seq_ordered = 1;
+    st = kvd_disk_store_open(&s, c, io, on_found, NULL, why, sizeof(why));
+    ck_assert_msg(st == KVD_OK, "open: %s", why);
+    return s;
+}
+
+/* Append records [0, n) as one chain from data, and wait for them. */
+static void append_all(kvd_disk_io_t *io, kvd_disk_store_t *s, uint8_t *data, uint32_t n,
+                       uint64_t block)
+{
+    uint32_t i;
+    uint8_t k[32], p[32];
+
+    adone = 0;
+    for (i = 0; i < n; i++) {
+        fill(data + (uint64_t)i * block, i, block);
+        key_of(k, i);
+        key_of(p, i - 1);
+        ck_assert_int_eq(kvd_disk_append(s, k, 32, i ? p : NULL, i ? 32 : 0,
+                                         data + (uint64_t)i * block, on_append,
+                                         (void *)(uintptr_t)i),
+                         KVD_OK);
+    }
+    kvd_disk_store_flush(s);
+    while (adone < (int)n)
+        kvd_disk_io_wait(io, 10000);
+}
+
+/* Read record i and compare; the status of the read. */
+static kvd_status_t read_one(kvd_disk_io_t *io, kvd_disk_store_t *s, uint32_t i, uint64_t block)
+{
+    uint8_t k[32], *got = malloc(block), *want = malloc(block);
+    kvd_status_t st;
+
+    key_of(k, i);
+    memset(got, 0xee, block);
+    rdone = 0;
+    ck_assert_int_eq(kvd_disk_read(s, locs[i], k, 32, got, on_read, (void *)(uintptr_t)i),
+                     KVD_OK);
+    while (rdone < 1)
+        kvd_disk_io_wait(io, 10000);
+    st = rst[i];
+    if (st == KVD_OK) {
+        fill(want, i, block);
+        ck_assert_mem_eq(got, want, block);
+    }
+    free(got);
+    free(want);
+    return st;
+}
+
+static void read_all(kvd_disk_io_t *io, kvd_disk_store_t *s, uint32_t from, uint32_t n,
+                     uint64_t block)
+{
+    uint32_t i;
+    uint8_t k[32], *got = malloc((uint64_t)n * block), *want = malloc(block);
+
+    /* all in flight at once: the queue's depth is used */
+    memset(got, 0xee, (uint64_t)n * block);
+    rdone = 0;
+    for (i = 0; i < n; i++) {
+        key_of(k, from + i);
+        ck_assert_int_eq(kvd_disk_read(s, locs[from + i], k, 32, got + (uint64_t)i * block,
+                                       on_read, (void *)(uintptr_t)(from + i)),
+                         KVD_OK);
+    }
+    while (rdone < (int)n)
+        kvd_disk_io_wait(io, 10000);
+    for (i = 0; i < n; i++) {
+        ck_assert_int_eq(rst[from + i], KVD_OK);
+        fill(want, from + i, block);
+        ck_assert_mem_eq(got + (uint64_t)i * block, want, block);
+    }
+    free(got);
+    free(want);
+}
+
+static int count_files(const char *suffix)
+{
+    char cmd[700];
+    FILE *f;
+    int n = 0;
+
+    snprintf(cmd, sizeof(cmd), "ls '%s' | grep -c '%s$'", dir, suffix);
+    f = popen(cmd, "r");
+    if (fscanf(f, "%d", &n) != 1)
+        n = -1;
+    pclose(f);
+    return n;
+}
+
+/* ---- the engines ---------------------------------------------------------------------- */
+
+static void round_trip(int threads, int buffered)
+{
+    kvd_disk_io_t *io;
+    kvd_disk_store_t *s;
+    kvd_disk_store_config_t c;
+    kvd_disk_store_stats_t st;
+    uint32_t n = 600; /* about 3 segments */
+    uint8_t *data = malloc((uint64_t)n * BLOCK);
+
+    scratch();
+    io = io_make(threads);
+    c = config(7, BLOCK);
+    c.buffered = buffered;
+    s = open_store(io, &c);
+    ck_assert_uint_eq(nfound, 0);
+    append_all(io, s, data, n, BLOCK);
+    for (uint32_t i = 0; i < n; i++)
+        ck_assert_int_eq(ast[i], KVD_OK);
+    read_all(io, s, 0, n, BLOCK);
+    kvd_disk_store_stats(s, &st);
+    ck_assert_uint_eq(st.records, n);
+    ck_assert_uint_eq(st.appends, n);
+    ck_assert_uint_eq(st.reads, n);
+    ck_assert_uint_eq(st.checksum_failures, 0);
+    ck_assert_uint_eq(st.io_errors, 0);
+    ck_assert_int_eq(st.direct, !buffered);
+    ck_assert_uint_ge(st.segments, 3);
+    /* large writes: a batch holds many records */
+    ck_assert_uint_lt(st.writes, n / 8);
+    kvd_disk_store_close(&s);
+    ck_assert_int_eq(count_files(".kvd"), count_files(".idx"));
+
+    /* reopened: every record, oldest first, from the indexes */
+    s = open_store(io, &c);
+    ck_assert_uint_eq(nfound, n);
+    ck_assert(seq_ordered);
+    for (uint32_t i = 0; i < n; i++)
+        ck_assert_uint_eq(found_seen[i], 1);
+    kvd_disk_store_stats(s, &st);
+    ck_assert_uint_eq(st.rebuilt_indexes, 0);
+    ck_assert_uint_eq(st.records, n);
+    read_all(io, s, 0, n, BLOCK);
+    kvd_disk_store_close(&s);
+    kvd_disk_io_destroy(&io);
+    free(data);
+    scratch_rm();
+}
+
+START_TEST(uring_direct)
+{
+    round_trip(0, 0);
+}
+END_TEST
+
+START_TEST(threads_direct)
+{
+    round_trip(1, 0);
+}
+END_TEST
+
+START_TEST(threads_buffered)
+{
+    round_trip(1, 1);
+}
+END_TEST
+
+/* The probe answers as the file system does: a real disk takes O_DIRECT;
+ * tmpfs refused it before Linux 6.6 (the daemon then uses the pool and
+ * the page cache). */
+START_TEST(probe_direct)
+{
+    char why[300];
+
+    scratch();
+    ck_assert_int_eq(kvd_disk_probe_direct(dir, why, sizeof(why)), 1);
+    scratch_rm();
+    if (access("/dev/shm", W_OK) == 0) {
+        snprintf(dir, sizeof(dir), "/dev/shm/kvd-probe-XXXXXX");
+        char f[600];
+        int fd, takes;
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        snprintf(f, sizeof(f), "%s/f", dir);
+        fd = open(f, O_RDWR | O_CREAT | O_DIRECT, 0600);
+        takes = fd >= 0;
+        if (fd >= 0)
+            close(fd);
+        unlink(f);
+        ck_assert_int_eq(kvd_disk_probe_direct(dir, why, sizeof(why)), takes);
+        if (!takes)
+            ck_assert_ptr_nonnull(strstr(why, "O_DIRECT"));
+        scratch_rm();
+    }
+}
+END_TEST
+
+/* ---- drops ---------------------------------------------------------------------------- */
+
+START_TEST(drops_survive_reopen)
+{
+    kvd_disk_io_t *io = io_make(0);
+    kvd_disk_store_t *s;
+    kvd_disk_store_config_t c;
+    kvd_disk_store_stats_t st;
+    uint32_t n = 600, i, segs;
+    uint8_t *data = malloc((uint64_t)n * BLOCK);
+
+    scratch();
+    c = config(7, BLOCK);
+    s = open_store(io, &c);
+    append_all(io, s, data, n, BLOCK);
+    kvd_disk_store_stats(s, &st);
+    segs = (uint32_t)st.segments;
+    /* the first segment's records all, and every third other */
+    for (i = 0; i < n; i++)
+        if (KVD_DISK_LOC_SEG(locs[i]) == 1 || i % 3 == 0)
+            kvd_disk_drop(s, locs[i]);
+    while (kvd_disk_io_pending(io) > 0)
+        kvd_disk_io_wait(io, 10000);
+    kvd_disk_store_stats(s, &st);
+    ck_assert_uint_eq(st.segments, segs - 1); /* the first is gone */
+    kvd_disk_store_close(&s);
+    s = open_store(io, &c);
+    for (i = 0; i < n; i++) {
+        int dropped = KVD_DISK_LOC_SEG(locs[i]) == 1 || i % 3 == 0;
+        ck_assert_uint_eq(found_seen[i], dropped ? 0 : 1);
+    }
+    kvd_disk_store_stats(s, &st);
+    ck_assert_uint_eq(st.records, nfound);
+    kvd_disk_store_close(&s);
+    kvd_disk_io_destroy(&io);
+    free(data);
+    scratch_rm();
+}
+END_TEST
+
+/* ---- crashes and damage ------------------------------------------------------------------ */
+
+/* A child writes n records and dies with SIGKILL once they are on disk:
+ * no segment sealed by a close, the open one without its index. */
+static void write_and_die(uint32_t n, uint64_t block, uint64_t layout)
+{
+    pid_t pid = fork();
+    int status;
+
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        kvd_disk_io_t *io = io_make(0);
+        kvd_disk_store_config_t c = config(layout, block);
+        kvd_disk_store_t *s = open_store(io, &c);
+        uint8_t *data = malloc((uint64_t)n * block);
+        append_all(io, s, data, n, block);
+        for (uint32_t i = 0; i < n; i++)
+            if (ast[i] != KVD_OK)
+                _exit(3);
+        kill(getpid(), SIGKILL);
+        _exit(4);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+START_TEST(killed_then_rebuilt)
+{
+    kvd_disk_io_t *io = io_make(0);
+    kvd_disk_store_t *s;
+    kvd_disk_store_config_t c = config(7, BLOCK);
+    kvd_disk_store_stats_t st;
+    uint32_t n = 600, i;
+
+    scratch();
+    write_and_die(n, BLOCK, 7);
+    ck_assert_int_lt(count_files(".idx"), count_files(".kvd"));
+    s = open_store(io, &c);
+    ck_assert_uint_eq(nfound, n);
+    for (i = 0; i < n; i++)
+        ck_assert_uint_eq(found_seen[i], 1);
+    kvd_disk_store_stats(s, &st);
+    ck_assert_uint_ge(st.rebuilt_indexes, 1);
+    read_all(io, s, 0, n, BLOCK);
+    kvd_disk_store_close(&s);
+    /* the rebuilt indexes were kept */
+    s = open_store(io, &c);
+    ck_assert_uint_eq(nfound, n);
+    kvd_disk_store_stats(s, &st);
+    ck_assert_uint_eq(st.rebuilt_indexes, 0);
+    kvd_disk_store_close(&s);
+    kvd_disk_io_destroy(&io);
+    scratch_rm();
+}
+END_TEST
+
+static void flip_byte(const char *name, off_t off)
+{
+    char path[700];
+    int fd;
+    uint8_t b;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pread(fd, &b, 1, off), 1);
+    b ^= 0x10;
+    ck_assert_int_eq(pwrite(fd, &b, 1, off), 1);
+    close(fd);
+}
+
+START_TEST(flipped_byte)
+{
+    kvd_disk_io_t *io = io_make(0);
+    kvd_disk_store_t *s;
+    kvd_disk_store_config_t c = config(7, BLOCK);
+    kvd_disk_store_stats_t st;
+    uint32_t n = 100, i, victim = 37;
+    uint8_t *data = malloc((uint64_t)n * BLOCK);
+    char name[64];
+
+    scratch();
+    s = open_store(io, &c);
+    append_all(io, s, data, n, BLOCK);
+    kvd_disk_store_close(&s);
+    /* a byte of record 37's data, then of segment 1's index */
+    snprintf(name, sizeof(name), "seg-%08u.kvd", KVD_DISK_LOC_SEG(locs[victim]));
+    flip_byte(name, (off_t)KVD_DISK_LOC_OFF(locs[victim]) + KVD_DISK_REC_HDR + 500);
+    s = open_store(io, &c);
+    ck_assert_uint_eq(nfound, n); /* from the index: found, and refused when read */
+    ck_assert_int_eq(read_one(io, s, victim, BLOCK), KVD_EIO);
+    kvd_disk_store_stats(s, &st);
+    ck_assert_uint_eq(st.checksum_failures, 1);
+    for (i = 0; i < n; i++)
+        if (i != victim)
+            ck_assert_int_eq(read_one(io, s, i, BLOCK), KVD_OK);
+    kvd_disk_store_close(&s);
+    /* the index damaged too: the segment is read whole, and the bad
+     * record is left out */
+    snprintf(name, sizeof(name), "seg-%08u.idx", KVD_DISK_LOC_SEG(locs[victim]));
+    flip_byte(name, 70);
+    s = open_store(io, &c);
+    ck_assert_uint_eq(nfound, n - 1);
+    ck_assert_uint_eq(found_seen[victim], 0);
+    kvd_disk_store_stats(s, &st);
+    ck_assert_uint_eq(st.rebuilt_indexes, 1);
+    ck_assert_uint_eq(st.lost_records, 1);
+    kvd_disk_store_close(&s);
+    kvd_disk_io_destroy(&io);
+    free(data);
+    scratch_rm();
+}
+END_TEST
+
+START_TEST(truncated_segment)
+{
+    kvd_disk_io_t *io = io_make(1);
+    kvd_disk_store_t *s;
+    kvd_disk_store_config_t c = config(7, BLOCK);
+    kvd_disk_store_stats_t st;
+    uint32_t n = 200, i, kept = 0;
+    uint8_t *data = malloc((uint64_t)n * BLOCK);
+    char path[700];
+    off_t cut;
+
+    scratch();
+    s = open_store(io, &c);
+    append_all(io, s, data, n, BLOCK);
+    kvd_disk_store_close(&s);
+    /* segment 1 cut in the middle of record 50 */
+    ck_assert_uint_eq(KVD_DISK_LOC_SEG(locs[50]), 1);
+    cut = (off_t)KVD_DISK_LOC_OFF(locs[50]) + 300;
+    snprintf(path, sizeof(path), "%s/seg-00000001.kvd", dir);
+    ck_assert_int_eq(truncate(path, cut), 0);
+    s = open_store(io, &c);
+    for (i = 0; i < n; i++) {
+        if (KVD_DISK_LOC_SEG(locs[i]) == 1 && i >= 50)
+            ck_assert_uint_eq(found_seen[i], 0);
+        else if (KVD_DISK_LOC_SEG(locs[i]) == 1 && (uint64_t)KVD_DISK_LOC_OFF(locs[i]) + 4096 +
+                                                           BLOCK < (uint64_t)cut)
+            ck_assert_uint_eq(found_seen[i], 1);
+        kept += found_seen[i];
+    }
+    kvd_disk_store_stats(s, &st);
+    ck_assert_uint_gt(st.lost_records, 0);
+    for (i = 0; i < n; i++)
+        if (found_seen[i])
+            ck_assert_int_eq(read_one(io, s, i, BLOCK), KVD_OK);
+    ck_assert_uint_eq(kept, nfound);
+    kvd_disk_store_close(&s);
+    kvd_disk_io_destroy(&io);
+    free(data);
+    scratch_rm();
+}
+END_TEST
+
+/* ---- files not to trust -------------------------------------------------------------------- */
+
+START_TEST(untrusted_files)
+{
+    kvd_disk_io_t *io = io_make(0);
+    kvd_disk_store_t *s;
+    kvd_disk_store_config_t c = config(7, BLOCK), other = config(8, BLOCK);
+    kvd_disk_store_stats_t st;
+    uint32_t n = 600, i, bad_owner = 0, bad_mode = 0;
+    uint8_t *data = malloc((uint64_t)n * BLOCK);
+    char path[700], why[300];
+
+    scratch();
+    s = open_store(io, &c);
+    append_all(io, s, data, n, BLOCK);
+    kvd_disk_store_close(&s);
+    /* another layout: every segment skipped */
+    s = open_store(io, &other);
+    ck_assert_uint_eq(nfound, 0);
+    kvd_disk_store_stats(s, &st);
+    ck_assert_uint_ge(st.skipped_files, 3);
+    kvd_disk_store_close(&s);
+    /* segment 1 writable by others; segment 2's drop file another user's
+     * (where this test may change owners) */
+    snprintf(path, sizeof(path), "%s/seg-00000001.kvd", dir);
+    ck_assert_int_eq(chmod(path, 0666), 0);
+    bad_mode = 1;
+    snprintf(path, sizeof(path), "%s/seg-00000002.kvd", dir);
+    if (geteuid() == 0 && chown(path, 65534, 65534) == 0)
+        bad_owner = 2;
+    s = open_store(io, &c);
+    for (i = 0; i < n; i++) {
+        uint32_t g = KVD_DISK_LOC_SEG(locs[i]);
+        ck_assert_uint_eq(found_seen[i], g == bad_mode || g == bad_owner ? 0 : 1);
+    }
+    kvd_disk_store_stats(s, &st);
+    ck_assert_uint_eq(st.skipped_files, bad_owner ? 2 : 1);
+    kvd_disk_store_close(&s);
+    /* the files skipped are left alone */
+    ck_assert_int_eq(access(path, F_OK), 0);
+    /* a directory others may write is refused */
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    ck_assert_int_eq(kvd_disk_store_open(&s, &c, io, on_found, NULL, why, sizeof(why)), KVD_EPERM);
+    ck_assert_ptr_nonnull(strstr(why, "writable by others"));
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+    kvd_disk_io_destroy(&io);
+    free(data);
+    scratch_rm();
+}
+END_TEST
+
+/* ---- a full file system ---------------------------------------------------------------------- */
+
+/* RLIMIT_FSIZE stands in for a small file system: writes past it fail
+ * with EFBIG (SIGXFSZ ignored, as the daemon does). */
+START_TEST(file_system_full)
+{
+    kvd_disk_io_t *io = io_make(0);
+    kvd_disk_store_t *s;
+    kvd_disk_store_config_t c = config(7, BLOCK);
+    kvd_disk_store_stats_t st;
+    struct rlimit rl = {.rlim_cur = 300 << 10, .rlim_max = RLIM_INFINITY};
+    uint32_t n = 600, i, ok = 0, full = 0;
+    uint8_t *data = malloc((uint64_t)n * BLOCK);
+
+    scratch();
+    signal(SIGXFSZ, SIG_IGN);
+    c.segment_bytes = 512 << 10; /* each segment fills up at 300 KiB */
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    s = open_store(io, &c);
+    append_all(io, s, data, n, BLOCK);
+    for (i = 0; i < n; i++) {
+        ck_assert(ast[i] == KVD_OK || ast[i] == KVD_ELIMIT);
+        ok += ast[i] == KVD_OK;
+        full += ast[i] == KVD_ELIMIT;
+    }
+    ck_assert_uint_gt(ok, 100);
+    ck_assert_uint_gt(full, 0);
+    kvd_disk_store_stats(s, &st);
+    ck_assert_uint_eq(st.no_space, full);
+    ck_assert_uint_eq(st.records, ok);
+    for (i = 0; i < n; i++)
+        if (ast[i] == KVD_OK)
+            ck_assert_int_eq(read_one(io, s, i, BLOCK), KVD_OK);
+    kvd_disk_store_close(&s);
+    rl.rlim_cur = RLIM_INFINITY;
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    /* what was written is all there */
+    s = open_store(io, &c);
+    ck_assert_uint_eq(nfound, ok);
+    kvd_disk_store_close(&s);
+    kvd_disk_io_destroy(&io);
+    free(data);
+    scratch_rm();
+}
+END_TEST
+
+/* ---- a million records ------------------------------------------------------------------------ */
+
+static uint32_t big_found;
+static int count_found(void *arg, const kvd_disk_found_t *f)
+{
+    (void)arg;
+    (void)f;
+    big_found++;
+    return 1;
+}
+
+static uint32_t big_done, big_failed;
+static void on_big_append(void *arg, kvd_status_t st, kvd_disk_loc_t loc)
+{
+    (void)arg;
+    (void)loc;
+    big_done++;
+    big_failed += st != KVD_OK;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+START_TEST(million_records_reopen)
+{
+    kvd_disk_io_t *io = io_make(0);
+    kvd_disk_store_t *s;
+    kvd_disk_store_config_t c = config(9, 64);
+    uint32_t n = 1000000, i;
+    uint8_t block[64], k[32], p[32];
+    char why[300];
+    double t0, dt;
+
+    scratch();
+    c.segment_bytes = 64 << 20;
+    c.write_bytes = 4 << 20;
+    ck_assert_int_eq(kvd_disk_store_open(&s, &c, io, count_found, NULL, why, sizeof(why)), KVD_OK);
+    memset(block, 0x3c, sizeof(block));
+    adone = 0;
+    for (i = 0; i < n; i++) {
+        uint32_t ch = i / 1000, j = i % 1000;
+        memset(k, 0, 32);
+        memcpy(k, &ch, 4);
+        memcpy(k + 4, &j, 4);
+        memcpy(p, k, 32);
+        j--;
+        memcpy(p + 4, &j, 4);
+        ck_assert_int_eq(kvd_disk_append(s, k, 32, i % 1000 ? p : NULL, i % 1000 ? 32 : 0, block,
+                                         on_big_append, NULL),
+                         KVD_OK);
+        while (i + 1 - big_done > 100000) /* a bounded queue, as the cache keeps it */
+            kvd_disk_io_wait(io, 10000);
+    }
+    kvd_disk_store_flush(s);
+    while (big_done < n)
+        kvd_disk_io_wait(io, 10000);
+    ck_assert_uint_eq(big_failed, 0);
+    kvd_disk_store_close(&s);
+    big_found = 0;
+    t0 = now_s();
+    ck_assert_int_eq(kvd_disk_store_open(&s, &c, io, count_found, NULL, why, sizeof(why)), KVD_OK);
+    dt = now_s() - t0;
+    ck_assert_uint_eq(big_found, n);
+    fprintf(stderr, "check_disk_store: 1,000,000 records found again in %.2f s\n", dt);
+    ck_assert_msg(dt < 3.0, "reopening took %.2f s", dt);
+    kvd_disk_store_close(&s);
+    kvd_disk_io_destroy(&io);
+    scratch_rm();
+}
+END_TEST
+
+/* One case per test, so that CK_RUN_CASE=name runs one. */
+#define CASE(s, fn)                                                                        \
+    do {                                                                                   \
+        TCase *t = tcase_create(#fn);                                                      \
+        tcase_set_timeout(t, 120);                                                         \
+        tcase_add_test(t, fn);                                                             \
+        suite_add_tcase(s, t);                                                             \
+    } while (0)
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("disk_store");
+
+    CASE(s, uring_direct);
+    CASE(s, threads_direct);
+    CASE(s, threads_buffered);
+    CASE(s, probe_direct);
+    CASE(s, drops_survive_reopen);
+    CASE(s, killed_then_rebuilt);
+    CASE(s, flipped_byte);
+    CASE(s, truncated_segment);
+    CASE(s, untrusted_files);
+    CASE(s, file_system_full);
+    CASE(s, million_records_reopen);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *r = srunner_create(suite());
+    int failed;
+
+    srunner_run_all(r, CK_NORMAL);
+    failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
