@@ -13,10 +13,11 @@ SETUP = os.path.join(ROOT, "deploy", "setup.sh")
 
 # Packages that only the tests use: none may come with the build.
 TEST_ONLY = ["valgrind", "clang", "libclang-rt-dev", "mypy", "python3-torch", "python3-numpy",
-             "python3-pip", "python3-venv", "ucx-utils"]
+             "python3-pip", "python3-venv", "ucx-utils", "fio"]
 # What building needs (CMake refuses to configure without them).
 BUILD = ["build-essential", "cmake", "pkg-config", "libuv1-dev", "libprotobuf-c-dev",
-         "protobuf-c-compiler", "libucx-dev", "libnuma-dev", "check", "libsubunit-dev"]
+         "protobuf-c-compiler", "libucx-dev", "libnuma-dev", "liburing-dev", "check",
+         "libsubunit-dev"]
 
 
 def packages(*args: str) -> list:

@@ -1,0 +1,210 @@
+/*
+ * bench_disk: the disk level's store (daemon/disk/) at full rate on one
+ * directory.  bench_disk.sh runs it beside fio on the same directory.
+ *
+ *   bench_disk DIR [--block BYTES] [--bytes TOTAL] [--depth N]
+ *              [--write-bytes BYTES] [--writes N] [--threads]
+ *
+ * Spill: TOTAL bytes of blocks appended as chains of 64 (what eviction
+ * spills), every record in flight that the store queues, timed from the
+ * first append to the last completion.  Load: every record read back in a
+ * random order, DEPTH reads in flight, each checked (CRC-32C) and copied
+ * out as a load does.  Rates count the blocks' bytes; one line each:
+ *   spill_MBps=... load_MBps=... load_iops=... record_bytes=... read_bytes=...
+ * read_bytes is the aligned range one read moves (what fio's randread
+ * should be run at).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "disk_store.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static uint64_t parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    switch (*end) {
+    case 'k': case 'K': v *= 1024; break;
+    case 'm': case 'M': v *= 1024 * 1024; break;
+    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+    }
+    return (uint64_t)v;
+}
+
+static uint64_t done, failed;
+static kvd_disk_loc_t *locs;
+
+static void on_append(void *arg, kvd_status_t st, kvd_disk_loc_t loc)
+{
+    locs[(uintptr_t)arg] = loc;
+    done++;
+    failed += st != KVD_OK;
+}
+
+static void on_read(void *arg, kvd_status_t st)
+{
+    (void)arg;
+    done++;
+    failed += st != KVD_OK;
+}
+
+static void key_of(uint8_t *k, uint64_t i)
+{
+    memset(k, 0, 32);
+    memcpy(k, &i, 8);
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = NULL;
+    uint64_t block = 2u << 20, total = 1ull << 30, n, i, inflight_max;
+    unsigned depth = 32, writes = 8, threads = 0;
+    uint32_t write_bytes = 8u << 20;
+    kvd_disk_io_t *io;
+    kvd_disk_store_t *s;
+    kvd_disk_io_config_t ic = {0};
+    kvd_disk_store_config_t sc = {0};
+    kvd_disk_store_stats_t st;
+    uint8_t *src, *dst, k[32], p[32];
+    uint64_t *order;
+    char why[300];
+    double t0, spill_s, load_s;
+    int a;
+
+    for (a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "--block") && a + 1 < argc)
+            block = parse_size(argv[++a]);
+        else if (!strcmp(argv[a], "--bytes") && a + 1 < argc)
+            total = parse_size(argv[++a]);
+        else if (!strcmp(argv[a], "--depth") && a + 1 < argc)
+            depth = (unsigned)atoi(argv[++a]);
+        else if (!strcmp(argv[a], "--write-bytes") && a + 1 < argc)
+            write_bytes = (uint32_t)parse_size(argv[++a]);
+        else if (!strcmp(argv[a], "--writes") && a + 1 < argc)
+            writes = (unsigned)atoi(argv[++a]);
+        else if (!strcmp(argv[a], "--threads"))
+            threads = 1;
+        else if (argv[a][0] != '-' && dir == NULL)
+            dir = argv[a];
+        else {
+            fprintf(stderr, "usage: bench_disk DIR [--block B] [--bytes B] [--depth N] "
+                            "[--write-bytes B] [--writes N] [--threads]\n");
+            return 2;
+        }
+    }
+    if (dir == NULL || block < 1 || depth < 1 || (n = total / block) < 1) {
+        fprintf(stderr, "bench_disk: a directory, and --bytes of at least one --block\n");
+        return 2;
+    }
+    ic.queue_depth = depth > writes ? depth : writes;
+    ic.threads = depth;
+    ic.force_threads = (int)threads;
+    if (kvd_disk_io_create(&io, &ic, why, sizeof(why)) != KVD_OK) {
+        fprintf(stderr, "bench_disk: %s\n", why);
+        return 1;
+    }
+    sc.dir = dir;
+    sc.layout_id = 0xbe4c;
+    sc.layout_text = "bench";
+    sc.block_bytes = block;
+    sc.segment_bytes = 1ull << 30;
+    sc.write_bytes = write_bytes;
+    sc.max_writes = writes;
+    sc.buffered = !kvd_disk_probe_direct(dir, why, sizeof(why));
+    if (kvd_disk_store_open(&s, &sc, io, NULL, NULL, why, sizeof(why)) != KVD_OK) {
+        fprintf(stderr, "bench_disk: %s\n", why);
+        return 1;
+    }
+    /* the blocks' bytes: one source buffer per record would not fit; the
+     * copy into the write batch reads a rotating window of 64 blocks */
+    src = malloc(block * 64);
+    dst = malloc(block * depth);
+    locs = calloc(n, sizeof(*locs));
+    order = malloc(n * sizeof(*order));
+    if (src == NULL || dst == NULL || locs == NULL || order == NULL) {
+        fprintf(stderr, "bench_disk: out of memory\n");
+        return 1;
+    }
+    for (i = 0; i < block * 64; i++)
+        src[i] = (uint8_t)(i * 31 + (i >> 12));
+    /* as many appends queued as the store writes at once, and one batch more */
+    inflight_max = ((uint64_t)write_bytes * (writes + 1)) / block + 1;
+    t0 = now_s();
+    for (i = 0; i < n; i++) {
+        key_of(k, i);
+        key_of(p, i - 1);
+        while (i - done >= inflight_max)
+            kvd_disk_io_wait(io, 1000);
+        if (kvd_disk_append(s, k, 32, i % 64 ? p : NULL, i % 64 ? 32 : 0, src + (i % 64) * block,
+                            on_append, (void *)(uintptr_t)i) != KVD_OK) {
+            fprintf(stderr, "bench_disk: append refused\n");
+            return 1;
+        }
+        if (i + 1 == n)
+            kvd_disk_store_flush(s);
+    }
+    while (done < n)
+        kvd_disk_io_wait(io, 1000);
+    spill_s = now_s() - t0;
+    if (failed) {
+        fprintf(stderr, "bench_disk: %llu appends failed\n", (unsigned long long)failed);
+        return 1;
+    }
+    /* drop the page cache's copy where there is one (buffered): a read
+     * should come from the drive */
+    if (sc.buffered)
+        sync();
+    for (i = 0; i < n; i++)
+        order[i] = i;
+    srand(42);
+    for (i = n - 1; i > 0; i--) {
+        uint64_t j = (uint64_t)rand() % (i + 1), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    done = failed = 0;
+    t0 = now_s();
+    for (i = 0; i < n; i++) {
+        while (i - done >= depth)
+            kvd_disk_io_wait(io, 1000);
+        key_of(k, order[i]);
+        if (kvd_disk_read(s, locs[order[i]], k, 32, dst + (i % depth) * block, on_read, NULL) !=
+            KVD_OK) {
+            fprintf(stderr, "bench_disk: read refused\n");
+            return 1;
+        }
+    }
+    while (done < n)
+        kvd_disk_io_wait(io, 1000);
+    load_s = now_s() - t0;
+    kvd_disk_store_stats(s, &st);
+    printf("engine=%s direct=%d block=%llu records=%llu record_bytes=%llu read_bytes=%llu "
+           "write_bytes=%u writes=%u depth=%u\n",
+           kvd_disk_io_engine(io), st.direct, (unsigned long long)block, (unsigned long long)n,
+           (unsigned long long)kvd_disk_store_rec_bytes(s),
+           (unsigned long long)((kvd_disk_store_rec_bytes(s) + 4095) / 4096 * 4096 + 4096),
+           write_bytes, writes, depth);
+    printf("spill_MBps=%.0f load_MBps=%.0f load_iops=%.0f failed_reads=%llu\n",
+           (double)n * block / spill_s / 1e6, (double)n * block / load_s / 1e6,
+           (double)n / load_s, (unsigned long long)failed);
+    kvd_disk_store_close(&s);
+    kvd_disk_io_destroy(&io);
+    free(src);
+    free(dst);
+    free(locs);
+    free(order);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The disk level's store against fio on the same directory, in one run:
+#
+#   tests/bench/bench_disk.sh BUILD DIR [BLOCK] [BYTES] [DEPTH]
+#                                       (default 2m 1g 32)
+#
+# fio (io_uring, O_DIRECT) writes BYTES sequentially in the store's batch
+# size with as many writes in flight as the store keeps (8 of 8 MiB), then
+# reads them at random in the size one record's read takes, DEPTH at once;
+# bench_disk then spills BYTES of BLOCK-sized blocks and loads them all back
+# in a random order, DEPTH at once.  Each line says the rate; the last two
+# say the store's rate as a share of fio's.  DIR must be on the file system
+# the cache directory will use (not tmpfs: O_DIRECT); its files are removed.
+set -euo pipefail
+build=${1:?usage: bench_disk.sh BUILD DIR [BLOCK] [BYTES] [DEPTH]}
+dir=${2:?usage: bench_disk.sh BUILD DIR [BLOCK] [BYTES] [DEPTH]}
+block=${3:-2m}
+bytes=${4:-1g}
+depth=${5:-32}
+bench=$build/tests/bench/bench_disk
+command -v fio >/dev/null || { echo "bench_disk: fio is not installed (deploy/setup.sh --tests)" >&2; exit 2; }
+[ -x "$bench" ] || { echo "bench_disk: $bench not built" >&2; exit 2; }
+work=$(mktemp -d "$dir/bench-disk-XXXXXX")
+chmod 700 "$work"
+trap 'rm -rf "$work"' EXIT
+
+# the store's shape: one record's aligned read size, from a tiny run
+shape=$("$bench" "$work" --block "$block" --bytes "$block" --depth 1 | head -1)
+read_bytes=$(sed -n 's/.*read_bytes=\([0-9]*\).*/\1/p' <<<"$shape")
+rm -rf "${work:?}"/*
+
+rate() { # fio's JSON: the job's bandwidth in MB/s
+  python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; d=j[sys.argv[1]]; print("%.0f %.0f" % (d["bw_bytes"]/1e6, d["iops"]))' "$1"
+}
+fio_w=$(fio --name=seqwrite --directory="$work" --rw=write --bs=8m --size="$bytes" \
+  --ioengine=io_uring --direct=1 --iodepth=8 --output-format=json | rate write)
+fio_r=$(fio --name=seqwrite --directory="$work" --rw=randread --bs="$read_bytes" --size="$bytes" \
+  --ioengine=io_uring --direct=1 --iodepth="$depth" --output-format=json | rate read)
+rm -rf "${work:?}"/*
+out=$("$bench" "$work" --block "$block" --bytes "$bytes" --depth "$depth")
+echo "$out"
+spill=$(sed -n 's/.*spill_MBps=\([0-9]*\).*/\1/p' <<<"$out")
+load=$(sed -n 's/.*load_MBps=\([0-9]*\).*/\1/p' <<<"$out")
+set -- $fio_w
+echo "fio sequential write (8 MiB, depth 8): ${1} MB/s"
+w=$1
+set -- $fio_r
+echo "fio random read ($read_bytes B, depth $depth): ${1} MB/s, ${2} IOPS"
+r=$1
+python3 -c "import sys; s,l,w,r=map(float,sys.argv[1:]); print('spill / fio write: %.0f%%   load / fio read: %.0f%%' % (100*s/w, 100*l/r))" "$spill" "$load" "$w" "$r"
