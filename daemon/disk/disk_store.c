@@ -989,13 +989,13 @@ void kvd_disk_drop(kvd_disk_store_t *s, kvd_disk_loc_t loc)
     s->st.records--;
     s->st.live_bytes -= s->rec_bytes;
     s->st.drops++;
-    if (g->live == 0 && g->sealed) {
-        seg_maybe_finish(s, g); /* the whole segment goes: no drop record needed */
-        if (g->dying || g->jobs > 0 || g->writing > 0)
-            return;
-    }
-    if ((j = calloc(1, sizeof(*j))) == NULL)
+    /* recorded even when it was the segment's last record: the segment is
+     * deleted once this job ends, and a crash before that must not bring
+     * the record back */
+    if ((j = calloc(1, sizeof(*j))) == NULL) {
+        seg_maybe_finish(s, g);
         return;
+    }
     j->s = s;
     j->g = g;
     j->fd = g->fd;
