@@ -20,6 +20,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <pthread.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -304,6 +305,77 @@ END_TEST
 START_TEST(threads_buffered)
 {
     round_trip(1, 1);
+}
+END_TEST
+
+/* The engines alone: errors come back as -errno, a read past the end as
+ * -ENODATA, work before and after runs on an I/O thread, and destroy
+ * waits for what is in flight. */
+static pthread_t main_thread;
+static int off_loop, dones;
+
+static void on_thread_check(kvd_disk_req_t *r)
+{
+    (void)r;
+    off_loop += !pthread_equal(pthread_self(), main_thread);
+}
+
+static void count_done(kvd_disk_req_t *r)
+{
+    (void)r;
+    dones++;
+}
+
+static void engine_alone(int threads)
+{
+    kvd_disk_io_t *io = io_make(threads);
+    kvd_disk_req_t r[4];
+    char path[600], buf[8192], out[8192];
+    int fd;
+
+    scratch();
+    main_thread = pthread_self();
+    off_loop = dones = 0;
+    snprintf(path, sizeof(path), "%s/f", dir);
+    fd = open(path, O_RDWR | O_CREAT, 0600);
+    ck_assert_int_ge(fd, 0);
+    memset(r, 0, sizeof(r));
+    memset(buf, 0x5a, sizeof(buf));
+    r[0] = (kvd_disk_req_t){.op = KVD_DISK_OP_WRITE, .fd = fd, .off = 0, .buf = buf,
+                            .len = sizeof(buf), .before = on_thread_check,
+                            .after = on_thread_check, .done = count_done};
+    r[1] = (kvd_disk_req_t){.op = KVD_DISK_OP_READ, .fd = -1, .buf = out, .len = 512,
+                            .done = count_done};
+    r[2] = (kvd_disk_req_t){.op = KVD_DISK_OP_CALL, .before = on_thread_check, .done = count_done};
+    kvd_disk_io_submit(io, &r[0]);
+    kvd_disk_io_submit(io, &r[1]);
+    kvd_disk_io_submit(io, &r[2]);
+    while (dones < 3)
+        kvd_disk_io_wait(io, 10000);
+    ck_assert_int_eq(r[0].res, (int64_t)sizeof(buf));
+    ck_assert_int_eq(r[1].res, -EBADF);
+    ck_assert_int_eq(r[2].res, 0);
+    ck_assert_int_eq(off_loop, 3);
+    /* past the end: the file is shorter than the read */
+    r[3] = (kvd_disk_req_t){.op = KVD_DISK_OP_READ, .fd = fd, .off = 4096, .buf = out,
+                            .len = 8192, .done = count_done};
+    kvd_disk_io_submit(io, &r[3]);
+    kvd_disk_io_destroy(&io); /* waits, and runs its done */
+    ck_assert_int_eq(dones, 4);
+    ck_assert_int_eq(r[3].res, -ENODATA);
+    close(fd);
+    scratch_rm();
+}
+
+START_TEST(engine_uring)
+{
+    engine_alone(0);
+}
+END_TEST
+
+START_TEST(engine_threads)
+{
+    engine_alone(1);
 }
 END_TEST
 
@@ -717,6 +789,8 @@ static Suite *suite(void)
 {
     Suite *s = suite_create("disk_store");
 
+    CASE(s, engine_uring);
+    CASE(s, engine_threads);
     CASE(s, uring_direct);
     CASE(s, threads_direct);
     CASE(s, threads_buffered);
