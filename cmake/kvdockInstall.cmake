@@ -14,12 +14,13 @@ set(KVD_SYSTEMD_UNIT_DIR "lib/systemd/system" CACHE STRING
 set(KVD_PKG_DIR ${CMAKE_BINARY_DIR}/pkg)
 
 # libkvdock.a: the client objects and the protocol runtime they use (the
-# generated messages and wire.c, which the in-tree kvdock_client gets from
-# the internal kvdock_proto archive) in one archive a consumer can link.
+# generated messages, the framing and the polling rule, which the in-tree
+# kvdock_client gets from the internal kvdock_proto archive) in one archive
+# a consumer can link.
 set(KVD_PROTO_GEN_C ${CMAKE_BINARY_DIR}/proto/gen/kvdock.pb-c.c)
 set_source_files_properties(${KVD_PROTO_GEN_C} PROPERTIES GENERATED TRUE COMPILE_OPTIONS "-w")
 add_library(kvdock_client_pkg STATIC $<TARGET_OBJECTS:kvdock_client_obj>
-  $<TARGET_OBJECTS:kvdock_vocab> ${CMAKE_SOURCE_DIR}/proto/src/wire.c ${KVD_PROTO_GEN_C})
+  $<TARGET_OBJECTS:kvdock_vocab> ${KVD_PROTO_RUNTIME_SOURCES} ${KVD_PROTO_GEN_C})
 add_dependencies(kvdock_client_pkg kvdock_proto)
 target_link_libraries(kvdock_client_pkg PRIVATE kvdock_proto)
 set_target_properties(kvdock_client_pkg PROPERTIES OUTPUT_NAME kvdock
