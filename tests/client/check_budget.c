@@ -355,7 +355,7 @@ START_TEST(test_leases_counted)
     kvd_status_t st = KVD_OK;
     int n = 0;
 
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
     KVT_OK(NULL, kvd_client_create(d.socket, "leaser", &cli));
     KVT_OK(NULL, kvd_client_create(d.socket, "other", &other));
     cache = cache_make(cli, "leased", N);
@@ -430,7 +430,7 @@ START_TEST(test_decode_bounded)
     char msg[300];
     int fd;
 
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", NULL, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", NULL, (int)KVT_MS(10000)), 0);
     KVT_OK(NULL, kvd_client_create(d.socket, "setup", &cli));
     cache = cache_make(cli, "decoded", 1024);
     kvt_pool_make(cli, &p, "dp", 1, 1024, BLOCK, true, 1);
@@ -495,7 +495,7 @@ START_TEST(test_decode_duplicates_refused)
     uint32_t st;
     int fd;
 
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", NULL, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", NULL, (int)KVT_MS(10000)), 0);
     fd = raw_client(d.socket);
     put_tag(&body, 1, 0);
     put_varint(&body, 1);
@@ -530,7 +530,7 @@ START_TEST(test_evict_cost)
     uint64_t cache, tails[100];
     int64_t t0, dt;
 
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", NULL, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", NULL, (int)KVT_MS(10000)), 0);
     KVT_OK(NULL, kvd_client_create(d.socket, "evictor", &cli));
     cache = cache_make(cli, "big", CHAINS * LEN);
     kvt_pool_make(cli, &p, "ep", 1, LEN, BLOCK, true, 1);
@@ -606,7 +606,7 @@ START_TEST(test_pools_off_loop)
     int64_t p99;
 
     ck_assert_ptr_nonnull(pg);
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
     KVT_OK(NULL, kvd_client_create(d.socket, "maker", &cli));
     pg->sock = d.socket;
     ck_assert_int_eq(pthread_create(&t, NULL, ping_loop, pg), 0);
@@ -652,7 +652,7 @@ START_TEST(test_lookup_repeated_key)
     kvd_cache_lookup_result_t res;
     uint64_t cache, keys[3] = {500, 501, 500};
 
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", NULL, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", NULL, (int)KVT_MS(10000)), 0);
     KVT_OK(NULL, kvd_client_create(d.socket, "twice", &cli));
     cache = cache_make(cli, "twice", 16);
     kvt_pool_make(cli, &p, "tp", 1, 16, BLOCK, true, 1);
@@ -705,7 +705,7 @@ START_TEST(test_cache_supplementary_groups)
                       "nobody with a supplementary group");
         return;
     }
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
     ck_assert_int_eq(chmod(d.dir, 0711), 0); /* nobody may reach the socket */
     KVT_OK(NULL, kvd_client_create(d.socket, "owner", &cli));
     memset(&s, 0, sizeof(s));
@@ -898,7 +898,7 @@ START_TEST(test_accounting_under_load)
     int64_t end;
 
     ck_assert_ptr_nonnull(w);
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
     KVT_OK(NULL, kvd_client_create(d.socket, "owner", &owner));
     KVT_OK(owner, kvd_daemon_status(owner, &ds, NULL, 0));
     used0 = ds.host_used;

@@ -309,7 +309,7 @@ START_TEST(test_limits)
     kvd_cache_lookup_result_t r;
     kvd_cache_keys_t k;
 
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
     KVT_OK(NULL, kvd_client_create(d.socket, "limits", &cli));
     id = cache_make(cli, "one", 16, false, NULL);
     cache_make(cli, "two", 16, false, NULL);
@@ -1173,7 +1173,7 @@ START_TEST(test_slab_ahead)
     chain_t c, first;
     int64_t end;
 
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
     KVT_OK(NULL, kvd_client_create(d.socket, "slab-ahead", &cli));
     id = cache_make(cli, "ahead", 3 * 65536, false, NULL);
     pool_make(cli, &p, 256);
@@ -1284,7 +1284,7 @@ START_TEST(test_users_and_sharing)
     extra[2] = "--allow-uids";
     extra[3] = uids;
     extra[4] = NULL;
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
     ck_assert_int_eq(chmod(d.dir, 0711), 0); /* nobody may reach the socket */
     KVT_OK(NULL, kvd_client_create(d.socket, "owner", &cli));
     priv = cache_make(cli, "private", 64, false, NULL);

@@ -392,7 +392,7 @@ START_TEST(test_cli_shared_pool_drop_needs_admin)
                       "(every peer of the daemon's own uid is an admin)");
         return;
     }
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
     /* let nobody reach the socket: through the test's directory (mode
      * 0700 from mkdtemp) to run/, which the daemon made for the group */
     ck_assert_int_eq(chmod(d.dir, 0711), 0);
@@ -773,7 +773,7 @@ START_TEST(test_cli_status_metrics_port)
     ck_assert_ptr_nonnull(strstr(r.out, "\"metrics_address\":\"\""));
     result_free(&r);
 
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
     f = fopen(d.log, "r");
     ck_assert_ptr_nonnull(f);
     while (port == 0 && fgets(line, sizeof(line), f) != NULL) {

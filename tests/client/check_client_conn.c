@@ -39,7 +39,7 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
 static void start(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    ck_assert_msg(kvt_daemon_start(&d, "cpu", NULL, 10000) == 0, "kvdockd did not start");
+    ck_assert_msg(kvt_daemon_start(&d, "cpu", NULL, (int)KVT_MS(10000)) == 0, "kvdockd did not start");
 }
 
 static void stop(void)
@@ -293,7 +293,7 @@ START_TEST(test_refused_client_learns_why)
     kvd_client_t *held[2] = {NULL, NULL}, *c = NULL;
     int limit = 0, other = 0;
 
-    ck_assert_int_eq(kvt_daemon_start(&d1, "cpu", extra, 10000), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d1, "cpu", extra, (int)KVT_MS(10000)), 0);
     /* the daemon full (the harness's own probe may still be leaving) */
     for (int i = 0, n = 0; n < 2 && i < 100; i++) {
         if (kvd_client_create(d1.socket, "holder", &held[n]) == KVD_OK)
