@@ -448,8 +448,7 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
                          kvd__finish_cb finish, const kvd__out_t *out, uint64_t *req_id)
 {
     kvd__pending_t *p = NULL;
-    uint8_t *frame = NULL;
-    size_t frame_len = 0;
+    kvd_frame_gather_t frame = {0};
     kvd_status_t st;
     int64_t deadline;
     uint64_t max_frame;
@@ -494,17 +493,19 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
     max_frame = cli->info.limits.max_frame_bytes;
     pthread_mutex_unlock(&cli->mu);
 
-    st = kvd_frame_pack(&req->base, &frame, &frame_len);
+    /* the request's large bytes fields go from the caller's memory, which
+     * stays put until this call returns */
+    st = kvd_frame_gather(&req->base, &frame);
     if (st != KVD_OK) {
         kvd__client_fail(cli, st, "cannot encode the %s request", kvd_op_name(p->op));
         goto fail;
     }
-    if (max_frame > 0 && frame_len - KVD_FRAME_HEADER_BYTES > max_frame) {
+    if (max_frame > 0 && frame.total - KVD_FRAME_HEADER_BYTES > max_frame) {
         st = kvd__client_fail(
             cli, KVD_ETOOBIG,
             "%s request of %zu bytes exceeds the daemon's maximum frame of %llu bytes "
             "(use a registered buffer for large operands)",
-            kvd_op_name(p->op), frame_len - KVD_FRAME_HEADER_BYTES, (unsigned long long)max_frame);
+            kvd_op_name(p->op), frame.total - KVD_FRAME_HEADER_BYTES, (unsigned long long)max_frame);
         goto fail;
     }
 
@@ -519,10 +520,9 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
     pthread_mutex_unlock(&cli->mu);
 
     pthread_mutex_lock(&cli->send_mu);
-    st = kvd_sock_send_all(cli->sock, frame, frame_len, fds, nfds);
+    st = kvd_sock_send_iov(cli->sock, frame.iov, frame.iovcnt, fds, nfds);
     pthread_mutex_unlock(&cli->send_mu);
-    free(frame);
-    frame = NULL;
+    kvd_frame_gather_free(&frame);
     if (st != KVD_OK) {
         size_t at;
 
@@ -551,7 +551,7 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
     return KVD_OK;
 
 fail:
-    free(frame);
+    kvd_frame_gather_free(&frame);
     /* The caller keeps what it passed: do not free its ping copy here. */
     free(p);
     return st;

@@ -142,6 +142,165 @@ kvd_status_t kvd_sock_send_all(int sock, const void *buf, size_t len, const int 
     return KVD_OK;
 }
 
+/* The gathering buffer: small appends are copied into buf; a large one
+ * becomes a piece of its own, sent from where it lies.  Pieces name the
+ * copied runs by offset, since buf may move as it grows. */
+typedef struct gather_buf {
+    ProtobufCBuffer base;
+    kvd_frame_gather_t *g;
+    struct {
+        const uint8_t *ref; /* NULL: the copied run [off, off + len) of buf */
+        size_t off, len;
+    } piece[KVD_FRAME_GATHER_IOV];
+    int npieces;
+    size_t mark; /* where in buf the current copied run starts */
+    int failed;
+} gather_buf_t;
+
+static void gather_copy(gather_buf_t *b, size_t len, const uint8_t *data)
+{
+    kvd_frame_gather_t *g = b->g;
+
+    if (g->len + len > g->cap) {
+        size_t cap = g->cap * 2 > g->len + len ? g->cap * 2 : g->len + len;
+        uint8_t *nb = realloc(g->buf, cap);
+
+        if (nb == NULL) {
+            b->failed = 1;
+            return;
+        }
+        g->buf = nb;
+        g->cap = cap;
+    }
+    memcpy(g->buf + g->len, data, len);
+    g->len += len;
+}
+
+static void gather_append(ProtobufCBuffer *base, size_t len, const uint8_t *data)
+{
+    gather_buf_t *b = (gather_buf_t *)base;
+    kvd_frame_gather_t *g = b->g;
+
+    if (b->failed)
+        return;
+    /* a large run goes by reference while room is left for it, the copied
+     * run before it and the one after */
+    if (len >= KVD_FRAME_GATHER_MIN && b->npieces + 3 <= KVD_FRAME_GATHER_IOV) {
+        if (g->len > b->mark) {
+            b->piece[b->npieces].ref = NULL;
+            b->piece[b->npieces].off = b->mark;
+            b->piece[b->npieces].len = g->len - b->mark;
+            b->npieces++;
+        }
+        b->piece[b->npieces].ref = data;
+        b->piece[b->npieces].len = len;
+        b->npieces++;
+        b->mark = g->len;
+        return;
+    }
+    gather_copy(b, len, data);
+}
+
+kvd_status_t kvd_frame_gather(const ProtobufCMessage *msg, kvd_frame_gather_t *g)
+{
+    gather_buf_t b;
+    size_t n, packed;
+    int i;
+
+    if (msg == NULL || g == NULL)
+        return KVD_ENULL;
+    memset(g, 0, sizeof(*g));
+    n = protobuf_c_message_get_packed_size(msg);
+    if (n > UINT32_MAX)
+        return KVD_ETOOBIG;
+    g->cap = n + KVD_FRAME_HEADER_BYTES < 4096 ? n + KVD_FRAME_HEADER_BYTES : 4096;
+    if ((g->buf = malloc(g->cap)) == NULL)
+        return KVD_ENOMEM;
+    g->buf[0] = (uint8_t)(n & 0xff);
+    g->buf[1] = (uint8_t)((n >> 8) & 0xff);
+    g->buf[2] = (uint8_t)((n >> 16) & 0xff);
+    g->buf[3] = (uint8_t)((n >> 24) & 0xff);
+    g->len = KVD_FRAME_HEADER_BYTES;
+    memset(&b, 0, sizeof(b));
+    b.base.append = gather_append;
+    b.g = g;
+    packed = protobuf_c_message_pack_to_buffer(msg, &b.base);
+    if (b.failed) {
+        kvd_frame_gather_free(g);
+        return KVD_ENOMEM;
+    }
+    if (packed != n) {
+        kvd_frame_gather_free(g);
+        return KVD_EINTERNAL;
+    }
+    if (g->len > b.mark) {
+        b.piece[b.npieces].ref = NULL;
+        b.piece[b.npieces].off = b.mark;
+        b.piece[b.npieces].len = g->len - b.mark;
+        b.npieces++;
+    }
+    for (i = 0; i < b.npieces; i++) {
+        g->iov[i].iov_base = b.piece[i].ref != NULL ? (void *)b.piece[i].ref
+                                                    : (void *)(g->buf + b.piece[i].off);
+        g->iov[i].iov_len = b.piece[i].len;
+    }
+    g->iovcnt = b.npieces;
+    g->total = KVD_FRAME_HEADER_BYTES + n;
+    return KVD_OK;
+}
+
+void kvd_frame_gather_free(kvd_frame_gather_t *g)
+{
+    if (g == NULL)
+        return;
+    free(g->buf);
+    memset(g, 0, sizeof(*g));
+}
+
+kvd_status_t kvd_sock_send_iov(int sock, const struct iovec *iov, int iovcnt, const int *fds,
+                               int nfds)
+{
+    struct iovec v[KVD_FRAME_GATHER_IOV];
+    int at = 0, first = 1;
+
+    if (sock < 0 || iovcnt < 1 || iovcnt > KVD_FRAME_GATHER_IOV || iov == NULL)
+        return KVD_EINVAL;
+    if (nfds < 0 || nfds > KVD_MAX_FDS_PER_FRAME || (nfds > 0 && fds == NULL))
+        return KVD_EINVAL;
+    memcpy(v, iov, (size_t)iovcnt * sizeof(*v));
+    while (at < iovcnt) {
+        ssize_t n;
+
+        if (v[at].iov_len == 0) {
+            at++;
+            continue;
+        }
+        n = kvd_sock_sendmsg(sock, v + at, iovcnt - at, fds, first ? nfds : 0, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (wait_writable(sock) < 0)
+                    return KVD_EIO;
+                continue;
+            }
+            if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)
+                return KVD_ECONN;
+            return KVD_EIO;
+        }
+        first = 0; /* the descriptors went with the first byte sent */
+        while (at < iovcnt && (size_t)n >= v[at].iov_len) {
+            n -= (ssize_t)v[at].iov_len;
+            at++;
+        }
+        if (at < iovcnt) {
+            v[at].iov_base = (uint8_t *)v[at].iov_base + n;
+            v[at].iov_len -= (size_t)n;
+        }
+    }
+    return KVD_OK;
+}
+
 ssize_t kvd_sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int max_fds)
 {
     struct msghdr mh;

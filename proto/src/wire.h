@@ -46,6 +46,31 @@ kvd_parse_t kvd_frame_parse(const uint8_t *buf, size_t len, uint64_t max_frame,
 /* Serialize msg into a new malloc'd frame (header + payload). */
 kvd_status_t kvd_frame_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *out_len);
 
+/* A frame gathered, not copied: header and small fields in buf, each
+ * bytes field of at least KVD_FRAME_GATHER_MIN bytes sent from the
+ * message's own memory (which must stay unchanged until the frame is
+ * sent).  iov[0..iovcnt) is the frame; kvd_frame_gather_free frees buf. */
+#define KVD_FRAME_GATHER_MIN 2048u
+#define KVD_FRAME_GATHER_IOV 16
+typedef struct kvd_frame_gather {
+    uint8_t *buf;
+    size_t len, cap, total;
+    struct iovec iov[KVD_FRAME_GATHER_IOV];
+    int iovcnt;
+} kvd_frame_gather_t;
+
+/* Pack msg as a frame into *g (which need not be initialized).  total is
+ * the frame's length, header included. */
+kvd_status_t kvd_frame_gather(const ProtobufCMessage *msg, kvd_frame_gather_t *g);
+void kvd_frame_gather_free(kvd_frame_gather_t *g);
+
+/*
+ * kvd_sock_send_all over iovcnt buffers (at most KVD_FRAME_GATHER_IOV),
+ * in as few sendmsg calls as the socket takes.
+ */
+kvd_status_t kvd_sock_send_iov(int sock, const struct iovec *iov, int iovcnt, const int *fds,
+                               int nfds);
+
 /*
  * One sendmsg of the iovcnt buffers in iov with nfds descriptors (0 to
  * KVD_MAX_FDS_PER_FRAME) as SCM_RIGHTS data on the first byte,

@@ -624,6 +624,82 @@ START_TEST(test_send_large)
 }
 END_TEST
 
+START_TEST(test_frame_gather)
+{
+    /* a gathered frame holds the bytes kvd_frame_pack makes, whether its
+     * large fields go by reference (a few) or are copied (past the iovec
+     * cap), and arrives whole through a socket smaller than it */
+    static const unsigned nkeys[] = {0, 1, 3, 40};
+    for (size_t t = 0; t < sizeof(nkeys) / sizeof(nkeys[0]); t++) {
+        Kvdock__Request req = KVDOCK__REQUEST__INIT;
+        Kvdock__CacheLookup cl = KVDOCK__CACHE_LOOKUP__INIT;
+        Kvdock__CacheKeys ck = KVDOCK__CACHE_KEYS__INIT;
+        ProtobufCBinaryData keys[40];
+        uint8_t *data = malloc(40 * 5000), *flat, *got, *packed = NULL;
+        size_t packed_len = 0, at = 0, n = 0;
+        kvd_frame_gather_t g;
+        int sv[2], sz = 4096;
+
+        for (size_t i = 0; i < 40 * 5000; i++)
+            data[i] = (uint8_t)(i * 13 + t);
+        for (unsigned i = 0; i < nkeys[t]; i++) {
+            keys[i].data = data + i * 5000;
+            keys[i].len = i % 2 ? 5000 : 7; /* large and small in turn */
+        }
+        ck.n_keys = nkeys[t];
+        ck.keys = keys;
+        ck.key_size = 9;
+        cl.cache = 77;
+        cl.keys = &ck;
+        cl.lease_ms = 300;
+        req.id = 5;
+        req.op_case = KVDOCK__REQUEST__OP_CACHE_LOOKUP;
+        req.cache_lookup = &cl;
+        ck_assert_int_eq(kvd_frame_pack(&req.base, &packed, &packed_len), KVD_OK);
+        ck_assert_int_eq(kvd_frame_gather(&req.base, &g), KVD_OK);
+        ck_assert_uint_eq(g.total, packed_len);
+        ck_assert_int_ge(g.iovcnt, 1);
+        ck_assert_int_le(g.iovcnt, KVD_FRAME_GATHER_IOV);
+        flat = malloc(packed_len);
+        for (int i = 0; i < g.iovcnt; i++) {
+            ck_assert_uint_le(at + g.iov[i].iov_len, packed_len);
+            memcpy(flat + at, g.iov[i].iov_base, g.iov[i].iov_len);
+            at += g.iov[i].iov_len;
+        }
+        ck_assert_uint_eq(at, packed_len);
+        ck_assert_mem_eq(flat, packed, packed_len);
+
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        ck_assert_int_eq(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz)), 0);
+        got = malloc(packed_len);
+        if (fork() == 0) {
+            close(sv[1]);
+            _exit(kvd_sock_send_iov(sv[0], g.iov, g.iovcnt, NULL, 0) == KVD_OK ? 0 : 1);
+        }
+        close(sv[0]);
+        while (n < packed_len) {
+            ssize_t r = kvd_sock_recv(sv[1], got + n, packed_len - n, NULL, NULL, 0);
+            ck_assert_int_gt(r, 0);
+            n += (size_t)r;
+        }
+        ck_assert_mem_eq(got, packed, packed_len);
+        close(sv[1]);
+        kvd_frame_gather_free(&g);
+        free(got);
+        free(flat);
+        free(packed);
+        free(data);
+    }
+    {
+        struct iovec v = {"x", 1};
+        ck_assert_int_eq(kvd_sock_send_iov(-1, &v, 1, NULL, 0), KVD_EINVAL);
+        ck_assert_int_eq(kvd_sock_send_iov(0, &v, 0, NULL, 0), KVD_EINVAL);
+        ck_assert_int_eq(kvd_sock_send_iov(0, &v, KVD_FRAME_GATHER_IOV + 1, NULL, 0),
+                         KVD_EINVAL);
+    }
+}
+END_TEST
+
 /* ---- default socket path ------------------------------------------------- */
 
 START_TEST(test_default_socket_path)
@@ -788,6 +864,7 @@ static Suite *wire_suite(void)
     tcase_add_test(tc, test_sock_errors);
     tcase_add_test(tc, test_sendmsg_gathers);
     tcase_add_test(tc, test_send_large);
+    tcase_add_test(tc, test_frame_gather);
     tcase_add_test(tc, test_default_socket_path);
     tcase_add_test(tc, test_system_socket_path);
     tcase_add_test(tc, test_utf8);
