@@ -314,7 +314,9 @@ void kvd__arena_init(kvd_arena_t *a, kvd_conn_t *c)
     }
 }
 
-void *kvd__arena_alloc(kvd_arena_t *a, size_t size)
+/* size bytes of a's, zeroed when zero is set (the decoder writes every
+ * byte it asks for: a 32 KiB bytes field is not cleared first). */
+static void *arena_take(kvd_arena_t *a, size_t size, int zero)
 {
     uint64_t need = round_up(size ? size : 1);
     void *p;
@@ -352,7 +354,8 @@ void *kvd__arena_alloc(kvd_arena_t *a, size_t size)
         a->charged += want;
         a->cur = (uint8_t *)ch + CHUNK_HEADER;
         a->left = want - CHUNK_HEADER;
-    } else if (a->first != NULL && a->cur >= a->first && a->cur < a->first + KVD_ARENA_FIRST) {
+    } else if (zero && a->first != NULL && a->cur >= a->first &&
+               a->cur < a->first + KVD_ARENA_FIRST) {
         memset(a->cur, 0, need); /* the server's chunk is reused; mapped ones start zeroed */
     }
     p = a->cur;
@@ -360,6 +363,11 @@ void *kvd__arena_alloc(kvd_arena_t *a, size_t size)
     a->left -= need;
     a->used += need;
     return p;
+}
+
+void *kvd__arena_alloc(kvd_arena_t *a, size_t size)
+{
+    return arena_take(a, size, 1);
 }
 
 void kvd__arena_deinit(kvd_arena_t *a)
@@ -378,7 +386,7 @@ void kvd__arena_deinit(kvd_arena_t *a)
 
 static void *pb_alloc(void *data, size_t size)
 {
-    return kvd__arena_alloc(data, size);
+    return arena_take(data, size, 0);
 }
 
 static void pb_free(void *data, void *p)

@@ -886,6 +886,39 @@ static kvd_status_t lookup_ask(kvd_req_t *r, kvd_cache_t *k, const keys_t *ks, u
     return KVD_OK;
 }
 
+/* A chain whose first key is not in k, and whose form get_keys would take
+ * (else 0, and get_keys says what is wrong): its key count in *n.  Such a
+ * lookup is answered from the first key alone, without a table of the
+ * rest: a chain that misses at once costs what a one-key lookup does. */
+static int first_key_missing(kvd_cache_t *k, const Kvdock__CacheKeys *ck, uint32_t *n)
+{
+    const uint8_t *key;
+    size_t len, i, count;
+    uint32_t id;
+
+    if (ck == NULL || (ck->n_keys > 0) == (ck->blob.len > 0))
+        return 0;
+    if (ck->blob.len > 0) {
+        if (ck->key_size < 1 || ck->key_size > KVD_CACHE_KEY_MAX ||
+            ck->blob.len % ck->key_size != 0)
+            return 0;
+        count = ck->blob.len / ck->key_size;
+        key = ck->blob.data;
+        len = ck->key_size;
+    } else {
+        count = ck->n_keys;
+        for (i = 0; i < count && i <= MAX_KEYS; i++)
+            if (ck->keys[i].len < 1 || ck->keys[i].len > KVD_CACHE_KEY_MAX)
+                return 0;
+        key = ck->keys[0].data;
+        len = ck->keys[0].len;
+    }
+    if (count > MAX_KEYS || kvd_cache_lookup(&k->store, &key, &len, 1, 0, &id) != 0)
+        return 0;
+    *n = (uint32_t)count;
+    return 1;
+}
+
 kvd_status_t kvd__op_cache_lookup(kvd_req_t *r)
 {
     const Kvdock__CacheLookup *cl = r->req->cache_lookup;
@@ -895,8 +928,24 @@ kvd_status_t kvd__op_cache_lookup(kvd_req_t *r)
     uint32_t *ids = NULL, hits;
     kvd_status_t st;
 
-    if ((st = find_cache(r, cl->cache, NULL, 1, &k)) != KVD_OK ||
-        (st = get_keys(r, cl->keys, 0, &ks)) != KVD_OK)
+    if ((st = find_cache(r, cl->cache, NULL, 1, &k)) != KVD_OK)
+        return st;
+    if (!(k->cluster && kvd_cluster_live(r->srv->cluster)) &&
+        first_key_missing(k, cl->keys, &ks.n)) {
+        if (cl->lease && r->conn->nleases >= r->srv->opts.max_leases)
+            return kvd__req_fail(r, KVD_ELIMIT, "this client holds %u leases already "
+                                 "(max-leases)", r->conn->nleases);
+        if ((rep = kvd__req_alloc(r, sizeof(*rep))) == NULL)
+            return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+        kvdock__cache_lookup_reply__init(rep);
+        if ((st = lookup_reply(r->srv, r->conn, k, cl, NULL, 0, ks.n, 0, NULL, rep, r->msg,
+                               sizeof(r->msg))) != KVD_OK)
+            return st;
+        r->resp.result_case = KVDOCK__RESPONSE__RESULT_CACHE_LOOKUP;
+        r->resp.cache_lookup = rep;
+        return KVD_OK;
+    }
+    if ((st = get_keys(r, cl->keys, 0, &ks)) != KVD_OK)
         return st;
     if (cl->lease && r->conn->nleases >= r->srv->opts.max_leases)
         return kvd__req_fail(r, KVD_ELIMIT, "this client holds %u leases already (max-leases)",

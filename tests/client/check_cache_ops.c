@@ -393,6 +393,64 @@ START_TEST(test_save_lookup_load)
 }
 END_TEST
 
+START_TEST(test_lookup_first_missing)
+{
+    /* a chain whose first key is missing is answered from that key, yet
+     * counted whole; a chain the daemon would refuse is refused still */
+    kvd_client_t *cli = kvt_connect("cache-firstmiss");
+    uint64_t rng = 3, id = cache_make(cli, "firstmiss", 64, false, NULL);
+    kvd_cache_lookup_result_t r;
+    kvd_cache_keys_t k;
+    kvd_cache_info_t st;
+    kvd_op_result_t res;
+    kvt_pool_t p;
+    chain_t c;
+    const void *list[3];
+    size_t lens[3];
+    uint8_t big[KVD_CACHE_KEY_MAX + 1];
+
+    pool_make(cli, &p, 8);
+    chain_make(&c, 200, NULL, 0, &rng);
+    ck_assert_uint_eq(hits(cli, id, &c, 0, 200), 0);
+    KVT_OK(cli, save(cli, id, &p, &c, 0, 8, 0, &res));
+    ck_assert_uint_eq(hits(cli, id, &c, 0, 200), 8);
+    ck_assert_uint_eq(hits(cli, id, &c, 100, 100), 0);
+    k = keys_of(&c, 100, 100);
+    KVT_OK(cli, kvd_cache_lookup(cli, id, &k, true, 0, &r));
+    ck_assert_uint_eq(r.hits, 0);
+    ck_assert_uint_eq(r.lease, 0);
+    /* keys of another size: 9 keys of 33 bytes, none present */
+    k = keys_of(&c, 100, 10);
+    k.key_size = 33;
+    k.count = 9;
+    KVT_OK(cli, kvd_cache_lookup(cli, id, &k, false, 0, &r));
+    ck_assert_uint_eq(r.hits, 0);
+    /* a list whose first key is missing and whose third is too long */
+    memset(big, 7, sizeof(big));
+    list[0] = c.keys[150];
+    list[1] = c.keys[151];
+    list[2] = big;
+    lens[0] = lens[1] = KEY;
+    lens[2] = sizeof(big);
+    memset(&k, 0, sizeof(k));
+    k.keys = list;
+    k.lens = lens;
+    k.count = 3;
+    KVT_ERR(cli, kvd_cache_lookup(cli, id, &k, false, 0, &r), KVD_EINVAL);
+    lens[2] = KEY;
+    list[2] = c.keys[0];
+    KVT_OK(cli, kvd_cache_lookup(cli, id, &k, false, 0, &r));
+    ck_assert_uint_eq(r.hits, 0);
+    st = stats(cli, id);
+    ck_assert_uint_eq(st.lookups, 6);
+    ck_assert_uint_eq(st.keys_asked, 200 + 200 + 100 + 100 + 9 + 3);
+    ck_assert_uint_eq(st.keys_hit, 8);
+    kvt_pool_free(cli, &p);
+    KVT_OK(cli, kvd_cache_drop(cli, id, NULL));
+    kvd_client_destroy(&cli);
+}
+END_TEST
+
 START_TEST(test_mla_and_key_forms)
 {
     /* an MLA cache; keys as a list of varied lengths; a reply at enqueue */
@@ -1361,6 +1419,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_create_and_manage);
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_save_lookup_load);
+    tcase_add_test(tc, test_lookup_first_missing);
     tcase_add_test(tc, test_mla_and_key_forms);
     tcase_add_test(tc, test_layer_flags);
     tcase_add_test(tc, test_bad_input);
