@@ -9,7 +9,9 @@
  *             resident memory per block of the large one beyond its
  *             slabs' bytes (from /proc: run it on the daemon's machine).
  *             Targets: p50 <= 30 us, the 1M figure <= 1.2 times the 10K
- *             one, < 200 bytes a block.  Any backend.
+ *             one, < 200 bytes a block.  Then a ping, a lookup of a chain
+ *             whose first key is missing and of that key alone, in turn:
+ *             the missing chain at most 1.5 times the ping.  Any backend.
  *
  *   transfer  (cuda) blocks of --tokens tokens x --layers layers x K and V
  *             x --token-bytes rows (16 x 32 x 2 KiB: 2 MiB a block, 32 KiB
@@ -130,6 +132,8 @@ typedef struct lookup_res {
     uint64_t small_blocks, large_blocks;
     double ratio;
     double bytes_per_block; /* < 0: not measured */
+    kvd__bench_lat_t ping, miss, miss1; /* a ping; a chain missing at its first key; one key */
+    double miss_ratio;                  /* miss p50 over ping p50 */
 } lookup_res_t;
 
 /* Save chains [from, to) of CHAIN keys from the pool's pages 0..CHAIN-1. */
@@ -194,6 +198,56 @@ static kvd_status_t time_lookups(kvd_client_t *cli, const uint64_t cache[2],
     free(keys);
     free(v[0]);
     free(v[1]);
+    return st;
+}
+
+/* n rounds of a ping, a lookup of a CHAIN-key chain whose first key is
+ * missing from cache and a lookup of that one key, in turn (so that the
+ * machine weighs on the three alike). */
+static kvd_status_t time_misses(kvd_client_t *cli, uint64_t cache, uint64_t n,
+                                kvd__bench_lat_t out[3])
+{
+    uint8_t *keys = malloc((size_t)CHAIN * KEY);
+    double *v[3] = {malloc((size_t)n * sizeof(double)), malloc((size_t)n * sizeof(double)),
+                    malloc((size_t)n * sizeof(double))};
+    uint64_t warm = n / 10;
+    kvd_status_t st = KVD_OK;
+
+    if (keys == NULL || v[0] == NULL || v[1] == NULL || v[2] == NULL) {
+        free(keys);
+        for (int j = 0; j < 3; j++)
+            free(v[j]);
+        return KVD_ENOMEM;
+    }
+    for (uint64_t i = 0; i < n + warm && st == KVD_OK; i++) {
+        kvd_cache_lookup_result_t r;
+        double t[4];
+
+        chain_keys(keys, 5000000000ull + i, CHAIN);
+        kvd_cache_keys_t k = blob_keys(keys, CHAIN), k1 = blob_keys(keys, 1);
+        t[0] = kvd__cli_now_us();
+        st = kvd_ping(cli, NULL, 0);
+        t[1] = kvd__cli_now_us();
+        if (st == KVD_OK)
+            st = kvd_cache_lookup(cli, cache, &k, false, 0, &r);
+        t[2] = kvd__cli_now_us();
+        if (st == KVD_OK && r.hits != 0)
+            st = KVD_EPROTO;
+        if (st == KVD_OK)
+            st = kvd_cache_lookup(cli, cache, &k1, false, 0, &r);
+        t[3] = kvd__cli_now_us();
+        if (st == KVD_OK && r.hits != 0)
+            st = KVD_EPROTO;
+        if (i >= warm)
+            for (int j = 0; j < 3; j++)
+                v[j][i - warm] = t[j + 1] - t[j];
+    }
+    if (st == KVD_OK)
+        for (int j = 0; j < 3; j++)
+            kvd__bench_lat(&out[j], v[j], n);
+    free(keys);
+    for (int j = 0; j < 3; j++)
+        free(v[j]);
     return st;
 }
 
@@ -265,6 +319,16 @@ static int run_lookup(kvd_client_t *cli, const opts_t *o, lookup_res_t *r)
     r->small = lat[0];
     r->large = lat[1];
     r->ratio = r->large.p50 / r->small.p50;
+    {
+        kvd__bench_lat_t m[3];
+
+        if ((st = time_misses(cli, cache[1], o->lookups, m)) != KVD_OK)
+            return fail(cli, st, "missing lookups");
+        r->ping = m[0];
+        r->miss = m[1];
+        r->miss1 = m[2];
+        r->miss_ratio = r->miss.p50 / r->ping.p50;
+    }
     /* resident growth with the large cache, less its slabs' touched bytes
      * (memfd on cpu: RssShmem; pinned on cuda: anonymous, so the bytes) */
     r->bytes_per_block = -1;
@@ -294,15 +358,23 @@ static void print_lookup(const lookup_res_t *r)
     if (r->bytes_per_block >= 0)
         printf("  daemon memory beyond the slabs: %.0f bytes a block (target < 200)\n",
                r->bytes_per_block);
+    printf("a chain missing at its first key, beside a ping, p50 / p99 us:\n");
+    printf("  ping                       %7.1f / %7.1f\n", r->ping.p50, r->ping.p99);
+    printf("  %4d keys, the first missing %7.1f / %7.1f\n", CHAIN, r->miss.p50, r->miss.p99);
+    printf("  1 key, missing             %7.1f / %7.1f\n", r->miss1.p50, r->miss1.p99);
+    printf("  ratio to a ping %.2f (target <= 1.5)\n", r->miss_ratio);
 }
 
 static void json_lookup(const lookup_res_t *r)
 {
     printf("\"lookup\":{\"chain\":%d,\"small_blocks\":%" PRIu64 ",\"small_p50_us\":%.2f,"
            "\"small_p99_us\":%.2f,\"large_blocks\":%" PRIu64 ",\"large_p50_us\":%.2f,"
-           "\"large_p99_us\":%.2f,\"ratio\":%.3f,\"bytes_per_block\":%.1f}",
+           "\"large_p99_us\":%.2f,\"ratio\":%.3f,\"bytes_per_block\":%.1f,"
+           "\"ping_p50_us\":%.2f,\"miss_first_p50_us\":%.2f,\"miss_one_p50_us\":%.2f,"
+           "\"miss_ratio\":%.3f}",
            CHAIN, r->small_blocks, r->small.p50, r->small.p99, r->large_blocks, r->large.p50,
-           r->large.p99, r->ratio, r->bytes_per_block);
+           r->large.p99, r->ratio, r->bytes_per_block, r->ping.p50, r->miss.p50, r->miss1.p50,
+           r->miss_ratio);
 }
 
 /* ------------------------------------------------------------------------ */
