@@ -11,7 +11,7 @@
 
 /* ---- the client's account ------------------------------------------------------ */
 
-kvd_status_t kvd__account_charge(kvd_conn_t *c, int kind, uint64_t bytes, char *why,
+kvd_status_t kvd__account_charge(kvd__conn_t *c, int kind, uint64_t bytes, char *why,
                                  size_t why_len)
 {
     kvd_server_t *srv = c->srv;
@@ -34,7 +34,7 @@ kvd_status_t kvd__account_charge(kvd_conn_t *c, int kind, uint64_t bytes, char *
     return KVD_OK;
 }
 
-void kvd__account_release(kvd_conn_t *c, int kind, uint64_t bytes)
+void kvd__account_release(kvd__conn_t *c, int kind, uint64_t bytes)
 {
     bytes = bytes < c->held ? bytes : c->held;
     c->held -= bytes;
@@ -300,7 +300,7 @@ struct kvd_arena_chunk {
 
 #define CHUNK_HEADER round_up(sizeof(struct kvd_arena_chunk))
 
-void kvd__arena_init(kvd_arena_t *a, kvd_conn_t *c)
+void kvd__arena_init(kvd_arena_t *a, kvd__conn_t *c)
 {
     kvd_server_t *srv = c->srv;
 

@@ -26,15 +26,15 @@
 
 #include "kvdock/status.h"
 
-typedef struct kvd_conn kvd_conn_t;
+typedef struct kvd__conn kvd__conn_t;
 typedef struct kvd_server kvd_server_t;
 
 /* Charge bytes of kind (KVD_HM_LEASES, KVD_HM_REQUESTS) to client c and
  * the budget, or refuse with KVD_ELIMIT (KVD_ENOMEM: the machine) and why
  * naming the limit; nothing is charged on refusal. */
-kvd_status_t kvd__account_charge(kvd_conn_t *c, int kind, uint64_t bytes, char *why,
+kvd_status_t kvd__account_charge(kvd__conn_t *c, int kind, uint64_t bytes, char *why,
                                  size_t why_len);
-void kvd__account_release(kvd_conn_t *c, int kind, uint64_t bytes);
+void kvd__account_release(kvd__conn_t *c, int kind, uint64_t bytes);
 
 /* ---- measuring a message from the wire --------------------------------------- */
 
@@ -72,7 +72,7 @@ kvd_status_t kvd__wire_measure(const ProtobufCMessageDescriptor *desc, const uin
 struct kvd_arena_chunk;
 
 typedef struct kvd_arena {
-    kvd_conn_t *conn;          /* charged to */
+    kvd__conn_t *conn;          /* charged to */
     struct kvd_arena_chunk *chunks; /* mapped ones, newest first */
     uint8_t *first;            /* the server's chunk, while this arena has it */
     uint8_t *cur;
@@ -85,7 +85,7 @@ typedef struct kvd_arena {
 } kvd_arena_t;
 
 /* An arena for a request of c (the server's first chunk when free). */
-void kvd__arena_init(kvd_arena_t *a, kvd_conn_t *c);
+void kvd__arena_init(kvd_arena_t *a, kvd__conn_t *c);
 /* size zeroed bytes, or NULL (refusal and why set). */
 void *kvd__arena_alloc(kvd_arena_t *a, size_t size);
 /* Give back every chunk and what it charged. */

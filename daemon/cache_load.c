@@ -18,7 +18,7 @@ enum { B_ABSENT, B_HELD, B_COPYING }; /* a block of the plan: not here, held, co
 
 struct kvd_load {
     kvd_server_t *srv;
-    kvd_conn_t *conn;          /* the reply's, charged with held */
+    kvd__conn_t *conn;          /* the reply's, charged with held */
     uint64_t req_id;
     size_t op_index;
     uint64_t t_start_ns;
@@ -64,7 +64,7 @@ static void load_free(kvd_load_t *l)
 {
     kvd_cache_store_t *c = &l->cache->store;
     int waiting = l->waiting;
-    kvd_conn_t *conn = l->conn;
+    kvd__conn_t *conn = l->conn;
 
     for (uint32_t i = l->n; i-- > 0;) /* the last first */
         if (l->ids[i] != KVD_CBLOCK_NONE)

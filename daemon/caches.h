@@ -15,7 +15,7 @@
 #include "kvdock/types.h"
 
 typedef struct kvd_server kvd_server_t;
-typedef struct kvd_conn kvd_conn_t;
+typedef struct kvd__conn kvd__conn_t;
 
 typedef struct kvd_cache {
     uint64_t id;
@@ -39,21 +39,21 @@ typedef struct kvd_lease {
     uint32_t *ids;    /* its blocks, in chain order (held) */
     uint32_t n;
     uint64_t expires_ns;
-    kvd_conn_t *conn; /* charged with lease bytes: the one that took it */
+    kvd__conn_t *conn; /* charged with lease bytes: the one that took it */
     struct kvd_lease *next; /* the connection's */
 } kvd_lease_t;
 
 /* Take lease id off c's list (the caller owns it then); NULL: c has none
  * such. */
-kvd_lease_t *kvd__lease_take(kvd_conn_t *c, uint64_t id);
+kvd_lease_t *kvd__lease_take(kvd__conn_t *c, uint64_t id);
 /* A lease taken off its list ends: its blocks are unheld. */
 void kvd__lease_end(kvd_cache_t *k, kvd_lease_t *l);
 /* Drop a reference (the last one frees the cache). */
 void kvd__cache_unref(kvd_cache_t *k);
 /* The connection goes: its leases end. */
-void kvd__leases_drop(kvd_conn_t *c);
+void kvd__leases_drop(kvd__conn_t *c);
 /* Leases of c past their time end (the server's sweep). */
-void kvd__leases_expire(kvd_conn_t *c, uint64_t now_ns);
+void kvd__leases_expire(kvd__conn_t *c, uint64_t now_ns);
 /* Every cache goes (the daemon is done: nothing in flight). */
 void kvd__caches_destroy(kvd_server_t *srv);
 /* The caches' budgets added up.  Each is at most the host-memory budget,

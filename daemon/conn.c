@@ -26,7 +26,7 @@ static void on_poll(uv_poll_t *h, int status, int events);
 
 /* Stop reading this client: too much in flight, or its unread replies pile
  * up (past its own limit, or past a little while socket memory is full). */
-static int paused(const kvd_conn_t *c)
+static int paused(const kvd__conn_t *c)
 {
     const kvd_options_t *o = &c->srv->opts;
 
@@ -38,7 +38,7 @@ static int paused(const kvd_conn_t *c)
  * daemon reads, renewed for each new frame, cleared when nothing waits or
  * the daemon has stopped reading (back-pressure is not the client's delay).
  * Before hello the hello's deadline stands. */
-static void update_deadline(kvd_conn_t *c)
+static void update_deadline(kvd__conn_t *c)
 {
     const kvd_options_t *o = &c->srv->opts;
     uint64_t start;
@@ -59,7 +59,7 @@ static void update_deadline(kvd_conn_t *c)
 }
 
 /* Give back the read buffer and what it counted. */
-static void free_rbuf(kvd_conn_t *c)
+static void free_rbuf(kvd__conn_t *c)
 {
     kvd_hostmem_release(&c->srv->hostmem, KVD_HM_SOCKETS, c->rcharged);
     c->rcharged = 0;
@@ -68,7 +68,7 @@ static void free_rbuf(kvd_conn_t *c)
     c->rcap = c->rlen = c->rstart = 0;
 }
 
-static void update_poll(kvd_conn_t *c)
+static void update_poll(kvd__conn_t *c)
 {
     int ev = 0;
 
@@ -90,29 +90,29 @@ static void update_poll(kvd_conn_t *c)
 
 /* The bytes not yet handled; NULL before the first read (NULL + 0 is
  * undefined behaviour, and UBSan says so). */
-static const uint8_t *unread(const kvd_conn_t *c)
+static const uint8_t *unread(const kvd__conn_t *c)
 {
     return c->rbuf != NULL ? c->rbuf + c->rstart : NULL;
 }
 
-static int has_frame(const kvd_conn_t *c)
+static int has_frame(const kvd__conn_t *c)
 {
     size_t plen;
 
-    return kvd_frame_parse(unread(c), c->rlen - c->rstart, c->srv->opts.max_frame_bytes,
-                           &plen) != KVD_PARSE_NEED_MORE;
+    return kvd__frame_parse(unread(c), c->rlen - c->rstart, c->srv->opts.max_frame_bytes,
+                            &plen) != KVD__PARSE_NEED_MORE;
 }
 
 static void close_cb(uv_handle_t *h)
 {
-    kvd_conn_t *c = h->data;
+    kvd__conn_t *c = h->data;
 
     kvd__server_conn_gone(c->srv, c);
     close(c->fd);
     free(c);
 }
 
-static void maybe_finish(kvd_conn_t *c)
+static void maybe_finish(kvd__conn_t *c)
 {
     if (c->closing && c->inflight == 0 && !c->handle_closing) {
         c->handle_closing = 1;
@@ -120,10 +120,10 @@ static void maybe_finish(kvd_conn_t *c)
     }
 }
 
-static void free_fdgroups(kvd_conn_t *c)
+static void free_fdgroups(kvd__conn_t *c)
 {
     while (c->fdq) {
-        kvd_fdgroup_t *g = c->fdq;
+        kvd__fdgroup_t *g = c->fdq;
         int i;
         c->fdq = g->next;
         for (i = 0; i < g->n; i++)
@@ -133,7 +133,7 @@ static void free_fdgroups(kvd_conn_t *c)
     c->fdq_tail = NULL;
 }
 
-static void free_wbuf(kvd_conn_t *c, kvd_wbuf_t *w)
+static void free_wbuf(kvd__conn_t *c, kvd__wbuf_t *w)
 {
     int i;
 
@@ -144,7 +144,7 @@ static void free_wbuf(kvd_conn_t *c, kvd_wbuf_t *w)
     free(w);
 }
 
-void kvd_conn_close(kvd_conn_t *c, const char *reason)
+void kvd__conn_close(kvd__conn_t *c, const char *reason)
 {
     kvd_server_t *srv = c->srv;
 
@@ -160,7 +160,7 @@ void kvd_conn_close(kvd_conn_t *c, const char *reason)
     c->poll_events = 0;
     shutdown(c->fd, SHUT_RDWR); /* the peer sees the end now */
     while (c->wq) {
-        kvd_wbuf_t *w = c->wq;
+        kvd__wbuf_t *w = c->wq;
         c->wq = w->next;
         free_wbuf(c, w);
     }
@@ -178,15 +178,15 @@ void kvd_conn_close(kvd_conn_t *c, const char *reason)
 }
 
 /* After close_after_flush: close once nothing is in flight or queued. */
-static int close_if_done(kvd_conn_t *c)
+static int close_if_done(kvd__conn_t *c)
 {
     if (!c->close_after_flush || c->inflight > 0 || c->wq != NULL)
         return 0;
-    kvd_conn_close(c, c->close_reason);
+    kvd__conn_close(c, c->close_reason);
     return 1;
 }
 
-void kvd_conn_close_after_flush(kvd_conn_t *c, const char *reason)
+void kvd__conn_close_after_flush(kvd__conn_t *c, const char *reason)
 {
     if (c->closing || c->close_after_flush)
         return;
@@ -203,7 +203,7 @@ void kvd_conn_close_after_flush(kvd_conn_t *c, const char *reason)
  * in one system call. */
 #define FLUSH_IOV 64
 
-void kvd__conn_flush(kvd_conn_t *c)
+void kvd__conn_flush(kvd__conn_t *c)
 {
     int was_paused = paused(c);
 
@@ -211,7 +211,7 @@ void kvd__conn_flush(kvd_conn_t *c)
         return;
     while (c->wq != NULL) {
         struct iovec iov[FLUSH_IOV];
-        kvd_wbuf_t *w;
+        kvd__wbuf_t *w;
         int niov = 0;
         ssize_t n;
 
@@ -227,13 +227,13 @@ void kvd__conn_flush(kvd_conn_t *c)
                 break;
         }
         w = c->wq;
-        n = kvd_sock_sendmsg(c->fd, iov, niov, w->fds, w->nfds, MSG_DONTWAIT);
+        n = kvd__sock_sendmsg(c->fd, iov, niov, w->fds, w->nfds, MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
-            kvd_conn_close(c, errno == EPIPE || errno == ECONNRESET ? "peer gone" : "write error");
+            kvd__conn_close(c, errno == EPIPE || errno == ECONNRESET ? "peer gone" : "write error");
             return;
         }
         if (w->nfds > 0) { /* they went with the first byte */
@@ -266,9 +266,9 @@ void kvd__conn_flush(kvd_conn_t *c)
         kvd__server_kick(c->srv, c);
 }
 
-kvd_status_t kvd__conn_send(kvd_conn_t *c, const ProtobufCMessage *msg, const int *fds, int nfds)
+kvd_status_t kvd__conn_send(kvd__conn_t *c, const ProtobufCMessage *msg, const int *fds, int nfds)
 {
-    kvd_wbuf_t *w;
+    kvd__wbuf_t *w;
     kvd_status_t st;
     int i;
 
@@ -279,7 +279,7 @@ kvd_status_t kvd__conn_send(kvd_conn_t *c, const ProtobufCMessage *msg, const in
     w = calloc(1, sizeof(*w));
     if (w == NULL)
         return KVD_ENOMEM;
-    st = kvd_frame_pack(msg, &w->buf, &w->len);
+    st = kvd__frame_pack(msg, &w->buf, &w->len);
     if (st != KVD_OK) {
         free(w);
         return st;
@@ -309,14 +309,14 @@ kvd_status_t kvd__conn_send(kvd_conn_t *c, const ProtobufCMessage *msg, const in
     return KVD_OK;
 }
 
-void kvd__conn_op_begin(kvd_conn_t *c)
+void kvd__conn_op_begin(kvd__conn_t *c)
 {
     c->inflight++;
     c->srv->inflight++;
     update_poll(c);
 }
 
-void kvd__conn_op_end(kvd_conn_t *c)
+void kvd__conn_op_end(kvd__conn_t *c)
 {
     int was_paused = paused(c);
 
@@ -337,12 +337,12 @@ void kvd__conn_op_end(kvd_conn_t *c)
 /* Descriptors for the frame [s, e) of the stream: those of reads that
  * ended inside it.  Those of reads that ended before it belong to no frame
  * and are closed. */
-static int take_fds(kvd_conn_t *c, uint64_t s, uint64_t e, int *fds)
+static int take_fds(kvd__conn_t *c, uint64_t s, uint64_t e, int *fds)
 {
     int n = 0, i;
 
     while (c->fdq != NULL && c->fdq->end <= e) {
-        kvd_fdgroup_t *g = c->fdq;
+        kvd__fdgroup_t *g = c->fdq;
         c->fdq = g->next;
         for (i = 0; i < g->n; i++) {
             if (g->end > s && n < KVD_MAX_FDS_PER_FRAME)
@@ -357,9 +357,9 @@ static int take_fds(kvd_conn_t *c, uint64_t s, uint64_t e, int *fds)
     return n;
 }
 
-static int pending_fds(const kvd_conn_t *c)
+static int pending_fds(const kvd__conn_t *c)
 {
-    const kvd_fdgroup_t *g;
+    const kvd__fdgroup_t *g;
     int n = 0;
 
     for (g = c->fdq; g; g = g->next)
@@ -369,29 +369,29 @@ static int pending_fds(const kvd_conn_t *c)
 
 /* Handle whole frames in the buffer.  0: need more bytes; 1: stopped (the
  * cap, or back-pressure); -1: the connection is closing. */
-static int process_frames(kvd_conn_t *c, unsigned *handled)
+static int process_frames(kvd__conn_t *c, unsigned *handled)
 {
     const kvd_options_t *o = &c->srv->opts;
 
     while (!c->closing && !c->close_after_flush) {
         size_t plen = 0;
-        kvd_parse_t pr;
+        kvd__parse_t pr;
         uint64_t s;
         int fds[KVD_MAX_FDS_PER_FRAME], nfds;
         uint8_t *payload;
 
         if (paused(c) || *handled >= o->reqs_per_event)
             return 1;
-        pr = kvd_frame_parse(unread(c), c->rlen - c->rstart, o->max_frame_bytes, &plen);
-        if (pr == KVD_PARSE_NEED_MORE)
+        pr = kvd__frame_parse(unread(c), c->rlen - c->rstart, o->max_frame_bytes, &plen);
+        if (pr == KVD__PARSE_NEED_MORE)
             return 0;
-        if (pr == KVD_PARSE_ERROR) {
+        if (pr == KVD__PARSE_ERROR) {
             char msg[128];
             snprintf(msg, sizeof(msg), "frame of %zu bytes exceeds the maximum of %" PRIu64, plen,
                      o->max_frame_bytes);
             kvd_log(KVD_LOG_WARN, "event=frame_too_big client=%" PRIu64 " bytes=%zu", c->id, plen);
             kvd__reply_error(c, 0, KVD_ETOOBIG, msg);
-            kvd_conn_close_after_flush(c, "closed after error reply");
+            kvd__conn_close_after_flush(c, "closed after error reply");
             return -1;
         }
         s = c->rabs + c->rstart;
@@ -401,7 +401,7 @@ static int process_frames(kvd_conn_t *c, unsigned *handled)
         (*handled)++;
         if (kvd__dispatch_frame(c, payload, plen, fds, nfds) < 0) {
             kvd_log(KVD_LOG_WARN, "event=bad_frame client=%" PRIu64 " bytes=%zu", c->id, plen);
-            kvd_conn_close_after_flush(c, "closed after error reply");
+            kvd__conn_close_after_flush(c, "closed after error reply");
             return -1;
         }
     }
@@ -411,7 +411,7 @@ static int process_frames(kvd_conn_t *c, unsigned *handled)
 /* Set the read buffer's capacity to cap bytes, counting what passes the
  * first chunk as socket memory.  0, or -1 with why set: the budget refused
  * (-2: out of memory). */
-static int resize_rbuf(kvd_conn_t *c, size_t cap, char *why, size_t why_len)
+static int resize_rbuf(kvd__conn_t *c, size_t cap, char *why, size_t why_len)
 {
     kvd_hostmem_t *hm = &c->srv->hostmem;
     uint64_t charge = cap > READ_CHUNK ? cap - READ_CHUNK : 0;
@@ -437,7 +437,7 @@ static int resize_rbuf(kvd_conn_t *c, size_t cap, char *why, size_t why_len)
 /* Room for the next read: compact, and grow towards the end of the frame
  * being read as its bytes arrive, doubling, never to its announced length
  * at once (a header alone pins no memory).  See resize_rbuf for the result. */
-static int make_room(kvd_conn_t *c, char *why, size_t why_len)
+static int make_room(kvd__conn_t *c, char *why, size_t why_len)
 {
     size_t plen = 0, want, avail = c->rlen - c->rstart;
 
@@ -452,7 +452,7 @@ static int make_room(kvd_conn_t *c, char *why, size_t why_len)
         /* the header is checked against the maximum before we get here */
         size_t frame_end;
 
-        (void)kvd_frame_parse(unread(c), avail, UINT64_MAX, &plen);
+        (void)kvd__frame_parse(unread(c), avail, UINT64_MAX, &plen);
         frame_end = c->rstart + KVD_FRAME_HEADER_BYTES + plen;
         if (frame_end > want) {
             size_t doubled = 2 * c->rcap > want ? 2 * c->rcap : want;
@@ -464,7 +464,7 @@ static int make_room(kvd_conn_t *c, char *why, size_t why_len)
     return resize_rbuf(c, want, why, why_len);
 }
 
-static void shrink_buffer(kvd_conn_t *c)
+static void shrink_buffer(kvd__conn_t *c)
 {
     size_t avail = c->rlen - c->rstart;
     char why[8];
@@ -479,22 +479,22 @@ static void shrink_buffer(kvd_conn_t *c)
 }
 
 /* The frame being read does not fit in the socket memory: say so and close. */
-static void refuse_frame(kvd_conn_t *c, const char *why)
+static void refuse_frame(kvd__conn_t *c, const char *why)
 {
     char msg[300];
     size_t plen = 0;
 
-    (void)kvd_frame_parse(unread(c), c->rlen - c->rstart, UINT64_MAX, &plen);
+    (void)kvd__frame_parse(unread(c), c->rlen - c->rstart, UINT64_MAX, &plen);
     snprintf(msg, sizeof(msg), "frame of %zu bytes refused: %s (max-socket-buffer-bytes)", plen,
              why);
     c->srv->stats.refused_socket_mem++;
     kvd_log(KVD_LOG_WARN, "event=frame_refused client=%" PRIu64 " bytes=%zu reason=socket_memory",
             c->id, plen);
     kvd__reply_error(c, 0, KVD_ELIMIT, msg);
-    kvd_conn_close_after_flush(c, "frame refused: socket memory full");
+    kvd__conn_close_after_flush(c, "frame refused: socket memory full");
 }
 
-static void read_and_process(kvd_conn_t *c)
+static void read_and_process(kvd__conn_t *c)
 {
     unsigned handled = 0;
     int drained = 0;
@@ -515,14 +515,14 @@ static void read_and_process(kvd_conn_t *c)
             break;
         if ((r = make_room(c, why, sizeof(why))) != 0) {
             if (r == -2) {
-                kvd_conn_close(c, "out of memory");
+                kvd__conn_close(c, "out of memory");
                 return;
             }
             refuse_frame(c, why);
             return;
         }
         room = c->rcap - c->rlen;
-        n = kvd_sock_recv(c->fd, c->rbuf + c->rlen, room, fds, &nfds, KVD_MAX_FDS_PER_FRAME);
+        n = kvd__sock_recv(c->fd, c->rbuf + c->rlen, room, fds, &nfds, KVD_MAX_FDS_PER_FRAME);
         if (n == -EAGAIN || n == -EWOULDBLOCK)
             break;
         if (n == 0) {
@@ -532,13 +532,13 @@ static void read_and_process(kvd_conn_t *c)
              * Else it only shut down its sending side (shutdown(SHUT_WR)):
              * answer what it sent, then close. */
             if (poll(&p, 1, 0) == 1 && (p.revents & POLLHUP))
-                kvd_conn_close(c, "client gone (end of stream)");
+                kvd__conn_close(c, "client gone (end of stream)");
             else
-                kvd_conn_close_after_flush(c, "client finished sending");
+                kvd__conn_close_after_flush(c, "client finished sending");
             return;
         }
         if (n < 0) {
-            kvd_conn_close(c, "read error");
+            kvd__conn_close(c, "read error");
             return;
         }
         c->rlen += (size_t)n;
@@ -547,7 +547,7 @@ static void read_and_process(kvd_conn_t *c)
         kvd__server_client_active(c->srv, c);
         kvd__server_activity(c->srv);
         if (nfds > 0) {
-            kvd_fdgroup_t *g = NULL;
+            kvd__fdgroup_t *g = NULL;
             int i;
 
             if (pending_fds(c) + nfds <= MAX_PENDING_FDS)
@@ -576,7 +576,7 @@ static void read_and_process(kvd_conn_t *c)
     }
 }
 
-void kvd__conn_process(kvd_conn_t *c)
+void kvd__conn_process(kvd__conn_t *c)
 {
     unsigned handled = 0;
 
@@ -587,14 +587,14 @@ void kvd__conn_process(kvd_conn_t *c)
     update_deadline(c);
 }
 
-void kvd__conn_hello_done(kvd_conn_t *c)
+void kvd__conn_hello_done(kvd__conn_t *c)
 {
     c->deadline_hello = 0;
     c->deadline_ns = 0;
     update_deadline(c);
 }
 
-void kvd__conn_check_deadline(kvd_conn_t *c, uint64_t now_ns)
+void kvd__conn_check_deadline(kvd__conn_t *c, uint64_t now_ns)
 {
     const kvd_options_t *o = &c->srv->opts;
     char msg[160];
@@ -612,17 +612,17 @@ void kvd__conn_check_deadline(kvd_conn_t *c, uint64_t now_ns)
     }
     kvd__reply_error(c, 0, KVD_ETIMEDOUT, msg);
     kvd__conn_flush(c); /* as far as the socket takes it now; then it goes */
-    kvd_conn_close(c, c->deadline_hello ? "hello timeout" : "frame timeout");
+    kvd__conn_close(c, c->deadline_hello ? "hello timeout" : "frame timeout");
 }
 
 static void on_poll(uv_poll_t *h, int status, int events)
 {
-    kvd_conn_t *c = h->data;
+    kvd__conn_t *c = h->data;
 
     if (c->closing)
         return;
     if (status < 0) {
-        kvd_conn_close(c, uv_strerror(status));
+        kvd__conn_close(c, uv_strerror(status));
         return;
     }
     if (events & UV_WRITABLE) {
@@ -634,7 +634,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
         read_and_process(c);
 }
 
-int kvd_conn_in_group(const kvd_conn_t *c, gid_t gid)
+int kvd__conn_in_group(const kvd__conn_t *c, gid_t gid)
 {
     if (c->gid == gid)
         return 1;
@@ -644,10 +644,10 @@ int kvd_conn_in_group(const kvd_conn_t *c, gid_t gid)
     return 0;
 }
 
-kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, const struct ucred *cred,
-                             kvd_conn_t **out)
+kvd_status_t kvd__conn_create(kvd_server_t *srv, int fd, const struct ucred *cred,
+                              kvd__conn_t **out)
 {
-    kvd_conn_t *c = calloc(1, sizeof(*c));
+    kvd__conn_t *c = calloc(1, sizeof(*c));
 
     if (c == NULL)
         return KVD_ENOMEM;

@@ -1,6 +1,6 @@
 /*
  * One client connection: a uv_poll_t on the socket; reads with
- * kvd_sock_recv so SCM_RIGHTS descriptors arrive with their frame; a
+ * kvd__sock_recv so SCM_RIGHTS descriptors arrive with their frame; a
  * write queue written by the server at the end of each loop phase (so the
  * replies of one round leave in one sendmsg), and when the socket is
  * writable again after it was full.  The connection is
@@ -21,25 +21,25 @@
 /* Descriptors delivered by one read: they belong to the frame in which
  * that read ended (the kernel ends a read right after the data that
  * carried them, and a sender attaches them to a frame's first byte). */
-typedef struct kvd_fdgroup {
+typedef struct kvd__fdgroup {
     uint64_t end; /* stream offset just past the read */
     int n;
     int fds[KVD_MAX_FDS_PER_FRAME];
-    struct kvd_fdgroup *next;
-} kvd_fdgroup_t;
+    struct kvd__fdgroup *next;
+} kvd__fdgroup_t;
 
 #define KVD_CONN_GROUPS 64
 
-typedef struct kvd_wbuf {
+typedef struct kvd__wbuf {
     uint8_t *buf;
     size_t len;
     size_t off;
     int nfds;
     int fds[2];
-    struct kvd_wbuf *next;
-} kvd_wbuf_t;
+    struct kvd__wbuf *next;
+} kvd__wbuf_t;
 
-struct kvd_conn {
+struct kvd__conn {
     uv_poll_t poll;
     int fd;
     kvd_server_t *srv;
@@ -72,9 +72,9 @@ struct kvd_conn {
     uint64_t deadline_ns;
     uint64_t deadline_frame;
     int deadline_hello;
-    kvd_fdgroup_t *fdq, *fdq_tail;
+    kvd__fdgroup_t *fdq, *fdq_tail;
     /* write side */
-    kvd_wbuf_t *wq, *wq_tail;
+    kvd__wbuf_t *wq, *wq_tail;
     size_t wq_bytes;
     /* accounting */
     uint32_t inflight; /* requests deferred to the backend, not completed */
@@ -84,10 +84,10 @@ struct kvd_conn {
     struct kvd_lease *leases; /* cache leases it holds (caches.h) */
     uint32_t nleases;
     uint64_t held; /* bytes of leases and requests charged to it (account.h) */
-    kvd_conn_t *next, *prev;
-    kvd_conn_t *ready_next;
+    kvd__conn_t *next, *prev;
+    kvd__conn_t *ready_next;
     int in_ready;
-    kvd_conn_t *flush_next; /* on the server's list of queues to write */
+    kvd__conn_t *flush_next; /* on the server's list of queues to write */
     int flush_queued;
 };
 
@@ -95,38 +95,38 @@ struct ucred;
 
 /* Whether the client is a member of group gid: its primary group or one
  * of its supplementary groups. */
-int kvd_conn_in_group(const kvd_conn_t *c, gid_t gid);
+int kvd__conn_in_group(const kvd__conn_t *c, gid_t gid);
 
 /* Take over an accepted, non-blocking socket whose peer is cred
  * (SO_PEERCRED, read once by the caller to admit it). */
-kvd_status_t kvd_conn_create(kvd_server_t *srv, int fd, const struct ucred *cred,
-                             kvd_conn_t **out);
+kvd_status_t kvd__conn_create(kvd_server_t *srv, int fd, const struct ucred *cred,
+                              kvd__conn_t **out);
 
 /* The client is gone or must go: release what it owns (memory goes once
  * its in-flight work has completed) and close the socket. */
-void kvd_conn_close(kvd_conn_t *c, const char *reason);
+void kvd__conn_close(kvd__conn_t *c, const char *reason);
 /* Read nothing more; close (logging reason) once the requests in flight
  * have completed and every reply is written. */
-void kvd_conn_close_after_flush(kvd_conn_t *c, const char *reason);
+void kvd__conn_close_after_flush(kvd__conn_t *c, const char *reason);
 
 /* Queue msg as a frame, with descriptors (duplicated; the caller keeps its
  * own).  Dropped silently when the connection is closing. */
-kvd_status_t kvd__conn_send(kvd_conn_t *c, const ProtobufCMessage *msg, const int *fds, int nfds);
+kvd_status_t kvd__conn_send(kvd__conn_t *c, const ProtobufCMessage *msg, const int *fds, int nfds);
 
 /* Write what the queue holds, as far as the socket takes it; the rest
  * waits for the socket to be writable. */
-void kvd__conn_flush(kvd_conn_t *c);
+void kvd__conn_flush(kvd__conn_t *c);
 
 /* A request was deferred to the backend / completed. */
-void kvd__conn_op_begin(kvd_conn_t *c);
-void kvd__conn_op_end(kvd_conn_t *c);
+void kvd__conn_op_begin(kvd__conn_t *c);
+void kvd__conn_op_end(kvd__conn_t *c);
 
 /* Handle buffered frames (up to the per-event cap). */
-void kvd__conn_process(kvd_conn_t *c);
+void kvd__conn_process(kvd__conn_t *c);
 
 /* The hello was accepted: the hello deadline no longer applies. */
-void kvd__conn_hello_done(kvd_conn_t *c);
+void kvd__conn_hello_done(kvd__conn_t *c);
 /* Close c if its deadline has passed at now_ns (the server's sweep). */
-void kvd__conn_check_deadline(kvd_conn_t *c, uint64_t now_ns);
+void kvd__conn_check_deadline(kvd__conn_t *c, uint64_t now_ns);
 
 #endif

@@ -21,7 +21,7 @@ static void dataop_destroy(kvd_dataop_t *d)
     free(d);
 }
 
-kvd_dataop_t *kvd__dataop_new(kvd_server_t *srv, kvd_conn_t *c, uint64_t req_id,
+kvd_dataop_t *kvd__dataop_new(kvd_server_t *srv, kvd__conn_t *c, uint64_t req_id,
                               size_t op_index, uint64_t t_start_ns)
 {
     kvd_dataop_t *d = calloc(1, sizeof(*d));
@@ -459,7 +459,7 @@ static void job_issued(kvd_job_t *job)
 static void job_done(kvd_job_t *job)
 {
     kvd_dataop_t *d = job->owner;
-    kvd_conn_t *c = d->conn;
+    kvd__conn_t *c = d->conn;
 
     d->skipped_oob += job->skipped_oob;
     if (job->status != KVD_OK && d->status == KVD_OK) {

@@ -28,7 +28,7 @@ struct kvd_dataop {
     char detail[160];
     unsigned long long skipped_oob; /* summed over the jobs */
     kvd_server_t *srv;
-    kvd_conn_t *conn;
+    kvd__conn_t *conn;
     uint64_t req_id;
     size_t op_index;
     uint64_t t_start_ns;
@@ -81,7 +81,7 @@ kvd_status_t kvd__dataop_run(kvd_req_t *r, kvd_status_t (*fn)(kvd_req_t *, kvd_d
  * now (a load plan's copies, cache_load.h): its reply goes to request
  * req_id of c, counted in row op_index from t_start_ns.  NULL out of
  * memory.  One never submitted goes with kvd__dataop_free. */
-kvd_dataop_t *kvd__dataop_new(kvd_server_t *srv, kvd_conn_t *c, uint64_t req_id,
+kvd_dataop_t *kvd__dataop_new(kvd_server_t *srv, kvd__conn_t *c, uint64_t req_id,
                               size_t op_index, uint64_t t_start_ns);
 void kvd__dataop_free(kvd_dataop_t *d);
 

@@ -25,7 +25,7 @@ const size_t kvd__op_count = sizeof(kvd__op_table) / sizeof(kvd__op_table[0]);
 
 const char *kvd__op_row_name(size_t i)
 {
-    return i < kvd__op_count ? kvd_op_name(kvd__op_table[i].op_case) : "unknown";
+    return i < kvd__op_count ? kvd__op_name(kvd__op_table[i].op_case) : "unknown";
 }
 
 static size_t find_op(int op_case)
@@ -53,7 +53,7 @@ void *kvd__req_alloc(kvd_req_t *r, size_t bytes)
     return kvd__arena_alloc(r->arena, bytes);
 }
 
-static void send_and_count(kvd_conn_t *c, Kvdock__Response *resp, size_t op_index,
+static void send_and_count(kvd__conn_t *c, Kvdock__Response *resp, size_t op_index,
                            uint64_t t_start_ns, uint64_t bytes, const int *fds, int nfds)
 {
     kvd_server_t *srv = c->srv;
@@ -70,13 +70,13 @@ static void send_and_count(kvd_conn_t *c, Kvdock__Response *resp, size_t op_inde
     kvd_stats_op(&srv->stats, op_index, (int)resp->status, bytes, kvd_now_ns() - t_start_ns);
 }
 
-void kvd__reply_deferred_response(kvd_conn_t *c, Kvdock__Response *resp, size_t op_index,
+void kvd__reply_deferred_response(kvd__conn_t *c, Kvdock__Response *resp, size_t op_index,
                                   uint64_t t_start_ns)
 {
     send_and_count(c, resp, op_index, t_start_ns, 0, NULL, 0);
 }
 
-void kvd__reply_error(kvd_conn_t *c, uint64_t id, kvd_status_t st, const char *msg)
+void kvd__reply_error(kvd__conn_t *c, uint64_t id, kvd_status_t st, const char *msg)
 {
     Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
 
@@ -87,7 +87,7 @@ void kvd__reply_error(kvd_conn_t *c, uint64_t id, kvd_status_t st, const char *m
     kvd_stats_op(&c->srv->stats, kvd__op_count, (int)st, 0, 0);
 }
 
-void kvd__reply_deferred(kvd_conn_t *c, uint64_t id, size_t op_index, uint64_t t_start_ns,
+void kvd__reply_deferred(kvd__conn_t *c, uint64_t id, size_t op_index, uint64_t t_start_ns,
                          kvd_status_t st, const char *msg, Kvdock__OpReply *op, uint64_t bytes)
 {
     Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
@@ -113,23 +113,23 @@ static int sync_set(const Kvdock__Sync *s)
 
 static kvd_status_t precheck(kvd_req_t *r, const kvd_op_def_t *op)
 {
-    kvd_conn_t *c = r->conn;
+    kvd__conn_t *c = r->conn;
 
     if (r->srv->shutting_down)
         return kvd__req_fail(r, KVD_ESHUTDOWN, "the daemon is shutting down");
     if ((op->flags & KVD_OPF_HELLO) && !c->hello_done)
         return kvd__req_fail(r, KVD_EPROTO, "%s before hello: the first request must be hello",
-                         kvd_op_name(op->op_case));
+                         kvd__op_name(op->op_case));
     if ((op->flags & KVD_OPF_ADMIN) && !c->admin)
-        return kvd__req_fail(r, KVD_EPERM, "%s needs an admin peer (uid %u is not)", kvd_op_name(op->op_case),
-                         (unsigned)c->uid);
+        return kvd__req_fail(r, KVD_EPERM, "%s needs an admin peer (uid %u is not)",
+                             kvd__op_name(op->op_case), (unsigned)c->uid);
     if (!(op->flags & KVD_OPF_DATA) && sync_set(r->req->sync))
         return kvd__req_fail(r, KVD_EINVAL, "sync applies to data operations only, not %s",
-                         kvd_op_name(op->op_case));
+                         kvd__op_name(op->op_case));
     return KVD_OK;
 }
 
-int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds)
+int kvd__dispatch_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds)
 {
     kvd_server_t *srv = c->srv;
     uint64_t t_start_ns = kvd_now_ns();
@@ -247,6 +247,6 @@ int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *
     }
     kvd__arena_deinit(&arena); /* the request and every allocation of its handler */
     if (r.close_after)
-        kvd_conn_close_after_flush(c, "closed after error reply");
+        kvd__conn_close_after_flush(c, "closed after error reply");
     return 0;
 }

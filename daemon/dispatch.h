@@ -25,7 +25,7 @@ typedef struct kvd_req kvd_req_t;
 typedef kvd_status_t (*kvd_op_handler_t)(kvd_req_t *r);
 
 typedef struct kvd_op_def {
-    int op_case; /* Kvdock__Request__OpCase; its name: kvd_op_name() */
+    int op_case; /* Kvdock__Request__OpCase; its name: kvd__op_name() */
     kvd_op_handler_t handler;
     unsigned flags;
 } kvd_op_def_t;
@@ -33,7 +33,7 @@ typedef struct kvd_op_def {
 /* One request being handled (on the stack of the dispatcher). */
 struct kvd_req {
     kvd_server_t *srv;
-    kvd_conn_t *conn;
+    kvd__conn_t *conn;
     const Kvdock__Request *req;
     size_t op_index; /* row of the dispatch table */
     uint64_t t_start_ns;
@@ -52,24 +52,24 @@ struct kvd_req {
 /* The table. */
 extern const kvd_op_def_t kvd__op_table[];
 extern const size_t kvd__op_count; /* stats row kvd__op_count is "unknown" */
-/* The name of table row i (kvd_op_name), "unknown" past the table. */
+/* The name of table row i (kvd__op_name), "unknown" past the table. */
 const char *kvd__op_row_name(size_t i);
 
 /* Decode and handle one frame's payload.  fds: descriptors that came with
  * it (closed unless a handler keeps them).  Returns -1 when the frame does
  * not decode (the connection must close). */
-int kvd__dispatch_frame(kvd_conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds);
+int kvd__dispatch_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds);
 
 /* Answer a frame that cannot be handled (ETOOBIG, EPROTO): request id 0. */
-void kvd__reply_error(kvd_conn_t *c, uint64_t id, kvd_status_t st, const char *msg);
+void kvd__reply_error(kvd__conn_t *c, uint64_t id, kvd_status_t st, const char *msg);
 
 /* Reply for a deferred request (data operations). */
-void kvd__reply_deferred(kvd_conn_t *c, uint64_t id, size_t op_index, uint64_t t_start_ns,
+void kvd__reply_deferred(kvd__conn_t *c, uint64_t id, size_t op_index, uint64_t t_start_ns,
                          kvd_status_t st, const char *msg, Kvdock__OpReply *op, uint64_t bytes);
 
 /* Reply for a deferred request with a whole response (its id, status and
  * result set by the caller). */
-void kvd__reply_deferred_response(kvd_conn_t *c, Kvdock__Response *resp, size_t op_index,
+void kvd__reply_deferred_response(kvd__conn_t *c, Kvdock__Response *resp, size_t op_index,
                                   uint64_t t_start_ns);
 
 /* Set the error message of r; returns st (for `return kvd__req_fail(r, ...)`). */

@@ -206,7 +206,7 @@ char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
     uint64_t pools[NKINDS] = {0}, pool_bytes[NKINDS] = {0};
     uint64_t imp_pools[NKINDS] = {0}, imp_bytes[NKINDS] = {0};
     const kvd_pool_t *p;
-    const kvd_conn_t *c;
+    const kvd__conn_t *c;
     uint32_t clients = 0;
     size_t i;
     int k;

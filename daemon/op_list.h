@@ -6,7 +6,7 @@
  *   flags  KVD_OPF_* (dispatch.h): checked before the handler runs.
  * The dispatch table and the handlers' declarations are made from it;
  * an operation's name in replies, logs, stats and metrics is its proto
- * field's (kvd_op_name, from the generated descriptor).  A new operation
+ * field's (kvd__op_name, from the generated descriptor).  A new operation
  * is a row here, its messages in kvdock.proto and a handler.
  */
 #ifndef KVD_DAEMON_OP_LIST_H

@@ -43,12 +43,12 @@ static int listed(const uint32_t *ids, uint32_t n, uint32_t v)
 }
 
 /* Another user's private cache is invisible (but to admins). */
-static int may_see(const kvd_cache_t *k, const kvd_conn_t *c)
+static int may_see(const kvd_cache_t *k, const kvd__conn_t *c)
 {
     return k->owner_uid == c->uid || k->shared || c->admin;
 }
 
-static int may_use(const kvd_cache_t *k, const kvd_conn_t *c)
+static int may_use(const kvd_cache_t *k, const kvd__conn_t *c)
 {
     if (k->owner_uid == c->uid)
         return 1;
@@ -59,19 +59,19 @@ static int may_use(const kvd_cache_t *k, const kvd_conn_t *c)
     if (listed(k->allow_uids, k->n_allow_uids, c->uid))
         return 1;
     for (uint32_t i = 0; i < k->n_allow_gids; i++) /* any of its groups */
-        if (kvd_conn_in_group(c, (gid_t)k->allow_gids[i]))
+        if (kvd__conn_in_group(c, (gid_t)k->allow_gids[i]))
             return 1;
     return 0;
 }
 
-static int may_manage(const kvd_cache_t *k, const kvd_conn_t *c)
+static int may_manage(const kvd_cache_t *k, const kvd__conn_t *c)
 {
     return k->owner_uid == c->uid || c->admin;
 }
 
 /* A name as this caller means it: its own cache of that name first, then a
  * shared one. */
-static kvd_cache_t *by_name(kvd_server_t *srv, const kvd_conn_t *c, const char *name)
+static kvd_cache_t *by_name(kvd_server_t *srv, const kvd__conn_t *c, const char *name)
 {
     kvd_cache_t *k, *shared = NULL;
 
@@ -91,7 +91,7 @@ static kvd_cache_t *by_name(kvd_server_t *srv, const kvd_conn_t *c, const char *
 static kvd_status_t find_cache(kvd_req_t *r, uint64_t id, const char *name, int need_use,
                                kvd_cache_t **out)
 {
-    kvd_conn_t *c = r->conn;
+    kvd__conn_t *c = r->conn;
     kvd_cache_t *k = NULL;
 
     if (id != 0) {
@@ -286,7 +286,7 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
 {
     const Kvdock__CacheCreate *cc = r->req->cache_create;
     kvd_server_t *srv = r->srv;
-    kvd_conn_t *c = r->conn;
+    kvd__conn_t *c = r->conn;
     kvd_cache_layout_t l;
     kvd_cache_mem_t mem = {srv, slab_alloc, slab_free, slab_alloc_ahead, slab_free_later};
     kvd_cache_t *k, *same;
@@ -412,7 +412,7 @@ void kvd__lease_end(kvd_cache_t *k, kvd_lease_t *l)
     kvd__cache_unref(k);
 }
 
-kvd_lease_t *kvd__lease_take(kvd_conn_t *c, uint64_t id)
+kvd_lease_t *kvd__lease_take(kvd__conn_t *c, uint64_t id)
 {
     kvd_lease_t **pp;
 
@@ -427,7 +427,7 @@ kvd_lease_t *kvd__lease_take(kvd_conn_t *c, uint64_t id)
     return NULL;
 }
 
-void kvd__leases_drop(kvd_conn_t *c)
+void kvd__leases_drop(kvd__conn_t *c)
 {
     while (c->leases) {
         kvd_lease_t *l = c->leases;
@@ -437,7 +437,7 @@ void kvd__leases_drop(kvd_conn_t *c)
     c->nleases = 0;
 }
 
-void kvd__leases_expire(kvd_conn_t *c, uint64_t now_ns)
+void kvd__leases_expire(kvd__conn_t *c, uint64_t now_ns)
 {
     kvd_lease_t **pp = &c->leases;
 
@@ -456,7 +456,7 @@ void kvd__leases_expire(kvd_conn_t *c, uint64_t now_ns)
 /* Leases on k end (k is dropped). */
 static void leases_of_cache_end(kvd_server_t *srv, kvd_cache_t *k)
 {
-    kvd_conn_t *c;
+    kvd__conn_t *c;
 
     for (c = srv->conns; c; c = c->next) {
         kvd_lease_t **pp = &c->leases;
@@ -710,7 +710,7 @@ static kvd_status_t lookup_hits(kvd_cache_t *k, const uint8_t *const *keys, cons
 /* A lookup's answer in rep: the hits here (ids[0..hits)), then the run
  * the peers hold from the first key missing here (present: a bit per key
  * from first on, or NULL), and a lease on those here if asked. */
-static kvd_status_t lookup_reply(kvd_server_t *srv, kvd_conn_t *c, kvd_cache_t *k,
+static kvd_status_t lookup_reply(kvd_server_t *srv, kvd__conn_t *c, kvd_cache_t *k,
                                  const Kvdock__CacheLookup *cl, const uint32_t *ids,
                                  uint32_t hits, uint32_t n, uint32_t first,
                                  const uint8_t *present, Kvdock__CacheLookupReply *rep,
@@ -769,7 +769,7 @@ static kvd_status_t lookup_reply(kvd_server_t *srv, kvd_conn_t *c, kvd_cache_t *
  * own (charged to its client as request bookkeeping). */
 typedef struct lookup_wait {
     kvd_server_t *srv;
-    kvd_conn_t *conn;
+    kvd__conn_t *conn;
     uint64_t req_id;
     size_t op_index;
     uint64_t t_start_ns;
@@ -789,7 +789,7 @@ static void lookup_answered(void *arg, const uint8_t *present, const char *why,
                             const char *waited_for)
 {
     lookup_wait_t *w = arg;
-    kvd_conn_t *c = w->conn;
+    kvd__conn_t *c = w->conn;
     Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
     Kvdock__CacheLookupReply rep = KVDOCK__CACHE_LOOKUP_REPLY__INIT;
     char msg[256] = "";
@@ -1018,7 +1018,7 @@ typedef struct cacheop {
     uint8_t *is_new;    /* reserved by this save (else held while it ran) */
     uint32_t n;
     uint32_t stored, skipped, refused;
-    kvd_conn_t *conn;   /* charged with held bytes of requests */
+    kvd__conn_t *conn;   /* charged with held bytes of requests */
     uint64_t held;
 } cacheop_t;
 

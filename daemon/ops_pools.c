@@ -112,7 +112,7 @@ static uint64_t align_up(uint64_t v, uint64_t a)
     return (v + a - 1) / a * a;
 }
 
-static void log_pool(const kvd_conn_t *c, const kvd_pool_t *p)
+static void log_pool(const kvd__conn_t *c, const kvd_pool_t *p)
 {
     kvd_log(KVD_LOG_INFO,
             "event=pool_%s client=%" PRIu64 " pool=%" PRIu64 " name=%s kind=%s layers=%u "
@@ -143,7 +143,7 @@ static kvd_status_t register_pool(kvd_req_t *r, kvd_pool_t *p)
 typedef struct pool_work {
     uv_work_t w;
     kvd_server_t *srv;
-    kvd_conn_t *conn;
+    kvd__conn_t *conn;
     kvd_pool_t *p;     /* holds a reference */
     kvd_mem_t *mem;
     uint64_t req_id;

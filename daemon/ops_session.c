@@ -12,7 +12,7 @@
 kvd_status_t kvd__op_hello(kvd_req_t *r)
 {
     const Kvdock__Hello *h = r->req->hello;
-    kvd_conn_t *c = r->conn;
+    kvd__conn_t *c = r->conn;
     kvd_server_t *srv = r->srv;
     const kvd_options_t *o = &srv->opts;
     Kvdock__HelloReply *rep = kvd__req_alloc(r, sizeof(*rep));
@@ -148,7 +148,7 @@ kvd_status_t kvd__op_status(kvd_req_t *r)
 {
     kvd_server_t *srv = r->srv;
     Kvdock__StatusReply *s = kvd__req_alloc(r, sizeof(*s));
-    kvd_conn_t *c;
+    kvd__conn_t *c;
     size_t n = 0;
 
     if (s == NULL)
@@ -258,7 +258,7 @@ kvd_status_t kvd__op_stats(kvd_req_t *r)
 kvd_status_t kvd__op_shutdown(kvd_req_t *r)
 {
     /* the reply goes out first: the drain answers everything else */
-    kvd_conn_t *c = r->conn;
+    kvd__conn_t *c = r->conn;
 
     kvd__reply_deferred(c, r->req->id, r->op_index, r->t_start_ns, KVD_OK, NULL, NULL, 0);
     r->deferred = 1; /* answered above */

@@ -50,7 +50,7 @@ enum kvd_host_path {
 };
 
 typedef struct kvd_options {
-    char socket[KVD_OPT_STR_MAX];       /* "" = kvd_default_socket_path() */
+    char socket[KVD_OPT_STR_MAX];       /* "" = kvd__default_socket_path() */
     char socket_group[KVD_OPT_STR_MAX]; /* "" = no group */
     int64_t socket_gid;                 /* socket_group's gid (set with it); -1: none */
     int backend;                        /* enum kvd_backend_choice */

@@ -85,7 +85,7 @@ static void refuse(int fd, kvd_status_t st, const char *msg)
 
     resp.status = (uint32_t)st;
     resp.message = (char *)msg;
-    if (kvd_frame_pack(&resp.base, &frame, &len) == KVD_OK) {
+    if (kvd__frame_pack(&resp.base, &frame, &len) == KVD_OK) {
         ssize_t n = send(fd, frame, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)n;
         free(frame);
@@ -153,7 +153,7 @@ static void on_accept(uv_poll_t *h, int status, int events)
     for (i = 0; i < ACCEPTS_PER_EVENT; i++) {
         struct ucred cred;
         socklen_t len = sizeof(cred);
-        kvd_conn_t *c;
+        kvd__conn_t *c;
         int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
         if (fd < 0) {
@@ -188,7 +188,7 @@ static void on_accept(uv_poll_t *h, int status, int events)
             refuse(fd, KVD_ELIMIT, "too many clients (max-clients)");
             continue;
         }
-        if (kvd_conn_create(srv, fd, &cred, &c) != KVD_OK) {
+        if (kvd__conn_create(srv, fd, &cred, &c) != KVD_OK) {
             close(fd);
             continue;
         }
@@ -304,7 +304,7 @@ static kvd_status_t open_listener(kvd_server_t *srv, char *why, size_t why_len)
             return KVD_ERANGE;
         }
         snprintf(srv->socket_path, sizeof(srv->socket_path), "%s", srv->opts.socket);
-    } else if (kvd_socket_path_resolve(srv->socket_path, sizeof(srv->socket_path), NULL) !=
+    } else if (kvd__socket_path_resolve(srv->socket_path, sizeof(srv->socket_path), NULL) !=
                KVD_OK) {
         snprintf(why, why_len, "default socket path does not fit");
         return KVD_ERANGE;
@@ -383,7 +383,7 @@ typedef struct host_release_work {
     kvd_release_waiter_t *waiter; /* NULL: none */
 } host_release_work_t;
 
-void kvd__server_drop_wait_begin(kvd_server_t *srv, kvd_conn_t *c, uint64_t id, size_t op_index,
+void kvd__server_drop_wait_begin(kvd_server_t *srv, kvd__conn_t *c, uint64_t id, size_t op_index,
                                  uint64_t t_start_ns)
 {
     kvd_release_waiter_t *w = calloc(1, sizeof(*w));
@@ -504,13 +504,13 @@ static void stop_listening(kvd_server_t *srv)
 
 static void finish(kvd_server_t *srv)
 {
-    kvd_conn_t *c, *next;
+    kvd__conn_t *c, *next;
 
     srv->shutting_down = 2; /* finishing: no re-entry */
     kvd_cluster_close(srv->cluster); /* before the caches its pulls write into go */
     for (c = srv->conns; c; c = next) {
         next = c->next;
-        kvd_conn_close(c, "daemon shutting down");
+        kvd__conn_close(c, "daemon shutting down");
     }
     uv_timer_stop(&srv->drain_timer);
     close_handle(srv, (uv_handle_t *)&srv->drain_timer);
@@ -531,7 +531,7 @@ static void finish(kvd_server_t *srv)
 
 static int writes_pending(const kvd_server_t *srv)
 {
-    const kvd_conn_t *c;
+    const kvd__conn_t *c;
 
     for (c = srv->conns; c; c = c->next)
         if (!c->closing && c->wq != NULL)
@@ -625,11 +625,11 @@ static void signal_cb(uv_signal_t *h, int signum)
 static void idle_cb(uv_idle_t *h)
 {
     kvd_server_t *srv = h->data;
-    kvd_conn_t *list = srv->ready;
+    kvd__conn_t *list = srv->ready;
 
     srv->ready = NULL;
     while (list) {
-        kvd_conn_t *c = list;
+        kvd__conn_t *c = list;
         list = c->ready_next;
         c->ready_next = NULL;
         c->in_ready = 0;
@@ -669,7 +669,7 @@ static uint32_t clients_active(kvd_server_t *srv, uint64_t now)
     return srv->active_now > srv->active_before ? srv->active_now : srv->active_before;
 }
 
-void kvd__server_client_active(kvd_server_t *srv, kvd_conn_t *c)
+void kvd__server_client_active(kvd_server_t *srv, kvd__conn_t *c)
 {
     (void)clients_active(srv, kvd_now_ns());
     if (c->active_period != srv->active_period) {
@@ -711,13 +711,13 @@ void kvd__server_activity(kvd_server_t *srv)
 
 static void flush_all(kvd_server_t *srv)
 {
-    kvd_conn_t *list = srv->to_flush;
+    kvd__conn_t *list = srv->to_flush;
 
     srv->to_flush = NULL;
     uv_prepare_stop(&srv->flush_prepare);
     uv_check_stop(&srv->flush_check);
     while (list) {
-        kvd_conn_t *c = list;
+        kvd__conn_t *c = list;
         list = c->flush_next;
         c->flush_next = NULL;
         c->flush_queued = 0;
@@ -739,7 +739,7 @@ static void flush_check_cb(uv_check_t *h)
  * timers leave in the prepare phase, before the loop may sleep in poll;
  * those made by I/O callbacks (reads, wake-ups) leave in the check phase
  * right after them. */
-void kvd__server_want_flush(kvd_server_t *srv, kvd_conn_t *c)
+void kvd__server_want_flush(kvd_server_t *srv, kvd__conn_t *c)
 {
     if (c->flush_queued || srv->shutting_down == 2)
         return;
@@ -752,7 +752,7 @@ void kvd__server_want_flush(kvd_server_t *srv, kvd_conn_t *c)
     }
 }
 
-void kvd__server_kick(kvd_server_t *srv, kvd_conn_t *c)
+void kvd__server_kick(kvd_server_t *srv, kvd__conn_t *c)
 {
     if (c->in_ready || srv->shutting_down == 2)
         return;
@@ -762,9 +762,9 @@ void kvd__server_kick(kvd_server_t *srv, kvd_conn_t *c)
     uv_idle_start(&srv->idle, idle_cb);
 }
 
-void kvd__server_conn_gone(kvd_server_t *srv, kvd_conn_t *c)
+void kvd__server_conn_gone(kvd_server_t *srv, kvd__conn_t *c)
 {
-    kvd_conn_t **pp;
+    kvd__conn_t **pp;
 
     if (c->in_ready) {
         for (pp = &srv->ready; *pp; pp = &(*pp)->ready_next) {
@@ -800,7 +800,7 @@ static void sweep_cb(uv_timer_t *t)
 {
     kvd_server_t *srv = t->data;
     uint64_t now = kvd_now_ns();
-    kvd_conn_t *c;
+    kvd__conn_t *c;
 
     int waiting = 0;
 

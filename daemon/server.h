@@ -22,12 +22,12 @@
 
 #define KVD_DAEMON_VERSION KVD_VERSION /* the project's (CMakeLists.txt) */
 
-typedef struct kvd_conn kvd_conn_t;
+typedef struct kvd__conn kvd__conn_t;
 
 /* A drop whose reply waits for the host memory it releases: the
  * releases it starts share it, and the last to end replies. */
 typedef struct kvd_release_waiter {
-    kvd_conn_t *conn; /* NULL: none */
+    kvd__conn_t *conn; /* NULL: none */
     uint64_t id;
     size_t op_index;
     uint64_t t_start_ns;
@@ -47,9 +47,9 @@ typedef struct kvd_server {
     uv_idle_t spin;        /* busy-poll window: keeps the loop from sleeping */
     uv_prepare_t flush_prepare; /* write queued replies before the loop polls... */
     uv_check_t flush_check;     /* ...and after the I/O callbacks of a poll */
-    kvd_conn_t *to_flush;  /* connections with replies queued since */
+    kvd__conn_t *to_flush;  /* connections with replies queued since */
     uint64_t spin_until_ns;
-    kvd_spin_t poll_window; /* how long the loop polls after activity (proto/src/spin.h) */
+    kvd__spin_t poll_window; /* how long the loop polls after activity (proto/src/spin.h) */
     uint64_t last_activity_ns; /* the last request read or reply queued */
     /* clients that sent requests: in the period begun at active_since_ns
      * (1 ms), and in the one before */
@@ -69,9 +69,9 @@ typedef struct kvd_server {
     kvd_stats_t stats;
     struct kvd_metrics *metrics; /* the Prometheus endpoint (--metrics), or NULL */
     int activated;         /* the listening socket came from systemd: not ours to unlink */
-    kvd_conn_t *conns;     /* open connections */
+    kvd__conn_t *conns;     /* open connections */
     uint32_t nconns;
-    kvd_conn_t *ready;     /* connections with frames left to handle */
+    kvd__conn_t *ready;     /* connections with frames left to handle */
     uint64_t next_client_id;
     struct kvd_cache *caches; /* the cache tier's caches (caches.h) */
     struct kvd_cluster *cluster; /* the daemon's peers (cluster.h), or NULL */
@@ -103,11 +103,11 @@ void kvd_server_destroy(kvd_server_t **srv);
  * let queued work finish (else it is cancelled with ESHUTDOWN). */
 void kvd__server_begin_shutdown(kvd_server_t *srv, int drain, const char *why);
 /* conn has frames buffered: handle them on the next loop iteration. */
-void kvd__server_kick(kvd_server_t *srv, kvd_conn_t *conn);
+void kvd__server_kick(kvd_server_t *srv, kvd__conn_t *conn);
 /* conn's write queue has new replies: written at the end of this loop
  * phase, together with whatever else the phase queues for it (the
  * replies to one read, or to one round of completions, in one sendmsg). */
-void kvd__server_want_flush(kvd_server_t *srv, kvd_conn_t *conn);
+void kvd__server_want_flush(kvd_server_t *srv, kvd__conn_t *conn);
 /* A request came in or a reply went out: with --busy-poll-us the loop
  * polls without sleeping until that long after the last such moment, so
  * the next request is taken without a wake-up from sleep. */
@@ -117,9 +117,9 @@ void kvd__server_activity(kvd_server_t *srv);
 void kvd__server_sweep_arm(kvd_server_t *srv);
 /* c sent a request: it counts among the busy clients (busy polling pays
  * only while they are fewer than the cores). */
-void kvd__server_client_active(kvd_server_t *srv, kvd_conn_t *c);
+void kvd__server_client_active(kvd_server_t *srv, kvd__conn_t *c);
 /* Called by a connection in its close callback, before it is freed. */
-void kvd__server_conn_gone(kvd_server_t *srv, kvd_conn_t *conn);
+void kvd__server_conn_gone(kvd_server_t *srv, kvd__conn_t *conn);
 /* A request finished (completion or reply): check for the end of a drain. */
 void kvd__server_check_drained(kvd_server_t *srv);
 /* Host memory made or released on the thread pool came back: at the end
@@ -134,7 +134,7 @@ void kvd__server_host_release(kvd_server_t *srv, kvd_mem_t *mem, int kind, uint6
  * memory off the loop, the reply to (c, id) waits until the memory is gone
  * (so that the client's next request finds the budget free again) and this
  * returns 1 after kvd__server_drop_wait_end; else 0 and the caller replies. */
-void kvd__server_drop_wait_begin(kvd_server_t *srv, kvd_conn_t *c, uint64_t id, size_t op_index,
+void kvd__server_drop_wait_begin(kvd_server_t *srv, kvd__conn_t *c, uint64_t id, size_t op_index,
                                  uint64_t t_start_ns);
 int kvd__server_drop_wait_end(kvd_server_t *srv);
 

@@ -108,7 +108,7 @@ static void print_usage(FILE *f)
 {
     char path[256];
 
-    if (kvd_default_socket_path(path, sizeof(path)) != KVD_OK)
+    if (kvd__default_socket_path(path, sizeof(path)) != KVD_OK)
         snprintf(path, sizeof(path), "(too long)");
     fprintf(f, "usage: kvdock [--socket PATH] [--json] COMMAND [ARGS]\n\n"
                "Admin CLI of kvdockd, the KV-cache daemon.\n\ncommands:\n");

@@ -56,7 +56,7 @@ bool kvd__cli_parse_u64(const char *s, uint64_t *out, bool size);
 /* What every command takes: --socket PATH, --json, --help (before or
  * after the command's name). */
 typedef struct kvd__cli_ctx {
-    const char *socket; /* NULL: kvd_default_socket_path() */
+    const char *socket; /* NULL: kvd__default_socket_path() */
     bool json;
     bool help;
 } kvd__cli_ctx_t;

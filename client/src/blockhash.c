@@ -19,7 +19,7 @@ kvd_status_t kvd_block_hashes(const int64_t *tokens, size_t num_tokens, uint32_t
 {
     uint8_t prev[KVD_BLOCK_HASH_BYTES];
     size_t n, i;
-    kvd_b2s_t s;
+    kvd__b2s_t s;
 
     if (count == NULL || (num_tokens > 0 && tokens == NULL) || (salt_len > 0 && salt == NULL))
         return kvd__client_fail(NULL, KVD_ENULL, "kvd_block_hashes: count, tokens or salt is "
@@ -31,16 +31,16 @@ kvd_status_t kvd_block_hashes(const int64_t *tokens, size_t num_tokens, uint32_t
     if (n > cap_keys || (n > 0 && out == NULL))
         return kvd__client_fail(NULL, KVD_ERANGE, "kvd_block_hashes: %zu keys, room for %zu", n,
                                 out == NULL ? 0 : cap_keys);
-    kvd_b2s_init(&s, NULL, 0);
-    kvd_b2s_update(&s, salt, salt_len);
-    kvd_b2s_final(&s, prev);
+    kvd__b2s_init(&s, NULL, 0);
+    kvd__b2s_update(&s, salt, salt_len);
+    kvd__b2s_final(&s, prev);
     for (i = 0; i < n; i++) {
-        kvd_b2s_init(&s, NULL, 0);
-        kvd_b2s_update(&s, prev, sizeof(prev));
+        kvd__b2s_init(&s, NULL, 0);
+        kvd__b2s_update(&s, prev, sizeof(prev));
         /* little-endian int64 on every host this library builds for */
-        kvd_b2s_update(&s, (const uint8_t *)(tokens + i * tokens_per_block),
+        kvd__b2s_update(&s, (const uint8_t *)(tokens + i * tokens_per_block),
                    (size_t)tokens_per_block * sizeof(int64_t));
-        kvd_b2s_final(&s, out + i * KVD_BLOCK_HASH_BYTES);
+        kvd__b2s_final(&s, out + i * KVD_BLOCK_HASH_BYTES);
         memcpy(prev, out + i * KVD_BLOCK_HASH_BYTES, sizeof(prev));
     }
     return KVD_OK;

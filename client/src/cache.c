@@ -64,7 +64,7 @@ static kvd_status_t info_finish(kvd_client_t *cli, kvd__pending_t *p)
 {
     if (p->resp->result_case != KVDOCK__RESPONSE__RESULT_CACHE || p->resp->cache == NULL)
         return kvd__client_fail(cli, KVD_EPROTO, "kvdockd answered %s without a CacheInfo",
-                                kvd_op_name(p->op));
+                                kvd__op_name(p->op));
     if (p->out.cache.out != NULL)
         info_from_pb(p->out.cache.out, p->resp->cache);
     return KVD_OK;

@@ -99,7 +99,7 @@ kvd_status_t kvd_client_create(const char *socket_path, const char *client_name,
         return kvd__client_fail(NULL, KVD_ENULL, "out is NULL");
     *out = NULL;
     if (socket_path == NULL || socket_path[0] == '\0') {
-        if (kvd_default_socket_path(path, sizeof(path)) != KVD_OK)
+        if (kvd__default_socket_path(path, sizeof(path)) != KVD_OK)
             return kvd__client_fail(NULL, KVD_ERANGE, "the default socket path is too long");
     } else {
         if (strlen(socket_path) >= sizeof(path))

@@ -305,8 +305,8 @@ readable:
         c->rx = nb;
         c->rx_cap = cap;
     }
-    n = kvd_sock_recv(c->sock, c->rx + c->rx_len, c->rx_cap - c->rx_len, fds, &nfds,
-                      KVD_MAX_FDS_PER_FRAME);
+    n = kvd__sock_recv(c->sock, c->rx + c->rx_len, c->rx_cap - c->rx_len, fds, &nfds,
+                       KVD_MAX_FDS_PER_FRAME);
     if (n == -EAGAIN || n == -EWOULDBLOCK || n == -EINTR)
         return KVD_OK;
     if (n == 0) {
@@ -341,15 +341,16 @@ readable:
 
     for (;;) {
         size_t plen = 0;
-        kvd_parse_t pr = kvd_frame_parse(c->rx + off, c->rx_len - off, KVD__MAX_REPLY_BYTES, &plen);
+        kvd__parse_t pr =
+            kvd__frame_parse(c->rx + off, c->rx_len - off, KVD__MAX_REPLY_BYTES, &plen);
         rx_item_t *it;
 
-        if (pr == KVD_PARSE_ERROR) {
+        if (pr == KVD__PARSE_ERROR) {
             snprintf(msg, msg_cap, "kvdockd sent a frame of %zu bytes, over the client's limit",
                      plen);
             return KVD_EPROTO;
         }
-        if (pr == KVD_PARSE_NEED_MORE) {
+        if (pr == KVD__PARSE_NEED_MORE) {
             /* Drop the frames consumed this round, once. */
             if (off > 0) {
                 memmove(c->rx, c->rx + off, c->rx_len - off);
@@ -448,7 +449,7 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
                          kvd__finish_cb finish, const kvd__out_t *out, uint64_t *req_id)
 {
     kvd__pending_t *p = NULL;
-    kvd_frame_gather_t frame = {0};
+    kvd__frame_gather_t frame = {0};
     kvd_status_t st;
     int64_t deadline;
     uint64_t max_frame;
@@ -495,9 +496,9 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
 
     /* the request's large bytes fields go from the caller's memory, which
      * stays put until this call returns */
-    st = kvd_frame_gather(&req->base, &frame);
+    st = kvd__frame_gather(&req->base, &frame);
     if (st != KVD_OK) {
-        kvd__client_fail(cli, st, "cannot encode the %s request", kvd_op_name(p->op));
+        kvd__client_fail(cli, st, "cannot encode the %s request", kvd__op_name(p->op));
         goto fail;
     }
     if (max_frame > 0 && frame.total - KVD_FRAME_HEADER_BYTES > max_frame) {
@@ -505,7 +506,7 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
             cli, KVD_ETOOBIG,
             "%s request of %zu bytes exceeds the daemon's maximum frame of %llu bytes "
             "(use a registered buffer for large operands)",
-            kvd_op_name(p->op), frame.total - KVD_FRAME_HEADER_BYTES, (unsigned long long)max_frame);
+            kvd__op_name(p->op), frame.total - KVD_FRAME_HEADER_BYTES, (unsigned long long)max_frame);
         goto fail;
     }
 
@@ -520,9 +521,9 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
     pthread_mutex_unlock(&cli->mu);
 
     pthread_mutex_lock(&cli->send_mu);
-    st = kvd_sock_send_iov(cli->sock, frame.iov, frame.iovcnt, fds, nfds);
+    st = kvd__sock_send_iov(cli->sock, frame.iov, frame.iovcnt, fds, nfds);
     pthread_mutex_unlock(&cli->send_mu);
-    kvd_frame_gather_free(&frame);
+    kvd__frame_gather_free(&frame);
     if (st != KVD_OK) {
         size_t at;
 
@@ -540,7 +541,7 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
             if (pump(cli, now_ns()) == KVD_ETIMEDOUT)
                 break;
         set_dead(cli, KVD_ECONN, "connection to kvdockd lost while sending a %s request (%s)",
-                 kvd_op_name(p->op), kvd_strerror(st));
+                 kvd__op_name(p->op), kvd_strerror(st));
         st = cli->dead_status != KVD_OK ? cli->dead_status : KVD_ECONN;
         kvd__client_fail(cli, st, "%s", cli->dead_msg);
         pthread_mutex_unlock(&cli->mu);
@@ -551,7 +552,7 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
     return KVD_OK;
 
 fail:
-    kvd_frame_gather_free(&frame);
+    kvd__frame_gather_free(&frame);
     /* The caller keeps what it passed: do not free its ping copy here. */
     free(p);
     return st;

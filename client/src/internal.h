@@ -111,7 +111,7 @@ struct kvd_client {
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     kvd_hello_info_t info;
     int timeout_ms; /* blocking calls; 0: none */
-    kvd_spin_t spin; /* how long a blocking wait polls before it sleeps (mu) */
+    kvd__spin_t spin; /* how long a blocking wait polls before it sleeps (mu) */
 
     pthread_mutex_t mu; /* everything below but the receive state */
     pthread_cond_t cv;  /* a reader finished a round */

@@ -106,7 +106,7 @@ static kvd_status_t op_finish(kvd_client_t *cli, kvd__pending_t *p)
         r = p->resp->op;
     } else {
         return kvd__client_fail(cli, KVD_EPROTO, "kvdockd answered %s without an OpReply",
-                                kvd_op_name(p->op));
+                                kvd__op_name(p->op));
     }
     if (o == NULL)
         return KVD_OK;

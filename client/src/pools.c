@@ -35,7 +35,7 @@ static kvd_status_t pool_finish(kvd_client_t *cli, kvd__pending_t *p)
 {
     if (p->resp->result_case != KVDOCK__RESPONSE__RESULT_POOL || p->resp->pool == NULL)
         return kvd__client_fail(cli, KVD_EPROTO, "kvdockd answered %s without a PoolInfo",
-                                kvd_op_name(p->op));
+                                kvd__op_name(p->op));
     if (p->out.pool.out != NULL)
         kvd__pool_info_from_pb(p->out.pool.out, p->resp->pool);
     return KVD_OK;

@@ -40,13 +40,13 @@ void kvd__clc_random(uint8_t *p, size_t n)
 void kvd__clc_prove(const kvd_cl_config_t *cl, const char *label, const uint8_t *a, const uint8_t *b,
                   uint8_t out[KVD_BLAKE2S_BYTES])
 {
-    kvd_b2s_t s;
+    kvd__b2s_t s;
 
-    kvd_b2s_init(&s, cl->key, sizeof(cl->key));
-    kvd_b2s_update(&s, label, strlen(label));
-    kvd_b2s_update(&s, a, KVD_CL_NONCE);
-    kvd_b2s_update(&s, b, KVD_CL_NONCE);
-    kvd_b2s_final(&s, out);
+    kvd__b2s_init(&s, cl->key, sizeof(cl->key));
+    kvd__b2s_update(&s, label, strlen(label));
+    kvd__b2s_update(&s, a, KVD_CL_NONCE);
+    kvd__b2s_update(&s, b, KVD_CL_NONCE);
+    kvd__b2s_final(&s, out);
 }
 
 int kvd__clc_same(const uint8_t *a, const uint8_t *b, size_t n)
@@ -271,7 +271,7 @@ static kvd_status_t read_secret(kvd_cl_config_t *cl, const char *path, char *why
     ssize_t n;
     size_t len;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    kvd_b2s_t s;
+    kvd__b2s_t s;
 
     if (fd < 0) {
         snprintf(why, why_len, "cluster-secret-file %s: %s", path, strerror(errno));
@@ -298,9 +298,9 @@ static kvd_status_t read_secret(kvd_cl_config_t *cl, const char *path, char *why
                  "(head -c 32 /dev/urandom | base64 > FILE)", path);
         return KVD_EINVAL;
     }
-    kvd_b2s_init(&s, NULL, 0);
-    kvd_b2s_update(&s, buf, len);
-    kvd_b2s_final(&s, cl->key);
+    kvd__b2s_init(&s, NULL, 0);
+    kvd__b2s_update(&s, buf, len);
+    kvd__b2s_final(&s, cl->key);
     memset(buf, 0, sizeof(buf));
     return KVD_OK;
 }

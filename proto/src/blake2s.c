@@ -43,7 +43,7 @@ static uint32_t load32(const uint8_t *p)
         v[b] = rotr(v[b] ^ v[c], 7);                                                               \
     } while (0)
 
-static void compress(kvd_b2s_t *s, const uint8_t *block, int last)
+static void compress(kvd__b2s_t *s, const uint8_t *block, int last)
 {
     uint32_t m[16], v[16];
     int i, r;
@@ -72,7 +72,7 @@ static void compress(kvd_b2s_t *s, const uint8_t *block, int last)
         s->h[i] ^= v[i] ^ v[i + 8];
 }
 
-void kvd_b2s_init(kvd_b2s_t *s, const void *key, size_t key_len)
+void kvd__b2s_init(kvd__b2s_t *s, const void *key, size_t key_len)
 {
     memcpy(s->h, IV, sizeof(IV));
     if (key_len > KVD_BLAKE2S_BYTES)
@@ -87,7 +87,7 @@ void kvd_b2s_init(kvd_b2s_t *s, const void *key, size_t key_len)
     }
 }
 
-void kvd_b2s_update(kvd_b2s_t *s, const void *data, size_t len)
+void kvd__b2s_update(kvd__b2s_t *s, const void *data, size_t len)
 {
     const uint8_t *p = data;
 
@@ -106,7 +106,7 @@ void kvd_b2s_update(kvd_b2s_t *s, const void *data, size_t len)
     }
 }
 
-void kvd_b2s_final(kvd_b2s_t *s, uint8_t out[KVD_BLAKE2S_BYTES])
+void kvd__b2s_final(kvd__b2s_t *s, uint8_t out[KVD_BLAKE2S_BYTES])
 {
     s->t += (uint32_t)s->n;
     memset(s->buf + s->n, 0, 64 - s->n);

@@ -12,19 +12,19 @@
 
 #define KVD_BLAKE2S_BYTES 32
 
-typedef struct kvd_b2s {
+typedef struct kvd__b2s {
     uint32_t h[8];
     uint32_t t; /* bytes compressed so far */
     uint8_t buf[64];
     size_t n;
-} kvd_b2s_t;
+} kvd__b2s_t;
 
 /* Internal to each binary: libkvdock does not export them. */
 #define KVD_B2S_INTERNAL __attribute__((visibility("hidden")))
 
 /* key_len 0: unkeyed; else 1 to 32 bytes of key. */
-KVD_B2S_INTERNAL void kvd_b2s_init(kvd_b2s_t *s, const void *key, size_t key_len);
-KVD_B2S_INTERNAL void kvd_b2s_update(kvd_b2s_t *s, const void *p, size_t len);
-KVD_B2S_INTERNAL void kvd_b2s_final(kvd_b2s_t *s, uint8_t out[KVD_BLAKE2S_BYTES]);
+KVD_B2S_INTERNAL void kvd__b2s_init(kvd__b2s_t *s, const void *key, size_t key_len);
+KVD_B2S_INTERNAL void kvd__b2s_update(kvd__b2s_t *s, const void *p, size_t len);
+KVD_B2S_INTERNAL void kvd__b2s_final(kvd__b2s_t *s, uint8_t out[KVD_BLAKE2S_BYTES]);
 
 #endif

@@ -9,13 +9,13 @@
 
 #define SAMPLE_NS 500000u
 
-void kvd__spin_init(kvd_spin_t *s, uint64_t cap_ns)
+void kvd__spin_init(kvd__spin_t *s, uint64_t cap_ns)
 {
     s->cap_ns = cap_ns;
     s->window_ns = cap_ns;
 }
 
-void kvd__spin_learn(kvd_spin_t *s, uint64_t waited_ns)
+void kvd__spin_learn(kvd__spin_t *s, uint64_t waited_ns)
 {
     if (s->cap_ns == 0 || waited_ns <= s->window_ns)
         return;

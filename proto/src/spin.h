@@ -30,14 +30,14 @@ extern "C" {
  * an answer that polling would have caught. */
 #define KVD_SPIN_MIN_NS 4000u
 
-typedef struct kvd_spin {
+typedef struct kvd__spin {
     uint64_t cap_ns;    /* the configured bound; 0: never poll */
     uint64_t window_ns; /* how long the next wait polls, at most cap_ns */
-} kvd_spin_t;
+} kvd__spin_t;
 
-void kvd__spin_init(kvd_spin_t *s, uint64_t cap_ns);
+void kvd__spin_init(kvd__spin_t *s, uint64_t cap_ns);
 /* The answer came waited_ns after the wait began (polled or not). */
-void kvd__spin_learn(kvd_spin_t *s, uint64_t waited_ns);
+void kvd__spin_learn(kvd__spin_t *s, uint64_t waited_ns);
 
 /* The CPUs this process may run on. */
 int kvd__spin_cores(void);

@@ -20,25 +20,25 @@
  * get the chance to close the extras ourselves. */
 #define KERNEL_MAX_FDS 253
 
-kvd_parse_t kvd_frame_parse(const uint8_t *buf, size_t len, uint64_t max_frame,
-                            size_t *payload_len)
+kvd__parse_t kvd__frame_parse(const uint8_t *buf, size_t len, uint64_t max_frame,
+                              size_t *payload_len)
 {
     uint32_t n;
 
     if (buf == NULL || len < KVD_FRAME_HEADER_BYTES)
-        return KVD_PARSE_NEED_MORE;
+        return KVD__PARSE_NEED_MORE;
     n = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 |
         (uint32_t)buf[3] << 24;
     if (payload_len != NULL)
         *payload_len = n;
     if ((uint64_t)n > max_frame)
-        return KVD_PARSE_ERROR;
+        return KVD__PARSE_ERROR;
     if (len - KVD_FRAME_HEADER_BYTES < (size_t)n)
-        return KVD_PARSE_NEED_MORE;
-    return KVD_PARSE_FRAME;
+        return KVD__PARSE_NEED_MORE;
+    return KVD__PARSE_FRAME;
 }
 
-kvd_status_t kvd_frame_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *out_len)
+kvd_status_t kvd__frame_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *out_len)
 {
     size_t n;
     uint8_t *buf;
@@ -76,8 +76,8 @@ static int wait_writable(int sock)
     return rc < 0 ? -1 : 0;
 }
 
-ssize_t kvd_sock_sendmsg(int sock, const struct iovec *iov, int iovcnt, const int *fds, int nfds,
-                         int flags)
+ssize_t kvd__sock_sendmsg(int sock, const struct iovec *iov, int iovcnt, const int *fds, int nfds,
+                          int flags)
 {
     struct msghdr mh;
     union {
@@ -107,7 +107,7 @@ ssize_t kvd_sock_sendmsg(int sock, const struct iovec *iov, int iovcnt, const in
     return sendmsg(sock, &mh, MSG_NOSIGNAL | flags);
 }
 
-kvd_status_t kvd_sock_send_all(int sock, const void *buf, size_t len, const int *fds, int nfds)
+kvd_status_t kvd__sock_send_all(int sock, const void *buf, size_t len, const int *fds, int nfds)
 {
     const uint8_t *p = buf;
     size_t done = 0;
@@ -122,7 +122,7 @@ kvd_status_t kvd_sock_send_all(int sock, const void *buf, size_t len, const int 
 
     while (done < len) {
         struct iovec iov = {.iov_base = (void *)(p + done), .iov_len = len - done};
-        ssize_t n = kvd_sock_sendmsg(sock, &iov, 1, fds, first ? nfds : 0, 0);
+        ssize_t n = kvd__sock_sendmsg(sock, &iov, 1, fds, first ? nfds : 0, 0);
 
         if (n < 0) {
             if (errno == EINTR)
@@ -147,7 +147,7 @@ kvd_status_t kvd_sock_send_all(int sock, const void *buf, size_t len, const int 
  * copied runs by offset, since buf may move as it grows. */
 typedef struct gather_buf {
     ProtobufCBuffer base;
-    kvd_frame_gather_t *g;
+    kvd__frame_gather_t *g;
     struct {
         const uint8_t *ref; /* NULL: the copied run [off, off + len) of buf */
         size_t off, len;
@@ -159,7 +159,7 @@ typedef struct gather_buf {
 
 static void gather_copy(gather_buf_t *b, size_t len, const uint8_t *data)
 {
-    kvd_frame_gather_t *g = b->g;
+    kvd__frame_gather_t *g = b->g;
 
     if (g->len + len > g->cap) {
         size_t cap = g->cap * 2 > g->len + len ? g->cap * 2 : g->len + len;
@@ -179,7 +179,7 @@ static void gather_copy(gather_buf_t *b, size_t len, const uint8_t *data)
 static void gather_append(ProtobufCBuffer *base, size_t len, const uint8_t *data)
 {
     gather_buf_t *b = (gather_buf_t *)base;
-    kvd_frame_gather_t *g = b->g;
+    kvd__frame_gather_t *g = b->g;
 
     if (b->failed)
         return;
@@ -201,7 +201,7 @@ static void gather_append(ProtobufCBuffer *base, size_t len, const uint8_t *data
     gather_copy(b, len, data);
 }
 
-kvd_status_t kvd_frame_gather(const ProtobufCMessage *msg, kvd_frame_gather_t *g)
+kvd_status_t kvd__frame_gather(const ProtobufCMessage *msg, kvd__frame_gather_t *g)
 {
     gather_buf_t b;
     size_t n, packed;
@@ -226,11 +226,11 @@ kvd_status_t kvd_frame_gather(const ProtobufCMessage *msg, kvd_frame_gather_t *g
     b.g = g;
     packed = protobuf_c_message_pack_to_buffer(msg, &b.base);
     if (b.failed) {
-        kvd_frame_gather_free(g);
+        kvd__frame_gather_free(g);
         return KVD_ENOMEM;
     }
     if (packed != n) {
-        kvd_frame_gather_free(g);
+        kvd__frame_gather_free(g);
         return KVD_EINTERNAL;
     }
     if (g->len > b.mark) {
@@ -249,7 +249,7 @@ kvd_status_t kvd_frame_gather(const ProtobufCMessage *msg, kvd_frame_gather_t *g
     return KVD_OK;
 }
 
-void kvd_frame_gather_free(kvd_frame_gather_t *g)
+void kvd__frame_gather_free(kvd__frame_gather_t *g)
 {
     if (g == NULL)
         return;
@@ -257,7 +257,7 @@ void kvd_frame_gather_free(kvd_frame_gather_t *g)
     memset(g, 0, sizeof(*g));
 }
 
-kvd_status_t kvd_sock_send_iov(int sock, const struct iovec *iov, int iovcnt, const int *fds,
+kvd_status_t kvd__sock_send_iov(int sock, const struct iovec *iov, int iovcnt, const int *fds,
                                int nfds)
 {
     struct iovec v[KVD_FRAME_GATHER_IOV];
@@ -275,7 +275,7 @@ kvd_status_t kvd_sock_send_iov(int sock, const struct iovec *iov, int iovcnt, co
             at++;
             continue;
         }
-        n = kvd_sock_sendmsg(sock, v + at, iovcnt - at, fds, first ? nfds : 0, 0);
+        n = kvd__sock_sendmsg(sock, v + at, iovcnt - at, fds, first ? nfds : 0, 0);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -301,7 +301,7 @@ kvd_status_t kvd_sock_send_iov(int sock, const struct iovec *iov, int iovcnt, co
     return KVD_OK;
 }
 
-ssize_t kvd_sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int max_fds)
+ssize_t kvd__sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int max_fds)
 {
     struct msghdr mh;
     struct iovec iov;
@@ -482,7 +482,7 @@ static int socket_present(const char *path)
     return errno == EACCES;
 }
 
-kvd_status_t kvd_socket_path_resolve(char *buf, size_t len, const char *system_path)
+kvd_status_t kvd__socket_path_resolve(char *buf, size_t len, const char *system_path)
 {
     const char *env;
     int n;
@@ -508,12 +508,12 @@ kvd_status_t kvd_socket_path_resolve(char *buf, size_t len, const char *system_p
     return KVD_OK;
 }
 
-kvd_status_t kvd_default_socket_path(char *buf, size_t len)
+kvd_status_t kvd__default_socket_path(char *buf, size_t len)
 {
-    return kvd_socket_path_resolve(buf, len, KVD_SYSTEM_SOCKET);
+    return kvd__socket_path_resolve(buf, len, KVD_SYSTEM_SOCKET);
 }
 
-const char *kvd_op_name(int op_case)
+const char *kvd__op_name(int op_case)
 {
     /* the Request oneof's field names are the operations' names */
     const ProtobufCFieldDescriptor *f =

@@ -29,46 +29,46 @@ extern "C" {
 /* Descriptors accepted with one frame; more are closed and refused. */
 #define KVD_MAX_FDS_PER_FRAME 16
 
-typedef enum kvd_parse {
-    KVD_PARSE_ERROR = -1,    /* length past max_frame: ETOOBIG */
-    KVD_PARSE_NEED_MORE = 0, /* not a whole frame yet */
-    KVD_PARSE_FRAME = 1,     /* a whole frame: payload at buf + 4 */
-} kvd_parse_t;
+typedef enum kvd__parse {
+    KVD__PARSE_ERROR = -1,    /* length past max_frame: ETOOBIG */
+    KVD__PARSE_NEED_MORE = 0, /* not a whole frame yet */
+    KVD__PARSE_FRAME = 1,     /* a whole frame: payload at buf + 4 */
+} kvd__parse_t;
 
 /*
  * Look at len buffered bytes.  Sets *payload_len as soon as the header is
  * there (so a reader can reserve room), before checking it against
  * max_frame: the length is checked before anything is allocated.
  */
-kvd_parse_t kvd_frame_parse(const uint8_t *buf, size_t len, uint64_t max_frame,
-                            size_t *payload_len);
+kvd__parse_t kvd__frame_parse(const uint8_t *buf, size_t len, uint64_t max_frame,
+                              size_t *payload_len);
 
 /* Serialize msg into a new malloc'd frame (header + payload). */
-kvd_status_t kvd_frame_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *out_len);
+kvd_status_t kvd__frame_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *out_len);
 
 /* A frame gathered, not copied: header and small fields in buf, each
  * bytes field of at least KVD_FRAME_GATHER_MIN bytes sent from the
  * message's own memory (which must stay unchanged until the frame is
- * sent).  iov[0..iovcnt) is the frame; kvd_frame_gather_free frees buf. */
+ * sent).  iov[0..iovcnt) is the frame; kvd__frame_gather_free frees buf. */
 #define KVD_FRAME_GATHER_MIN 2048u
 #define KVD_FRAME_GATHER_IOV 16
-typedef struct kvd_frame_gather {
+typedef struct kvd__frame_gather {
     uint8_t *buf;
     size_t len, cap, total;
     struct iovec iov[KVD_FRAME_GATHER_IOV];
     int iovcnt;
-} kvd_frame_gather_t;
+} kvd__frame_gather_t;
 
 /* Pack msg as a frame into *g (which need not be initialized).  total is
  * the frame's length, header included. */
-kvd_status_t kvd_frame_gather(const ProtobufCMessage *msg, kvd_frame_gather_t *g);
-void kvd_frame_gather_free(kvd_frame_gather_t *g);
+kvd_status_t kvd__frame_gather(const ProtobufCMessage *msg, kvd__frame_gather_t *g);
+void kvd__frame_gather_free(kvd__frame_gather_t *g);
 
 /*
- * kvd_sock_send_all over iovcnt buffers (at most KVD_FRAME_GATHER_IOV),
+ * kvd__sock_send_all over iovcnt buffers (at most KVD_FRAME_GATHER_IOV),
  * in as few sendmsg calls as the socket takes.
  */
-kvd_status_t kvd_sock_send_iov(int sock, const struct iovec *iov, int iovcnt, const int *fds,
+kvd_status_t kvd__sock_send_iov(int sock, const struct iovec *iov, int iovcnt, const int *fds,
                                int nfds);
 
 /*
@@ -76,15 +76,15 @@ kvd_status_t kvd_sock_send_iov(int sock, const struct iovec *iov, int iovcnt, co
  * KVD_MAX_FDS_PER_FRAME) as SCM_RIGHTS data on the first byte,
  * MSG_NOSIGNAL | flags.  The bytes sent, or -1 with errno set.
  */
-ssize_t kvd_sock_sendmsg(int sock, const struct iovec *iov, int iovcnt, const int *fds, int nfds,
-                         int flags);
+ssize_t kvd__sock_sendmsg(int sock, const struct iovec *iov, int iovcnt, const int *fds, int nfds,
+                          int flags);
 
 /*
  * Send all len bytes on a blocking socket, the descriptors (if any)
  * attached to the first byte.  Retries on EINTR and partial writes.
  * KVD_OK, or KVD_ECONN when the peer is gone, KVD_EIO otherwise.
  */
-kvd_status_t kvd_sock_send_all(int sock, const void *buf, size_t len, const int *fds, int nfds);
+kvd_status_t kvd__sock_send_all(int sock, const void *buf, size_t len, const int *fds, int nfds);
 
 /*
  * One recvmsg of at most cap bytes.  Descriptors that arrive are appended
@@ -92,7 +92,7 @@ kvd_status_t kvd_sock_send_all(int sock, const void *buf, size_t len, const int 
  * marked close-on-exec.  Returns the bytes read, 0 at end of stream, or
  * -errno (-EAGAIN on a non-blocking socket with nothing to read).
  */
-ssize_t kvd_sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int max_fds);
+ssize_t kvd__sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int max_fds);
 
 /* Where the installed system service listens (deploy/kvdockd.socket). */
 #define KVD_SYSTEM_SOCKET "/run/kvdock/kvdockd.sock"
@@ -104,14 +104,14 @@ ssize_t kvd_sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int 
  * $XDG_RUNTIME_DIR/kvdock/kvdockd.sock, else /tmp/kvdock-<uid>/kvdockd.sock.
  * KVD_OK, or KVD_ERANGE if it does not fit in len.
  */
-kvd_status_t kvd_default_socket_path(char *buf, size_t len);
+kvd_status_t kvd__default_socket_path(char *buf, size_t len);
 
 /*
  * The same order with system_path in the place of KVD_SYSTEM_SOCKET;
  * NULL skips it: the path a daemon listens on when none is given
  * ($KVDOCK_SOCKET, else the per-user path), never the system service's.
  */
-kvd_status_t kvd_socket_path_resolve(char *buf, size_t len, const char *system_path);
+kvd_status_t kvd__socket_path_resolve(char *buf, size_t len, const char *system_path);
 
 /* Whether s[0..n) is UTF-8 (no overlong forms, surrogates or code points
  * past U+10FFFF): 1 or 0. */
@@ -133,7 +133,7 @@ int kvd__wire_bad_string(const ProtobufCMessageDescriptor *desc, const uint8_t *
                         char *path, size_t path_len);
 
 /* The operation's name ("transfer", "pool_create", ...), "unknown" if none. */
-const char *kvd_op_name(int op_case);
+const char *kvd__op_name(int op_case);
 
 #ifdef __cplusplus
 }

@@ -350,13 +350,13 @@ int rawpeer_hello(rawpeer_t *rp, uint32_t version)
 static void prove(const uint8_t key[KVD_BLAKE2S_BYTES], const char *label, const uint8_t *a,
                   const uint8_t *b, uint8_t out[KVD_BLAKE2S_BYTES])
 {
-    kvd_b2s_t s;
+    kvd__b2s_t s;
 
-    kvd_b2s_init(&s, key, KVD_BLAKE2S_BYTES);
-    kvd_b2s_update(&s, label, strlen(label));
-    kvd_b2s_update(&s, a, RAWPEER_NONCE);
-    kvd_b2s_update(&s, b, RAWPEER_NONCE);
-    kvd_b2s_final(&s, out);
+    kvd__b2s_init(&s, key, KVD_BLAKE2S_BYTES);
+    kvd__b2s_update(&s, label, strlen(label));
+    kvd__b2s_update(&s, a, RAWPEER_NONCE);
+    kvd__b2s_update(&s, b, RAWPEER_NONCE);
+    kvd__b2s_final(&s, out);
 }
 
 size_t rawpeer_last_auth(const rawpeer_t *rp, uint8_t *out, size_t cap)
@@ -371,7 +371,7 @@ int rawpeer_auth(rawpeer_t *rp, const char *secret)
 {
     uint8_t key[KVD_BLAKE2S_BYTES], want[KVD_BLAKE2S_BYTES], proof[KVD_BLAKE2S_BYTES], *b = NULL;
     size_t len = strlen(secret), n;
-    kvd_b2s_t s;
+    kvd__b2s_t s;
     Kvdock__Cluster__Msg *ch, *w, m = KVDOCK__CLUSTER__MSG__INIT;
     Kvdock__Cluster__Auth au = KVDOCK__CLUSTER__AUTH__INIT;
     int ok;
@@ -379,9 +379,9 @@ int rawpeer_auth(rawpeer_t *rp, const char *secret)
     while (len > 0 && (secret[len - 1] == '\n' || secret[len - 1] == '\r' ||
                        secret[len - 1] == ' '))
         len--;
-    kvd_b2s_init(&s, NULL, 0);
-    kvd_b2s_update(&s, secret, len);
-    kvd_b2s_final(&s, key);
+    kvd__b2s_init(&s, NULL, 0);
+    kvd__b2s_update(&s, secret, len);
+    kvd__b2s_final(&s, key);
     if (rawpeer_hello(rp, RAWPEER_VERSION) != 0 ||
         (ch = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_CHALLENGE, 5000)) == NULL)
         return -1;
@@ -436,7 +436,7 @@ int rawpeer_serve(rawpeer_t *rp, const char *secret, int timeout_ms)
 {
     uint8_t key[KVD_BLAKE2S_BYTES], proof[KVD_BLAKE2S_BYTES];
     size_t len = strlen(secret);
-    kvd_b2s_t s;
+    kvd__b2s_t s;
     struct pollfd pf = {.fd = rp->lfd, .events = POLLIN};
     Kvdock__Cluster__Msg *h, *a, *ln, m = KVDOCK__CLUSTER__MSG__INIT;
     Kvdock__Cluster__Challenge ch = KVDOCK__CLUSTER__CHALLENGE__INIT;
@@ -445,9 +445,9 @@ int rawpeer_serve(rawpeer_t *rp, const char *secret, int timeout_ms)
     while (len > 0 && (secret[len - 1] == '\n' || secret[len - 1] == '\r' ||
                        secret[len - 1] == ' '))
         len--;
-    kvd_b2s_init(&s, NULL, 0);
-    kvd_b2s_update(&s, secret, len);
-    kvd_b2s_final(&s, key);
+    kvd__b2s_init(&s, NULL, 0);
+    kvd__b2s_update(&s, secret, len);
+    kvd__b2s_final(&s, key);
     if (poll(&pf, 1, timeout_ms) != 1 || (rp->fd = accept(rp->lfd, NULL, NULL)) < 0)
         return -1;
     if ((h = rawpeer_wait(rp, KVDOCK__CLUSTER__MSG__M_HELLO, timeout_ms)) == NULL)

@@ -1454,7 +1454,7 @@ static void ctx_up(ctx_t *x)
 }
 
 /* Send a whole buffer, with up to 24 descriptors on its first byte (more
- * than kvd_sock_send_all allows: the daemon must cope with them). */
+ * than kvd__sock_send_all allows: the daemon must cope with them). */
 static void send_with_fds(int sock, const uint8_t *buf, size_t len, const int *fds, int nfds)
 {
     union {
@@ -1467,7 +1467,7 @@ static void send_with_fds(int sock, const uint8_t *buf, size_t len, const int *f
 
     ck_assert_int_le(nfds, 24);
     if (nfds <= KVD_MAX_FDS_PER_FRAME) {
-        ck_assert_int_eq(kvd_sock_send_all(sock, buf, len, fds, nfds), KVD_OK);
+        ck_assert_int_eq(kvd__sock_send_all(sock, buf, len, fds, nfds), KVD_OK);
         return;
     }
     memset(&mh, 0, sizeof(mh));
@@ -1487,7 +1487,7 @@ static void send_with_fds(int sock, const uint8_t *buf, size_t len, const int *f
     }
     n = sendmsg(sock, &mh, MSG_NOSIGNAL);
     ck_assert_int_eq(n, 1);
-    ck_assert_int_eq(kvd_sock_send_all(sock, buf + 1, len - 1, NULL, 0), KVD_OK);
+    ck_assert_int_eq(kvd__sock_send_all(sock, buf + 1, len - 1, NULL, 0), KVD_OK);
 }
 
 START_TEST(test_bad_input_table)
@@ -1520,7 +1520,7 @@ START_TEST(test_bad_input_table)
         } else {
             uint8_t *frame;
             size_t len;
-            ck_assert_int_eq(kvd_frame_pack(&m.req.base, &frame, &len), KVD_OK);
+            ck_assert_int_eq(kvd__frame_pack(&m.req.base, &frame, &len), KVD_OK);
             send_with_fds(conn, frame, len, m.fds, m.nfds);
             free(frame);
         }
@@ -1585,8 +1585,8 @@ START_TEST(test_bad_input_table)
         s_before_hello(&x, &m);
         for (j = 0; j < 16; j++)
             m.fds[m.nfds++] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-        ck_assert_int_eq(kvd_frame_pack(&m.req.base, &frame, &len), KVD_OK);
-        ck_assert_int_eq(kvd_sock_send_all(x.c, frame, len, m.fds, m.nfds), KVD_OK);
+        ck_assert_int_eq(kvd__frame_pack(&m.req.base, &frame, &len), KVD_OK);
+        ck_assert_int_eq(kvd__sock_send_all(x.c, frame, len, m.fds, m.nfds), KVD_OK);
         free(frame);
         for (j = 0; j < m.nfds; j++)
             close(m.fds[j]);

@@ -228,7 +228,7 @@ START_TEST(test_max_frame_exact)
         free(p.payload.data);
     }
     ck_assert_uint_eq(protobuf_c_message_get_packed_size(&req.base), KVD_DEFAULT_MAX_FRAME_BYTES);
-    ck_assert_int_eq(kvd_frame_pack(&req.base, &frame, &len), KVD_OK);
+    ck_assert_int_eq(kvd__frame_pack(&req.base, &frame, &len), KVD_OK);
     kvdt_send_raw(fd, frame, len);
     r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
     ck_assert_ptr_nonnull(r);
@@ -520,8 +520,8 @@ START_TEST(test_max_clients)
                 uint8_t *frame;
                 size_t len;
                 /* a refused peer may be closed already: the send may fail */
-                ck_assert_int_eq(kvd_frame_pack(&req.base, &frame, &len), KVD_OK);
-                (void)kvd_sock_send_all(a, frame, len, NULL, 0);
+                ck_assert_int_eq(kvd__frame_pack(&req.base, &frame, &len), KVD_OK);
+                (void)kvd__sock_send_all(a, frame, len, NULL, 0);
                 free(frame);
             }
             r = kvdt_recv(a, NULL, NULL, KVDT_TIMEOUT_MS);

@@ -266,7 +266,7 @@ static void send_hello(int fd, const char *name)
     req.hello = &h;
     h.protocol_version = KVD_PROTOCOL_VERSION;
     h.client_name = (char *)name;
-    ck_assert_int_eq(kvd_frame_pack(&req.base, &frame, &len), KVD_OK);
+    ck_assert_int_eq(kvd__frame_pack(&req.base, &frame, &len), KVD_OK);
     (void)send(fd, frame, len, MSG_NOSIGNAL);
     free(frame);
 }
@@ -467,7 +467,7 @@ START_TEST(test_steady_client_survives)
         kvdt_req_init(&req, 1000 + (uint64_t)i);
         req.op_case = KVDOCK__REQUEST__OP_PING;
         req.ping = &p;
-        ck_assert_int_eq(kvd_frame_pack(&req.base, &frame, &flen), KVD_OK);
+        ck_assert_int_eq(kvd__frame_pack(&req.base, &frame, &flen), KVD_OK);
         stream = realloc(stream, len + flen);
         memcpy(stream + len, frame, flen);
         len += flen;

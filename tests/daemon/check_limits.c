@@ -184,7 +184,7 @@ static void append_frame(uint8_t **buf, size_t *len, size_t *cap, const Kvdock__
     uint8_t *frame;
     size_t n;
 
-    ck_assert_int_eq(kvd_frame_pack(&req->base, &frame, &n), KVD_OK);
+    ck_assert_int_eq(kvd__frame_pack(&req->base, &frame, &n), KVD_OK);
     if (*len + n > *cap) {
         *cap = (*len + n) * 2;
         *buf = realloc(*buf, *cap);
@@ -485,8 +485,8 @@ static int hello_status(int fd)
     h.client_name = "c";
     req.op_case = KVDOCK__REQUEST__OP_HELLO;
     req.hello = &h;
-    ck_assert_int_eq(kvd_frame_pack(&req.base, &frame, &len), KVD_OK);
-    (void)kvd_sock_send_all(fd, frame, len, NULL, 0); /* a refused peer may be gone */
+    ck_assert_int_eq(kvd__frame_pack(&req.base, &frame, &len), KVD_OK);
+    (void)kvd__sock_send_all(fd, frame, len, NULL, 0); /* a refused peer may be gone */
     free(frame);
     r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
     if (r == NULL)

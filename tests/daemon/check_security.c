@@ -73,14 +73,14 @@ static int connect_as_groups(const char *sock, uid_t uid, gid_t gid, size_t ngro
         fd = kvdt_connect(sock);
         cerr = fd < 0 ? errno : 0;
         if (fd >= 0)
-            (void)kvd_sock_send_all(sp[1], &cerr, sizeof(cerr), &fd, 1);
+            (void)kvd__sock_send_all(sp[1], &cerr, sizeof(cerr), &fd, 1);
         else
-            (void)kvd_sock_send_all(sp[1], &cerr, sizeof(cerr), NULL, 0);
+            (void)kvd__sock_send_all(sp[1], &cerr, sizeof(cerr), NULL, 0);
         _exit(0);
     }
     ck_assert_int_ge(pid, 0);
     close(sp[1]);
-    n = kvd_sock_recv(sp[0], &cerr, sizeof(cerr), fds, &nfds, 4);
+    n = kvd__sock_recv(sp[0], &cerr, sizeof(cerr), fds, &nfds, 4);
     close(sp[0]);
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child could not become %u",

@@ -300,14 +300,14 @@ void kvdt_send(int fd, const Kvdock__Request *req, const int *fds, int nfds)
     uint8_t *frame;
     size_t len;
 
-    ck_assert_int_eq(kvd_frame_pack(&req->base, &frame, &len), KVD_OK);
-    ck_assert_int_eq(kvd_sock_send_all(fd, frame, len, fds, nfds), KVD_OK);
+    ck_assert_int_eq(kvd__frame_pack(&req->base, &frame, &len), KVD_OK);
+    ck_assert_int_eq(kvd__sock_send_all(fd, frame, len, fds, nfds), KVD_OK);
     free(frame);
 }
 
 void kvdt_send_raw(int fd, const void *buf, size_t len)
 {
-    ck_assert_int_eq(kvd_sock_send_all(fd, buf, len, NULL, 0), KVD_OK);
+    ck_assert_int_eq(kvd__sock_send_all(fd, buf, len, NULL, 0), KVD_OK);
 }
 
 /* Read exactly n bytes (descriptors collected), or -1 at EOF/timeout. */
@@ -322,7 +322,7 @@ static int read_exact(int fd, uint8_t *buf, size_t n, int *fds, int *nfds, uint6
 
         if (left <= 0 || poll(&p, 1, (int)left) <= 0)
             return -1;
-        r = kvd_sock_recv(fd, buf + got, n - got, fds, nfds, fds ? 4 : 0);
+        r = kvd__sock_recv(fd, buf + got, n - got, fds, nfds, fds ? 4 : 0);
         if (r == -EAGAIN || r == -EINTR)
             continue;
         if (r <= 0)
@@ -346,7 +346,7 @@ Kvdock__Response *kvdt_recv(int fd, int *fds, int *nfds, int timeout_ms)
         *nfds = 0;
     if (read_exact(fd, hdr, 4, fds, nfds, deadline) != 0)
         return NULL;
-    (void)kvd_frame_parse(hdr, 4, UINT32_MAX, &plen);
+    (void)kvd__frame_parse(hdr, 4, UINT32_MAX, &plen);
     payload = malloc(plen ? plen : 1);
     ck_assert_ptr_nonnull(payload);
     if (read_exact(fd, payload, plen, fds, nfds, deadline) != 0) {

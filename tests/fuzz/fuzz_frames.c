@@ -5,7 +5,7 @@
  *
  * Nothing of the daemon is stubbed: one real server (kvd_server_create,
  * options, cpu backend, registry, counters) lives for the whole run, and
- * each input goes through a real connection (kvd_conn_create) on one end
+ * each input goes through a real connection (kvd__conn_create) on one end
  * of a socketpair, driven by the server's own libuv loop: framing, the
  * frame-size check, protobuf unpacking, the dispatch table's checks, every
  * handler's validation, the backend's jobs and the replies.  The input is
@@ -122,7 +122,7 @@ static void rx_check(rx_t *r)
 {
     size_t off = 0, plen;
 
-    while (kvd_frame_parse(r->buf + off, r->len - off, UINT32_MAX, &plen) == KVD_PARSE_FRAME) {
+    while (kvd__frame_parse(r->buf + off, r->len - off, UINT32_MAX, &plen) == KVD__PARSE_FRAME) {
         Kvdock__Response *resp =
             kvdock__response__unpack(NULL, plen, r->buf + off + KVD_FRAME_HEADER_BYTES);
         if (resp == NULL)
@@ -158,8 +158,8 @@ static int drain(int fd, rx_t *r)
             r->buf = nb;
             r->cap = cap;
         }
-        n = kvd_sock_recv(fd, r->buf + r->len, r->cap - r->len, fds, &nfds,
-                          KVD_MAX_FDS_PER_FRAME);
+        n = kvd__sock_recv(fd, r->buf + r->len, r->cap - r->len, fds, &nfds,
+                           KVD_MAX_FDS_PER_FRAME);
         for (i = 0; i < nfds; i++)
             close(fds[i]);
         if (n == -EAGAIN || n == -EWOULDBLOCK || n == -EINTR)
@@ -235,7 +235,7 @@ static size_t send_some(int s, const uint8_t *p, size_t n, int *fd)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     int sv[2];
-    kvd_conn_t *c;
+    kvd__conn_t *c;
     size_t off = 0, frame_end = 0;
     int frame_no = 0, pending_fd = -1;
     rx_t rx = {0};
@@ -250,8 +250,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         socklen_t len = sizeof(cred);
 
         if (getsockopt(sv[0], SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-            kvd_conn_create(srv, sv[0], &cred, &c) != KVD_OK)
-            die("kvd_conn_create");
+            kvd__conn_create(srv, sv[0], &cred, &c) != KVD_OK)
+            die("kvd__conn_create");
     }
 
     /* Write the input as a client would, a frame at a time (as the length
@@ -261,8 +261,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         if (off == frame_end) {
             size_t plen = 0;
-            kvd_parse_t pr = kvd_frame_parse(data + off, size - off, UINT32_MAX, &plen);
-            frame_end = pr == KVD_PARSE_FRAME ? off + KVD_FRAME_HEADER_BYTES + plen : size;
+            kvd__parse_t pr = kvd__frame_parse(data + off, size - off, UINT32_MAX, &plen);
+            frame_end = pr == KVD__PARSE_FRAME ? off + KVD_FRAME_HEADER_BYTES + plen : size;
             frame_no++;
             if (frame_no >= 2 && frame_no <= 1 + FD_FRAMES)
                 pending_fd = make_memfd();

@@ -48,7 +48,7 @@ static void frame(Kvdock__Request *req)
     size_t n;
 
     req->id = next_id++;
-    if (kvd_frame_pack(&req->base, &f, &n) != KVD_OK) {
+    if (kvd__frame_pack(&req->base, &f, &n) != KVD_OK) {
         fprintf(stderr, "gen_seeds: cannot pack\n");
         exit(1);
     }

@@ -56,7 +56,7 @@ done
 # (whole outputs captured first: grep -q would cut a pipe under pipefail)
 syms=$(nm -g --defined-only "$libdir/libkvdock.a")
 grep -q ' T kvdock__request__pack$' <<< "$syms" || fail "libkvdock.a lacks the protocol messages"
-grep -q ' T kvd_frame_pack$' <<< "$syms" || fail "libkvdock.a lacks the framing code"
+grep -q ' T kvd__frame_pack$' <<< "$syms" || fail "libkvdock.a lacks the framing code"
 # the shared library exports the API only
 dsyms=$(nm -D --defined-only "$libdir/libkvdock.so" | awk 'NF == 3 {print $3}')
 others=$(grep -v '^kvd_' <<< "$dsyms" || true)

@@ -1,5 +1,5 @@
 /*
- * check_blake2s: kvd_b2s (proto/src/blake2s.c), which chains the block
+ * check_blake2s: kvd__b2s (proto/src/blake2s.c), which chains the block
  * keys of libkvdock and proves the secret between cluster daemons (keyed),
  * against values it did not compute:
  *
@@ -36,16 +36,16 @@ static void unhex(const char *hex, uint8_t *out, size_t n)
 static void digest(const uint8_t *key, size_t klen, const uint8_t *msg, size_t n, size_t piece,
                    uint8_t out[KVD_BLAKE2S_BYTES])
 {
-    kvd_b2s_t s;
+    kvd__b2s_t s;
 
-    kvd_b2s_init(&s, klen ? key : NULL, klen);
+    kvd__b2s_init(&s, klen ? key : NULL, klen);
     if (piece == 0) {
-        kvd_b2s_update(&s, msg, n);
+        kvd__b2s_update(&s, msg, n);
     } else {
         for (size_t at = 0; at < n; at += piece)
-            kvd_b2s_update(&s, msg + at, n - at < piece ? n - at : piece);
+            kvd__b2s_update(&s, msg + at, n - at < piece ? n - at : piece);
     }
-    kvd_b2s_final(&s, out);
+    kvd__b2s_final(&s, out);
 }
 
 START_TEST(test_rfc7693_abc)
@@ -124,18 +124,18 @@ START_TEST(test_cluster_proof)
     static const char secret[] = "the cluster's secret, 32 bytes..\n";
     static const char label[] = "kvdock-cluster-1 A";
     uint8_t key[32], a[16], b[16], want[32], got[32];
-    kvd_b2s_t s;
+    kvd__b2s_t s;
 
     for (int i = 0; i < 16; i++) {
         a[i] = (uint8_t)i;
         b[i] = (uint8_t)(100 + i);
     }
     digest(NULL, 0, (const uint8_t *)secret, strlen(secret), 0, key);
-    kvd_b2s_init(&s, key, sizeof(key));
-    kvd_b2s_update(&s, label, strlen(label));
-    kvd_b2s_update(&s, a, sizeof(a));
-    kvd_b2s_update(&s, b, sizeof(b));
-    kvd_b2s_final(&s, got);
+    kvd__b2s_init(&s, key, sizeof(key));
+    kvd__b2s_update(&s, label, strlen(label));
+    kvd__b2s_update(&s, a, sizeof(a));
+    kvd__b2s_update(&s, b, sizeof(b));
+    kvd__b2s_final(&s, got);
     unhex("f1064e1d93bac5be54de18328225fe94f61114a39c4b271a16174b462c55b3c1", want, 32);
     ck_assert_mem_eq(got, want, 32);
 }

@@ -232,15 +232,15 @@ static ProtobufCMessage *round_trip(const ProtobufCMessage *msg)
     size_t len = 0, len2 = 0, plen = 0;
     ProtobufCMessage *out;
 
-    ck_assert_int_eq(kvd_frame_pack(msg, &frame, &len), KVD_OK);
+    ck_assert_int_eq(kvd__frame_pack(msg, &frame, &len), KVD_OK);
     ck_assert_uint_gt(len, KVD_FRAME_HEADER_BYTES);
-    ck_assert_int_eq(kvd_frame_parse(frame, len, KVD_DEFAULT_MAX_FRAME_BYTES, &plen),
-                     KVD_PARSE_FRAME);
+    ck_assert_int_eq(kvd__frame_parse(frame, len, KVD_DEFAULT_MAX_FRAME_BYTES, &plen),
+                     KVD__PARSE_FRAME);
     ck_assert_uint_eq(plen + KVD_FRAME_HEADER_BYTES, len);
     out = protobuf_c_message_unpack(msg->descriptor, NULL, plen, frame + KVD_FRAME_HEADER_BYTES);
     ck_assert_ptr_nonnull(out);
     check_all_set(out);
-    ck_assert_int_eq(kvd_frame_pack(out, &again, &len2), KVD_OK);
+    ck_assert_int_eq(kvd__frame_pack(out, &again, &len2), KVD_OK);
     ck_assert_uint_eq(len, len2);
     ck_assert_mem_eq(frame, again, len);
     free(frame);
@@ -315,7 +315,7 @@ START_TEST(test_request_round_trip)
     out = (Kvdock__Request *)round_trip(&req.base);
     ck_assert_int_eq(out->op_case, request_ops[_i].op_case);
     ck_assert_uint_eq(out->id, req.id);
-    ck_assert_str_eq(kvd_op_name(out->op_case), request_ops[_i].name);
+    ck_assert_str_eq(kvd__op_name(out->op_case), request_ops[_i].name);
     protobuf_c_message_free_unpacked(&out->base, NULL);
     arena_free();
 }
@@ -324,7 +324,7 @@ END_TEST
 START_TEST(test_request_every_op_listed)
 {
     /* every oneof member of Request is in request_ops: a new operation
-     * appended to the proto must be added there (and to kvd_op_name). */
+     * appended to the proto must be added there (and to kvd__op_name). */
     const ProtobufCMessageDescriptor *d = &kvdock__request__descriptor;
     unsigned i;
     int found = 0;
@@ -332,12 +332,12 @@ START_TEST(test_request_every_op_listed)
     for (i = 0; i < d->n_fields; i++) {
         if (d->fields[i].flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
             found++;
-            ck_assert_str_ne(kvd_op_name((int)d->fields[i].id), "unknown");
+            ck_assert_str_ne(kvd__op_name((int)d->fields[i].id), "unknown");
         }
     }
     ck_assert_int_eq(found, N_REQUEST_OPS);
-    ck_assert_str_eq(kvd_op_name(KVDOCK__REQUEST__OP__NOT_SET), "unknown");
-    ck_assert_str_eq(kvd_op_name(9999), "unknown");
+    ck_assert_str_eq(kvd__op_name(KVDOCK__REQUEST__OP__NOT_SET), "unknown");
+    ck_assert_str_eq(kvd__op_name(9999), "unknown");
 }
 END_TEST
 
@@ -377,12 +377,12 @@ START_TEST(test_empty_messages)
     uint8_t *frame;
     size_t len, plen = 99;
 
-    ck_assert_int_eq(kvd_frame_pack(&req.base, &frame, &len), KVD_OK);
+    ck_assert_int_eq(kvd__frame_pack(&req.base, &frame, &len), KVD_OK);
     ck_assert_uint_eq(len, 4);
-    ck_assert_int_eq(kvd_frame_parse(frame, len, 0, &plen), KVD_PARSE_FRAME);
+    ck_assert_int_eq(kvd__frame_parse(frame, len, 0, &plen), KVD__PARSE_FRAME);
     ck_assert_uint_eq(plen, 0);
     free(frame);
-    ck_assert_int_eq(kvd_frame_pack(NULL, &frame, &len), KVD_ENULL);
+    ck_assert_int_eq(kvd__frame_pack(NULL, &frame, &len), KVD_ENULL);
 }
 END_TEST
 
@@ -405,17 +405,17 @@ START_TEST(test_parse_header_bytes)
     put_len(b, 4);
     for (i = 0; i < 4; i++) {
         plen = 12345;
-        ck_assert_int_eq(kvd_frame_parse(b, i, 100, &plen), KVD_PARSE_NEED_MORE);
+        ck_assert_int_eq(kvd__frame_parse(b, i, 100, &plen), KVD__PARSE_NEED_MORE);
         ck_assert_uint_eq(plen, 12345); /* not set before the header is whole */
     }
     /* header whole, payload missing: the length is known already */
-    ck_assert_int_eq(kvd_frame_parse(b, 4, 100, &plen), KVD_PARSE_NEED_MORE);
+    ck_assert_int_eq(kvd__frame_parse(b, 4, 100, &plen), KVD__PARSE_NEED_MORE);
     ck_assert_uint_eq(plen, 4);
-    ck_assert_int_eq(kvd_frame_parse(b, 7, 100, &plen), KVD_PARSE_NEED_MORE);
-    ck_assert_int_eq(kvd_frame_parse(b, 8, 100, &plen), KVD_PARSE_FRAME);
-    ck_assert_int_eq(kvd_frame_parse(NULL, 8, 100, &plen), KVD_PARSE_NEED_MORE);
+    ck_assert_int_eq(kvd__frame_parse(b, 7, 100, &plen), KVD__PARSE_NEED_MORE);
+    ck_assert_int_eq(kvd__frame_parse(b, 8, 100, &plen), KVD__PARSE_FRAME);
+    ck_assert_int_eq(kvd__frame_parse(NULL, 8, 100, &plen), KVD__PARSE_NEED_MORE);
     /* payload_len may be NULL */
-    ck_assert_int_eq(kvd_frame_parse(b, 8, 100, NULL), KVD_PARSE_FRAME);
+    ck_assert_int_eq(kvd__frame_parse(b, 8, 100, NULL), KVD__PARSE_FRAME);
 }
 END_TEST
 
@@ -426,22 +426,22 @@ START_TEST(test_parse_max_frame)
     size_t plen;
 
     put_len(b, max);
-    ck_assert_int_eq(kvd_frame_parse(b, 4, max, &plen), KVD_PARSE_NEED_MORE);
-    ck_assert_int_eq(kvd_frame_parse(b, 4 + max - 1, max, &plen), KVD_PARSE_NEED_MORE);
-    ck_assert_int_eq(kvd_frame_parse(b, 4 + max, max, &plen), KVD_PARSE_FRAME);
+    ck_assert_int_eq(kvd__frame_parse(b, 4, max, &plen), KVD__PARSE_NEED_MORE);
+    ck_assert_int_eq(kvd__frame_parse(b, 4 + max - 1, max, &plen), KVD__PARSE_NEED_MORE);
+    ck_assert_int_eq(kvd__frame_parse(b, 4 + max, max, &plen), KVD__PARSE_FRAME);
     ck_assert_uint_eq(plen, max);
     /* more bytes than one frame: still that one frame */
-    ck_assert_int_eq(kvd_frame_parse(b, 4 + max + 1, max, &plen), KVD_PARSE_FRAME);
+    ck_assert_int_eq(kvd__frame_parse(b, 4 + max + 1, max, &plen), KVD__PARSE_FRAME);
 
     put_len(b, max + 1);
     /* refused from the header alone, before any payload arrived */
-    ck_assert_int_eq(kvd_frame_parse(b, 4, max, &plen), KVD_PARSE_ERROR);
+    ck_assert_int_eq(kvd__frame_parse(b, 4, max, &plen), KVD__PARSE_ERROR);
     ck_assert_uint_eq(plen, max + 1);
-    ck_assert_int_eq(kvd_frame_parse(b, 4 + max + 1, max, &plen), KVD_PARSE_ERROR);
+    ck_assert_int_eq(kvd__frame_parse(b, 4 + max + 1, max, &plen), KVD__PARSE_ERROR);
 
     put_len(b, UINT32_MAX);
-    ck_assert_int_eq(kvd_frame_parse(b, 4, max, &plen), KVD_PARSE_ERROR);
-    ck_assert_int_eq(kvd_frame_parse(b, 4, UINT32_MAX, &plen), KVD_PARSE_NEED_MORE);
+    ck_assert_int_eq(kvd__frame_parse(b, 4, max, &plen), KVD__PARSE_ERROR);
+    ck_assert_int_eq(kvd__frame_parse(b, 4, UINT32_MAX, &plen), KVD__PARSE_NEED_MORE);
     free(b);
 }
 END_TEST
@@ -451,7 +451,7 @@ START_TEST(test_parse_little_endian)
     uint8_t b[4] = {0x01, 0x02, 0x03, 0x04};
     size_t plen = 0;
 
-    ck_assert_int_eq(kvd_frame_parse(b, 4, UINT64_MAX, &plen), KVD_PARSE_NEED_MORE);
+    ck_assert_int_eq(kvd__frame_parse(b, 4, UINT64_MAX, &plen), KVD__PARSE_NEED_MORE);
     ck_assert_uint_eq(plen, 0x04030201u);
 }
 END_TEST
@@ -490,12 +490,12 @@ static void pass_fd(int a, int b, const char *content)
     req.id = 42;
     req.op_case = KVDOCK__REQUEST__OP_PING;
     req.ping = &ping;
-    ck_assert_int_eq(kvd_frame_pack(&req.base, &frame, &len), KVD_OK);
-    ck_assert_int_eq(kvd_sock_send_all(a, frame, len, &fd, 1), KVD_OK);
+    ck_assert_int_eq(kvd__frame_pack(&req.base, &frame, &len), KVD_OK);
+    ck_assert_int_eq(kvd__sock_send_all(a, frame, len, &fd, 1), KVD_OK);
     close(fd); /* the receiver holds its own reference now */
-    while (kvd_frame_parse(buf, got, 1024, &plen) == KVD_PARSE_NEED_MORE) {
-        ssize_t n = kvd_sock_recv(b, buf + got, sizeof(buf) - got, fds, &nfds,
-                                  KVD_MAX_FDS_PER_FRAME);
+    while (kvd__frame_parse(buf, got, 1024, &plen) == KVD__PARSE_NEED_MORE) {
+        ssize_t n = kvd__sock_recv(b, buf + got, sizeof(buf) - got, fds, &nfds,
+                                   KVD_MAX_FDS_PER_FRAME);
         ck_assert_int_gt(n, 0);
         got += (size_t)n;
     }
@@ -528,8 +528,8 @@ START_TEST(test_fd_extra_closed)
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     for (i = 0; i < 3; i++)
         fds_out[i] = make_memfd("extra");
-    ck_assert_int_eq(kvd_sock_send_all(sv[0], &c, 1, fds_out, 3), KVD_OK);
-    ck_assert_int_eq(kvd_sock_recv(sv[1], buf, sizeof(buf), fds_in, &nfds, 2), 1);
+    ck_assert_int_eq(kvd__sock_send_all(sv[0], &c, 1, fds_out, 3), KVD_OK);
+    ck_assert_int_eq(kvd__sock_recv(sv[1], buf, sizeof(buf), fds_in, &nfds, 2), 1);
     ck_assert_int_eq(nfds, 2);
     check_fd_content(fds_in[0], "extra");
     check_fd_content(fds_in[1], "extra");
@@ -539,8 +539,8 @@ START_TEST(test_fd_extra_closed)
         close(fds_out[i]);
     /* no descriptor wanted at all */
     fds_out[0] = make_memfd("none");
-    ck_assert_int_eq(kvd_sock_send_all(sv[0], &c, 1, fds_out, 1), KVD_OK);
-    ck_assert_int_eq(kvd_sock_recv(sv[1], buf, sizeof(buf), NULL, NULL, 0), 1);
+    ck_assert_int_eq(kvd__sock_send_all(sv[0], &c, 1, fds_out, 1), KVD_OK);
+    ck_assert_int_eq(kvd__sock_recv(sv[1], buf, sizeof(buf), NULL, NULL, 0), 1);
     close(fds_out[0]);
     close(sv[0]);
     close(sv[1]);
@@ -553,14 +553,14 @@ START_TEST(test_sock_errors)
     char buf[4];
 
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-    ck_assert_int_eq(kvd_sock_recv(sv[1], buf, sizeof(buf), NULL, NULL, 0), -EAGAIN);
-    ck_assert_int_eq(kvd_sock_send_all(sv[0], buf, 0, &fd, 1), KVD_EINVAL);
-    ck_assert_int_eq(kvd_sock_send_all(sv[0], buf, 1, &fd, KVD_MAX_FDS_PER_FRAME + 1),
+    ck_assert_int_eq(kvd__sock_recv(sv[1], buf, sizeof(buf), NULL, NULL, 0), -EAGAIN);
+    ck_assert_int_eq(kvd__sock_send_all(sv[0], buf, 0, &fd, 1), KVD_EINVAL);
+    ck_assert_int_eq(kvd__sock_send_all(sv[0], buf, 1, &fd, KVD_MAX_FDS_PER_FRAME + 1),
                      KVD_EINVAL);
-    ck_assert_int_eq(kvd_sock_send_all(-1, buf, 1, NULL, 0), KVD_EINVAL);
+    ck_assert_int_eq(kvd__sock_send_all(-1, buf, 1, NULL, 0), KVD_EINVAL);
     close(sv[0]);
-    ck_assert_int_eq(kvd_sock_recv(sv[1], buf, sizeof(buf), NULL, NULL, 0), 0); /* EOF */
-    ck_assert_int_eq(kvd_sock_send_all(sv[1], "abc", 3, NULL, 0), KVD_ECONN);
+    ck_assert_int_eq(kvd__sock_recv(sv[1], buf, sizeof(buf), NULL, NULL, 0), 0); /* EOF */
+    ck_assert_int_eq(kvd__sock_send_all(sv[1], "abc", 3, NULL, 0), KVD_ECONN);
     close(sv[1]);
 }
 END_TEST
@@ -578,15 +578,15 @@ START_TEST(test_sendmsg_gathers)
     for (i = 0; i <= KVD_MAX_FDS_PER_FRAME; i++)
         fds[i] = 0;
     errno = 0;
-    ck_assert_int_eq(kvd_sock_sendmsg(sv[0], iov, 0, NULL, 0, 0), -1);
+    ck_assert_int_eq(kvd__sock_sendmsg(sv[0], iov, 0, NULL, 0, 0), -1);
     ck_assert_int_eq(errno, EINVAL);
     errno = 0;
-    ck_assert_int_eq(kvd_sock_sendmsg(sv[0], iov, 3, fds, KVD_MAX_FDS_PER_FRAME + 1, 0), -1);
+    ck_assert_int_eq(kvd__sock_sendmsg(sv[0], iov, 3, fds, KVD_MAX_FDS_PER_FRAME + 1, 0), -1);
     ck_assert_int_eq(errno, EINVAL);
-    ck_assert_int_eq(kvd_sock_recv(sv[1], buf, sizeof(buf), got, &ngot, KVD_MAX_FDS_PER_FRAME),
+    ck_assert_int_eq(kvd__sock_recv(sv[1], buf, sizeof(buf), got, &ngot, KVD_MAX_FDS_PER_FRAME),
                      -EAGAIN);
-    ck_assert_int_eq(kvd_sock_sendmsg(sv[0], iov, 3, fds, 1, 0), 6);
-    ck_assert_int_eq(kvd_sock_recv(sv[1], buf, sizeof(buf), got, &ngot, KVD_MAX_FDS_PER_FRAME), 6);
+    ck_assert_int_eq(kvd__sock_sendmsg(sv[0], iov, 3, fds, 1, 0), 6);
+    ck_assert_int_eq(kvd__sock_recv(sv[1], buf, sizeof(buf), got, &ngot, KVD_MAX_FDS_PER_FRAME), 6);
     ck_assert_mem_eq(buf, "abcdef", 6);
     ck_assert_int_eq(ngot, 1);
     ck_assert_int_ge(got[0], 0);
@@ -609,11 +609,11 @@ START_TEST(test_send_large)
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     if (fork() == 0) {
         close(sv[1]);
-        _exit(kvd_sock_send_all(sv[0], out, len, NULL, 0) == KVD_OK ? 0 : 1);
+        _exit(kvd__sock_send_all(sv[0], out, len, NULL, 0) == KVD_OK ? 0 : 1);
     }
     close(sv[0]);
     while (got < len) {
-        ssize_t n = kvd_sock_recv(sv[1], in + got, len - got, NULL, NULL, 0);
+        ssize_t n = kvd__sock_recv(sv[1], in + got, len - got, NULL, NULL, 0);
         ck_assert_int_gt(n, 0);
         got += (size_t)n;
     }
@@ -626,7 +626,7 @@ END_TEST
 
 START_TEST(test_frame_gather)
 {
-    /* a gathered frame holds the bytes kvd_frame_pack makes, whether its
+    /* a gathered frame holds the bytes kvd__frame_pack makes, whether its
      * large fields go by reference (a few) or are copied (past the iovec
      * cap), and arrives whole through a socket smaller than it */
     static const unsigned nkeys[] = {0, 1, 3, 40};
@@ -637,7 +637,7 @@ START_TEST(test_frame_gather)
         ProtobufCBinaryData keys[40];
         uint8_t *data = malloc(40 * 5000), *flat, *got, *packed = NULL;
         size_t packed_len = 0, at = 0, n = 0;
-        kvd_frame_gather_t g;
+        kvd__frame_gather_t g;
         int sv[2], sz = 4096;
 
         for (size_t i = 0; i < 40 * 5000; i++)
@@ -655,8 +655,8 @@ START_TEST(test_frame_gather)
         req.id = 5;
         req.op_case = KVDOCK__REQUEST__OP_CACHE_LOOKUP;
         req.cache_lookup = &cl;
-        ck_assert_int_eq(kvd_frame_pack(&req.base, &packed, &packed_len), KVD_OK);
-        ck_assert_int_eq(kvd_frame_gather(&req.base, &g), KVD_OK);
+        ck_assert_int_eq(kvd__frame_pack(&req.base, &packed, &packed_len), KVD_OK);
+        ck_assert_int_eq(kvd__frame_gather(&req.base, &g), KVD_OK);
         ck_assert_uint_eq(g.total, packed_len);
         ck_assert_int_ge(g.iovcnt, 1);
         ck_assert_int_le(g.iovcnt, KVD_FRAME_GATHER_IOV);
@@ -674,17 +674,17 @@ START_TEST(test_frame_gather)
         got = malloc(packed_len);
         if (fork() == 0) {
             close(sv[1]);
-            _exit(kvd_sock_send_iov(sv[0], g.iov, g.iovcnt, NULL, 0) == KVD_OK ? 0 : 1);
+            _exit(kvd__sock_send_iov(sv[0], g.iov, g.iovcnt, NULL, 0) == KVD_OK ? 0 : 1);
         }
         close(sv[0]);
         while (n < packed_len) {
-            ssize_t r = kvd_sock_recv(sv[1], got + n, packed_len - n, NULL, NULL, 0);
+            ssize_t r = kvd__sock_recv(sv[1], got + n, packed_len - n, NULL, NULL, 0);
             ck_assert_int_gt(r, 0);
             n += (size_t)r;
         }
         ck_assert_mem_eq(got, packed, packed_len);
         close(sv[1]);
-        kvd_frame_gather_free(&g);
+        kvd__frame_gather_free(&g);
         free(got);
         free(flat);
         free(packed);
@@ -692,9 +692,9 @@ START_TEST(test_frame_gather)
     }
     {
         struct iovec v = {"x", 1};
-        ck_assert_int_eq(kvd_sock_send_iov(-1, &v, 1, NULL, 0), KVD_EINVAL);
-        ck_assert_int_eq(kvd_sock_send_iov(0, &v, 0, NULL, 0), KVD_EINVAL);
-        ck_assert_int_eq(kvd_sock_send_iov(0, &v, KVD_FRAME_GATHER_IOV + 1, NULL, 0),
+        ck_assert_int_eq(kvd__sock_send_iov(-1, &v, 1, NULL, 0), KVD_EINVAL);
+        ck_assert_int_eq(kvd__sock_send_iov(0, &v, 0, NULL, 0), KVD_EINVAL);
+        ck_assert_int_eq(kvd__sock_send_iov(0, &v, KVD_FRAME_GATHER_IOV + 1, NULL, 0),
                          KVD_EINVAL);
     }
 }
@@ -707,20 +707,20 @@ START_TEST(test_default_socket_path)
     char buf[256], want[256];
 
     setenv("KVDOCK_SOCKET", "/run/x/kvd.sock", 1);
-    ck_assert_int_eq(kvd_default_socket_path(buf, sizeof(buf)), KVD_OK);
+    ck_assert_int_eq(kvd__default_socket_path(buf, sizeof(buf)), KVD_OK);
     ck_assert_str_eq(buf, "/run/x/kvd.sock");
-    ck_assert_int_eq(kvd_default_socket_path(buf, 5), KVD_ERANGE);
+    ck_assert_int_eq(kvd__default_socket_path(buf, 5), KVD_ERANGE);
 
     unsetenv("KVDOCK_SOCKET");
     setenv("XDG_RUNTIME_DIR", "/run/user/1234", 1);
-    ck_assert_int_eq(kvd_socket_path_resolve(buf, sizeof(buf), NULL), KVD_OK);
+    ck_assert_int_eq(kvd__socket_path_resolve(buf, sizeof(buf), NULL), KVD_OK);
     ck_assert_str_eq(buf, "/run/user/1234/kvdock/kvdockd.sock");
 
     unsetenv("XDG_RUNTIME_DIR");
-    ck_assert_int_eq(kvd_socket_path_resolve(buf, sizeof(buf), NULL), KVD_OK);
+    ck_assert_int_eq(kvd__socket_path_resolve(buf, sizeof(buf), NULL), KVD_OK);
     snprintf(want, sizeof(want), "/tmp/kvdock-%u/kvdockd.sock", (unsigned)getuid());
     ck_assert_str_eq(buf, want);
-    ck_assert_int_eq(kvd_default_socket_path(NULL, 10), KVD_ENULL);
+    ck_assert_int_eq(kvd__default_socket_path(NULL, 10), KVD_ENULL);
 }
 END_TEST
 
@@ -740,7 +740,7 @@ START_TEST(test_system_socket_path)
     setenv("XDG_RUNTIME_DIR", "/run/user/1234", 1);
 
     /* nothing there yet: the per-user path */
-    ck_assert_int_eq(kvd_socket_path_resolve(buf, sizeof(buf), sys), KVD_OK);
+    ck_assert_int_eq(kvd__socket_path_resolve(buf, sizeof(buf), sys), KVD_OK);
     ck_assert_str_eq(buf, "/run/user/1234/kvdock/kvdockd.sock");
 
     fd = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -749,25 +749,25 @@ START_TEST(test_system_socket_path)
     sa.sun_family = AF_UNIX;
     snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sys);
     ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    ck_assert_int_eq(kvd_socket_path_resolve(buf, sizeof(buf), sys), KVD_OK);
+    ck_assert_int_eq(kvd__socket_path_resolve(buf, sizeof(buf), sys), KVD_OK);
     ck_assert_str_eq(buf, sys);
     /* the daemon's own default skips it */
-    ck_assert_int_eq(kvd_socket_path_resolve(buf, sizeof(buf), NULL), KVD_OK);
+    ck_assert_int_eq(kvd__socket_path_resolve(buf, sizeof(buf), NULL), KVD_OK);
     ck_assert_str_eq(buf, "/run/user/1234/kvdock/kvdockd.sock");
     /* $KVDOCK_SOCKET comes first */
     setenv("KVDOCK_SOCKET", "/run/x/kvd.sock", 1);
-    ck_assert_int_eq(kvd_socket_path_resolve(buf, sizeof(buf), sys), KVD_OK);
+    ck_assert_int_eq(kvd__socket_path_resolve(buf, sizeof(buf), sys), KVD_OK);
     ck_assert_str_eq(buf, "/run/x/kvd.sock");
     unsetenv("KVDOCK_SOCKET");
 
     /* a file that is not a socket is no daemon */
     fclose(fopen(plain, "w"));
-    ck_assert_int_eq(kvd_socket_path_resolve(buf, sizeof(buf), plain), KVD_OK);
+    ck_assert_int_eq(kvd__socket_path_resolve(buf, sizeof(buf), plain), KVD_OK);
     ck_assert_str_eq(buf, "/run/user/1234/kvdock/kvdockd.sock");
 
     /* the public default names the installed service's socket */
     ck_assert_str_eq(KVD_SYSTEM_SOCKET, "/run/kvdock/kvdockd.sock");
-    ck_assert_int_eq(kvd_default_socket_path(buf, sizeof(buf)), KVD_OK);
+    ck_assert_int_eq(kvd__default_socket_path(buf, sizeof(buf)), KVD_OK);
     {
         struct stat st;
         int there = stat(KVD_SYSTEM_SOCKET, &st) == 0 && S_ISSOCK(st.st_mode);

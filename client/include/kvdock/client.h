@@ -56,7 +56,9 @@ extern "C" {
  *    fetched, served, kvd_cache_lookup_result_t.local_hits,
  *    kvd_daemon_status_t.cluster.
  * 6: kvd_cache_lookup_result_t.waited_for, kvd_daemon_status_t.metrics_address and
- *    cache_budgets. */
+ *    cache_budgets.  The wire helpers that leaked out under kvd_ names
+ *    (kvd_frame_pack, kvd_default_socket_path, ...) are no longer
+ *    exported: they are internal (kvd__) and were never declared here. */
 #define KVD_CLIENT_ABI_VERSION 6
 
 /* KVD_CLIENT_ABI_VERSION of the library loaded at run time (a caller built
@@ -116,8 +118,8 @@ typedef struct kvd_hello_info {
 } kvd_hello_info_t;
 
 /*
- * Connect to the daemon at socket_path (NULL: kvd_default_socket_path(),
- * which is $KVDOCK_SOCKET, else /run/kvdock/kvdockd.sock when the system
+ * Connect to the daemon at socket_path (NULL: the default path, which is
+ * $KVDOCK_SOCKET, else /run/kvdock/kvdockd.sock when the system
  * service's socket is there, else $XDG_RUNTIME_DIR/kvdock/kvdockd.sock, else
  * /tmp/kvdock-<uid>/kvdockd.sock) and say hello as client_name (NULL:
  * "kvdock-client").  On failure *out is NULL and kvd_client_last_error(NULL)
