@@ -56,9 +56,11 @@ extern "C" {
  *    fetched, served, kvd_cache_lookup_result_t.local_hits,
  *    kvd_daemon_status_t.cluster.
  * 6: kvd_cache_lookup_result_t.waited_for, kvd_daemon_status_t.metrics_address and
- *    cache_budgets.  The wire helpers that leaked out under kvd_ names
- *    (kvd_frame_pack, kvd_default_socket_path, ...) are no longer
- *    exported: they are internal (kvd__) and were never declared here. */
+ *    cache_budgets; KVD_CLUSTER_PEERS_MAX 16 -> 64 (kvd_daemon_status_t
+ *    grows), so status carries every peer of a 64-peer cluster.  The wire
+ *    helpers that leaked out under kvd_ names (kvd_frame_pack,
+ *    kvd_default_socket_path, ...) are no longer exported: they are
+ *    internal (kvd__) and were never declared here. */
 #define KVD_CLIENT_ABI_VERSION 6
 
 /* KVD_CLIENT_ABI_VERSION of the library loaded at run time (a caller built
@@ -209,8 +211,10 @@ typedef struct kvd_memory_use {
     uint64_t refused; /* reservations refused since the daemon started */
 } kvd_memory_use_t;
 
-/* The daemon's cluster (kvdockd --cluster-listen): its peers as it sees them. */
-#define KVD_CLUSTER_PEERS_MAX 16
+/* The daemon's cluster (kvdockd --cluster-listen): its peers as it sees
+ * them.  KVD_CLUSTER_PEERS_MAX is the daemon's limit on --cluster-peers,
+ * so the array holds every peer. */
+#define KVD_CLUSTER_PEERS_MAX 64
 typedef struct kvd_cluster_peer {
     char address[128];    /* HOST:PORT, as configured */
     char state[16];       /* "up", "connecting", "down", "refused" */

@@ -153,7 +153,7 @@ class MemoryUse(Structure):
     ]
 
 
-CLUSTER_PEERS_MAX = 16
+CLUSTER_PEERS_MAX = 64
 
 
 class ClusterPeer(Structure):
