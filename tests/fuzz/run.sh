@@ -3,12 +3,16 @@
 # in its own tree and fuzz the daemon's decode and dispatch path for a
 # bounded time.
 #
-#   tests/fuzz/run.sh [SECONDS] [frames|cluster]
+#   tests/fuzz/run.sh [SECONDS] [frames|cluster|cluster-msgs]
 #       (default 60 s of frames; $KVD_FUZZ_DIR, default build-fuzz)
 #
 # cluster: fuzz_cluster instead, the cluster's front door (framing before
 # and after the proof, decoding, the check of peers' UCX addresses); its
 # corpus grows in $KVD_FUZZ_DIR/corpus-cluster.
+# cluster-msgs: fuzz_cluster_msgs, the messages a peer that knows the
+# secret sends after the proof, read by a whole daemon (serving, pulls,
+# lanes); seeded from its own seeds, its corpus grows in
+# $KVD_FUZZ_DIR/corpus-cluster-msgs.
 #
 # The corpus grows in $KVD_FUZZ_DIR/corpus (seeded from the generated
 # seeds); a crash leaves crash-* in $KVD_FUZZ_DIR/artifacts and fails the
@@ -39,8 +43,24 @@ if [ "$target" = cluster ]; then
   fi
   echo "fuzz: fuzz_cluster ${secs}s, no crash"
   exit 0
+elif [ "$target" = cluster-msgs ]; then
+  cmake --build "$dir" -j "$(nproc)" --target fuzz_cluster_msgs fuzz_cluster_msgs_seeds
+  mkdir -p "$dir/corpus-cluster-msgs" "$dir/artifacts"
+  rc=0
+  "$dir/tests/fuzz/fuzz_cluster_msgs" -max_total_time="$secs" -timeout=60 -rss_limit_mb=4096 \
+    -max_len=16384 -print_final_stats=1 -artifact_prefix="$dir/artifacts/" \
+    "$dir/corpus-cluster-msgs" "$dir/tests/fuzz/seeds-cluster-msgs" \
+    >"$dir/fuzz-cluster-msgs.log" 2>&1 || rc=$?
+  grep -E '^stat::|^#[0-9]+.*DONE|ERROR|SUMMARY' "$dir/fuzz-cluster-msgs.log" | tail -n 20 || true
+  if [ "$rc" -ne 0 ]; then
+    echo "fuzz: fuzz_cluster_msgs failed (exit $rc); see $dir/fuzz-cluster-msgs.log and $dir/artifacts/" >&2
+    tail -n 60 "$dir/fuzz-cluster-msgs.log" >&2
+    exit "$rc"
+  fi
+  echo "fuzz: fuzz_cluster_msgs ${secs}s, no crash"
+  exit 0
 elif [ "$target" != frames ]; then
-  echo "fuzz: no target '$target' (frames or cluster)" >&2
+  echo "fuzz: no target '$target' (frames, cluster or cluster-msgs)" >&2
   exit 2
 fi
 cmake --build "$dir" -j "$(nproc)" --target fuzz_frames
