@@ -489,7 +489,7 @@ static void slab_free(kvd_cache_store_t *c, uint32_t s)
 
 /* ---- lifecycle ---------------------------------------------------------------- */
 
-kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_cache_layout_t *l,
+kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_block_layout_t *l,
                                   uint64_t budget, kvd_hostmem_t *hm, const kvd_cache_mem_t *mem,
                                   char *why, size_t why_len)
 {

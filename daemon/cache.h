@@ -44,13 +44,15 @@ enum kvd_cblock_state {
     KVD_CBLOCK_DEAD = 3,
 };
 
-typedef struct kvd_cache_layout {
+/* The layout of a cache's blocks (the daemon's; client.h has the public
+ * kvd_cache_layout_t, the same fields as the client gives them). */
+typedef struct kvd_block_layout {
     uint32_t num_layers;
     int mla;                   /* one latent per layer instead of K and V */
     uint32_t tokens_per_block;
     uint64_t token_bytes;      /* one token's row, one layer, K or V */
     char dtype[16];            /* a label, compared exactly */
-} kvd_cache_layout_t;
+} kvd_block_layout_t;
 
 /* One block's entry: 96 bytes.  Its children (the blocks whose parent it
  * is) form a list through first_child and the siblings' links, so that
@@ -108,7 +110,7 @@ typedef struct kvd_cache_counters {
 } kvd_cache_counters_t;
 
 typedef struct kvd_cache_store {
-    kvd_cache_layout_t layout;
+    kvd_block_layout_t layout;
     uint64_t block_bytes;  /* every layer, K and V */
     uint64_t chunk_bytes;  /* one layer's K (or V): tokens_per_block * token_bytes */
     uint64_t budget;       /* bytes of blocks */
@@ -133,7 +135,7 @@ typedef struct kvd_cache_store {
 
 /* A store for blocks of layout within budget bytes (KVD_EINVAL /
  * KVD_ERANGE with why: bad layout, a budget below one block). */
-kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_cache_layout_t *l,
+kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_block_layout_t *l,
                                   uint64_t budget, kvd_hostmem_t *hm, const kvd_cache_mem_t *mem,
                                   char *why, size_t why_len);
 /* Frees every slab and entry (nothing may be in flight). */

@@ -117,7 +117,7 @@ static kvd_status_t find_cache(kvd_req_t *r, uint64_t id, const char *name, int 
     return KVD_OK;
 }
 
-static void fill_layout(kvd_req_t *r, const kvd_cache_layout_t *l, Kvdock__CacheLayout *m)
+static void fill_layout(kvd_req_t *r, const kvd_block_layout_t *l, Kvdock__CacheLayout *m)
 {
     kvdock__cache_layout__init(m);
     m->num_layers = l->num_layers;
@@ -275,7 +275,7 @@ static kvd_status_t slab_alloc_ahead(void *ctx, uint64_t bytes, kvd_cache_mem_do
     return KVD_OK;
 }
 
-static int layout_equal(const kvd_cache_layout_t *a, const kvd_cache_layout_t *b)
+static int layout_equal(const kvd_block_layout_t *a, const kvd_block_layout_t *b)
 {
     return a->num_layers == b->num_layers && !a->mla == !b->mla &&
            a->tokens_per_block == b->tokens_per_block && a->token_bytes == b->token_bytes &&
@@ -287,7 +287,7 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
     const Kvdock__CacheCreate *cc = r->req->cache_create;
     kvd_server_t *srv = r->srv;
     kvd__conn_t *c = r->conn;
-    kvd_cache_layout_t l;
+    kvd_block_layout_t l;
     kvd_cache_mem_t mem = {srv, slab_alloc, slab_free, slab_alloc_ahead, slab_free_later};
     kvd_cache_t *k, *same;
     uint32_t n = 0;
@@ -1025,7 +1025,7 @@ typedef struct cacheop {
 /* The pool must hold blocks of the cache's layout, by whole pages. */
 static kvd_status_t check_pool(kvd_req_t *r, const kvd_pool_t *p, const kvd_cache_store_t *c)
 {
-    const kvd_cache_layout_t *l = &c->layout;
+    const kvd_block_layout_t *l = &c->layout;
 
     if (p->num_layers != l->num_layers || !p->mla != !l->mla || p->slot_bytes != l->token_bytes)
         return kvd__req_fail(r, KVD_ESHAPE, "pool '%s' (%u layers, %s, %" PRIu64 "-byte rows) "

@@ -21,7 +21,7 @@ static kvd_cache_t *cluster_cache(kvd_serve_t *sv, const Kvdock__Cluster__CacheR
     if (ref == NULL || ref->name == NULL)
         return NULL;
     for (kvd_cache_t *k = sv->srv->caches; k; k = k->next) {
-        const kvd_cache_layout_t *l = &k->store.layout;
+        const kvd_block_layout_t *l = &k->store.layout;
         if (k->cluster && strcmp(k->name, ref->name) == 0 && l->num_layers == ref->num_layers &&
             !l->mla == !ref->mla && l->tokens_per_block == ref->tokens_per_block &&
             l->token_bytes == ref->token_bytes && ref->dtype != NULL &&

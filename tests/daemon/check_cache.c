@@ -39,7 +39,7 @@ static const kvd_cache_mem_t MEM = {NULL, test_alloc, test_free, NULL, NULL};
 static void make_with(kvd_cache_store_t *c, kvd_hostmem_t *hm, uint32_t cap, uint64_t hm_budget,
                       const kvd_cache_mem_t *mem)
 {
-    kvd_cache_layout_t l = {1, 1, 4, 16, "u8"};
+    kvd_block_layout_t l = {1, 1, 4, 16, "u8"};
     char why[200];
 
     kvd_hostmem_init(hm, hm_budget);
@@ -514,7 +514,7 @@ START_TEST(test_budget_refused)
     /* the host-memory budget refuses a slab: eviction makes room instead,
      * and a cache with nothing to evict says so */
     kvd_cache_store_t c;
-    kvd_cache_layout_t l = {2, 0, 16, 1024, "bf16"}; /* 64 KiB blocks */
+    kvd_block_layout_t l = {2, 0, 16, 1024, "bf16"}; /* 64 KiB blocks */
     kvd_hostmem_t hm;
     char why[200];
     uint32_t id;
