@@ -818,7 +818,7 @@ static int run(kvd__cli_ctx_t *ctx, int argc, char **argv)
     if ((rc = run_tput(&o, prefix, kind, 1, bars, &res.one)) != 0 ||
         (rc = run_tput(&o, prefix, kind, o.clients, bars, &res.many)) != 0)
         goto out;
-    /* a failed last case still shows what the others measured */
+    /* a failed last case does not hide the figures of the cases before it */
     rc = run_all_layer(cli, &o, prefix, kind, cuda, bars, &res);
     res.al_failed = rc != 0;
     if (o.json)

@@ -109,37 +109,13 @@ ssize_t kvd__sock_sendmsg(int sock, const struct iovec *iov, int iovcnt, const i
 
 kvd_status_t kvd__sock_send_all(int sock, const void *buf, size_t len, const int *fds, int nfds)
 {
-    const uint8_t *p = buf;
-    size_t done = 0;
-    int first = 1;
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 
     if (sock < 0 || (buf == NULL && len > 0))
         return KVD_EINVAL;
-    if (nfds < 0 || nfds > KVD_MAX_FDS_PER_FRAME || (nfds > 0 && fds == NULL))
-        return KVD_EINVAL;
     if (nfds > 0 && len == 0)
         return KVD_EINVAL; /* descriptors ride on a byte */
-
-    while (done < len) {
-        struct iovec iov = {.iov_base = (void *)(p + done), .iov_len = len - done};
-        ssize_t n = kvd__sock_sendmsg(sock, &iov, 1, fds, first ? nfds : 0, 0);
-
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if (wait_writable(sock) < 0)
-                    return KVD_EIO;
-                continue;
-            }
-            if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)
-                return KVD_ECONN;
-            return KVD_EIO;
-        }
-        first = 0; /* the descriptors went with the first byte sent */
-        done += (size_t)n;
-    }
-    return KVD_OK;
+    return kvd__sock_send_iov(sock, &iov, 1, fds, nfds);
 }
 
 /* The gathering buffer: small appends are copied into buf; a large one
