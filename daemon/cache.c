@@ -565,6 +565,23 @@ void kvd_cache_store_deinit(kvd_cache_store_t *c)
     memset(c, 0, sizeof(*c));
 }
 
+/* ---- the disk level ---------------------------------------------------------- */
+
+kvd_status_t kvd_cache_store_open_disk(kvd_cache_store_t *c, const kvd_cache_disk_config_t *cfg,
+                                       char *why, size_t why_len)
+{
+    (void)c;
+    (void)cfg;
+    snprintf(why, why_len, "this build's cache tier has no disk level yet");
+    return KVD_ENOTSUP;
+}
+
+void kvd_cache_store_disk_stats(const kvd_cache_store_t *c, kvd_cache_disk_stats_t *out)
+{
+    (void)c;
+    memset(out, 0, sizeof(*out));
+}
+
 /* ---- lookups ------------------------------------------------------------------- */
 
 /* Touch the blocks of a chain, ids[0] its first: the first becomes the

@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "disk_io.h"
 #include "hostmem.h"
 #include "kvdock/status.h"
 
@@ -202,6 +203,34 @@ kvd_status_t kvd_cache_evict_key(kvd_cache_store_t *c, const uint8_t *key, size_
 /* Evict every block nothing holds (children before parents) and give back
  * the slabs left empty; the number evicted. */
 uint32_t kvd_cache_clear(kvd_cache_store_t *c);
+
+/* ---- the disk level ---------------------------------------------------------- */
+
+/* A cache's disk level: its own directory in the daemon's --cache-dir. */
+typedef struct kvd_cache_disk_config {
+    const char *dir;     /* made (0700) and checked by the caller */
+    uint64_t budget;     /* bytes of block records on disk at most */
+    kvd_disk_io_t *io;   /* the daemon's disk I/O engine */
+} kvd_cache_disk_config_t;
+
+/* The disk level now, and its counters since it was opened. */
+typedef struct kvd_cache_disk_stats {
+    uint64_t budget, used_bytes;
+    uint32_t blocks;
+    uint64_t hits, spills, promotions, reads, read_bytes, writes, write_bytes;
+    uint64_t evictions, checksum_failures, io_errors, no_space;
+    int direct;          /* O_DIRECT in use */
+} kvd_cache_disk_stats_t;
+
+/* Give the store a disk level (once, before the first save): opens dir
+ * and takes every whole block found there into the index, on disk only.
+ * Waits for the disk: at start-up, or for an empty directory.  With why:
+ * KVD_EINVAL (a bad config), KVD_EPERM (a directory that cannot be
+ * trusted), KVD_EIO. */
+kvd_status_t kvd_cache_store_open_disk(kvd_cache_store_t *c, const kvd_cache_disk_config_t *cfg,
+                                       char *why, size_t why_len);
+/* Zeros where the store has no disk level. */
+void kvd_cache_store_disk_stats(const kvd_cache_store_t *c, kvd_cache_disk_stats_t *out);
 
 /* Bytes of blocks resident now (ready). */
 static inline uint64_t kvd_cache_used(const kvd_cache_store_t *c)
