@@ -30,6 +30,11 @@ typedef struct kvd_cache {
     int dropped;      /* out of the list; freed with its last reference */
     uint32_t leases;  /* leases on it now */
     uint64_t fetched, served; /* blocks pulled from peers, and by them */
+    /* the disk level (cache_disk.h): its budget (0: none) and directory */
+    uint64_t disk_budget;
+    char *disk_dir;           /* --cache-dir/DIRNAME, malloc'd; NULL: none */
+    kvd_server_t *srv;
+    int remove_dir;           /* dropped by a client: its directory goes when it is freed */
     struct kvd_cache *next, *prev;
 } kvd_cache_t;
 
@@ -60,5 +65,19 @@ void kvd__caches_destroy(kvd_server_t *srv);
  * but together they may pass it: then they cannot all fill, and the
  * daemon says so (a warning at create, `kvdock status`). */
 uint64_t kvd__caches_budgets(const kvd_server_t *srv);
+/* The caches' disk budgets added up (within the daemon's --disk-budget). */
+uint64_t kvd__caches_disk_budgets(const kvd_server_t *srv);
+/* At start, with --cache-dir: every cache whose directory holds a manifest
+ * that can be trusted is made again and its disk level recovered; the
+ * others are logged and skipped, never deleted.  Directories of caches
+ * dropped before a crash are removed (off the loop). */
+void kvd__caches_reopen(kvd_server_t *srv);
+/* StatusReply.disk, in r's arena; NULL without --cache-dir (or out of
+ * memory). */
+struct kvd_req;
+struct Kvdock__DiskStatus *kvd__disk_status(struct kvd_req *r);
+/* Remove a directory of --cache-dir on the disk I/O threads (here and now
+ * without them). */
+void kvd__cache_dir_discard(kvd_server_t *srv, const char *path);
 
 #endif

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache_disk.h"
 #include "caches.h"
 #include "cluster.h"
 #include "conn.h"
@@ -155,6 +156,67 @@ static void render_caches(sbuf_t *b, const kvd_server_t *srv)
     }
     CACHE_FAMILIES(CACHE_FAMILY_)
 #undef CACHE_FAMILY_
+}
+
+/* The caches' disk levels (--cache-dir): one sample per cache that has
+ * one, labelled as the host level's are. */
+#define DISK_FAMILIES(X)                                                                           \
+    X(blocks, "gauge", "complete blocks on disk", d.blocks)                                     \
+    X(budget_bytes, "gauge", "the cache's disk budget", k->disk_budget)                          \
+    X(used_bytes, "gauge", "bytes the cache's records take on disk", d.used_bytes)              \
+    X(hits_total, "counter", "keys of lookups found on disk only", d.hits)                      \
+    X(spills_total, "counter", "blocks written to disk", d.spills)                              \
+    X(promotions_total, "counter", "blocks read back into host memory", d.promotions)           \
+    X(reads_total, "counter", "records read", d.reads)                                          \
+    X(read_bytes_total, "counter", "bytes read", d.read_bytes)                                  \
+    X(writes_total, "counter", "batches written", d.writes)                                     \
+    X(write_bytes_total, "counter", "bytes written", d.write_bytes)                             \
+    X(evictions_total, "counter", "blocks dropped from disk", d.evictions)                      \
+    X(checksum_failures_total, "counter", "records that failed their checks (never served)",     \
+      d.checksum_failures)                                                                      \
+    X(io_errors_total, "counter", "reads and writes the disk failed", d.io_errors)              \
+    X(no_space_total, "counter", "spills refused: the file system or the disk budget was full", \
+      d.no_space)
+
+static void render_disk(sbuf_t *b, const kvd_server_t *srv)
+{
+    const kvd_cache_t *k;
+    uint64_t used = 0, avail = 0, total = 0;
+    char why[200];
+
+    if (srv->disk_io == NULL)
+        return;
+#define DISK_FAMILY_(fam, type, help, expr)                                                        \
+    family(b, "kvdock_cache_disk_" #fam, type, "the cache tier's disk level: " help);             \
+    for (k = srv->caches; k; k = k->next) {                                                      \
+        kvd_cache_disk_stats_t d;                                                                \
+        if (k->disk_dir == NULL)                                                                 \
+            continue;                                                                            \
+        kvd_cache_store_disk_stats(&k->store, &d);                                               \
+        sb_printf(b, "kvdock_cache_disk_" #fam "{cache=\"");                                     \
+        sb_label(b, k->name);                                                                    \
+        sb_printf(b, "\",owner=\"%u\"} %" PRIu64 "\n", (unsigned)k->owner_uid, (uint64_t)(expr)); \
+    }
+    DISK_FAMILIES(DISK_FAMILY_)
+#undef DISK_FAMILY_
+    for (k = srv->caches; k; k = k->next) {
+        kvd_cache_disk_stats_t d;
+        if (k->disk_dir == NULL)
+            continue;
+        kvd_cache_store_disk_stats(&k->store, &d);
+        used += d.used_bytes;
+    }
+    family(b, "kvdock_disk_budget_bytes", "gauge",
+           "bytes of disk kvdockd may use for its caches' disk levels (disk-budget)");
+    sb_printf(b, "kvdock_disk_budget_bytes %" PRIu64 "\n", srv->disk_budget);
+    family(b, "kvdock_disk_reserved_bytes", "gauge", "the caches' disk budgets together");
+    sb_printf(b, "kvdock_disk_reserved_bytes %" PRIu64 "\n", kvd__caches_disk_budgets(srv));
+    family(b, "kvdock_disk_used_bytes", "gauge", "bytes the caches' records take on disk");
+    sb_printf(b, "kvdock_disk_used_bytes %" PRIu64 "\n", used);
+    if (kvd_cache_dir_space(srv->opts.cache_dir, &avail, &total, why, sizeof(why)) == 0) {
+        family(b, "kvdock_disk_free_bytes", "gauge", "free space of cache-dir's file system");
+        sb_printf(b, "kvdock_disk_free_bytes %" PRIu64 "\n", avail);
+    }
 }
 
 /* The cluster (cluster.h), when the daemon is in one. */
@@ -346,6 +408,7 @@ char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
         sample_u(&b, "kvdock_host_memory_refused_total", "kind", kvd_hostmem_kind_name(k),
                  srv->hostmem.refused[k]);
     render_caches(&b, srv);
+    render_disk(&b, srv);
     render_cluster(&b, srv);
     family(&b, "kvdock_buffers", "gauge", "live registered buffers");
     sb_printf(&b, "kvdock_buffers %u\n", srv->reg.nbuffers);

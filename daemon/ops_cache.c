@@ -7,12 +7,20 @@
  * run in order; the store's bookkeeping happens here, on the loop thread,
  * before and after them.
  */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "account.h"
 #include "cache_copy.h"
+#include "cache_disk.h"
 #include "cache_load.h"
 #include "caches.h"
 #include "cluster.h"
@@ -30,8 +38,81 @@ void kvd__cache_unref(kvd_cache_t *k)
 {
     if (--k->refs > 0)
         return;
-    kvd_cache_store_deinit(&k->store);
+    kvd_cache_store_deinit(&k->store); /* closes its disk level */
+    if (k->disk_dir != NULL && k->remove_dir)
+        kvd__cache_dir_discard(k->srv, k->disk_dir);
+    free(k->disk_dir);
     free(k);
+}
+
+/* ---- the disk level's directories ------------------------------------------ */
+
+typedef struct dir_removal {
+    kvd_disk_req_t r;
+    kvd_server_t *srv;
+    char path[PATH_MAX];
+} dir_removal_t;
+
+static void dir_removal_run(kvd_disk_req_t *r)
+{
+    dir_removal_t *d = r->arg;
+
+    r->res = kvd_cache_dir_remove(d->path);
+}
+
+static void dir_removal_done(kvd_disk_req_t *r)
+{
+    dir_removal_t *d = r->arg;
+
+    if (r->res < 0)
+        kvd_log(KVD_LOG_WARN, "event=cache_dir_remove_failed dir=%s error=\"%s\"", d->path,
+                strerror((int)-r->res));
+    else
+        kvd_log(KVD_LOG_DEBUG, "event=cache_dir_removed dir=%s", d->path);
+    d->srv->disk_removals--;
+    free(d);
+}
+
+/* A dropped cache's directory is first renamed out of the caches' names
+ * (here: a new cache of the same name may be made at once, and a crash
+ * before the removal ends leaves nothing that is reopened), then its
+ * files are removed on the disk threads. */
+void kvd__cache_dir_discard(kvd_server_t *srv, const char *path)
+{
+    dir_removal_t *d = calloc(1, sizeof(*d));
+    const char *base = strrchr(path, '/');
+    static uint64_t seq;
+
+    if (d == NULL) {
+        kvd_log(KVD_LOG_WARN, "event=cache_dir_remove_failed dir=%s error=\"out of memory\"",
+                path);
+        return;
+    }
+    base = base ? base + 1 : path;
+    if (base[0] == '.') { /* one of the dropped already */
+        snprintf(d->path, sizeof(d->path), "%s", path);
+    } else {
+        snprintf(d->path, sizeof(d->path), "%.*s%s%" PRIu64 "-%s", (int)(base - path), path,
+                 KVD_CACHE_DIR_DROPPED, ++seq + kvd_now_ns(), base);
+        if (rename(path, d->path) != 0) {
+            kvd_log(KVD_LOG_WARN, "event=cache_dir_rename_failed dir=%s error=\"%s\"", path,
+                    strerror(errno));
+            snprintf(d->path, sizeof(d->path), "%s", path);
+        }
+    }
+    d->srv = srv;
+    d->r.op = KVD_DISK_OP_CALL;
+    d->r.fd = -1;
+    d->r.before = dir_removal_run;
+    d->r.done = dir_removal_done;
+    d->r.arg = d;
+    srv->disk_removals++;
+    if (srv->disk_io != NULL) {
+        kvd_disk_io_submit(srv->disk_io, &d->r);
+    } else {
+        dir_removal_run(&d->r);
+        dir_removal_done(&d->r);
+    }
 }
 
 static int listed(const uint32_t *ids, uint32_t n, uint32_t v)
@@ -169,6 +250,31 @@ static Kvdock__CacheInfo *cache_info(kvd_req_t *r, const kvd_cache_t *k)
     ci->cluster = k->cluster;
     ci->fetched = k->fetched;
     ci->served = k->served;
+    if (k->disk_dir != NULL) {
+        Kvdock__CacheDiskLevel *d = kvd__req_alloc(r, sizeof(*d));
+        kvd_cache_disk_stats_t ds;
+
+        if (d == NULL)
+            return NULL;
+        kvdock__cache_disk_level__init(d);
+        kvd_cache_store_disk_stats(s, &ds);
+        d->budget_bytes = k->disk_budget;
+        d->blocks = ds.blocks;
+        d->used_bytes = ds.used_bytes;
+        d->hits = ds.hits;
+        d->spills = ds.spills;
+        d->promotions = ds.promotions;
+        d->reads = ds.reads;
+        d->read_bytes = ds.read_bytes;
+        d->writes = ds.writes;
+        d->write_bytes = ds.write_bytes;
+        d->evictions = ds.evictions;
+        d->checksum_failures = ds.checksum_failures;
+        d->io_errors = ds.io_errors;
+        d->no_space = ds.no_space;
+        d->path = k->disk_dir;
+        ci->disk = d;
+    }
     return ci;
 }
 
@@ -282,16 +388,141 @@ static int layout_equal(const kvd_block_layout_t *a, const kvd_block_layout_t *b
            strcmp(a->dtype, b->dtype) == 0;
 }
 
+/* A disk budget a new cache asks for: the daemon has a disk level, the
+ * caches' disk budgets together stay within --disk-budget, and the file
+ * system has room for it beside what the other caches may still write. */
+static kvd_status_t disk_budget_check(kvd_server_t *srv, uint64_t want, char *why,
+                                      size_t why_len)
+{
+    uint64_t avail = 0, total = 0, promised = 0, have = kvd__caches_disk_budgets(srv);
+    char a[32], b[32], c[32];
+
+    if (srv->disk_io == NULL) {
+        snprintf(why, why_len, "disk_budget_bytes: this daemon has no disk level (start it "
+                 "with --cache-dir)");
+        return KVD_ENOTSUP;
+    }
+    if (want > srv->disk_budget || have > srv->disk_budget - want) {
+        snprintf(why, why_len, "disk_budget_bytes (%s) and the disk budgets of the caches "
+                 "made already (%s) are more than the daemon's disk budget (%s, --disk-budget)",
+                 kvd_fmt_bytes(want, a, sizeof(a)), kvd_fmt_bytes(have, b, sizeof(b)),
+                 kvd_fmt_bytes(srv->disk_budget, c, sizeof(c)));
+        return KVD_ELIMIT;
+    }
+    if (kvd_cache_dir_space(srv->opts.cache_dir, &avail, &total, why, why_len) != 0)
+        return KVD_EIO;
+    for (const kvd_cache_t *k = srv->caches; k; k = k->next) {
+        kvd_cache_disk_stats_t ds;
+        if (k->disk_dir == NULL)
+            continue;
+        kvd_cache_store_disk_stats(&k->store, &ds);
+        promised += k->disk_budget > ds.used_bytes ? k->disk_budget - ds.used_bytes : 0;
+    }
+    if (want > avail || promised > avail - want) {
+        snprintf(why, why_len, "disk_budget_bytes (%s) does not fit the free space of the "
+                 "cache-dir's file system (%s, of which the other caches' disk budgets may "
+                 "still take %s)", kvd_fmt_bytes(want, a, sizeof(a)),
+                 kvd_fmt_bytes(avail, b, sizeof(b)), kvd_fmt_bytes(promised, c, sizeof(c)));
+        return KVD_ELIMIT;
+    }
+    return KVD_OK;
+}
+
+/*
+ * A cache of m made and put on the list.  With a disk budget: its
+ * directory made (a new cache; reopen: it exists) with the manifest
+ * written before the store opens it, so that a cache whose blocks may be
+ * on disk always has a manifest; a failure takes back what it made.
+ */
+static kvd_status_t cache_make(kvd_server_t *srv, const kvd_manifest_t *m, int reopen,
+                               kvd_cache_t **out, char *why, size_t why_len)
+{
+    kvd_cache_mem_t mem = {srv, slab_alloc, slab_free, slab_alloc_ahead, slab_free_later};
+    char dirname[KVD_CACHE_DIRNAME_MAX], path[PATH_MAX], reason[300];
+    kvd_cache_t *k = calloc(1, sizeof(*k));
+    kvd_status_t st;
+
+    if (k == NULL) {
+        snprintf(why, why_len, "out of memory");
+        return KVD_ENOMEM;
+    }
+    st = kvd_cache_store_init(&k->store, &m->layout, m->budget, &srv->hostmem, &mem, why,
+                              why_len);
+    if (st != KVD_OK) {
+        free(k);
+        return st;
+    }
+    if (m->disk_budget != 0) {
+        kvd_cache_disk_config_t cfg;
+
+        if (kvd_cache_dirname(m->name, m->owner_uid, m->shared, dirname, sizeof(dirname)) != 0 ||
+            snprintf(path, sizeof(path), "%s/%s", srv->opts.cache_dir, dirname) >=
+                (int)sizeof(path) || (k->disk_dir = strdup(path)) == NULL) {
+            snprintf(why, why_len, "no directory for cache '%s'", m->name);
+            st = KVD_EINVAL;
+            goto fail;
+        }
+        if (!reopen && mkdir(path, 0700) != 0) {
+            if (errno == EEXIST)
+                snprintf(why, why_len, "the directory %.200s exists already (a dropped cache's, "
+                         "being removed, or one the daemon could not reopen at start: see its "
+                         "log)", path);
+            else
+                snprintf(why, why_len, "cannot make %.300s: %s", path, strerror(errno));
+            st = errno == EEXIST ? KVD_EBUSY : KVD_EIO;
+            goto fail;
+        }
+        if (!reopen && (st = kvd_manifest_write(path, m, reason, sizeof(reason))) != KVD_OK) {
+            snprintf(why, why_len, "%s", reason);
+            (void)kvd_cache_dir_remove(path);
+            goto fail;
+        }
+        cfg.dir = path;
+        cfg.budget = m->disk_budget;
+        cfg.io = srv->disk_io;
+        if ((st = kvd_cache_store_open_disk(&k->store, &cfg, reason, sizeof(reason))) != KVD_OK) {
+            snprintf(why, why_len, "the disk level of '%s': %s", m->name, reason);
+            if (!reopen) /* an empty directory it made: nothing of a client's in it */
+                (void)kvd_cache_dir_remove(path);
+            goto fail;
+        }
+        k->disk_budget = m->disk_budget;
+    }
+    k->id = srv->next_cache_id++;
+    snprintf(k->name, sizeof(k->name), "%s", m->name);
+    k->owner_uid = (uid_t)m->owner_uid;
+    k->shared = m->shared;
+    k->cluster = m->cluster;
+    k->n_allow_uids = m->n_allow_uids;
+    k->n_allow_gids = m->n_allow_gids;
+    memcpy(k->allow_uids, m->allow_uids, sizeof(k->allow_uids));
+    memcpy(k->allow_gids, m->allow_gids, sizeof(k->allow_gids));
+    k->srv = srv;
+    k->refs = 1;
+    k->next = srv->caches;
+    if (srv->caches)
+        srv->caches->prev = k;
+    srv->caches = k;
+    *out = k;
+    return KVD_OK;
+fail:
+    kvd_cache_store_deinit(&k->store);
+    free(k->disk_dir);
+    free(k);
+    return st;
+}
+
 kvd_status_t kvd__op_cache_create(kvd_req_t *r)
 {
     const Kvdock__CacheCreate *cc = r->req->cache_create;
     kvd_server_t *srv = r->srv;
     kvd__conn_t *c = r->conn;
     kvd_block_layout_t l;
-    kvd_cache_mem_t mem = {srv, slab_alloc, slab_free, slab_alloc_ahead, slab_free_later};
     kvd_cache_t *k, *same;
+    kvd_manifest_t m;
     uint32_t n = 0;
-    char why[200];
+    uint64_t t0;
+    char why[400];
     kvd_status_t st;
 
     if (!kvd_pool_name_valid(cc->name))
@@ -347,41 +578,47 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
     }
     if (n >= srv->opts.max_caches)
         return kvd__req_fail(r, KVD_ELIMIT, "the daemon holds %u caches already (max-caches)", n);
-    k = calloc(1, sizeof(*k));
-    if (k == NULL)
-        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
-    st = kvd_cache_store_init(&k->store, &l, cc->budget_bytes, &srv->hostmem, &mem, why,
-                              sizeof(why));
-    if (st != KVD_OK) {
-        free(k);
-        return kvd__req_fail(r, st, "%s", why);
-    }
-    k->id = srv->next_cache_id++;
-    snprintf(k->name, sizeof(k->name), "%s", cc->name);
-    k->owner_uid = c->uid;
-    k->shared = cc->shared;
-    k->cluster = cc->cluster;
-    k->n_allow_uids = (uint32_t)cc->n_allow_uids;
-    k->n_allow_gids = (uint32_t)cc->n_allow_gids;
+    memset(&m, 0, sizeof(m));
+    snprintf(m.name, sizeof(m.name), "%s", cc->name);
+    m.owner_uid = (uint32_t)c->uid;
+    m.shared = cc->shared;
+    m.cluster = cc->cluster;
+    m.n_allow_uids = (uint32_t)cc->n_allow_uids;
+    m.n_allow_gids = (uint32_t)cc->n_allow_gids;
     for (size_t i = 0; i < cc->n_allow_uids; i++)
-        k->allow_uids[i] = cc->allow_uids[i];
+        m.allow_uids[i] = cc->allow_uids[i];
     for (size_t i = 0; i < cc->n_allow_gids; i++)
-        k->allow_gids[i] = cc->allow_gids[i];
-    k->refs = 1;
-    k->next = srv->caches;
-    if (srv->caches)
-        srv->caches->prev = k;
-    srv->caches = k;
+        m.allow_gids[i] = cc->allow_gids[i];
+    m.layout = l;
+    m.budget = cc->budget_bytes;
+    m.disk_budget = cc->disk_budget_bytes;
+    if (m.disk_budget != 0 && (st = disk_budget_check(srv, m.disk_budget, why,
+                                                      sizeof(why))) != KVD_OK)
+        return kvd__req_fail(r, st, "%s", why);
+    t0 = kvd_now_ns();
+    if ((st = cache_make(srv, &m, 0, &k, why, sizeof(why))) != KVD_OK)
+        return kvd__req_fail(r, st, "%s", why);
     kvd_log(KVD_LOG_INFO, "event=cache_create client=%" PRIu64 " cache=%" PRIu64 " name=%s "
             "uid=%u layers=%u mla=%d tokens=%u token_bytes=%" PRIu64 " budget=%" PRIu64
-            " shared=%d cluster=%d", c->id, k->id, k->name, (unsigned)c->uid, l.num_layers,
-            l.mla, l.tokens_per_block, l.token_bytes, cc->budget_bytes, k->shared, k->cluster);
+            " shared=%d cluster=%d disk_budget=%" PRIu64 " loop_us=%" PRIu64, c->id, k->id,
+            k->name, (unsigned)c->uid, l.num_layers, l.mla, l.tokens_per_block, l.token_bytes,
+            cc->budget_bytes, k->shared, k->cluster, k->disk_budget,
+            (kvd_now_ns() - t0) / 1000u);
     if (kvd__caches_budgets(srv) > srv->hostmem.budget)
         kvd_log(KVD_LOG_WARN, "event=cache_budgets_over cache=%s budgets=%" PRIu64
                 " host_budget=%" PRIu64 " reason=\"the caches cannot all fill: each fills until "
                 "the host-memory budget is spent\"", k->name, kvd__caches_budgets(srv),
                 srv->hostmem.budget);
     return reply_info(r, k);
+}
+
+uint64_t kvd__caches_disk_budgets(const kvd_server_t *srv)
+{
+    uint64_t sum = 0;
+
+    for (const kvd_cache_t *k = srv->caches; k; k = k->next)
+        sum += k->disk_budget;
+    return sum;
 }
 
 uint64_t kvd__caches_budgets(const kvd_server_t *srv)
@@ -512,6 +749,7 @@ kvd_status_t kvd__op_cache_drop(kvd_req_t *r)
             "blocks=%u", r->conn->id, k->id, k->name, k->store.ready);
     /* the reply waits for the slabs to be unmapped, where they go now */
     kvd__server_drop_wait_begin(r->srv, r->conn, r->req->id, r->op_index, r->t_start_ns);
+    k->remove_dir = 1; /* its blocks on disk go with it, once nothing uses it */
     cache_drop(r->srv, k);
     r->deferred = kvd__server_drop_wait_end(r->srv);
     return KVD_OK;
@@ -521,6 +759,159 @@ void kvd__caches_destroy(kvd_server_t *srv)
 {
     while (srv->caches)
         cache_drop(srv, srv->caches);
+}
+
+/* A directory of --cache-dir this user owns and no one else may write. */
+static int dir_trusted(int dfd, const char *name, char *why, size_t why_len)
+{
+    struct stat st;
+
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        snprintf(why, why_len, "%s", strerror(errno));
+        return 0;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(why, why_len, "not a directory");
+        return 0;
+    }
+    if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        snprintf(why, why_len, "it belongs to uid %u with mode %04o: only the daemon's user "
+                 "(uid %u) may write a cache's directory", (unsigned)st.st_uid,
+                 (unsigned)(st.st_mode & 07777), (unsigned)geteuid());
+        return 0;
+    }
+    return 1;
+}
+
+/* Why a cache of manifest m cannot be made next to the caches made so
+ * far; NULL: it can. */
+static const char *reopen_conflict(kvd_server_t *srv, const kvd_manifest_t *m, char *why,
+                                   size_t why_len)
+{
+    uint32_t n = 0;
+
+    for (const kvd_cache_t *k = srv->caches; k; k = k->next, n++)
+        if (strcmp(k->name, m->name) == 0 &&
+            (k->owner_uid == (uid_t)m->owner_uid || (k->shared && m->shared))) {
+            snprintf(why, why_len, "a cache named '%s' is open already", m->name);
+            return why;
+        }
+    if (n >= srv->opts.max_caches) {
+        snprintf(why, why_len, "the daemon holds %u caches already (max-caches)", n);
+        return why;
+    }
+    if (m->budget > srv->hostmem.budget) {
+        snprintf(why, why_len, "its budget (%" PRIu64 ") is more than the host-memory budget "
+                 "(%" PRIu64 ", --host-memory-budget)", m->budget, srv->hostmem.budget);
+        return why;
+    }
+    if (m->disk_budget > srv->disk_budget ||
+        kvd__caches_disk_budgets(srv) > srv->disk_budget - m->disk_budget) {
+        snprintf(why, why_len, "its disk budget (%" PRIu64 ") does not fit the daemon's "
+                 "(--disk-budget %" PRIu64 ", %" PRIu64 " taken by caches reopened before it)",
+                 m->disk_budget, srv->disk_budget, kvd__caches_disk_budgets(srv));
+        return why;
+    }
+    return NULL;
+}
+
+void kvd__caches_reopen(kvd_server_t *srv)
+{
+    const char *top = srv->opts.cache_dir;
+    uint64_t t0 = kvd_now_ns(), blocks = 0;
+    uint32_t reopened = 0, skipped = 0, removed = 0;
+    struct dirent *e;
+    DIR *d;
+    int dfd;
+
+    if ((dfd = open(top, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+        (d = fdopendir(dfd)) == NULL) {
+        kvd_log(KVD_LOG_ERROR, "event=disk_reopen_failed dir=%s error=\"%s\"", top,
+                strerror(errno));
+        if (dfd >= 0)
+            close(dfd);
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        char path[PATH_MAX], why[400];
+        kvd_manifest_t m;
+        kvd_cache_t *k = NULL;
+        kvd_cache_disk_stats_t ds;
+        uint64_t t1 = kvd_now_ns();
+        kvd_status_t st;
+
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (snprintf(path, sizeof(path), "%s/%s", top, e->d_name) >= (int)sizeof(path))
+            continue;
+        if (!dir_trusted(dirfd(d), e->d_name, why, sizeof(why))) {
+            kvd_log(KVD_LOG_WARN, "event=cache_reopen_skipped dir=%s reason=\"%s\" "
+                    "action=\"left as it is\"", path, why);
+            skipped++;
+            continue;
+        }
+        if (strncmp(e->d_name, KVD_CACHE_DIR_DROPPED, strlen(KVD_CACHE_DIR_DROPPED)) == 0) {
+            /* a dropped cache's, its removal cut short */
+            kvd__cache_dir_discard(srv, path);
+            removed++;
+            continue;
+        }
+        if ((st = kvd_manifest_read(path, e->d_name, &m, why, sizeof(why))) != KVD_OK) {
+            kvd_log(KVD_LOG_WARN, "event=cache_reopen_skipped dir=%s reason=\"%s\" "
+                    "action=\"left as it is\"", path, why);
+            skipped++;
+            continue;
+        }
+        if (reopen_conflict(srv, &m, why, sizeof(why)) != NULL ||
+            cache_make(srv, &m, 1, &k, why, sizeof(why)) != KVD_OK) {
+            kvd_log(KVD_LOG_WARN, "event=cache_reopen_skipped dir=%s name=%s uid=%u "
+                    "reason=\"%s\" action=\"left as it is\"", path, m.name, m.owner_uid, why);
+            skipped++;
+            continue;
+        }
+        kvd_cache_store_disk_stats(&k->store, &ds);
+        blocks += ds.blocks;
+        reopened++;
+        kvd_log(KVD_LOG_INFO, "event=cache_reopened cache=%" PRIu64 " name=%s uid=%u shared=%d "
+                "cluster=%d layers=%u mla=%d tokens=%u token_bytes=%" PRIu64 " budget=%" PRIu64
+                " disk_budget=%" PRIu64 " blocks=%u ms=%" PRIu64, k->id, k->name,
+                (unsigned)k->owner_uid, k->shared, k->cluster, m.layout.num_layers,
+                m.layout.mla, m.layout.tokens_per_block, m.layout.token_bytes, m.budget,
+                m.disk_budget, ds.blocks, (kvd_now_ns() - t1) / 1000000u);
+    }
+    closedir(d);
+    kvd_log(KVD_LOG_INFO, "event=disk_reopen dir=%s caches=%u blocks=%" PRIu64 " skipped=%u "
+            "dropped_dirs=%u ms=%" PRIu64, top, reopened, blocks, skipped, removed,
+            (kvd_now_ns() - t0) / 1000000u);
+}
+
+Kvdock__DiskStatus *kvd__disk_status(kvd_req_t *r)
+{
+    const kvd_server_t *srv = r->srv;
+    Kvdock__DiskStatus *ds;
+    uint64_t avail = 0, total = 0;
+    char why[200];
+
+    if (srv->disk_io == NULL)
+        return NULL;
+    if ((ds = kvd__req_alloc(r, sizeof(*ds))) == NULL)
+        return NULL;
+    kvdock__disk_status__init(ds);
+    ds->cache_dir = (char *)srv->opts.cache_dir;
+    ds->budget_bytes = srv->disk_budget;
+    ds->reserved_bytes = kvd__caches_disk_budgets(srv);
+    for (const kvd_cache_t *k = srv->caches; k; k = k->next) {
+        kvd_cache_disk_stats_t st;
+        if (k->disk_dir == NULL)
+            continue;
+        kvd_cache_store_disk_stats(&k->store, &st);
+        ds->used_bytes += st.used_bytes;
+    }
+    if (kvd_cache_dir_space(srv->opts.cache_dir, &avail, &total, why, sizeof(why)) == 0)
+        ds->fs_free_bytes = avail;
+    ds->io_engine = (char *)srv->disk_engine;
+    ds->direct = srv->disk_direct;
+    return ds;
 }
 
 kvd_status_t kvd__op_cache_list(kvd_req_t *r)

@@ -167,7 +167,8 @@ kvd_status_t kvd__op_status(kvd_req_t *r)
     s->metrics_address = (char *)kvd_metrics_address(srv->metrics);
     s->shutting_down = srv->shutting_down != 0;
     if (fill_memory(r, s) != KVD_OK || fill_paths(r, s) != KVD_OK ||
-        (srv->cluster != NULL && (s->cluster = kvd_cluster_status(r, srv->cluster)) == NULL))
+        (srv->cluster != NULL && (s->cluster = kvd_cluster_status(r, srv->cluster)) == NULL) ||
+        (srv->disk_io != NULL && (s->disk = kvd__disk_status(r)) == NULL))
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     for (c = srv->conns; c; c = c->next)
         if (!c->closing)

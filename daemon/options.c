@@ -166,6 +166,18 @@ const kvd_option_def_t kvd__option_table[] = {
      "lanes (each a thread of its own with two UCX workers: one where the blocks this daemon "
      "pulls land, one that sends the blocks peers pull) that blocks move over: one TCP stream "
      "moves what one thread copies; 0: by the CPUs, 1 below 8, 2 below 16, else 4"},
+    {"cache-dir", KVD_OPT_STR, OFF(cache_dir), "", 0, 0, NULL,
+     "absolute path of the caches' disk level: each cache made with a disk budget keeps its "
+     "blocks in a directory of its own there, and a daemon started again on it reopens every "
+     "cache it finds, with its owner, sharing rules and the blocks that were whole on disk; "
+     "made 0700 when missing; refused when it is not a directory of the daemon's user that "
+     "only that user may write; empty: no disk level"},
+    {"disk-budget", KVD_OPT_MEMSIZE, OFF(disk_budget), "50%", 1 << 20, INT64_MAX, NULL,
+     "bytes of the disk level, all caches' disk budgets together (a cache asking past it is "
+     "refused, ELIMIT): a SIZE, or N% of the space the daemon has in cache-dir at start (the "
+     "file system's free space plus what its caches hold already); a SIZE past that space "
+     "stops the start.  The default leaves half of the free space to the rest of the machine "
+     "(model weights, logs), so that a disk level never fills the disk it shares"},
 };
 const size_t kvd__option_count = sizeof(kvd__option_table) / sizeof(kvd__option_table[0]);
 
@@ -558,6 +570,15 @@ kvd_status_t kvd_options_check(const kvd_options_t *o, char *err, size_t err_len
     if (o->cluster_listen[0] != '\0' && o->cluster_secret_file[0] == '\0') {
         kvd__seterr(err, err_len, "cluster-listen needs cluster-secret-file: peers prove the "
                     "cluster's secret before they get any block");
+        return KVD_EINVAL;
+    }
+    if (o->cache_dir[0] == '\0' && (o->disk_budget.percent != 50 || o->disk_budget.bytes != 0)) {
+        kvd__seterr(err, err_len, "disk-budget needs cache-dir (the directory of the disk "
+                    "level it budgets)");
+        return KVD_EINVAL;
+    }
+    if (o->cache_dir[0] != '\0' && o->cache_dir[0] != '/') {
+        kvd__seterr(err, err_len, "cache-dir %s: give an absolute path", o->cache_dir);
         return KVD_EINVAL;
     }
     if (o->metrics[0] != '\0') {

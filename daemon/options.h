@@ -97,6 +97,8 @@ typedef struct kvd_options {
     char cluster_allow_from[KVD_OPT_STR_MAX]; /* "peers", "any", ADDRESS[/BITS],... */
     uint64_t cluster_deadline_ms;   /* a lookup's or load's wait for peers */
     uint64_t cluster_lanes;         /* connections a pull spreads over; 0 = by CPUs */
+    char cache_dir[KVD_OPT_STR_MAX]; /* the disk level's directory; "" = no disk level */
+    kvd_memsize_t disk_budget;      /* bytes, or a share of the space free at start */
 } kvd_options_t;
 
 typedef enum kvd_opt_type {

@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache_disk.h"
+#include "disk_store.h"
 #include "caches.h"
 #include "cluster.h"
 #include "conn.h"
@@ -463,6 +465,108 @@ void kvd__server_host_release(kvd_server_t *srv, kvd_mem_t *mem, int kind, uint6
     kvd_hostmem_release(&srv->hostmem, kind, bytes);
 }
 
+/* ---- the disk level -------------------------------------------------------- */
+
+/* The engine's completions (any thread): the loop runs them. */
+static void disk_notify(void *arg)
+{
+    kvd_server_t *srv = arg;
+
+    uv_async_send(&srv->disk_async);
+}
+
+static void disk_async_cb(uv_async_t *h)
+{
+    kvd_server_t *srv = h->data;
+
+    if (srv->disk_io != NULL)
+        kvd_disk_io_poll(srv->disk_io);
+}
+
+static void handle_closed_cb(uv_handle_t *h);
+
+/* The engine goes once every cache is closed: it waits for what is still
+ * submitted (directory removals) and runs their completions. */
+static void disk_stop(kvd_server_t *srv)
+{
+    kvd_disk_io_destroy(&srv->disk_io);
+    if (srv->disk_async_open) {
+        srv->disk_async_open = 0;
+        if (srv->loop != NULL && !uv_is_closing((uv_handle_t *)&srv->disk_async)) {
+            srv->disk_async.data = srv;
+            srv->handles_open++;
+            uv_close((uv_handle_t *)&srv->disk_async, handle_closed_cb);
+        }
+    }
+}
+
+/*
+ * --cache-dir at start: the directory checked (made 0700 when missing),
+ * --disk-budget against the space the disk level has there (the file
+ * system's free space plus what its caches hold already: a restart counts
+ * its own blocks as its own), then the I/O engine; all before a client is
+ * served.  Each failure stops the start with why.
+ */
+static kvd_status_t disk_start(kvd_server_t *srv, char *why, size_t why_len)
+{
+    const char *dir = srv->opts.cache_dir;
+    const kvd_memsize_t *m = &srv->opts.disk_budget;
+    kvd_disk_io_config_t cfg;
+    uint64_t avail = 0, total = 0, held, space;
+    char engine_why[200] = "", a[32], b[32], c[32], d[32];
+    int created = 0;
+    kvd_status_t st;
+
+    if (dir[0] == '\0')
+        return KVD_OK;
+    if ((st = kvd_cache_dir_check(dir, &created, why, why_len)) != KVD_OK)
+        return st;
+    if (kvd_cache_dir_space(dir, &avail, &total, why, why_len) != 0)
+        return KVD_EIO;
+    held = kvd_cache_dir_usage(dir);
+    space = avail + held;
+    srv->disk_budget = kvd_memsize_bytes(m, space);
+    if (m->percent == 0 && srv->disk_budget > space) {
+        snprintf(why, why_len, "disk-budget %s is more than the disk level has in %s: %s free "
+                 "on its file system plus %s its caches hold already",
+                 kvd_fmt_bytes(srv->disk_budget, a, sizeof(a)), dir,
+                 kvd_fmt_bytes(avail, b, sizeof(b)), kvd_fmt_bytes(held, c, sizeof(c)));
+        return KVD_ELIMIT;
+    }
+    if (uv_async_init(srv->loop, &srv->disk_async, disk_async_cb) != 0) {
+        snprintf(why, why_len, "uv_async_init failed");
+        return KVD_EIO;
+    }
+    srv->disk_async.data = srv;
+    srv->disk_async_open = 1;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.notify = disk_notify;
+    cfg.notify_arg = srv;
+    if ((st = kvd_disk_io_create(&srv->disk_io, &cfg, engine_why, sizeof(engine_why))) != KVD_OK) {
+        snprintf(why, why_len, "the disk I/O engine: %s", engine_why);
+        return st;
+    }
+    if (strcmp(kvd_disk_io_engine(srv->disk_io), "io_uring") == 0)
+        snprintf(srv->disk_engine, sizeof(srv->disk_engine), "io_uring");
+    else
+        snprintf(srv->disk_engine, sizeof(srv->disk_engine), "threads (%s)",
+                 engine_why[0] ? engine_why : "asked for");
+    srv->disk_direct = kvd_disk_probe_direct(dir, srv->disk_direct_why,
+                                             sizeof(srv->disk_direct_why));
+    kvd_log(KVD_LOG_INFO, "event=disk_level dir=%s created=%d budget=%" PRIu64 " fs_free=%" PRIu64
+            " fs_total=%" PRIu64 " held=%" PRIu64 " io_engine=\"%s\" depth=%u direct=%d", dir,
+            created, srv->disk_budget, avail, total, held, srv->disk_engine,
+            kvd_disk_io_depth(srv->disk_io), srv->disk_direct);
+    if (!srv->disk_direct)
+        kvd_log(KVD_LOG_WARN, "event=disk_direct_refused dir=%s reason=\"%s\" action=\"writes "
+                "go through the page cache\"", dir, srv->disk_direct_why);
+    if (srv->disk_budget > avail)
+        kvd_log(KVD_LOG_INFO, "event=disk_budget_held budget=\"%s\" fs_free=\"%s\" "
+                "held=\"%s\"", kvd_fmt_bytes(srv->disk_budget, a, sizeof(a)),
+                kvd_fmt_bytes(avail, b, sizeof(b)), kvd_fmt_bytes(held, d, sizeof(d)));
+    return KVD_OK;
+}
+
 /* At the end: shared pools outlive their creators, so they are released
  * here, while the backend that made their memory still exists; then the
  * backend goes. */
@@ -472,6 +576,7 @@ static void release_backend(kvd_server_t *srv)
         return;
     srv->releasing_backend = 1; /* what is freed now is freed here: the backend goes next */
     kvd__caches_destroy(srv);
+    disk_stop(srv); /* after the caches: their disk levels close on it */
     kvd_registry_deinit(&srv->reg);
     srv->backend->destroy(srv->backend, backend_gone_cb, srv);
 }
@@ -914,6 +1019,8 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     srv->activated = srv->listen_fd >= 0;
     if ((st = init_budget(srv, why, why_len)) != KVD_OK)
         goto fail;
+    if ((st = disk_start(srv, why, why_len)) != KVD_OK)
+        goto fail;
     st = pick_backend(srv, why, why_len);
     if (st != KVD_OK)
         goto fail;
@@ -965,6 +1072,9 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     srv->sweep.data = srv;
     open_spare(srv);
     kvd_registry_set_host_release(&srv->reg, host_release, srv);
+    /* before the loop runs: no client is served before its caches are back */
+    if (srv->disk_io != NULL)
+        kvd__caches_reopen(srv);
     *out = srv;
     return KVD_OK;
 
@@ -981,6 +1091,11 @@ fail_backend:
     kvd_metrics_destroy(&srv->metrics);
     kvd_cluster_destroy(&srv->cluster);
 fail:
+    kvd_disk_io_destroy(&srv->disk_io);
+    if (srv->disk_async_open) {
+        uv_close((uv_handle_t *)&srv->disk_async, NULL);
+        uv_run(loop, UV_RUN_NOWAIT);
+    }
     if (srv->activated)
         close(srv->listen_fd);
     kvd_stats_deinit(&srv->stats);
@@ -1025,6 +1140,7 @@ void kvd_server_destroy(kvd_server_t **sp)
         return;
     kvd_metrics_destroy(&srv->metrics);
     kvd_cluster_destroy(&srv->cluster);
+    kvd_disk_io_destroy(&srv->disk_io); /* gone already after a shutdown */
     kvd_registry_deinit(&srv->reg);
     kvd_stats_deinit(&srv->stats);
     free(srv);

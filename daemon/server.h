@@ -13,6 +13,7 @@
 
 #include "account.h"
 #include "backend.h"
+#include "disk_io.h"
 #include "hostmem.h"
 #include "spin.h"
 #include "log.h"
@@ -86,6 +87,16 @@ typedef struct kvd_server {
     int mem_works;         /* host memory made or released on the thread pool
                             * (cache slabs, pools, buffers) */
     kvd_release_waiter_t *release_waiter; /* the drop being handled, if any */
+    /* the disk level (--cache-dir): one I/O engine for every cache, its
+     * completions run on the loop when disk_async is sent */
+    kvd_disk_io_t *disk_io;
+    uv_async_t disk_async;
+    int disk_async_open;
+    uint64_t disk_budget;         /* --disk-budget in bytes */
+    char disk_engine[256];        /* "io_uring", or "threads (WHY)" */
+    int disk_direct;              /* O_DIRECT taken by cache-dir's file system */
+    char disk_direct_why[200];    /* why not */
+    uint32_t disk_removals;       /* dropped caches' directories being removed */
     int releasing_backend; /* at the end: memory is freed at once, not on threads */
     int arena_first_busy;  /* a request's arena has arena_first */
     _Alignas(16) uint8_t arena_first[KVD_ARENA_FIRST]; /* its first chunk (account.h) */

@@ -784,11 +784,72 @@ START_TEST(test_http_errors)
 }
 END_TEST
 
+/* The disk level (--cache-dir): the daemon's figures, and each cache's
+ * that has one, in families the exposition parser accepts. */
+START_TEST(test_disk_level)
+{
+    char dir[512], cmd[1100];
+    const char *const extra[] = {"--metrics", "127.0.0.1:0", "--host-memory-budget", "64M",
+                                 "--cache-dir", dir, "--disk-budget", "32M", NULL};
+    Kvdock__Request req;
+    Kvdock__CacheCreate cc = KVDOCK__CACHE_CREATE__INIT;
+    Kvdock__CacheLayout cl = KVDOCK__CACHE_LAYOUT__INIT;
+    Kvdock__Response *r;
+    int fd;
+
+    snprintf(dir, sizeof(dir), "%s/metrics-disk-%d", KVD_TEST_SCRATCH, (int)getpid());
+    kvdt_start(&D, extra);
+    port = logged_port(&D);
+    ck_assert_int_gt(port, 0);
+    scrape(&E1);
+    ck_assert_double_eq(value_of(&E1, "kvdock_disk_budget_bytes", ""), 32.0 * 1048576);
+    ck_assert_double_eq(value_of(&E1, "kvdock_disk_reserved_bytes", ""), 0);
+    ck_assert_double_eq(value_of(&E1, "kvdock_disk_used_bytes", ""), 0);
+    ck_assert(value_of(&E1, "kvdock_disk_free_bytes", "") > 0);
+    ck_assert_int_ge(family_index(&E1, "kvdock_cache_disk_blocks"), 0);
+    ck_assert_int_ge(family_index(&E1, "kvdock_cache_disk_no_space_total"), 0);
+    ck_assert_int_ge(family_index(&E1, "kvdock_cache_disk_checksum_failures_total"), 0);
+
+    fd = kvdt_client(&D, "metrics-disk");
+    cl.num_layers = 2;
+    cl.tokens_per_block = 4;
+    cl.token_bytes = 64;
+    cl.dtype = "bf16";
+    cc.name = "dk";
+    cc.layout = &cl;
+    cc.budget_bytes = 16 * 2 * 2 * 4 * 64;
+    cc.disk_budget_bytes = 8u << 20;
+    kvdt_req_init(&req, 5);
+    req.op_case = KVDOCK__REQUEST__OP_CACHE_CREATE;
+    req.cache_create = &cc;
+    r = kvdt_call(fd, &req);
+    scrape(&E2);
+    if (r->status == 0) {
+        char labels[64];
+        snprintf(labels, sizeof(labels), "cache=\"dk\",owner=\"%u\"", (unsigned)geteuid());
+        ck_assert_double_eq(value_of(&E2, "kvdock_disk_reserved_bytes", ""), 8.0 * 1048576);
+        ck_assert_double_eq(value_of(&E2, "kvdock_cache_disk_budget_bytes", labels),
+                            8.0 * 1048576);
+        ck_assert_double_eq(value_of(&E2, "kvdock_cache_disk_blocks", labels), 0);
+        ck_assert_double_eq(value_of(&E2, "kvdock_cache_disk_spills_total", labels), 0);
+    } else { /* a store without a disk level yet: refused, nothing reserved */
+        ck_assert_uint_eq(r->status, KVD_ENOTSUP);
+        ck_assert_double_eq(value_of(&E2, "kvdock_disk_reserved_bytes", ""), 0);
+    }
+    kvdock__response__free_unpacked(r, NULL);
+    close(fd);
+    ck_assert_int_eq(kvdt_stop(&D), 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *metrics_suite(void)
 {
     Suite *s = suite_create("metrics");
     TCase *unit = tcase_create("address");
     TCase *tc = tcase_create("endpoint");
+    TCase *disk;
 
     tcase_add_test(unit, test_parse_addr);
     tcase_add_test(unit, test_option_checked);
@@ -797,6 +858,9 @@ static Suite *metrics_suite(void)
     tcase_add_test(tc, test_scrape);
     tcase_add_test(tc, test_http_errors);
     suite_add_tcase(s, tc);
+    disk = tcase_create("disk");
+    tcase_add_test(disk, test_disk_level);
+    suite_add_tcase(s, disk);
     return s;
 }
 
