@@ -209,16 +209,15 @@ static void fill_layout(kvd_req_t *r, const kvd_block_layout_t *l, Kvdock__Cache
     (void)r;
 }
 
-static Kvdock__CacheInfo *cache_info(kvd_req_t *r, const kvd_cache_t *k)
+/* A cache's figures in the messages given (d: its disk level's, used when
+ * it has one). */
+static void info_fill(const kvd_cache_t *k, Kvdock__CacheInfo *ci, Kvdock__CacheLayout *l,
+                      Kvdock__CacheDiskLevel *d)
 {
-    Kvdock__CacheInfo *ci = kvd__req_alloc(r, sizeof(*ci));
-    Kvdock__CacheLayout *l = kvd__req_alloc(r, sizeof(*l));
     const kvd_cache_store_t *s = &k->store;
 
-    if (ci == NULL || l == NULL)
-        return NULL;
     kvdock__cache_info__init(ci);
-    fill_layout(r, &s->layout, l);
+    fill_layout(NULL, &s->layout, l);
     ci->id = k->id;
     ci->name = (char *)k->name;
     ci->layout = l;
@@ -251,11 +250,8 @@ static Kvdock__CacheInfo *cache_info(kvd_req_t *r, const kvd_cache_t *k)
     ci->fetched = k->fetched;
     ci->served = k->served;
     if (k->disk_dir != NULL) {
-        Kvdock__CacheDiskLevel *d = kvd__req_alloc(r, sizeof(*d));
         kvd_cache_disk_stats_t ds;
 
-        if (d == NULL)
-            return NULL;
         kvdock__cache_disk_level__init(d);
         kvd_cache_store_disk_stats(s, &ds);
         d->budget_bytes = k->disk_budget;
@@ -275,6 +271,17 @@ static Kvdock__CacheInfo *cache_info(kvd_req_t *r, const kvd_cache_t *k)
         d->path = k->disk_dir;
         ci->disk = d;
     }
+}
+
+static Kvdock__CacheInfo *cache_info(kvd_req_t *r, const kvd_cache_t *k)
+{
+    Kvdock__CacheInfo *ci = kvd__req_alloc(r, sizeof(*ci));
+    Kvdock__CacheLayout *l = kvd__req_alloc(r, sizeof(*l));
+    Kvdock__CacheDiskLevel *d = k->disk_dir ? kvd__req_alloc(r, sizeof(*d)) : NULL;
+
+    if (ci == NULL || l == NULL || (k->disk_dir != NULL && d == NULL))
+        return NULL;
+    info_fill(k, ci, l, d);
     return ci;
 }
 
@@ -418,6 +425,8 @@ static kvd_status_t disk_budget_check(kvd_server_t *srv, uint64_t want, char *wh
         kvd_cache_store_disk_stats(&k->store, &ds);
         promised += k->disk_budget > ds.used_bytes ? k->disk_budget - ds.used_bytes : 0;
     }
+    for (const kvd_cache_t *k = srv->caches_opening; k; k = k->next)
+        promised += k->disk_budget;
     if (want > avail || promised > avail - want) {
         snprintf(why, why_len, "disk_budget_bytes (%s) does not fit the free space of the "
                  "cache-dir's file system (%s, of which the other caches' disk budgets may "
@@ -428,17 +437,12 @@ static kvd_status_t disk_budget_check(kvd_server_t *srv, uint64_t want, char *wh
     return KVD_OK;
 }
 
-/*
- * A cache of m made and put on the list.  With a disk budget: its
- * directory made (a new cache; reopen: it exists) with the manifest
- * written before the store opens it, so that a cache whose blocks may be
- * on disk always has a manifest; a failure takes back what it made.
- */
-static kvd_status_t cache_make(kvd_server_t *srv, const kvd_manifest_t *m, int reopen,
-                               kvd_cache_t **out, char *why, size_t why_len)
+/* A cache of m, not on any list yet (its disk level not opened). */
+static kvd_status_t cache_new(kvd_server_t *srv, const kvd_manifest_t *m, kvd_cache_t **out,
+                              char *why, size_t why_len)
 {
     kvd_cache_mem_t mem = {srv, slab_alloc, slab_free, slab_alloc_ahead, slab_free_later};
-    char dirname[KVD_CACHE_DIRNAME_MAX], path[PATH_MAX], reason[300];
+    char dirname[KVD_CACHE_DIRNAME_MAX], path[PATH_MAX];
     kvd_cache_t *k = calloc(1, sizeof(*k));
     kvd_status_t st;
 
@@ -453,42 +457,16 @@ static kvd_status_t cache_make(kvd_server_t *srv, const kvd_manifest_t *m, int r
         return st;
     }
     if (m->disk_budget != 0) {
-        kvd_cache_disk_config_t cfg;
-
         if (kvd_cache_dirname(m->name, m->owner_uid, m->shared, dirname, sizeof(dirname)) != 0 ||
             snprintf(path, sizeof(path), "%s/%s", srv->opts.cache_dir, dirname) >=
                 (int)sizeof(path) || (k->disk_dir = strdup(path)) == NULL) {
             snprintf(why, why_len, "no directory for cache '%s'", m->name);
-            st = KVD_EINVAL;
-            goto fail;
-        }
-        if (!reopen && mkdir(path, 0700) != 0) {
-            if (errno == EEXIST)
-                snprintf(why, why_len, "the directory %.200s exists already (a dropped cache's, "
-                         "being removed, or one the daemon could not reopen at start: see its "
-                         "log)", path);
-            else
-                snprintf(why, why_len, "cannot make %.300s: %s", path, strerror(errno));
-            st = errno == EEXIST ? KVD_EBUSY : KVD_EIO;
-            goto fail;
-        }
-        if (!reopen && (st = kvd_manifest_write(path, m, reason, sizeof(reason))) != KVD_OK) {
-            snprintf(why, why_len, "%s", reason);
-            (void)kvd_cache_dir_remove(path);
-            goto fail;
-        }
-        cfg.dir = path;
-        cfg.budget = m->disk_budget;
-        cfg.io = srv->disk_io;
-        if ((st = kvd_cache_store_open_disk(&k->store, &cfg, reason, sizeof(reason))) != KVD_OK) {
-            snprintf(why, why_len, "the disk level of '%s': %s", m->name, reason);
-            if (!reopen) /* an empty directory it made: nothing of a client's in it */
-                (void)kvd_cache_dir_remove(path);
-            goto fail;
+            kvd_cache_store_deinit(&k->store);
+            free(k);
+            return KVD_EINVAL;
         }
         k->disk_budget = m->disk_budget;
     }
-    k->id = srv->next_cache_id++;
     snprintf(k->name, sizeof(k->name), "%s", m->name);
     k->owner_uid = (uid_t)m->owner_uid;
     k->shared = m->shared;
@@ -499,17 +477,150 @@ static kvd_status_t cache_make(kvd_server_t *srv, const kvd_manifest_t *m, int r
     memcpy(k->allow_gids, m->allow_gids, sizeof(k->allow_gids));
     k->srv = srv;
     k->refs = 1;
-    k->next = srv->caches;
-    if (srv->caches)
-        srv->caches->prev = k;
-    srv->caches = k;
     *out = k;
     return KVD_OK;
-fail:
+}
+
+static void cache_free_new(kvd_cache_t *k)
+{
     kvd_cache_store_deinit(&k->store);
     free(k->disk_dir);
     free(k);
+}
+
+/* On the list: it is seen and used from now on. */
+static void cache_link(kvd_server_t *srv, kvd_cache_t *k)
+{
+    k->id = srv->next_cache_id++;
+    k->next = srv->caches;
+    k->prev = NULL;
+    if (srv->caches)
+        srv->caches->prev = k;
+    srv->caches = k;
+}
+
+static kvd_status_t cache_open_disk(kvd_server_t *srv, kvd_cache_t *k, char *why,
+                                    size_t why_len)
+{
+    kvd_cache_disk_config_t cfg;
+    char reason[300];
+    kvd_status_t st;
+
+    cfg.dir = k->disk_dir;
+    cfg.budget = k->disk_budget;
+    cfg.io = srv->disk_io;
+    if ((st = kvd_cache_store_open_disk(&k->store, &cfg, reason, sizeof(reason))) != KVD_OK)
+        snprintf(why, why_len, "the disk level of '%s': %s", k->name, reason);
     return st;
+}
+
+/*
+ * A create with a disk level: the cache's directory and manifest are made
+ * on the disk threads (mkdir and two fsyncs may wait on a busy disk for
+ * tens of ms, which every client of the loop would wait for); meanwhile
+ * the cache is on srv->caches_opening, where names and budgets see it and
+ * nothing else does.  Back on the loop the store opens the empty
+ * directory, the cache goes on the list and the reply is sent.
+ */
+typedef struct create_work {
+    kvd_disk_req_t r;
+    kvd_server_t *srv;
+    kvd__conn_t *conn;
+    uint64_t id;
+    size_t op_index;
+    uint64_t t_start_ns, loop_ns;
+    kvd_cache_t *k;
+    kvd_manifest_t m;
+    kvd_status_t st;
+    char why[400];
+} create_work_t;
+
+static void create_dir_run(kvd_disk_req_t *r)
+{
+    create_work_t *w = r->arg;
+    char reason[300];
+
+    if (mkdir(w->k->disk_dir, 0700) != 0) {
+        int e = errno;
+        if (e == EEXIST)
+            snprintf(w->why, sizeof(w->why), "the directory %.200s exists already (a dropped "
+                     "cache's, being removed, or one the daemon could not reopen at start: see "
+                     "its log)", w->k->disk_dir);
+        else
+            snprintf(w->why, sizeof(w->why), "cannot make %.300s: %s", w->k->disk_dir,
+                     strerror(e));
+        w->st = e == EEXIST ? KVD_EBUSY : KVD_EIO;
+    } else if ((w->st = kvd_manifest_write(w->k->disk_dir, &w->m, reason, sizeof(reason))) !=
+               KVD_OK) {
+        snprintf(w->why, sizeof(w->why), "%s", reason);
+        (void)kvd_cache_dir_remove(w->k->disk_dir);
+    }
+    r->res = 0;
+}
+
+static void opening_remove(kvd_server_t *srv, kvd_cache_t *k)
+{
+    kvd_cache_t **pp;
+
+    for (pp = &srv->caches_opening; *pp; pp = &(*pp)->next)
+        if (*pp == k) {
+            *pp = k->next;
+            break;
+        }
+    k->next = NULL;
+}
+
+static void log_create(const kvd__conn_t *c, const kvd_cache_t *k, uint64_t loop_ns,
+                       uint64_t t_start_ns)
+{
+    const kvd_block_layout_t *l = &k->store.layout;
+    kvd_server_t *srv = k->srv;
+
+    kvd_log(KVD_LOG_INFO, "event=cache_create client=%" PRIu64 " cache=%" PRIu64 " name=%s "
+            "uid=%u layers=%u mla=%d tokens=%u token_bytes=%" PRIu64 " budget=%" PRIu64
+            " shared=%d cluster=%d disk_budget=%" PRIu64 " loop_us=%" PRIu64 " us=%" PRIu64,
+            c->id, k->id, k->name, (unsigned)k->owner_uid, l->num_layers, l->mla,
+            l->tokens_per_block, l->token_bytes, k->store.budget, k->shared, k->cluster,
+            k->disk_budget, loop_ns / 1000u, (kvd_now_ns() - t_start_ns) / 1000u);
+    if (kvd__caches_budgets(srv) > srv->hostmem.budget)
+        kvd_log(KVD_LOG_WARN, "event=cache_budgets_over cache=%s budgets=%" PRIu64
+                " host_budget=%" PRIu64 " reason=\"the caches cannot all fill: each fills until "
+                "the host-memory budget is spent\"", k->name, kvd__caches_budgets(srv),
+                srv->hostmem.budget);
+}
+
+static void create_dir_done(kvd_disk_req_t *r)
+{
+    create_work_t *w = r->arg;
+    kvd_server_t *srv = w->srv;
+    kvd_cache_t *k = w->k;
+    Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
+    Kvdock__CacheInfo ci;
+    Kvdock__CacheLayout cl;
+    Kvdock__CacheDiskLevel cd;
+    uint64_t t0 = kvd_now_ns();
+
+    opening_remove(srv, k);
+    if (w->st == KVD_OK && (w->st = cache_open_disk(srv, k, w->why, sizeof(w->why))) != KVD_OK)
+        kvd__cache_dir_discard(srv, k->disk_dir); /* made here: nothing of a client's in it */
+    resp.id = w->id;
+    if (w->st != KVD_OK) {
+        resp.status = (uint32_t)w->st;
+        resp.message = w->why;
+        kvd_log(KVD_LOG_WARN, "event=cache_create_failed client=%" PRIu64 " name=%s "
+                "status=%s reason=\"%s\"", w->conn->id, k->name, kvd_err_name(w->st), w->why);
+        cache_free_new(k);
+    } else {
+        cache_link(srv, k);
+        w->loop_ns += kvd_now_ns() - t0;
+        log_create(w->conn, k, w->loop_ns, w->t_start_ns);
+        info_fill(k, &ci, &cl, &cd);
+        resp.result_case = KVDOCK__RESPONSE__RESULT_CACHE;
+        resp.cache = &ci;
+    }
+    kvd__reply_deferred_response(w->conn, &resp, w->op_index, w->t_start_ns);
+    kvd__conn_op_end(w->conn);
+    free(w);
 }
 
 kvd_status_t kvd__op_cache_create(kvd_req_t *r)
@@ -570,12 +681,14 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
                                  same->cluster ? "in" : "outside");
         return reply_info(r, same);
     }
-    for (k = srv->caches; k; k = k->next) {
-        if (strcmp(k->name, cc->name) == 0 &&
-            (k->owner_uid == c->uid || (cc->shared && k->shared)))
-            return kvd__req_fail(r, KVD_EEXIST, "a cache named '%s' exists", cc->name);
-        n++;
-    }
+    for (int pass = 0; pass < 2; pass++) /* the caches, and those being made */
+        for (k = pass ? srv->caches_opening : srv->caches; k; k = k->next) {
+            if (strcmp(k->name, cc->name) == 0 &&
+                (k->owner_uid == c->uid || (cc->shared && k->shared)))
+                return kvd__req_fail(r, KVD_EEXIST, "a cache named '%s' exists%s", cc->name,
+                                     pass ? " (being made)" : "");
+            n++;
+        }
     if (n >= srv->opts.max_caches)
         return kvd__req_fail(r, KVD_ELIMIT, "the daemon holds %u caches already (max-caches)", n);
     memset(&m, 0, sizeof(m));
@@ -596,19 +709,37 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
                                                       sizeof(why))) != KVD_OK)
         return kvd__req_fail(r, st, "%s", why);
     t0 = kvd_now_ns();
-    if ((st = cache_make(srv, &m, 0, &k, why, sizeof(why))) != KVD_OK)
+    if ((st = cache_new(srv, &m, &k, why, sizeof(why))) != KVD_OK)
         return kvd__req_fail(r, st, "%s", why);
-    kvd_log(KVD_LOG_INFO, "event=cache_create client=%" PRIu64 " cache=%" PRIu64 " name=%s "
-            "uid=%u layers=%u mla=%d tokens=%u token_bytes=%" PRIu64 " budget=%" PRIu64
-            " shared=%d cluster=%d disk_budget=%" PRIu64 " loop_us=%" PRIu64, c->id, k->id,
-            k->name, (unsigned)c->uid, l.num_layers, l.mla, l.tokens_per_block, l.token_bytes,
-            cc->budget_bytes, k->shared, k->cluster, k->disk_budget,
-            (kvd_now_ns() - t0) / 1000u);
-    if (kvd__caches_budgets(srv) > srv->hostmem.budget)
-        kvd_log(KVD_LOG_WARN, "event=cache_budgets_over cache=%s budgets=%" PRIu64
-                " host_budget=%" PRIu64 " reason=\"the caches cannot all fill: each fills until "
-                "the host-memory budget is spent\"", k->name, kvd__caches_budgets(srv),
-                srv->hostmem.budget);
+    if (k->disk_dir != NULL) {
+        create_work_t *w = calloc(1, sizeof(*w));
+
+        if (w == NULL) {
+            cache_free_new(k);
+            return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+        }
+        w->srv = srv;
+        w->conn = c;
+        w->id = r->req->id;
+        w->op_index = r->op_index;
+        w->t_start_ns = r->t_start_ns;
+        w->k = k;
+        w->m = m;
+        w->r.op = KVD_DISK_OP_CALL;
+        w->r.fd = -1;
+        w->r.before = create_dir_run;
+        w->r.done = create_dir_done;
+        w->r.arg = w;
+        k->next = srv->caches_opening;
+        srv->caches_opening = k;
+        kvd__conn_op_begin(c); /* a drain waits for the reply */
+        r->deferred = 1;
+        w->loop_ns = kvd_now_ns() - t0;
+        kvd_disk_io_submit(srv->disk_io, &w->r);
+        return KVD_OK;
+    }
+    cache_link(srv, k);
+    log_create(c, k, kvd_now_ns() - t0, r->t_start_ns);
     return reply_info(r, k);
 }
 
@@ -617,6 +748,8 @@ uint64_t kvd__caches_disk_budgets(const kvd_server_t *srv)
     uint64_t sum = 0;
 
     for (const kvd_cache_t *k = srv->caches; k; k = k->next)
+        sum += k->disk_budget;
+    for (const kvd_cache_t *k = srv->caches_opening; k; k = k->next)
         sum += k->disk_budget;
     return sum;
 }
@@ -862,13 +995,19 @@ void kvd__caches_reopen(kvd_server_t *srv)
             skipped++;
             continue;
         }
-        if (reopen_conflict(srv, &m, why, sizeof(why)) != NULL ||
-            cache_make(srv, &m, 1, &k, why, sizeof(why)) != KVD_OK) {
+        if (reopen_conflict(srv, &m, why, sizeof(why)) == NULL &&
+            cache_new(srv, &m, &k, why, sizeof(why)) == KVD_OK &&
+            cache_open_disk(srv, k, why, sizeof(why)) != KVD_OK) {
+            cache_free_new(k);
+            k = NULL;
+        }
+        if (k == NULL) {
             kvd_log(KVD_LOG_WARN, "event=cache_reopen_skipped dir=%s name=%s uid=%u "
                     "reason=\"%s\" action=\"left as it is\"", path, m.name, m.owner_uid, why);
             skipped++;
             continue;
         }
+        cache_link(srv, k);
         kvd_cache_store_disk_stats(&k->store, &ds);
         blocks += ds.blocks;
         reopened++;

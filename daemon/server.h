@@ -75,6 +75,7 @@ typedef struct kvd_server {
     kvd__conn_t *ready;     /* connections with frames left to handle */
     uint64_t next_client_id;
     struct kvd_cache *caches; /* the cache tier's caches (caches.h) */
+    struct kvd_cache *caches_opening; /* made, their disk directories not yet */
     struct kvd_cluster *cluster; /* the daemon's peers (cluster.h), or NULL */
     uint64_t next_cache_id, next_lease_id;
     uint64_t start_ns;

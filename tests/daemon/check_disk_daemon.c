@@ -289,6 +289,18 @@ static int dir_empty(const char *dir)
     return system(cmd) == 0;
 }
 
+/* Whether dir comes to hold no entry within the harness's timeout (what
+ * a refused create made is removed on the disk threads). */
+static int dir_empties(const char *dir)
+{
+    for (int i = 0; i < KVDT_TIMEOUT_MS / 20; i++) {
+        if (dir_empty(dir))
+            return 1;
+        usleep(20000);
+    }
+    return 0;
+}
+
 START_TEST(test_create_budgets)
 {
     char dir[600], sub[700], man[800];
@@ -333,13 +345,73 @@ START_TEST(test_create_budgets)
         /* a store without a disk level: refused whole, nothing left behind */
         ck_assert_msg(r->status == KVD_ENOTSUP, "%u %s", r->status, r->message);
         kvdock__response__free_unpacked(r, NULL);
-        ck_assert_msg(dir_empty(dir), "a refused create left files in %s", dir);
+        ck_assert_msg(dir_empties(dir), "a refused create left files in %s", dir);
         s = kvdt_status(fd);
         ck_assert_uint_eq(s->disk->reserved_bytes, 0);
         kvdock__status_reply__free_unpacked(s, NULL);
     }
     close(fd);
     ck_assert_int_eq(kvdt_stop(&d), 0);
+    scratch_remove();
+}
+END_TEST
+
+/* SIGTERM with creates in flight (their directories being made on the
+ * disk threads): every one is answered, the daemon exits 0, and what it
+ * leaves is whole: a created cache's directory with its manifest, nothing
+ * of a refused one (its removal is waited for before the exit). */
+START_TEST(test_sigterm_answers_creates)
+{
+    char dir[600], sub[700];
+    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64M", NULL};
+    kvdt_daemon_t d;
+    Kvdock__CacheCreate cc[8];
+    Kvdock__CacheLayout cl = KVDOCK__CACHE_LAYOUT__INIT;
+    Kvdock__Request req;
+    char names[8][8];
+    int fd, ok[8];
+
+    scratch_make("sigterm");
+    path_in(dir, sizeof(dir), "cd");
+    kvdt_start(&d, extra);
+    fd = kvdt_client(&d, "drain");
+    cl.num_layers = 2;
+    cl.tokens_per_block = 4;
+    cl.token_bytes = 64;
+    cl.dtype = "bf16";
+    for (int i = 0; i < 8; i++) {
+        kvdock__cache_create__init(&cc[i]);
+        snprintf(names[i], sizeof(names[i]), "c%d", i);
+        cc[i].name = names[i];
+        cc[i].layout = &cl;
+        cc[i].budget_bytes = 1 << 20;
+        cc[i].disk_budget_bytes = 4u << 20;
+        kvdt_req_init(&req, 100 + (uint64_t)i);
+        req.op_case = KVDOCK__REQUEST__OP_CACHE_CREATE;
+        req.cache_create = &cc[i];
+        kvdt_send(fd, &req, NULL, 0);
+    }
+    ck_assert_int_eq(kill(d.pid, SIGTERM), 0);
+    for (int i = 0; i < 8; i++) {
+        Kvdock__Response *r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+        ck_assert_msg(r != NULL, "create %d of 8 was not answered", i);
+        ck_assert_uint_ge(r->id, 100);
+        ck_assert_uint_lt(r->id, 108);
+        ck_assert_msg(r->status == KVD_OK || r->status == KVD_ENOTSUP ||
+                      r->status == KVD_ESHUTDOWN, "%u %s", r->status, r->message);
+        ok[r->id - 100] = r->status == KVD_OK;
+        kvdock__response__free_unpacked(r, NULL);
+    }
+    ck_assert_int_eq(kvdt_wait_exit(&d, KVDT_TIMEOUT_MS), 0);
+    close(fd);
+    for (int i = 0; i < 8; i++) {
+        snprintf(sub, sizeof(sub), "%s/u%u-c%d/manifest", dir, (unsigned)geteuid(), i);
+        ck_assert_msg((access(sub, F_OK) == 0) == ok[i], "cache c%d: created %d, manifest %s",
+                      i, ok[i], access(sub, F_OK) == 0 ? "there" : "missing");
+    }
+    if (!ok[0])
+        ck_assert_msg(dir_empty(dir), "refused creates left files in %s", dir);
+    (void)kvdt_stop(&d);
     scratch_remove();
 }
 END_TEST
@@ -660,6 +732,7 @@ static Suite *disk_daemon_suite(void)
     tcase_add_test(caches, test_create_without_cache_dir);
     tcase_add_test(caches, test_create_budgets);
     tcase_add_test(caches, test_untrusted_skipped);
+    tcase_add_test(caches, test_sigterm_answers_creates);
     suite_add_tcase(s, caches);
     return s;
 }
