@@ -356,6 +356,48 @@ START_TEST(test_create_budgets)
 }
 END_TEST
 
+/* A disk budget within --disk-budget but past what the file system has
+ * free now (others wrote since the start): ELIMIT, nothing written. */
+START_TEST(test_create_past_free_space)
+{
+    char dir[600], big[600];
+    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "100%", NULL};
+    kvdt_daemon_t d;
+    Kvdock__Response *r;
+    Kvdock__StatusReply *s;
+    uint64_t free0, fill;
+    int fd, bf;
+
+    scratch_make("free");
+    path_in(dir, sizeof(dir), "cd");
+    path_in(big, sizeof(big), "filler");
+    kvdt_start(&d, extra);
+    fd = kvdt_client(&d, "free");
+    s = kvdt_status(fd);
+    free0 = s->disk->fs_free_bytes;
+    ck_assert_uint_ge(s->disk->budget_bytes, free0 / 2); /* 100% of what was free at start */
+    kvdock__status_reply__free_unpacked(s, NULL);
+    /* take a quarter of the free space (at most 2 GiB) */
+    fill = free0 / 4 < (2ull << 30) ? free0 / 4 : (2ull << 30);
+    bf = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(bf, 0);
+    ck_assert_int_eq(posix_fallocate(bf, 0, (off_t)fill), 0);
+    ck_assert_int_eq(fsync(bf), 0);
+    close(bf);
+    /* within the daemon's budget, past what is free now (unless others
+     * freed more than fill / 2 meanwhile) */
+    r = create(fd, "toobig", 1 << 20, free0 - fill / 2, 0);
+    ck_assert_msg(r->status == KVD_ELIMIT, "%u %s", r->status, r->message);
+    ck_assert_ptr_nonnull(strstr(r->message, "does not fit the free space"));
+    kvdock__response__free_unpacked(r, NULL);
+    ck_assert(dir_empty(dir));
+    ck_assert_int_eq(unlink(big), 0);
+    close(fd);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
+    scratch_remove();
+}
+END_TEST
+
 /* SIGTERM with creates in flight (their directories being made on the
  * disk threads): every one is answered, the daemon exits 0, and what it
  * leaves is whole: a created cache's directory with its manifest, nothing
@@ -733,6 +775,7 @@ static Suite *disk_daemon_suite(void)
     tcase_add_test(caches, test_create_budgets);
     tcase_add_test(caches, test_untrusted_skipped);
     tcase_add_test(caches, test_sigterm_answers_creates);
+    tcase_add_test(caches, test_create_past_free_space);
     suite_add_tcase(s, caches);
     return s;
 }
