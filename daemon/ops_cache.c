@@ -1008,6 +1008,11 @@ void kvd__caches_reopen(kvd_server_t *srv)
             continue;
         }
         cache_link(srv, k);
+        if (k->cluster && srv->cluster == NULL) /* its blocks are here; the peers are not */
+            kvd_log(KVD_LOG_WARN, "event=cache_reopened_outside_cluster name=%s uid=%u "
+                    "reason=\"made with cluster = true, and this daemon is in no cluster "
+                    "(--cluster-listen): it serves its own blocks only\"", k->name,
+                    (unsigned)k->owner_uid);
         kvd_cache_store_disk_stats(&k->store, &ds);
         blocks += ds.blocks;
         reopened++;
