@@ -118,21 +118,52 @@ typedef struct measure {
     size_t why_len;
 } measure_t;
 
+/* Where the measure is: the field names from the request down, as a chain
+ * on the stack, written out only when a refusal names it (every request is
+ * measured; few are refused). */
+typedef struct measure_path {
+    const struct measure_path *up; /* NULL: the request itself */
+    const char *name;
+} measure_path_t;
+
 static kvd_status_t measure_msg(measure_t *m, const ProtobufCMessageDescriptor *d,
                                 const uint8_t *p, const uint8_t *end, int depth,
-                                const char *path);
+                                const measure_path_t *path);
+
+/* The path as "a.b.c" ("" for the request), cut to fit len. */
+static void path_text(const measure_path_t *path, char *buf, size_t len)
+{
+    const char *names[MEASURE_DEPTH + 2];
+    size_t n = 0;
+    int k = 0;
+
+    buf[0] = '\0';
+    /* the request's own node has no name: stop below it */
+    for (; path != NULL && path->up != NULL && k < MEASURE_DEPTH + 2; path = path->up)
+        names[k++] = path->name;
+    while (k-- > 0 && n + 1 < len) {
+        int w = snprintf(buf + n, len - n, "%s%s", n > 0 ? "." : "", names[k]);
+
+        if (w < 0)
+            break;
+        n += (size_t)w < len - n ? (size_t)w : len - n - 1;
+    }
+}
 
 /* why: "path.name: " then what is wrong. */
-static kvd_status_t refuse(measure_t *m, kvd_status_t st, const char *path, const char *name,
-                           const char *what)
+static kvd_status_t refuse(measure_t *m, kvd_status_t st, const measure_path_t *path,
+                           const char *name, const char *what)
 {
-    snprintf(m->why, m->why_len, "%s%s%s: %s", path, path[0] ? "." : "", name, what);
+    char at[160];
+
+    path_text(path, at, sizeof(at));
+    snprintf(m->why, m->why_len, "%s%s%s: %s", at, at[0] ? "." : "", name, what);
     return st;
 }
 
 static kvd_status_t measure_msg(measure_t *m, const ProtobufCMessageDescriptor *d,
                                 const uint8_t *p, const uint8_t *end, int depth,
-                                const char *path)
+                                const measure_path_t *path)
 {
     uint64_t count[MEASURE_FIELDS];
     uint32_t oneof_seen[MEASURE_FIELDS]; /* field index + 1 of the member given */
@@ -141,7 +172,10 @@ static kvd_status_t measure_msg(measure_t *m, const ProtobufCMessageDescriptor *
     unsigned i;
 
     if (depth > MEASURE_DEPTH || d->n_fields > MEASURE_FIELDS) {
-        snprintf(m->why, m->why_len, "%s nests deeper than the protocol", path);
+        char at[160];
+
+        path_text(path, at, sizeof(at));
+        snprintf(m->why, m->why_len, "%s nests deeper than the protocol", at);
         return KVD_EPROTO;
     }
     memset(count, 0, sizeof(count[0]) * d->n_fields);
@@ -217,13 +251,12 @@ static kvd_status_t measure_msg(measure_t *m, const ProtobufCMessageDescriptor *
         } else if (f->type == PROTOBUF_C_TYPE_BYTES) {
             m->bytes += round_up(len);
         } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
-            char sub[160];
+            measure_path_t sub = {path, f->name};
             kvd_status_t st;
 
             if ((key & 7) != 2)
                 goto bad;
-            snprintf(sub, sizeof(sub), "%s%s%s", path, path[0] ? "." : "", f->name);
-            st = measure_msg(m, f->descriptor, v, v + len, depth + 1, sub);
+            st = measure_msg(m, f->descriptor, v, v + len, depth + 1, &sub);
             if (st != KVD_OK)
                 return st;
         }
@@ -254,7 +287,12 @@ static kvd_status_t measure_msg(measure_t *m, const ProtobufCMessageDescriptor *
     m->bytes += unknown * UNKNOWN_FIELD_BYTES;
     return KVD_OK;
 bad:
-    snprintf(m->why, m->why_len, "%s%sdoes not parse", path, path[0] ? " " : "");
+    {
+        char at[160];
+
+        path_text(path, at, sizeof(at));
+        snprintf(m->why, m->why_len, "%s%sdoes not parse", at, at[0] ? " " : "");
+    }
     return KVD_EPROTO;
 }
 
@@ -263,6 +301,7 @@ kvd_status_t kvd__wire_measure(const ProtobufCMessageDescriptor *desc, const uin
                                uint64_t *id, char *why, size_t why_len)
 {
     measure_t m = {lim, 0, why, why_len};
+    const measure_path_t top = {NULL, ""};
     const uint8_t *p = buf, *end = buf + len;
     uint64_t key, v;
     kvd_status_t st;
@@ -284,7 +323,7 @@ kvd_status_t kvd__wire_measure(const ProtobufCMessageDescriptor *desc, const uin
             break;
     }
     why[0] = '\0';
-    st = len > 0 ? measure_msg(&m, desc, buf, end, 0, "") : KVD_OK;
+    st = len > 0 ? measure_msg(&m, desc, buf, end, 0, &top) : KVD_OK;
     if (len == 0)
         m.bytes = round_up(desc->sizeof_message);
     *bytes = m.bytes;

@@ -423,7 +423,7 @@ START_TEST(test_max_inline_bytes)
 {
     kvdt_daemon_t d;
     const char *extra[] = {"--max-inline-bytes", "4096", NULL};
-    static int64_t loc[513];
+    static int64_t loc[8193];
     static uint8_t data[2 * 4096 + 8];
     Kvdock__Request req;
     Kvdock__Store st = KVDOCK__STORE__INIT;
@@ -443,7 +443,7 @@ START_TEST(test_max_inline_bytes)
     st.loc = &ix;
     st.k = &k;
     st.v = &k;
-    for (i = 0; i < 513; i++)
+    for (i = 0; i < 8193; i++)
         loc[i] = i;
     ix.values = loc;
     k.inline_.data = data;
@@ -464,6 +464,15 @@ START_TEST(test_max_inline_bytes)
     r = kvdt_call(a, &req);
     ck_assert_uint_eq(r->status, KVD_ELIMIT);
     ck_assert_ptr_nonnull(strstr(r->message, "max-inline-bytes"));
+    kvdock__response__free_unpacked(r, NULL);
+    /* past what any request may decode to (64 KiB of one array): refused
+     * as the frame is measured, the field named by its path */
+    ix.n_values = 8193;
+    k.inline_.len = 0;
+    r = kvdt_call(a, &req);
+    ck_assert_uint_eq(r->status, KVD_ELIMIT);
+    ck_assert_msg(strncmp(r->message, "store.loc.values: 8193 values decode past", 41) == 0,
+                  "%s", r->message);
     kvdock__response__free_unpacked(r, NULL);
     ck_assert(kvdt_ping_ok(a));
     close(a);
