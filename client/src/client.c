@@ -5,6 +5,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -82,6 +83,43 @@ static uint32_t default_spin_us(void)
     return (uint32_t)v;
 }
 
+/*
+ * Where a default socket path came from, for the message of a failed
+ * connect: the user who set nothing learns the order that was followed.
+ */
+static const char *default_path_origin(const char *path)
+{
+    const char *env = getenv("KVDOCK_SOCKET");
+
+    if (env != NULL && env[0] != '\0')
+        return "The path is $KVDOCK_SOCKET's.";
+    if (strcmp(path, KVD_SYSTEM_SOCKET) == 0)
+        return "The path is the system service's, as $KVDOCK_SOCKET is unset.";
+    return "With no socket path given, a client tries $KVDOCK_SOCKET (unset), then " KVD_SYSTEM_SOCKET
+           " (absent), then this per-user path.";
+}
+
+/* KVD_ECONN with what is at path and, for a default path, where it came from. */
+static kvd_status_t connect_failed(const char *path, int e, int defaulted)
+{
+    const char *origin = defaulted ? default_path_origin(path) : "";
+    const char *sep = defaulted ? " " : "";
+    char what[384]; /* the longest: a directory message with a sun_path */
+    struct stat stb;
+
+    if (stat(path, &stb) == 0 && S_ISDIR(stb.st_mode))
+        snprintf(what, sizeof(what), "it is a directory, not the daemon's socket (that is a file "
+                 "in it, such as %s/kvdockd.sock).", path);
+    else if (stat(path, &stb) == 0 && !S_ISSOCK(stb.st_mode))
+        snprintf(what, sizeof(what), "it is not a socket.");
+    else if (e == ENOENT || e == ECONNREFUSED)
+        snprintf(what, sizeof(what), "%s. Is the daemon running?", strerror(e));
+    else
+        snprintf(what, sizeof(what), "%s.", strerror(e));
+    return kvd__client_fail(NULL, KVD_ECONN, "cannot connect to kvdockd at %s: %s%s%s", path, what,
+                            sep, origin);
+}
+
 kvd_status_t kvd_client_create(const char *socket_path, const char *client_name, kvd_client_t **out)
 {
     kvd_client_t *c = NULL;
@@ -119,24 +157,11 @@ kvd_status_t kvd_client_create(const char *socket_path, const char *client_name,
     memcpy(sa.sun_path, path, strlen(path) + 1);
     while (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
         int e = errno;
-        struct stat stb;
 
         if (e == EINTR)
             continue;
         close(sock);
-        /* a path that is there but no socket: say what it is */
-        if (stat(path, &stb) == 0 && S_ISDIR(stb.st_mode))
-            return kvd__client_fail(NULL, KVD_ECONN,
-                                    "cannot connect to kvdockd at %s: it is a directory, not "
-                                    "the daemon's socket (that is a file in it, such as "
-                                    "%s/kvdockd.sock)",
-                                    path, path);
-        if (stat(path, &stb) == 0 && !S_ISSOCK(stb.st_mode))
-            return kvd__client_fail(NULL, KVD_ECONN,
-                                    "cannot connect to kvdockd at %s: it is not a socket", path);
-        return kvd__client_fail(
-            NULL, KVD_ECONN, "cannot connect to kvdockd at %s: %s%s", path, strerror(e),
-            e == ENOENT || e == ECONNREFUSED ? " (is the daemon running?)" : "");
+        return connect_failed(path, e, socket_path == NULL || socket_path[0] == '\0');
     }
 
     c = calloc(1, sizeof(*c));

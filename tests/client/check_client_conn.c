@@ -65,6 +65,35 @@ START_TEST(test_connect_errors)
     KVT_ERR(NULL, kvd_client_create("/nonexistent-dir/kvdockd.sock", "x", &cli), KVD_ECONN);
     ck_assert_ptr_null(cli);
     ck_assert_ptr_nonnull(strstr(kvd_client_last_error(NULL), "/nonexistent-dir/kvdockd.sock"));
+    ck_assert_ptr_nonnull(strstr(kvd_client_last_error(NULL), "Is the daemon running?"));
+    /* a path given is the path tried: no word of the default order */
+    ck_assert_ptr_null(strstr(kvd_client_last_error(NULL), "KVDOCK_SOCKET"));
+    ck_assert_str_eq(kvd_strerror(KVD_ECONN),
+                     "no connection to the daemon: cannot connect, or it was lost");
+    /* a default path says where it came from */
+    setenv("KVDOCK_SOCKET", "/nonexistent-dir/env.sock", 1);
+    KVT_ERR(NULL, kvd_client_create(NULL, "x", &cli), KVD_ECONN);
+    ck_assert_ptr_nonnull(strstr(kvd_client_last_error(NULL),
+                                 "at /nonexistent-dir/env.sock: No such file or directory. "
+                                 "Is the daemon running? The path is $KVDOCK_SOCKET's."));
+    unsetenv("KVDOCK_SOCKET");
+    if (access("/run/kvdock/kvdockd.sock", F_OK) != 0) {
+        const char *xdg = getenv("XDG_RUNTIME_DIR");
+        char *saved = xdg != NULL ? strdup(xdg) : NULL;
+
+        setenv("XDG_RUNTIME_DIR", "/nonexistent-dir", 1);
+        KVT_ERR(NULL, kvd_client_create("", "x", &cli), KVD_ECONN);
+        ck_assert_ptr_nonnull(strstr(
+            kvd_client_last_error(NULL),
+            "at /nonexistent-dir/kvdock/kvdockd.sock: No such file or directory. Is the daemon "
+            "running? With no socket path given, a client tries $KVDOCK_SOCKET (unset), then "
+            "/run/kvdock/kvdockd.sock (absent), then this per-user path."));
+        if (saved != NULL)
+            setenv("XDG_RUNTIME_DIR", saved, 1);
+        else
+            unsetenv("XDG_RUNTIME_DIR");
+        free(saved);
+    }
     memset(longpath, 'a', sizeof(longpath) - 1);
     longpath[0] = '/';
     longpath[sizeof(longpath) - 1] = '\0';

@@ -36,7 +36,7 @@ extern "C" {
     X(ELIMIT, 18, "resource limit reached")                                     \
     X(EBUSY, 19, "resource busy")                                               \
     X(ESHUTDOWN, 20, "daemon is shutting down")                                 \
-    X(ECONN, 21, "connection lost")                                             \
+    X(ECONN, 21, "no connection to the daemon: cannot connect, or it was lost") \
     X(EIO, 22, "input/output error")                                            \
     X(ETIMEDOUT, 23, "timed out")                                               \
     X(EUNKNOWNOP, 24, "unknown operation")                                      \
