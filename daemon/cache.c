@@ -105,13 +105,89 @@ static inline int key_equal(const kvd_cblock_t *b, const uint8_t *key, size_t kl
 
 /* ---- entries --------------------------------------------------------------- */
 
+static inline void *slot_bytes(const kvd_cache_store_t *c, uint32_t slot)
+{
+    return (char *)c->slabs[kvd_cache_slab_of(c, slot)].ptr +
+           (uint64_t)kvd_cache_pos_of(c, slot) * c->block_bytes;
+}
+
 void *kvd_cache_block_bytes(const kvd_cache_store_t *c, uint32_t id)
 {
-    return (char *)c->slabs[kvd_cache_slab_of(c, id)].ptr +
-           (uint64_t)kvd_cache_pos_of(c, id) * c->block_bytes;
+    return slot_bytes(c, kvd_cache_host_slot(c, id));
 }
 
 #define B(c, id) kvd_cache_block((c), (id))
+
+static uint32_t chunk_len(uint32_t k)
+{
+    return k == 0 ? 64 : k <= 10 ? 64u << (k - 1) : 1u << 16;
+}
+
+/* Entries in chunks [0, k). */
+static uint32_t chunks_len(uint32_t k)
+{
+    return k == 0 ? 0 : k <= 11 ? 64u << (k - 1) : (k - 10) << 16;
+}
+
+/* A free entry, zeroed: from the free list, else the next one made (a new
+ * chunk when the last is full).  KVD_ENOMEM with why. */
+static kvd_status_t ent_new(kvd_cache_store_t *c, uint32_t *id, char *why, size_t why_len)
+{
+    kvd_cblock_t *b;
+
+    if (c->ent_free) {
+        *id = c->ent_free - 1;
+        b = B(c, *id);
+        c->ent_free = b->lru_next;
+        memset(b, 0, sizeof(*b));
+        return KVD_OK;
+    }
+    if (c->ents_made >= UINT32_MAX - 1) {
+        snprintf(why, why_len, "the cache holds as many entries as it can");
+        return KVD_ELIMIT;
+    }
+    if (c->ents_made == chunks_len(c->nchunks)) {
+        uint32_t k = c->nchunks;
+        kvd_cblock_t **n = realloc(c->ents, (k + 1) * sizeof(*n));
+
+        if (n == NULL) {
+            snprintf(why, why_len, "out of memory for the cache's entries");
+            return KVD_ENOMEM;
+        }
+        c->ents = n;
+        n[k] = zalloc((size_t)chunk_len(k) * sizeof(kvd_cblock_t));
+        if (n[k] == NULL) {
+            snprintf(why, why_len, "out of memory for the cache's entries");
+            return KVD_ENOMEM;
+        }
+        c->nchunks++;
+    }
+    *id = c->ents_made++;
+    return KVD_OK;
+}
+
+/* Entry id goes back to the free list (zeroed: FREE). */
+static void ent_free(kvd_cache_store_t *c, uint32_t id)
+{
+    kvd_cblock_t *b = B(c, id);
+
+    memset(b, 0, sizeof(*b));
+    b->lru_next = c->ent_free;
+    c->ent_free = id + 1;
+}
+
+/* A block's host slot goes back to the slabs' free slots. */
+static void host_free(kvd_cache_store_t *c, kvd_cblock_t *b)
+{
+    uint32_t slot;
+
+    if (!b->host)
+        return;
+    slot = b->host - 1;
+    b->host = 0;
+    c->slabs[kvd_cache_slab_of(c, slot)].used--;
+    c->free_ids[c->nfree++] = slot;
+}
 
 /* ---- the table ------------------------------------------------------------- */
 
@@ -439,10 +515,7 @@ static kvd_status_t slab_add(kvd_cache_store_t *c, char *why, size_t why_len)
     f = realloc(c->free_ids, total * sizeof(*f));
     if (f != NULL)
         c->free_ids = f;
-    sl->blocks = zalloc((size_t)n * sizeof(kvd_cblock_t));
-    if (f == NULL || sl->blocks == NULL) {
-        zfree(sl->blocks, (size_t)n * sizeof(kvd_cblock_t));
-        sl->blocks = NULL;
+    if (f == NULL) {
         if (a == NULL)
             slab_unreserve(c->hostmem, held, bytes);
         snprintf(why, why_len, "out of memory for a slab's entries");
@@ -455,8 +528,6 @@ static kvd_status_t slab_add(kvd_cache_store_t *c, char *why, size_t why_len)
         free(a);
     } else if ((st = c->mem.alloc(c->mem.ctx, bytes, &sl->ptr, &sl->handle, why, why_len)) !=
                KVD_OK) {
-        zfree(sl->blocks, (size_t)n * sizeof(kvd_cblock_t));
-        sl->blocks = NULL;
         sl->ptr = NULL;
         slab_unreserve(c->hostmem, held, bytes);
         return st;
@@ -481,7 +552,6 @@ static void slab_free(kvd_cache_store_t *c, uint32_t s)
     uint64_t held = slab_held(c, n);
 
     slab_give_back(&c->mem, c->hostmem, sl->handle, held, (uint64_t)n * c->block_bytes);
-    zfree(sl->blocks, (size_t)sl->nblocks * sizeof(kvd_cblock_t));
     memset(sl, 0, sizeof(*sl));
     c->nslabs--;
     c->held_bytes -= held;
@@ -562,6 +632,9 @@ void kvd_cache_store_deinit(kvd_cache_store_t *c)
     free(c->slabs);
     zfree(c->table, (c->table_mask + 1) * sizeof(*c->table));
     free(c->free_ids);
+    for (s = 0; s < c->nchunks; s++)
+        zfree(c->ents[s], (size_t)chunk_len(s) * sizeof(kvd_cblock_t));
+    free(c->ents);
     memset(c, 0, sizeof(*c));
 }
 
@@ -631,11 +704,10 @@ void kvd_cache_touch_chain(kvd_cache_store_t *c, const uint32_t *ids, uint32_t n
 static inline uint32_t next_in_chain(const kvd_cache_store_t *c, uint32_t prev,
                                      const uint8_t *key, size_t klen)
 {
-    uint32_t id = prev + 1, s = kvd_cache_slab_of(c, id);
+    uint32_t id = prev + 1;
     const kvd_cblock_t *b;
 
-    if (s >= c->nslabs_max || c->slabs[s].blocks == NULL ||
-        kvd_cache_pos_of(c, id) >= c->slabs[s].nblocks)
+    if (id >= c->ents_made)
         return KVD_CBLOCK_NONE;
     b = B(c, id);
     if (b->parent != prev + 1 || b->state != KVD_CBLOCK_READY || !key_equal(b, key, klen))
@@ -738,8 +810,8 @@ static void release_block(kvd_cache_store_t *c, uint32_t id)
             c->ready--;
         if (parent)
             child_unlink(c, parent - 1, id);
-        memset(b, 0, sizeof(*b));
-        c->free_ids[c->nfree++] = id;
+        host_free(c, b);
+        ent_free(c, id);
         if (!parent)
             return;
         p = B(c, parent - 1);
@@ -791,9 +863,11 @@ kvd_status_t kvd_cache_reserve(kvd_cache_store_t *c, uint32_t parent, const uint
                  "the parent of one");
         return KVD_EBUSY;
     }
-    id = c->free_ids[--c->nfree];
+    if ((st = ent_new(c, &id, why, why_len)) != KVD_OK)
+        return st;
     b = B(c, id);
-    memset(b, 0, sizeof(*b));
+    b->host = c->free_ids[--c->nfree] + 1;
+    c->slabs[kvd_cache_slab_of(c, b->host - 1)].used++;
     memcpy(b->key, key, klen);
     b->klen = (uint8_t)klen;
     b->state = KVD_CBLOCK_FILLING;
@@ -920,13 +994,9 @@ uint32_t kvd_cache_clear(kvd_cache_store_t *c)
     while (evict_one(c) == KVD_OK)
         n++;
     /* give back the slabs left empty, and their free ids */
-    for (s = 0; s < c->nslabs_max; s++) {
-        int empty = c->slabs[s].ptr != NULL;
-        for (i = 0; empty && i < c->slabs[s].nblocks; i++)
-            empty = c->slabs[s].blocks[i].state == KVD_CBLOCK_FREE;
-        if (empty)
+    for (s = 0; s < c->nslabs_max; s++)
+        if (c->slabs[s].ptr != NULL && c->slabs[s].used == 0)
             slab_free(c, s);
-    }
     for (i = 0, k = 0; i < c->nfree; i++)
         if (c->slabs[kvd_cache_slab_of(c, c->free_ids[i])].ptr != NULL)
             c->free_ids[k++] = c->free_ids[i];

@@ -5,9 +5,12 @@
  * A block holds every layer's K and V (or MLA latent) of tokens_per_block
  * tokens, laid out [layer][K, V][token][token_bytes]: contiguous, so that
  * per layer and K/V it is one chunk of tokens_per_block * token_bytes
- * bytes, one copy descriptor.  Blocks live in slabs of a power of two of
- * them, reserved from the host-memory budget as the cache grows, up to its
- * own budget.  A block's id names its slab and its place in it.
+ * bytes, one copy descriptor.  A block's bytes in host memory live in a
+ * slot of a slab (a power of two of slots), reserved from the host-memory
+ * budget as the cache grows, up to its own budget.  A block's id names
+ * its entry, in a growable array of entries of its own: the entry says
+ * which host slot holds its bytes, so that a block need not be in host
+ * memory to be in the cache.
  *
  * Keys are opaque byte strings (1 to KVD_CACHE_KEY_MAX bytes), in a hash
  * table keyed with a secret seed (clients choose keys).  Each block keeps
@@ -55,9 +58,10 @@ typedef struct kvd_block_layout {
     char dtype[16];            /* a label, compared exactly */
 } kvd_block_layout_t;
 
-/* One block's entry: 96 bytes.  Its children (the blocks whose parent it
+/* One block's entry: 100 bytes.  Its children (the blocks whose parent it
  * is) form a list through first_child and the siblings' links, so that
- * the subtree under a block is walked in time of its size. */
+ * the subtree under a block is walked in time of its size.  A free entry
+ * links to the next free one through lru_next. */
 typedef struct kvd_cblock {
     uint32_t parent;   /* id + 1 of the block before it in its chain; 0: none */
     uint32_t lru_prev; /* id + 1 towards the most recently used; 0: none */
@@ -66,6 +70,7 @@ typedef struct kvd_cblock {
     uint32_t next_sibling; /* id + 1 of the parent's next child; 0: none */
     uint32_t prev_sibling; /* id + 1 of the parent's previous child; 0: none */
     uint32_t holds;    /* leases, loads reading it, the save writing it */
+    uint32_t host;     /* slot + 1 of its bytes in host memory; 0: none */
     uint8_t state;     /* enum kvd_cblock_state */
     uint8_t in_lru;
     uint8_t klen;
@@ -96,10 +101,10 @@ typedef struct kvd_cache_mem {
 struct kvd_cache_ahead;
 
 typedef struct kvd_cache_slab {
-    void *ptr;             /* nblocks blocks of block_bytes */
+    void *ptr;             /* nblocks slots of block_bytes */
     void *handle;          /* the allocator's */
-    kvd_cblock_t *blocks;  /* their entries */
     uint32_t nblocks;
+    uint32_t used;         /* slots holding a block's bytes */
 } kvd_cache_slab_t;
 
 typedef struct kvd_cache_counters {
@@ -116,11 +121,15 @@ typedef struct kvd_cache_store {
     uint64_t chunk_bytes;  /* one layer's K (or V): tokens_per_block * token_bytes */
     uint64_t budget;       /* bytes of blocks */
     uint32_t capacity;     /* blocks the budget holds */
-    uint32_t slab_shift;   /* log2 of blocks per slab */
+    uint32_t slab_shift;   /* log2 of slots per slab */
     uint32_t nslabs_max, nslabs;
     kvd_cache_slab_t *slabs;
-    uint32_t *free_ids;    /* ids of free blocks in the slabs so far */
+    uint32_t *free_ids;    /* free slots in the slabs so far */
     uint32_t nfree;
+    kvd_cblock_t **ents;   /* the entries' chunks (see kvd_cache_block) */
+    uint32_t nchunks;
+    uint32_t ents_made;    /* entries [0, ents_made) exist */
+    uint32_t ent_free;     /* id + 1 of the first free entry; 0: none */
     uint64_t *table;       /* (tag << 32) | (id + 1); 0: empty */
     uint64_t table_mask;
     uint32_t indexed;      /* entries in the table (filling and ready) */
@@ -142,20 +151,36 @@ kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_block_layout_t
 /* Frees every slab and entry (nothing may be in flight). */
 void kvd_cache_store_deinit(kvd_cache_store_t *c);
 
-/* The slab of a block, and its place there. */
-static inline uint32_t kvd_cache_slab_of(const kvd_cache_store_t *c, uint32_t id)
+/* The slab of a host slot, and its place there. */
+static inline uint32_t kvd_cache_slab_of(const kvd_cache_store_t *c, uint32_t slot)
 {
-    return id >> c->slab_shift;
+    return slot >> c->slab_shift;
 }
-static inline uint32_t kvd_cache_pos_of(const kvd_cache_store_t *c, uint32_t id)
+static inline uint32_t kvd_cache_pos_of(const kvd_cache_store_t *c, uint32_t slot)
 {
-    return id & ((1u << c->slab_shift) - 1);
+    return slot & ((1u << c->slab_shift) - 1);
 }
-/* The block's entry (on every path of a lookup: inline) and its bytes. */
+/* The block's entry (on every path of a lookup: inline).  Chunk 0 holds
+ * entries [0, 64), chunk k in 1..10 [64 << (k - 1), 64 << k), and from
+ * 65536 on each chunk 65536 of them: a small cache's entries take little
+ * memory, a large one's grow without moving. */
 static inline kvd_cblock_t *kvd_cache_block(const kvd_cache_store_t *c, uint32_t id)
 {
-    return &c->slabs[kvd_cache_slab_of(c, id)].blocks[kvd_cache_pos_of(c, id)];
+    uint32_t k;
+
+    if (id >= (1u << 16))
+        return &c->ents[10 + (id >> 16)][id & 0xffff];
+    if (id < 64)
+        return &c->ents[0][id];
+    k = 32 - (uint32_t)__builtin_clz(id >> 6);
+    return &c->ents[k][id - (64u << (k - 1))];
 }
+/* The host slot of a block that has one. */
+static inline uint32_t kvd_cache_host_slot(const kvd_cache_store_t *c, uint32_t id)
+{
+    return kvd_cache_block(c, id)->host - 1;
+}
+/* The bytes of a block in host memory (it must have a host slot). */
 void *kvd_cache_block_bytes(const kvd_cache_store_t *c, uint32_t id);
 
 /* The keyed hash of the index (its seed is secret: clients choose keys). */

@@ -52,7 +52,7 @@ kvd_status_t kvd__slab_plan(kvd_dataop_t *d, const kvd_cache_store_t *c, const u
         return KVD_ENOMEM;
     }
     for (i = 0; i < n; i++)
-        per[kvd_cache_slab_of(c, ids[i])]++;
+        per[kvd_cache_slab_of(c, kvd_cache_host_slot(c, ids[i]))]++;
     for (s = 0; s < c->nslabs_max; s++)
         pl->nslabs += per[s] > 0;
     mem = malloc(pl->nslabs * (2 * sizeof(uint32_t) + 2 * sizeof(int64_t *)));
@@ -85,9 +85,11 @@ kvd_status_t kvd__slab_plan(kvd_dataop_t *d, const kvd_cache_store_t *c, const u
         per[s] = k++;
     }
     for (i = 0; i < n; i++) {
-        k = per[kvd_cache_slab_of(c, ids[i])];
+        uint32_t slot = kvd_cache_host_slot(c, ids[i]);
+
+        k = per[kvd_cache_slab_of(c, slot)];
         pl->pages[k][pl->count[k]] = pages[i];
-        pl->places[k][pl->count[k]] = kvd_cache_pos_of(c, ids[i]);
+        pl->places[k][pl->count[k]] = kvd_cache_pos_of(c, slot);
         pl->count[k]++;
     }
     free(per);

@@ -21,9 +21,10 @@ typedef struct kvd_slab_plan {
     int64_t **places;  /* [nslabs] the blocks' places in the slab (likewise) */
 } kvd_slab_plan_t;
 
-/* Plan the copy of blocks ids[0..n) to or from pages[0..n) (in chain
- * order: each slab's run keeps it).  The index arrays are staged in d;
- * the plan's own arrays go with kvd__slab_plan_free.  KVD_OK (nslabs 0
+/* Plan the copy of blocks ids[0..n), each with a host slot, to or from
+ * pages[0..n) (in chain order: each slab's run keeps it).  The index
+ * arrays are staged in d; the plan's own arrays go with
+ * kvd__slab_plan_free.  KVD_OK (nslabs 0
  * when n is 0), or a failure with why set. */
 kvd_status_t kvd__slab_plan(kvd_dataop_t *d, const kvd_cache_store_t *c, const uint32_t *ids,
                             const int64_t *pages, uint32_t n, kvd_slab_plan_t *pl, char *why,

@@ -277,7 +277,7 @@ END_TEST
  * and marked, and as long as the marks say. */
 static void check_lru(const kvd_cache_store_t *c)
 {
-    uint32_t n = 0, marked = 0, prev = 0, s, i;
+    uint32_t n = 0, marked = 0, prev = 0, i;
 
     for (uint32_t at = c->lru_head; at; at = kvd_cache_block(c, at - 1)->lru_next) {
         const kvd_cblock_t *b = kvd_cache_block(c, at - 1);
@@ -289,9 +289,8 @@ static void check_lru(const kvd_cache_store_t *c)
         ck_assert_uint_le(++n, c->capacity);
     }
     ck_assert_uint_eq(c->lru_tail, prev);
-    for (s = 0; s < c->nslabs_max; s++)
-        for (i = 0; c->slabs[s].blocks != NULL && i < c->slabs[s].nblocks; i++)
-            marked += c->slabs[s].blocks[i].in_lru;
+    for (i = 0; i < c->ents_made; i++)
+        marked += kvd_cache_block(c, i)->in_lru;
     ck_assert_uint_eq(marked, n);
 }
 
