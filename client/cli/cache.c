@@ -63,11 +63,28 @@ static void cache_json(const kvd_cache_info_t *c)
            ",\"stored\":%" PRIu64 ",\"skipped\":%" PRIu64 ",\"refused\":%" PRIu64
            ",\"loads\":%" PRIu64 ",\"loaded\":%" PRIu64 ",\"evictions\":%" PRIu64
            ",\"leases\":%u,\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64
-           ",\"cluster\":%s,\"fetched\":%" PRIu64 ",\"served\":%" PRIu64 "}",
+           ",\"cluster\":%s,\"fetched\":%" PRIu64 ",\"served\":%" PRIu64,
            c->lookups, c->keys_asked, c->keys_hit, c->keys_hit * c->layout.tokens_per_block,
            c->keys_asked * c->layout.tokens_per_block, c->saves, c->stored, c->skipped,
            c->refused, c->loads, c->loaded, c->evictions, c->leases, c->bytes_in, c->bytes_out,
            c->cluster ? "true" : "false", c->fetched, c->served);
+    if (c->disk.enabled) {
+        const kvd_cache_disk_level_t *d = &c->disk;
+        printf(",\"disk\":{\"budget_bytes\":%" PRIu64 ",\"blocks\":%u,\"used_bytes\":%" PRIu64
+               ",\"hits\":%" PRIu64 ",\"spills\":%" PRIu64 ",\"promotions\":%" PRIu64
+               ",\"reads\":%" PRIu64 ",\"read_bytes\":%" PRIu64 ",\"writes\":%" PRIu64
+               ",\"write_bytes\":%" PRIu64 ",\"evictions\":%" PRIu64
+               ",\"checksum_failures\":%" PRIu64 ",\"io_errors\":%" PRIu64
+               ",\"no_space\":%" PRIu64 ",\"path\":",
+               d->budget_bytes, d->blocks, d->used_bytes, d->hits, d->spills, d->promotions,
+               d->reads, d->read_bytes, d->writes, d->write_bytes, d->evictions,
+               d->checksum_failures, d->io_errors, d->no_space);
+        kvd__cli_json_str(d->path);
+        putchar('}');
+    } else {
+        printf(",\"disk\":null");
+    }
+    putchar('}');
 }
 
 static void layout_text(char *buf, size_t cap, const kvd_cache_info_t *c)
@@ -83,11 +100,11 @@ static void caches_table(const kvd_cache_info_t *c, size_t n)
 {
     kvd__cli_table_t t;
 
-    kvd__cli_table_init(&t, "ID,NAME,LAYOUT,>BLOCKS,>USED,>BUDGET,>HIT,>SAVES,>LOADS,>EVICTED,"
-                            ">LEASES,>OWNER,FLAGS");
+    kvd__cli_table_init(&t, "ID,NAME,LAYOUT,>BLOCKS,>USED,>BUDGET,>DISK_BLOCKS,>DISK_BUDGET,"
+                            ">HIT,>SAVES,>LOADS,>EVICTED,>LEASES,>OWNER,FLAGS");
     for (size_t i = 0; i < n; i++) {
         char id[24], lay[64], blocks[24], used[32], budget[32], hit[16], saves[24], loads[24],
-            ev[24], leases[16], owner[16], flags[40];
+            ev[24], leases[16], owner[16], flags[40], dblocks[24], dbudget[32];
 
         snprintf(id, sizeof(id), "%" PRIu64, c[i].id);
         layout_text(lay, sizeof(lay), &c[i]);
@@ -95,6 +112,14 @@ static void caches_table(const kvd_cache_info_t *c, size_t n)
         /* the host memory it holds: its blocks' slabs, entries and index */
         kvd__cli_human_bytes(used, sizeof(used), (double)c[i].held_bytes);
         kvd__cli_human_bytes(budget, sizeof(budget), (double)c[i].budget_bytes);
+        /* the disk level: "-" for a cache without one */
+        if (c[i].disk.enabled) {
+            snprintf(dblocks, sizeof(dblocks), "%u", c[i].disk.blocks);
+            kvd__cli_human_bytes(dbudget, sizeof(dbudget), (double)c[i].disk.budget_bytes);
+        } else {
+            snprintf(dblocks, sizeof(dblocks), "-");
+            snprintf(dbudget, sizeof(dbudget), "-");
+        }
         hit_rate(hit, sizeof(hit), &c[i]);
         snprintf(saves, sizeof(saves), "%" PRIu64, c[i].saves);
         snprintf(loads, sizeof(loads), "%" PRIu64, c[i].loads);
@@ -106,8 +131,8 @@ static void caches_table(const kvd_cache_info_t *c, size_t n)
                  : c[i].num_allow_uids || c[i].num_allow_gids ? "shared,restricted"
                                                               : "shared",
                  c[i].shared && c[i].cluster ? "," : "", c[i].cluster ? "cluster" : "");
-        kvd__cli_table_row(&t, id, c[i].name, lay, blocks, used, budget, hit, saves, loads, ev,
-                           leases, owner, flags[0] != '\0' ? flags : "-");
+        kvd__cli_table_row(&t, id, c[i].name, lay, blocks, used, budget, dblocks, dbudget,
+                           hit, saves, loads, ev, leases, owner, flags[0] != '\0' ? flags : "-");
     }
     kvd__cli_table_print(&t);
 }
@@ -124,7 +149,7 @@ static void cache_text(const kvd_cache_info_t *c)
     printf("  layout       %s: blocks of %s\n", lay, a);
     kvd__cli_human_bytes(a, sizeof(a), (double)c->used_bytes);
     kvd__cli_human_bytes(b, sizeof(b), (double)c->budget_bytes);
-    printf("  blocks       %u of %u (%s of %s)\n", c->blocks, c->capacity, a, b);
+    printf("  host blocks  %u of %u (%s of %s)\n", c->blocks, c->capacity, a, b);
     kvd__cli_human_bytes(a, sizeof(a), (double)c->held_bytes);
     printf("  host memory  %s held (slabs, entries, index)\n", a);
     printf("  lookups      %" PRIu64 ": %" PRIu64 " of %" PRIu64 " tokens hit (%s)\n", c->lookups,
@@ -137,6 +162,25 @@ static void cache_text(const kvd_cache_info_t *c)
     kvd__cli_human_bytes(a, sizeof(a), (double)c->bytes_out);
     printf("  loads        %" PRIu64 ": %" PRIu64 " blocks (%s)\n", c->loads, c->loaded, a);
     printf("  evictions    %" PRIu64 "\n  leases       %u held now\n", c->evictions, c->leases);
+    if (c->disk.enabled) {
+        const kvd_cache_disk_level_t *d = &c->disk;
+        char r[32];
+
+        kvd__cli_human_bytes(a, sizeof(a), (double)d->used_bytes);
+        kvd__cli_human_bytes(b, sizeof(b), (double)d->budget_bytes);
+        printf("  disk blocks  %u (%s of %s) in %s\n", d->blocks, a, b, d->path);
+        kvd__cli_human_bytes(a, sizeof(a), (double)d->write_bytes);
+        kvd__cli_human_bytes(r, sizeof(r), (double)d->read_bytes);
+        printf("  disk         %" PRIu64 " hits; %" PRIu64 " blocks spilled (%s in %" PRIu64
+               " writes), %" PRIu64 " promoted (%s in %" PRIu64 " reads), %" PRIu64
+               " evicted\n",
+               d->hits, d->spills, a, d->writes, d->promotions, r, d->reads, d->evictions);
+        printf("  disk faults  %" PRIu64 " checksum failures, %" PRIu64 " I/O errors, %" PRIu64
+               " spills refused for space\n",
+               d->checksum_failures, d->io_errors, d->no_space);
+    } else {
+        printf("  disk         none (no disk budget)\n");
+    }
     if (c->cluster)
         printf("  cluster      %" PRIu64 " blocks pulled from peers, %" PRIu64 " served to them\n",
                c->fetched, c->served);
@@ -181,6 +225,7 @@ enum {
     O_SHARED,
     O_OPEN,
     O_CLUSTER,
+    O_DISK_BUDGET,
     O_ID,
 };
 
@@ -198,6 +243,7 @@ static int cmd_create(kvd_client_t **cli, kvd__cli_ctx_t *o, int argc, char **ar
         {"shared", 0, false, O_SHARED},
         {"open", 0, false, O_OPEN},
         {"cluster", 0, false, O_CLUSTER},
+        {"disk-budget", 0, true, O_DISK_BUDGET},
         KVD_CLI_OPT_END,
     };
     kvd__cli_args_t a;
@@ -275,6 +321,12 @@ static int cmd_create(kvd_client_t **cli, kvd__cli_ctx_t *o, int argc, char **ar
         case O_CLUSTER:
             s.cluster = true;
             break;
+        case O_DISK_BUDGET:
+            if (!kvd__cli_parse_u64(val, &v, true) || v == 0)
+                return usage("--disk-budget needs a positive SIZE (200g, 512MiB), not '%s'",
+                             val);
+            s.disk_budget_bytes = v;
+            break;
         }
     }
     if (o->help)
@@ -295,9 +347,14 @@ static int cmd_create(kvd_client_t **cli, kvd__cli_ctx_t *o, int argc, char **ar
         char b[32], blk[32];
         kvd__cli_human_bytes(b, sizeof(b), (double)info.budget_bytes);
         kvd__cli_human_bytes(blk, sizeof(blk), (double)info.block_bytes);
-        printf("%s cache %s (id %" PRIu64 "): %u blocks of %s in %s%s\n",
+        printf("%s cache %s (id %" PRIu64 "): %u blocks of %s in %s%s",
                s.open_existing ? "ready:" : "created", info.name, info.id, info.capacity, blk, b,
                info.shared ? ", shared" : "");
+        if (info.disk.enabled) {
+            kvd__cli_human_bytes(b, sizeof(b), (double)info.disk.budget_bytes);
+            printf("; %s on disk (%u blocks there)", b, info.disk.blocks);
+        }
+        putchar('\n');
     }
     return 0;
 }
@@ -449,7 +506,8 @@ const kvd__cli_cmd_t kvd__cli_cmd_cache = {
     "cache",
     "cache create NAME --layers N --tokens-per-block N --token-bytes SIZE --budget SIZE\n"
     "                    [--mla] [--dtype LABEL] [--shared] [--allow-uids A,B]\n"
-    "                    [--allow-gids A,B] [--open] [--cluster] [--json]\n"
+    "                    [--allow-gids A,B] [--open] [--cluster] [--disk-budget SIZE]\n"
+    "                    [--json]\n"
     "       kvdock cache ls [--json]\n"
     "       kvdock cache stats|drop|clear NAME|--id ID [--json]",
     "Manage the cache tier's caches: create, list, show one's contents and counters, drop,\n"
@@ -468,8 +526,12 @@ const kvd__cli_cmd_t kvd__cli_cmd_cache = {
     "  --allow-gids A,B      shared with members of these groups only\n"
     "  --open                return an existing cache of this name and layout\n"
     "  --cluster             also reach the caches of this name on the cluster's peers\n"
+    "  --disk-budget SIZE    a disk level: blocks leave host memory for disk (kvdockd\n"
+    "                        --cache-dir) rather than being dropped, up to SIZE, and come\n"
+    "                        back when the daemon restarts\n"
     "\nA cache belongs to the user that made it (OWNER: its user id) and stays until\n"
     "dropped.  `cache ls` USED: the host memory it holds now (the slabs its blocks\n"
-    "live in, a slab at a time, and its entries and index).\n",
+    "live in, a slab at a time, and its entries and index); DISK_BLOCKS and\n"
+    "DISK_BUDGET: its disk level (\"-\": none; `cache stats` shows the rest).\n",
     run,
 };

@@ -121,6 +121,18 @@ static int run(kvd__cli_ctx_t *o, int argc, char **argv)
             printf(",\"device_memory\":{\"free\":%" PRIu64 ",\"total\":%" PRIu64
                    ",\"margin\":%" PRIu64 "}",
                    s.device_free, s.device_total, s.device_margin);
+        if (s.disk.enabled) {
+            printf(",\"disk\":{\"cache_dir\":");
+            kvd__cli_json_str(s.disk.cache_dir);
+            printf(",\"io_engine\":");
+            kvd__cli_json_str(s.disk.io_engine);
+            printf(",\"direct\":%s,\"budget_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64
+                   ",\"used_bytes\":%" PRIu64 ",\"fs_free_bytes\":%" PRIu64 "}",
+                   s.disk.direct ? "true" : "false", s.disk.budget_bytes, s.disk.reserved_bytes,
+                   s.disk.used_bytes, s.disk.fs_free_bytes);
+        } else {
+            printf(",\"disk\":null");
+        }
         if (s.cluster.enabled) {
             const kvd_cluster_status_t *c = &s.cluster;
             printf(",\"cluster\":{\"node\":");
@@ -189,6 +201,19 @@ static int run(kvd__cli_ctx_t *o, int argc, char **argv)
                 printf("  warning     the caches' budgets add up to %s, past the host-memory "
                        "budget: not all can fill\n", u);
             }
+        }
+        if (s.disk.enabled) {
+            char u[32], b[32], r[32], f[32];
+            kvd__cli_human_bytes(u, sizeof(u), (double)s.disk.used_bytes);
+            kvd__cli_human_bytes(b, sizeof(b), (double)s.disk.budget_bytes);
+            kvd__cli_human_bytes(r, sizeof(r), (double)s.disk.reserved_bytes);
+            kvd__cli_human_bytes(f, sizeof(f), (double)s.disk.fs_free_bytes);
+            printf("  disk        %s used of a %s budget (%s given to caches; %s free on the "
+                   "file system)\n", u, b, r, f);
+            printf("  cache dir   %s (%s, %s)\n", s.disk.cache_dir, s.disk.io_engine,
+                   s.disk.direct ? "O_DIRECT" : "page cache");
+        } else {
+            printf("  disk        none (no --cache-dir)\n");
         }
         if (s.metrics_address[0])
             printf("  metrics     http://%s/metrics\n", s.metrics_address);

@@ -295,6 +295,48 @@ static void cluster_line(frame_t *f, const sample_t *cur, const sample_t *prev, 
     fline(f, STYLE_PLAIN, "%s", "");
 }
 
+/* The disk level, when the daemon has one (--cache-dir): its use, and
+ * over the last interval what the caches spilled to it and read back. */
+static void disk_line(frame_t *f, const sample_t *cur, const sample_t *prev, double dt)
+{
+    const kvd_disk_status_t *d = &cur->status.disk;
+    uint64_t wr = 0, rd = 0, hits = 0, pwr = 0, prd = 0, phits = 0;
+    char used[32], budget[32], w[48], r[48], h[24];
+
+    if (!d->enabled)
+        return;
+    for (size_t i = 0; i < cur->ncaches; i++) {
+        const kvd_cache_info_t *c = &cur->caches[i], *p = find_cache(prev, c->id);
+        wr += c->disk.write_bytes;
+        rd += c->disk.read_bytes;
+        hits += c->disk.hits;
+        if (p != NULL) {
+            pwr += p->disk.write_bytes;
+            prd += p->disk.read_bytes;
+            phits += p->disk.hits;
+        } else { /* a new cache: no rate yet */
+            pwr += c->disk.write_bytes;
+            prd += c->disk.read_bytes;
+            phits += c->disk.hits;
+        }
+    }
+    kvd__cli_human_bytes(used, sizeof(used), (double)d->used_bytes);
+    kvd__cli_human_bytes(budget, sizeof(budget), (double)d->budget_bytes);
+    if (prev->valid && dt > 0) {
+        human_rate(w, sizeof(w), rate(wr, pwr, dt));
+        human_rate(r, sizeof(r), rate(rd, prd, dt));
+        snprintf(h, sizeof(h), "%.1f/s", rate(hits, phits, dt));
+    } else {
+        snprintf(w, sizeof(w), "-");
+        snprintf(r, sizeof(r), "-");
+        snprintf(h, sizeof(h), "-");
+    }
+    fline(f, STYLE_PLAIN, "disk: %s of %s, %s%s  spill %s  read %s  hits %s", used, budget,
+          strncmp(d->io_engine, "io_uring", 8) == 0 ? "io_uring" : "threads",
+          d->direct ? "" : " (page cache)", w, r, h);
+    fline(f, STYLE_PLAIN, "%s", "");
+}
+
 /* Rows of a table of n entries at its least: its header and up to two
  * entries, and a line saying how many more. */
 static int least_rows(size_t n)
@@ -373,7 +415,8 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
     {
         int below = 1 + (cur->npools > 0 ? least_rows(cur->npools) : 0) + 1 +
                     (cur->ncaches > 0 ? least_rows(cur->ncaches) + 1 : 0) +
-                    least_rows(cur->nclients) + (cur->status.cluster.enabled ? 2 : 0);
+                    least_rows(cur->nclients) + (cur->status.cluster.enabled ? 2 : 0) +
+                    (cur->status.disk.enabled ? 2 : 0);
         size_t busy = 0;
 
         for (i = 0; i < cur->nops; i++)
@@ -430,6 +473,7 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
     fline(f, STYLE_PLAIN, "%s", "");
 
     cluster_line(f, cur, prev, dt);
+    disk_line(f, cur, prev, dt);
 
     /* pools: totals by kind, then the biggest first */
     for (i = 0; i < cur->npools; i++) {
@@ -533,6 +577,19 @@ static void json_frame(const sample_t *cur, const sample_t *prev)
     RATE(cur->stats.bytes_in, prev->stats.bytes_in);
     printf(",\"bytes_out_per_s\":");
     RATE(cur->stats.bytes_out, prev->stats.bytes_out);
+    if (cur->status.disk.enabled) {
+        const kvd_disk_status_t *d = &cur->status.disk;
+        printf(",\"disk\":{\"cache_dir\":");
+        kvd__cli_json_str(d->cache_dir);
+        printf(",\"io_engine\":");
+        kvd__cli_json_str(d->io_engine);
+        printf(",\"direct\":%s,\"budget_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64
+               ",\"used_bytes\":%" PRIu64 ",\"fs_free_bytes\":%" PRIu64 "}",
+               d->direct ? "true" : "false", d->budget_bytes, d->reserved_bytes, d->used_bytes,
+               d->fs_free_bytes);
+    } else {
+        printf(",\"disk\":null");
+    }
     printf(",\"streams\":[");
     for (i = 0; i < cur->nstreams; i++) {
         const kvd_stream_stats_t *s = &cur->streams[i], *p = find_stream(prev, s->name);
@@ -593,6 +650,21 @@ static void json_frame(const sample_t *cur, const sample_t *prev)
         RATE(c->lookups, p->lookups);
         printf(",\"evictions_per_s\":");
         RATE(c->evictions, p->evictions);
+        if (c->disk.enabled) {
+            printf(",\"disk\":{\"blocks\":%u,\"used_bytes\":%" PRIu64 ",\"budget_bytes\":%" PRIu64
+                   ",\"hits_per_s\":",
+                   c->disk.blocks, c->disk.used_bytes, c->disk.budget_bytes);
+            RATE(c->disk.hits, p->disk.hits);
+            printf(",\"spill_bytes_per_s\":");
+            RATE(c->disk.write_bytes, p->disk.write_bytes);
+            printf(",\"read_bytes_per_s\":");
+            RATE(c->disk.read_bytes, p->disk.read_bytes);
+            printf(",\"checksum_failures\":%" PRIu64 ",\"io_errors\":%" PRIu64
+                   ",\"no_space\":%" PRIu64 "}",
+                   c->disk.checksum_failures, c->disk.io_errors, c->disk.no_space);
+        } else {
+            printf(",\"disk\":null");
+        }
         putchar('}');
     }
     printf("],\"client_list\":[");

@@ -58,6 +58,27 @@ static void info_from_pb(kvd_cache_info_t *d, const Kvdock__CacheInfo *s)
     d->cluster = s->cluster != 0;
     d->fetched = s->fetched;
     d->served = s->served;
+    if (s->disk != NULL) {
+        const Kvdock__CacheDiskLevel *k = s->disk;
+        kvd_cache_disk_level_t *o = &d->disk;
+
+        o->enabled = true;
+        o->budget_bytes = k->budget_bytes;
+        o->blocks = k->blocks;
+        o->used_bytes = k->used_bytes;
+        o->hits = k->hits;
+        o->spills = k->spills;
+        o->promotions = k->promotions;
+        o->reads = k->reads;
+        o->read_bytes = k->read_bytes;
+        o->writes = k->writes;
+        o->write_bytes = k->write_bytes;
+        o->evictions = k->evictions;
+        o->checksum_failures = k->checksum_failures;
+        o->io_errors = k->io_errors;
+        o->no_space = k->no_space;
+        kvd__copy_str(o->path, sizeof(o->path), k->path);
+    }
 }
 
 static kvd_status_t info_finish(kvd_client_t *cli, kvd__pending_t *p)
@@ -104,6 +125,7 @@ static kvd_status_t lookup_finish(kvd_client_t *cli, kvd__pending_t *p)
         o->lease = r->lease;
         o->lease_expires_ms = r->lease_expires_ms;
         o->local_hits = r->local_hits;
+        o->disk_hits = r->disk_hits;
         if (r->waited_for != NULL)
             snprintf(o->waited_for, sizeof(o->waited_for), "%s", r->waited_for);
     }
@@ -201,6 +223,7 @@ static kvd_status_t create_go(kvd_client_t *cli, const kvd_cache_spec_t *spec,
     m.allow_gids = (uint32_t *)spec->allow_gids;
     m.open_existing = spec->open_existing;
     m.cluster = spec->cluster;
+    m.disk_budget_bytes = spec->disk_budget_bytes;
     memset(&o, 0, sizeof(o));
     o.cache.out = out;
     req.op_case = KVDOCK__REQUEST__OP_CACHE_CREATE;

@@ -409,6 +409,18 @@ static kvd_status_t status_finish(kvd_client_t *cli, kvd__pending_t *p)
             e->failures = cp->failures;
         }
     }
+    if (s->disk != NULL) {
+        const Kvdock__DiskStatus *d = s->disk;
+
+        o->disk.enabled = true;
+        o->disk.direct = d->direct != 0;
+        kvd__copy_str(o->disk.cache_dir, sizeof(o->disk.cache_dir), d->cache_dir);
+        kvd__copy_str(o->disk.io_engine, sizeof(o->disk.io_engine), d->io_engine);
+        o->disk.budget_bytes = d->budget_bytes;
+        o->disk.reserved_bytes = d->reserved_bytes;
+        o->disk.used_bytes = d->used_bytes;
+        o->disk.fs_free_bytes = d->fs_free_bytes;
+    }
     for (size_t i = 0; i < s->n_client_list && i < p->out.status.cap; i++) {
         const Kvdock__ClientInfo *ci = s->client_list[i];
         kvd_client_entry_t *e = &p->out.status.clients[i];

@@ -335,6 +335,89 @@ START_TEST(test_limits)
 }
 END_TEST
 
+/*
+ * The disk level through the C API (issue 42): a daemon without --cache-dir
+ * refuses a disk budget (ENOTSUP, naming --cache-dir) and shows no disk
+ * level anywhere (status, cache info, a lookup's disk_hits); one with
+ * --cache-dir shows its directory, budget and I/O engine in the status, and
+ * refuses a disk budget past its --disk-budget (ELIMIT).
+ */
+START_TEST(test_disk_level_fields)
+{
+    char top[] = "/var/tmp/kvd-cache-disk-XXXXXX", dir[64];
+    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64m", NULL};
+    kvd_client_t *cli = kvt_connect("cache-disk");
+    kvd_daemon_status_t *st = calloc(1, sizeof(*st));
+    kvd_cache_info_t info;
+    kvd_cache_spec_t s;
+    kvd_cache_lookup_result_t r;
+    kvd_cache_keys_t k;
+    kvt_pool_t p;
+    chain_t *c = calloc(1, sizeof(*c));
+    uint64_t rng = 42, id;
+    kvt_daemon_t d;
+
+    ck_assert_ptr_nonnull(st);
+    ck_assert_ptr_nonnull(c);
+    id = cache_make(cli, "nodisk", 16, false, &info);
+    ck_assert(!info.disk.enabled);
+    ck_assert_uint_eq(info.disk.budget_bytes, 0);
+    ck_assert_str_eq(info.disk.path, "");
+    memset(&s, 0, sizeof(s));
+    s.name = "withdisk";
+    s.layout = info.layout;
+    s.budget_bytes = 16 * BLOCK_BYTES;
+    s.disk_budget_bytes = 1 << 20;
+    KVT_ERR(cli, kvd_cache_create(cli, &s, NULL), KVD_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(kvd_client_last_error(cli), "--cache-dir"));
+    KVT_OK(cli, kvd_daemon_status(cli, st, NULL, 0));
+    ck_assert(!st->disk.enabled);
+    ck_assert_str_eq(st->disk.cache_dir, "");
+    /* every hit of a cache without a disk level is in host memory */
+    pool_make(cli, &p, 8);
+    chain_make(c, 4, NULL, 0, &rng);
+    KVT_OK(cli, save(cli, id, &p, c, 0, 4, 0, NULL));
+    k = keys_of(c, 0, 4);
+    KVT_OK(cli, kvd_cache_lookup(cli, id, &k, false, 0, &r));
+    ck_assert_uint_eq(r.hits, 4);
+    ck_assert_uint_eq(r.local_hits, 4);
+    ck_assert_uint_eq(r.disk_hits, 0);
+    kvt_pool_free(cli, &p);
+    KVT_OK(cli, kvd_cache_drop(cli, id, NULL));
+    kvd_client_destroy(&cli);
+
+    /* on the machine's disk (not a tmpfs /tmp) */
+    ck_assert_ptr_nonnull(mkdtemp(top));
+    snprintf(dir, sizeof(dir), "%s/cache", top);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
+    KVT_OK(NULL, kvd_client_create(d.socket, "cache-disk-dir", &cli));
+    KVT_OK(cli, kvd_daemon_status(cli, st, NULL, 0));
+    ck_assert(st->disk.enabled);
+    ck_assert_str_eq(st->disk.cache_dir, dir);
+    ck_assert_uint_eq(st->disk.budget_bytes, 64u << 20);
+    ck_assert_uint_eq(st->disk.reserved_bytes, 0);
+    ck_assert_uint_eq(st->disk.used_bytes, 0);
+    ck_assert_uint_gt(st->disk.fs_free_bytes, 0);
+    ck_assert_msg(strcmp(st->disk.io_engine, "io_uring") == 0 ||
+                      strncmp(st->disk.io_engine, "threads (", 9) == 0,
+                  "io_engine '%s'", st->disk.io_engine);
+    s.disk_budget_bytes = (64u << 20) + 1; /* past --disk-budget */
+    KVT_ERR(cli, kvd_cache_create(cli, &s, NULL), KVD_ELIMIT);
+    ck_assert_ptr_nonnull(strstr(kvd_client_last_error(cli), "--disk-budget"));
+    kvd_client_destroy(&cli);
+    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
+    {
+        const char *rm[] = {"/bin/rm", "-rf", top, NULL};
+        char *o = NULL, *e = NULL;
+        ck_assert_int_eq(kvt_run(rm, &o, &e, 20000), 0);
+        free(o);
+        free(e);
+    }
+    free(c);
+    free(st);
+}
+END_TEST
+
 /* ---- save, lookup, load --------------------------------------------------------- */
 
 START_TEST(test_save_lookup_load)
@@ -1418,6 +1501,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_block_hashes);
     tcase_add_test(tc, test_create_and_manage);
     tcase_add_test(tc, test_limits);
+    tcase_add_test(tc, test_disk_level_fields);
     tcase_add_test(tc, test_save_lookup_load);
     tcase_add_test(tc, test_lookup_first_missing);
     tcase_add_test(tc, test_mla_and_key_forms);

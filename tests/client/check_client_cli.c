@@ -621,6 +621,98 @@ START_TEST(test_cli_cache)
 }
 END_TEST
 
+/*
+ * The disk level from the command line: --disk-budget is read as a SIZE
+ * (a bad one is a usage error), a daemon without --cache-dir refuses it
+ * (ENOTSUP, naming --cache-dir), and JSON carries "disk": null where there
+ * is none; a daemon with --cache-dir shows its disk level in `status`
+ * (text and JSON) and refuses a disk budget past its own (ELIMIT).
+ */
+START_TEST(test_cli_cache_disk_level)
+{
+    char top[] = "/var/tmp/kvd-cli-disk-XXXXXX", dir[64], budget[32];
+    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64m", NULL};
+    kvt_daemon_t d;
+    result_t r;
+
+    r = cli("cache", "create", "cli-disk", "--layers", "2", "--tokens-per-block", "4",
+            "--token-bytes", "32", "--budget", "1m", "--disk-budget", "lots", NULL);
+    EXPECT_RC(r, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "--disk-budget needs a positive SIZE"));
+    result_free(&r);
+    r = cli("cache", "create", "cli-disk", "--layers", "2", "--tokens-per-block", "4",
+            "--token-bytes", "32", "--budget", "1m", "--disk-budget", "0", NULL);
+    EXPECT_RC(r, 2);
+    result_free(&r);
+    r = cli("cache", "create", "cli-disk", "--layers", "2", "--tokens-per-block", "4",
+            "--token-bytes", "32", "--budget", "1m", "--disk-budget", "1.5m", NULL);
+    EXPECT_RC(r, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "ENOTSUP"));
+    ck_assert_ptr_nonnull(strstr(r.err, "--cache-dir"));
+    result_free(&r);
+    r = cli("cache", "create", "cli-disk", "--layers", "2", "--tokens-per-block", "4",
+            "--token-bytes", "32", "--budget", "1m", "--json", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"disk\":null"));
+    result_free(&r);
+    r = cli("cache", "stats", "cli-disk", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "disk         none (no disk budget)"));
+    result_free(&r);
+    r = cli("cache", "ls", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "DISK_BLOCKS"));
+    result_free(&r);
+    r = cli("cache", "drop", "cli-disk", NULL);
+    EXPECT_RC(r, 0);
+    result_free(&r);
+    r = cli("status", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "disk        none (no --cache-dir)"));
+    result_free(&r);
+    r = cli("status", "--json", NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"disk\":null"));
+    result_free(&r);
+
+    /* on the machine's disk (not a tmpfs /tmp) */
+    ck_assert_ptr_nonnull(mkdtemp(top));
+    snprintf(dir, sizeof(dir), "%s/cache", top);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
+    r = cli_at(d.socket, "status", NULL, NULL, NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "0 B used of a 64.0 MiB budget (0 B given to caches"));
+    ck_assert_ptr_nonnull(strstr(r.out, dir));
+    result_free(&r);
+    r = cli_at(d.socket, "status", "--json", NULL, NULL);
+    EXPECT_RC(r, 0);
+    ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"budget_bytes\":67108864,\"reserved_bytes\":0"));
+    ck_assert_ptr_nonnull(strstr(r.out, "\"io_engine\":\""));
+    result_free(&r);
+    {
+        const char *argv[] = {cli_path(), "--socket", d.socket, "cache", "create", "cli-big",
+                              "--layers", "2", "--tokens-per-block", "4", "--token-bytes", "32",
+                              "--budget", "1m", "--disk-budget", budget, NULL};
+        snprintf(budget, sizeof(budget), "65m"); /* past --disk-budget */
+        r.rc = kvt_run(argv, &r.out, &r.err, 20000);
+        EXPECT_RC(r, 1);
+        ck_assert_ptr_nonnull(strstr(r.err, "ELIMIT"));
+        ck_assert_ptr_nonnull(strstr(r.err, "--disk-budget"));
+        result_free(&r);
+    }
+    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
+    {
+        const char *rm[] = {"/bin/rm", "-rf", top, NULL};
+        char *o = NULL, *e = NULL;
+        ck_assert_int_eq(kvt_run(rm, &o, &e, 20000), 0);
+        free(o);
+        free(e);
+    }
+}
+END_TEST
+
 /* The line of text holding needle (a copy; NULL when none). */
 static char *line_with(const char *text, const char *needle)
 {
@@ -1099,6 +1191,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_cli_ping);
     tcase_add_test(tc, test_cli_stats);
     tcase_add_test(tc, test_cli_cache);
+    tcase_add_test(tc, test_cli_cache_disk_level);
     tcase_add_test(tc, test_cli_cache_used_holds_the_slab);
     tcase_add_test(tc, test_cli_cache_budgets_past_host_budget);
     tcase_add_test(tc, test_cli_status_metrics_port);

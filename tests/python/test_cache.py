@@ -9,8 +9,11 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import hashlib
+import os
 import random
+import shutil
 import struct
+import tempfile
 import unittest
 from typing import Any
 
@@ -232,6 +235,58 @@ class CacheTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             cache.lookup(b"one bytes object")
         self.assertEqual(cache.stats().blocks, 0)
+
+    def test_disk_level_fields(self):
+        """Without --cache-dir: a disk budget is ENOTSUP naming the option,
+        and no disk level shows (info.disk None, lookups' disk_hits 0,
+        no "disk" in the status); a bad disk_budget is a ValueError."""
+        with self.assertRaises(kvdock.Error) as e:
+            self.make("disk", disk_budget=1 << 20)
+        self.assertEqual(e.exception.name, "ENOTSUP")
+        self.assertIn("--cache-dir", e.exception.message)
+        for bad in (-1, 1 << 64, 1.5, True):
+            with self.assertRaisesRegex(ValueError, "disk_budget"):
+                self.make("disk", disk_budget=bad)  # type: ignore[arg-type]
+        cache = self.make("nodisk")
+        self.assertIsNone(cache.info.disk)
+        keys = kvdock.block_hashes(list(range(3 * TPB)), TPB, b"d")
+        self.fill(range(3), keys)
+        cache.save(self.pool, keys, blocks=[0, 1, 2])
+        got = cache.lookup(keys)
+        self.assertEqual((got.hits, got.local_hits, got.disk_hits), (3, 3, 0))
+        self.assertIsNone(cache.stats().disk)
+        self.assertNotIn("disk", self.cli.status())
+
+    def test_disk_level_on_a_cache_dir(self):
+        """With --cache-dir (on the machine's disk, not a tmpfs /tmp): the
+        status carries the disk level; a disk budget past --disk-budget is
+        ELIMIT."""
+        top = tempfile.mkdtemp(prefix="kvd-py-disk-", dir="/var/tmp")
+        try:
+            d = harness.Daemon("cpu", extra=["--cache-dir", os.path.join(top, "cache"),
+                                             "--disk-budget", "64M"])
+            try:
+                with kvdock.Client(d.socket, name="py-disk", timeout=30) as cli:
+                    st = cli.status()
+                    disk = st["disk"]
+                    self.assertEqual(disk["cache_dir"], os.path.join(top, "cache"))
+                    self.assertEqual(disk["budget_bytes"], 64 << 20)
+                    self.assertEqual((disk["reserved_bytes"], disk["used_bytes"]), (0, 0))
+                    self.assertGreater(disk["fs_free_bytes"], 0)
+                    self.assertIsInstance(disk["direct"], bool)
+                    self.assertTrue(disk["io_engine"] == "io_uring"
+                                    or disk["io_engine"].startswith("threads ("),
+                                    disk["io_engine"])
+                    with self.assertRaises(kvdock.Error) as e:
+                        cli.create_cache("big", num_layers=LAYERS, tokens_per_block=TPB,
+                                         token_bytes=TOKEN_BYTES, budget_bytes=1 << 20,
+                                         disk_budget=(64 << 20) + 1)
+                    self.assertEqual(e.exception.name, "ELIMIT")
+                    self.assertIn("--disk-budget", e.exception.message)
+            finally:
+                d.stop_clean()
+        finally:
+            shutil.rmtree(top, ignore_errors=True)
 
     def test_evict(self):
         cache = self.make("evict")

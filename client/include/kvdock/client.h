@@ -60,8 +60,12 @@ extern "C" {
  *    grows), so status carries every peer of a 64-peer cluster.  The wire
  *    helpers that leaked out under kvd_ names (kvd_frame_pack,
  *    kvd_default_socket_path, ...) are no longer exported: they are
- *    internal (kvd__) and were never declared here. */
-#define KVD_CLIENT_ABI_VERSION 6
+ *    internal (kvd__) and were never declared here.
+ * 7: the disk level: kvd_cache_spec_t.disk_budget_bytes, kvd_cache_info_t.disk
+ *    (kvd_cache_disk_level_t), kvd_cache_lookup_result_t.disk_hits,
+ *    kvd_daemon_status_t.disk (kvd_disk_status_t); kvd_cache_info_t,
+ *    kvd_cache_spec_t, kvd_cache_lookup_result_t and kvd_daemon_status_t grow. */
+#define KVD_CLIENT_ABI_VERSION 7
 
 /* KVD_CLIENT_ABI_VERSION of the library loaded at run time (a caller built
  * against another header, or a ctypes binding, compares it with its own). */
@@ -238,6 +242,18 @@ typedef struct kvd_cluster_status {
     kvd_cluster_peer_t peers[KVD_CLUSTER_PEERS_MAX];
 } kvd_cluster_status_t;
 
+/* The daemon's disk level (kvdockd --cache-dir) as a whole. */
+typedef struct kvd_disk_status {
+    bool enabled;           /* the daemon has a --cache-dir; the rest is 0 otherwise */
+    bool direct;            /* O_DIRECT in use (else the page cache; io_engine says why) */
+    char cache_dir[256];    /* the daemon's --cache-dir (at most 255 bytes) */
+    char io_engine[256];    /* "io_uring", or "threads (WHY)" */
+    uint64_t budget_bytes;  /* --disk-budget */
+    uint64_t reserved_bytes; /* the caches' disk budgets together */
+    uint64_t used_bytes;    /* their records now */
+    uint64_t fs_free_bytes; /* the file system's free space now */
+} kvd_disk_status_t;
+
 typedef struct kvd_daemon_status {
     char daemon_version[KVD_NAME_MAX];
     int32_t backend;
@@ -271,6 +287,7 @@ typedef struct kvd_daemon_status {
     char metrics_address[80];
     /* the caches' budgets added up: past host_budget, they cannot all fill */
     uint64_t cache_budgets;
+    kvd_disk_status_t disk; /* enabled: the daemon has a disk level (--cache-dir) */
 } kvd_daemon_status_t;
 
 /* Daemon status; the connected clients go to clients[0..cap) (may be NULL
@@ -667,7 +684,35 @@ typedef struct kvd_cache_spec {
     uint32_t num_allow_gids;
     bool open_existing; /* return a usable cache of this name and layout */
     bool cluster;       /* lookups and loads reach the peers' caches of this name */
+    /* bytes of block records on disk at most, within the daemon's
+     * --disk-budget (KVD_ELIMIT past it); 0: no disk level.  Needs a daemon
+     * with --cache-dir (else KVD_ENOTSUP).  Blocks then leave host memory for
+     * disk rather than being dropped, and survive a restart of the daemon. */
+    uint64_t disk_budget_bytes;
 } kvd_cache_spec_t;
+
+/* A cache's disk level: its state now and its counters since the daemon
+ * started.  A block may be on both levels at once (read back into host
+ * memory, or spilled and still there). */
+typedef struct kvd_cache_disk_level {
+    bool enabled;               /* the cache has a disk level; the rest is 0 otherwise */
+    uint32_t blocks;            /* complete blocks on disk */
+    uint64_t budget_bytes;
+    uint64_t used_bytes;        /* bytes their records take */
+    uint64_t hits;              /* keys of lookups found on disk only */
+    uint64_t spills;            /* blocks written to disk */
+    uint64_t promotions;        /* blocks read back into host memory */
+    uint64_t reads;             /* records read */
+    uint64_t read_bytes;
+    uint64_t writes;            /* batches written */
+    uint64_t write_bytes;
+    uint64_t evictions;         /* blocks dropped from disk */
+    uint64_t checksum_failures; /* records that failed their checks (never served) */
+    uint64_t io_errors;
+    uint64_t no_space;          /* spills refused: the file system or budget was full */
+    char path[384];             /* the cache's directory: cache_dir/u<UID>-<NAME>
+                                 * (s-<NAME> when shared) */
+} kvd_cache_disk_level_t;
 
 typedef struct kvd_cache_info {
     uint64_t id;
@@ -701,6 +746,7 @@ typedef struct kvd_cache_info {
     bool cluster;
     uint64_t fetched;    /* blocks loads pulled from peers */
     uint64_t served;     /* blocks peers pulled from it */
+    kvd_cache_disk_level_t disk; /* the level below host memory (disk.enabled) */
 } kvd_cache_info_t;
 
 /* A chain of count keys: keys[i] of lens[i] bytes each, or (keys NULL) a
@@ -722,6 +768,8 @@ typedef struct kvd_cache_lookup_result {
     char waited_for[256];       /* peers asked that did not answer (within the cluster's
                                  * deadline, or lost), HOST:PORT comma-separated: hits
                                  * counts the others; "" when all answered */
+    uint32_t disk_hits;         /* of local_hits, those on disk only: a load reads
+                                 * them back first */
 } kvd_cache_lookup_result_t;
 
 typedef struct kvd_cache_save {

@@ -38,7 +38,7 @@ and orders the daemon against its stream with interprocess events::
     cli.transfer(gpu, host, slots, slots, wait_event=ready)  # offload, ordered after `ready`
 """
 
-from ._cache import Cache, CacheEvicted, CacheInfo, CacheLookup, block_hashes
+from ._cache import Cache, CacheDiskLevel, CacheEvicted, CacheInfo, CacheLookup, block_hashes
 from ._capi import CLIENT_ABI_VERSION, library_path
 from .connector import Connector, Load, Save
 from ._rows import copy_rows
@@ -53,14 +53,15 @@ from ._results import HelloInfo, Limits, OpResult, PoolInfo
 
 __version__ = "0.1.0"
 
-for _cls in (BufIndices, BufRef, Buffer, Cache, CacheEvicted, CacheInfo, CacheLookup, Client,
+for _cls in (BufIndices, BufRef, Buffer, Cache, CacheDiskLevel, CacheEvicted, CacheInfo, CacheLookup, Client,
              Connector, Error, Event, Future, HelloInfo, HostMemory, Limits, Load, Mapping,
              OpResult, Pool, PoolInfo, Save, Timeout):
     _cls.__module__ = __name__  # shown as kvdock.Error, not kvdock._errors.Error
 del _cls
 
 __all__ = [
-    "BufIndices", "BufRef", "Buffer", "CLIENT_ABI_VERSION", "Cache", "CacheEvicted",
+    "BufIndices", "BufRef", "Buffer", "CLIENT_ABI_VERSION", "Cache", "CacheDiskLevel",
+    "CacheEvicted",
     "CacheInfo", "CacheLookup", "Client", "Connector", "Error", "Event", "Future", "HelloInfo",
     "HostMemory", "Limits", "Load", "Mapping", "OpResult", "Pool", "PoolInfo", "Save", "Timeout",
     "as_completed",

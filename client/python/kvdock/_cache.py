@@ -73,8 +73,33 @@ def block_hashes(token_ids: Any, tokens_per_block: int, salt: bytes = b"") -> Li
 
 
 @dataclass(frozen=True)
+class CacheDiskLevel:
+    """A cache's disk level (a cache made with a disk budget on a daemon with
+    ``--cache-dir``): its state now and its counters since the daemon
+    started.  A block may be on both levels at once (read back into host
+    memory, or spilled and still on disk)."""
+
+    budget_bytes: int
+    blocks: int             #: complete blocks on disk
+    used_bytes: int         #: bytes their records take
+    hits: int               #: keys of lookups found on disk only
+    spills: int             #: blocks written to disk
+    promotions: int         #: blocks read back into host memory
+    reads: int              #: records read
+    read_bytes: int
+    writes: int             #: batches written
+    write_bytes: int
+    evictions: int          #: blocks dropped from disk
+    checksum_failures: int  #: records that failed their checks (never served)
+    io_errors: int
+    no_space: int           #: spills refused: the file system or the budget was full
+    path: str               #: the cache's directory
+
+
+@dataclass(frozen=True)
 class CacheInfo:
-    """A cache's layout, budget, contents and counters."""
+    """A cache's layout, budget, contents and counters; ``disk``: its disk
+    level, None when it has none."""
 
     id: int
     name: str
@@ -109,6 +134,7 @@ class CacheInfo:
     cluster: bool = False
     fetched: int = 0
     served: int = 0
+    disk: Optional[CacheDiskLevel] = None
 
 
 @dataclass(frozen=True)
@@ -116,13 +142,15 @@ class CacheLookup:
     """How many leading keys are cached (here or, for a cluster cache, on a
     peer); the lease on those here (0: none); local_hits of them here;
     waited_for: the peers asked that did not answer (HOST:PORT,
-    comma-separated; "" when all did)."""
+    comma-separated; "" when all did); disk_hits: of local_hits, those on
+    the cache's disk level only (a load reads them back first)."""
 
     hits: int
     lease: int = 0
     lease_expires_ms: int = 0
     local_hits: int = -1  # -1: as many as hits
     waited_for: str = ""
+    disk_hits: int = 0
 
     def __post_init__(self) -> None:
         if self.local_hits < 0:
@@ -134,6 +162,17 @@ class CacheEvicted:
     evicted: int
     busy: int
     missing: int
+
+
+def _disk_level(d: C.CacheDiskLevel) -> Optional[CacheDiskLevel]:
+    if not d.enabled:
+        return None
+    return CacheDiskLevel(
+        budget_bytes=d.budget_bytes, blocks=d.blocks, used_bytes=d.used_bytes, hits=d.hits,
+        spills=d.spills, promotions=d.promotions, reads=d.reads, read_bytes=d.read_bytes,
+        writes=d.writes, write_bytes=d.write_bytes, evictions=d.evictions,
+        checksum_failures=d.checksum_failures, io_errors=d.io_errors, no_space=d.no_space,
+        path=C.cstr(d.path))
 
 
 def _cache_info(c: C.CacheInfo) -> CacheInfo:
@@ -149,7 +188,7 @@ def _cache_info(c: C.CacheInfo) -> CacheInfo:
         lookups=c.lookups, keys_asked=c.keys_asked, keys_hit=c.keys_hit, saves=c.saves,
         stored=c.stored, skipped=c.skipped, refused=c.refused, loads=c.loads, loaded=c.loaded,
         evictions=c.evictions, leases=c.leases, bytes_in=c.bytes_in, bytes_out=c.bytes_out,
-        cluster=bool(c.cluster), fetched=c.fetched, served=c.served)
+        cluster=bool(c.cluster), fetched=c.fetched, served=c.served, disk=_disk_level(c.disk))
 
 
 def _keys(keys: Optional[KeyChain]) -> Tuple[C.CacheKeys, Tuple[Any, ...]]:
@@ -232,7 +271,7 @@ class Cache:
             self.client._lib.kvd_cache_lookup_submit, (self.id, byref(k), lease, lease_ms,
                                                        byref(out)),
             lambda: CacheLookup(out.hits, out.lease, out.lease_expires_ms, out.local_hits,
-                                out.waited_for.decode()),
+                                out.waited_for.decode(), out.disk_hits),
             (k, keep, out))
 
     def lookup(self, keys: KeyChain, *, lease: bool = False, lease_ms: int = 0) -> CacheLookup:
@@ -381,9 +420,12 @@ def create_cache_async(client: "Client", name: str, *, num_layers: int, tokens_p
                        token_bytes: int, budget_bytes: int, mla: bool = False, dtype: str = "",
                        shared: bool = False, allow_uids: Sequence[int] = (),
                        allow_gids: Sequence[int] = (), open_existing: bool = False,
-                       cluster: bool = False) -> Future[Cache]:
+                       cluster: bool = False, disk_budget: int = 0) -> Future[Cache]:
     if len(dtype.encode()) > 15:
         raise ValueError("dtype is a label of at most 15 bytes")
+    if not isinstance(disk_budget, int) or isinstance(disk_budget, bool) or \
+            not 0 <= disk_budget < 1 << 64:
+        raise ValueError(f"disk_budget is bytes from 0 (no disk level), not {disk_budget!r}")
     uids = (c_uint32 * max(len(allow_uids), 1))(*allow_uids)
     gids = (c_uint32 * max(len(allow_gids), 1))(*allow_gids)
     nm = name.encode()
@@ -394,7 +436,7 @@ def create_cache_async(client: "Client", name: str, *, num_layers: int, tokens_p
                        num_allow_uids=len(allow_uids),
                        allow_gids=ctypes.cast(gids, ctypes.POINTER(c_uint32)),
                        num_allow_gids=len(allow_gids), open_existing=open_existing,
-                       cluster=cluster)
+                       cluster=cluster, disk_budget_bytes=disk_budget)
     out = C.CacheInfo()
     return client._submit(client._lib.kvd_cache_create_submit, (byref(spec), byref(out)),
                           lambda: Cache(client, _cache_info(out)), (spec, nm, uids, gids, out))

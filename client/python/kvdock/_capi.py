@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 #: The ABI this module was written against (KVD_CLIENT_ABI_VERSION).
-CLIENT_ABI_VERSION = 6
+CLIENT_ABI_VERSION = 7
 
 NAME_MAX = 64
 IPC_HANDLE_BYTES = 64
@@ -186,6 +186,19 @@ class ClusterStatus(Structure):
     ]
 
 
+class DiskStatus(Structure):
+    _fields_ = [
+        ("enabled", c_bool),
+        ("direct", c_bool),
+        ("cache_dir", c_char * 256),
+        ("io_engine", c_char * 256),
+        ("budget_bytes", c_uint64),
+        ("reserved_bytes", c_uint64),
+        ("used_bytes", c_uint64),
+        ("fs_free_bytes", c_uint64),
+    ]
+
+
 class DaemonStatus(Structure):
     _fields_ = [
         ("daemon_version", c_char * NAME_MAX),
@@ -214,6 +227,7 @@ class DaemonStatus(Structure):
         ("cluster", ClusterStatus),
         ("metrics_address", c_char * 80),
         ("cache_budgets", c_uint64),
+        ("disk", DiskStatus),
     ]
 
 
@@ -460,6 +474,28 @@ class CacheSpec(Structure):
         ("num_allow_gids", c_uint32),
         ("open_existing", c_bool),
         ("cluster", c_bool),
+        ("disk_budget_bytes", c_uint64),
+    ]
+
+
+class CacheDiskLevel(Structure):
+    _fields_ = [
+        ("enabled", c_bool),
+        ("blocks", c_uint32),
+        ("budget_bytes", c_uint64),
+        ("used_bytes", c_uint64),
+        ("hits", c_uint64),
+        ("spills", c_uint64),
+        ("promotions", c_uint64),
+        ("reads", c_uint64),
+        ("read_bytes", c_uint64),
+        ("writes", c_uint64),
+        ("write_bytes", c_uint64),
+        ("evictions", c_uint64),
+        ("checksum_failures", c_uint64),
+        ("io_errors", c_uint64),
+        ("no_space", c_uint64),
+        ("path", c_char * 384),
     ]
 
 
@@ -496,6 +532,7 @@ class CacheInfo(Structure):
         ("cluster", c_bool),
         ("fetched", c_uint64),
         ("served", c_uint64),
+        ("disk", CacheDiskLevel),
     ]
 
 
@@ -511,7 +548,8 @@ class CacheKeys(Structure):
 
 class CacheLookupResult(Structure):
     _fields_ = [("hits", c_uint32), ("lease", c_uint64), ("lease_expires_ms", c_uint64),
-                ("local_hits", c_uint32), ("waited_for", c_char * 256)]
+                ("local_hits", c_uint32), ("waited_for", c_char * 256),
+                ("disk_hits", c_uint32)]
 
 
 class CacheSave(Structure):

@@ -151,7 +151,9 @@ class Client:
 
     def status_async(self, max_clients: int = 256) -> Future[Dict[str, Any]]:
         """Daemon status as a dict (clients_list: a list of dicts, at most
-        max_clients of them)."""
+        max_clients of them; "cluster" in a cluster only; "disk", the disk
+        level's dict of cache_dir, io_engine, direct, budget_bytes,
+        reserved_bytes, used_bytes and fs_free_bytes, with --cache-dir only)."""
         out = C.DaemonStatus()
         ents = (C.ClientEntry * max_clients)()
 
@@ -168,6 +170,13 @@ class Client:
                 d["cluster"] = c
             else:
                 del d["cluster"]
+            if out.disk.enabled:  # no "disk" key without --cache-dir
+                dk = _struct_dict(out.disk)
+                del dk["enabled"]
+                dk["direct"] = bool(dk["direct"])
+                d["disk"] = dk
+            else:
+                del d["disk"]
             return d
 
         return self._submit(self._lib.kvd_daemon_status_submit,
@@ -736,20 +745,21 @@ class Client:
                            token_bytes: int, budget_bytes: int, mla: bool = False,
                            dtype: str = "", shared: bool = False,
                            allow_uids: Sequence[int] = (), allow_gids: Sequence[int] = (),
-                           open_existing: bool = False, cluster: bool = False
-                           ) -> Future[Cache]:
+                           open_existing: bool = False, cluster: bool = False,
+                           disk_budget: int = 0) -> Future[Cache]:
         return _cache.create_cache_async(self, name, num_layers=num_layers,
                                          tokens_per_block=tokens_per_block,
                                          token_bytes=token_bytes, budget_bytes=budget_bytes,
                                          mla=mla, dtype=dtype, shared=shared,
                                          allow_uids=allow_uids, allow_gids=allow_gids,
-                                         open_existing=open_existing, cluster=cluster)
+                                         open_existing=open_existing, cluster=cluster,
+                                         disk_budget=disk_budget)
 
     def create_cache(self, name: str, *, num_layers: int, tokens_per_block: int,
                      token_bytes: int, budget_bytes: int, mla: bool = False, dtype: str = "",
                      shared: bool = False, allow_uids: Sequence[int] = (),
                      allow_gids: Sequence[int] = (), open_existing: bool = False,
-                     cluster: bool = False) -> Cache:
+                     cluster: bool = False, disk_budget: int = 0) -> Cache:
         """Make a cache named name of the cache tier: blocks of num_layers layers of
         tokens_per_block token rows of token_bytes, K and V (or one latent
         with mla), within budget_bytes of the daemon's host memory.  dtype
@@ -757,7 +767,12 @@ class Client:
         users may use it (only allow_uids / allow_gids when given).
         open_existing: a cache of this name and layout is returned instead
         of EEXIST.  cluster: lookups and loads also reach the caches of
-        this name and layout on the daemon's cluster peers.
+        this name and layout on the daemon's cluster peers.  disk_budget:
+        bytes of blocks on disk at most (0: none), within the daemon's
+        ``--disk-budget`` (ELIMIT past it); needs a daemon started with
+        ``--cache-dir`` (else ENOTSUP).  Blocks then leave host memory for
+        disk rather than being dropped, and the cache with its blocks comes
+        back when the daemon restarts.
 
         Blocks until the reply comes (within the client's timeout);
         ``create_cache_async`` is the same call returning a :class:`Future`."""
@@ -765,7 +780,7 @@ class Client:
             name, num_layers=num_layers, tokens_per_block=tokens_per_block,
             token_bytes=token_bytes, budget_bytes=budget_bytes, mla=mla, dtype=dtype,
             shared=shared, allow_uids=allow_uids, allow_gids=allow_gids,
-            open_existing=open_existing, cluster=cluster))
+            open_existing=open_existing, cluster=cluster, disk_budget=disk_budget))
 
     def cache(self, name: str) -> Cache:
         """A handle on a cache this client may use, by name (ENOENT if none)."""
