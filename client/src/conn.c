@@ -263,19 +263,33 @@ static kvd_status_t read_round(kvd_client_t *c, int64_t deadline, uint64_t spin_
     *items = NULL;
     *nitems = 0;
     *waited_ns = 0;
+    if (c->rx_cap - c->rx_len < 4096) {
+        size_t cap = c->rx_cap ? c->rx_cap * 2 : 65536;
+        uint8_t *nb = realloc(c->rx, cap);
+
+        if (nb == NULL) {
+            snprintf(msg, msg_cap, "out of memory for the receive buffer");
+            return KVD_ENOMEM;
+        }
+        c->rx = nb;
+        c->rx_cap = cap;
+    }
     /* poll without sleeping first, while that pays (proto/src/spin.h): a
-     * quick reply is taken at once */
+     * quick reply is taken at once.  The probe is the read itself, which
+     * never waits: a reply that is there costs one system call, not a
+     * poll and then a read. */
     if (spin_ns > 0 && (deadline < 0 || deadline > t0) && kvd__spin_begin((uint64_t)t0)) {
         int64_t until = t0 + (int64_t)spin_ns, t;
 
         if (deadline >= 0 && deadline < until)
             until = deadline;
-        while ((rc = poll(&pfd, 1, 0)) == 0 && (t = now_ns()) < until &&
-               kvd__spin_cores_free((uint64_t)t))
+        while ((n = kvd__sock_recv_nowait(c->sock, c->rx + c->rx_len, c->rx_cap - c->rx_len,
+                                          fds, &nfds, KVD_MAX_FDS_PER_FRAME)) == -EAGAIN &&
+               (t = now_ns()) < until && kvd__spin_cores_free((uint64_t)t))
             ;
         kvd__spin_end();
-        if (rc > 0)
-            goto readable;
+        if (n != -EAGAIN)
+            goto got;
     }
     /* Sleep in poll, not in a blocking recvmsg: a reader asleep in
      * recvmsg is woken each time the daemon consumes one of our requests
@@ -292,21 +306,9 @@ static kvd_status_t read_round(kvd_client_t *c, int64_t deadline, uint64_t spin_
             return KVD_EIO;
         }
     }
-
-readable:
-    if (c->rx_cap - c->rx_len < 4096) {
-        size_t cap = c->rx_cap ? c->rx_cap * 2 : 65536;
-        uint8_t *nb = realloc(c->rx, cap);
-
-        if (nb == NULL) {
-            snprintf(msg, msg_cap, "out of memory for the receive buffer");
-            return KVD_ENOMEM;
-        }
-        c->rx = nb;
-        c->rx_cap = cap;
-    }
     n = kvd__sock_recv(c->sock, c->rx + c->rx_len, c->rx_cap - c->rx_len, fds, &nfds,
                        KVD_MAX_FDS_PER_FRAME);
+got:
     if (n == -EAGAIN || n == -EWOULDBLOCK || n == -EINTR)
         return KVD_OK;
     if (n == 0) {

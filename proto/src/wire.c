@@ -277,7 +277,8 @@ kvd_status_t kvd__sock_send_iov(int sock, const struct iovec *iov, int iovcnt, c
     return KVD_OK;
 }
 
-ssize_t kvd__sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int max_fds)
+static ssize_t sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int max_fds,
+                         int flags)
 {
     struct msghdr mh;
     struct iovec iov;
@@ -301,7 +302,7 @@ ssize_t kvd__sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int
     mh.msg_control = ctl.buf;
     mh.msg_controllen = sizeof(ctl.buf);
     do {
-        n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+        n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags);
     } while (n < 0 && errno == EINTR);
     if (n < 0)
         return -errno;
@@ -325,6 +326,16 @@ ssize_t kvd__sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int
         }
     }
     return n;
+}
+
+ssize_t kvd__sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int max_fds)
+{
+    return sock_recv(sock, buf, cap, fds, nfds, max_fds, 0);
+}
+
+ssize_t kvd__sock_recv_nowait(int sock, void *buf, size_t cap, int *fds, int *nfds, int max_fds)
+{
+    return sock_recv(sock, buf, cap, fds, nfds, max_fds, MSG_DONTWAIT);
 }
 
 /* A varint at *p (before end); -1 when it is cut off or longer than 10 bytes. */

@@ -94,6 +94,11 @@ kvd_status_t kvd__sock_send_all(int sock, const void *buf, size_t len, const int
  */
 ssize_t kvd__sock_recv(int sock, void *buf, size_t cap, int *fds, int *nfds, int max_fds);
 
+/* As kvd__sock_recv, never waiting (MSG_DONTWAIT), whatever the socket's
+ * mode: -EAGAIN when nothing is there. */
+ssize_t kvd__sock_recv_nowait(int sock, void *buf, size_t cap, int *fds, int *nfds,
+                              int max_fds);
+
 /* Where the installed system service listens (deploy/kvdockd.socket). */
 #define KVD_SYSTEM_SOCKET "/run/kvdock/kvdockd.sock"
 
