@@ -40,10 +40,15 @@ install(FILES
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kvdock)
 
 # Private dependencies of the static archives, for the .pc and the package.
+# The CUDA runtime's folder is the .pc's variable cudalibdir (this build's
+# toolkit by default), so that a machine whose toolkit lies elsewhere links
+# with --define-variable=cudalibdir=DIR; a CPU build's .pc has none.
 set(KVD_PC_LIBS_PRIVATE "-lprotobuf-c -pthread")
 set(KVD_PC_KERNELS_LIBS_PRIVATE "-lm")
+set(KVD_PC_CUDA_VARS "")
 if(KVD_HAVE_CUDA)
-  set(KVD_PC_CUDA "-L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt -pthread")
+  set(KVD_PC_CUDA_VARS "cudalibdir=${CUDAToolkit_LIBRARY_DIR}\n")
+  set(KVD_PC_CUDA "-L\${cudalibdir} -lcudart_static -ldl -lrt -pthread")
   string(APPEND KVD_PC_LIBS_PRIVATE " ${KVD_PC_CUDA}")
   string(APPEND KVD_PC_KERNELS_LIBS_PRIVATE " ${KVD_PC_CUDA}")
   set(KVD_PKG_WITH_CUDA ON)

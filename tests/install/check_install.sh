@@ -120,6 +120,25 @@ eval "\"\$cc\" -Wall -Werror -std=c11 -o \"\$tmp/pc_static\" \"\$consumer/consum
 if grep -q 'NEEDED.*libkvdock' <<< "$(readelf -d "$tmp/pc_static")"; then fail "pc_static needs libkvdock.so"; fi
 run_consumer pc_static "$tmp/pc_static"
 
+step "pkg-config files name no path of the build machine"
+# Only ${pcfiledir}-relative paths, and the CUDA runtime's folder through
+# the variable cudalibdir (a CUDA build's), which a user may redefine.
+for pc in kvdock kvdock-kernels; do
+  if grep -nE '^(Libs|Libs\.private|Cflags):.*-[LI]/' "$libdir/pkgconfig/$pc.pc"; then
+    fail "$pc.pc names an absolute path where a variable belongs"
+  fi
+  cudalibdir=$(pkg-config --variable=cudalibdir "$pc")
+  static_libs=$(pkg-config --static --libs "$pc")
+  if [ -n "$cudalibdir" ]; then
+    grep -q -- "-lcudart_static" <<< "$static_libs" || fail "$pc.pc has cudalibdir but no -lcudart_static"
+    moved=$(pkg-config --static --libs --define-variable=cudalibdir=/opt/elsewhere/cuda/lib "$pc")
+    grep -q -- "-L/opt/elsewhere/cuda/lib " <<< "$moved " || fail "$pc.pc ignores cudalibdir: $moved"
+    if grep -qF -- "-L$cudalibdir " <<< "$moved "; then fail "$pc.pc names $cudalibdir itself: $moved"; fi
+  elif grep -q cudart <<< "$static_libs"; then
+    fail "$pc.pc links the CUDA runtime without a cudalibdir: $static_libs"
+  fi
+done
+
 step "pkg-config, kernels"
 "$cc" -Wall -Werror -std=c11 -o "$tmp/pc_kernels" "$consumer/kernels.c" \
   $(pkg-config --cflags --libs kvdock-kernels) -Wl,-rpath,"$libdir"
