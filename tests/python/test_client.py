@@ -94,6 +94,33 @@ class TestSession(Base):
         self.assertTrue(os.path.exists(kvdock.library_path()))
         self.assertIsInstance(kvdock.Client.has_cuda(), bool)
 
+    def test_library_search(self):
+        """library_path() loads nothing; $KVDOCK_LIB, when set, is the only
+        choice: a path there that is absent or no library is an OSError
+        naming it, never a silent fall back to another copy."""
+        import subprocess
+        import sys
+        import tempfile
+
+        probe = ("import kvdock\n"
+                 "assert kvdock.library_path() is None\n"
+                 "try:\n"
+                 "    kvdock.Client(name='probe')\n"
+                 "except OSError as e:\n"
+                 "    print('OSError:', e)\n")
+        with tempfile.NamedTemporaryFile(suffix=".so") as junk:
+            junk.write(b"not a library")
+            junk.flush()
+            for lib, want in (("/nonexistent/libkvdock.so",
+                               "KVDOCK_LIB=/nonexistent/libkvdock.so does not exist"),
+                              (junk.name, f"KVDOCK_LIB={junk.name} cannot be loaded")):
+                out = subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                                     text=True, timeout=60,
+                                     env=dict(os.environ, KVDOCK_LIB=lib,
+                                              KVDOCK_SOCKET=D.socket))
+                self.assertEqual(out.returncode, 0, out.stderr)
+                self.assertIn("OSError: " + want, out.stdout)
+
     def test_context_manager_and_close(self):
         with connect("ctx") as c:
             c.ping(b"x")

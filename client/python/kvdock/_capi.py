@@ -608,13 +608,21 @@ _lib_path: Optional[str] = None
 
 
 def library_path() -> Optional[str]:
-    """Path of the loaded libkvdock (None before the first load)."""
+    """The path (or, when found through the system's library path, the
+    name) of the libkvdock this process loaded; None until the first call
+    that needs the library (creating a Client loads it).  It never loads
+    the library itself."""
     return _lib_path
 
 
 def load() -> ctypes.CDLL:
-    """Load libkvdock once: $KVDOCK_LIB, a copy next to the package,
-    ctypes.util.find_library("kvdock"), then the repository's build tree."""
+    """Load libkvdock once, from the first of: $KVDOCK_LIB (when set, the
+    only choice: OSError if it is absent or cannot be loaded), a copy next
+    to the package (libkvdock.so or libkvdock.so.<client ABI>, the wheel's),
+    ctypes.util.find_library("kvdock") (an installed, ldconfig-known one),
+    then the repository's build tree (build/, build-cpu/, build-gpu/).  A
+    library of another client ABI is refused, never skipped.  OSError lists
+    every path tried."""
     global _lib, _lib_path
     if _lib is not None:
         return _lib
@@ -622,6 +630,8 @@ def load() -> ctypes.CDLL:
     env = os.environ.get("KVDOCK_LIB")
     for cand in _candidates():
         if os.sep in cand and not os.path.exists(cand):
+            if env and cand == env:
+                raise OSError(f"KVDOCK_LIB={env} does not exist")
             tried.append(f"{cand} (absent)")
             continue
         try:

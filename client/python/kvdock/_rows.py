@@ -13,9 +13,9 @@ staging area, imported as a pool, is then moved by the daemon on the copy
 engines in large contiguous chunks.  :func:`copy_rows` is that gather
 (and the scatter back after a reload).
 
-libkvdock_kernels is found as libkvdock is: $KVDOCK_KERNELS_LIB, a copy
-next to the package (the wheel carries one), the system's library path,
-then the repository's build tree.
+libkvdock_kernels is found as libkvdock is: $KVDOCK_KERNELS_LIB (when set,
+the only choice), a copy next to the package (the wheel carries one), the
+system's library path, then the repository's build tree.
 """
 
 from __future__ import annotations
@@ -112,19 +112,26 @@ def kernels_library() -> ctypes.CDLL:
         if _lib is not None:
             return _lib
         tried = []
+        env = os.environ.get("KVDOCK_KERNELS_LIB")
         for cand in _candidates():
+            why = None
             if os.sep in cand and not os.path.exists(cand):
-                tried.append(f"{cand} (absent)")
-                continue
-            try:
-                lib = ctypes.CDLL(cand)
-                abi = lib.kvd_kernels_abi_version
-            except (OSError, AttributeError) as e:
-                tried.append(f"{cand} ({e})")
-                continue
-            abi.restype, abi.argtypes = c_int, []
-            if abi() != KERNELS_ABI_VERSION:
-                tried.append(f"{cand} (kernels ABI {abi()}, not {KERNELS_ABI_VERSION})")
+                why = "absent"
+            else:
+                try:
+                    lib = ctypes.CDLL(cand)
+                    abi = lib.kvd_kernels_abi_version
+                except (OSError, AttributeError) as e:
+                    why = str(e)
+                else:
+                    abi.restype, abi.argtypes = c_int, []
+                    if abi() != KERNELS_ABI_VERSION:
+                        why = f"kernels ABI {abi()}, not {KERNELS_ABI_VERSION}"
+            if why is not None:
+                # a library named by $KVDOCK_KERNELS_LIB is the only choice
+                if env and cand == env:
+                    raise OSError(f"KVDOCK_KERNELS_LIB={env} cannot be used: {why}")
+                tried.append(f"{cand} ({why})")
                 continue
             for name in ("kvd_cuda_kv_transfer", "kvd_cpu_kv_transfer"):
                 fn = getattr(lib, name)
