@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <inttypes.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -390,14 +392,16 @@ END_TEST
 
 /* ---- blocks after a restart ----------------------------------------------------- */
 
-/* The chains saved: CHAINS of CHAIN blocks of 2 layers x 4 tokens x 64
- * bytes (1 KiB); a host budget of HOST_BLOCKS, a disk budget 20 times it. */
+/* The chains saved: CHAINS of CHAIN blocks of 2 layers x 16 tokens x 1 KiB
+ * (64 KiB: a disk batch of 8 MiB fills with about 128 of them); a host
+ * budget of HOST_BLOCKS, a disk budget 20 times it (twice over: records
+ * have headers). */
 #define CHAINS 32
 #define CHAIN 16
 #define NBLK (CHAINS * CHAIN)
 #define LAYERS 2
-#define TPB 4
-#define TOKB 64
+#define TPB 16
+#define TOKB 1024
 #define HOST_BLOCKS 64
 #define BLOCK_BYTES (LAYERS * 2 * TPB * TOKB)
 
@@ -554,14 +558,15 @@ static void load(int fd, uint64_t cache, const pool_view_t *p, int c, int n)
     kvdock__response__free_unpacked(r, NULL);
 }
 
-/* Every block a lookup reports loads with its exact bytes; how many. */
-static uint32_t verify_all(int fd, uint64_t cache)
+/* Every block a lookup reports of chains [c0, c1) loads with its exact
+ * bytes; how many. */
+static uint32_t verify_range(int fd, uint64_t cache, int c0, int c1)
 {
     pool_view_t b;
     uint32_t total = 0;
 
     pool_open(fd, "verify", CHAIN, &b);
-    for (int c = 0; c < CHAINS; c++) {
+    for (int c = c0; c < c1; c++) {
         uint32_t h = lookup(fd, cache, c, NULL);
         if (h == 0)
             continue;
@@ -573,13 +578,48 @@ static uint32_t verify_all(int fd, uint64_t cache)
         total += h;
     }
     munmap(b.map, b.len);
+    {
+        Kvdock__Request req;
+        Kvdock__PoolDrop pd = KVDOCK__POOL_DROP__INIT;
+        kvdt_req_init(&req, 42);
+        pd.pool = b.id;
+        req.op_case = KVDOCK__REQUEST__OP_POOL_DROP;
+        req.pool_drop = &pd;
+        ck_assert_int_eq(kvdt_status_of(fd, &req), 0);
+    }
     return total;
 }
 
-static uint64_t cache_id(int fd, const char *name)
+static uint32_t verify_all(int fd, uint64_t cache)
 {
-    Kvdock__Response *r = create(fd, name, LAYERS, 20ull * HOST_BLOCKS * BLOCK_BYTES * 2, 0,
-                                 NULL, 0, 1);
+    return verify_range(fd, cache, 0, CHAINS);
+}
+
+static Kvdock__Response *blocks_create(int fd, int existing)
+{
+    Kvdock__Request req;
+    Kvdock__CacheCreate cc = KVDOCK__CACHE_CREATE__INIT;
+    Kvdock__CacheLayout cl = KVDOCK__CACHE_LAYOUT__INIT;
+
+    cl.num_layers = LAYERS;
+    cl.tokens_per_block = TPB;
+    cl.token_bytes = TOKB;
+    cl.dtype = "bf16";
+    cc.name = "blocks";
+    cc.layout = &cl;
+    cc.budget_bytes = HOST_BLOCKS * BLOCK_BYTES;
+    cc.disk_budget_bytes = 40ull * HOST_BLOCKS * BLOCK_BYTES;
+    cc.open_existing = existing;
+    kvdt_req_init(&req, 2);
+    req.op_case = KVDOCK__REQUEST__OP_CACHE_CREATE;
+    req.cache_create = &cc;
+    return kvdt_call(fd, &req);
+}
+
+/* The blocks cache again (open_existing), its id. */
+static uint64_t cache_id(int fd)
+{
+    Kvdock__Response *r = blocks_create(fd, 1);
     uint64_t id;
 
     ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
@@ -603,24 +643,7 @@ static void blocks_case(int sig, const char *name)
     world_make();
     start(&d);
     fd = kvdt_client(&d, "saver");
-    {
-        Kvdock__Request req;
-        Kvdock__CacheCreate cc = KVDOCK__CACHE_CREATE__INIT;
-        Kvdock__CacheLayout cl = KVDOCK__CACHE_LAYOUT__INIT;
-
-        cl.num_layers = LAYERS;
-        cl.tokens_per_block = TPB;
-        cl.token_bytes = TOKB;
-        cl.dtype = "bf16";
-        cc.name = "blocks";
-        cc.layout = &cl;
-        cc.budget_bytes = HOST_BLOCKS * BLOCK_BYTES;
-        cc.disk_budget_bytes = 20ull * HOST_BLOCKS * BLOCK_BYTES * 2; /* records have headers */
-        kvdt_req_init(&req, 2);
-        req.op_case = KVDOCK__REQUEST__OP_CACHE_CREATE;
-        req.cache_create = &cc;
-        r = kvdt_call(fd, &req);
-    }
+    r = blocks_create(fd, 0);
     if (r->status == KVD_ENOTSUP && strstr(r->message, "no disk level") != NULL) {
         kvt_skip_case(name, "the cache store has no disk level yet: %s", r->message);
         kvdock__response__free_unpacked(r, NULL);
@@ -666,7 +689,7 @@ static void blocks_case(int sig, const char *name)
     start(&d);
     ck_assert(kvdt_log_has(&d, "caches=1"));
     fd = kvdt_client(&d, "reader");
-    cache = cache_id(fd, "blocks");
+    cache = cache_id(fd);
     found = verify_all(fd, cache);
     if (sig == SIGTERM) /* every block that left host memory went to disk */
         ck_assert_msg(found >= NBLK - 2 * HOST_BLOCKS, "%u of %d blocks back", found, NBLK);
@@ -687,6 +710,81 @@ START_TEST(test_blocks_after_sigkill)
 }
 END_TEST
 
+/* The file system refuses more (RLIMIT_FSIZE lowered on the running
+ * daemon: every write past its first byte fails with EFBIG, as on a full
+ * disk): saves go on in host memory, the refusals are counted and logged,
+ * and the blocks already whole on disk still load byte for byte. */
+START_TEST(test_disk_full)
+{
+    kvdt_daemon_t d;
+    Kvdock__Response *r;
+    Kvdock__Request req;
+    Kvdock__CacheStats cs = KVDOCK__CACHE_STATS__INIT;
+    struct rlimit before, one;
+    pool_view_t a;
+    uint64_t cache;
+    uint32_t first;
+    int fd;
+
+    world_make();
+    start(&d);
+    fd = kvdt_client(&d, "saver");
+    r = blocks_create(fd, 0);
+    if (r->status == KVD_ENOTSUP && strstr(r->message, "no disk level") != NULL) {
+        kvt_skip_case("disk_full", "the cache store has no disk level yet: %s", r->message);
+        kvdock__response__free_unpacked(r, NULL);
+        close(fd);
+        ck_assert_int_eq(kvdt_stop(&d), 0);
+        world_remove();
+        return;
+    }
+    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
+    cache = r->cache->id;
+    kvdock__response__free_unpacked(r, NULL);
+    pool_open(fd, "src", NBLK, &a);
+    for (int c = 0; c < CHAINS; c++)
+        for (int i = 0; i < CHAIN; i++)
+            fill_page(&a, (uint64_t)c * CHAIN + i, c, i);
+    for (int c = 0; c < CHAINS; c++) {
+        if (c == CHAINS / 2) { /* the disk is full from here on (the soft limit) */
+            ck_assert_int_eq(prlimit(d.pid, RLIMIT_FSIZE, NULL, &before), 0);
+            one.rlim_cur = 1;
+            one.rlim_max = before.rlim_max;
+            ck_assert_int_eq(prlimit(d.pid, RLIMIT_FSIZE, &one, NULL), 0);
+        }
+        save_send(fd, cache, &a, c, 300 + (uint64_t)c);
+        r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->status == 0 && r->op->stored == CHAIN, "save of chain %d with the "
+                      "disk full: %u %s", c, r->status, r->message);
+        kvdock__response__free_unpacked(r, NULL);
+    }
+    munmap(a.map, a.len);
+    cs.cache = cache;
+    kvdt_req_init(&req, 50);
+    req.op_case = KVDOCK__REQUEST__OP_CACHE_STATS;
+    req.cache_stats = &cs;
+    r = kvdt_call(fd, &req);
+    ck_assert_uint_eq(r->status, 0);
+    ck_assert_ptr_nonnull(r->cache->disk);
+    ck_assert_msg(r->cache->disk->no_space > 0, "no refusal counted (spills %" PRIu64 ")",
+                  r->cache->disk->spills);
+    kvdock__response__free_unpacked(r, NULL);
+    ck_assert(kvdt_log_has(&d, "event=disk_write_failed"));
+    /* room again (host pools are memfds, which the limit also holds) */
+    ck_assert_int_eq(prlimit(d.pid, RLIMIT_FSIZE, &before, NULL), 0);
+    /* what was whole before is served; the second half's last blocks are
+     * in host memory; every block reported loads whole */
+    first = verify_range(fd, cache, 0, CHAINS / 2);
+    ck_assert_msg(first >= NBLK / 2 - 3 * HOST_BLOCKS, "%u blocks of the first half back",
+                  first);
+    (void)verify_range(fd, cache, CHAINS / 2, CHAINS);
+    close(fd);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
+    world_remove();
+}
+END_TEST
+
 static Suite *restart_suite(void)
 {
     Suite *s = suite_create("disk_restart");
@@ -698,6 +796,7 @@ static Suite *restart_suite(void)
     tcase_add_test(tc, test_restart_smaller_budget);
     tcase_add_test(tc, test_blocks_after_sigterm);
     tcase_add_test(tc, test_blocks_after_sigkill);
+    tcase_add_test(tc, test_disk_full);
     suite_add_tcase(s, tc);
     return s;
 }
