@@ -48,9 +48,18 @@
 #             64 clients beside a raw Unix socket, on the daemon's defaults
 #             and with polling off (--busy-poll-us 0, KVDOCK_SPIN_US=0);
 #             $OUT/reqpath.log
+#   disklevel the cache tier's disk level: the drive's own sequential write
+#             and random read (disk_probe: io_uring, O_DIRECT, fio's two
+#             jobs of bench_disk.sh, for a machine without fio) on a
+#             directory of $DISK_DIR (default /var/tmp), then a cuda daemon
+#             with --cache-dir there: 1,024 blocks of 2 MiB spilled and
+#             loaded from disk into an imported device pool
+#             (bench_disk_load), beside the host-to-device copy of the same
+#             bytes; $OUT/disklevel.json (DISKLEVEL_BACKEND=cpu
+#             DISKLEVEL_POOL=host run it on a machine without a GPU)
 #
 # Pick stages as arguments after BUILD_DIR or with STAGES="test bench"
-# (default: all twelve).  Each stage's output is tee'd to
+# (default: all thirteen).  Each stage's output is tee'd to
 # $OUT/<stage>.log (OUT defaults to /tmp/kvdock-gpu-round); a summary with
 # every stage's exit code ends the run, and the script exits non-zero when
 # any stage failed.  Per-stage time limits (seconds): TEST_TIMEOUT (420),
@@ -63,14 +72,14 @@ set -u
 BUILD=build-gpu
 if [ $# -gt 0 ]; then
     case "$1" in
-    info | test | memcheck | bench | daemonbench | chunks | interference | cetable | cache | engine | cluster | reqpath) ;;
+    info | test | memcheck | bench | daemonbench | chunks | interference | cetable | cache | engine | cluster | reqpath | disklevel) ;;
     *) BUILD=$1; shift ;;
     esac
 fi
 if [ $# -gt 0 ]; then
     STAGES="$*"
 fi
-STAGES=${STAGES:-"info test memcheck bench daemonbench chunks interference cetable cache engine cluster reqpath"}
+STAGES=${STAGES:-"info test memcheck bench daemonbench chunks interference cetable cache engine cluster reqpath disklevel"}
 OUT=${OUT:-/tmp/kvdock-gpu-round}
 PEER=${PEER:-.peer}
 TOOLS=${TOOLS:-.carry/tools}
@@ -358,6 +367,52 @@ stage_reqpath() {
     return "$rc"
 }
 
+# The disk level: the drive measured by disk_probe on the directory the
+# daemon then uses (in the same run), and a load from disk into a worker's
+# imported device pool beside the host-to-device copy of the same bytes.
+stage_disklevel() {
+    local rc=0 dir sock pid shape read_bs probe
+    dir=$(mktemp -d "${DISK_DIR:-/var/tmp}/kvdock-disklevel-XXXXXX") || return 1
+    chmod 700 "$dir"
+    sock="$dir/kvdockd.sock"
+    echo "directory: $dir ($(df -hT "$dir" | tail -n 1 | tr -s ' '))"
+    # one record's aligned read (what a disk load reads per 2 MiB block)
+    mkdir "$dir/shape"
+    shape=$("$BUILD/tests/bench/bench_disk" "$dir/shape" --block 2m --bytes 2m --depth 1 | head -n 1)
+    read_bs=$(sed -n 's/.*read_bytes=\([0-9]*\).*/\1/p' <<<"$shape")
+    rm -rf "$dir/shape"
+    probe=$("$BUILD/tests/bench/disk_probe" "$dir" --bytes 2g --read-bs "${read_bs:-2101248}" \
+        --read-depth 32) || { rm -rf "$dir"; return 1; }
+    echo "disk_probe: $probe"
+    "$BUILD/daemon/kvdockd" --backend "${DISKLEVEL_BACKEND:-cuda}" --socket "$sock" \
+        --log-level warn --host-memory-budget 16G --cache-dir "$dir/cache" --disk-budget 16G \
+        >"$OUT/disklevel-kvdockd.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+    timeout --kill-after=15 "$BENCH_TIMEOUT" "$BUILD/tests/bench/bench_disk_load" --socket "$sock" \
+        --pool "${DISKLEVEL_POOL:-device}" --blocks 1024 --iterations 3 --json \
+        >"$OUT/disklevel.json" || rc=1
+    cat "$OUT/disklevel.json"
+    kill "$pid"; wait "$pid"
+    rm -rf "$dir"
+    [ "$rc" = 0 ] || return "$rc"
+    python3 - "$probe" "$OUT/disklevel.json" <<'PY'
+import json, re, sys
+probe = dict(re.findall(r"(\w+)=([\d.]+)", sys.argv[1]))
+r = json.load(open(sys.argv[2]))
+read, write = float(probe["read_MBps"]) / 1e3, float(probe["write_MBps"]) / 1e3
+h2d, load = r["copy_GBps"], r["load_GBps"]
+bound = min(read, h2d)  # the two overlapped
+print(f"drive: write {write:.2f} GB/s, random read {read:.2f} GB/s "
+      f"({probe['read_bs']} B, depth {probe['read_depth']}); host-to-device copy {h2d:.2f} GB/s")
+print(f"spill {r['spill_MBps'] / 1e3:.2f} GB/s = {100 * r['spill_MBps'] / 1e3 / write:.0f}% of the "
+      f"drive's write")
+print(f"disk load {load:.2f} GB/s = {100 * load / bound:.0f}% of min(read, copy) = {bound:.2f} GB/s, "
+      f"{100 * load / (1 / (1 / read + 1 / h2d)):.0f}% of the two in turn; "
+      f"{r['disk_hits_min']} of {r['blocks']} blocks were on disk only")
+PY
+}
+
 for s in $STAGES; do
     case "$s" in
     info) run_stage info stage_info ;;
@@ -372,8 +427,9 @@ for s in $STAGES; do
     engine) run_stage engine stage_engine ;;
     cluster) run_stage cluster stage_cluster ;;
     reqpath) run_stage reqpath stage_reqpath ;;
+    disklevel) run_stage disklevel stage_disklevel ;;
     *)
-        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench chunks interference cetable cache engine cluster reqpath)" >&2
+        echo "gpu_round: unknown stage '$s' (info test memcheck bench daemonbench chunks interference cetable cache engine cluster reqpath disklevel)" >&2
         NAMES+=("$s")
         CODES+=(2)
         SECS+=(0)
