@@ -18,6 +18,10 @@
  *              client writes one message a call and reads one reply a call
  *
  * --only raw or --only kvdock runs one side (to profile it).
+ * --daemon-pid PID adds to each row the CPU time kvdockd's loop thread (its
+ * main thread) spent per kvdock request over that row's runs (connecting
+ * and creating pools included), from /proc/PID/task/PID/schedstat: what
+ * bounds one loop thread's requests a second.
  *
  * The raw server runs in a child process forked before any thread starts.
  * Its messages have the sizes of kvdock's frames (the request and reply
@@ -528,7 +532,8 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: bench_reqpath --socket PATH [--clients 1,8,64] [--seconds S] [--rounds R]\n"
-            "                     [--window W] [--cases closed,spinraw,pipelined] [--only raw|kvdock]\n");
+            "                     [--window W] [--cases closed,spinraw,pipelined] [--only raw|kvdock]\n"
+            "                     [--daemon-pid PID]\n");
     exit(2);
 }
 
@@ -550,13 +555,35 @@ static int parse_list(const char *s, uint32_t *v, int max)
     return n;
 }
 
-static void line(const char *name, const char *fig, const fig_t *raw, const fig_t *kv)
+/* us of CPU per request of the loop thread; < 0: not measured */
+static void line(const char *name, const char *fig, const fig_t *raw, const fig_t *kv,
+                 double loop_us)
 {
     printf("%-34s %-7s raw %10.0f req/s p50 %7.1f p99 %8.1f | kvdock %10.0f req/s p50 %7.1f "
-           "p99 %8.1f | kvdock/raw %.2f\n",
+           "p99 %8.1f | kvdock/raw %.2f",
            name, fig, raw->rps, raw->p50, raw->p99, kv->rps, kv->p50, kv->p99,
            raw->rps > 0 ? kv->rps / raw->rps : 0);
+    if (loop_us >= 0)
+        printf(" | loop %.2f us/req", loop_us);
+    printf("\n");
     fflush(stdout);
+}
+
+/* ns the thread pid of process pid has run (the first field of
+ * /proc/PID/task/PID/schedstat), or -1 when it cannot be read. */
+static double thread_cpu_ns(long pid)
+{
+    char path[64];
+    unsigned long long ns = 0;
+    FILE *f;
+    int ok;
+
+    snprintf(path, sizeof(path), "/proc/%ld/task/%ld/schedstat", pid, pid);
+    if ((f = fopen(path, "r")) == NULL)
+        return -1;
+    ok = fscanf(f, "%llu", &ns) == 1;
+    fclose(f);
+    return ok ? (double)ns : -1;
 }
 
 int main(int argc, char **argv)
@@ -567,6 +594,7 @@ int main(int argc, char **argv)
     double seconds = 1.0;
     uint32_t window = 32, ping_req, ping_rep, xfer_req, xfer_rep;
     char prefix[48];
+    long daemon_pid = 0;
     int rc = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -587,6 +615,8 @@ int main(int argc, char **argv)
             ;
         else if (strcmp(a, "--cases") == 0)
             cases = v;
+        else if (strcmp(a, "--daemon-pid") == 0 && (daemon_pid = atol(v)) > 0)
+            ;
         else if (strcmp(a, "--only") == 0 && (strcmp(v, "raw") == 0 || strcmp(v, "kvdock") == 0))
             only = v;
         else
@@ -617,6 +647,8 @@ int main(int argc, char **argv)
             fig_t raw[MAX_ROUNDS], kv[MAX_ROUNDS], mr, mk;
             char name[64];
             uint32_t n = clients[k];
+            double loop_ns = 0, loop_us = -1;
+            uint64_t loop_reqs = 0;
 
             if (ci == 1 && n != 1)
                 continue;
@@ -632,9 +664,20 @@ int main(int argc, char **argv)
                 if (strcmp(only, "kvdock") != 0 && run_once(&r, &raw[j]) != 0)
                     rc = 1;
                 r.kind = K_KVDOCK;
-                if (rc == 0 && strcmp(only, "raw") != 0 && run_once(&r, &kv[j]) != 0)
-                    rc = 1;
+                if (rc == 0 && strcmp(only, "raw") != 0) {
+                    double c0 = daemon_pid > 0 ? thread_cpu_ns(daemon_pid) : -1, c1;
+
+                    if (run_once(&r, &kv[j]) != 0)
+                        rc = 1;
+                    c1 = c0 >= 0 ? thread_cpu_ns(daemon_pid) : -1;
+                    if (c0 >= 0 && c1 >= c0) {
+                        loop_ns += c1 - c0;
+                        loop_reqs += r.requests;
+                    }
+                }
             }
+            if (loop_reqs > 0)
+                loop_us = loop_ns / 1e3 / (double)loop_reqs;
             if (rc != 0)
                 break;
             median_fig(raw, rounds, &mr);
@@ -643,7 +686,7 @@ int main(int argc, char **argv)
                      mode == C_PIPELINED ? ", window" : "");
             if (mode == C_PIPELINED)
                 snprintf(name + strlen(name), sizeof(name) - strlen(name), " %u", window);
-            line(name, ci == 2 ? "xfer" : "ping", &mr, &mk);
+            line(name, ci == 2 ? "xfer" : "ping", &mr, &mk, loop_us);
         }
     }
     raw_stop();

@@ -12,6 +12,9 @@
 #   $KVDOCKD_ARGS     more options for the daemon (e.g. --busy-poll-us 0)
 #   $KVDOCK_SPIN_US   the client library's spin, as for any client
 #
+# Each row ends with the CPU time of the daemon's loop thread per request
+# ("loop ... us/req"): 1e6 over it is the most one loop thread serves.
+#
 # The daemon runs the cpu backend with --host-memory-budget 256M: the
 # request path is the same on every backend, and a one-slot transfer
 # between host pools keeps the device out of the figures.
@@ -24,7 +27,7 @@ args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --) shift; args=("$@"); break ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) build=$1; shift ;;
   esac
 done
@@ -64,4 +67,4 @@ if [ ! -S "$sock" ]; then
   exit 1
 fi
 echo "bench_reqpath.sh: kvdockd ${KVDOCKD_ARGS:-(defaults)}, KVDOCK_SPIN_US=${KVDOCK_SPIN_US:-(default)}" >&2
-"$bench" --socket "$sock" ${args[@]+"${args[@]}"}
+"$bench" --socket "$sock" --daemon-pid "$pid" ${args[@]+"${args[@]}"}

@@ -46,7 +46,8 @@
 #             (carried in the build by slim_build.sh); $OUT/cluster.json
 #   reqpath   tests/bench/bench_reqpath.sh: the request path with 1, 8 and
 #             64 clients beside a raw Unix socket, on the daemon's defaults
-#             and with polling off (--busy-poll-us 0, KVDOCK_SPIN_US=0);
+#             and with polling off (--busy-poll-us 0, KVDOCK_SPIN_US=0),
+#             each row with the loop thread's CPU per request;
 #             $OUT/reqpath.log
 #   disklevel the cache tier's disk level: the drive's own sequential write
 #             and random read (disk_probe: io_uring, O_DIRECT, fio's two
