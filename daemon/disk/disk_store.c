@@ -311,6 +311,44 @@ typedef struct seg_job {
 static void seg_submit_ready(kvd_disk_store_t *s);
 static void seg_maybe_finish(kvd_disk_store_t *s, seg_t *g);
 
+/* Every request the store submits counts in s->jobs (close waits for
+ * none) and, while it uses a segment's descriptors, in g->jobs (the
+ * segment is deleted only at none); job_end undoes job_submit's counts. */
+static void job_submit(kvd_disk_store_t *s, seg_t *g, kvd_disk_req_t *req)
+{
+    s->jobs++;
+    if (g != NULL)
+        g->jobs++;
+    kvd_disk_io_submit(s->io, req);
+}
+
+static void job_end(kvd_disk_store_t *s, seg_t *g)
+{
+    s->jobs--;
+    if (g != NULL)
+        g->jobs--;
+}
+
+/* The job of a counted segment's request, its counts undone. */
+static seg_job_t *seg_job_end(kvd_disk_req_t *r)
+{
+    seg_job_t *j = r->arg;
+
+    job_end(j->s, j->g);
+    return j;
+}
+
+/* A segment job's call on the I/O thread: before on it, done back here. */
+static void seg_job_submit(seg_job_t *j, seg_t *counted, void (*before)(kvd_disk_req_t *),
+                           void (*done)(kvd_disk_req_t *))
+{
+    j->req.op = KVD_DISK_OP_CALL;
+    j->req.before = before;
+    j->req.done = done;
+    j->req.arg = j;
+    job_submit(j->s, counted, &j->req);
+}
+
 static void create_before(kvd_disk_req_t *r)
 {
     seg_job_t *j = r->arg;
@@ -358,12 +396,10 @@ fail:
 
 static void create_done(kvd_disk_req_t *r)
 {
-    seg_job_t *j = r->arg;
+    seg_job_t *j = seg_job_end(r);
     kvd_disk_store_t *s = j->s;
     seg_t *g = j->g;
 
-    s->jobs--;
-    g->jobs--;
     if (r->res < 0) {
         g->state = SEG_FAILED;
         g->err = (int)-r->res;
@@ -399,13 +435,7 @@ static seg_t *seg_create(kvd_disk_store_t *s)
     j->fd = j->dropfd = -1;
     seg_path(s, g->no, "kvd", j->path, sizeof(j->path));
     seg_path(s, g->no, "drop", j->path2, sizeof(j->path2));
-    j->req.op = KVD_DISK_OP_CALL;
-    j->req.before = create_before;
-    j->req.done = create_done;
-    j->req.arg = j;
-    s->jobs++;
-    g->jobs++;
-    kvd_disk_io_submit(s->io, &j->req);
+    seg_job_submit(j, g, create_before, create_done);
     return g;
 }
 
@@ -466,12 +496,10 @@ static void idx_before(kvd_disk_req_t *r)
 
 static void idx_done(kvd_disk_req_t *r)
 {
-    seg_job_t *j = r->arg;
+    seg_job_t *j = seg_job_end(r);
     kvd_disk_store_t *s = j->s;
     seg_t *g = j->g;
 
-    s->jobs--;
-    g->jobs--;
     if (r->res < 0) {
         s->st.io_errors++;
         kvd_log(KVD_LOG_WARN,
@@ -502,7 +530,7 @@ static void delete_done(kvd_disk_req_t *r)
     seg_job_t *j = r->arg;
     kvd_disk_store_t *s = j->s;
 
-    s->jobs--;
+    job_end(s, NULL);
     s->st.file_bytes -= s->st.file_bytes >= j->g->file_bytes ? j->g->file_bytes : s->st.file_bytes;
     seg_remove(s, j->g);
     free(j);
@@ -528,12 +556,7 @@ static void seg_maybe_finish(kvd_disk_store_t *s, seg_t *g)
         seg_path(s, g->no, "kvd", j->path, sizeof(j->path));
         seg_path(s, g->no, "drop", j->path2, sizeof(j->path2));
         seg_path(s, g->no, "idx", j->path3, sizeof(j->path3));
-        j->req.op = KVD_DISK_OP_CALL;
-        j->req.before = delete_before;
-        j->req.done = delete_done;
-        j->req.arg = j;
-        s->jobs++;
-        kvd_disk_io_submit(s->io, &j->req);
+        seg_job_submit(j, NULL, delete_before, delete_done); /* g is going */
         return;
     }
     if (g->idx_done || g->state != SEG_OPEN || g->live == 0)
@@ -551,13 +574,7 @@ static void seg_maybe_finish(kvd_disk_store_t *s, seg_t *g)
     g->body_len = g->body_cap = 0;
     seg_path(s, g->no, "idx", j->path, sizeof(j->path));
     seg_path(s, g->no, "idx.tmp", j->path2, sizeof(j->path2));
-    j->req.op = KVD_DISK_OP_CALL;
-    j->req.before = idx_before;
-    j->req.done = idx_done;
-    j->req.arg = j;
-    s->jobs++;
-    g->jobs++;
-    kvd_disk_io_submit(s->io, &j->req);
+    seg_job_submit(j, g, idx_before, idx_done);
 }
 
 /* ---- writes ---------------------------------------------------------------------------- */
@@ -596,8 +613,7 @@ static void batch_done(kvd_disk_req_t *r)
     kvd_status_t st = KVD_OK;
     uint32_t i;
 
-    s->jobs--;
-    g->jobs--;
+    job_end(s, g);
     g->writing--;
     s->writes_in_flight--;
     wbuf_put(s, r->buf);
@@ -661,10 +677,8 @@ static void batch_send(kvd_disk_store_t *s, batch_t *b)
     b->req.arg = b;
     if (b->req.buf == NULL) /* no memory for the buffer: the batch fails */
         b->req.before = nomem_before;
-    s->jobs++;
-    b->seg->jobs++;
     s->writes_in_flight++;
-    kvd_disk_io_submit(s->io, &b->req);
+    job_submit(s, b->seg, &b->req);
 }
 
 /* Send the queued batches whose segment is ready, in order, while fewer
@@ -870,8 +884,7 @@ static void read_done(kvd_disk_req_t *r)
     seg_t *g = d->g;
     kvd_status_t st = KVD_OK;
 
-    s->jobs--;
-    g->jobs--;
+    job_end(s, g);
     rbuf_put(s, r->buf);
     if (r->res < 0) {
         s->st.io_errors++;
@@ -929,9 +942,7 @@ kvd_status_t kvd_disk_read(kvd_disk_store_t *s, kvd_disk_loc_t loc, const uint8_
     d->req.after = read_after;
     d->req.done = read_done;
     d->req.arg = d;
-    s->jobs++;
-    g->jobs++;
-    kvd_disk_io_submit(s->io, &d->req);
+    job_submit(s, g, &d->req);
     return KVD_OK;
 }
 
@@ -965,8 +976,7 @@ static void drop_done(kvd_disk_req_t *r)
     drop_job_t *j = r->arg;
     kvd_disk_store_t *s = j->s;
 
-    s->jobs--;
-    j->g->jobs--;
+    job_end(s, j->g);
     if (r->res < 0) {
         s->st.io_errors++;
         kvd_log(KVD_LOG_WARN,
@@ -1006,9 +1016,7 @@ void kvd_disk_drop(kvd_disk_store_t *s, kvd_disk_loc_t loc)
     j->req.before = drop_before;
     j->req.done = drop_done;
     j->req.arg = j;
-    s->jobs++;
-    g->jobs++;
-    kvd_disk_io_submit(s->io, &j->req);
+    job_submit(s, g, &j->req);
 }
 
 /* ---- recovery ------------------------------------------------------------------------------ */
