@@ -555,16 +555,24 @@ kvd_status_t kvd__pull_ask(kvd_pulls_t *ps, const kvd_cluster_ask_t *a, char *wh
     return KVD_OK;
 }
 
-/* The request in phase an answer of request id from l's peer is for (its
- * peer's index in *i), or NULL: not ours, or not in that phase now. */
-static pend_t *answered_pend(kvd_pulls_t *ps, const kvd_link_t *l, uint64_t id, int phase,
-                             uint32_t *i)
+/* The request that awaits this answer of request id from l's peer, in
+ * phase (0: a query's reply, 1: a fetch's end), marked answered (answered[]
+ * or done[]), with the peer's index in *i; or NULL: not ours, not in that
+ * phase now, not asked of that peer, or answered already (a repeat). */
+static pend_t *take_answer(kvd_pulls_t *ps, const kvd_link_t *l, uint64_t id, int phase,
+                           uint32_t *i)
 {
     pend_t *p = pend_find(ps, id);
+    uint8_t *wanted, *answered;
 
     if (p == NULL || l->peer == NULL || p->phase != phase)
         return NULL;
     *i = (uint32_t)(l->peer - ps->links->peers);
+    wanted = phase == 0 ? p->asked : p->fetching;
+    answered = phase == 0 ? p->answered : p->done;
+    if (!wanted[*i] || answered[*i])
+        return NULL;
+    answered[*i] = 1;
     return p;
 }
 
@@ -669,11 +677,10 @@ drop:
 void kvd__pull_query_reply(kvd_pulls_t *ps, kvd_link_t *l, const Kvdock__Cluster__QueryReply *r)
 {
     uint32_t i;
-    pend_t *p = answered_pend(ps, l, r->id, 0, &i);
+    pend_t *p = take_answer(ps, l, r->id, 0, &i);
 
-    if (p == NULL || !p->asked[i] || p->answered[i])
+    if (p == NULL)
         return;
-    p->answered[i] = 1;
     if (r->present.len >= (p->nask + 7) / 8) {
         memcpy(p->bits[i], r->present.data, (p->nask + 7) / 8);
         for (uint32_t j = 0; j < p->nask; j++)
@@ -689,11 +696,10 @@ void kvd__pull_query_reply(kvd_pulls_t *ps, kvd_link_t *l, const Kvdock__Cluster
 void kvd__pull_fetch_done(kvd_pulls_t *ps, kvd_link_t *l, const Kvdock__Cluster__FetchDone *f)
 {
     uint32_t i;
-    pend_t *p = answered_pend(ps, l, f->id, 1, &i);
+    pend_t *p = take_answer(ps, l, f->id, 1, &i);
 
-    if (p == NULL || !p->fetching[i] || p->done[i])
+    if (p == NULL)
         return;
-    p->done[i] = 1;
     p->expect[i] = f->sent;
     p->progress_ns[i] = kvd_now_ns();
     pend_check(ps, p);
