@@ -1,12 +1,16 @@
 /* The cache tier's store: see cache.h. */
 #include "cache.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
+
+#include "disk_store.h"
+#include "log.h"
 
 /* A slab's blocks: a save or load runs one job per slab it touches, in
  * order, so slabs are large (a request of 2 GiB of blocks makes two or
@@ -16,6 +20,41 @@
 #define TABLE_MIN 64
 /* Keys a lookup hashes and prefetches at once. */
 #define LOOKUP_GROUP 32
+
+/* ---- the disk level's state (see the disk level below) ---------------------- */
+
+/* A read into a block's host slot, and the others waiting for the same. */
+typedef struct disk_fetch {
+    kvd_cache_store_t *c;
+    uint32_t id;
+    kvd_cache_fetch_cb cb;
+    void *arg;
+    struct disk_fetch *waiters; /* later asks for the same block */
+    struct disk_fetch *next;    /* in the store's list of reads, or of waiters */
+} disk_fetch_t;
+
+typedef struct disk_write_ctx {
+    kvd_cache_store_t *c;
+    uint32_t id;
+} disk_write_ctx_t;
+
+struct kvd_cache_disk {
+    kvd_disk_store_t *store;
+    kvd_disk_io_t *io;
+    uint64_t budget, rec_bytes;
+    uint64_t cap;        /* records the budget holds */
+    uint64_t records;    /* entries with a record, and writes in flight */
+    disk_fetch_t *reads; /* in flight */
+    uint64_t hits, spills, promotions, writes, evictions, refused, failed_writes, host_full;
+    /* at open only: each entry's parent key (poff[id] into pkeys; 0: none) */
+    uint8_t *pkeys;
+    uint64_t pkeys_len, pkeys_cap;
+    uint64_t *poff;
+    uint32_t poff_len;
+    kvd_disk_loc_t *older; /* records replaced by newer ones, dropped after open */
+    uint64_t nolder, older_cap;
+    int opening;
+};
 
 /* ---- memory for the index and the entries ---------------------------------- */
 
@@ -332,12 +371,57 @@ static void lru_insert(kvd_cache_store_t *c, uint32_t id, int mru)
     b->in_lru = 1;
 }
 
+/* The host list (with a disk level): the blocks whose host copy may go,
+ * the least recently used first; see host_evict_one. */
+static void hlru_remove(kvd_cache_store_t *c, uint32_t id)
+{
+    kvd_cblock_t *b = B(c, id);
+
+    if (!(b->dflags & KVD_CBLOCK_IN_HLRU))
+        return;
+    if (b->hlru_prev)
+        B(c, b->hlru_prev - 1)->hlru_next = b->hlru_next;
+    else
+        c->hlru_head = b->hlru_next;
+    if (b->hlru_next)
+        B(c, b->hlru_next - 1)->hlru_prev = b->hlru_prev;
+    else
+        c->hlru_tail = b->hlru_prev;
+    b->hlru_prev = b->hlru_next = 0;
+    b->dflags &= (uint8_t)~KVD_CBLOCK_IN_HLRU;
+}
+
+/* A ready block nothing holds whose host copy is whole and on disk (or
+ * could not be written) joins the host list as the most recently used. */
+static void hlru_touch(kvd_cache_store_t *c, uint32_t id)
+{
+    kvd_cblock_t *b = B(c, id);
+
+    if (c->disk == NULL)
+        return;
+    hlru_remove(c, id);
+    if (b->state != KVD_CBLOCK_READY || b->holds != 0 || b->host == 0 ||
+        (b->dflags & (KVD_CBLOCK_FETCHING | KVD_CBLOCK_WRITING)) ||
+        (b->dseg == 0 && b->doff == 0 && !(b->dflags & KVD_CBLOCK_NODISK)))
+        return;
+    b->hlru_prev = 0;
+    b->hlru_next = c->hlru_head;
+    if (c->hlru_head)
+        B(c, c->hlru_head - 1)->hlru_prev = id + 1;
+    else
+        c->hlru_tail = id + 1;
+    c->hlru_head = id + 1;
+    b->dflags |= KVD_CBLOCK_IN_HLRU;
+}
+
 void kvd_cache_touch(kvd_cache_store_t *c, uint32_t id)
 {
     kvd_cblock_t *b = B(c, id);
 
-    if (b->state == KVD_CBLOCK_READY && b->holds == 0)
+    if (b->state == KVD_CBLOCK_READY && b->holds == 0) {
         lru_insert(c, id, 1);
+        hlru_touch(c, id);
+    }
 }
 
 /* ---- slabs ------------------------------------------------------------------ */
@@ -620,10 +704,13 @@ kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_block_layout_t
     return KVD_OK;
 }
 
+static void disk_close(kvd_cache_store_t *c);
+
 void kvd_cache_store_deinit(kvd_cache_store_t *c)
 {
     uint32_t s;
 
+    disk_close(c);
     ahead_drop(c);
     for (s = 0; s < c->nslabs_max; s++)
         if (c->slabs[s].ptr != NULL)
@@ -640,21 +727,6 @@ void kvd_cache_store_deinit(kvd_cache_store_t *c)
 
 /* ---- the disk level ---------------------------------------------------------- */
 
-kvd_status_t kvd_cache_store_open_disk(kvd_cache_store_t *c, const kvd_cache_disk_config_t *cfg,
-                                       char *why, size_t why_len)
-{
-    (void)c;
-    (void)cfg;
-    snprintf(why, why_len, "this build's cache tier has no disk level yet");
-    return KVD_ENOTSUP;
-}
-
-void kvd_cache_store_disk_stats(const kvd_cache_store_t *c, kvd_cache_disk_stats_t *out)
-{
-    (void)c;
-    memset(out, 0, sizeof(*out));
-}
-
 /* ---- lookups ------------------------------------------------------------------- */
 
 /* Touch the blocks of a chain, ids[0] its first: the first becomes the
@@ -668,6 +740,10 @@ void kvd_cache_touch_chain(kvd_cache_store_t *c, const uint32_t *ids, uint32_t n
 
     if (n == 0)
         return;
+    if (c->disk != NULL) /* the host list: the last first */
+        for (i = n; i-- > 0;)
+            if (B(c, ids[i])->dflags & KVD_CBLOCK_IN_HLRU)
+                hlru_touch(c, ids[i]);
     for (i = 0; i < n; i++) {
         const kvd_cblock_t *b = B(c, ids[i]);
         if (!b->in_lru || b->holds != 0 || (i + 1 < n && b->lru_next != ids[i + 1] + 1))
@@ -763,6 +839,10 @@ uint32_t kvd_cache_lookup(kvd_cache_store_t *c, const uint8_t *const *keys, cons
 
 /* ---- eviction ------------------------------------------------------------------ */
 
+static void disk_forget(kvd_cache_store_t *c, kvd_cblock_t *b);
+static kvd_status_t host_evict_one(kvd_cache_store_t *c);
+static void disk_write(kvd_cache_store_t *c, uint32_t id);
+
 static int evictable(const kvd_cblock_t *b)
 {
     return b->state == KVD_CBLOCK_READY && b->holds == 0 && b->first_child == 0;
@@ -802,15 +882,20 @@ static void release_block(kvd_cache_store_t *c, uint32_t id)
         uint32_t parent = b->parent;
 
         lru_remove(c, id);
+        hlru_remove(c, id);
         if (b->state != KVD_CBLOCK_DEAD) {
             table_delete(c, slot_of(c, b->key, b->klen));
             c->indexed--;
         }
-        if (b->state == KVD_CBLOCK_READY)
+        if (b->state == KVD_CBLOCK_READY) {
             c->ready--;
+            if (b->host == 0)
+                c->disk_only--;
+        }
         if (parent)
             child_unlink(c, parent - 1, id);
         host_free(c, b);
+        disk_forget(c, b);
         ent_free(c, id);
         if (!parent)
             return;
@@ -844,6 +929,33 @@ static kvd_status_t evict_one(kvd_cache_store_t *c)
     return KVD_EBUSY;
 }
 
+/* A free host slot in free_ids: one there, a new slab, or one evicted
+ * (host memory only: the least recently used block that can go; with a
+ * disk level: the host copy of the least recently used block already on
+ * disk, the block staying there). */
+static kvd_status_t take_slot(kvd_cache_store_t *c, char *why, size_t why_len)
+{
+    kvd_status_t st;
+
+    if (c->nfree > 0 || (st = slab_add(c, why, why_len)) == KVD_OK)
+        return KVD_OK;
+    if ((c->disk != NULL ? host_evict_one(c) : evict_one(c)) == KVD_OK)
+        return KVD_OK;
+    if (c->nslabs == 0) /* no room for a first slab: the host-memory budget's why */
+        return st;
+    if (c->disk != NULL) {
+        kvd_disk_store_flush(c->disk->store); /* the writes that free blocks go now */
+        c->disk->host_full++;
+    }
+    if (c->disk != NULL)
+        snprintf(why, why_len, "every block in the cache's host memory is leased, being loaded, "
+                 "saved or written to disk (the disk is behind), or the parent of one");
+    else
+        snprintf(why, why_len, "every block of the cache is leased, being loaded or saved, or "
+                 "the parent of one");
+    return KVD_EBUSY;
+}
+
 kvd_status_t kvd_cache_reserve(kvd_cache_store_t *c, uint32_t parent, const uint8_t *key,
                                size_t klen, uint32_t *out, char *why, size_t why_len)
 {
@@ -855,14 +967,8 @@ kvd_status_t kvd_cache_reserve(kvd_cache_store_t *c, uint32_t parent, const uint
         return KVD_EINVAL;
     if ((st = table_room(c, why, why_len)) != KVD_OK)
         return st;
-    if (c->nfree == 0 && (st = slab_add(c, why, why_len)) != KVD_OK &&
-        evict_one(c) != KVD_OK) {
-        if (c->indexed == 0) /* no room for a first slab: the host-memory budget's why */
-            return st;
-        snprintf(why, why_len, "every block of the cache is leased, being loaded or saved, or "
-                 "the parent of one");
-        return KVD_EBUSY;
-    }
+    if ((st = take_slot(c, why, why_len)) != KVD_OK)
+        return st;
     if ((st = ent_new(c, &id, why, why_len)) != KVD_OK)
         return st;
     b = B(c, id);
@@ -892,6 +998,8 @@ int kvd_cache_commit(kvd_cache_store_t *c, uint32_t id)
     }
     b->state = KVD_CBLOCK_READY;
     c->ready++;
+    if (c->disk != NULL)
+        disk_write(c, id); /* holds it while its record is written */
     kvd_cache_unhold(c, id);
     return 1;
 }
@@ -917,6 +1025,7 @@ void kvd_cache_hold(kvd_cache_store_t *c, uint32_t id)
 
     b->holds++;
     lru_remove(c, id);
+    hlru_remove(c, id);
 }
 
 void kvd_cache_unhold(kvd_cache_store_t *c, uint32_t id)
@@ -927,9 +1036,10 @@ void kvd_cache_unhold(kvd_cache_store_t *c, uint32_t id)
         b->holds--;
     if (b->holds > 0)
         return;
-    if (b->state == KVD_CBLOCK_READY)
+    if (b->state == KVD_CBLOCK_READY) {
         lru_insert(c, id, 1); /* just used */
-    else if (b->state == KVD_CBLOCK_DEAD && b->first_child == 0)
+        hlru_touch(c, id);
+    } else if (b->state == KVD_CBLOCK_DEAD && b->first_child == 0)
         release_block(c, id);
 }
 
@@ -1003,4 +1113,587 @@ uint32_t kvd_cache_clear(kvd_cache_store_t *c)
     c->nfree = k;
     ahead_drop(c); /* the cache gives its memory back: none kept ahead */
     return n;
+}
+
+/* ---- the disk level ---------------------------------------------------------- */
+
+static inline kvd_disk_loc_t loc_of(const kvd_cblock_t *b)
+{
+    return KVD_DISK_LOC(b->dseg, b->doff);
+}
+
+uint64_t kvd_cache_layout_id(const kvd_block_layout_t *l)
+{
+    char text[KVD_DISK_LAYOUT_TEXT];
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a: the same on every run */
+
+    kvd_cache_layout_text(l, text, sizeof(text));
+    for (const char *p = text; *p; p++)
+        h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    return h;
+}
+
+void kvd_cache_layout_text(const kvd_block_layout_t *l, char *out, size_t len)
+{
+    snprintf(out, len, "layers=%u %s tokens_per_block=%u token_bytes=%" PRIu64 " dtype=%.16s",
+             l->num_layers, l->mla ? "mla" : "kv", l->tokens_per_block, l->token_bytes,
+             l->dtype);
+}
+
+/* The entry lets go of its record (its entry is going: nothing reads or
+ * writes it, it holds nothing). */
+static void disk_forget(kvd_cache_store_t *c, kvd_cblock_t *b)
+{
+    if (b->dseg == 0 && b->doff == 0)
+        return;
+    kvd_disk_drop(c->disk->store, loc_of(b));
+    c->disk->records--;
+    b->dseg = b->doff = 0;
+}
+
+/* Room for one more record: the least recently used blocks that can go
+ * leave the cache (both levels) until there is.  0: none could. */
+static int disk_room(kvd_cache_store_t *c)
+{
+    struct kvd_cache_disk *d = c->disk;
+
+    while (d->records >= d->cap) {
+        uint64_t before = d->records;
+
+        if (evict_one(c) != KVD_OK)
+            return 0;
+        d->evictions += before - d->records;
+    }
+    return 1;
+}
+
+static void disk_written(void *arg, kvd_status_t st, kvd_disk_loc_t loc)
+{
+    disk_write_ctx_t *w = arg;
+    kvd_cache_store_t *c = w->c;
+    kvd_cblock_t *b = B(c, w->id);
+
+    b->dflags &= (uint8_t)~KVD_CBLOCK_WRITING;
+    if (st == KVD_OK) {
+        b->dseg = KVD_DISK_LOC_SEG(loc);
+        b->doff = KVD_DISK_LOC_OFF(loc);
+        c->disk->writes++;
+    } else {
+        c->disk->records--;
+        c->disk->failed_writes++;
+        b->dflags |= KVD_CBLOCK_NODISK;
+    }
+    kvd_cache_unhold(c, w->id);
+    free(w);
+}
+
+/* Write through: a block just committed goes to disk from its host bytes,
+ * which the write holds until it is done.  Where the budget has no room
+ * and nothing can go, or the store refuses, the block stays in host
+ * memory only (counted). */
+static void disk_write(kvd_cache_store_t *c, uint32_t id)
+{
+    struct kvd_cache_disk *d = c->disk;
+    kvd_cblock_t *b = B(c, id);
+    const kvd_cblock_t *p = b->parent ? B(c, b->parent - 1) : NULL;
+    disk_write_ctx_t *w;
+
+    if (!disk_room(c) || (w = malloc(sizeof(*w))) == NULL) {
+        d->refused++;
+        b->dflags |= KVD_CBLOCK_NODISK;
+        return;
+    }
+    w->c = c;
+    w->id = id;
+    if (kvd_disk_append(d->store, b->key, b->klen, p ? p->key : NULL, p ? p->klen : 0,
+                        kvd_cache_block_bytes(c, id), disk_written, w) != KVD_OK) {
+        free(w);
+        d->refused++;
+        b->dflags |= KVD_CBLOCK_NODISK;
+        return;
+    }
+    d->records++;
+    b->dflags |= KVD_CBLOCK_WRITING;
+    b->holds++;
+    lru_remove(c, id);
+    hlru_remove(c, id);
+}
+
+/* A host slot is needed: the least recently used block whose host copy
+ * may go loses it (it stays on disk, or leaves the cache where its record
+ * could not be written and nothing comes after it).  KVD_EBUSY: none. */
+static kvd_status_t host_evict_one(kvd_cache_store_t *c)
+{
+    while (c->hlru_tail) {
+        uint32_t id = c->hlru_tail - 1;
+        kvd_cblock_t *b = B(c, id);
+
+        hlru_remove(c, id); /* back when used again */
+        if (b->holds != 0 || b->host == 0 || b->state != KVD_CBLOCK_READY)
+            continue;
+        if (b->dseg != 0 || b->doff != 0) {
+            host_free(c, b);
+            c->disk_only++;
+            c->disk->spills++;
+            return KVD_OK;
+        }
+        if (evictable(b)) { /* host memory only, its write refused */
+            release_block(c, id);
+            c->n.evictions++;
+            return KVD_OK;
+        }
+    }
+    return KVD_EBUSY;
+}
+
+/* Every block of root's subtree leaves the index (its record failed): the
+ * ones nothing holds go now, the others once let go. */
+static void drop_subtree(kvd_cache_store_t *c, uint32_t root)
+{
+    uint32_t *all = NULL, n = 0, cap = 0, id;
+
+    for (id = root; id != KVD_CBLOCK_NONE; id = subtree_next(c, root, id)) {
+        kvd_cblock_t *b = B(c, id);
+
+        if (n == cap) {
+            uint32_t *m = realloc(all, (cap = cap ? cap * 2 : 16) * sizeof(*all));
+            if (m == NULL) { /* the rest stays: at worst a chain misses later */
+                kvd_log(KVD_LOG_ERROR, "event=cache_disk_drop_failed reason=\"out of memory\"");
+                break;
+            }
+            all = m;
+        }
+        all[n++] = id;
+        if (b->state == KVD_CBLOCK_DEAD)
+            continue;
+        lru_remove(c, id);
+        hlru_remove(c, id);
+        table_delete(c, slot_of(c, b->key, b->klen));
+        c->indexed--;
+        if (b->state == KVD_CBLOCK_READY) {
+            c->ready--;
+            if (b->host == 0)
+                c->disk_only--;
+        }
+        b->state = KVD_CBLOCK_DEAD;
+    }
+    /* children before parents: a dead block goes once nothing holds it and
+     * its children are gone */
+    while (n-- > 0) {
+        kvd_cblock_t *b = B(c, all[n]);
+        if (b->state == KVD_CBLOCK_DEAD && b->holds == 0 && b->first_child == 0)
+            release_block(c, all[n]);
+    }
+    free(all);
+}
+
+static void fetch_done(void *arg, kvd_status_t st)
+{
+    disk_fetch_t *f = arg, **pp, *w;
+    kvd_cache_store_t *c = f->c;
+    struct kvd_cache_disk *d = c->disk;
+    kvd_cblock_t *b = B(c, f->id);
+
+    for (pp = &d->reads; *pp != f; pp = &(*pp)->next)
+        ;
+    *pp = f->next;
+    b->dflags &= (uint8_t)~KVD_CBLOCK_FETCHING;
+    if (st == KVD_OK && b->state == KVD_CBLOCK_READY) {
+        d->promotions++;
+    } else {
+        st = KVD_EIO;
+        if (b->state != KVD_CBLOCK_DEAD)
+            drop_subtree(c, f->id);
+    }
+    /* the callbacks first: a load holds the block before the read lets go */
+    f->cb(f->arg, st);
+    for (w = f->waiters; w != NULL;) {
+        disk_fetch_t *nx = w->next;
+        w->cb(w->arg, st);
+        kvd_cache_unhold(c, w->id);
+        free(w);
+        w = nx;
+    }
+    kvd_cache_unhold(c, f->id); /* a promoted block: the most recently used */
+    free(f);
+}
+
+kvd_status_t kvd_cache_fetch(kvd_cache_store_t *c, uint32_t id, kvd_cache_fetch_cb cb, void *arg,
+                             char *why, size_t why_len)
+{
+    struct kvd_cache_disk *d = c->disk;
+    kvd_cblock_t *b = B(c, id);
+    disk_fetch_t *f, *g;
+    kvd_status_t st;
+
+    if (d == NULL || b->state != KVD_CBLOCK_READY ||
+        (b->host != 0 && !(b->dflags & KVD_CBLOCK_FETCHING))) {
+        snprintf(why, why_len, "the block is not on disk only");
+        return KVD_EINVAL;
+    }
+    if ((f = calloc(1, sizeof(*f))) == NULL) {
+        snprintf(why, why_len, "out of memory");
+        return KVD_ENOMEM;
+    }
+    f->c = c;
+    f->id = id;
+    f->cb = cb;
+    f->arg = arg;
+    if (b->dflags & KVD_CBLOCK_FETCHING) { /* wait for the read under way */
+        for (g = d->reads; g != NULL && g->id != id; g = g->next)
+            ;
+        if (g == NULL) { /* cannot be: a fetching block has its read listed */
+            free(f);
+            snprintf(why, why_len, "the block's read was lost");
+            return KVD_EIO;
+        }
+        f->next = g->waiters;
+        g->waiters = f;
+        kvd_cache_hold(c, id);
+        return KVD_OK;
+    }
+    kvd_cache_hold(c, id); /* the spill below must not take this block */
+    if ((st = take_slot(c, why, why_len)) != KVD_OK) {
+        kvd_cache_unhold(c, id);
+        free(f);
+        return st;
+    }
+    b->host = c->free_ids[--c->nfree] + 1;
+    c->slabs[kvd_cache_slab_of(c, b->host - 1)].used++;
+    c->disk_only--;
+    b->dflags |= KVD_CBLOCK_FETCHING;
+    if (kvd_disk_read(d->store, loc_of(b), b->key, b->klen, kvd_cache_block_bytes(c, id),
+                      fetch_done, f) != KVD_OK) {
+        b->dflags &= (uint8_t)~KVD_CBLOCK_FETCHING;
+        host_free(c, b);
+        c->disk_only++;
+        kvd_cache_unhold(c, id);
+        free(f);
+        snprintf(why, why_len, "the disk store refused the read");
+        return KVD_EIO;
+    }
+    f->next = d->reads;
+    d->reads = f;
+    return KVD_OK;
+}
+
+void kvd_cache_disk_flush(kvd_cache_store_t *c)
+{
+    if (c->disk != NULL)
+        kvd_disk_store_flush(c->disk->store);
+}
+
+uint32_t kvd_cache_disk_hits(kvd_cache_store_t *c, const uint32_t *ids, uint32_t n)
+{
+    uint32_t m = 0;
+
+    if (c->disk == NULL)
+        return 0;
+    for (uint32_t i = 0; i < n; i++)
+        m += !kvd_cache_in_host(c, ids[i]);
+    c->disk->hits += m;
+    return m;
+}
+
+/* ---- opening: every record found becomes a block on disk only ------------ */
+
+static int found_record(void *arg, const kvd_disk_found_t *f)
+{
+    kvd_cache_store_t *c = arg;
+    struct kvd_cache_disk *d = c->disk;
+    uint32_t id = kvd_cache_find(c, f->key, f->klen);
+    kvd_cblock_t *b;
+    char why[160];
+
+    if (f->klen < 1 || f->klen > KVD_CACHE_KEY_MAX || f->plen > KVD_CACHE_KEY_MAX)
+        return 0;
+    if (id != KVD_CBLOCK_NONE) { /* a newer record of the key: the older goes */
+        b = B(c, id);
+        if (d->nolder == d->older_cap) {
+            uint64_t nc = d->older_cap ? d->older_cap * 2 : 64;
+            kvd_disk_loc_t *m = realloc(d->older, nc * sizeof(*m));
+            if (m == NULL)
+                return 0; /* keep the older, lose the newer */
+            d->older = m;
+            d->older_cap = nc;
+        }
+        d->older[d->nolder++] = loc_of(b);
+    } else {
+        if (table_room(c, why, sizeof(why)) != KVD_OK || ent_new(c, &id, why, sizeof(why)) !=
+                                                             KVD_OK) {
+            kvd_log(KVD_LOG_WARN, "event=cache_disk_record_skipped reason=\"%s\"", why);
+            return 0;
+        }
+        b = B(c, id);
+        memcpy(b->key, f->key, f->klen);
+        b->klen = f->klen;
+        b->state = KVD_CBLOCK_READY;
+        *slot_of(c, f->key, f->klen) =
+            (key_hash(c->seed, f->key, f->klen) >> 32) << 32 | ((uint64_t)id + 1);
+        c->indexed++;
+        c->ready++;
+        c->disk_only++;
+        d->records++;
+    }
+    b->dseg = KVD_DISK_LOC_SEG(f->loc);
+    b->doff = KVD_DISK_LOC_OFF(f->loc);
+    /* its parent's key, resolved once every record is in */
+    if (id >= d->poff_len) {
+        uint32_t nl = d->poff_len ? d->poff_len : 1024;
+        uint64_t *m;
+        while (nl <= id)
+            nl *= 2;
+        if ((m = realloc(d->poff, nl * sizeof(*m))) == NULL)
+            goto oom;
+        memset(m + d->poff_len, 0, (nl - d->poff_len) * sizeof(*m));
+        d->poff = m;
+        d->poff_len = nl;
+    }
+    d->poff[id] = 0;
+    if (f->parent != NULL && f->plen > 0) {
+        if (d->pkeys_len + 1 + f->plen > d->pkeys_cap) {
+            uint64_t nc = d->pkeys_cap ? d->pkeys_cap * 2 : 65536;
+            uint8_t *m = realloc(d->pkeys, nc);
+            if (m == NULL)
+                goto oom;
+            d->pkeys = m;
+            d->pkeys_cap = nc;
+        }
+        if (d->pkeys_len == 0)
+            d->pkeys[d->pkeys_len++] = 0; /* offset 0 means none */
+        d->poff[id] = d->pkeys_len;
+        d->pkeys[d->pkeys_len++] = f->plen;
+        memcpy(d->pkeys + d->pkeys_len, f->parent, f->plen);
+        d->pkeys_len += f->plen;
+    }
+    return 1;
+oom:
+    /* kept without a parent would break the prefix rule: mark it an orphan */
+    if (id < d->poff_len)
+        d->poff[id] = UINT64_MAX;
+    return 1;
+}
+
+/* Link every block found to its parent; those whose parent never came (or
+ * that chain round in a loop) go, with every block after them. */
+static void link_found(kvd_cache_store_t *c)
+{
+    struct kvd_cache_disk *d = c->disk;
+    uint32_t n = c->ents_made, id, *path = NULL, np, bad = 0;
+    uint8_t *mark = calloc(n ? n : 1, 1); /* 0 unknown, 1 on the path, 2 good, 3 bad */
+
+    path = malloc((n ? n : 1) * sizeof(*path));
+    if (mark == NULL || path == NULL) {
+        free(mark);
+        free(path);
+        kvd_log(KVD_LOG_ERROR, "event=cache_disk_open reason=\"out of memory linking blocks\"");
+        return;
+    }
+    for (id = 0; id < n; id++) {
+        kvd_cblock_t *b = B(c, id);
+        uint64_t off = id < d->poff_len ? d->poff[id] : 0;
+        uint32_t p;
+
+        if (b->state != KVD_CBLOCK_READY)
+            continue;
+        if (off == 0)
+            continue;
+        p = off == UINT64_MAX ? KVD_CBLOCK_NONE
+                              : kvd_cache_find(c, d->pkeys + off + 1, d->pkeys[off]);
+        if (p == KVD_CBLOCK_NONE || p == id) {
+            mark[id] = 3;
+            continue;
+        }
+        b->parent = p + 1;
+    }
+    /* walk up from each block: good where it reaches a chain's first */
+    for (id = 0; id < n; id++) {
+        uint32_t at = id, verdict;
+
+        if (mark[id] >= 2 || B(c, id)->state != KVD_CBLOCK_READY)
+            continue;
+        np = 0;
+        for (;;) {
+            kvd_cblock_t *b = B(c, at);
+            if (mark[at] >= 2) {
+                verdict = mark[at];
+                break;
+            }
+            if (mark[at] == 1) { /* a loop */
+                verdict = 3;
+                break;
+            }
+            mark[at] = 1;
+            path[np++] = at;
+            if (b->parent == 0) {
+                verdict = 2;
+                break;
+            }
+            at = b->parent - 1;
+        }
+        while (np-- > 0)
+            mark[path[np]] = (uint8_t)verdict;
+    }
+    /* the bad go (no good block names one as parent); the good are linked */
+    for (id = 0; id < n; id++) {
+        kvd_cblock_t *b = B(c, id);
+        if (b->state != KVD_CBLOCK_READY)
+            continue;
+        if (mark[id] == 3) {
+            table_delete(c, slot_of(c, b->key, b->klen));
+            c->indexed--;
+            c->ready--;
+            c->disk_only--;
+            disk_forget(c, b);
+            ent_free(c, id);
+            bad++;
+        }
+    }
+    for (id = 0; id < n; id++) {
+        kvd_cblock_t *b = B(c, id);
+        if (b->state == KVD_CBLOCK_READY && b->parent)
+            child_link(c, b->parent - 1, id);
+    }
+    /* recency: the order found (the oldest the least recently used) */
+    for (id = 0; id < n; id++)
+        if (B(c, id)->state == KVD_CBLOCK_READY)
+            lru_insert(c, id, 1);
+    if (bad > 0)
+        kvd_log(KVD_LOG_WARN, "event=cache_disk_orphans blocks=%u reason=\"their parent's "
+                "record was not found: dropped with the blocks after them\"", bad);
+    free(mark);
+    free(path);
+}
+
+kvd_status_t kvd_cache_store_open_disk(kvd_cache_store_t *c, const kvd_cache_disk_config_t *cfg,
+                                       char *why, size_t why_len)
+{
+    struct kvd_cache_disk *d;
+    kvd_disk_store_config_t sc;
+    char text[KVD_DISK_LAYOUT_TEXT];
+    kvd_status_t st;
+
+    if (cfg == NULL || cfg->dir == NULL || cfg->io == NULL) {
+        snprintf(why, why_len, "a disk level needs a directory and an I/O engine");
+        return KVD_EINVAL;
+    }
+    if (c->disk != NULL || c->indexed != 0) {
+        snprintf(why, why_len, "the cache's disk level is opened once, before its first save");
+        return KVD_EINVAL;
+    }
+    if ((d = calloc(1, sizeof(*d))) == NULL) {
+        snprintf(why, why_len, "out of memory");
+        return KVD_ENOMEM;
+    }
+    kvd_cache_layout_text(&c->layout, text, sizeof(text));
+    memset(&sc, 0, sizeof(sc));
+    sc.dir = cfg->dir;
+    sc.layout_id = kvd_cache_layout_id(&c->layout);
+    sc.layout_text = text;
+    sc.block_bytes = c->block_bytes;
+    /* segments of an eighth of the budget (1 MiB to 256 MiB), batches of a
+     * quarter segment (64 KiB to 8 MiB): a small level does not hold far
+     * more disk than its budget, a large one writes in long runs */
+    sc.segment_bytes = cfg->budget / 8;
+    if (sc.segment_bytes < (1u << 20))
+        sc.segment_bytes = 1u << 20;
+    if (sc.segment_bytes > (256u << 20))
+        sc.segment_bytes = 256u << 20;
+    sc.write_bytes = (uint32_t)(sc.segment_bytes / 4 > (8u << 20) ? 8u << 20
+                                                                   : sc.segment_bytes / 4);
+    if (sc.write_bytes < (64u << 10))
+        sc.write_bytes = 64u << 10;
+    d->io = cfg->io;
+    d->budget = cfg->budget;
+    d->opening = 1;
+    c->disk = d;
+    st = kvd_disk_store_open(&d->store, &sc, cfg->io, found_record, c, why, why_len);
+    if (st == KVD_OK) {
+        d->rec_bytes = kvd_disk_store_rec_bytes(d->store);
+        d->cap = d->budget / d->rec_bytes;
+        if (d->cap == 0) {
+            snprintf(why, why_len, "a disk budget of %" PRIu64 " bytes holds no record of %"
+                     PRIu64 " bytes", d->budget, d->rec_bytes);
+            st = KVD_ERANGE;
+        }
+    }
+    if (st != KVD_OK) {
+        uint32_t id;
+        /* nothing of it stays: the entries found go without touching the disk */
+        for (id = 0; id < c->ents_made; id++) {
+            kvd_cblock_t *b = B(c, id);
+            if (b->state == KVD_CBLOCK_READY) {
+                table_delete(c, slot_of(c, b->key, b->klen));
+                ent_free(c, id);
+            }
+        }
+        c->indexed = c->ready = c->disk_only = 0;
+        kvd_disk_store_close(&d->store);
+        free(d->poff);
+        free(d->pkeys);
+        free(d->older);
+        free(d);
+        c->disk = NULL;
+        return st;
+    }
+    for (uint64_t i = 0; i < d->nolder; i++)
+        kvd_disk_drop(d->store, d->older[i]);
+    link_found(c);
+    free(d->older);
+    free(d->poff);
+    free(d->pkeys);
+    d->older = NULL;
+    d->poff = NULL;
+    d->pkeys = NULL;
+    d->nolder = d->poff_len = 0;
+    d->opening = 0;
+    /* a budget smaller than last time's: the least recently used go */
+    while (d->records > d->cap) {
+        uint64_t before = d->records;
+        if (evict_one(c) != KVD_OK)
+            break;
+        d->evictions += before - d->records;
+    }
+    kvd_log(KVD_LOG_INFO, "event=cache_disk_open dir=\"%s\" blocks=%" PRIu64 " budget=%" PRIu64
+            " engine=%s", cfg->dir, d->records, d->budget, kvd_disk_io_engine(cfg->io));
+    return KVD_OK;
+}
+
+static void disk_close(kvd_cache_store_t *c)
+{
+    struct kvd_cache_disk *d = c->disk;
+
+    if (d == NULL)
+        return;
+    /* queued writes go out; their completions still find the store whole */
+    kvd_disk_store_flush(d->store);
+    kvd_disk_store_close(&d->store);
+    c->disk = NULL;
+    free(d);
+}
+
+void kvd_cache_store_disk_stats(const kvd_cache_store_t *c, kvd_cache_disk_stats_t *out)
+{
+    const struct kvd_cache_disk *d = c->disk;
+    kvd_disk_store_stats_t s;
+
+    memset(out, 0, sizeof(*out));
+    if (d == NULL)
+        return;
+    kvd_disk_store_stats(d->store, &s);
+    out->budget = d->budget;
+    out->used_bytes = d->records * d->rec_bytes;
+    out->blocks = (uint32_t)d->records;
+    out->hits = d->hits;
+    out->spills = d->spills;
+    out->promotions = d->promotions;
+    out->reads = s.reads;
+    out->read_bytes = s.read_bytes;
+    out->writes = d->writes;
+    out->write_bytes = d->writes * c->block_bytes;
+    out->evictions = d->evictions;
+    out->checksum_failures = s.checksum_failures;
+    out->io_errors = s.io_errors;
+    out->no_space = s.no_space + d->refused;
+    out->direct = s.direct;
 }

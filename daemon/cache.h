@@ -25,6 +25,12 @@
  * or saved) or that still have children leave the LRU list when eviction
  * meets them, and come back once free to go: each is met at most once per
  * use, so eviction costs O(1) amortized.
+ *
+ * With a disk level (kvd_cache_store_open_disk; docs/design/disk-level.md)
+ * the same index, lookup and order cover blocks on disk: a committed
+ * block is written through, host memory gives up clean copies (a second
+ * list, of blocks whose host copy may go), and the rule above takes
+ * blocks out of both levels when the disk's budget is full.
  */
 #ifndef KVD_DAEMON_CACHE_H
 #define KVD_DAEMON_CACHE_H
@@ -58,7 +64,15 @@ typedef struct kvd_block_layout {
     char dtype[16];            /* a label, compared exactly */
 } kvd_block_layout_t;
 
-/* One block's entry: 100 bytes.  Its children (the blocks whose parent it
+/* Disk-level flags of an entry (dflags). */
+enum {
+    KVD_CBLOCK_WRITING = 1,  /* its record is being written (the write holds it) */
+    KVD_CBLOCK_FETCHING = 2, /* its host slot is being read into (the read holds it) */
+    KVD_CBLOCK_IN_HLRU = 4,  /* in the host list: its host copy may go */
+    KVD_CBLOCK_NODISK = 8,   /* its record could not be written: host memory only */
+};
+
+/* One block's entry: 116 bytes.  Its children (the blocks whose parent it
  * is) form a list through first_child and the siblings' links, so that
  * the subtree under a block is walked in time of its size.  A free entry
  * links to the next free one through lru_next. */
@@ -71,9 +85,12 @@ typedef struct kvd_cblock {
     uint32_t prev_sibling; /* id + 1 of the parent's previous child; 0: none */
     uint32_t holds;    /* leases, loads reading it, the save writing it */
     uint32_t host;     /* slot + 1 of its bytes in host memory; 0: none */
+    uint32_t hlru_prev, hlru_next; /* the host list (disk level): id + 1 */
+    uint32_t dseg, doff; /* its record on disk (kvd_disk_loc_t halves); 0, 0: none */
     uint8_t state;     /* enum kvd_cblock_state */
     uint8_t in_lru;
     uint8_t klen;
+    uint8_t dflags;    /* KVD_CBLOCK_WRITING ... */
     uint8_t key[KVD_CACHE_KEY_MAX];
 } kvd_cblock_t;
 
@@ -99,6 +116,7 @@ typedef struct kvd_cache_mem {
 } kvd_cache_mem_t;
 
 struct kvd_cache_ahead;
+struct kvd_cache_disk;
 
 typedef struct kvd_cache_slab {
     void *ptr;             /* nblocks slots of block_bytes */
@@ -130,6 +148,9 @@ typedef struct kvd_cache_store {
     uint32_t nchunks;
     uint32_t ents_made;    /* entries [0, ents_made) exist */
     uint32_t ent_free;     /* id + 1 of the first free entry; 0: none */
+    uint32_t disk_only;    /* ready blocks with no bytes in host memory */
+    uint32_t hlru_head, hlru_tail; /* the host list: id + 1 */
+    struct kvd_cache_disk *disk;   /* NULL: host memory only */
     uint64_t *table;       /* (tag << 32) | (id + 1); 0: empty */
     uint64_t table_mask;
     uint32_t indexed;      /* entries in the table (filling and ready) */
@@ -174,6 +195,13 @@ static inline kvd_cblock_t *kvd_cache_block(const kvd_cache_store_t *c, uint32_t
         return &c->ents[0][id];
     k = 32 - (uint32_t)__builtin_clz(id >> 6);
     return &c->ents[k][id - (64u << (k - 1))];
+}
+/* Whether a block's bytes are in host memory now (ready, not being read). */
+static inline int kvd_cache_in_host(const kvd_cache_store_t *c, uint32_t id)
+{
+    const kvd_cblock_t *b = kvd_cache_block(c, id);
+
+    return b->state == KVD_CBLOCK_READY && b->host != 0 && !(b->dflags & KVD_CBLOCK_FETCHING);
 }
 /* The host slot of a block that has one. */
 static inline uint32_t kvd_cache_host_slot(const kvd_cache_store_t *c, uint32_t id)
@@ -248,7 +276,13 @@ typedef struct kvd_cache_disk_stats {
 } kvd_cache_disk_stats_t;
 
 /* Give the store a disk level (once, before the first save): opens dir
- * and takes every whole block found there into the index, on disk only.
+ * and takes every whole block found there into the index, on disk only
+ * (a newer record of a key replaces an older one, which is dropped; a
+ * record whose parent is not found is dropped, with every block after
+ * it).  From then on a committed block is written through to disk, a
+ * block's host copy goes only once it is on disk, and a block leaves the
+ * cache (both levels) by the least recently used rule when the disk's
+ * budget is full.
  * Waits for the disk: at start-up, or for an empty directory.  With why:
  * KVD_EINVAL (a bad config), KVD_EPERM (a directory that cannot be
  * trusted), KVD_EIO. */
@@ -257,10 +291,42 @@ kvd_status_t kvd_cache_store_open_disk(kvd_cache_store_t *c, const kvd_cache_dis
 /* Zeros where the store has no disk level. */
 void kvd_cache_store_disk_stats(const kvd_cache_store_t *c, kvd_cache_disk_stats_t *out);
 
-/* Bytes of blocks resident now (ready). */
+/* The disk writes queued by the commits so far go now rather than once a
+ * batch is full: after a save's commits. */
+void kvd_cache_disk_flush(kvd_cache_store_t *c);
+
+/* Of the ready blocks ids[0..n), how many are on disk only; counted as
+ * the disk level's hits. */
+uint32_t kvd_cache_disk_hits(kvd_cache_store_t *c, const uint32_t *ids, uint32_t n);
+
+typedef void (*kvd_cache_fetch_cb)(void *arg, kvd_status_t st);
+/* Bring ready block id, on disk only, into host memory: a host slot is
+ * taken for it (as a save's would be) and its record read there; cb runs
+ * later from kvd_disk_io_poll (never from inside this call) with KVD_OK,
+ * the block then in host memory as the most recently used, its record
+ * kept; or KVD_EIO when the record failed its checks or the read failed:
+ * the block and every block after it in any chain have left the index.
+ * A block already being read gets the same read's outcome.  Otherwise
+ * (KVD_EBUSY: no host slot free to take; KVD_EINVAL: not on disk only)
+ * cb will not run. */
+kvd_status_t kvd_cache_fetch(kvd_cache_store_t *c, uint32_t id, kvd_cache_fetch_cb cb, void *arg,
+                             char *why, size_t why_len);
+
+/* The identity of a layout on disk (its records carry it), and the layout
+ * in words. */
+uint64_t kvd_cache_layout_id(const kvd_block_layout_t *l);
+void kvd_cache_layout_text(const kvd_block_layout_t *l, char *out, size_t len);
+
+/* Ready blocks with their bytes in host memory. */
+static inline uint32_t kvd_cache_host_blocks(const kvd_cache_store_t *c)
+{
+    return c->ready - c->disk_only;
+}
+
+/* Bytes of blocks resident in host memory now (ready). */
 static inline uint64_t kvd_cache_used(const kvd_cache_store_t *c)
 {
-    return (uint64_t)c->ready * c->block_bytes;
+    return (uint64_t)kvd_cache_host_blocks(c) * c->block_bytes;
 }
 
 #endif

@@ -14,7 +14,12 @@
 #define MAX_GROUPS 128  /* layer events or flags of one load (ops_cache.c checks) */
 #define EARLY_COPIES 2  /* copies of landed blocks in flight at once, at most */
 
-enum { B_ABSENT, B_HELD, B_COPYING }; /* a block of the plan: not here, held, copy submitted */
+enum { B_ABSENT, B_HELD, B_COPYING };
+
+struct load_fetch {
+    kvd_load_t *l;
+    uint32_t pos;
+}; /* a block of the plan: not here, held, copy submitted */
 
 struct kvd_load {
     kvd_server_t *srv;
@@ -50,6 +55,8 @@ struct kvd_load {
     int waiting;               /* kvd__load_wait: an operation in flight on conn */
     int ending;                /* kvd__load_end came: ends once copies is 0 */
     int brought;               /* blocks were to be brought (why names what failed) */
+    struct load_fetch *fetches; /* [n] the reads from disk (kvd__load_fetch) */
+    uint32_t reading;          /* of them, in flight */
     char why[200];
 };
 
@@ -80,6 +87,7 @@ static void load_free(kvd_load_t *l)
     free(l->klen);
     free(l->ids);
     free(l->state);
+    free(l->fetches);
     free(l);
     if (waiting)
         kvd__conn_op_end(conn);
@@ -102,10 +110,11 @@ static uint32_t find(const kvd_load_t *l, uint32_t i)
                           l->klen[i]);
 }
 
+/* Ready with its bytes in host memory (a block on disk only is read
+ * there first: kvd__load_fetch). */
 static int ready(const kvd_load_t *l, uint32_t id)
 {
-    return id != KVD_CBLOCK_NONE &&
-           kvd_cache_block(&l->cache->store, id)->state == KVD_CBLOCK_READY;
+    return id != KVD_CBLOCK_NONE && kvd_cache_in_host(&l->cache->store, id);
 }
 
 kvd_status_t kvd__load_create(kvd_req_t *r, kvd_dataop_t *d, const kvd_load_spec_t *s,
@@ -540,10 +549,55 @@ static void load_last(kvd_load_t *l)
     }
 }
 
+static void fetched(void *arg, kvd_status_t st)
+{
+    struct load_fetch *f = arg;
+    kvd_load_t *l = f->l;
+
+    if (st == KVD_OK)
+        kvd__load_land(l, &f->pos, 1);
+    else if (l->why[0] == '\0')
+        snprintf(l->why, sizeof(l->why), "a block's record on disk failed its checks, or its "
+                 "read failed");
+    if (--l->reading == 0)
+        kvd__load_end(l, l->why);
+}
+
+uint32_t kvd__load_fetch(kvd_load_t *l)
+{
+    kvd_cache_store_t *c = &l->cache->store;
+    char why[200];
+
+    for (uint32_t i = 0; i < l->n; i++) {
+        uint32_t id;
+        if (l->state[i] != B_ABSENT || (id = find(l, i)) == KVD_CBLOCK_NONE ||
+            kvd_cache_block(c, id)->state != KVD_CBLOCK_READY || kvd_cache_in_host(c, id))
+            continue;
+        if (l->fetches == NULL && (l->fetches = calloc(l->n, sizeof(*l->fetches))) == NULL) {
+            snprintf(l->why, sizeof(l->why), "out of memory");
+            break;
+        }
+        l->fetches[i].l = l;
+        l->fetches[i].pos = i;
+        if (kvd_cache_fetch(c, id, fetched, &l->fetches[i], why, sizeof(why)) != KVD_OK) {
+            if (l->why[0] == '\0')
+                snprintf(l->why, sizeof(l->why), "reading blocks from disk: %.170s", why);
+            continue;
+        }
+        l->reading++;
+    }
+    if (l->why[0] != '\0')
+        l->brought = 1;
+    if (l->reading > 0)
+        kvd__load_wait(l);
+    return l->reading;
+}
+
 void kvd__load_end(kvd_load_t *l, const char *why)
 {
     l->ending = 1;
-    snprintf(l->why, sizeof(l->why), "%s", why ? why : "");
+    if (why != l->why)
+        snprintf(l->why, sizeof(l->why), "%s", why ? why : "");
     if (l->copies == 0)
         load_last(l);
 }

@@ -50,6 +50,14 @@ void kvd__load_destroy(kvd_load_t **l);
 /* Blocks of the plan not READY in the tier now. */
 uint32_t kvd__load_missing(const kvd_load_t *l);
 
+/* The plan's blocks on disk only (the cache's disk level) are read into
+ * host memory: the plan waits for them as for a pull (kvd__load_wait),
+ * each landing as its read ends, and ends once every read has; a block
+ * whose record failed its checks is missing, as one no peer holds is.
+ * The reads started; 0: none to wait for (why kept where some could not
+ * start: kvd__load_run names them). */
+uint32_t kvd__load_fetch(kvd_load_t *l);
+
 /* End the plan now, in r's handler: every block must be in the tier
  * (why: NULL, or why blocks could not be brought: a missing one is then
  * named with it).  KVD_OK: r is deferred, the reply comes when the copy

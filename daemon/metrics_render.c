@@ -118,7 +118,7 @@ static void sample_d(sbuf_t *b, const char *name, const char *key, const char *v
 /* The cache tier: one sample per cache of each family, labelled with the
  * cache's name and its owner (names are unique per owner). */
 #define CACHE_FAMILIES(X)                                                                          \
-    X(blocks, "gauge", "blocks resident", s->ready)                                             \
+    X(blocks, "gauge", "blocks resident", kvd_cache_host_blocks(s))                             \
     X(capacity_blocks, "gauge", "blocks the cache's budget holds", s->capacity)                 \
     X(used_bytes, "gauge", "bytes of resident blocks", kvd_cache_used(s))                       \
     X(budget_bytes, "gauge", "the cache's budget", s->budget)                                   \

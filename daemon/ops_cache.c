@@ -224,7 +224,7 @@ static void info_fill(const kvd_cache_t *k, Kvdock__CacheInfo *ci, Kvdock__Cache
     ci->budget_bytes = s->budget;
     ci->block_bytes = s->block_bytes;
     ci->capacity = s->capacity;
-    ci->blocks = s->ready;
+    ci->blocks = kvd_cache_host_blocks(s);
     ci->used_bytes = kvd_cache_used(s);
     ci->held_bytes = s->held_bytes;
     ci->shared = k->shared;
@@ -1258,6 +1258,7 @@ static kvd_status_t lookup_reply(kvd_server_t *srv, kvd__conn_t *c, kvd_cache_t 
         return KVD_ELIMIT;
     }
     rep->local_hits = hits;
+    rep->disk_hits = kvd_cache_disk_hits(&k->store, ids, hits);
     rep->hits = hits;
     while (present != NULL && rep->hits < n && rep->hits >= first &&
            kvd_cluster_bit(present, rep->hits - first))
@@ -1634,6 +1635,7 @@ static void save_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, 
             kvd_cache_unhold(c, op->ids[i]);
         }
     }
+    kvd_cache_disk_flush(c); /* the blocks' records go to disk now */
     if (st == KVD_OK) {
         c->n.saves++;
         c->n.stored += op->stored;
@@ -1892,6 +1894,12 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
     spec.flag_value = cl->flag_value;
     if ((st = kvd__load_create(r, d, &spec, &plan)) != KVD_OK)
         return st;
+    /* blocks on disk only are read into host memory first; the peers
+     * are not asked for the others meanwhile */
+    if (c->disk != NULL && kvd__load_missing(plan) > 0 && kvd__load_fetch(plan) > 0) {
+        r->deferred = 1;
+        return KVD_OK;
+    }
     /* a cluster cache lacking blocks (or pulling them for another load)
      * has the peers bring them: the plan copies them as they land */
     if (lease == NULL && k->cluster && kvd__load_missing(plan) > 0 &&

@@ -188,6 +188,7 @@ static void pend_finish(kvd_pulls_t *ps, pend_t *p)
                 kvd_cache_abort(c, p->ids[j]);
             p->ids[j] = KVD_CBLOCK_NONE;
         }
+        kvd_cache_disk_flush(c);
         for (uint32_t j = 0; j < p->nask; j++)
             if ((p->got == NULL || p->got[j] != GOT_IN) && missing++ == 0)
                 first_missing = p->pos[j];
@@ -241,6 +242,7 @@ static void block_landed(pend_t *p, uint32_t j, int ok)
                 kvd_cache_commit(&p->cache->store, p->ids[j]);
             else
                 kvd_cache_abort(&p->cache->store, p->ids[j]);
+            kvd_cache_disk_flush(&p->cache->store);
             p->ids[j] = KVD_CBLOCK_NONE;
         }
     }
@@ -281,6 +283,7 @@ static void pend_early(pend_t *p)
             p->lpos[count++] = p->pos[j];
         p->ids[j] = KVD_CBLOCK_NONE; /* the tier's now */
     }
+    kvd_cache_disk_flush(c); /* their records go to disk now */
     p->fresh = 0;
     if (count > 0)
         p->landed(p->arg, p->lpos, count);

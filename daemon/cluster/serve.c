@@ -45,7 +45,8 @@ void kvd__serve_query(kvd_serve_t *sv, kvd_link_t *l, const Kvdock__Cluster__Que
         if (q->keys[i].len < 1 || q->keys[i].len > KVD_CACHE_KEY_MAX)
             continue;
         id = kvd_cache_find(&k->store, q->keys[i].data, q->keys[i].len);
-        if (id != KVD_CBLOCK_NONE && kvd_cache_block(&k->store, id)->state == KVD_CBLOCK_READY)
+        /* blocks on disk only are not served to peers: reported missing */
+        if (id != KVD_CBLOCK_NONE && kvd_cache_in_host(&k->store, id))
             kvd__cl_set_bit(bits, (uint32_t)i);
     }
     qr.id = q->id;
@@ -74,7 +75,7 @@ void kvd__serve_fetch(kvd_serve_t *sv, kvd_link_t *l, const Kvdock__Cluster__Fet
         if (k != NULL && f->keys[i].len >= 1 && f->keys[i].len <= KVD_CACHE_KEY_MAX)
             id = kvd_cache_find(&k->store, f->keys[i].data, f->keys[i].len);
         if (l->nlanes == 0 || id == KVD_CBLOCK_NONE ||
-            kvd_cache_block(&k->store, id)->state != KVD_CBLOCK_READY ||
+            !kvd_cache_in_host(&k->store, id) ||
             (sc = calloc(1, sizeof(*sc))) == NULL) {
             kvd__cl_set_bit(missing, (uint32_t)i);
             continue;

@@ -1,0 +1,706 @@
+/*
+ * check_cache_disk: the cache store over two levels (daemon/cache.c with
+ * its disk level, daemon/disk/ underneath), in a real directory of the
+ * build tree (not tmpfs), with a real I/O engine driven by
+ * kvd_disk_io_poll: blocks leave host memory for disk and come back byte
+ * for byte; chains stay prefixes over both levels after filling far past
+ * both budgets (against a plain model); held blocks stay; dedup, evict
+ * and clear cover both levels; a restart finds every whole block, drops
+ * orphans and older copies, and a million blocks serve lookups within 3 s;
+ * a record that fails its checks is missing with every block after it.
+ */
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "disk_store.h"
+
+#ifndef KVD_TEST_SCRATCH
+#define KVD_TEST_SCRATCH "/tmp"
+#endif
+
+#define BLOCK 64u /* 1 layer, MLA, 4 tokens of 16 bytes */
+
+static char dir[512];
+static kvd_disk_io_t *io;
+
+static kvd_status_t test_alloc(void *ctx, uint64_t bytes, void **ptr, void **handle, char *why,
+                               size_t why_len)
+{
+    (void)ctx;
+    *ptr = malloc(bytes ? bytes : 1);
+    *handle = *ptr;
+    if (*ptr == NULL) {
+        snprintf(why, why_len, "malloc");
+        return KVD_ENOMEM;
+    }
+    return KVD_OK;
+}
+
+static void test_free(void *ctx, void *handle)
+{
+    (void)ctx;
+    free(handle);
+}
+
+static const kvd_cache_mem_t MEM = {NULL, test_alloc, test_free, NULL, NULL};
+static const kvd_block_layout_t LAYOUT = {1, 1, 4, 16, "u8"};
+
+static void setup(void)
+{
+    int threads = getenv("KVD_TEST_DISK_THREADS") != NULL; /* valgrind: the pool */
+    kvd_disk_io_config_t c = {.queue_depth = 16, .threads = 2, .force_threads = threads};
+    char why[200];
+
+    snprintf(dir, sizeof(dir), "%s/cache-disk-XXXXXX", KVD_TEST_SCRATCH);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+    ck_assert_int_eq(kvd_disk_io_create(&io, &c, why, sizeof(why)), KVD_OK);
+}
+
+static void teardown(void)
+{
+    char cmd[600];
+
+    kvd_disk_io_destroy(&io);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Until every request submitted so far is done. */
+static void drain(void)
+{
+    while (kvd_disk_io_pending(io) > 0)
+        kvd_disk_io_wait(io, 1000);
+}
+
+/* A store of host_blocks blocks in host memory over a disk level of
+ * disk_bytes in dir. */
+static void open_with(kvd_cache_store_t *c, kvd_hostmem_t *hm, uint32_t host_blocks,
+                      uint64_t disk_bytes, kvd_status_t want)
+{
+    kvd_cache_disk_config_t cfg = {dir, disk_bytes, io};
+    char why[200];
+
+    kvd_hostmem_init(hm, 1ull << 30);
+    ck_assert_int_eq(kvd_cache_store_init(c, &LAYOUT, (uint64_t)host_blocks * BLOCK, hm, &MEM, why,
+                                          sizeof(why)),
+                     KVD_OK);
+    ck_assert_int_eq(kvd_cache_store_open_disk(c, &cfg, why, sizeof(why)), want);
+}
+
+static void key_of(uint8_t *k, uint32_t ch, uint32_t i)
+{
+    memset(k, 0, 12);
+    memcpy(k, &ch, 4);
+    memcpy(k + 4, &i, 4);
+    k[8] = 0xc7;
+}
+
+static uint8_t byte_of(uint32_t ch, uint32_t i, uint32_t gen, uint32_t j)
+{
+    return (uint8_t)(ch * 31 + i * 7 + gen * 101 + j);
+}
+
+/* Save chain ch's keys [0, n) (bytes of generation gen), as a save does,
+ * then let the writes finish.  The blocks stored. */
+static uint32_t save_chain(kvd_cache_store_t *c, uint32_t ch, uint32_t n, uint32_t gen)
+{
+    uint32_t i, parent = KVD_CBLOCK_NONE, stored = 0, held[512], nheld = 0;
+    uint8_t k[12];
+    char why[200];
+
+    for (i = 0; i < n; i++) {
+        uint32_t id;
+
+        key_of(k, ch, i);
+        id = kvd_cache_find(c, k, 12);
+        if (id != KVD_CBLOCK_NONE) {
+            if (kvd_cache_block(c, id)->state != KVD_CBLOCK_READY)
+                break;
+            kvd_cache_hold(c, id);
+            held[nheld++] = id;
+        } else if (kvd_cache_reserve(c, parent, k, 12, &id, why, sizeof(why)) == KVD_OK) {
+            uint8_t *p = kvd_cache_block_bytes(c, id);
+            for (uint32_t j = 0; j < BLOCK; j++)
+                p[j] = byte_of(ch, i, gen, j);
+            held[nheld++] = id;
+            stored++;
+        } else {
+            break;
+        }
+        parent = id;
+    }
+    while (nheld-- > 0) {
+        if (kvd_cache_block(c, held[nheld])->state == KVD_CBLOCK_FILLING)
+            kvd_cache_commit(c, held[nheld]);
+        else
+            kvd_cache_unhold(c, held[nheld]);
+    }
+    kvd_cache_disk_flush(c);
+    drain();
+    return stored;
+}
+
+static uint32_t present(kvd_cache_store_t *c, uint32_t ch, uint32_t n, uint32_t *ids)
+{
+    uint8_t keys[512][12];
+    const uint8_t *kp[512];
+    size_t lens[512];
+
+    for (uint32_t i = 0; i < n; i++) {
+        key_of(keys[i], ch, i);
+        kp[i] = keys[i];
+        lens[i] = 12;
+    }
+    return kvd_cache_lookup(c, kp, lens, n, 0, ids);
+}
+
+static int fetch_seen;
+static kvd_status_t fetch_st;
+
+static void on_fetch(void *arg, kvd_status_t st)
+{
+    (void)arg;
+    fetch_seen++;
+    fetch_st = st;
+}
+
+/* Block id's bytes, read from disk where it is on disk only: KVD_OK with
+ * out filled, or the read's failure. */
+static kvd_status_t bytes_of(kvd_cache_store_t *c, uint32_t id, uint8_t *out)
+{
+    char why[200];
+    kvd_status_t st;
+
+    if (!kvd_cache_in_host(c, id)) {
+        fetch_seen = 0;
+        st = kvd_cache_fetch(c, id, on_fetch, NULL, why, sizeof(why));
+        if (st != KVD_OK)
+            return st;
+        ck_assert_int_eq(fetch_seen, 0); /* never from inside the call */
+        drain();
+        ck_assert_int_eq(fetch_seen, 1);
+        if (fetch_st != KVD_OK)
+            return fetch_st;
+        ck_assert(kvd_cache_in_host(c, id));
+    }
+    memcpy(out, kvd_cache_block_bytes(c, id), BLOCK);
+    return KVD_OK;
+}
+
+static void check_chain_bytes(kvd_cache_store_t *c, uint32_t ch, uint32_t n, uint32_t gen)
+{
+    uint32_t ids[512], i;
+    uint8_t b[BLOCK];
+
+    ck_assert_uint_eq(present(c, ch, n, ids), n);
+    for (i = 0; i < n; i++) {
+        ck_assert_int_eq(bytes_of(c, ids[i], b), KVD_OK);
+        for (uint32_t j = 0; j < BLOCK; j++)
+            ck_assert_uint_eq(b[j], byte_of(ch, i, gen, j));
+    }
+}
+
+START_TEST(test_spill_and_reload)
+{
+    /* a host level 20 times smaller than the disk's: blocks spill to disk
+     * instead of going, and come back byte for byte */
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    kvd_cache_disk_stats_t ds;
+    uint32_t ch, ids[16];
+
+    open_with(&c, &hm, 16, 320ull * 256, KVD_OK); /* 320 records of 256 bytes */
+    for (ch = 0; ch < 30; ch++)
+        ck_assert_uint_eq(save_chain(&c, ch, 10, 0), 10);
+    kvd_cache_store_disk_stats(&c, &ds);
+    ck_assert_uint_eq(ds.blocks, 300);
+    ck_assert_uint_eq(ds.writes, 300);
+    ck_assert_uint_ge(ds.spills, 300 - 16);
+    ck_assert_uint_le(kvd_cache_host_blocks(&c), 16);
+    ck_assert_uint_eq(c.ready, 300);
+    /* every chain whole over both levels; the lookup counts disk hits */
+    ck_assert_uint_eq(present(&c, 3, 10, ids), 10);
+    ck_assert_uint_eq(kvd_cache_disk_hits(&c, ids, 10), 10);
+    for (ch = 0; ch < 30; ch++)
+        check_chain_bytes(&c, ch, 10, 0);
+    kvd_cache_store_disk_stats(&c, &ds);
+    ck_assert_uint_ge(ds.promotions, 280);
+    ck_assert_uint_eq(ds.hits, 10);
+    ck_assert_uint_eq(ds.checksum_failures, 0);
+    ck_assert_uint_le(kvd_cache_host_blocks(&c), 16);
+    /* promoted blocks stay in host memory (the last read the most
+     * recently used), their records kept */
+    ck_assert_uint_eq(present(&c, 29, 10, ids), 10);
+    ck_assert(kvd_cache_in_host(&c, ids[9]));
+    ck_assert_uint_eq(ds.blocks, 300);
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
+START_TEST(test_dedup_evict_clear)
+{
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    kvd_cache_disk_stats_t ds;
+    uint32_t ids[8], n;
+    uint8_t k[12];
+
+    open_with(&c, &hm, 8, 100ull * 256, KVD_OK);
+    ck_assert_uint_eq(save_chain(&c, 1, 8, 0), 8);
+    ck_assert_uint_eq(save_chain(&c, 2, 8, 0), 8);
+    /* chain 1 is on disk only now: saving it again stores nothing */
+    ck_assert_uint_eq(present(&c, 1, 8, ids), 8);
+    ck_assert(!kvd_cache_in_host(&c, ids[0]));
+    ck_assert_uint_eq(save_chain(&c, 1, 8, 1), 0);
+    check_chain_bytes(&c, 1, 8, 0);
+    /* evict by key: both levels */
+    key_of(k, 2, 3);
+    ck_assert_int_eq(kvd_cache_evict_key(&c, k, 12, &n), KVD_OK);
+    ck_assert_uint_eq(n, 5);
+    ck_assert_uint_eq(present(&c, 2, 8, NULL), 3);
+    drain();
+    kvd_cache_store_disk_stats(&c, &ds);
+    ck_assert_uint_eq(ds.blocks, 11);
+    /* clear: both levels */
+    ck_assert_uint_eq(kvd_cache_clear(&c), 11);
+    kvd_cache_store_disk_stats(&c, &ds);
+    ck_assert_uint_eq(ds.blocks, 0);
+    ck_assert_uint_eq(c.ready, 0);
+    kvd_cache_store_deinit(&c);
+    /* and after a restart nothing comes back */
+    open_with(&c, &hm, 8, 100ull * 256, KVD_OK);
+    ck_assert_uint_eq(c.ready, 0);
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
+START_TEST(test_held_disk_blocks_stay)
+{
+    /* a held block on disk only (a lease) stays through fills past both
+     * budgets; once let go it may leave */
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    uint32_t ids[4], ch;
+
+    open_with(&c, &hm, 4, 40ull * 256, KVD_OK);
+    ck_assert_uint_eq(save_chain(&c, 0, 4, 0), 4);
+    ck_assert_uint_eq(save_chain(&c, 1, 4, 0), 4);
+    ck_assert_uint_eq(present(&c, 0, 4, ids), 4);
+    ck_assert(!kvd_cache_in_host(&c, ids[3]));
+    for (uint32_t i = 0; i < 4; i++)
+        kvd_cache_hold(&c, ids[i]);
+    for (ch = 2; ch < 60; ch++)
+        save_chain(&c, ch, 4, 0);
+    check_chain_bytes(&c, 0, 4, 0);
+    for (uint32_t i = 4; i-- > 0;)
+        kvd_cache_unhold(&c, ids[i]);
+    for (ch = 60; ch < 120; ch++)
+        save_chain(&c, ch, 4, 0);
+    ck_assert_uint_eq(present(&c, 0, 4, NULL), 0);
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
+/*
+ * The plain model of the random test: for each chain, which of its keys
+ * were last saved with which bytes (a generation) and nothing of the
+ * store's structures.  After every step: each chain's present keys form a
+ * prefix, each present block's bytes are the model's last saved ones, and
+ * the levels keep their budgets.
+ */
+#define RCHAINS 40
+#define RLEN 12
+
+START_TEST(test_prefix_rule_random)
+{
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    kvd_cache_disk_stats_t ds;
+    uint32_t gen[RCHAINS][RLEN];
+    uint32_t step, seed = 12345, disk_cap;
+
+    memset(gen, 0, sizeof(gen));
+    open_with(&c, &hm, 8, 90ull * 256, KVD_OK); /* 8 in host, 90 on disk */
+    disk_cap = 90;
+    for (step = 0; step < 1500; step++) {
+        uint32_t ch, n, op, i, hits, ids[RLEN];
+        uint8_t k[12];
+
+        seed = seed * 1103515245u + 12345u;
+        ch = (seed >> 8) % RCHAINS;
+        n = 1 + (seed >> 16) % RLEN;
+        op = (seed >> 4) % 10;
+        if (op < 6) {
+            uint32_t before = present(&c, ch, n, NULL);
+            uint32_t stored = save_chain(&c, ch, n, step);
+            for (i = before; i < before + stored; i++)
+                gen[ch][i] = step;
+        } else if (op < 8) {
+            hits = present(&c, ch, n, ids);
+            kvd_cache_touch_chain(&c, ids, hits);
+            if (hits > 0) { /* read the last one back */
+                uint8_t b[BLOCK];
+                ck_assert_int_eq(bytes_of(&c, ids[hits - 1], b), KVD_OK);
+                for (uint32_t j = 0; j < BLOCK; j++)
+                    ck_assert_uint_eq(b[j], byte_of(ch, hits - 1, gen[ch][hits - 1], j));
+            }
+        } else if (op < 9) {
+            uint32_t ev;
+            key_of(k, ch, n - 1);
+            (void)kvd_cache_evict_key(&c, k, 12, &ev);
+        } else {
+            hits = present(&c, ch, n, ids);
+            for (i = 0; i < hits; i++)
+                kvd_cache_hold(&c, ids[i]);
+            uint32_t x = (ch + 1) % RCHAINS, before = present(&c, x, RLEN, NULL);
+            uint32_t stored = save_chain(&c, x, RLEN, step); /* a save while held */
+            for (i = before; i < before + stored; i++)
+                gen[x][i] = step;
+            for (i = hits; i-- > 0;)
+                kvd_cache_unhold(&c, ids[i]);
+        }
+        drain();
+        /* the rules, from lookups and finds only */
+        for (uint32_t x = 0; x < RCHAINS; x++) {
+            uint32_t p = present(&c, x, RLEN, NULL);
+            for (i = p; i < RLEN; i++) {
+                uint32_t id;
+                key_of(k, x, i);
+                id = kvd_cache_find(&c, k, 12);
+                ck_assert_msg(id == KVD_CBLOCK_NONE ||
+                                  kvd_cache_block(&c, id)->state != KVD_CBLOCK_READY,
+                              "step %u: chain %u key %u present after a gap at %u", step, x, i,
+                              p);
+            }
+        }
+        kvd_cache_store_disk_stats(&c, &ds);
+        ck_assert_uint_le(ds.blocks, disk_cap);
+        ck_assert_uint_le(kvd_cache_host_blocks(&c), 8);
+    }
+    /* every present block, whatever its level, has its last saved bytes */
+    for (uint32_t x = 0; x < RCHAINS; x++) {
+        uint32_t ids[RLEN], p = present(&c, x, RLEN, ids);
+        for (uint32_t i = 0; i < p; i++) {
+            uint8_t b[BLOCK];
+            ck_assert_int_eq(bytes_of(&c, ids[i], b), KVD_OK);
+            for (uint32_t j = 0; j < BLOCK; j++)
+                ck_assert_uint_eq(b[j], byte_of(x, i, gen[x][i], j));
+        }
+    }
+    kvd_cache_store_disk_stats(&c, &ds);
+    ck_assert_uint_gt(ds.evictions, 0);
+    ck_assert_uint_gt(ds.spills, 0);
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
+START_TEST(test_restart_finds_blocks)
+{
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    kvd_cache_disk_stats_t ds;
+    uint32_t ch, ids[10];
+
+    open_with(&c, &hm, 10, 200ull * 256, KVD_OK);
+    for (ch = 0; ch < 12; ch++)
+        ck_assert_uint_eq(save_chain(&c, ch, 10, 0), 10);
+    kvd_cache_store_deinit(&c); /* flushes the writes queued */
+    open_with(&c, &hm, 8, 200ull * 256, KVD_OK);
+    ck_assert_uint_eq(c.ready, 120);
+    ck_assert_uint_eq(kvd_cache_host_blocks(&c), 0);
+    kvd_cache_store_disk_stats(&c, &ds);
+    ck_assert_uint_eq(ds.blocks, 120);
+    ck_assert_uint_eq(ds.budget, 200ull * 256);
+    ck_assert_uint_eq(ds.used_bytes, 120ull * 256);
+    for (ch = 0; ch < 12; ch++)
+        check_chain_bytes(&c, ch, 10, 0);
+    /* parents were linked: evicting a chain's first takes the whole chain */
+    uint8_t k[12];
+    uint32_t n;
+    key_of(k, 5, 0);
+    ck_assert_int_eq(kvd_cache_evict_key(&c, k, 12, &n), KVD_OK);
+    ck_assert_uint_eq(n, 10);
+    ck_assert_uint_eq(present(&c, 5, 10, ids), 0);
+    kvd_cache_store_deinit(&c);
+    /* a smaller budget the next time: the least recently used go */
+    open_with(&c, &hm, 8, 50ull * 256, KVD_OK);
+    kvd_cache_store_disk_stats(&c, &ds);
+    ck_assert_uint_le(ds.blocks, 50);
+    for (ch = 0; ch < 12; ch++) {
+        uint32_t p = present(&c, ch, 10, NULL);
+        (void)p; /* a prefix by construction of lookups; bytes checked */
+        if (p > 0) {
+            uint32_t pids[10];
+            uint8_t b[BLOCK];
+            present(&c, ch, 10, pids);
+            ck_assert_int_eq(bytes_of(&c, pids[p - 1], b), KVD_OK);
+            ck_assert_uint_eq(b[0], byte_of(ch, p - 1, 0, 0));
+        }
+    }
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
+static void on_append(void *arg, kvd_status_t st, kvd_disk_loc_t loc)
+{
+    (void)loc;
+    *(kvd_status_t *)arg = st;
+}
+
+/* Records written with the disk store alone: keys (ch, i) of chain ch
+ * with parent (ch, i - 1), except where orphan names a missing parent. */
+static void write_records(uint32_t chains, uint32_t len, int orphan_at, uint32_t block)
+{
+    kvd_block_layout_t l = LAYOUT;
+    char text[KVD_DISK_LAYOUT_TEXT], why[200];
+    kvd_disk_store_config_t sc;
+    kvd_disk_store_t *s;
+    kvd_status_t *st = malloc(sizeof(*st) * chains * len);
+    uint8_t *data = calloc((size_t)chains * len, block); /* kept until written */
+
+    if (block != BLOCK) { /* tiny blocks: 1 token of block bytes */
+        l.tokens_per_block = 1;
+        l.token_bytes = block;
+    }
+    kvd_cache_layout_text(&l, text, sizeof(text));
+    memset(&sc, 0, sizeof(sc));
+    sc.dir = dir;
+    sc.layout_id = kvd_cache_layout_id(&l);
+    sc.layout_text = text;
+    sc.block_bytes = block;
+    sc.segment_bytes = 64u << 20;
+    ck_assert_int_eq(kvd_disk_store_open(&s, &sc, io, NULL, NULL, why, sizeof(why)), KVD_OK);
+    for (uint32_t ch = 0; ch < chains; ch++)
+        for (uint32_t i = 0; i < len; i++) {
+            uint8_t k[12], p[12];
+            key_of(k, ch, i);
+            key_of(p, ch, i ? i - 1 : 0);
+            if (orphan_at >= 0 && ch == 0 && i == (uint32_t)orphan_at)
+                key_of(p, 999999, 0); /* a parent never written */
+            uint8_t *d = data + ((size_t)ch * len + i) * block;
+            for (uint32_t j = 0; j < block; j++)
+                d[j] = byte_of(ch, i, 0, j);
+            ck_assert_int_eq(kvd_disk_append(s, k, 12, i ? p : NULL, i ? 12 : 0, d,
+                                             on_append, &st[ch * len + i]),
+                             KVD_OK);
+            if ((ch * len + i) % 65536 == 65535)
+                kvd_disk_io_poll(io);
+        }
+    kvd_disk_store_flush(s);
+    drain();
+    for (uint32_t i = 0; i < chains * len; i++)
+        ck_assert_int_eq(st[i], KVD_OK);
+    kvd_disk_store_close(&s);
+    free(st);
+    free(data);
+}
+
+START_TEST(test_restart_orphans_dropped)
+{
+    /* chain 0's block 3 names a parent never written: it and the blocks
+     * after it go; the rest is served */
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    kvd_cache_disk_stats_t ds;
+
+    write_records(4, 8, 3, BLOCK);
+    open_with(&c, &hm, 8, 100ull * 256, KVD_OK);
+    ck_assert_uint_eq(present(&c, 0, 8, NULL), 3);
+    ck_assert_uint_eq(c.ready, 3 + 3 * 8);
+    kvd_cache_store_disk_stats(&c, &ds);
+    ck_assert_uint_eq(ds.blocks, 27);
+    for (uint32_t ch = 1; ch < 4; ch++)
+        check_chain_bytes(&c, ch, 8, 0);
+    kvd_cache_store_deinit(&c);
+    /* the dropped records stay dropped */
+    open_with(&c, &hm, 8, 100ull * 256, KVD_OK);
+    ck_assert_uint_eq(c.ready, 27);
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
+START_TEST(test_other_layout_skipped)
+{
+    /* records of another layout are not this cache's */
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+
+    write_records(2, 4, -1, 32);
+    open_with(&c, &hm, 8, 100ull * 256, KVD_OK);
+    ck_assert_uint_eq(c.ready, 0);
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
+/* Flip one byte of the data of key (ch, i)'s record, found by its bytes. */
+static void damage(uint32_t ch, uint32_t i)
+{
+    char cmd[700], path[600];
+    uint8_t want[BLOCK];
+    FILE *ls;
+
+    for (uint32_t j = 0; j < BLOCK; j++)
+        want[j] = byte_of(ch, i, 0, j);
+    snprintf(cmd, sizeof(cmd), "ls '%s'/*.kvd", dir);
+    ls = popen(cmd, "r");
+    ck_assert_ptr_nonnull(ls);
+    while (fgets(path, sizeof(path), ls) != NULL) {
+        struct stat sb;
+        uint8_t *m;
+        int fd;
+
+        path[strcspn(path, "\n")] = '\0';
+        fd = open(path, O_RDWR);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(fstat(fd, &sb), 0);
+        m = malloc(sb.st_size);
+        ck_assert_int_eq(pread(fd, m, sb.st_size, 0), sb.st_size);
+        for (off_t o = 0; o + BLOCK <= sb.st_size; o++)
+            if (memcmp(m + o, want, BLOCK) == 0) {
+                uint8_t x = m[o + 10] ^ 0x40;
+                ck_assert_int_eq(pwrite(fd, &x, 1, o + 10), 1);
+                free(m);
+                close(fd);
+                pclose(ls);
+                return;
+            }
+        free(m);
+        close(fd);
+    }
+    pclose(ls);
+    ck_abort_msg("record not found");
+}
+
+START_TEST(test_damaged_record_missing)
+{
+    /* a record that fails its checks is missing, with every block after
+     * it; counted; the others are served */
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    kvd_cache_disk_stats_t ds;
+    uint32_t ids[8];
+    uint8_t b[BLOCK];
+
+    write_records(3, 8, -1, BLOCK);
+    damage(1, 4);
+    open_with(&c, &hm, 8, 100ull * 256, KVD_OK);
+    ck_assert_uint_eq(present(&c, 1, 8, ids), 8);
+    ck_assert_int_eq(bytes_of(&c, ids[3], b), KVD_OK);
+    ck_assert_int_eq(bytes_of(&c, ids[4], b), KVD_EIO);
+    ck_assert_uint_eq(present(&c, 1, 8, NULL), 4);
+    kvd_cache_store_disk_stats(&c, &ds);
+    ck_assert_uint_eq(ds.checksum_failures, 1);
+    ck_assert_uint_eq(ds.blocks, 20);
+    check_chain_bytes(&c, 0, 8, 0);
+    check_chain_bytes(&c, 2, 8, 0);
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+START_TEST(test_restart_million_blocks)
+{
+    /* 1,000,000 blocks on disk (chains of 100): lookups within 3 s */
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    kvd_cache_disk_config_t cfg;
+    kvd_block_layout_t l = LAYOUT;
+    char why[200];
+    double t;
+    uint8_t keys[100][12];
+    const uint8_t *kp[100];
+    size_t lens[100];
+
+    write_records(10000, 100, -1, 1);
+    l.tokens_per_block = 1;
+    l.token_bytes = 1;
+    kvd_hostmem_init(&hm, 1ull << 30);
+    cfg.dir = dir;
+    cfg.budget = 1ull << 30;
+    cfg.io = io;
+    t = now_s();
+    ck_assert_int_eq(kvd_cache_store_init(&c, &l, 1024, &hm, &MEM, why, sizeof(why)), KVD_OK);
+    ck_assert_int_eq(kvd_cache_store_open_disk(&c, &cfg, why, sizeof(why)), KVD_OK);
+    for (uint32_t i = 0; i < 100; i++) {
+        key_of(keys[i], 7777, i);
+        kp[i] = keys[i];
+        lens[i] = 12;
+    }
+    ck_assert_uint_eq(kvd_cache_lookup(&c, kp, lens, 100, 1, NULL), 100);
+    t = now_s() - t;
+    ck_assert_uint_eq(c.ready, 1000000);
+    ck_assert_msg(t < 3.0, "serving lookups took %.2f s after a restart", t);
+    fprintf(stderr, "restart of 1000000 blocks: %.2f s\n", t);
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
+START_TEST(test_bad_config)
+{
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    kvd_cache_disk_config_t cfg = {dir, 1, io};
+    char why[200];
+
+    open_with(&c, &hm, 8, 100ull * 256, KVD_OK);
+    /* once only */
+    ck_assert_int_eq(kvd_cache_store_open_disk(&c, &cfg, why, sizeof(why)), KVD_EINVAL);
+    kvd_cache_store_deinit(&c);
+    /* a budget below one record */
+    open_with(&c, &hm, 8, 100, KVD_ERANGE);
+    kvd_cache_store_disk_stats(&c, &(kvd_cache_disk_stats_t){0});
+    ck_assert_ptr_null(c.disk);
+    kvd_cache_store_deinit(&c);
+    /* a directory others may write */
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    open_with(&c, &hm, 8, 100ull * 256, KVD_EPERM);
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("cache_disk");
+    TCase *t = tcase_create("two_levels");
+
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, test_spill_and_reload);
+    tcase_add_test(t, test_dedup_evict_clear);
+    tcase_add_test(t, test_held_disk_blocks_stay);
+    tcase_add_test(t, test_prefix_rule_random);
+    tcase_add_test(t, test_restart_finds_blocks);
+    tcase_add_test(t, test_restart_orphans_dropped);
+    tcase_add_test(t, test_other_layout_skipped);
+    tcase_add_test(t, test_damaged_record_missing);
+    tcase_add_test(t, test_restart_million_blocks);
+    tcase_add_test(t, test_bad_config);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *r = srunner_create(suite());
+    int failed;
+
+    srunner_run_all(r, CK_NORMAL);
+    failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
