@@ -177,7 +177,8 @@ typedef struct pty_run {
     size_t len, cap;
 } pty_run_t;
 
-static void pty_start_size(pty_run_t *r, unsigned short rows, unsigned short cols)
+static void pty_start_at(pty_run_t *r, const char *socket, unsigned short rows,
+                         unsigned short cols)
 {
     struct winsize ws = {.ws_row = rows, .ws_col = cols};
 
@@ -188,10 +189,15 @@ static void pty_start_size(pty_run_t *r, unsigned short rows, unsigned short col
     r->pid = forkpty(&r->master, NULL, NULL, &ws);
     ck_assert_int_ge(r->pid, 0);
     if (r->pid == 0) {
-        execl(cli_path(), cli_path(), "--socket", kvt_d.socket, "top", "--interval", "0.2",
+        execl(cli_path(), cli_path(), "--socket", socket, "top", "--interval", "0.2",
               (char *)NULL);
         _exit(127);
     }
+}
+
+static void pty_start_size(pty_run_t *r, unsigned short rows, unsigned short cols)
+{
+    pty_start_at(r, kvt_d.socket, rows, cols);
 }
 
 static void pty_start(pty_run_t *r)
@@ -424,6 +430,96 @@ START_TEST(test_top_fits_80x24)
 }
 END_TEST
 
+/* A daemon with a disk level (--cache-dir): top shows it in a line within
+ * 80 columns, the frame still fits 80x24 with more pools and clients than
+ * fit, and the JSON frame carries it; without one, "disk": null. */
+START_TEST(test_top_disk_level)
+{
+    char top[] = "/var/tmp/kvd-top-disk-XXXXXX", dir[64];
+    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64m", NULL};
+    kvd_client_t *cli = NULL, *more[4];
+    kvt_daemon_t d;
+    pty_run_t r;
+    char *lines[64], *out = NULL, *err = NULL;
+    size_t mark;
+    int n, found = 0, rc;
+
+    {
+        const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "--json", "top", "--count",
+                              "1", NULL};
+        rc = kvt_run(argv, &out, &err, 20000);
+        ck_assert_msg(rc == 0, "exit %d\n%s", rc, err);
+        ck_assert_ptr_nonnull(strstr(out, "\"disk\":null"));
+        free(out);
+        free(err);
+    }
+    ck_assert_ptr_nonnull(mkdtemp(top)); /* the machine's disk, not a tmpfs /tmp */
+    snprintf(dir, sizeof(dir), "%s/cache", top);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
+    KVT_OK(NULL, kvd_client_create(d.socket, "top-disk", &cli));
+    for (int i = 0; i < 5; i++) {
+        char name[32];
+        kvd_pool_spec_t spec = {.name = name, .kind = KVD_MEM_HOST, .num_layers = 2,
+                                .num_slots = 64, .slot_bytes = 128, .shared = false};
+        kvd_pool_info_t info;
+
+        snprintf(name, sizeof(name), "top-disk-%d", i);
+        KVT_OK(cli, kvd_pool_create(cli, &spec, &info));
+        KVT_OK(cli, kvd_ping(cli, "x", 1));
+    }
+    for (int i = 0; i < 4; i++)
+        KVT_OK(NULL, kvd_client_create(d.socket, "top-other", &more[i]));
+    {
+        const char *argv[] = {cli_path(), "--socket", d.socket, "--json", "top", "--count", "1",
+                              NULL};
+        rc = kvt_run(argv, &out, &err, 20000);
+        ck_assert_msg(rc == 0, "exit %d\n%s", rc, err);
+        ck_assert_ptr_nonnull(strstr(out, "\"disk\":{\"cache_dir\":"));
+        ck_assert_ptr_nonnull(strstr(out, "\"budget_bytes\":67108864"));
+        free(out);
+        free(err);
+    }
+    pty_start_at(&r, d.socket, 24, 80);
+    ck_assert_msg(pty_read_until(&r, "CLIENT", 0, 10000), "no frame:\n%s", r.out);
+    mark = r.len;
+    ck_assert_msg(pty_read_until(&r, "CLIENT", mark, 10000), "no second frame");
+    pty_read_until(&r, "\x1b[J", r.len, 2000);
+    kill(r.pid, SIGTERM);
+    pty_read_until(&r, NULL, r.len, 10000);
+    ck_assert_int_eq(pty_wait(&r, 10000), 0);
+    if (strstr(r.out, "\x1b[?1049l") != NULL)
+        *strstr(r.out, "\x1b[?1049l") = '\0';
+    n = last_screen(r.out, lines, 64);
+    ck_assert_msg(n <= 24, "a frame of %d lines on a 24-line screen", n);
+    for (int i = 0; i < n; i++) {
+        if (strncmp(lines[i], "disk: 0 B of 64.0 MiB, ", 23) == 0) {
+            found = 1;
+            ck_assert_msg(strstr(lines[i], "hits ") != NULL, "disk line cut: %s", lines[i]);
+        }
+        found |= (strstr(lines[i], "CLIENT") != NULL) << 1;
+    }
+    if (found != 3) {
+        for (int i = 0; i < n; i++)
+            fprintf(stderr, "%2d|%s|\n", i, lines[i]);
+        ck_abort_msg("no disk line or no client table on the 80x24 screen");
+    }
+    for (int i = 0; i < n; i++)
+        free(lines[i]);
+    close(r.master);
+    free(r.out);
+    for (int i = 0; i < 4; i++)
+        kvd_client_destroy(&more[i]);
+    kvd_client_destroy(&cli);
+    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
+    {
+        const char *rm[] = {"/bin/rm", "-rf", top, NULL};
+        ck_assert_int_eq(kvt_run(rm, &out, &err, 20000), 0);
+        free(out);
+        free(err);
+    }
+}
+END_TEST
+
 static Suite *top_suite(void)
 {
     Suite *s = suite_create("client_top");
@@ -438,6 +534,7 @@ static Suite *top_suite(void)
     tcase_add_test(tc, test_top_interactive_ctrl_c);
     tcase_add_test(tc, test_top_interactive_sigterm);
     tcase_add_test(tc, test_top_fits_80x24);
+    tcase_add_test(tc, test_top_disk_level);
     suite_add_tcase(s, tc);
     return s;
 }
