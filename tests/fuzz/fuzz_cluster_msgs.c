@@ -108,33 +108,41 @@ static const uint8_t ucx_addr[] = {
     0x00, 0x00, 0x00, 0xcf, 0x19, 0x17, 0xb7, 0x51, 0x38, 0x53, 0x9e, 0x3e, 0x4b,
     0xd7, 0xe0, 0x37, 0x37, 0x01, 0x13, 0x23, 0x00, 0x82, 0xd4, 0x17};
 
-typedef struct seed {
+/* One message of a seed: a Msg of that case with that body. */
+#define SEED_MSG(CASE, field, body)                                                        \
+    ((Kvdock__Cluster__Msg){PROTOBUF_C_MESSAGE_INIT(&kvdock__cluster__msg__descriptor),     \
+                            KVDOCK__CLUSTER__MSG__M_##CASE, .field = (body)})
+
+/* Write the seed file dir/name: its first byte says the link (odd: the
+ * daemon's outbound one), then each message as a record (2 bytes of
+ * length, little-endian, then the message). */
+static void seed_write(const char *dir, const char *name, int outbound,
+                       const Kvdock__Cluster__Msg *msgs, size_t n)
+{
     uint8_t buf[8192];
-    size_t len;
-} seed_t;
-
-static void seed_add(seed_t *s, const Kvdock__Cluster__Msg *m)
-{
-    size_t n = kvdock__cluster__msg__get_packed_size(m);
-
-    if (s->len + 2 + n > sizeof(s->buf))
-        die("seed too large");
-    s->buf[s->len++] = (uint8_t)(n & 0xff);
-    s->buf[s->len++] = (uint8_t)(n >> 8);
-    kvdock__cluster__msg__pack(m, s->buf + s->len);
-    s->len += n;
-}
-
-static void seed_write(const char *dir, const char *name, const seed_t *s)
-{
+    size_t len = 1;
     char path[512];
     FILE *f;
 
+    buf[0] = (uint8_t)(outbound != 0);
+    for (size_t i = 0; i < n; i++) {
+        size_t sz = kvdock__cluster__msg__get_packed_size(&msgs[i]);
+
+        if (len + 2 + sz > sizeof(buf))
+            die("seed too large");
+        buf[len++] = (uint8_t)(sz & 0xff);
+        buf[len++] = (uint8_t)(sz >> 8);
+        kvdock__cluster__msg__pack(&msgs[i], buf + len);
+        len += sz;
+    }
     snprintf(path, sizeof(path), "%s/%s", dir, name);
-    if ((f = fopen(path, "wb")) == NULL || fwrite(s->buf, 1, s->len, f) != s->len ||
-        fclose(f) != 0)
+    if ((f = fopen(path, "wb")) == NULL || fwrite(buf, 1, len, f) != len || fclose(f) != 0)
         die("cannot write a seed");
 }
+
+#define SEED(name, outbound, ...)                                                          \
+    seed_write(dir, name, outbound, (const Kvdock__Cluster__Msg[]){__VA_ARGS__},           \
+               sizeof((const Kvdock__Cluster__Msg[]){__VA_ARGS__}) / sizeof(Kvdock__Cluster__Msg))
 
 static void write_seeds(const char *dir)
 {
@@ -143,16 +151,14 @@ static void write_seeds(const char *dir)
     Kvdock__Cluster__CacheRef ref = KVDOCK__CLUSTER__CACHE_REF__INIT;
     Kvdock__Cluster__Query q = KVDOCK__CLUSTER__QUERY__INIT;
     Kvdock__Cluster__Fetch f = KVDOCK__CLUSTER__FETCH__INIT;
-    Kvdock__Cluster__Lanes ln = KVDOCK__CLUSTER__LANES__INIT;
+    Kvdock__Cluster__Lanes ln1 = KVDOCK__CLUSTER__LANES__INIT, ln2;
     Kvdock__Cluster__QueryReply qr = KVDOCK__CLUSTER__QUERY_REPLY__INIT;
     Kvdock__Cluster__FetchDone fd = KVDOCK__CLUSTER__FETCH_DONE__INIT;
     Kvdock__Cluster__Hello h = KVDOCK__CLUSTER__HELLO__INIT;
     Kvdock__Cluster__Ping pi = KVDOCK__CLUSTER__PING__INIT;
-    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
     ProtobufCBinaryData addr[2] = {{sizeof(ucx_addr), (uint8_t *)ucx_addr},
                                    {sizeof(ucx_addr), (uint8_t *)ucx_addr}};
     uint8_t present = 0x5, missing = 0x2, nonce[RAWPEER_NONCE] = {1};
-    seed_t s;
 
     for (int i = 0; i < 4; i++) {
         memset(key_bytes[i], 0x11 * (i + 1), sizeof(key_bytes[i]));
@@ -173,71 +179,35 @@ static void write_seeds(const char *dir)
     f.keys = keys;
     f.n_keys = 2;
     f.token = 0x1234567890abcdefull;
-    ln.address = addr;
-
-    /* inbound (first byte even): a query, a fetch, lanes, a second hello */
-    memset(&s, 0, sizeof(s));
-    s.len = 1;
-    m.m_case = KVDOCK__CLUSTER__MSG__M_QUERY;
-    m.query = &q;
-    seed_add(&s, &m);
-    seed_write(dir, "in-query", &s);
-    m.m_case = KVDOCK__CLUSTER__MSG__M_FETCH;
-    m.fetch = &f;
-    seed_add(&s, &m);
-    seed_write(dir, "in-query-fetch", &s);
-    s.len = 1;
-    m.m_case = KVDOCK__CLUSTER__MSG__M_LANES;
-    m.lanes = &ln;
-    ln.n_address = 1;
-    seed_add(&s, &m);
-    seed_write(dir, "in-lanes", &s);
-    ln.n_address = 2;
-    s.len = 1;
-    seed_add(&s, &m);
-    m.m_case = KVDOCK__CLUSTER__MSG__M_FETCH;
-    seed_add(&s, &m);
-    seed_write(dir, "in-lanes-fetch", &s);
-    s.len = 1;
+    ln1.address = addr;
+    ln1.n_address = 1;
+    ln2 = ln1;
+    ln2.n_address = 2;
     h.version = RAWPEER_VERSION;
     h.node = "again";
     h.nonce.data = nonce;
     h.nonce.len = sizeof(nonce);
-    m.m_case = KVDOCK__CLUSTER__MSG__M_HELLO;
-    m.hello = &h;
-    seed_add(&s, &m);
-    seed_write(dir, "in-hello-again", &s);
-    s.len = 1;
     pi.t = 7;
-    m.m_case = KVDOCK__CLUSTER__MSG__M_PING;
-    m.ping = &pi;
-    seed_add(&s, &m);
-    seed_write(dir, "in-ping", &s);
-
-    /* outbound (first byte odd): answers to asks never made */
-    memset(&s, 0, sizeof(s));
-    s.buf[0] = 1;
-    s.len = 1;
     qr.id = 1;
     qr.present.data = &present;
     qr.present.len = 1;
-    m.m_case = KVDOCK__CLUSTER__MSG__M_QUERY_REPLY;
-    m.query_reply = &qr;
-    seed_add(&s, &m);
-    seed_write(dir, "out-query-reply", &s);
     fd.id = 2;
     fd.sent = 1;
     fd.missing.data = &missing;
     fd.missing.len = 1;
-    m.m_case = KVDOCK__CLUSTER__MSG__M_FETCH_DONE;
-    m.fetch_done = &fd;
-    seed_add(&s, &m);
-    seed_write(dir, "out-reply-done", &s);
-    s.len = 1;
-    m.m_case = KVDOCK__CLUSTER__MSG__M_QUERY;
-    m.query = &q;
-    seed_add(&s, &m);
-    seed_write(dir, "out-query", &s);
+
+    /* inbound: a query, a fetch, lanes, a second hello */
+    SEED("in-query", 0, SEED_MSG(QUERY, query, &q));
+    SEED("in-query-fetch", 0, SEED_MSG(QUERY, query, &q), SEED_MSG(FETCH, fetch, &f));
+    SEED("in-lanes", 0, SEED_MSG(LANES, lanes, &ln1));
+    SEED("in-lanes-fetch", 0, SEED_MSG(LANES, lanes, &ln2), SEED_MSG(FETCH, fetch, &f));
+    SEED("in-hello-again", 0, SEED_MSG(HELLO, hello, &h));
+    SEED("in-ping", 0, SEED_MSG(PING, ping, &pi));
+    /* outbound: answers to asks never made */
+    SEED("out-query-reply", 1, SEED_MSG(QUERY_REPLY, query_reply, &qr));
+    SEED("out-reply-done", 1, SEED_MSG(QUERY_REPLY, query_reply, &qr),
+         SEED_MSG(FETCH_DONE, fetch_done, &fd));
+    SEED("out-query", 1, SEED_MSG(QUERY, query, &q));
 }
 
 /* ---- the daemon ----------------------------------------------------------------------- */
