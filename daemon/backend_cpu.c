@@ -91,54 +91,48 @@ static void async_cb(uv_async_t *h)
     }
 }
 
-static kvd_status_t cpu_mem_create(kvd_backend_t *be, int kind, uint64_t bytes, const char *label,
-                                   kvd_mem_t **out, char *why, size_t why_len)
+/* Host memory of a new memfd (fd < 0, named label), or a client's memfd
+ * fd mapped here (the descriptor stays the caller's). */
+static kvd_status_t host_mem(int fd, const char *label, uint64_t bytes, kvd_mem_t **out, char *why,
+                             size_t why_len)
 {
-    kvd_mem_t *m;
+    kvd_mem_t *m = calloc(1, sizeof(*m));
     kvd_status_t st;
 
-    if (kind != KVD_MEM_HOST) {
-        snprintf(why, why_len, "the cpu backend has host memory only");
-        return KVD_ENOTSUP;
-    }
-    m = calloc(1, sizeof(*m));
     if (m == NULL)
         return KVD_ENOMEM;
-    st = kvd__memfd_create(label, bytes, &m->fd, &m->ptr, &m->map_bytes, why, why_len);
+    m->fd = -1;
+    st = fd < 0 ? kvd__memfd_create(label, bytes, &m->fd, &m->ptr, &m->map_bytes, why, why_len)
+                : kvd__memfd_map(fd, bytes, &m->ptr, &m->map_bytes, why, why_len);
     if (st != KVD_OK) {
         free(m);
         return st;
     }
-    m->kind = kind;
+    m->kind = KVD_MEM_HOST;
     m->bytes = bytes;
     *out = m;
     return KVD_OK;
+}
+
+static kvd_status_t cpu_mem_create(kvd_backend_t *be, int kind, uint64_t bytes, const char *label,
+                                   kvd_mem_t **out, char *why, size_t why_len)
+{
+    if (kind != KVD_MEM_HOST) {
+        snprintf(why, why_len, "the cpu backend has host memory only");
+        return KVD_ENOTSUP;
+    }
+    return host_mem(-1, label, bytes, out, why, why_len);
 }
 
 static kvd_status_t cpu_mem_import(kvd_backend_t *be, int kind, const unsigned char *ipc,
                                    size_t ipc_len, int fd, uint64_t bytes, kvd_mem_t **out,
                                    char *why, size_t why_len)
 {
-    kvd_mem_t *m;
-    kvd_status_t st;
-
     if (kind != KVD_MEM_HOST) {
         snprintf(why, why_len, "the cpu backend imports host memory (memfd) only");
         return KVD_ENOTSUP;
     }
-    m = calloc(1, sizeof(*m));
-    if (m == NULL)
-        return KVD_ENOMEM;
-    st = kvd__memfd_map(fd, bytes, &m->ptr, &m->map_bytes, why, why_len);
-    if (st != KVD_OK) {
-        free(m);
-        return st;
-    }
-    m->kind = kind;
-    m->bytes = bytes;
-    m->fd = -1;
-    *out = m;
-    return KVD_OK;
+    return host_mem(fd, NULL, bytes, out, why, why_len);
 }
 
 static void cpu_mem_destroy(kvd_backend_t *be, kvd_mem_t **mp)

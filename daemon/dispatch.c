@@ -1,6 +1,7 @@
 /* The dispatch table and the checks every operation shares: see dispatch.h. */
 #include "dispatch.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,18 @@ kvd_status_t kvd__req_fail(kvd_req_t *r, kvd_status_t st, const char *fmt, ...)
 void *kvd__req_alloc(kvd_req_t *r, size_t bytes)
 {
     return kvd__arena_alloc(r->arena, bytes);
+}
+
+kvd_status_t kvd__req_drop_obj(kvd_req_t *r, uint64_t id, kvd_obj_type_t type, const char *what)
+{
+    kvd_obj_t *o = kvd_registry_get(&r->srv->reg, id, type);
+
+    if (o == NULL)
+        return kvd__req_fail(r, KVD_ENOENT, "no %s %" PRIu64, what, id);
+    if (kvd_obj_may_drop(o, r->conn->id, r->conn->uid, r->conn->admin) != KVD_OK)
+        return kvd__req_fail(r, KVD_EPERM, "%s %" PRIu64 " belongs to another client", what, id);
+    kvd_registry_drop(&r->srv->reg, o);
+    return KVD_OK;
 }
 
 static void send_and_count(kvd__conn_t *c, Kvdock__Response *resp, size_t op_index,

@@ -76,6 +76,11 @@ void kvd__reply_deferred_response(kvd__conn_t *c, Kvdock__Response *resp, size_t
 kvd_status_t kvd__req_fail(kvd_req_t *r, kvd_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Drop the registry object id of type for r's client: ENOENT when there
+ * is none of that type, EPERM when it is another client's (what names
+ * the type in the messages: "buffer", "event"). */
+kvd_status_t kvd__req_drop_obj(kvd_req_t *r, uint64_t id, kvd_obj_type_t type, const char *what);
+
 /* Zeroed memory freed with the request (after the reply is packed),
  * charged to the client (account.h); NULL past its limits. */
 void *kvd__req_alloc(kvd_req_t *r, size_t bytes);

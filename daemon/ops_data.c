@@ -17,6 +17,20 @@ static int data_given(const Kvdock__Data *dd)
     return dd != NULL && (dd->inline_.len > 0 || dd->buffer != NULL);
 }
 
+/* The pool a store or fp8_set writes one layer of, with that layer in it. */
+static kvd_status_t get_pool_layer(kvd_req_t *r, kvd_dataop_t *d, uint64_t pool, uint32_t layer,
+                                   kvd_pool_t **p)
+{
+    kvd_status_t st;
+
+    if ((st = kvd__get_pool(r, d, pool, "pool", p)) != KVD_OK)
+        return st;
+    if (layer >= (*p)->num_layers)
+        return kvd__req_fail(r, KVD_ERANGE, "layer %u: pool %" PRIu64 " has %u layers", layer,
+                             (*p)->obj.id, (*p)->num_layers);
+    return KVD_OK;
+}
+
 /* ---- store ----------------------------------------------------------------- */
 
 static kvd_status_t do_store(kvd_req_t *r, kvd_dataop_t *d)
@@ -28,11 +42,8 @@ static kvd_status_t do_store(kvd_req_t *r, kvd_dataop_t *d)
     uint64_t stride, need, most;
     kvd_status_t st;
 
-    if ((st = kvd__get_pool(r, d, s->pool, "pool", &p)) != KVD_OK)
+    if ((st = get_pool_layer(r, d, s->pool, s->layer, &p)) != KVD_OK)
         return st;
-    if (s->layer >= p->num_layers)
-        return kvd__req_fail(r, KVD_ERANGE, "layer %u: pool %" PRIu64 " has %u layers", s->layer,
-                         p->obj.id, p->num_layers);
     if ((st = kvd__get_indices(r, d, s->loc, (int64_t)p->num_slots, "loc", &loc)) != KVD_OK)
         return st;
     stride = s->src_stride ? s->src_stride : p->slot_bytes;
@@ -104,11 +115,8 @@ static kvd_status_t do_fp8_set(kvd_req_t *r, kvd_dataop_t *d)
     uint64_t esize, row, need;
     kvd_status_t st;
 
-    if ((st = kvd__get_pool(r, d, f->pool, "pool", &p)) != KVD_OK)
+    if ((st = get_pool_layer(r, d, f->pool, f->layer, &p)) != KVD_OK)
         return st;
-    if (f->layer >= p->num_layers)
-        return kvd__req_fail(r, KVD_ERANGE, "layer %u: pool %" PRIu64 " has %u layers", f->layer,
-                         p->obj.id, p->num_layers);
     if (f->src_dtype != KVDOCK__DTYPE__F32 && f->src_dtype != KVDOCK__DTYPE__F16 &&
         f->src_dtype != KVDOCK__DTYPE__BF16)
         return kvd__req_fail(r, KVD_EDTYPE, "src_dtype must be F32, F16 or BF16");

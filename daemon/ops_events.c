@@ -58,13 +58,5 @@ kvd_status_t kvd__op_event_register(kvd_req_t *r)
 
 kvd_status_t kvd__op_event_drop(kvd_req_t *r)
 {
-    uint64_t id = r->req->event_drop->event;
-    kvd_obj_t *o = kvd_registry_get(&r->srv->reg, id, KVD_OBJ_EVENT);
-
-    if (o == NULL)
-        return kvd__req_fail(r, KVD_ENOENT, "no event %" PRIu64, id);
-    if (kvd_obj_may_drop(o, r->conn->id, r->conn->uid, r->conn->admin) != KVD_OK)
-        return kvd__req_fail(r, KVD_EPERM, "event %" PRIu64 " belongs to another client", id);
-    kvd_registry_drop(&r->srv->reg, o);
-    return KVD_OK;
+    return kvd__req_drop_obj(r, r->req->event_drop->event, KVD_OBJ_EVENT, "event");
 }
