@@ -26,7 +26,6 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,17 +97,7 @@ static int fail(kvd_client_t *cli, kvd_status_t st, const char *what)
     return EXIT_DAEMON;
 }
 
-static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage(const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return kvd__cli_usage(&kvd__cli_cmd_bench, "%s", msg);
-}
+#define usage(...) kvd__cli_usage(&kvd__cli_cmd_bench, __VA_ARGS__)
 
 /* ------------------------------------------------------------------------ */
 /* Pools                                                                     */
@@ -133,88 +122,91 @@ static void one_slot(const kvd__bench_pair_t *pp, uint64_t i, int64_t *s, int64_
 /* ------------------------------------------------------------------------ */
 /* Cases a and b: round trips                                                */
 
-static int run_ping(kvd_client_t *cli, const bench_opts_t *o, bool bars, kvd__bench_lat_t *out)
+/* One round trip, the i-th (warm-up ones included): its time in *us, 0 or
+ * the exit status (the error said). */
+typedef int (*round_trip_fn)(kvd_client_t *cli, const void *arg, uint64_t i, double *us);
+
+/* n / 20 + 1 round trips to warm up, then o->iterations timed ones, their
+ * latencies in out; 0 or the exit status. */
+static int time_round_trips(kvd_client_t *cli, const bench_opts_t *o, bool bars, const char *label,
+                            round_trip_fn one, const void *arg, bool mean, kvd__bench_lat_t *out)
 {
     uint64_t n = o->iterations, warm = n / 20 + 1;
     double *v = malloc((size_t)n * sizeof(*v));
     kvd__bench_progress_t p;
     char sum[96];
-    kvd_status_t st;
 
     if (v == NULL) {
         fprintf(stderr, "kvdock: out of memory\n");
         return EXIT_DAEMON;
     }
-    kvd__bench_progress_start(&p, bars, "ping round trip");
-    for (uint64_t i = 0; i < warm; i++) {
-        if ((st = kvd_ping(cli, NULL, 0)) != KVD_OK) {
-            free(v);
-            return fail(cli, st, "ping");
-        }
-    }
-    for (uint64_t i = 0; i < n; i++) {
-        double t0 = kvd__cli_now_us();
+    kvd__bench_progress_start(&p, bars, label);
+    for (uint64_t i = 0; i < warm + n; i++) {
+        double us;
+        int rc = one(cli, arg, i, &us);
 
-        st = kvd_ping(cli, NULL, 0);
-        v[i] = kvd__cli_now_us() - t0;
-        if (st != KVD_OK) {
+        if (rc != 0) {
             free(v);
-            return fail(cli, st, "ping");
+            return rc;
         }
-        if ((i & 63) == 0)
-            kvd__bench_progress_set(&p, (double)i / (double)n);
+        if (i < warm)
+            continue;
+        v[i - warm] = us;
+        if (((i - warm) & 63) == 0)
+            kvd__bench_progress_set(&p, (double)(i - warm) / (double)n);
     }
     kvd__bench_lat(out, v, n);
     free(v);
-    snprintf(sum, sizeof(sum), "p50 %.1f us  p99 %.1f us", out->p50, out->p99);
+    if (mean)
+        snprintf(sum, sizeof(sum), "p50 %.1f us  p99 %.1f us  mean %.1f us", out->p50, out->p99,
+                 out->mean);
+    else
+        snprintf(sum, sizeof(sum), "p50 %.1f us  p99 %.1f us", out->p50, out->p99);
     kvd__bench_progress_end(&p, sum);
     return 0;
+}
+
+static int one_ping(kvd_client_t *cli, const void *arg, uint64_t i, double *us)
+{
+    double t0 = kvd__cli_now_us();
+    kvd_status_t st = kvd_ping(cli, NULL, 0);
+
+    (void)arg;
+    (void)i;
+    *us = kvd__cli_now_us() - t0;
+    return st != KVD_OK ? fail(cli, st, "ping") : 0;
+}
+
+static int one_xfer(kvd_client_t *cli, const void *arg, uint64_t i, double *us)
+{
+    kvd_kv_transfer_t t;
+    kvd_op_result_t r;
+    int64_t s, d;
+    kvd_status_t st;
+    double t0;
+
+    one_slot(arg, i, &s, &d, &t);
+    t0 = kvd__cli_now_us();
+    st = kvd_kv_transfer(cli, &t, NULL, &r);
+    *us = kvd__cli_now_us() - t0;
+    if (st != KVD_OK)
+        return fail(cli, st, "one-slot transfer");
+    if (r.rows != 1) {
+        fprintf(stderr, "\nkvdock: bench: one-slot transfer covered %" PRIu64 " rows\n", r.rows);
+        return EXIT_DAEMON;
+    }
+    return 0;
+}
+
+static int run_ping(kvd_client_t *cli, const bench_opts_t *o, bool bars, kvd__bench_lat_t *out)
+{
+    return time_round_trips(cli, o, bars, "ping round trip", one_ping, NULL, false, out);
 }
 
 static int run_xfer(kvd_client_t *cli, const bench_opts_t *o, const kvd__bench_pair_t *pp, bool bars,
                     kvd__bench_lat_t *out)
 {
-    uint64_t n = o->iterations, warm = n / 20 + 1;
-    double *v = malloc((size_t)n * sizeof(*v));
-    kvd__bench_progress_t p;
-    char sum[96];
-    kvd_status_t st;
-
-    if (v == NULL) {
-        fprintf(stderr, "kvdock: out of memory\n");
-        return EXIT_DAEMON;
-    }
-    kvd__bench_progress_start(&p, bars, "one-slot transfer round trip");
-    for (uint64_t i = 0; i < warm + n; i++) {
-        kvd_kv_transfer_t t;
-        kvd_op_result_t r;
-        int64_t s, d;
-        double t0;
-
-        one_slot(pp, i, &s, &d, &t);
-        t0 = kvd__cli_now_us();
-        st = kvd_kv_transfer(cli, &t, NULL, &r);
-        if (i >= warm)
-            v[i - warm] = kvd__cli_now_us() - t0;
-        if (st != KVD_OK) {
-            free(v);
-            return fail(cli, st, "one-slot transfer");
-        }
-        if (r.rows != 1) {
-            free(v);
-            fprintf(stderr, "\nkvdock: bench: one-slot transfer covered %" PRIu64 " rows\n",
-                    r.rows);
-            return EXIT_DAEMON;
-        }
-        if (i >= warm && ((i - warm) & 63) == 0)
-            kvd__bench_progress_set(&p, (double)(i - warm) / (double)n);
-    }
-    kvd__bench_lat(out, v, n);
-    free(v);
-    snprintf(sum, sizeof(sum), "p50 %.1f us  p99 %.1f us  mean %.1f us", out->p50, out->p99,
-             out->mean);
-    kvd__bench_progress_end(&p, sum);
-    return 0;
+    return time_round_trips(cli, o, bars, "one-slot transfer round trip", one_xfer, pp, true, out);
 }
 
 /* ------------------------------------------------------------------------ */
