@@ -57,7 +57,9 @@
 #             loaded from disk into an imported device pool
 #             (bench_disk_load), beside the host-to-device copy of the same
 #             bytes; $OUT/disklevel.json (DISKLEVEL_BACKEND=cpu
-#             DISKLEVEL_POOL=host run it on a machine without a GPU)
+#             DISKLEVEL_POOL=host run these on a machine without a GPU);
+#             then a worker's decode step beside a spill at full rate
+#             (bench_interference.py --conditions disk --disk-dir)
 #
 # Pick stages as arguments after BUILD_DIR or with STAGES="test bench"
 # (default: all thirteen).  Each stage's output is tee'd to
@@ -412,6 +414,13 @@ print(f"disk load {load:.2f} GB/s = {100 * load / bound:.0f}% of min(read, copy)
       f"{100 * load / (1 / (1 / read + 1 / h2d)):.0f}% of the two in turn; "
       f"{r['disk_hits_min']} of {r['blocks']} blocks were on disk only")
 PY
+    # a decode step beside a spill at full rate (within 5%: issue 42)
+    echo "--- decode step beside a spill (bench_interference.py --conditions disk)"
+    mkdir -p "$OUT/disklevel-interference"
+    PYTHONUNBUFFERED=1 OUT="$OUT/disklevel-interference" timeout --kill-after=15 "$BENCH_TIMEOUT" \
+        python3 tests/bench/bench_interference.py --build "$BUILD" \
+        --disk-dir "${DISK_DIR:-/var/tmp}" --conditions disk --rounds 3 ||
+        return 1
 }
 
 for s in $STAGES; do
