@@ -85,13 +85,15 @@ static double run(struct io_uring *ring, int fd, bool write, uint64_t n, uint64_
                   unsigned depth, const uint64_t *order, char *const *bufs)
 {
     uint64_t next = 0, done = 0;
-    unsigned inflight = 0;
+    unsigned inflight = 0, nfree = depth, freeslot[1024];
     double t0 = now_s();
 
+    for (unsigned i = 0; i < depth; i++) /* a buffer is reused once its I/O completed */
+        freeslot[i] = i;
     while (done < n) {
         while (inflight < depth && next < n) {
             struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-            unsigned slot = (unsigned)(next % depth);
+            unsigned slot = freeslot[nfree - 1];
             uint64_t off = (order != NULL ? order[next] : next) * bs;
 
             if (sqe == NULL)
@@ -100,7 +102,8 @@ static double run(struct io_uring *ring, int fd, bool write, uint64_t n, uint64_
                 io_uring_prep_write(sqe, fd, bufs[slot], (unsigned)bs, off);
             else
                 io_uring_prep_read(sqe, fd, bufs[slot], (unsigned)bs, off);
-            io_uring_sqe_set_data64(sqe, next);
+            io_uring_sqe_set_data64(sqe, next << 10 | slot);
+            nfree--;
             next++;
             inflight++;
         }
@@ -115,10 +118,11 @@ static double run(struct io_uring *ring, int fd, bool write, uint64_t n, uint64_
         {
             if (cqe->res != (int)bs) {
                 fprintf(stderr, "disk_probe: %s of piece %" PRIu64 ": %s\n",
-                        write ? "write" : "read", (uint64_t)io_uring_cqe_get_data64(cqe),
+                        write ? "write" : "read", (uint64_t)io_uring_cqe_get_data64(cqe) >> 10,
                         cqe->res < 0 ? strerror(-cqe->res) : "short");
                 return -1;
             }
+            freeslot[nfree++] = (unsigned)(io_uring_cqe_get_data64(cqe) & 1023);
             seen++;
         }
         io_uring_cq_advance(ring, seen);
