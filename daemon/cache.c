@@ -54,6 +54,7 @@ struct kvd_cache_disk {
     kvd_disk_loc_t *older; /* records replaced by newer ones, dropped after open */
     uint64_t nolder, older_cap;
     int opening;
+    int refusing;        /* the last record was refused: logged once per run */
 };
 
 /* ---- memory for the index and the entries ---------------------------------- */
@@ -411,6 +412,21 @@ static void hlru_touch(kvd_cache_store_t *c, uint32_t id)
     else
         c->hlru_tail = id + 1;
     c->hlru_head = id + 1;
+    b->dflags |= KVD_CBLOCK_IN_HLRU;
+}
+
+/* A block of host memory only whose children are gone: next to go. */
+static void hlru_tail_insert(kvd_cache_store_t *c, uint32_t id)
+{
+    kvd_cblock_t *b = B(c, id);
+
+    b->hlru_next = 0;
+    b->hlru_prev = c->hlru_tail;
+    if (c->hlru_tail)
+        B(c, c->hlru_tail - 1)->hlru_next = id + 1;
+    else
+        c->hlru_head = id + 1;
+    c->hlru_tail = id + 1;
     b->dflags |= KVD_CBLOCK_IN_HLRU;
 }
 
@@ -905,6 +921,9 @@ static void release_block(kvd_cache_store_t *c, uint32_t id)
         if (p->state != KVD_CBLOCK_DEAD || p->holds > 0) {
             if (evictable(p) && !p->in_lru)
                 lru_insert(c, parent - 1, 0);
+            if (evictable(p) && p->host && (p->dflags & KVD_CBLOCK_NODISK) &&
+                !(p->dflags & KVD_CBLOCK_IN_HLRU))
+                hlru_tail_insert(c, parent - 1); /* host memory only: free to go now */
             return;
         }
         id = parent - 1;
@@ -1151,18 +1170,48 @@ static void disk_forget(kvd_cache_store_t *c, kvd_cblock_t *b)
     b->dseg = b->doff = 0;
 }
 
-/* Room for one more record: the least recently used blocks that can go
- * leave the cache (both levels) until there is.  0: none could. */
+/* Blocks in host memory only that a search for a record to drop passes
+ * over before it gives up (there are at most as many as host slots). */
+#define DISK_EVICT_SKIP 64
+
+/* The least recently used block that can go and has a record leaves the
+ * cache (both levels).  Blocks that cannot go leave the list, as in
+ * evict_one; blocks in host memory only are passed over, a few at most. */
+static kvd_status_t disk_evict_one(kvd_cache_store_t *c)
+{
+    uint32_t at = c->lru_tail, skipped = 0;
+
+    while (at && skipped < DISK_EVICT_SKIP) {
+        uint32_t id = at - 1;
+        kvd_cblock_t *b = B(c, id);
+
+        at = b->lru_prev;
+        if (!evictable(b)) {
+            lru_remove(c, id); /* back once free to go */
+            continue;
+        }
+        if (b->dseg == 0 && b->doff == 0) {
+            skipped++;
+            continue;
+        }
+        release_block(c, id);
+        c->n.evictions++;
+        return KVD_OK;
+    }
+    return KVD_EBUSY;
+}
+
+/* Room for one more record: the least recently used blocks with records
+ * that can go leave the cache (both levels) until there is.  0: none
+ * could. */
 static int disk_room(kvd_cache_store_t *c)
 {
     struct kvd_cache_disk *d = c->disk;
 
     while (d->records >= d->cap) {
-        uint64_t before = d->records;
-
-        if (evict_one(c) != KVD_OK)
+        if (disk_evict_one(c) != KVD_OK)
             return 0;
-        d->evictions += before - d->records;
+        d->evictions++;
     }
     return 1;
 }
@@ -1187,6 +1236,20 @@ static void disk_written(void *arg, kvd_status_t st, kvd_disk_loc_t loc)
     free(w);
 }
 
+/* A block's record is not written: it stays in host memory only.  The
+ * first refusal of a run is logged. */
+static void disk_refused(kvd_cache_store_t *c, kvd_cblock_t *b, const char *why)
+{
+    struct kvd_cache_disk *d = c->disk;
+
+    d->refused++;
+    b->dflags |= KVD_CBLOCK_NODISK;
+    if (!d->refusing)
+        kvd_log(KVD_LOG_WARN, "event=cache_disk_write_refused reason=\"%s\" effect=\"blocks "
+                "stay in host memory only\"", why);
+    d->refusing = 1;
+}
+
 /* Write through: a block just committed goes to disk from its host bytes,
  * which the write holds until it is done.  Where the budget has no room
  * and nothing can go, or the store refuses, the block stays in host
@@ -1199,8 +1262,8 @@ static void disk_write(kvd_cache_store_t *c, uint32_t id)
     disk_write_ctx_t *w;
 
     if (!disk_room(c) || (w = malloc(sizeof(*w))) == NULL) {
-        d->refused++;
-        b->dflags |= KVD_CBLOCK_NODISK;
+        disk_refused(c, b, "the disk budget is full of blocks that are held or named as "
+                     "parents");
         return;
     }
     w->c = c;
@@ -1208,11 +1271,11 @@ static void disk_write(kvd_cache_store_t *c, uint32_t id)
     if (kvd_disk_append(d->store, b->key, b->klen, p ? p->key : NULL, p ? p->klen : 0,
                         kvd_cache_block_bytes(c, id), disk_written, w) != KVD_OK) {
         free(w);
-        d->refused++;
-        b->dflags |= KVD_CBLOCK_NODISK;
+        disk_refused(c, b, "the disk store refused the record (it failed before)");
         return;
     }
     d->records++;
+    d->refusing = 0;
     b->dflags |= KVD_CBLOCK_WRITING;
     b->holds++;
     lru_remove(c, id);

@@ -309,6 +309,33 @@ START_TEST(test_held_disk_blocks_stay)
 }
 END_TEST
 
+START_TEST(test_disk_full_saves_go_on)
+{
+    /* a disk level full of held blocks: later blocks stay in host memory
+     * only (counted), and saves go on, evicting them chain tails first */
+    kvd_cache_store_t c;
+    kvd_hostmem_t hm;
+    kvd_cache_disk_stats_t ds;
+    uint32_t ids[4], ch;
+
+    open_with(&c, &hm, 8, 4ull * 256, KVD_OK); /* 4 records */
+    ck_assert_uint_eq(save_chain(&c, 0, 4, 0), 4);
+    ck_assert_uint_eq(present(&c, 0, 4, ids), 4);
+    for (uint32_t i = 0; i < 4; i++)
+        kvd_cache_hold(&c, ids[i]);
+    for (ch = 1; ch < 40; ch++)
+        ck_assert_uint_eq(save_chain(&c, ch, 4, 0), 4);
+    kvd_cache_store_disk_stats(&c, &ds);
+    ck_assert_uint_eq(ds.blocks, 4);
+    ck_assert_uint_ge(ds.no_space, 39 * 4);
+    check_chain_bytes(&c, 39, 4, 0); /* the last chain whole, in host memory */
+    check_chain_bytes(&c, 0, 4, 0);
+    for (uint32_t i = 4; i-- > 0;)
+        kvd_cache_unhold(&c, ids[i]);
+    kvd_cache_store_deinit(&c);
+}
+END_TEST
+
 /*
  * The plain model of the random test: for each chain, which of its keys
  * were last saved with which bytes (a generation) and nothing of the
@@ -683,6 +710,7 @@ static Suite *suite(void)
     tcase_add_test(t, test_spill_and_reload);
     tcase_add_test(t, test_dedup_evict_clear);
     tcase_add_test(t, test_held_disk_blocks_stay);
+    tcase_add_test(t, test_disk_full_saves_go_on);
     tcase_add_test(t, test_prefix_rule_random);
     tcase_add_test(t, test_restart_finds_blocks);
     tcase_add_test(t, test_restart_orphans_dropped);
