@@ -171,10 +171,10 @@ static void cache_text(const kvd_cache_info_t *c)
         printf("  disk blocks  %u (%s of %s) in %s\n", d->blocks, a, b, d->path);
         kvd__cli_human_bytes(a, sizeof(a), (double)d->write_bytes);
         kvd__cli_human_bytes(r, sizeof(r), (double)d->read_bytes);
-        printf("  disk         %" PRIu64 " hits; %" PRIu64 " blocks spilled (%s in %" PRIu64
-               " writes), %" PRIu64 " promoted (%s in %" PRIu64 " reads), %" PRIu64
-               " evicted\n",
-               d->hits, d->spills, a, d->writes, d->promotions, r, d->reads, d->evictions);
+        printf("  disk         %" PRIu64 " hits; %s written in %" PRIu64 " writes; %" PRIu64
+               " spilled (host copy dropped); %" PRIu64 " promoted (%s in %" PRIu64
+               " reads); %" PRIu64 " evicted\n",
+               d->hits, a, d->writes, d->spills, d->promotions, r, d->reads, d->evictions);
         printf("  disk faults  %" PRIu64 " checksum failures, %" PRIu64 " I/O errors, %" PRIu64
                " spills refused for space\n",
                d->checksum_failures, d->io_errors, d->no_space);

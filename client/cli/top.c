@@ -296,7 +296,7 @@ static void cluster_line(frame_t *f, const sample_t *cur, const sample_t *prev, 
 }
 
 /* The disk level, when the daemon has one (--cache-dir): its use, and
- * over the last interval what the caches spilled to it and read back. */
+ * over the last interval what the caches wrote to it and read back. */
 static void disk_line(frame_t *f, const sample_t *cur, const sample_t *prev, double dt)
 {
     const kvd_disk_status_t *d = &cur->status.disk;
@@ -331,7 +331,7 @@ static void disk_line(frame_t *f, const sample_t *cur, const sample_t *prev, dou
         snprintf(r, sizeof(r), "-");
         snprintf(h, sizeof(h), "-");
     }
-    fline(f, STYLE_PLAIN, "disk: %s of %s, %s%s  spill %s  read %s  hits %s", used, budget,
+    fline(f, STYLE_PLAIN, "disk: %s of %s, %s%s  write %s  read %s  hits %s", used, budget,
           strncmp(d->io_engine, "io_uring", 8) == 0 ? "io_uring" : "threads",
           d->direct ? "" : " (page cache)", w, r, h);
     fline(f, STYLE_PLAIN, "%s", "");
@@ -655,7 +655,7 @@ static void json_frame(const sample_t *cur, const sample_t *prev)
                    ",\"hits_per_s\":",
                    c->disk.blocks, c->disk.used_bytes, c->disk.budget_bytes);
             RATE(c->disk.hits, p->disk.hits);
-            printf(",\"spill_bytes_per_s\":");
+            printf(",\"write_bytes_per_s\":");
             RATE(c->disk.write_bytes, p->disk.write_bytes);
             printf(",\"read_bytes_per_s\":");
             RATE(c->disk.read_bytes, p->disk.read_bytes);

@@ -339,8 +339,11 @@ END_TEST
  * The disk level through the C API (issue 42): a daemon without --cache-dir
  * refuses a disk budget (ENOTSUP, naming --cache-dir) and shows no disk
  * level anywhere (status, cache info, a lookup's disk_hits); one with
- * --cache-dir shows its directory, budget and I/O engine in the status, and
- * refuses a disk budget past its --disk-budget (ELIMIT).
+ * --cache-dir shows its directory, budget and I/O engine in the status,
+ * refuses a disk budget past its --disk-budget (ELIMIT), and a cache made
+ * there with a disk level shows it: its budget and directory, the blocks
+ * written through to disk, and a lookup of blocks on disk only counts them
+ * in disk_hits.
  */
 START_TEST(test_disk_level_fields)
 {
@@ -348,12 +351,12 @@ START_TEST(test_disk_level_fields)
     const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64m", NULL};
     kvd_client_t *cli = kvt_connect("cache-disk");
     kvd_daemon_status_t *st = calloc(1, sizeof(*st));
-    kvd_cache_info_t info;
+    kvd_cache_info_t info, again;
     kvd_cache_spec_t s;
     kvd_cache_lookup_result_t r;
     kvd_cache_keys_t k;
     kvt_pool_t p;
-    chain_t *c = calloc(1, sizeof(*c));
+    chain_t *c = calloc(4, sizeof(*c));
     uint64_t rng = 42, id;
     kvt_daemon_t d;
 
@@ -404,6 +407,55 @@ START_TEST(test_disk_level_fields)
     s.disk_budget_bytes = (64u << 20) + 1; /* past --disk-budget */
     KVT_ERR(cli, kvd_cache_create(cli, &s, NULL), KVD_ELIMIT);
     ck_assert_ptr_nonnull(strstr(kvd_client_last_error(cli), "--disk-budget"));
+    /* a cache with a disk level: its info says so, blocks written there are
+     * counted, and a lookup of blocks on disk only says how many */
+    s.budget_bytes = 8 * BLOCK_BYTES;
+    s.disk_budget_bytes = 1 << 20;
+    KVT_OK(cli, kvd_cache_create(cli, &s, &info));
+    ck_assert(info.disk.enabled);
+    ck_assert_uint_eq(info.disk.budget_bytes, 1 << 20);
+    ck_assert_uint_eq(info.disk.blocks, 0);
+    ck_assert_ptr_nonnull(strstr(info.disk.path, dir));
+    KVT_OK(cli, kvd_daemon_status(cli, st, NULL, 0));
+    ck_assert_uint_eq(st->disk.reserved_bytes, 1 << 20);
+    pool_make(cli, &p, 8);
+    for (uint32_t ch = 0; ch < 4; ch++) { /* 4 chains of 4: twice the host budget */
+        chain_make(c + ch, 4, NULL, 0, &rng);
+        for (int64_t t0 = kvt_now_ms();;) { /* the disk may be behind: EBUSY */
+            kvd_status_t sv = save(cli, info.id, &p, c + ch, 0, 4, 0, NULL);
+            if (sv == KVD_OK)
+                break;
+            ck_assert_msg(sv == KVD_EBUSY && kvt_now_ms() - t0 < 20000, "save: %s: %s",
+                          kvd_err_name(sv), kvd_client_last_error(cli));
+            usleep(1000);
+        }
+    }
+    for (int64_t t0 = kvt_now_ms();; usleep(2000)) { /* written through, in the background */
+        KVT_OK(cli, kvd_cache_stats(cli, info.id, NULL, &again));
+        if (again.disk.blocks == 16 || kvt_now_ms() - t0 > 20000)
+            break;
+    }
+    ck_assert(again.disk.enabled);
+    ck_assert_uint_eq(again.disk.blocks, 16);
+    ck_assert_uint_le(again.blocks, 8);
+    ck_assert_uint_eq(again.disk.spills, 16 - again.blocks); /* host copies dropped */
+    ck_assert_uint_gt(again.disk.used_bytes, 16 * BLOCK_BYTES - 1);
+    ck_assert_uint_gt(again.disk.write_bytes, 0);
+    ck_assert_uint_gt(again.disk.writes, 0);
+    ck_assert_uint_eq(again.disk.checksum_failures, 0);
+    ck_assert_uint_eq(again.disk.io_errors, 0);
+    ck_assert_uint_le(again.blocks, 8);
+    k = keys_of(c, 0, 4); /* the oldest chain: out of host memory, on disk */
+    KVT_OK(cli, kvd_cache_lookup(cli, info.id, &k, false, 0, &r));
+    ck_assert_uint_eq(r.hits, 4);
+    ck_assert_uint_eq(r.local_hits, 4);
+    ck_assert_uint_eq(r.disk_hits, 4);
+    KVT_OK(cli, kvd_cache_stats(cli, info.id, NULL, &again));
+    ck_assert_uint_ge(again.disk.hits, 4);
+    KVT_OK(cli, kvd_daemon_status(cli, st, NULL, 0));
+    ck_assert_uint_gt(st->disk.used_bytes, 0);
+    kvt_pool_free(cli, &p);
+    KVT_OK(cli, kvd_cache_drop(cli, info.id, NULL));
     kvd_client_destroy(&cli);
     ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
     {

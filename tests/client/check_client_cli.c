@@ -621,6 +621,8 @@ START_TEST(test_cli_cache)
 }
 END_TEST
 
+static char *line_with(const char *text, const char *needle);
+
 /*
  * The disk level from the command line: --disk-budget is read as a SIZE
  * (a bad one is a usage error), a daemon without --cache-dir refuses it
@@ -701,7 +703,38 @@ START_TEST(test_cli_cache_disk_level)
         ck_assert_ptr_nonnull(strstr(r.err, "ELIMIT"));
         ck_assert_ptr_nonnull(strstr(r.err, "--disk-budget"));
         result_free(&r);
+        snprintf(budget, sizeof(budget), "1m"); /* a cache with a disk level */
+        r.rc = kvt_run(argv, &r.out, &r.err, 20000);
+        EXPECT_RC(r, 0);
+        ck_assert_ptr_nonnull(strstr(r.out, "; 1.0 MiB on disk (0 blocks there)"));
+        result_free(&r);
     }
+    r = cli_at(d.socket, "cache", "stats", "cli-big", NULL);
+    EXPECT_RC(r, 0);
+    {
+        char want[128];
+        snprintf(want, sizeof(want), "disk blocks  0 (0 B of 1.0 MiB) in %s/u%u-cli-big", dir,
+                 (unsigned)getuid());
+        ck_assert_msg(strstr(r.out, want) != NULL, "no '%s' in:\n%s", want, r.out);
+    }
+    ck_assert_ptr_nonnull(strstr(r.out, "0 checksum failures, 0 I/O errors"));
+    result_free(&r);
+    r = cli_at(d.socket, "cache", "stats", "cli-big", "--json");
+    EXPECT_RC(r, 0);
+    ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"disk\":{\"budget_bytes\":1048576,\"blocks\":0,"));
+    ck_assert_ptr_nonnull(strstr(r.out, "\"no_space\":0,\"path\":\""));
+    result_free(&r);
+    r = cli_at(d.socket, "cache", "ls", NULL, NULL);
+    EXPECT_RC(r, 0);
+    {
+        char *row = line_with(r.out, "cli-big");
+        ck_assert_ptr_nonnull(row);
+        ck_assert_msg(strstr(row, " 0      1.0 MiB    -") != NULL, "DISK_BLOCKS, DISK_BUDGET: %s",
+                      row);
+        free(row);
+    }
+    result_free(&r);
     ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
     {
         const char *rm[] = {"/bin/rm", "-rf", top, NULL};

@@ -14,6 +14,7 @@ import random
 import shutil
 import struct
 import tempfile
+import time
 import unittest
 from typing import Any
 
@@ -260,7 +261,8 @@ class CacheTest(unittest.TestCase):
     def test_disk_level_on_a_cache_dir(self):
         """With --cache-dir (on the machine's disk, not a tmpfs /tmp): the
         status carries the disk level; a disk budget past --disk-budget is
-        ELIMIT."""
+        ELIMIT; a cache with a disk level shows it (budget, directory,
+        blocks written through), and a lookup counts its disk-only hits."""
         top = tempfile.mkdtemp(prefix="kvd-py-disk-", dir="/var/tmp")
         try:
             d = harness.Daemon("cpu", extra=["--cache-dir", os.path.join(top, "cache"),
@@ -283,6 +285,46 @@ class CacheTest(unittest.TestCase):
                                          disk_budget=(64 << 20) + 1)
                     self.assertEqual(e.exception.name, "ELIMIT")
                     self.assertIn("--disk-budget", e.exception.message)
+                    # a cache with a disk level: blocks past the host budget stay
+                    # on disk, and a lookup says how many it found only there
+                    block = LAYERS * 2 * TPB * TOKEN_BYTES
+                    cache = cli.create_cache("disk", num_layers=LAYERS, tokens_per_block=TPB,
+                                             token_bytes=TOKEN_BYTES, budget_bytes=8 * block,
+                                             disk_budget=1 << 20)
+                    dl = cache.info.disk
+                    assert dl is not None
+                    self.assertEqual((dl.budget_bytes, dl.blocks), (1 << 20, 0))
+                    self.assertTrue(dl.path.startswith(os.path.join(top, "cache") + "/"),
+                                    dl.path)
+                    pool = cli.create_pool("disk-pool", num_layers=LAYERS, num_slots=8 * TPB,
+                                           slot_bytes=TOKEN_BYTES, page_size=TPB)
+                    chains = [kvdock.block_hashes(list(range(c * 99, c * 99 + 4 * TPB)), TPB)
+                              for c in range(4)]
+                    for keys in chains:  # 16 blocks: twice the host budget
+                        deadline = time.monotonic() + 20
+                        while True:
+                            try:
+                                cache.save(pool, keys, blocks=[0, 1, 2, 3])
+                                break
+                            except kvdock.Error as e:  # the disk is behind: EBUSY
+                                if e.name != "EBUSY" or time.monotonic() > deadline:
+                                    raise
+                                time.sleep(0.001)
+                    deadline = time.monotonic() + 20
+                    st = cache.stats()
+                    while (st.disk is None or st.disk.blocks < 16) and \
+                            time.monotonic() < deadline:
+                        time.sleep(0.005)
+                        st = cache.stats()
+                    assert st.disk is not None
+                    self.assertEqual(st.disk.blocks, 16)
+                    self.assertEqual(st.disk.spills, 16 - st.blocks)
+                    self.assertGreater(st.disk.write_bytes, 0)
+                    got = cache.lookup(chains[0])
+                    self.assertEqual((got.hits, got.local_hits, got.disk_hits), (4, 4, 4))
+                    self.assertGreater(cli.status()["disk"]["used_bytes"], 0)
+                    cache.drop()
+                    pool.drop()
             finally:
                 d.stop_clean()
         finally:

@@ -700,7 +700,8 @@ typedef struct kvd_cache_disk_level {
     uint64_t budget_bytes;
     uint64_t used_bytes;        /* bytes their records take */
     uint64_t hits;              /* keys of lookups found on disk only */
-    uint64_t spills;            /* blocks written to disk */
+    uint64_t spills;            /* host copies dropped, the block staying on disk only
+                                 * (every block is written through to disk) */
     uint64_t promotions;        /* blocks read back into host memory */
     uint64_t reads;             /* records read */
     uint64_t read_bytes;

@@ -83,7 +83,7 @@ class CacheDiskLevel:
     blocks: int             #: complete blocks on disk
     used_bytes: int         #: bytes their records take
     hits: int               #: keys of lookups found on disk only
-    spills: int             #: blocks written to disk
+    spills: int             #: host copies dropped, the block staying on disk only
     promotions: int         #: blocks read back into host memory
     reads: int              #: records read
     read_bytes: int
