@@ -54,6 +54,7 @@ struct kvd_cache_disk {
     kvd_disk_loc_t *older; /* records replaced by newer ones, dropped after open */
     uint64_t nolder, older_cap;
     int opening;
+    uint64_t unindexed;  /* at open: records the index had no room for */
     int refusing;        /* the last record was refused: logged once per run */
 };
 
@@ -188,18 +189,27 @@ static kvd_status_t ent_new(kvd_cache_store_t *c, uint32_t *id, char *why, size_
     }
     if (c->ents_made == chunks_len(c->nchunks)) {
         uint32_t k = c->nchunks;
+        uint64_t bytes = (uint64_t)chunk_len(k) * sizeof(kvd_cblock_t);
         kvd_cblock_t **n = realloc(c->ents, (k + 1) * sizeof(*n));
+        kvd_status_t st;
 
         if (n == NULL) {
             snprintf(why, why_len, "out of memory for the cache's entries");
             return KVD_ENOMEM;
         }
         c->ents = n;
-        n[k] = zalloc((size_t)chunk_len(k) * sizeof(kvd_cblock_t));
+        /* Entries outlive host slots (a block on disk only keeps one), so
+         * they are charged as they are made, not with the slabs. */
+        if ((st = kvd_hostmem_reserve(c->hostmem, KVD_HM_CACHE_INDEX, bytes, why, why_len)) !=
+            KVD_OK)
+            return st;
+        n[k] = zalloc(bytes);
         if (n[k] == NULL) {
+            kvd_hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, bytes);
             snprintf(why, why_len, "out of memory for the cache's entries");
             return KVD_ENOMEM;
         }
+        c->held_bytes += bytes;
         c->nchunks++;
     }
     *id = c->ents_made++;
@@ -472,12 +482,11 @@ static uint32_t next_slab(const kvd_cache_store_t *c, uint32_t *s_out)
 
 static uint64_t slab_held(const kvd_cache_store_t *c, uint32_t n)
 {
-    return (uint64_t)n * (c->block_bytes + sizeof(kvd_cblock_t) + sizeof(uint32_t));
+    return (uint64_t)n * (c->block_bytes + sizeof(uint32_t)); /* entries: ent_new */
 }
 
 /* A slab's part of the budget: its blocks' bytes as "cache", their
- * entries and free-list room (held - data) as "cache-index"; both or
- * neither. */
+ * free-list room (held - data) as "cache-index"; both or neither. */
 static kvd_status_t slab_reserve(kvd_hostmem_t *hm, uint64_t held, uint64_t data, char *why,
                                  size_t why_len)
 {
@@ -731,7 +740,7 @@ void kvd_cache_store_deinit(kvd_cache_store_t *c)
     for (s = 0; s < c->nslabs_max; s++)
         if (c->slabs[s].ptr != NULL)
             slab_free(c, s);
-    kvd_hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, c->held_bytes); /* the table */
+    kvd_hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, c->held_bytes); /* table, entries */
     free(c->slabs);
     zfree(c->table, (c->table_mask + 1) * sizeof(*c->table));
     free(c->free_ids);
@@ -1484,7 +1493,8 @@ static int found_record(void *arg, const kvd_disk_found_t *f)
     } else {
         if (table_room(c, why, sizeof(why)) != KVD_OK || ent_new(c, &id, why, sizeof(why)) !=
                                                              KVD_OK) {
-            kvd_log(KVD_LOG_WARN, "event=cache_disk_record_skipped reason=\"%s\"", why);
+            if (d->unindexed++ == 0) /* once: a short budget would refuse them all */
+                kvd_log(KVD_LOG_WARN, "event=cache_disk_record_skipped reason=\"%s\"", why);
             return 0;
         }
         b = B(c, id);
@@ -1718,7 +1728,8 @@ kvd_status_t kvd_cache_store_open_disk(kvd_cache_store_t *c, const kvd_cache_dis
         d->evictions += before - d->records;
     }
     kvd_log(KVD_LOG_INFO, "event=cache_disk_open dir=\"%s\" blocks=%" PRIu64 " budget=%" PRIu64
-            " engine=%s", cfg->dir, d->records, d->budget, kvd_disk_io_engine(cfg->io));
+            " unindexed=%" PRIu64 " engine=%s", cfg->dir, d->records, d->budget, d->unindexed,
+            kvd_disk_io_engine(cfg->io));
     return KVD_OK;
 }
 
