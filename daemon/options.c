@@ -178,6 +178,10 @@ const kvd_option_def_t kvd__option_table[] = {
      "file system's free space plus what its caches hold already); a SIZE past that space "
      "stops the start.  The default leaves half of the free space to the rest of the machine "
      "(model weights, logs), so that a disk level never fills the disk it shares"},
+    {"disk-io", KVD_OPT_ENUM, OFF(disk_io), "auto", 0, 0, "auto|io_uring|threads",
+     "how the disk level reads and writes: io_uring (one thread driving a ring), threads "
+     "(a pool doing pread/pwrite: for sandboxes and tools that do not follow io_uring, such "
+     "as valgrind), or auto: io_uring where the kernel allows it, else threads (logged)"},
 };
 const size_t kvd__option_count = sizeof(kvd__option_table) / sizeof(kvd__option_table[0]);
 

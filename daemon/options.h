@@ -37,6 +37,13 @@ enum kvd_copy_issue {
     KVD_COPY_ISSUE_EACH = 1,
 };
 
+/* --disk-io: the index in its choices. */
+enum kvd_disk_io_choice {
+    KVD_DISK_IO_AUTO = 0,
+    KVD_DISK_IO_URING = 1,
+    KVD_DISK_IO_THREADS = 2,
+};
+
 /* A size given absolutely or as a share of physical memory. */
 typedef struct kvd_memsize {
     uint64_t bytes;   /* used when percent is 0 */
@@ -99,6 +106,7 @@ typedef struct kvd_options {
     uint64_t cluster_lanes;         /* connections a pull spreads over; 0 = by CPUs */
     char cache_dir[KVD_OPT_STR_MAX]; /* the disk level's directory; "" = no disk level */
     kvd_memsize_t disk_budget;      /* bytes, or a share of the space free at start */
+    int disk_io;                    /* enum kvd_disk_io_choice */
 } kvd_options_t;
 
 typedef enum kvd_opt_type {

@@ -542,9 +542,15 @@ static kvd_status_t disk_start(kvd_server_t *srv, char *why, size_t why_len)
     memset(&cfg, 0, sizeof(cfg));
     cfg.notify = disk_notify;
     cfg.notify_arg = srv;
+    cfg.force_threads = srv->opts.disk_io == KVD_DISK_IO_THREADS;
     if ((st = kvd_disk_io_create(&srv->disk_io, &cfg, engine_why, sizeof(engine_why))) != KVD_OK) {
         snprintf(why, why_len, "the disk I/O engine: %s", engine_why);
         return st;
+    }
+    if (srv->opts.disk_io == KVD_DISK_IO_URING &&
+        strcmp(kvd_disk_io_engine(srv->disk_io), "io_uring") != 0) {
+        snprintf(why, why_len, "disk-io io_uring: %s", engine_why);
+        return KVD_ENOTSUP;
     }
     if (strcmp(kvd_disk_io_engine(srv->disk_io), "io_uring") == 0)
         snprintf(srv->disk_engine, sizeof(srv->disk_engine), "io_uring");

@@ -234,6 +234,31 @@ START_TEST(test_start_made)
 }
 END_TEST
 
+/* --disk-io threads: the pool even where io_uring works, and the status
+ * says it was asked for. */
+START_TEST(test_disk_io_threads)
+{
+    char dir[600];
+    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64M", "--disk-io", "threads",
+                           NULL};
+    kvdt_daemon_t d;
+    Kvdock__StatusReply *s;
+    int fd;
+
+    scratch_make("threads");
+    path_in(dir, sizeof(dir), "cd");
+    kvdt_start(&d, extra);
+    fd = kvdt_client(&d, "status");
+    s = kvdt_status(fd);
+    ck_assert_ptr_nonnull(s->disk);
+    ck_assert_str_eq(s->disk->io_engine, "threads (asked for)");
+    kvdock__status_reply__free_unpacked(s, NULL);
+    close(fd);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
+    scratch_remove();
+}
+END_TEST
+
 /* ---- a cache's disk budget ------------------------------------------------------ */
 
 static Kvdock__Response *create(int fd, const char *name, uint64_t budget, uint64_t disk,
@@ -769,6 +794,7 @@ static Suite *disk_daemon_suite(void)
     tcase_add_test(start, test_start_refused);
     tcase_add_test(start, test_start_other_user);
     tcase_add_test(start, test_start_made);
+    tcase_add_test(start, test_disk_io_threads);
     suite_add_tcase(s, start);
     tcase_set_timeout(caches, KVT_MS(60000) / 1000.0);
     tcase_add_test(caches, test_create_without_cache_dir);

@@ -33,7 +33,7 @@ cat >"$work/kvdockd" <<EOF
 exec valgrind --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=99 \\
   --show-leak-kinds=definite --track-fds=no --num-callers=30 \\
   --suppressions="$here/valgrind-ucx.supp" \\
-  --log-file="$work/vg.\${KVD_VG_SUITE:-0}.%p.log" "$daemon" "\$@"
+  --log-file="$work/vg.\${KVD_VG_SUITE:-0}.%p.log" "$daemon" --disk-io threads "\$@"
 EOF
 chmod +x "$work/kvdockd"
 
