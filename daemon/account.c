@@ -14,7 +14,7 @@
 kvd_status_t kvd__account_charge(kvd__conn_t *c, int kind, uint64_t bytes, char *why,
                                  size_t why_len)
 {
-    kvd_server_t *srv = c->srv;
+    kvd__server_t *srv = c->srv;
     uint64_t lim = srv->opts.max_client_memory;
     char a[32], b[32], d[32];
     kvd_status_t st;
@@ -23,11 +23,11 @@ kvd_status_t kvd__account_charge(kvd__conn_t *c, int kind, uint64_t bytes, char 
         srv->hostmem.refused[kind]++;
         snprintf(why, why_len, "%s more of %s would pass this client's limit of %s "
                  "(max-client-memory; it holds %s of leases and requests)",
-                 kvd_fmt_bytes(bytes, a, sizeof(a)), kvd_hostmem_kind_name(kind),
-                 kvd_fmt_bytes(lim, b, sizeof(b)), kvd_fmt_bytes(c->held, d, sizeof(d)));
+                 kvd__fmt_bytes(bytes, a, sizeof(a)), kvd__hostmem_kind_name(kind),
+                 kvd__fmt_bytes(lim, b, sizeof(b)), kvd__fmt_bytes(c->held, d, sizeof(d)));
         return KVD_ELIMIT;
     }
-    st = kvd_hostmem_reserve(&srv->hostmem, kind, bytes, why, why_len);
+    st = kvd__hostmem_reserve(&srv->hostmem, kind, bytes, why, why_len);
     if (st != KVD_OK)
         return st;
     c->held += bytes;
@@ -38,7 +38,7 @@ void kvd__account_release(kvd__conn_t *c, int kind, uint64_t bytes)
 {
     bytes = bytes < c->held ? bytes : c->held;
     c->held -= bytes;
-    kvd_hostmem_release(&c->srv->hostmem, kind, bytes);
+    kvd__hostmem_release(&c->srv->hostmem, kind, bytes);
 }
 
 /* ---- measuring from the wire ---------------------------------------------------- */
@@ -112,7 +112,7 @@ static uint64_t packed_count(ProtobufCType t, const uint8_t *p, uint64_t len)
 }
 
 typedef struct measure {
-    const kvd_wire_limits_t *lim;
+    const kvd__wire_limits_t *lim;
     uint64_t bytes;
     char *why;
     size_t why_len;
@@ -297,7 +297,7 @@ bad:
 }
 
 kvd_status_t kvd__wire_measure(const ProtobufCMessageDescriptor *desc, const uint8_t *buf,
-                               size_t len, const kvd_wire_limits_t *lim, uint64_t *bytes,
+                               size_t len, const kvd__wire_limits_t *lim, uint64_t *bytes,
                                uint64_t *id, char *why, size_t why_len)
 {
     measure_t m = {lim, 0, why, why_len};
@@ -332,16 +332,16 @@ kvd_status_t kvd__wire_measure(const ProtobufCMessageDescriptor *desc, const uin
 
 /* ---- the arena ------------------------------------------------------------------- */
 
-struct kvd_arena_chunk {
-    struct kvd_arena_chunk *next;
+struct kvd__arena_chunk {
+    struct kvd__arena_chunk *next;
     size_t size; /* mapped bytes, this header included */
 };
 
-#define CHUNK_HEADER round_up(sizeof(struct kvd_arena_chunk))
+#define CHUNK_HEADER round_up(sizeof(struct kvd__arena_chunk))
 
-void kvd__arena_init(kvd_arena_t *a, kvd__conn_t *c)
+void kvd__arena_init(kvd__arena_t *a, kvd__conn_t *c)
 {
-    kvd_server_t *srv = c->srv;
+    kvd__server_t *srv = c->srv;
 
     memset(a, 0, sizeof(*a));
     a->conn = c;
@@ -355,7 +355,7 @@ void kvd__arena_init(kvd_arena_t *a, kvd__conn_t *c)
 
 /* size bytes of a's, zeroed when zero is set (the decoder writes every
  * byte it asks for: a 32 KiB bytes field is not cleared first). */
-static void *arena_take(kvd_arena_t *a, size_t size, int zero)
+static void *arena_take(kvd__arena_t *a, size_t size, int zero)
 {
     uint64_t need = round_up(size ? size : 1);
     void *p;
@@ -367,7 +367,7 @@ static void *arena_take(kvd_arena_t *a, size_t size, int zero)
         return NULL;
     }
     if (need > a->left) {
-        struct kvd_arena_chunk *ch;
+        struct kvd__arena_chunk *ch;
         uint64_t want = a->chunks ? 2 * a->chunks->size : KVD_ARENA_FIRST;
         uint64_t room = a->cap == UINT64_MAX ? UINT64_MAX : a->cap - a->used + CHUNK_HEADER;
         uint64_t page = 4096;
@@ -404,15 +404,15 @@ static void *arena_take(kvd_arena_t *a, size_t size, int zero)
     return p;
 }
 
-void *kvd__arena_alloc(kvd_arena_t *a, size_t size)
+void *kvd__arena_alloc(kvd__arena_t *a, size_t size)
 {
     return arena_take(a, size, 1);
 }
 
-void kvd__arena_deinit(kvd_arena_t *a)
+void kvd__arena_deinit(kvd__arena_t *a)
 {
     while (a->chunks) {
-        struct kvd_arena_chunk *ch = a->chunks;
+        struct kvd__arena_chunk *ch = a->chunks;
         a->chunks = ch->next;
         munmap(ch, ch->size);
     }
@@ -434,7 +434,7 @@ static void pb_free(void *data, void *p)
     (void)p;
 }
 
-void kvd__arena_pb_allocator(kvd_arena_t *a, ProtobufCAllocator *out)
+void kvd__arena_pb_allocator(kvd__arena_t *a, ProtobufCAllocator *out)
 {
     out->alloc = pb_alloc;
     out->free = pb_free;

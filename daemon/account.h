@@ -10,7 +10,7 @@
  * (kvd__wire_measure: no allocation, bounded time), which refuses a
  * repeated field past its limit and yields the most that protobuf-c's
  * unpacking can allocate for it; then it is unpacked into an arena
- * (kvd_arena_t) charged as it grows and capped at that measure, which the
+ * (kvd__arena_t) charged as it grows and capped at that measure, which the
  * handler also allocates from.  All of it goes back to the system once the
  * reply is packed.
  *
@@ -27,7 +27,7 @@
 #include "kvdock/status.h"
 
 typedef struct kvd__conn kvd__conn_t;
-typedef struct kvd_server kvd_server_t;
+typedef struct kvd__server kvd__server_t;
 
 /* Charge bytes of kind (KVD_HM_LEASES, KVD_HM_REQUESTS) to client c and
  * the budget, or refuse with KVD_ELIMIT (KVD_ENOMEM: the machine) and why
@@ -42,10 +42,10 @@ void kvd__account_release(kvd__conn_t *c, int kind, uint64_t bytes);
  * (a chain's keys: CacheKeys). */
 #define KVD_MAX_REPEATED 65536u
 
-typedef struct kvd_wire_limits {
+typedef struct kvd__wire_limits {
     uint64_t max_repeated;     /* entries of one repeated field of one message */
     uint64_t max_packed_bytes; /* bytes one packed numeric field decodes to */
-} kvd_wire_limits_t;
+} kvd__wire_limits_t;
 
 /*
  * Walk the encoded message buf (of type desc) as protobuf-c's unpacking
@@ -58,7 +58,7 @@ typedef struct kvd_wire_limits {
  * parse or nest deeper than the schema; why says which field.
  */
 kvd_status_t kvd__wire_measure(const ProtobufCMessageDescriptor *desc, const uint8_t *buf,
-                               size_t len, const kvd_wire_limits_t *lim, uint64_t *bytes,
+                               size_t len, const kvd__wire_limits_t *lim, uint64_t *bytes,
                                uint64_t *id, char *why, size_t why_len);
 
 /* ---- the request arena --------------------------------------------------------- */
@@ -69,11 +69,11 @@ kvd_status_t kvd__wire_measure(const ProtobufCMessageDescriptor *desc, const uin
  * requests cost no system call. */
 #define KVD_ARENA_FIRST (64u << 10)
 
-struct kvd_arena_chunk;
+struct kvd__arena_chunk;
 
-typedef struct kvd_arena {
+typedef struct kvd__arena {
     kvd__conn_t *conn;          /* charged to */
-    struct kvd_arena_chunk *chunks; /* mapped ones, newest first */
+    struct kvd__arena_chunk *chunks; /* mapped ones, newest first */
     uint8_t *first;            /* the server's chunk, while this arena has it */
     uint8_t *cur;
     size_t left;
@@ -82,15 +82,15 @@ typedef struct kvd_arena {
     uint64_t charged;          /* bytes of mapped chunks charged */
     kvd_status_t refusal;      /* why the last allocation failed (KVD_OK: none did) */
     char why[200];
-} kvd_arena_t;
+} kvd__arena_t;
 
 /* An arena for a request of c (the server's first chunk when free). */
-void kvd__arena_init(kvd_arena_t *a, kvd__conn_t *c);
+void kvd__arena_init(kvd__arena_t *a, kvd__conn_t *c);
 /* size zeroed bytes, or NULL (refusal and why set). */
-void *kvd__arena_alloc(kvd_arena_t *a, size_t size);
+void *kvd__arena_alloc(kvd__arena_t *a, size_t size);
 /* Give back every chunk and what it charged. */
-void kvd__arena_deinit(kvd_arena_t *a);
+void kvd__arena_deinit(kvd__arena_t *a);
 /* protobuf-c's allocator over a (frees nothing: the arena goes whole). */
-void kvd__arena_pb_allocator(kvd_arena_t *a, ProtobufCAllocator *out);
+void kvd__arena_pb_allocator(kvd__arena_t *a, ProtobufCAllocator *out);
 
 #endif

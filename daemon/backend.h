@@ -30,7 +30,7 @@
 
 /* One region of memory the daemon can address: allocated by it (exportable)
  * or imported from a client. */
-typedef struct kvd_mem {
+typedef struct kvd__mem {
     int kind;        /* kvd_mem_kind_t */
     void *ptr;       /* the daemon's address (device or host, unified) */
     uint64_t bytes;  /* usable bytes from ptr */
@@ -39,18 +39,18 @@ typedef struct kvd_mem {
     int has_ipc;
     unsigned char ipc[KVD_IPC_HANDLE_BYTES]; /* cudaIpcMemHandle_t */
     void *priv;      /* the backend's */
-} kvd_mem_t;
+} kvd__mem_t;
 
-typedef enum kvd_job_kind {
+typedef enum kvd__job_kind {
 #define KVD_JOB_KIND_(K, member, args_t, fn) KVD_JOB_##K,
     KVD_JOBS(KVD_JOB_KIND_)
 #undef KVD_JOB_KIND_
-} kvd_job_kind_t;
+} kvd__job_kind_t;
 
-typedef struct kvd_job kvd_job_t;
-typedef struct kvd_backend kvd_backend_t;
-struct kvd_job {
-    kvd_job_kind_t kind;
+typedef struct kvd__job kvd__job_t;
+typedef struct kvd__backend kvd__backend_t;
+struct kvd__job {
+    kvd__job_kind_t kind;
     union {
 #define KVD_JOB_ARGS_(K, member, args_t, fn) args_t member;
         KVD_JOBS(KVD_JOB_ARGS_)
@@ -69,7 +69,7 @@ struct kvd_job {
     void *record_event;
     /* the job before this one of the same request (same stream class), or
      * NULL: this one starts once that one's work is done */
-    kvd_job_t *after;
+    kvd__job_t *after;
     void *owner;         /* the submitter's */
     /* Set by submit when another thread enqueues the job's device work
      * (and records its events) later: the backend then calls issued(job),
@@ -77,24 +77,24 @@ struct kvd_job {
      * a reply at enqueue would let the client wait on an event not yet
      * recorded, which CUDA treats as already complete. */
     int issue_later;
-    void (*issued)(kvd_job_t *job);
-    kvd_job_t *issued_next; /* the backend's */
+    void (*issued)(kvd__job_t *job);
+    kvd__job_t *issued_next; /* the backend's */
     /* filled by the backend */
     kvd_status_t status;
     unsigned long long skipped_oob;
     char detail[160];
     /* the submitter's */
-    void (*done)(kvd_job_t *job);
+    void (*done)(kvd__job_t *job);
     /* the backend's */
-    kvd_backend_t *be;
-    kvd_job_t *next;
+    kvd__backend_t *be;
+    kvd__job_t *next;
     unsigned long long *oob; /* device-accessible counter */
     uint32_t oob_slot;
     void *done_event; /* cuda: recorded after the work, polled for completion */
     void *ce_group;   /* cuda: its copy-engine parts while they run */
 };
 
-struct kvd_backend {
+struct kvd__backend {
     const char *name;     /* "cpu" or "cuda" */
     int proto_backend;    /* Kvdock__Backend */
     char device_name[128];
@@ -106,52 +106,52 @@ struct kvd_backend {
     uint64_t vmm_granularity;
     /* The host-memory budget (set by the server before any request):
      * staging is counted there. */
-    kvd_hostmem_t *hostmem;
+    kvd__hostmem_t *hostmem;
 
     /* Free and total device memory; NULL where there is no device. */
-    kvd_status_t (*device_memory)(kvd_backend_t *be, uint64_t *free_bytes, uint64_t *total_bytes);
+    kvd_status_t (*device_memory)(kvd__backend_t *be, uint64_t *free_bytes, uint64_t *total_bytes);
     /* Device kinds are refused (ENOMEM) when they would leave the device
      * less free memory than --device-memory-margin.  KVD_MEM_HOST may be
      * created on another thread than the loop's (a cache's next slab). */
-    kvd_status_t (*mem_create)(kvd_backend_t *be, int kind, uint64_t bytes, const char *label,
-                               kvd_mem_t **out, char *why, size_t why_len);
+    kvd_status_t (*mem_create)(kvd__backend_t *be, int kind, uint64_t bytes, const char *label,
+                               kvd__mem_t **out, char *why, size_t why_len);
     /* Import a client's region: ipc (MEM_DEVICE) or fd (MEM_HOST,
      * MEM_DEVICE_VMM; the backend dups what it keeps, the caller closes fd). */
-    kvd_status_t (*mem_import)(kvd_backend_t *be, int kind, const unsigned char *ipc,
-                               size_t ipc_len, int fd, uint64_t bytes, kvd_mem_t **out, char *why,
+    kvd_status_t (*mem_import)(kvd__backend_t *be, int kind, const unsigned char *ipc,
+                               size_t ipc_len, int fd, uint64_t bytes, kvd__mem_t **out, char *why,
                                size_t why_len);
-    void (*mem_destroy)(kvd_backend_t *be, kvd_mem_t **mem);
+    void (*mem_destroy)(kvd__backend_t *be, kvd__mem_t **mem);
     /* n uint64 values copied to memory the kernels can read (device tables). */
-    kvd_status_t (*table_create)(kvd_backend_t *be, const uint64_t *vals, size_t n, void **out);
-    void (*table_destroy)(kvd_backend_t *be, void *table);
+    kvd_status_t (*table_create)(kvd__backend_t *be, const uint64_t *vals, size_t n, void **out);
+    void (*table_destroy)(kvd__backend_t *be, void *table);
     /* Operand staging the kernels can read (pinned on cuda), counted as
      * staging in the host-memory budget: KVD_OK, or the budget's refusal
      * (ELIMIT, ENOMEM) with why set. */
-    kvd_status_t (*staging_alloc)(kvd_backend_t *be, size_t bytes, void **out, char *why,
+    kvd_status_t (*staging_alloc)(kvd__backend_t *be, size_t bytes, void **out, char *why,
                                   size_t why_len);
-    void (*staging_free)(kvd_backend_t *be, void *p, size_t bytes);
+    void (*staging_free)(kvd__backend_t *be, void *p, size_t bytes);
 
-    kvd_status_t (*event_open)(kvd_backend_t *be, const unsigned char *handle, size_t len,
+    kvd_status_t (*event_open)(kvd__backend_t *be, const unsigned char *handle, size_t len,
                                void **ev, char *why, size_t why_len);
-    void (*event_close)(kvd_backend_t *be, void *ev);
+    void (*event_close)(kvd__backend_t *be, void *ev);
 
     /* Queue a job on its class's stream.  KVD_OK: job->done will run (on
      * the loop thread) once the job has completed. */
-    kvd_status_t (*submit)(kvd_backend_t *be, kvd_job_t *job);
+    kvd_status_t (*submit)(kvd__backend_t *be, kvd__job_t *job);
     /* Complete every job that has not started with KVD_ESHUTDOWN. */
-    void (*cancel_pending)(kvd_backend_t *be);
+    void (*cancel_pending)(kvd__backend_t *be);
     /* Jobs submitted and not yet handed back through done. */
-    uint32_t (*pending)(kvd_backend_t *be);
+    uint32_t (*pending)(kvd__backend_t *be);
     /* Stops the workers (the caller has waited for pending() == 0), closes
      * the uv handles; cb runs once they are closed and the backend freed. */
-    void (*destroy)(kvd_backend_t *be, void (*cb)(void *arg), void *arg);
+    void (*destroy)(kvd__backend_t *be, void (*cb)(void *arg), void *arg);
 };
 
-kvd_status_t kvd_backend_cpu_create(uv_loop_t *loop, const kvd_options_t *opts,
-                                    kvd_backend_t **out, char *why, size_t why_len);
+kvd_status_t kvd__backend_cpu_create(uv_loop_t *loop, const kvd__options_t *opts,
+                                     kvd__backend_t **out, char *why, size_t why_len);
 /* KVD_ENOTSUP when built without CUDA. */
-kvd_status_t kvd_backend_cuda_create(uv_loop_t *loop, const kvd_options_t *opts,
-                                     kvd_backend_t **out, char *why, size_t why_len);
+kvd_status_t kvd__backend_cuda_create(uv_loop_t *loop, const kvd__options_t *opts,
+                                      kvd__backend_t **out, char *why, size_t why_len);
 
 /* Shared by both: a sealed memfd of bytes, mapped; KVD_ENOMEM when the
  * pages cannot be reserved. */
@@ -164,11 +164,11 @@ kvd_status_t kvd__memfd_map(int fd, uint64_t bytes, void **ptr, uint64_t *map_by
 
 /* Run job's kernel (cuda: on launch's stream; else the CPU reference),
  * adding the indices it skipped as out of range to *oob. */
-kvd_status_t kvd__job_run(kvd_job_t *job, int cuda, unsigned long long *oob,
+kvd_status_t kvd__job_run(kvd__job_t *job, int cuda, unsigned long long *oob,
                           const kvd_launch_t *launch);
 
 /* Append job to the list head/tail (no lock: the caller holds the list's). */
-static inline void kvd__jobs_append(kvd_job_t **head, kvd_job_t **tail, kvd_job_t *job)
+static inline void kvd__jobs_append(kvd__job_t **head, kvd__job_t **tail, kvd__job_t *job)
 {
     job->next = NULL;
     if (*tail)
@@ -181,20 +181,20 @@ static inline void kvd__jobs_append(kvd_job_t **head, kvd_job_t **tail, kvd_job_
 /* Shared by both: finished jobs on their way from the threads that finish
  * them (workers, CUDA callbacks, the poller) to the loop thread, in
  * order.  The backend wakes the loop (uv_async_send) after a push. */
-typedef struct kvd_done_list {
+typedef struct kvd__done_list {
     pthread_mutex_t mu;
-    kvd_job_t *head, *tail;
-    kvd_job_t *issued_head, *issued_tail; /* jobs issued off the loop thread */
-} kvd_done_list_t;
+    kvd__job_t *head, *tail;
+    kvd__job_t *issued_head, *issued_tail; /* jobs issued off the loop thread */
+} kvd__done_list_t;
 
-void kvd__done_init(kvd_done_list_t *dl);
-void kvd__done_destroy(kvd_done_list_t *dl);
-void kvd__done_push(kvd_done_list_t *dl, kvd_job_t *job);
+void kvd__done_init(kvd__done_list_t *dl);
+void kvd__done_destroy(kvd__done_list_t *dl);
+void kvd__done_push(kvd__done_list_t *dl, kvd__job_t *job);
 /* A job whose work another thread has just enqueued (issue_later). */
-void kvd__issued_push(kvd_done_list_t *dl, kvd_job_t *job);
+void kvd__issued_push(kvd__done_list_t *dl, kvd__job_t *job);
 /* Everything pushed so far, oldest first: the finished jobs linked
  * through job->next, and (*issued) those issued, through issued_next.
  * Taken together, so that a job's issue is always seen before its end. */
-kvd_job_t *kvd__done_take(kvd_done_list_t *dl, kvd_job_t **issued);
+kvd__job_t *kvd__done_take(kvd__done_list_t *dl, kvd__job_t **issued);
 
 #endif

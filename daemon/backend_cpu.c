@@ -18,28 +18,28 @@ typedef struct cpu_queue {
     int started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    kvd_job_t *head, *tail;
+    kvd__job_t *head, *tail;
     int stop;
     struct cpu_backend *owner;
 } cpu_queue_t;
 
 typedef struct cpu_backend {
-    kvd_backend_t be;
+    kvd__backend_t be;
     uv_async_t async;
-    kvd_done_list_t done;
+    kvd__done_list_t done;
     cpu_queue_t q[KVD_STREAM_END];
     uint32_t pending; /* loop thread only */
     void (*destroy_cb)(void *arg);
     void *destroy_arg;
 } cpu_backend_t;
 
-static void push_done(cpu_backend_t *cb, kvd_job_t *job)
+static void push_done(cpu_backend_t *cb, kvd__job_t *job)
 {
     kvd__done_push(&cb->done, job);
     uv_async_send(&cb->async);
 }
 
-static void run_job(kvd_job_t *job)
+static void run_job(kvd__job_t *job)
 {
     unsigned long long oob = 0;
     kvd_status_t st = kvd__job_run(job, 0, &oob, NULL);
@@ -57,7 +57,7 @@ static void *worker_main(void *arg)
     cpu_queue_t *q = arg;
 
     for (;;) {
-        kvd_job_t *job;
+        kvd__job_t *job;
 
         pthread_mutex_lock(&q->mu);
         while (q->head == NULL && !q->stop)
@@ -80,7 +80,7 @@ static void *worker_main(void *arg)
 static void async_cb(uv_async_t *h)
 {
     cpu_backend_t *cb = h->data;
-    kvd_job_t *list, *next, *issued;
+    kvd__job_t *list, *next, *issued;
 
     list = kvd__done_take(&cb->done, &issued);
     (void)issued; /* the cpu backend issues nothing later */
@@ -93,10 +93,10 @@ static void async_cb(uv_async_t *h)
 
 /* Host memory of a new memfd (fd < 0, named label), or a client's memfd
  * fd mapped here (the descriptor stays the caller's). */
-static kvd_status_t host_mem(int fd, const char *label, uint64_t bytes, kvd_mem_t **out, char *why,
+static kvd_status_t host_mem(int fd, const char *label, uint64_t bytes, kvd__mem_t **out, char *why,
                              size_t why_len)
 {
-    kvd_mem_t *m = calloc(1, sizeof(*m));
+    kvd__mem_t *m = calloc(1, sizeof(*m));
     kvd_status_t st;
 
     if (m == NULL)
@@ -114,8 +114,8 @@ static kvd_status_t host_mem(int fd, const char *label, uint64_t bytes, kvd_mem_
     return KVD_OK;
 }
 
-static kvd_status_t cpu_mem_create(kvd_backend_t *be, int kind, uint64_t bytes, const char *label,
-                                   kvd_mem_t **out, char *why, size_t why_len)
+static kvd_status_t cpu_mem_create(kvd__backend_t *be, int kind, uint64_t bytes, const char *label,
+                                   kvd__mem_t **out, char *why, size_t why_len)
 {
     if (kind != KVD_MEM_HOST) {
         snprintf(why, why_len, "the cpu backend has host memory only");
@@ -124,8 +124,8 @@ static kvd_status_t cpu_mem_create(kvd_backend_t *be, int kind, uint64_t bytes, 
     return host_mem(-1, label, bytes, out, why, why_len);
 }
 
-static kvd_status_t cpu_mem_import(kvd_backend_t *be, int kind, const unsigned char *ipc,
-                                   size_t ipc_len, int fd, uint64_t bytes, kvd_mem_t **out,
+static kvd_status_t cpu_mem_import(kvd__backend_t *be, int kind, const unsigned char *ipc,
+                                   size_t ipc_len, int fd, uint64_t bytes, kvd__mem_t **out,
                                    char *why, size_t why_len)
 {
     if (kind != KVD_MEM_HOST) {
@@ -135,9 +135,9 @@ static kvd_status_t cpu_mem_import(kvd_backend_t *be, int kind, const unsigned c
     return host_mem(fd, NULL, bytes, out, why, why_len);
 }
 
-static void cpu_mem_destroy(kvd_backend_t *be, kvd_mem_t **mp)
+static void cpu_mem_destroy(kvd__backend_t *be, kvd__mem_t **mp)
 {
-    kvd_mem_t *m = mp ? *mp : NULL;
+    kvd__mem_t *m = mp ? *mp : NULL;
 
     if (m == NULL)
         return;
@@ -149,7 +149,7 @@ static void cpu_mem_destroy(kvd_backend_t *be, kvd_mem_t **mp)
     *mp = NULL;
 }
 
-static kvd_status_t cpu_table_create(kvd_backend_t *be, const uint64_t *vals, size_t n,
+static kvd_status_t cpu_table_create(kvd__backend_t *be, const uint64_t *vals, size_t n,
                                      void **out)
 {
     uint64_t *t = malloc(n ? n * sizeof(*t) : 1);
@@ -162,47 +162,47 @@ static kvd_status_t cpu_table_create(kvd_backend_t *be, const uint64_t *vals, si
     return KVD_OK;
 }
 
-static void cpu_table_destroy(kvd_backend_t *be, void *t)
+static void cpu_table_destroy(kvd__backend_t *be, void *t)
 {
     free(t);
 }
 
-static kvd_status_t cpu_staging_alloc(kvd_backend_t *be, size_t bytes, void **out, char *why,
+static kvd_status_t cpu_staging_alloc(kvd__backend_t *be, size_t bytes, void **out, char *why,
                                       size_t why_len)
 {
-    kvd_status_t st = kvd_hostmem_reserve(be->hostmem, KVD_HM_STAGING, bytes, why, why_len);
+    kvd_status_t st = kvd__hostmem_reserve(be->hostmem, KVD_HM_STAGING, bytes, why, why_len);
 
     if (st != KVD_OK)
         return st;
     *out = malloc(bytes ? bytes : 1);
     if (*out == NULL) {
-        kvd_hostmem_release(be->hostmem, KVD_HM_STAGING, bytes);
+        kvd__hostmem_release(be->hostmem, KVD_HM_STAGING, bytes);
         snprintf(why, why_len, "out of memory");
         return KVD_ENOMEM;
     }
     return KVD_OK;
 }
 
-static void cpu_staging_free(kvd_backend_t *be, void *p, size_t bytes)
+static void cpu_staging_free(kvd__backend_t *be, void *p, size_t bytes)
 {
     if (p == NULL)
         return;
-    kvd_hostmem_release(be->hostmem, KVD_HM_STAGING, bytes);
+    kvd__hostmem_release(be->hostmem, KVD_HM_STAGING, bytes);
     free(p);
 }
 
-static kvd_status_t cpu_event_open(kvd_backend_t *be, const unsigned char *h, size_t len,
+static kvd_status_t cpu_event_open(kvd__backend_t *be, const unsigned char *h, size_t len,
                                    void **ev, char *why, size_t why_len)
 {
     snprintf(why, why_len, "interprocess events need the cuda backend");
     return KVD_ENOTSUP;
 }
 
-static void cpu_event_close(kvd_backend_t *be, void *ev)
+static void cpu_event_close(kvd__backend_t *be, void *ev)
 {
 }
 
-static kvd_status_t cpu_submit(kvd_backend_t *be, kvd_job_t *job)
+static kvd_status_t cpu_submit(kvd__backend_t *be, kvd__job_t *job)
 {
     cpu_backend_t *cb = (cpu_backend_t *)be;
     cpu_queue_t *q;
@@ -224,13 +224,13 @@ static kvd_status_t cpu_submit(kvd_backend_t *be, kvd_job_t *job)
     return KVD_OK;
 }
 
-static void cpu_cancel_pending(kvd_backend_t *be)
+static void cpu_cancel_pending(kvd__backend_t *be)
 {
     cpu_backend_t *cb = (cpu_backend_t *)be;
     int i;
 
     for (i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++) {
-        kvd_job_t *list, *next;
+        kvd__job_t *list, *next;
 
         pthread_mutex_lock(&cb->q[i].mu);
         list = cb->q[i].head;
@@ -245,7 +245,7 @@ static void cpu_cancel_pending(kvd_backend_t *be)
     }
 }
 
-static uint32_t cpu_pending(kvd_backend_t *be)
+static uint32_t cpu_pending(kvd__backend_t *be)
 {
     return ((cpu_backend_t *)be)->pending;
 }
@@ -290,7 +290,7 @@ static void async_closed_cb(uv_handle_t *h)
         fn(arg);
 }
 
-static void cpu_destroy(kvd_backend_t *be, void (*fn)(void *arg), void *arg)
+static void cpu_destroy(kvd__backend_t *be, void (*fn)(void *arg), void *arg)
 {
     cpu_backend_t *cb = (cpu_backend_t *)be;
 
@@ -300,8 +300,8 @@ static void cpu_destroy(kvd_backend_t *be, void (*fn)(void *arg), void *arg)
     uv_close((uv_handle_t *)&cb->async, async_closed_cb);
 }
 
-kvd_status_t kvd_backend_cpu_create(uv_loop_t *loop, const kvd_options_t *opts,
-                                    kvd_backend_t **out, char *why, size_t why_len)
+kvd_status_t kvd__backend_cpu_create(uv_loop_t *loop, const kvd__options_t *opts,
+                                     kvd__backend_t **out, char *why, size_t why_len)
 {
     cpu_backend_t *cb = calloc(1, sizeof(*cb));
     int i;

@@ -73,7 +73,7 @@ static void idle_closed_cb(uv_handle_t *h)
     uv_close((uv_handle_t *)&cb->async, async_closed_cb);
 }
 
-static void cuda_destroy(kvd_backend_t *be, void (*fn)(void *arg), void *arg)
+static void cuda_destroy(kvd__backend_t *be, void (*fn)(void *arg), void *arg)
 {
     cuda_backend_t *cb = (cuda_backend_t *)be;
 
@@ -92,8 +92,8 @@ static void cuda_destroy(kvd_backend_t *be, void (*fn)(void *arg), void *arg)
     uv_close((uv_handle_t *)&cb->async, async_closed_cb);
 }
 
-kvd_status_t kvd_backend_cuda_create(uv_loop_t *loop, const kvd_options_t *opts,
-                                     kvd_backend_t **out, char *why, size_t why_len)
+kvd_status_t kvd__backend_cuda_create(uv_loop_t *loop, const kvd__options_t *opts,
+                                      kvd__backend_t **out, char *why, size_t why_len)
 {
     cuda_backend_t *cb;
     struct cudaDeviceProp prop;

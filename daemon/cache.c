@@ -25,22 +25,22 @@
 
 /* A read into a block's host slot, and the others waiting for the same. */
 typedef struct disk_fetch {
-    kvd_cache_store_t *c;
+    kvd__cache_store_t *c;
     uint32_t id;
-    kvd_cache_fetch_cb cb;
+    kvd__cache_fetch_cb cb;
     void *arg;
     struct disk_fetch *waiters; /* later asks for the same block */
     struct disk_fetch *next;    /* in the store's list of reads, or of waiters */
 } disk_fetch_t;
 
 typedef struct disk_write_ctx {
-    kvd_cache_store_t *c;
+    kvd__cache_store_t *c;
     uint32_t id;
 } disk_write_ctx_t;
 
-struct kvd_cache_disk {
-    kvd_disk_store_t *store;
-    kvd_disk_io_t *io;
+struct kvd__cache_disk {
+    kvd__disk_store_t *store;
+    kvd__disk_io_t *io;
     uint64_t budget, rec_bytes;
     uint64_t cap;        /* records the budget holds */
     uint64_t records;    /* entries with a record, and writes in flight */
@@ -51,7 +51,7 @@ struct kvd_cache_disk {
     uint64_t pkeys_len, pkeys_cap;
     uint64_t *poff;
     uint32_t poff_len;
-    kvd_disk_loc_t *older; /* records replaced by newer ones, dropped after open */
+    kvd__disk_loc_t *older; /* records replaced by newer ones, dropped after open */
     uint64_t nolder, older_cap;
     int opening;
     uint64_t unindexed;  /* at open: records the index had no room for */
@@ -122,13 +122,13 @@ static inline uint64_t key_hash(uint64_t seed, const uint8_t *k, size_t n)
                0x1D8E4E27C47D124Full);
 }
 
-uint64_t kvd_cache_hash(const kvd_cache_store_t *c, const uint8_t *key, size_t klen)
+uint64_t kvd__cache_hash(const kvd__cache_store_t *c, const uint8_t *key, size_t klen)
 {
     return key_hash(c->seed, key, klen);
 }
 
 /* Whether entry b holds key (length first; then words, no libc call). */
-static inline int key_equal(const kvd_cblock_t *b, const uint8_t *key, size_t klen)
+static inline int key_equal(const kvd__cblock_t *b, const uint8_t *key, size_t klen)
 {
     size_t i;
 
@@ -146,18 +146,18 @@ static inline int key_equal(const kvd_cblock_t *b, const uint8_t *key, size_t kl
 
 /* ---- entries --------------------------------------------------------------- */
 
-static inline void *slot_bytes(const kvd_cache_store_t *c, uint32_t slot)
+static inline void *slot_bytes(const kvd__cache_store_t *c, uint32_t slot)
 {
-    return (char *)c->slabs[kvd_cache_slab_of(c, slot)].ptr +
-           (uint64_t)kvd_cache_pos_of(c, slot) * c->block_bytes;
+    return (char *)c->slabs[kvd__cache_slab_of(c, slot)].ptr +
+           (uint64_t)kvd__cache_pos_of(c, slot) * c->block_bytes;
 }
 
-void *kvd_cache_block_bytes(const kvd_cache_store_t *c, uint32_t id)
+void *kvd__cache_block_bytes(const kvd__cache_store_t *c, uint32_t id)
 {
-    return slot_bytes(c, kvd_cache_host_slot(c, id));
+    return slot_bytes(c, kvd__cache_host_slot(c, id));
 }
 
-#define B(c, id) kvd_cache_block((c), (id))
+#define B(c, id) kvd__cache_block((c), (id))
 
 static uint32_t chunk_len(uint32_t k)
 {
@@ -172,9 +172,9 @@ static uint32_t chunks_len(uint32_t k)
 
 /* A free entry, zeroed: from the free list, else the next one made (a new
  * chunk when the last is full).  KVD_ENOMEM with why. */
-static kvd_status_t ent_new(kvd_cache_store_t *c, uint32_t *id, char *why, size_t why_len)
+static kvd_status_t ent_new(kvd__cache_store_t *c, uint32_t *id, char *why, size_t why_len)
 {
-    kvd_cblock_t *b;
+    kvd__cblock_t *b;
 
     if (c->ent_free) {
         *id = c->ent_free - 1;
@@ -189,8 +189,8 @@ static kvd_status_t ent_new(kvd_cache_store_t *c, uint32_t *id, char *why, size_
     }
     if (c->ents_made == chunks_len(c->nchunks)) {
         uint32_t k = c->nchunks;
-        uint64_t bytes = (uint64_t)chunk_len(k) * sizeof(kvd_cblock_t);
-        kvd_cblock_t **n = realloc(c->ents, (k + 1) * sizeof(*n));
+        uint64_t bytes = (uint64_t)chunk_len(k) * sizeof(kvd__cblock_t);
+        kvd__cblock_t **n = realloc(c->ents, (k + 1) * sizeof(*n));
         kvd_status_t st;
 
         if (n == NULL) {
@@ -200,12 +200,12 @@ static kvd_status_t ent_new(kvd_cache_store_t *c, uint32_t *id, char *why, size_
         c->ents = n;
         /* Entries outlive host slots (a block on disk only keeps one), so
          * they are charged as they are made, not with the slabs. */
-        if ((st = kvd_hostmem_reserve(c->hostmem, KVD_HM_CACHE_INDEX, bytes, why, why_len)) !=
+        if ((st = kvd__hostmem_reserve(c->hostmem, KVD_HM_CACHE_INDEX, bytes, why, why_len)) !=
             KVD_OK)
             return st;
         n[k] = zalloc(bytes);
         if (n[k] == NULL) {
-            kvd_hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, bytes);
+            kvd__hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, bytes);
             snprintf(why, why_len, "out of memory for the cache's entries");
             return KVD_ENOMEM;
         }
@@ -217,9 +217,9 @@ static kvd_status_t ent_new(kvd_cache_store_t *c, uint32_t *id, char *why, size_
 }
 
 /* Entry id goes back to the free list (zeroed: FREE). */
-static void ent_free(kvd_cache_store_t *c, uint32_t id)
+static void ent_free(kvd__cache_store_t *c, uint32_t id)
 {
-    kvd_cblock_t *b = B(c, id);
+    kvd__cblock_t *b = B(c, id);
 
     memset(b, 0, sizeof(*b));
     b->lru_next = c->ent_free;
@@ -227,7 +227,7 @@ static void ent_free(kvd_cache_store_t *c, uint32_t id)
 }
 
 /* A block's host slot goes back to the slabs' free slots. */
-static void host_free(kvd_cache_store_t *c, kvd_cblock_t *b)
+static void host_free(kvd__cache_store_t *c, kvd__cblock_t *b)
 {
     uint32_t slot;
 
@@ -235,14 +235,14 @@ static void host_free(kvd_cache_store_t *c, kvd_cblock_t *b)
         return;
     slot = b->host - 1;
     b->host = 0;
-    c->slabs[kvd_cache_slab_of(c, slot)].used--;
+    c->slabs[kvd__cache_slab_of(c, slot)].used--;
     c->free_ids[c->nfree++] = slot;
 }
 
 /* ---- the table ------------------------------------------------------------- */
 
 /* The slot of key (hash h) in the table, or the empty one ending its run. */
-static inline uint64_t *slot_at(const kvd_cache_store_t *c, uint64_t h, const uint8_t *key,
+static inline uint64_t *slot_at(const kvd__cache_store_t *c, uint64_t h, const uint8_t *key,
                                 size_t klen)
 {
     uint64_t tag = h >> 32, i;
@@ -256,12 +256,12 @@ static inline uint64_t *slot_at(const kvd_cache_store_t *c, uint64_t h, const ui
     }
 }
 
-static uint64_t *slot_of(const kvd_cache_store_t *c, const uint8_t *key, size_t klen)
+static uint64_t *slot_of(const kvd__cache_store_t *c, const uint8_t *key, size_t klen)
 {
     return slot_at(c, key_hash(c->seed, key, klen), key, klen);
 }
 
-uint32_t kvd_cache_find(const kvd_cache_store_t *c, const uint8_t *key, size_t klen)
+uint32_t kvd__cache_find(const kvd__cache_store_t *c, const uint8_t *key, size_t klen)
 {
     uint64_t v = *slot_of(c, key, klen);
 
@@ -278,7 +278,7 @@ static void table_put(uint64_t *table, uint64_t mask, uint64_t h, uint32_t id)
 }
 
 /* Room for one more entry at a load of at most a half. */
-static kvd_status_t table_room(kvd_cache_store_t *c, char *why, size_t why_len)
+static kvd_status_t table_room(kvd__cache_store_t *c, char *why, size_t why_len)
 {
     uint64_t size = c->table_mask + 1, nsize = size * 2, i;
     uint64_t *n;
@@ -286,20 +286,20 @@ static kvd_status_t table_room(kvd_cache_store_t *c, char *why, size_t why_len)
 
     if ((uint64_t)(c->indexed + 1) * 2 <= size)
         return KVD_OK;
-    st = kvd_hostmem_reserve(c->hostmem, KVD_HM_CACHE_INDEX, size * sizeof(uint64_t), why,
-                             why_len);
+    st = kvd__hostmem_reserve(c->hostmem, KVD_HM_CACHE_INDEX, size * sizeof(uint64_t), why,
+                              why_len);
     if (st != KVD_OK)
         return st;
     n = zalloc(nsize * sizeof(*n));
     if (n == NULL) {
-        kvd_hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, size * sizeof(uint64_t));
+        kvd__hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, size * sizeof(uint64_t));
         snprintf(why, why_len, "out of memory for the cache's index");
         return KVD_ENOMEM;
     }
     for (i = 0; i < size; i++) {
         uint64_t v = c->table[i];
         if (v != 0) {
-            const kvd_cblock_t *b = B(c, (uint32_t)v - 1);
+            const kvd__cblock_t *b = B(c, (uint32_t)v - 1);
             table_put(n, nsize - 1, key_hash(c->seed, b->key, b->klen), (uint32_t)v - 1);
         }
     }
@@ -312,14 +312,14 @@ static kvd_status_t table_room(kvd_cache_store_t *c, char *why, size_t why_len)
 
 /* Delete the entry at slot i of a linear-probing table: move up the entries
  * after it that would no longer be found. */
-static void table_delete(kvd_cache_store_t *c, uint64_t *slot)
+static void table_delete(kvd__cache_store_t *c, uint64_t *slot)
 {
     uint64_t mask = c->table_mask, i = (uint64_t)(slot - c->table), j = i;
 
     c->table[i] = 0;
     for (;;) {
         uint64_t v, home;
-        const kvd_cblock_t *b;
+        const kvd__cblock_t *b;
 
         j = (j + 1) & mask;
         v = c->table[j];
@@ -338,9 +338,9 @@ static void table_delete(kvd_cache_store_t *c, uint64_t *slot)
 
 /* ---- recency ----------------------------------------------------------------- */
 
-static void lru_remove(kvd_cache_store_t *c, uint32_t id)
+static void lru_remove(kvd__cache_store_t *c, uint32_t id)
 {
-    kvd_cblock_t *b = B(c, id);
+    kvd__cblock_t *b = B(c, id);
 
     if (!b->in_lru)
         return;
@@ -357,9 +357,9 @@ static void lru_remove(kvd_cache_store_t *c, uint32_t id)
 }
 
 /* As the most recently used (mru), or as the least. */
-static void lru_insert(kvd_cache_store_t *c, uint32_t id, int mru)
+static void lru_insert(kvd__cache_store_t *c, uint32_t id, int mru)
 {
-    kvd_cblock_t *b = B(c, id);
+    kvd__cblock_t *b = B(c, id);
 
     lru_remove(c, id);
     if (mru) {
@@ -384,9 +384,9 @@ static void lru_insert(kvd_cache_store_t *c, uint32_t id, int mru)
 
 /* The host list (with a disk level): the blocks whose host copy may go,
  * the least recently used first; see host_evict_one. */
-static void hlru_remove(kvd_cache_store_t *c, uint32_t id)
+static void hlru_remove(kvd__cache_store_t *c, uint32_t id)
 {
-    kvd_cblock_t *b = B(c, id);
+    kvd__cblock_t *b = B(c, id);
 
     if (!(b->dflags & KVD_CBLOCK_IN_HLRU))
         return;
@@ -404,9 +404,9 @@ static void hlru_remove(kvd_cache_store_t *c, uint32_t id)
 
 /* A ready block nothing holds whose host copy is whole and on disk (or
  * could not be written) joins the host list as the most recently used. */
-static void hlru_touch(kvd_cache_store_t *c, uint32_t id)
+static void hlru_touch(kvd__cache_store_t *c, uint32_t id)
 {
-    kvd_cblock_t *b = B(c, id);
+    kvd__cblock_t *b = B(c, id);
 
     if (c->disk == NULL)
         return;
@@ -426,9 +426,9 @@ static void hlru_touch(kvd_cache_store_t *c, uint32_t id)
 }
 
 /* A block of host memory only whose children are gone: next to go. */
-static void hlru_tail_insert(kvd_cache_store_t *c, uint32_t id)
+static void hlru_tail_insert(kvd__cache_store_t *c, uint32_t id)
 {
-    kvd_cblock_t *b = B(c, id);
+    kvd__cblock_t *b = B(c, id);
 
     b->hlru_next = 0;
     b->hlru_prev = c->hlru_tail;
@@ -440,9 +440,9 @@ static void hlru_tail_insert(kvd_cache_store_t *c, uint32_t id)
     b->dflags |= KVD_CBLOCK_IN_HLRU;
 }
 
-void kvd_cache_touch(kvd_cache_store_t *c, uint32_t id)
+void kvd__cache_touch(kvd__cache_store_t *c, uint32_t id)
 {
-    kvd_cblock_t *b = B(c, id);
+    kvd__cblock_t *b = B(c, id);
 
     if (b->state == KVD_CBLOCK_READY && b->holds == 0) {
         lru_insert(c, id, 1);
@@ -455,10 +455,10 @@ void kvd_cache_touch(kvd_cache_store_t *c, uint32_t id)
 /* The next slab, allocated ahead off the loop.  Its budget is reserved
  * (and in held_bytes) from the start; once the store lets go of it
  * (c == NULL) the allocation's end frees it and returns the budget. */
-struct kvd_cache_ahead {
-    kvd_cache_store_t *c;
-    kvd_hostmem_t *hm;
-    kvd_cache_mem_t mem;
+struct kvd__cache_ahead {
+    kvd__cache_store_t *c;
+    kvd__hostmem_t *hm;
+    kvd__cache_mem_t mem;
     uint64_t held; /* bytes and entries of nblocks */
     uint64_t data; /* of held, the blocks' bytes (the rest: their entries) */
     uint32_t nblocks;
@@ -467,7 +467,7 @@ struct kvd_cache_ahead {
 };
 
 /* The first unused slab index and its blocks; 0 blocks when none is left. */
-static uint32_t next_slab(const kvd_cache_store_t *c, uint32_t *s_out)
+static uint32_t next_slab(const kvd__cache_store_t *c, uint32_t *s_out)
 {
     uint32_t s, per = 1u << c->slab_shift;
 
@@ -480,40 +480,40 @@ static uint32_t next_slab(const kvd_cache_store_t *c, uint32_t *s_out)
     return (uint64_t)s * per + per <= c->capacity ? per : c->capacity - s * per;
 }
 
-static uint64_t slab_held(const kvd_cache_store_t *c, uint32_t n)
+static uint64_t slab_held(const kvd__cache_store_t *c, uint32_t n)
 {
     return (uint64_t)n * (c->block_bytes + sizeof(uint32_t)); /* entries: ent_new */
 }
 
 /* A slab's part of the budget: its blocks' bytes as "cache", their
  * free-list room (held - data) as "cache-index"; both or neither. */
-static kvd_status_t slab_reserve(kvd_hostmem_t *hm, uint64_t held, uint64_t data, char *why,
+static kvd_status_t slab_reserve(kvd__hostmem_t *hm, uint64_t held, uint64_t data, char *why,
                                  size_t why_len)
 {
-    kvd_status_t st = kvd_hostmem_reserve(hm, KVD_HM_CACHE, data, why, why_len);
+    kvd_status_t st = kvd__hostmem_reserve(hm, KVD_HM_CACHE, data, why, why_len);
 
     if (st != KVD_OK)
         return st;
-    st = kvd_hostmem_reserve(hm, KVD_HM_CACHE_INDEX, held - data, why, why_len);
+    st = kvd__hostmem_reserve(hm, KVD_HM_CACHE_INDEX, held - data, why, why_len);
     if (st != KVD_OK)
-        kvd_hostmem_release(hm, KVD_HM_CACHE, data);
+        kvd__hostmem_release(hm, KVD_HM_CACHE, data);
     return st;
 }
 
-static void slab_unreserve(kvd_hostmem_t *hm, uint64_t held, uint64_t data)
+static void slab_unreserve(kvd__hostmem_t *hm, uint64_t held, uint64_t data)
 {
-    kvd_hostmem_release(hm, KVD_HM_CACHE, data);
-    kvd_hostmem_release(hm, KVD_HM_CACHE_INDEX, held - data);
+    kvd__hostmem_release(hm, KVD_HM_CACHE, data);
+    kvd__hostmem_release(hm, KVD_HM_CACHE_INDEX, held - data);
 }
 
 /* Free a slab's memory and give back its part of the budget: the blocks'
  * bytes once they are gone, where the memory is freed later. */
-static void slab_give_back(const kvd_cache_mem_t *mem, kvd_hostmem_t *hm, void *handle,
+static void slab_give_back(const kvd__cache_mem_t *mem, kvd__hostmem_t *hm, void *handle,
                            uint64_t held, uint64_t data)
 {
     if (mem->free_later != NULL) {
         mem->free_later(mem->ctx, handle, KVD_HM_CACHE, data);
-        kvd_hostmem_release(hm, KVD_HM_CACHE_INDEX, held - data);
+        kvd__hostmem_release(hm, KVD_HM_CACHE_INDEX, held - data);
         return;
     }
     mem->free(mem->ctx, handle);
@@ -522,9 +522,9 @@ static void slab_give_back(const kvd_cache_mem_t *mem, kvd_hostmem_t *hm, void *
 
 /* Let go of the slab allocated ahead: freed now if ready, else when its
  * allocation ends. */
-static void ahead_drop(kvd_cache_store_t *c)
+static void ahead_drop(kvd__cache_store_t *c)
 {
-    struct kvd_cache_ahead *a = c->ahead;
+    struct kvd__cache_ahead *a = c->ahead;
 
     if (a == NULL)
         return;
@@ -540,8 +540,8 @@ static void ahead_drop(kvd_cache_store_t *c)
 
 static void ahead_done(void *arg, kvd_status_t st, void *ptr, void *handle)
 {
-    struct kvd_cache_ahead *a = arg;
-    kvd_cache_store_t *c = a->c;
+    struct kvd__cache_ahead *a = arg;
+    kvd__cache_store_t *c = a->c;
 
     if (c == NULL || st != KVD_OK) {
         if (st == KVD_OK)
@@ -563,9 +563,9 @@ static void ahead_done(void *arg, kvd_status_t st, void *ptr, void *handle)
 
 /* Start allocating the slab after the ones there, where the budget has
  * room for it now. */
-static void slab_ahead(kvd_cache_store_t *c)
+static void slab_ahead(kvd__cache_store_t *c)
 {
-    struct kvd_cache_ahead *a;
+    struct kvd__cache_ahead *a;
     uint32_t s, n;
     char why[160];
 
@@ -594,13 +594,13 @@ static void slab_ahead(kvd_cache_store_t *c)
     }
 }
 
-static kvd_status_t slab_add(kvd_cache_store_t *c, char *why, size_t why_len)
+static kvd_status_t slab_add(kvd__cache_store_t *c, char *why, size_t why_len)
 {
     uint32_t s, n, i;
     uint64_t bytes, held;
     size_t total;
-    kvd_cache_slab_t *sl = NULL;
-    struct kvd_cache_ahead *a;
+    kvd__cache_slab_t *sl = NULL;
+    struct kvd__cache_ahead *a;
     uint32_t *f;
     kvd_status_t st;
 
@@ -654,9 +654,9 @@ static kvd_status_t slab_add(kvd_cache_store_t *c, char *why, size_t why_len)
     return KVD_OK;
 }
 
-static void slab_free(kvd_cache_store_t *c, uint32_t s)
+static void slab_free(kvd__cache_store_t *c, uint32_t s)
 {
-    kvd_cache_slab_t *sl = &c->slabs[s];
+    kvd__cache_slab_t *sl = &c->slabs[s];
     uint32_t n = sl->nblocks;
     uint64_t held = slab_held(c, n);
 
@@ -668,9 +668,9 @@ static void slab_free(kvd_cache_store_t *c, uint32_t s)
 
 /* ---- lifecycle ---------------------------------------------------------------- */
 
-kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_block_layout_t *l,
-                                  uint64_t budget, kvd_hostmem_t *hm, const kvd_cache_mem_t *mem,
-                                  char *why, size_t why_len)
+kvd_status_t kvd__cache_store_init(kvd__cache_store_t *c, const kvd__block_layout_t *l,
+                                   uint64_t budget, kvd__hostmem_t *hm, const kvd__cache_mem_t *mem,
+                                   char *why, size_t why_len)
 {
     uint64_t chunk, block, cap, per;
     uint32_t shift = 0;
@@ -719,7 +719,7 @@ kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_block_layout_t
         return KVD_ENOMEM;
     }
     c->table_mask = TABLE_MIN - 1;
-    st = kvd_hostmem_reserve(hm, KVD_HM_CACHE_INDEX, TABLE_MIN * sizeof(uint64_t), why, why_len);
+    st = kvd__hostmem_reserve(hm, KVD_HM_CACHE_INDEX, TABLE_MIN * sizeof(uint64_t), why, why_len);
     if (st != KVD_OK) {
         free(c->slabs);
         free(c->table);
@@ -729,9 +729,9 @@ kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_block_layout_t
     return KVD_OK;
 }
 
-static void disk_close(kvd_cache_store_t *c);
+static void disk_close(kvd__cache_store_t *c);
 
-void kvd_cache_store_deinit(kvd_cache_store_t *c)
+void kvd__cache_store_deinit(kvd__cache_store_t *c)
 {
     uint32_t s;
 
@@ -740,12 +740,12 @@ void kvd_cache_store_deinit(kvd_cache_store_t *c)
     for (s = 0; s < c->nslabs_max; s++)
         if (c->slabs[s].ptr != NULL)
             slab_free(c, s);
-    kvd_hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, c->held_bytes); /* table, entries */
+    kvd__hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, c->held_bytes); /* table, entries */
     free(c->slabs);
     zfree(c->table, (c->table_mask + 1) * sizeof(*c->table));
     free(c->free_ids);
     for (s = 0; s < c->nchunks; s++)
-        zfree(c->ents[s], (size_t)chunk_len(s) * sizeof(kvd_cblock_t));
+        zfree(c->ents[s], (size_t)chunk_len(s) * sizeof(kvd__cblock_t));
     free(c->ents);
     memset(c, 0, sizeof(*c));
 }
@@ -758,10 +758,10 @@ void kvd_cache_store_deinit(kvd_cache_store_t *c)
  * most recently used, then the others in order.  A chain used before as a
  * whole already lies in that order in the list: then it moves as one
  * piece, whatever its length. */
-void kvd_cache_touch_chain(kvd_cache_store_t *c, const uint32_t *ids, uint32_t n)
+void kvd__cache_touch_chain(kvd__cache_store_t *c, const uint32_t *ids, uint32_t n)
 {
     uint32_t i, first, last;
-    kvd_cblock_t *f, *l;
+    kvd__cblock_t *f, *l;
 
     if (n == 0)
         return;
@@ -770,13 +770,13 @@ void kvd_cache_touch_chain(kvd_cache_store_t *c, const uint32_t *ids, uint32_t n
             if (B(c, ids[i])->dflags & KVD_CBLOCK_IN_HLRU)
                 hlru_touch(c, ids[i]);
     for (i = 0; i < n; i++) {
-        const kvd_cblock_t *b = B(c, ids[i]);
+        const kvd__cblock_t *b = B(c, ids[i]);
         if (!b->in_lru || b->holds != 0 || (i + 1 < n && b->lru_next != ids[i + 1] + 1))
             break;
     }
     if (i < n) { /* one at a time, the last first */
         for (i = n; i-- > 0;)
-            kvd_cache_touch(c, ids[i]);
+            kvd__cache_touch(c, ids[i]);
         return;
     }
     first = ids[0];
@@ -802,11 +802,11 @@ void kvd_cache_touch_chain(kvd_cache_store_t *c, const uint32_t *ids, uint32_t n
  * (a save takes ids in order while free ones come in order), so a chain's
  * lookup walks its entries in memory order.  KVD_CBLOCK_NONE when that
  * block is not key's child of prev. */
-static inline uint32_t next_in_chain(const kvd_cache_store_t *c, uint32_t prev,
+static inline uint32_t next_in_chain(const kvd__cache_store_t *c, uint32_t prev,
                                      const uint8_t *key, size_t klen)
 {
     uint32_t id = prev + 1;
-    const kvd_cblock_t *b;
+    const kvd__cblock_t *b;
 
     if (id >= c->ents_made)
         return KVD_CBLOCK_NONE;
@@ -816,8 +816,8 @@ static inline uint32_t next_in_chain(const kvd_cache_store_t *c, uint32_t prev,
     return id;
 }
 
-uint32_t kvd_cache_lookup(kvd_cache_store_t *c, const uint8_t *const *keys, const size_t *lens,
-                          uint32_t n, int touch, uint32_t *ids)
+uint32_t kvd__cache_lookup(kvd__cache_store_t *c, const uint8_t *const *keys, const size_t *lens,
+                           uint32_t n, int touch, uint32_t *ids)
 {
     uint32_t i, j, g = 0, m = 0, hit = 0, prev = KVD_CBLOCK_NONE;
     uint64_t h[LOOKUP_GROUP];
@@ -855,28 +855,28 @@ uint32_t kvd_cache_lookup(kvd_cache_store_t *c, const uint8_t *const *keys, cons
         hit++;
     }
     if (touch && ids != NULL)
-        kvd_cache_touch_chain(c, ids, hit);
+        kvd__cache_touch_chain(c, ids, hit);
     else if (touch) /* the last first: parents stay more recent than children */
         for (i = hit; i-- > 0;)
-            kvd_cache_touch(c, kvd_cache_find(c, keys[i], lens[i]));
+            kvd__cache_touch(c, kvd__cache_find(c, keys[i], lens[i]));
     return hit;
 }
 
 /* ---- eviction ------------------------------------------------------------------ */
 
-static void disk_forget(kvd_cache_store_t *c, kvd_cblock_t *b);
-static kvd_status_t host_evict_one(kvd_cache_store_t *c);
-static void disk_write(kvd_cache_store_t *c, uint32_t id);
+static void disk_forget(kvd__cache_store_t *c, kvd__cblock_t *b);
+static kvd_status_t host_evict_one(kvd__cache_store_t *c);
+static void disk_write(kvd__cache_store_t *c, uint32_t id);
 
-static int evictable(const kvd_cblock_t *b)
+static int evictable(const kvd__cblock_t *b)
 {
     return b->state == KVD_CBLOCK_READY && b->holds == 0 && b->first_child == 0;
 }
 
 /* Link id into its parent's list of children / take it out. */
-static void child_link(kvd_cache_store_t *c, uint32_t parent, uint32_t id)
+static void child_link(kvd__cache_store_t *c, uint32_t parent, uint32_t id)
 {
-    kvd_cblock_t *p = B(c, parent), *b = B(c, id);
+    kvd__cblock_t *p = B(c, parent), *b = B(c, id);
 
     b->prev_sibling = 0;
     b->next_sibling = p->first_child;
@@ -885,9 +885,9 @@ static void child_link(kvd_cache_store_t *c, uint32_t parent, uint32_t id)
     p->first_child = id + 1;
 }
 
-static void child_unlink(kvd_cache_store_t *c, uint32_t parent, uint32_t id)
+static void child_unlink(kvd__cache_store_t *c, uint32_t parent, uint32_t id)
 {
-    kvd_cblock_t *b = B(c, id);
+    kvd__cblock_t *b = B(c, id);
 
     if (b->prev_sibling)
         B(c, b->prev_sibling - 1)->next_sibling = b->next_sibling;
@@ -900,10 +900,10 @@ static void child_unlink(kvd_cache_store_t *c, uint32_t parent, uint32_t id)
 
 /* Take block id out of the index and give it back to the free list; then
  * its parent loses a child (iteratively: dead parents may chain up). */
-static void release_block(kvd_cache_store_t *c, uint32_t id)
+static void release_block(kvd__cache_store_t *c, uint32_t id)
 {
     for (;;) {
-        kvd_cblock_t *b = B(c, id), *p;
+        kvd__cblock_t *b = B(c, id), *p;
         uint32_t parent = b->parent;
 
         lru_remove(c, id);
@@ -941,7 +941,7 @@ static void release_block(kvd_cache_store_t *c, uint32_t id)
 
 /* Evict the least recently used evictable block: KVD_OK, or KVD_EBUSY
  * when there is none. */
-static kvd_status_t evict_one(kvd_cache_store_t *c)
+static kvd_status_t evict_one(kvd__cache_store_t *c)
 {
     while (c->lru_tail) {
         uint32_t id = c->lru_tail - 1;
@@ -961,7 +961,7 @@ static kvd_status_t evict_one(kvd_cache_store_t *c)
  * (host memory only: the least recently used block that can go; with a
  * disk level: the host copy of the least recently used block already on
  * disk, the block staying there). */
-static kvd_status_t take_slot(kvd_cache_store_t *c, char *why, size_t why_len)
+static kvd_status_t take_slot(kvd__cache_store_t *c, char *why, size_t why_len)
 {
     kvd_status_t st;
 
@@ -972,7 +972,7 @@ static kvd_status_t take_slot(kvd_cache_store_t *c, char *why, size_t why_len)
     if (c->nslabs == 0) /* no room for a first slab: the host-memory budget's why */
         return st;
     if (c->disk != NULL) {
-        kvd_disk_store_flush(c->disk->store); /* the writes that free blocks go now */
+        kvd__disk_store_flush(c->disk->store); /* the writes that free blocks go now */
         c->disk->host_full++;
     }
     if (c->disk != NULL)
@@ -984,10 +984,10 @@ static kvd_status_t take_slot(kvd_cache_store_t *c, char *why, size_t why_len)
     return KVD_EBUSY;
 }
 
-kvd_status_t kvd_cache_reserve(kvd_cache_store_t *c, uint32_t parent, const uint8_t *key,
-                               size_t klen, uint32_t *out, char *why, size_t why_len)
+kvd_status_t kvd__cache_reserve(kvd__cache_store_t *c, uint32_t parent, const uint8_t *key,
+                                size_t klen, uint32_t *out, char *why, size_t why_len)
 {
-    kvd_cblock_t *b;
+    kvd__cblock_t *b;
     kvd_status_t st;
     uint32_t id;
 
@@ -1001,7 +1001,7 @@ kvd_status_t kvd_cache_reserve(kvd_cache_store_t *c, uint32_t parent, const uint
         return st;
     b = B(c, id);
     b->host = c->free_ids[--c->nfree] + 1;
-    c->slabs[kvd_cache_slab_of(c, b->host - 1)].used++;
+    c->slabs[kvd__cache_slab_of(c, b->host - 1)].used++;
     memcpy(b->key, key, klen);
     b->klen = (uint8_t)klen;
     b->state = KVD_CBLOCK_FILLING;
@@ -1016,25 +1016,25 @@ kvd_status_t kvd_cache_reserve(kvd_cache_store_t *c, uint32_t parent, const uint
     return KVD_OK;
 }
 
-int kvd_cache_commit(kvd_cache_store_t *c, uint32_t id)
+int kvd__cache_commit(kvd__cache_store_t *c, uint32_t id)
 {
-    kvd_cblock_t *b = B(c, id);
+    kvd__cblock_t *b = B(c, id);
 
     if (b->parent && B(c, b->parent - 1)->state == KVD_CBLOCK_DEAD) {
-        kvd_cache_abort(c, id);
+        kvd__cache_abort(c, id);
         return 0;
     }
     b->state = KVD_CBLOCK_READY;
     c->ready++;
     if (c->disk != NULL)
         disk_write(c, id); /* holds it while its record is written */
-    kvd_cache_unhold(c, id);
+    kvd__cache_unhold(c, id);
     return 1;
 }
 
-void kvd_cache_abort(kvd_cache_store_t *c, uint32_t id)
+void kvd__cache_abort(kvd__cache_store_t *c, uint32_t id)
 {
-    kvd_cblock_t *b = B(c, id);
+    kvd__cblock_t *b = B(c, id);
 
     if (b->holds > 0)
         b->holds--;
@@ -1047,18 +1047,18 @@ void kvd_cache_abort(kvd_cache_store_t *c, uint32_t id)
     b->state = KVD_CBLOCK_DEAD;
 }
 
-void kvd_cache_hold(kvd_cache_store_t *c, uint32_t id)
+void kvd__cache_hold(kvd__cache_store_t *c, uint32_t id)
 {
-    kvd_cblock_t *b = B(c, id);
+    kvd__cblock_t *b = B(c, id);
 
     b->holds++;
     lru_remove(c, id);
     hlru_remove(c, id);
 }
 
-void kvd_cache_unhold(kvd_cache_store_t *c, uint32_t id)
+void kvd__cache_unhold(kvd__cache_store_t *c, uint32_t id)
 {
-    kvd_cblock_t *b = B(c, id);
+    kvd__cblock_t *b = B(c, id);
 
     if (b->holds > 0)
         b->holds--;
@@ -1076,9 +1076,9 @@ void kvd_cache_unhold(kvd_cache_store_t *c, uint32_t id)
 /* The next block of root's subtree after id in preorder, or
  * KVD_CBLOCK_NONE: down to a child, else across to a sibling, else up
  * until an ancestor (below root) has one.  No memory beyond the links. */
-static uint32_t subtree_next(const kvd_cache_store_t *c, uint32_t root, uint32_t id)
+static uint32_t subtree_next(const kvd__cache_store_t *c, uint32_t root, uint32_t id)
 {
-    const kvd_cblock_t *b = B(c, id);
+    const kvd__cblock_t *b = B(c, id);
 
     if (b->first_child)
         return b->first_child - 1;
@@ -1093,16 +1093,16 @@ static uint32_t subtree_next(const kvd_cache_store_t *c, uint32_t root, uint32_t
 
 /* The subtree under root goes whole, or nothing when a part of it is held
  * or filling: one walk to check, one to release leaves first. */
-kvd_status_t kvd_cache_evict_key(kvd_cache_store_t *c, const uint8_t *key, size_t klen,
-                                 uint32_t *evicted)
+kvd_status_t kvd__cache_evict_key(kvd__cache_store_t *c, const uint8_t *key, size_t klen,
+                                  uint32_t *evicted)
 {
-    uint32_t root = kvd_cache_find(c, key, klen), id, n = 0;
+    uint32_t root = kvd__cache_find(c, key, klen), id, n = 0;
 
     *evicted = 0;
     if (root == KVD_CBLOCK_NONE)
         return KVD_ENOENT;
     for (id = root; id != KVD_CBLOCK_NONE; id = subtree_next(c, root, id)) {
-        const kvd_cblock_t *b = B(c, id);
+        const kvd__cblock_t *b = B(c, id);
         if (b->holds > 0 || b->state != KVD_CBLOCK_READY)
             return KVD_EBUSY;
     }
@@ -1125,7 +1125,7 @@ kvd_status_t kvd_cache_evict_key(kvd_cache_store_t *c, const uint8_t *key, size_
     return KVD_OK;
 }
 
-uint32_t kvd_cache_clear(kvd_cache_store_t *c)
+uint32_t kvd__cache_clear(kvd__cache_store_t *c)
 {
     uint32_t n = 0, s, i, k;
 
@@ -1136,7 +1136,7 @@ uint32_t kvd_cache_clear(kvd_cache_store_t *c)
         if (c->slabs[s].ptr != NULL && c->slabs[s].used == 0)
             slab_free(c, s);
     for (i = 0, k = 0; i < c->nfree; i++)
-        if (c->slabs[kvd_cache_slab_of(c, c->free_ids[i])].ptr != NULL)
+        if (c->slabs[kvd__cache_slab_of(c, c->free_ids[i])].ptr != NULL)
             c->free_ids[k++] = c->free_ids[i];
     c->nfree = k;
     ahead_drop(c); /* the cache gives its memory back: none kept ahead */
@@ -1145,23 +1145,23 @@ uint32_t kvd_cache_clear(kvd_cache_store_t *c)
 
 /* ---- the disk level ---------------------------------------------------------- */
 
-static inline kvd_disk_loc_t loc_of(const kvd_cblock_t *b)
+static inline kvd__disk_loc_t loc_of(const kvd__cblock_t *b)
 {
     return KVD_DISK_LOC(b->dseg, b->doff);
 }
 
-uint64_t kvd_cache_layout_id(const kvd_block_layout_t *l)
+uint64_t kvd__cache_layout_id(const kvd__block_layout_t *l)
 {
     char text[KVD_DISK_LAYOUT_TEXT];
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a: the same on every run */
 
-    kvd_cache_layout_text(l, text, sizeof(text));
+    kvd__cache_layout_text(l, text, sizeof(text));
     for (const char *p = text; *p; p++)
         h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
     return h;
 }
 
-void kvd_cache_layout_text(const kvd_block_layout_t *l, char *out, size_t len)
+void kvd__cache_layout_text(const kvd__block_layout_t *l, char *out, size_t len)
 {
     snprintf(out, len, "layers=%u %s tokens_per_block=%u token_bytes=%" PRIu64 " dtype=%.16s",
              l->num_layers, l->mla ? "mla" : "kv", l->tokens_per_block, l->token_bytes,
@@ -1170,11 +1170,11 @@ void kvd_cache_layout_text(const kvd_block_layout_t *l, char *out, size_t len)
 
 /* The entry lets go of its record (its entry is going: nothing reads or
  * writes it, it holds nothing). */
-static void disk_forget(kvd_cache_store_t *c, kvd_cblock_t *b)
+static void disk_forget(kvd__cache_store_t *c, kvd__cblock_t *b)
 {
     if (b->dseg == 0 && b->doff == 0)
         return;
-    kvd_disk_drop(c->disk->store, loc_of(b));
+    kvd__disk_drop(c->disk->store, loc_of(b));
     c->disk->records--;
     b->dseg = b->doff = 0;
 }
@@ -1186,13 +1186,13 @@ static void disk_forget(kvd_cache_store_t *c, kvd_cblock_t *b)
 /* The least recently used block that can go and has a record leaves the
  * cache (both levels).  Blocks that cannot go leave the list, as in
  * evict_one; blocks in host memory only are passed over, a few at most. */
-static kvd_status_t disk_evict_one(kvd_cache_store_t *c)
+static kvd_status_t disk_evict_one(kvd__cache_store_t *c)
 {
     uint32_t at = c->lru_tail, skipped = 0;
 
     while (at && skipped < DISK_EVICT_SKIP) {
         uint32_t id = at - 1;
-        kvd_cblock_t *b = B(c, id);
+        kvd__cblock_t *b = B(c, id);
 
         at = b->lru_prev;
         if (!evictable(b)) {
@@ -1213,9 +1213,9 @@ static kvd_status_t disk_evict_one(kvd_cache_store_t *c)
 /* Room for one more record: the least recently used blocks with records
  * that can go leave the cache (both levels) until there is.  0: none
  * could. */
-static int disk_room(kvd_cache_store_t *c)
+static int disk_room(kvd__cache_store_t *c)
 {
-    struct kvd_cache_disk *d = c->disk;
+    struct kvd__cache_disk *d = c->disk;
 
     while (d->records >= d->cap) {
         if (disk_evict_one(c) != KVD_OK)
@@ -1225,11 +1225,11 @@ static int disk_room(kvd_cache_store_t *c)
     return 1;
 }
 
-static void disk_written(void *arg, kvd_status_t st, kvd_disk_loc_t loc)
+static void disk_written(void *arg, kvd_status_t st, kvd__disk_loc_t loc)
 {
     disk_write_ctx_t *w = arg;
-    kvd_cache_store_t *c = w->c;
-    kvd_cblock_t *b = B(c, w->id);
+    kvd__cache_store_t *c = w->c;
+    kvd__cblock_t *b = B(c, w->id);
 
     b->dflags &= (uint8_t)~KVD_CBLOCK_WRITING;
     if (st == KVD_OK) {
@@ -1241,15 +1241,15 @@ static void disk_written(void *arg, kvd_status_t st, kvd_disk_loc_t loc)
         c->disk->failed_writes++;
         b->dflags |= KVD_CBLOCK_NODISK;
     }
-    kvd_cache_unhold(c, w->id);
+    kvd__cache_unhold(c, w->id);
     free(w);
 }
 
 /* A block's record is not written: it stays in host memory only.  The
  * first refusal of a run is logged. */
-static void disk_refused(kvd_cache_store_t *c, kvd_cblock_t *b, const char *why)
+static void disk_refused(kvd__cache_store_t *c, kvd__cblock_t *b, const char *why)
 {
-    struct kvd_cache_disk *d = c->disk;
+    struct kvd__cache_disk *d = c->disk;
 
     d->refused++;
     b->dflags |= KVD_CBLOCK_NODISK;
@@ -1263,11 +1263,11 @@ static void disk_refused(kvd_cache_store_t *c, kvd_cblock_t *b, const char *why)
  * which the write holds until it is done.  Where the budget has no room
  * and nothing can go, or the store refuses, the block stays in host
  * memory only (counted). */
-static void disk_write(kvd_cache_store_t *c, uint32_t id)
+static void disk_write(kvd__cache_store_t *c, uint32_t id)
 {
-    struct kvd_cache_disk *d = c->disk;
-    kvd_cblock_t *b = B(c, id);
-    const kvd_cblock_t *p = b->parent ? B(c, b->parent - 1) : NULL;
+    struct kvd__cache_disk *d = c->disk;
+    kvd__cblock_t *b = B(c, id);
+    const kvd__cblock_t *p = b->parent ? B(c, b->parent - 1) : NULL;
     disk_write_ctx_t *w;
 
     if (!disk_room(c) || (w = malloc(sizeof(*w))) == NULL) {
@@ -1277,8 +1277,8 @@ static void disk_write(kvd_cache_store_t *c, uint32_t id)
     }
     w->c = c;
     w->id = id;
-    if (kvd_disk_append(d->store, b->key, b->klen, p ? p->key : NULL, p ? p->klen : 0,
-                        kvd_cache_block_bytes(c, id), disk_written, w) != KVD_OK) {
+    if (kvd__disk_append(d->store, b->key, b->klen, p ? p->key : NULL, p ? p->klen : 0,
+                         kvd__cache_block_bytes(c, id), disk_written, w) != KVD_OK) {
         free(w);
         disk_refused(c, b, "the disk store refused the record (it failed before)");
         return;
@@ -1294,11 +1294,11 @@ static void disk_write(kvd_cache_store_t *c, uint32_t id)
 /* A host slot is needed: the least recently used block whose host copy
  * may go loses it (it stays on disk, or leaves the cache where its record
  * could not be written and nothing comes after it).  KVD_EBUSY: none. */
-static kvd_status_t host_evict_one(kvd_cache_store_t *c)
+static kvd_status_t host_evict_one(kvd__cache_store_t *c)
 {
     while (c->hlru_tail) {
         uint32_t id = c->hlru_tail - 1;
-        kvd_cblock_t *b = B(c, id);
+        kvd__cblock_t *b = B(c, id);
 
         hlru_remove(c, id); /* back when used again */
         if (b->holds != 0 || b->host == 0 || b->state != KVD_CBLOCK_READY)
@@ -1320,12 +1320,12 @@ static kvd_status_t host_evict_one(kvd_cache_store_t *c)
 
 /* Every block of root's subtree leaves the index (its record failed): the
  * ones nothing holds go now, the others once let go. */
-static void drop_subtree(kvd_cache_store_t *c, uint32_t root)
+static void drop_subtree(kvd__cache_store_t *c, uint32_t root)
 {
     uint32_t *all = NULL, n = 0, cap = 0, id;
 
     for (id = root; id != KVD_CBLOCK_NONE; id = subtree_next(c, root, id)) {
-        kvd_cblock_t *b = B(c, id);
+        kvd__cblock_t *b = B(c, id);
 
         if (n == cap) {
             uint32_t *m = realloc(all, (cap = cap ? cap * 2 : 16) * sizeof(*all));
@@ -1352,7 +1352,7 @@ static void drop_subtree(kvd_cache_store_t *c, uint32_t root)
     /* children before parents: a dead block goes once nothing holds it and
      * its children are gone */
     while (n-- > 0) {
-        kvd_cblock_t *b = B(c, all[n]);
+        kvd__cblock_t *b = B(c, all[n]);
         if (b->state == KVD_CBLOCK_DEAD && b->holds == 0 && b->first_child == 0)
             release_block(c, all[n]);
     }
@@ -1362,9 +1362,9 @@ static void drop_subtree(kvd_cache_store_t *c, uint32_t root)
 static void fetch_done(void *arg, kvd_status_t st)
 {
     disk_fetch_t *f = arg, **pp, *w;
-    kvd_cache_store_t *c = f->c;
-    struct kvd_cache_disk *d = c->disk;
-    kvd_cblock_t *b = B(c, f->id);
+    kvd__cache_store_t *c = f->c;
+    struct kvd__cache_disk *d = c->disk;
+    kvd__cblock_t *b = B(c, f->id);
 
     for (pp = &d->reads; *pp != f; pp = &(*pp)->next)
         ;
@@ -1382,19 +1382,19 @@ static void fetch_done(void *arg, kvd_status_t st)
     for (w = f->waiters; w != NULL;) {
         disk_fetch_t *nx = w->next;
         w->cb(w->arg, st);
-        kvd_cache_unhold(c, w->id);
+        kvd__cache_unhold(c, w->id);
         free(w);
         w = nx;
     }
-    kvd_cache_unhold(c, f->id); /* a promoted block: the most recently used */
+    kvd__cache_unhold(c, f->id); /* a promoted block: the most recently used */
     free(f);
 }
 
-kvd_status_t kvd_cache_fetch(kvd_cache_store_t *c, uint32_t id, kvd_cache_fetch_cb cb, void *arg,
-                             char *why, size_t why_len)
+kvd_status_t kvd__cache_fetch(kvd__cache_store_t *c, uint32_t id, kvd__cache_fetch_cb cb, void *arg,
+                              char *why, size_t why_len)
 {
-    struct kvd_cache_disk *d = c->disk;
-    kvd_cblock_t *b = B(c, id);
+    struct kvd__cache_disk *d = c->disk;
+    kvd__cblock_t *b = B(c, id);
     disk_fetch_t *f, *g;
     kvd_status_t st;
 
@@ -1421,25 +1421,25 @@ kvd_status_t kvd_cache_fetch(kvd_cache_store_t *c, uint32_t id, kvd_cache_fetch_
         }
         f->next = g->waiters;
         g->waiters = f;
-        kvd_cache_hold(c, id);
+        kvd__cache_hold(c, id);
         return KVD_OK;
     }
-    kvd_cache_hold(c, id); /* the spill below must not take this block */
+    kvd__cache_hold(c, id); /* the spill below must not take this block */
     if ((st = take_slot(c, why, why_len)) != KVD_OK) {
-        kvd_cache_unhold(c, id);
+        kvd__cache_unhold(c, id);
         free(f);
         return st;
     }
     b->host = c->free_ids[--c->nfree] + 1;
-    c->slabs[kvd_cache_slab_of(c, b->host - 1)].used++;
+    c->slabs[kvd__cache_slab_of(c, b->host - 1)].used++;
     c->disk_only--;
     b->dflags |= KVD_CBLOCK_FETCHING;
-    if (kvd_disk_read(d->store, loc_of(b), b->key, b->klen, kvd_cache_block_bytes(c, id),
-                      fetch_done, f) != KVD_OK) {
+    if (kvd__disk_read(d->store, loc_of(b), b->key, b->klen, kvd__cache_block_bytes(c, id),
+                       fetch_done, f) != KVD_OK) {
         b->dflags &= (uint8_t)~KVD_CBLOCK_FETCHING;
         host_free(c, b);
         c->disk_only++;
-        kvd_cache_unhold(c, id);
+        kvd__cache_unhold(c, id);
         free(f);
         snprintf(why, why_len, "the disk store refused the read");
         return KVD_EIO;
@@ -1449,32 +1449,32 @@ kvd_status_t kvd_cache_fetch(kvd_cache_store_t *c, uint32_t id, kvd_cache_fetch_
     return KVD_OK;
 }
 
-void kvd_cache_disk_flush(kvd_cache_store_t *c)
+void kvd__cache_disk_flush(kvd__cache_store_t *c)
 {
     if (c->disk != NULL)
-        kvd_disk_store_flush(c->disk->store);
+        kvd__disk_store_flush(c->disk->store);
 }
 
-uint32_t kvd_cache_disk_hits(kvd_cache_store_t *c, const uint32_t *ids, uint32_t n)
+uint32_t kvd__cache_disk_hits(kvd__cache_store_t *c, const uint32_t *ids, uint32_t n)
 {
     uint32_t m = 0;
 
     if (c->disk == NULL)
         return 0;
     for (uint32_t i = 0; i < n; i++)
-        m += !kvd_cache_in_host(c, ids[i]);
+        m += !kvd__cache_in_host(c, ids[i]);
     c->disk->hits += m;
     return m;
 }
 
 /* ---- opening: every record found becomes a block on disk only ------------ */
 
-static int found_record(void *arg, const kvd_disk_found_t *f)
+static int found_record(void *arg, const kvd__disk_found_t *f)
 {
-    kvd_cache_store_t *c = arg;
-    struct kvd_cache_disk *d = c->disk;
-    uint32_t id = kvd_cache_find(c, f->key, f->klen);
-    kvd_cblock_t *b;
+    kvd__cache_store_t *c = arg;
+    struct kvd__cache_disk *d = c->disk;
+    uint32_t id = kvd__cache_find(c, f->key, f->klen);
+    kvd__cblock_t *b;
     char why[160];
 
     if (f->klen < 1 || f->klen > KVD_CACHE_KEY_MAX || f->plen > KVD_CACHE_KEY_MAX)
@@ -1483,7 +1483,7 @@ static int found_record(void *arg, const kvd_disk_found_t *f)
         b = B(c, id);
         if (d->nolder == d->older_cap) {
             uint64_t nc = d->older_cap ? d->older_cap * 2 : 64;
-            kvd_disk_loc_t *m = realloc(d->older, nc * sizeof(*m));
+            kvd__disk_loc_t *m = realloc(d->older, nc * sizeof(*m));
             if (m == NULL)
                 return 0; /* keep the older, lose the newer */
             d->older = m;
@@ -1549,9 +1549,9 @@ oom:
 
 /* Link every block found to its parent; those whose parent never came (or
  * that chain round in a loop) go, with every block after them. */
-static void link_found(kvd_cache_store_t *c)
+static void link_found(kvd__cache_store_t *c)
 {
-    struct kvd_cache_disk *d = c->disk;
+    struct kvd__cache_disk *d = c->disk;
     uint32_t n = c->ents_made, id, *path = NULL, np, bad = 0;
     uint8_t *mark = calloc(n ? n : 1, 1); /* 0 unknown, 1 on the path, 2 good, 3 bad */
 
@@ -1563,7 +1563,7 @@ static void link_found(kvd_cache_store_t *c)
         return;
     }
     for (id = 0; id < n; id++) {
-        kvd_cblock_t *b = B(c, id);
+        kvd__cblock_t *b = B(c, id);
         uint64_t off = id < d->poff_len ? d->poff[id] : 0;
         uint32_t p;
 
@@ -1572,7 +1572,7 @@ static void link_found(kvd_cache_store_t *c)
         if (off == 0)
             continue;
         p = off == UINT64_MAX ? KVD_CBLOCK_NONE
-                              : kvd_cache_find(c, d->pkeys + off + 1, d->pkeys[off]);
+                              : kvd__cache_find(c, d->pkeys + off + 1, d->pkeys[off]);
         if (p == KVD_CBLOCK_NONE || p == id) {
             mark[id] = 3;
             continue;
@@ -1587,7 +1587,7 @@ static void link_found(kvd_cache_store_t *c)
             continue;
         np = 0;
         for (;;) {
-            kvd_cblock_t *b = B(c, at);
+            kvd__cblock_t *b = B(c, at);
             if (mark[at] >= 2) {
                 verdict = mark[at];
                 break;
@@ -1609,7 +1609,7 @@ static void link_found(kvd_cache_store_t *c)
     }
     /* the bad go (no good block names one as parent); the good are linked */
     for (id = 0; id < n; id++) {
-        kvd_cblock_t *b = B(c, id);
+        kvd__cblock_t *b = B(c, id);
         if (b->state != KVD_CBLOCK_READY)
             continue;
         if (mark[id] == 3) {
@@ -1623,7 +1623,7 @@ static void link_found(kvd_cache_store_t *c)
         }
     }
     for (id = 0; id < n; id++) {
-        kvd_cblock_t *b = B(c, id);
+        kvd__cblock_t *b = B(c, id);
         if (b->state == KVD_CBLOCK_READY && b->parent)
             child_link(c, b->parent - 1, id);
     }
@@ -1638,11 +1638,11 @@ static void link_found(kvd_cache_store_t *c)
     free(path);
 }
 
-kvd_status_t kvd_cache_store_open_disk(kvd_cache_store_t *c, const kvd_cache_disk_config_t *cfg,
-                                       char *why, size_t why_len)
+kvd_status_t kvd__cache_store_open_disk(kvd__cache_store_t *c, const kvd__cache_disk_config_t *cfg,
+                                        char *why, size_t why_len)
 {
-    struct kvd_cache_disk *d;
-    kvd_disk_store_config_t sc;
+    struct kvd__cache_disk *d;
+    kvd__disk_store_config_t sc;
     char text[KVD_DISK_LAYOUT_TEXT];
     kvd_status_t st;
 
@@ -1658,10 +1658,10 @@ kvd_status_t kvd_cache_store_open_disk(kvd_cache_store_t *c, const kvd_cache_dis
         snprintf(why, why_len, "out of memory");
         return KVD_ENOMEM;
     }
-    kvd_cache_layout_text(&c->layout, text, sizeof(text));
+    kvd__cache_layout_text(&c->layout, text, sizeof(text));
     memset(&sc, 0, sizeof(sc));
     sc.dir = cfg->dir;
-    sc.layout_id = kvd_cache_layout_id(&c->layout);
+    sc.layout_id = kvd__cache_layout_id(&c->layout);
     sc.layout_text = text;
     sc.block_bytes = c->block_bytes;
     /* segments of an eighth of the budget (1 MiB to 256 MiB), batches of a
@@ -1680,9 +1680,9 @@ kvd_status_t kvd_cache_store_open_disk(kvd_cache_store_t *c, const kvd_cache_dis
     d->budget = cfg->budget;
     d->opening = 1;
     c->disk = d;
-    st = kvd_disk_store_open(&d->store, &sc, cfg->io, found_record, c, why, why_len);
+    st = kvd__disk_store_open(&d->store, &sc, cfg->io, found_record, c, why, why_len);
     if (st == KVD_OK) {
-        d->rec_bytes = kvd_disk_store_rec_bytes(d->store);
+        d->rec_bytes = kvd__disk_store_rec_bytes(d->store);
         d->cap = d->budget / d->rec_bytes;
         if (d->cap == 0) {
             snprintf(why, why_len, "a disk budget of %" PRIu64 " bytes holds no record of %"
@@ -1694,14 +1694,14 @@ kvd_status_t kvd_cache_store_open_disk(kvd_cache_store_t *c, const kvd_cache_dis
         uint32_t id;
         /* nothing of it stays: the entries found go without touching the disk */
         for (id = 0; id < c->ents_made; id++) {
-            kvd_cblock_t *b = B(c, id);
+            kvd__cblock_t *b = B(c, id);
             if (b->state == KVD_CBLOCK_READY) {
                 table_delete(c, slot_of(c, b->key, b->klen));
                 ent_free(c, id);
             }
         }
         c->indexed = c->ready = c->disk_only = 0;
-        kvd_disk_store_close(&d->store);
+        kvd__disk_store_close(&d->store);
         free(d->poff);
         free(d->pkeys);
         free(d->older);
@@ -1710,7 +1710,7 @@ kvd_status_t kvd_cache_store_open_disk(kvd_cache_store_t *c, const kvd_cache_dis
         return st;
     }
     for (uint64_t i = 0; i < d->nolder; i++)
-        kvd_disk_drop(d->store, d->older[i]);
+        kvd__disk_drop(d->store, d->older[i]);
     link_found(c);
     free(d->older);
     free(d->poff);
@@ -1729,32 +1729,32 @@ kvd_status_t kvd_cache_store_open_disk(kvd_cache_store_t *c, const kvd_cache_dis
     }
     kvd_log(KVD_LOG_INFO, "event=cache_disk_open dir=\"%s\" blocks=%" PRIu64 " budget=%" PRIu64
             " unindexed=%" PRIu64 " engine=%s", cfg->dir, d->records, d->budget, d->unindexed,
-            kvd_disk_io_engine(cfg->io));
+            kvd__disk_io_engine(cfg->io));
     return KVD_OK;
 }
 
-static void disk_close(kvd_cache_store_t *c)
+static void disk_close(kvd__cache_store_t *c)
 {
-    struct kvd_cache_disk *d = c->disk;
+    struct kvd__cache_disk *d = c->disk;
 
     if (d == NULL)
         return;
     /* queued writes go out; their completions still find the store whole */
-    kvd_disk_store_flush(d->store);
-    kvd_disk_store_close(&d->store);
+    kvd__disk_store_flush(d->store);
+    kvd__disk_store_close(&d->store);
     c->disk = NULL;
     free(d);
 }
 
-void kvd_cache_store_disk_stats(const kvd_cache_store_t *c, kvd_cache_disk_stats_t *out)
+void kvd__cache_store_disk_stats(const kvd__cache_store_t *c, kvd__cache_disk_stats_t *out)
 {
-    const struct kvd_cache_disk *d = c->disk;
-    kvd_disk_store_stats_t s;
+    const struct kvd__cache_disk *d = c->disk;
+    kvd__disk_store_stats_t s;
 
     memset(out, 0, sizeof(*out));
     if (d == NULL)
         return;
-    kvd_disk_store_stats(d->store, &s);
+    kvd__disk_store_stats(d->store, &s);
     out->budget = d->budget;
     out->used_bytes = d->records * d->rec_bytes;
     out->blocks = (uint32_t)d->records;

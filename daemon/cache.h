@@ -26,7 +26,7 @@
  * meets them, and come back once free to go: each is met at most once per
  * use, so eviction costs O(1) amortized.
  *
- * With a disk level (kvd_cache_store_open_disk; docs/design/disk-level.md)
+ * With a disk level (kvd__cache_store_open_disk; docs/design/disk-level.md)
  * the same index, lookup and order cover blocks on disk: a committed
  * block is written through, host memory gives up clean copies (a second
  * list, of blocks whose host copy may go), and the rule above takes
@@ -47,7 +47,7 @@
 
 /* DEAD: a save that failed left it while others still held it or chained
  * onto it; out of the index, freed once they let go. */
-enum kvd_cblock_state {
+enum kvd__cblock_state {
     KVD_CBLOCK_FREE = 0,
     KVD_CBLOCK_FILLING = 1,
     KVD_CBLOCK_READY = 2,
@@ -56,13 +56,13 @@ enum kvd_cblock_state {
 
 /* The layout of a cache's blocks (the daemon's; client.h has the public
  * kvd_cache_layout_t, the same fields as the client gives them). */
-typedef struct kvd_block_layout {
+typedef struct kvd__block_layout {
     uint32_t num_layers;
     int mla;                   /* one latent per layer instead of K and V */
     uint32_t tokens_per_block;
     uint64_t token_bytes;      /* one token's row, one layer, K or V */
     char dtype[16];            /* a label, compared exactly */
-} kvd_block_layout_t;
+} kvd__block_layout_t;
 
 /* Disk-level flags of an entry (dflags). */
 enum {
@@ -76,7 +76,7 @@ enum {
  * is) form a list through first_child and the siblings' links, so that
  * the subtree under a block is walked in time of its size.  A free entry
  * links to the next free one through lru_next. */
-typedef struct kvd_cblock {
+typedef struct kvd__cblock {
     uint32_t parent;   /* id + 1 of the block before it in its chain; 0: none */
     uint32_t lru_prev; /* id + 1 towards the most recently used; 0: none */
     uint32_t lru_next; /* id + 1 towards the least recently used */
@@ -86,19 +86,19 @@ typedef struct kvd_cblock {
     uint32_t holds;    /* leases, loads reading it, the save writing it */
     uint32_t host;     /* slot + 1 of its bytes in host memory; 0: none */
     uint32_t hlru_prev, hlru_next; /* the host list (disk level): id + 1 */
-    uint32_t dseg, doff; /* its record on disk (kvd_disk_loc_t halves); 0, 0: none */
-    uint8_t state;     /* enum kvd_cblock_state */
+    uint32_t dseg, doff; /* its record on disk (kvd__disk_loc_t halves); 0, 0: none */
+    uint8_t state;     /* enum kvd__cblock_state */
     uint8_t in_lru;
     uint8_t klen;
     uint8_t dflags;    /* KVD_CBLOCK_WRITING ... */
     uint8_t key[KVD_CACHE_KEY_MAX];
-} kvd_cblock_t;
+} kvd__cblock_t;
 
-typedef void (*kvd_cache_mem_done_fn)(void *arg, kvd_status_t st, void *ptr, void *handle);
+typedef void (*kvd__cache_mem_done_fn)(void *arg, kvd_status_t st, void *ptr, void *handle);
 
 /* Where slab memory comes from (host memory the copies can reach: pinned
  * on cuda); the cache counts it against the host-memory budget itself. */
-typedef struct kvd_cache_mem {
+typedef struct kvd__cache_mem {
     void *ctx;
     kvd_status_t (*alloc)(void *ctx, uint64_t bytes, void **ptr, void **handle, char *why,
                           size_t why_len);
@@ -107,50 +107,50 @@ typedef struct kvd_cache_mem {
      * later on the caller's thread (KVD_OK: started).  The store keeps the
      * next slab allocated ahead with it: pinning a GiB takes long enough
      * to stall every client of the thread that waits for it. */
-    kvd_status_t (*alloc_ahead)(void *ctx, uint64_t bytes, kvd_cache_mem_done_fn done,
+    kvd_status_t (*alloc_ahead)(void *ctx, uint64_t bytes, kvd__cache_mem_done_fn done,
                                 void *arg);
     /* Optional: free off the caller's thread (unmapping a GiB stalls the
      * thread that does it), giving the budget's bytes of hm_kind back once
      * the memory is gone; used instead of free where set. */
     void (*free_later)(void *ctx, void *handle, int hm_kind, uint64_t bytes);
-} kvd_cache_mem_t;
+} kvd__cache_mem_t;
 
-struct kvd_cache_ahead;
-struct kvd_cache_disk;
+struct kvd__cache_ahead;
+struct kvd__cache_disk;
 
-typedef struct kvd_cache_slab {
+typedef struct kvd__cache_slab {
     void *ptr;             /* nblocks slots of block_bytes */
     void *handle;          /* the allocator's */
     uint32_t nblocks;
     uint32_t used;         /* slots holding a block's bytes */
-} kvd_cache_slab_t;
+} kvd__cache_slab_t;
 
-typedef struct kvd_cache_counters {
+typedef struct kvd__cache_counters {
     uint64_t lookups, keys_asked, keys_hit;
     uint64_t saves, stored, skipped, refused;
     uint64_t loads, loaded;
     uint64_t evictions;
     uint64_t bytes_in, bytes_out;
-} kvd_cache_counters_t;
+} kvd__cache_counters_t;
 
-typedef struct kvd_cache_store {
-    kvd_block_layout_t layout;
+typedef struct kvd__cache_store {
+    kvd__block_layout_t layout;
     uint64_t block_bytes;  /* every layer, K and V */
     uint64_t chunk_bytes;  /* one layer's K (or V): tokens_per_block * token_bytes */
     uint64_t budget;       /* bytes of blocks */
     uint32_t capacity;     /* blocks the budget holds */
     uint32_t slab_shift;   /* log2 of slots per slab */
     uint32_t nslabs_max, nslabs;
-    kvd_cache_slab_t *slabs;
+    kvd__cache_slab_t *slabs;
     uint32_t *free_ids;    /* free slots in the slabs so far */
     uint32_t nfree;
-    kvd_cblock_t **ents;   /* the entries' chunks (see kvd_cache_block) */
+    kvd__cblock_t **ents;   /* the entries' chunks (see kvd__cache_block) */
     uint32_t nchunks;
     uint32_t ents_made;    /* entries [0, ents_made) exist */
     uint32_t ent_free;     /* id + 1 of the first free entry; 0: none */
     uint32_t disk_only;    /* ready blocks with no bytes in host memory */
     uint32_t hlru_head, hlru_tail; /* the host list: id + 1 */
-    struct kvd_cache_disk *disk;   /* NULL: host memory only */
+    struct kvd__cache_disk *disk;   /* NULL: host memory only */
     uint64_t *table;       /* (tag << 32) | (id + 1); 0: empty */
     uint64_t table_mask;
     uint32_t indexed;      /* entries in the table (filling and ready) */
@@ -158,26 +158,26 @@ typedef struct kvd_cache_store {
     uint32_t lru_head, lru_tail; /* id + 1: most and least recently used */
     uint64_t seed;
     uint64_t held_bytes;   /* counted in the host-memory budget */
-    kvd_hostmem_t *hostmem;
-    kvd_cache_mem_t mem;
-    struct kvd_cache_ahead *ahead; /* the next slab, allocating or ready; NULL: none */
-    kvd_cache_counters_t n;
-} kvd_cache_store_t;
+    kvd__hostmem_t *hostmem;
+    kvd__cache_mem_t mem;
+    struct kvd__cache_ahead *ahead; /* the next slab, allocating or ready; NULL: none */
+    kvd__cache_counters_t n;
+} kvd__cache_store_t;
 
 /* A store for blocks of layout within budget bytes (KVD_EINVAL /
  * KVD_ERANGE with why: bad layout, a budget below one block). */
-kvd_status_t kvd_cache_store_init(kvd_cache_store_t *c, const kvd_block_layout_t *l,
-                                  uint64_t budget, kvd_hostmem_t *hm, const kvd_cache_mem_t *mem,
-                                  char *why, size_t why_len);
+kvd_status_t kvd__cache_store_init(kvd__cache_store_t *c, const kvd__block_layout_t *l,
+                                   uint64_t budget, kvd__hostmem_t *hm, const kvd__cache_mem_t *mem,
+                                   char *why, size_t why_len);
 /* Frees every slab and entry (nothing may be in flight). */
-void kvd_cache_store_deinit(kvd_cache_store_t *c);
+void kvd__cache_store_deinit(kvd__cache_store_t *c);
 
 /* The slab of a host slot, and its place there. */
-static inline uint32_t kvd_cache_slab_of(const kvd_cache_store_t *c, uint32_t slot)
+static inline uint32_t kvd__cache_slab_of(const kvd__cache_store_t *c, uint32_t slot)
 {
     return slot >> c->slab_shift;
 }
-static inline uint32_t kvd_cache_pos_of(const kvd_cache_store_t *c, uint32_t slot)
+static inline uint32_t kvd__cache_pos_of(const kvd__cache_store_t *c, uint32_t slot)
 {
     return slot & ((1u << c->slab_shift) - 1);
 }
@@ -185,7 +185,7 @@ static inline uint32_t kvd_cache_pos_of(const kvd_cache_store_t *c, uint32_t slo
  * entries [0, 64), chunk k in 1..10 [64 << (k - 1), 64 << k), and from
  * 65536 on each chunk 65536 of them: a small cache's entries take little
  * memory, a large one's grow without moving. */
-static inline kvd_cblock_t *kvd_cache_block(const kvd_cache_store_t *c, uint32_t id)
+static inline kvd__cblock_t *kvd__cache_block(const kvd__cache_store_t *c, uint32_t id)
 {
     uint32_t k;
 
@@ -197,83 +197,83 @@ static inline kvd_cblock_t *kvd_cache_block(const kvd_cache_store_t *c, uint32_t
     return &c->ents[k][id - (64u << (k - 1))];
 }
 /* Whether a block's bytes are in host memory now (ready, not being read). */
-static inline int kvd_cache_in_host(const kvd_cache_store_t *c, uint32_t id)
+static inline int kvd__cache_in_host(const kvd__cache_store_t *c, uint32_t id)
 {
-    const kvd_cblock_t *b = kvd_cache_block(c, id);
+    const kvd__cblock_t *b = kvd__cache_block(c, id);
 
     return b->state == KVD_CBLOCK_READY && b->host != 0 && !(b->dflags & KVD_CBLOCK_FETCHING);
 }
 /* The host slot of a block that has one. */
-static inline uint32_t kvd_cache_host_slot(const kvd_cache_store_t *c, uint32_t id)
+static inline uint32_t kvd__cache_host_slot(const kvd__cache_store_t *c, uint32_t id)
 {
-    return kvd_cache_block(c, id)->host - 1;
+    return kvd__cache_block(c, id)->host - 1;
 }
 /* The bytes of a block in host memory (it must have a host slot). */
-void *kvd_cache_block_bytes(const kvd_cache_store_t *c, uint32_t id);
+void *kvd__cache_block_bytes(const kvd__cache_store_t *c, uint32_t id);
 
 /* The keyed hash of the index (its seed is secret: clients choose keys). */
-uint64_t kvd_cache_hash(const kvd_cache_store_t *c, const uint8_t *key, size_t klen);
+uint64_t kvd__cache_hash(const kvd__cache_store_t *c, const uint8_t *key, size_t klen);
 /* The block of key (filling or ready), or KVD_CBLOCK_NONE. */
-uint32_t kvd_cache_find(const kvd_cache_store_t *c, const uint8_t *key, size_t klen);
+uint32_t kvd__cache_find(const kvd__cache_store_t *c, const uint8_t *key, size_t klen);
 /* How many of the n keys, from the first, are ready; ids[i] their blocks
  * (ids may be NULL).  Touches them when touch is set. */
-uint32_t kvd_cache_lookup(kvd_cache_store_t *c, const uint8_t *const *keys, const size_t *lens,
-                          uint32_t n, int touch, uint32_t *ids);
+uint32_t kvd__cache_lookup(kvd__cache_store_t *c, const uint8_t *const *keys, const size_t *lens,
+                           uint32_t n, int touch, uint32_t *ids);
 
 /* A new block for key after parent (KVD_CBLOCK_NONE: a chain's first),
  * FILLING and held by the save: a free block, a new slab, or an evicted
  * one.  KVD_EBUSY when nothing can be evicted (every block held or named
  * as a parent), or the status of the slab refused when the cache holds
  * none yet (the host-memory budget's ELIMIT, ENOMEM), with why. */
-kvd_status_t kvd_cache_reserve(kvd_cache_store_t *c, uint32_t parent, const uint8_t *key,
-                               size_t klen, uint32_t *id, char *why, size_t why_len);
+kvd_status_t kvd__cache_reserve(kvd__cache_store_t *c, uint32_t parent, const uint8_t *key,
+                                size_t klen, uint32_t *id, char *why, size_t why_len);
 /* The save's bytes are complete: the block becomes READY and visible
  * (and 1), unless its parent's save failed meanwhile: then it goes as if
  * aborted (and 0). */
-int kvd_cache_commit(kvd_cache_store_t *c, uint32_t id);
+int kvd__cache_commit(kvd__cache_store_t *c, uint32_t id);
 /* The save failed: the block goes as if never made.  Another save that
  * found it filling may hold it or have chained blocks onto it: then it
  * leaves the index now and its entry is freed when they are done, and
  * their blocks after it go too when they commit. */
-void kvd_cache_abort(kvd_cache_store_t *c, uint32_t id);
+void kvd__cache_abort(kvd__cache_store_t *c, uint32_t id);
 
 /* Held blocks are never evicted (leases, loads).  Unhold a chain from its
  * last block to its first, so that parents stay more recent. */
-void kvd_cache_hold(kvd_cache_store_t *c, uint32_t id);
-void kvd_cache_unhold(kvd_cache_store_t *c, uint32_t id);
+void kvd__cache_hold(kvd__cache_store_t *c, uint32_t id);
+void kvd__cache_unhold(kvd__cache_store_t *c, uint32_t id);
 /* Touch the ready blocks ids[0..n) of a chain, ids[0] its first, as a
  * lookup that found them does. */
-void kvd_cache_touch_chain(kvd_cache_store_t *c, const uint32_t *ids, uint32_t n);
+void kvd__cache_touch_chain(kvd__cache_store_t *c, const uint32_t *ids, uint32_t n);
 /* Refresh a ready block's recency (a skipped save, a lookup). */
-void kvd_cache_touch(kvd_cache_store_t *c, uint32_t id);
+void kvd__cache_touch(kvd__cache_store_t *c, uint32_t id);
 
 /* Evict the blocks of key and every block after it in any chain;
  * *evicted counts them.  KVD_EBUSY (nothing changed) when one of them is
  * held or filling; KVD_ENOENT when key is not there.  Time and memory:
  * the size of that subtree, whatever the cache holds. */
-kvd_status_t kvd_cache_evict_key(kvd_cache_store_t *c, const uint8_t *key, size_t klen,
-                                 uint32_t *evicted);
+kvd_status_t kvd__cache_evict_key(kvd__cache_store_t *c, const uint8_t *key, size_t klen,
+                                  uint32_t *evicted);
 /* Evict every block nothing holds (children before parents) and give back
  * the slabs left empty; the number evicted. */
-uint32_t kvd_cache_clear(kvd_cache_store_t *c);
+uint32_t kvd__cache_clear(kvd__cache_store_t *c);
 
 /* ---- the disk level ---------------------------------------------------------- */
 
 /* A cache's disk level: its own directory in the daemon's --cache-dir. */
-typedef struct kvd_cache_disk_config {
+typedef struct kvd__cache_disk_config {
     const char *dir;     /* made (0700) and checked by the caller */
     uint64_t budget;     /* bytes of block records on disk at most */
-    kvd_disk_io_t *io;   /* the daemon's disk I/O engine */
-} kvd_cache_disk_config_t;
+    kvd__disk_io_t *io;   /* the daemon's disk I/O engine */
+} kvd__cache_disk_config_t;
 
 /* The disk level now, and its counters since it was opened. */
-typedef struct kvd_cache_disk_stats {
+typedef struct kvd__cache_disk_stats {
     uint64_t budget, used_bytes;
     uint32_t blocks;
     uint64_t hits, spills, promotions, reads, read_bytes, writes, write_bytes;
     uint64_t evictions, checksum_failures, io_errors, no_space;
     int direct;          /* O_DIRECT in use */
-} kvd_cache_disk_stats_t;
+} kvd__cache_disk_stats_t;
 
 /* Give the store a disk level (once, before the first save): opens dir
  * and takes every whole block found there into the index, on disk only
@@ -286,47 +286,47 @@ typedef struct kvd_cache_disk_stats {
  * Waits for the disk: at start-up, or for an empty directory.  With why:
  * KVD_EINVAL (a bad config), KVD_EPERM (a directory that cannot be
  * trusted), KVD_EIO. */
-kvd_status_t kvd_cache_store_open_disk(kvd_cache_store_t *c, const kvd_cache_disk_config_t *cfg,
-                                       char *why, size_t why_len);
+kvd_status_t kvd__cache_store_open_disk(kvd__cache_store_t *c, const kvd__cache_disk_config_t *cfg,
+                                        char *why, size_t why_len);
 /* Zeros where the store has no disk level. */
-void kvd_cache_store_disk_stats(const kvd_cache_store_t *c, kvd_cache_disk_stats_t *out);
+void kvd__cache_store_disk_stats(const kvd__cache_store_t *c, kvd__cache_disk_stats_t *out);
 
 /* The disk writes queued by the commits so far go now rather than once a
  * batch is full: after a save's commits. */
-void kvd_cache_disk_flush(kvd_cache_store_t *c);
+void kvd__cache_disk_flush(kvd__cache_store_t *c);
 
 /* Of the ready blocks ids[0..n), how many are on disk only; counted as
  * the disk level's hits. */
-uint32_t kvd_cache_disk_hits(kvd_cache_store_t *c, const uint32_t *ids, uint32_t n);
+uint32_t kvd__cache_disk_hits(kvd__cache_store_t *c, const uint32_t *ids, uint32_t n);
 
-typedef void (*kvd_cache_fetch_cb)(void *arg, kvd_status_t st);
+typedef void (*kvd__cache_fetch_cb)(void *arg, kvd_status_t st);
 /* Bring ready block id, on disk only, into host memory: a host slot is
  * taken for it (as a save's would be) and its record read there; cb runs
- * later from kvd_disk_io_poll (never from inside this call) with KVD_OK,
+ * later from kvd__disk_io_poll (never from inside this call) with KVD_OK,
  * the block then in host memory as the most recently used, its record
  * kept; or KVD_EIO when the record failed its checks or the read failed:
  * the block and every block after it in any chain have left the index.
  * A block already being read gets the same read's outcome.  Otherwise
  * (KVD_EBUSY: no host slot free to take; KVD_EINVAL: not on disk only)
  * cb will not run. */
-kvd_status_t kvd_cache_fetch(kvd_cache_store_t *c, uint32_t id, kvd_cache_fetch_cb cb, void *arg,
-                             char *why, size_t why_len);
+kvd_status_t kvd__cache_fetch(kvd__cache_store_t *c, uint32_t id, kvd__cache_fetch_cb cb, void *arg,
+                              char *why, size_t why_len);
 
 /* The identity of a layout on disk (its records carry it), and the layout
  * in words. */
-uint64_t kvd_cache_layout_id(const kvd_block_layout_t *l);
-void kvd_cache_layout_text(const kvd_block_layout_t *l, char *out, size_t len);
+uint64_t kvd__cache_layout_id(const kvd__block_layout_t *l);
+void kvd__cache_layout_text(const kvd__block_layout_t *l, char *out, size_t len);
 
 /* Ready blocks with their bytes in host memory. */
-static inline uint32_t kvd_cache_host_blocks(const kvd_cache_store_t *c)
+static inline uint32_t kvd__cache_host_blocks(const kvd__cache_store_t *c)
 {
     return c->ready - c->disk_only;
 }
 
 /* Bytes of blocks resident in host memory now (ready). */
-static inline uint64_t kvd_cache_used(const kvd_cache_store_t *c)
+static inline uint64_t kvd__cache_used(const kvd__cache_store_t *c)
 {
-    return (uint64_t)kvd_cache_host_blocks(c) * c->block_bytes;
+    return (uint64_t)kvd__cache_host_blocks(c) * c->block_bytes;
 }
 
 #endif

@@ -7,7 +7,7 @@
 
 /* The pool's pages as a transfer side: page p holds the block's rows of
  * each layer contiguously. */
-static void page_side(const kvd_pool_t *p, uint32_t tokens, uint32_t begin, int copy_engine,
+static void page_side(const kvd__pool_t *p, uint32_t tokens, uint32_t begin, int copy_engine,
                       kvd_kv_side_t *s)
 {
     kvd__fill_side(p, begin, copy_engine, s);
@@ -16,9 +16,9 @@ static void page_side(const kvd_pool_t *p, uint32_t tokens, uint32_t begin, int 
 }
 
 /* Slab s of the cache as a transfer side, from layer begin. */
-static void slab_side(const kvd_cache_store_t *c, uint32_t s, uint32_t begin, kvd_kv_side_t *d)
+static void slab_side(const kvd__cache_store_t *c, uint32_t s, uint32_t begin, kvd_kv_side_t *d)
 {
-    const kvd_cache_slab_t *sl = &c->slabs[s];
+    const kvd__cache_slab_t *sl = &c->slabs[s];
     uint64_t per_layer = c->chunk_bytes * (c->layout.mla ? 1 : 2);
 
     memset(d, 0, sizeof(*d));
@@ -29,14 +29,14 @@ static void slab_side(const kvd_cache_store_t *c, uint32_t s, uint32_t begin, kv
     d->num_slots = sl->nblocks;
 }
 
-void kvd__slab_plan_free(kvd_slab_plan_t *pl)
+void kvd__slab_plan_free(kvd__slab_plan_t *pl)
 {
     free(pl->slab); /* one allocation: slab, count, pages, places */
     memset(pl, 0, sizeof(*pl));
 }
 
-kvd_status_t kvd__slab_plan(kvd_dataop_t *d, const kvd_cache_store_t *c, const uint32_t *ids,
-                            const int64_t *pages, uint32_t n, kvd_slab_plan_t *pl, char *why,
+kvd_status_t kvd__slab_plan(kvd__dataop_t *d, const kvd__cache_store_t *c, const uint32_t *ids,
+                            const int64_t *pages, uint32_t n, kvd__slab_plan_t *pl, char *why,
                             size_t why_len)
 {
     uint32_t *per, i, s, k, at;
@@ -52,7 +52,7 @@ kvd_status_t kvd__slab_plan(kvd_dataop_t *d, const kvd_cache_store_t *c, const u
         return KVD_ENOMEM;
     }
     for (i = 0; i < n; i++)
-        per[kvd_cache_slab_of(c, kvd_cache_host_slot(c, ids[i]))]++;
+        per[kvd__cache_slab_of(c, kvd__cache_host_slot(c, ids[i]))]++;
     for (s = 0; s < c->nslabs_max; s++)
         pl->nslabs += per[s] > 0;
     mem = malloc(pl->nslabs * (2 * sizeof(uint32_t) + 2 * sizeof(int64_t *)));
@@ -85,25 +85,25 @@ kvd_status_t kvd__slab_plan(kvd_dataop_t *d, const kvd_cache_store_t *c, const u
         per[s] = k++;
     }
     for (i = 0; i < n; i++) {
-        uint32_t slot = kvd_cache_host_slot(c, ids[i]);
+        uint32_t slot = kvd__cache_host_slot(c, ids[i]);
 
-        k = per[kvd_cache_slab_of(c, slot)];
+        k = per[kvd__cache_slab_of(c, slot)];
         pl->pages[k][pl->count[k]] = pages[i];
-        pl->places[k][pl->count[k]] = kvd_cache_pos_of(c, slot);
+        pl->places[k][pl->count[k]] = kvd__cache_pos_of(c, slot);
         pl->count[k]++;
     }
     free(per);
     return KVD_OK;
 }
 
-void kvd__slab_jobs(kvd_dataop_t *d, const kvd_pool_t *p, const kvd_cache_store_t *c,
-                    const kvd_slab_plan_t *pl, int to_cache, uint32_t begin, uint32_t count,
+void kvd__slab_jobs(kvd__dataop_t *d, const kvd__pool_t *p, const kvd__cache_store_t *c,
+                    const kvd__slab_plan_t *pl, int to_cache, uint32_t begin, uint32_t count,
                     uint32_t *next)
 {
     int ce = (d->job.flags & KVD_LAUNCH_COPY_ENGINE) != 0;
 
     for (uint32_t k = 0; k < pl->nslabs; k++) {
-        kvd_job_t *job = kvd__dataop_job(d, (*next)++);
+        kvd__job_t *job = kvd__dataop_job(d, (*next)++);
         kvd_transfer_args_t *a = &job->a.transfer;
         kvd_kv_side_t ps, cs;
 
@@ -122,7 +122,7 @@ void kvd__slab_jobs(kvd_dataop_t *d, const kvd_pool_t *p, const kvd_cache_store_
     }
 }
 
-void kvd__empty_job(kvd_dataop_t *d, kvd_job_t *job, const kvd_pool_t *p, uint32_t tokens)
+void kvd__empty_job(kvd__dataop_t *d, kvd__job_t *job, const kvd__pool_t *p, uint32_t tokens)
 {
     kvd_transfer_args_t *a = &job->a.transfer;
 

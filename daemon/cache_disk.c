@@ -18,11 +18,11 @@
 #include "parse.h"
 #include "registry.h"
 
-int kvd_cache_dirname(const char *name, uid_t owner, int shared, char *out, size_t out_len)
+int kvd__cache_dirname(const char *name, uid_t owner, int shared, char *out, size_t out_len)
 {
     int n;
 
-    if (!kvd_pool_name_valid(name))
+    if (!kvd__pool_name_valid(name))
         return -1;
     if (shared)
         n = snprintf(out, out_len, "s-%s", name);
@@ -33,7 +33,7 @@ int kvd_cache_dirname(const char *name, uid_t owner, int shared, char *out, size
 
 /* ---- --cache-dir ---------------------------------------------------------- */
 
-kvd_status_t kvd_cache_dir_check(const char *dir, int *created, char *why, size_t why_len)
+kvd_status_t kvd__cache_dir_check(const char *dir, int *created, char *why, size_t why_len)
 {
     struct stat st;
     int fd;
@@ -90,8 +90,8 @@ kvd_status_t kvd_cache_dir_check(const char *dir, int *created, char *why, size_
     return KVD_OK;
 }
 
-int kvd_cache_dir_space(const char *dir, uint64_t *avail, uint64_t *total, char *why,
-                        size_t why_len)
+int kvd__cache_dir_space(const char *dir, uint64_t *avail, uint64_t *total, char *why,
+                         size_t why_len)
 {
     struct statvfs sv;
 
@@ -133,7 +133,7 @@ static uint64_t usage_of(int dfd, int depth)
     return sum;
 }
 
-uint64_t kvd_cache_dir_usage(const char *dir)
+uint64_t kvd__cache_dir_usage(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
@@ -172,7 +172,7 @@ static void put_ids(sbuf_t *b, const char *key, const uint32_t *ids, uint32_t n)
     put(b, "\n");
 }
 
-int kvd_manifest_format(const kvd_manifest_t *m, char *out, size_t out_len, size_t *len)
+int kvd__manifest_format(const kvd__manifest_t *m, char *out, size_t out_len, size_t *len)
 {
     sbuf_t b = {out, 0, out_len < KVD_MANIFEST_MAX ? out_len : KVD_MANIFEST_MAX, 0};
     uint32_t crc;
@@ -193,7 +193,7 @@ int kvd_manifest_format(const kvd_manifest_t *m, char *out, size_t out_len, size
     put(&b, "disk_budget_bytes=%" PRIu64 "\n", m->disk_budget);
     if (b.over)
         return -1;
-    crc = kvd_disk_crc32c(0, out, b.len);
+    crc = kvd__disk_crc32c(0, out, b.len);
     put(&b, "crc32c=%08x\n", crc);
     if (b.over)
         return -1;
@@ -257,8 +257,8 @@ static int ids(const char *v, uint32_t *out, uint32_t *n)
     return 0;
 }
 
-kvd_status_t kvd_manifest_parse(const char *text, size_t len, kvd_manifest_t *m, char *why,
-                                size_t why_len)
+kvd_status_t kvd__manifest_parse(const char *text, size_t len, kvd__manifest_t *m, char *why,
+                                 size_t why_len)
 {
     const char *p = text, *end = text + len, *crc_at;
     char v[KVD_MANIFEST_MAX];
@@ -294,7 +294,7 @@ kvd_status_t kvd_manifest_parse(const char *text, size_t len, kvd_manifest_t *m,
         return KVD_EINVAL;
     }
     LINE("name");
-    if (!kvd_pool_name_valid(v)) {
+    if (!kvd__pool_name_valid(v)) {
         snprintf(why, why_len, "name is not a cache name");
         return KVD_EINVAL;
     }
@@ -321,7 +321,7 @@ kvd_status_t kvd_manifest_parse(const char *text, size_t len, kvd_manifest_t *m,
     NUM("tokens_per_block", UINT32_MAX, m->layout.tokens_per_block);
     NUM("token_bytes", INT64_MAX, m->layout.token_bytes);
     LINE("dtype");
-    if (strlen(v) >= sizeof(m->layout.dtype) || !kvd_text_valid(v)) {
+    if (strlen(v) >= sizeof(m->layout.dtype) || !kvd__text_valid(v)) {
         snprintf(why, why_len, "dtype is not a dtype label");
         return KVD_EINVAL;
     }
@@ -339,7 +339,7 @@ kvd_status_t kvd_manifest_parse(const char *text, size_t len, kvd_manifest_t *m,
         snprintf(why, why_len, "%zu bytes after the checksum", (size_t)(end - p));
         return KVD_EINVAL;
     }
-    if (crc != kvd_disk_crc32c(0, text, (size_t)(crc_at - text))) {
+    if (crc != kvd__disk_crc32c(0, text, (size_t)(crc_at - text))) {
         snprintf(why, why_len, "the checksum does not match (the file is damaged)");
         return KVD_EINVAL;
     }
@@ -363,14 +363,14 @@ static int fsync_dir(const char *dir)
     return rc;
 }
 
-kvd_status_t kvd_manifest_write(const char *dir, const kvd_manifest_t *m, char *why,
-                                size_t why_len)
+kvd_status_t kvd__manifest_write(const char *dir, const kvd__manifest_t *m, char *why,
+                                 size_t why_len)
 {
     char text[KVD_MANIFEST_MAX], tmp[PATH_MAX], path[PATH_MAX];
     size_t len = 0, off = 0;
     int fd;
 
-    if (kvd_manifest_format(m, text, sizeof(text), &len) != 0) {
+    if (kvd__manifest_format(m, text, sizeof(text), &len) != 0) {
         snprintf(why, why_len, "the manifest does not fit %d bytes", KVD_MANIFEST_MAX);
         return KVD_EINVAL;
     }
@@ -414,8 +414,8 @@ fail:
     return KVD_EIO;
 }
 
-kvd_status_t kvd_manifest_read(const char *dir, const char *dirname, kvd_manifest_t *m,
-                               char *why, size_t why_len)
+kvd_status_t kvd__manifest_read(const char *dir, const char *dirname, kvd__manifest_t *m,
+                                char *why, size_t why_len)
 {
     char text[KVD_MANIFEST_MAX + 1], expect[KVD_CACHE_DIRNAME_MAX], reason[160];
     struct stat st;
@@ -475,11 +475,11 @@ kvd_status_t kvd_manifest_read(const char *dir, const char *dirname, kvd_manifes
         }
     }
     close(fd);
-    if ((s = kvd_manifest_parse(text, len, m, reason, sizeof(reason))) != KVD_OK) {
+    if ((s = kvd__manifest_parse(text, len, m, reason, sizeof(reason))) != KVD_OK) {
         snprintf(why, why_len, "damaged manifest: %s", reason);
         return s;
     }
-    if (kvd_cache_dirname(m->name, m->owner_uid, m->shared, expect, sizeof(expect)) != 0 ||
+    if (kvd__cache_dirname(m->name, m->owner_uid, m->shared, expect, sizeof(expect)) != 0 ||
         strcmp(expect, dirname) != 0) {
         snprintf(why, why_len, "the manifest names cache '%s' of uid %u (shared=%d), whose "
                  "directory would be %s", m->name, m->owner_uid, m->shared, expect);
@@ -488,7 +488,7 @@ kvd_status_t kvd_manifest_read(const char *dir, const char *dirname, kvd_manifes
     return KVD_OK;
 }
 
-int kvd_cache_dir_remove(const char *dir)
+int kvd__cache_dir_remove(const char *dir)
 {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), err = 0;
     DIR *d;

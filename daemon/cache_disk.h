@@ -39,54 +39,54 @@
 #define KVD_CACHE_DIR_DROPPED ".dropped-"
 
 /* What makes a cache again after a restart. */
-typedef struct kvd_manifest {
+typedef struct kvd__manifest {
     char name[64];
     uint32_t owner_uid;
     int shared, cluster;
     uint32_t allow_uids[16], allow_gids[16];
     uint32_t n_allow_uids, n_allow_gids;
-    kvd_block_layout_t layout;
+    kvd__block_layout_t layout;
     uint64_t budget;      /* host memory */
     uint64_t disk_budget; /* bytes of records on disk */
-} kvd_manifest_t;
+} kvd__manifest_t;
 
 /* The directory name of a cache (see above); 0, or -1 when name is not a
  * cache name. */
-int kvd_cache_dirname(const char *name, uid_t owner, int shared, char *out, size_t out_len);
+int kvd__cache_dirname(const char *name, uid_t owner, int shared, char *out, size_t out_len);
 
 /* --cache-dir at start: made 0700 when missing (its parent must exist);
  * refused with why when it is not a directory, not the daemon user's,
  * writable by group or others, or not writable (its owner's write bit
  * clear, a read-only file system).  KVD_EINVAL / KVD_EPERM / KVD_EIO. */
-kvd_status_t kvd_cache_dir_check(const char *dir, int *created, char *why, size_t why_len);
+kvd_status_t kvd__cache_dir_check(const char *dir, int *created, char *why, size_t why_len);
 
 /* The file system's space for dir: avail (what an unprivileged writer may
  * still take) and total; -1 with why when statvfs fails. */
-int kvd_cache_dir_space(const char *dir, uint64_t *avail, uint64_t *total, char *why,
-                        size_t why_len);
+int kvd__cache_dir_space(const char *dir, uint64_t *avail, uint64_t *total, char *why,
+                         size_t why_len);
 /* Bytes the files under dir take on disk (one level of subdirectories,
  * as caches lay them out); lstat only, no link followed. */
-uint64_t kvd_cache_dir_usage(const char *dir);
+uint64_t kvd__cache_dir_usage(const char *dir);
 
 /* The manifest as text (len bytes); -1 when it does not fit. */
-int kvd_manifest_format(const kvd_manifest_t *m, char *out, size_t out_len, size_t *len);
+int kvd__manifest_format(const kvd__manifest_t *m, char *out, size_t out_len, size_t *len);
 /* Parse text of len bytes strictly (see above); KVD_EINVAL with why. */
-kvd_status_t kvd_manifest_parse(const char *text, size_t len, kvd_manifest_t *m, char *why,
-                                size_t why_len);
+kvd_status_t kvd__manifest_parse(const char *text, size_t len, kvd__manifest_t *m, char *why,
+                                 size_t why_len);
 /* Write dir/manifest atomically; KVD_EIO with why. */
-kvd_status_t kvd_manifest_write(const char *dir, const kvd_manifest_t *m, char *why,
-                                size_t why_len);
+kvd_status_t kvd__manifest_write(const char *dir, const kvd__manifest_t *m, char *why,
+                                 size_t why_len);
 /* Read and check dir/manifest: the directory and the file this user's and
  * written by no one else, the text strict, the identity matching the
  * directory's name (dirname).  KVD_EPERM (not to be trusted), KVD_ENOENT
  * (no manifest), KVD_EINVAL (damaged), KVD_EIO, with why. */
-kvd_status_t kvd_manifest_read(const char *dir, const char *dirname, kvd_manifest_t *m,
-                               char *why, size_t why_len);
+kvd_status_t kvd__manifest_read(const char *dir, const char *dirname, kvd__manifest_t *m,
+                                char *why, size_t why_len);
 
 /* Remove a directory that holds files only (a cache's): its manifest
  * first, so that a crash half-way leaves nothing that is reopened.  Waits
  * for the disk: for the disk I/O threads.  0, or -errno of the first
  * failure (the rest still tried). */
-int kvd_cache_dir_remove(const char *dir);
+int kvd__cache_dir_remove(const char *dir);
 
 #endif

@@ -17,20 +17,20 @@
 enum { B_ABSENT, B_HELD, B_COPYING };
 
 struct load_fetch {
-    kvd_load_t *l;
+    kvd__load_t *l;
     uint32_t pos;
 }; /* a block of the plan: not here, held, copy submitted */
 
-struct kvd_load {
-    kvd_server_t *srv;
+struct kvd__load {
+    kvd__server_t *srv;
     kvd__conn_t *conn;          /* the reply's, charged with held */
     uint64_t req_id;
     size_t op_index;
     uint64_t t_start_ns;
     uint64_t held;             /* bytes of this plan (KVD_HM_REQUESTS) */
-    kvd_cache_t *cache;        /* referenced */
-    kvd_pool_t *pool;
-    kvd_obj_t *refs[KVD_DATAOP_MAX_REFS]; /* the pool, buffers, events: referenced */
+    kvd__cache_t *cache;        /* referenced */
+    kvd__pool_t *pool;
+    kvd__obj_t *refs[KVD_DATAOP_MAX_REFS]; /* the pool, buffers, events: referenced */
     int nrefs;
     /* the request's Sync: each copy's */
     int sclass, path, reply_at_enqueue;
@@ -45,7 +45,7 @@ struct kvd_load {
     int64_t *pages;            /* [n] */
     uint8_t *keys;             /* [n] of KVD_CACHE_KEY_MAX, NULL for a lease */
     uint8_t *klen;
-    kvd_lease_t *lease;        /* the client's until the load runs, then the plan's */
+    kvd__lease_t *lease;        /* the client's until the load runs, then the plan's */
     int lease_taken;
     uint32_t *ids;             /* [n] the block of each while held, else NONE */
     uint8_t *state;            /* [n] B_* */
@@ -62,24 +62,24 @@ struct kvd_load {
 
 static uint64_t plan_bytes(uint32_t n, int keys)
 {
-    return sizeof(kvd_load_t) +
+    return sizeof(kvd__load_t) +
            (uint64_t)n * (sizeof(int64_t) + sizeof(uint32_t) + 1 +
                           (keys ? KVD_CACHE_KEY_MAX + 1 : 0));
 }
 
-static void load_free(kvd_load_t *l)
+static void load_free(kvd__load_t *l)
 {
-    kvd_cache_store_t *c = &l->cache->store;
+    kvd__cache_store_t *c = &l->cache->store;
     int waiting = l->waiting;
     kvd__conn_t *conn = l->conn;
 
     for (uint32_t i = l->n; i-- > 0;) /* the last first */
         if (l->ids[i] != KVD_CBLOCK_NONE)
-            kvd_cache_unhold(c, l->ids[i]);
+            kvd__cache_unhold(c, l->ids[i]);
     if (l->lease_taken)
         kvd__lease_end(l->cache, l->lease);
     for (int i = 0; i < l->nrefs; i++)
-        kvd_obj_unref(&l->srv->reg, l->refs[i]);
+        kvd__obj_unref(&l->srv->reg, l->refs[i]);
     kvd__cache_unref(l->cache);
     kvd__account_release(l->conn, KVD_HM_REQUESTS, l->held);
     free(l->pages);
@@ -93,7 +93,7 @@ static void load_free(kvd_load_t *l)
         kvd__conn_op_end(conn);
 }
 
-void kvd__load_destroy(kvd_load_t **lp)
+void kvd__load_destroy(kvd__load_t **lp)
 {
     if (lp != NULL && *lp != NULL)
         load_free(*lp);
@@ -102,26 +102,26 @@ void kvd__load_destroy(kvd_load_t **lp)
 }
 
 /* Block i of the plan as the tier has it now: its id, or NONE. */
-static uint32_t find(const kvd_load_t *l, uint32_t i)
+static uint32_t find(const kvd__load_t *l, uint32_t i)
 {
     if (l->lease != NULL)
         return l->lease->ids[i];
-    return kvd_cache_find(&l->cache->store, l->keys + (size_t)i * KVD_CACHE_KEY_MAX,
-                          l->klen[i]);
+    return kvd__cache_find(&l->cache->store, l->keys + (size_t)i * KVD_CACHE_KEY_MAX,
+                           l->klen[i]);
 }
 
 /* Ready with its bytes in host memory (a block on disk only is read
  * there first: kvd__load_fetch). */
-static int ready(const kvd_load_t *l, uint32_t id)
+static int ready(const kvd__load_t *l, uint32_t id)
 {
-    return id != KVD_CBLOCK_NONE && kvd_cache_in_host(&l->cache->store, id);
+    return id != KVD_CBLOCK_NONE && kvd__cache_in_host(&l->cache->store, id);
 }
 
-kvd_status_t kvd__load_create(kvd_req_t *r, kvd_dataop_t *d, const kvd_load_spec_t *s,
-                              kvd_load_t **out)
+kvd_status_t kvd__load_create(kvd__req_t *r, kvd__dataop_t *d, const kvd__load_spec_t *s,
+                              kvd__load_t **out)
 {
     uint64_t held = plan_bytes(s->n, s->keys != NULL);
-    kvd_load_t *l;
+    kvd__load_t *l;
     kvd_status_t st;
 
     *out = NULL;
@@ -154,7 +154,7 @@ kvd_status_t kvd__load_create(kvd_req_t *r, kvd_dataop_t *d, const kvd_load_spec
     s->cache->refs++;
     l->pool = s->pool;
     for (int i = 0; i < d->nrefs; i++) {
-        kvd_obj_ref(d->refs[i]);
+        kvd__obj_ref(d->refs[i]);
         l->refs[l->nrefs++] = d->refs[i];
     }
     l->sclass = d->job.sclass;
@@ -183,7 +183,7 @@ kvd_status_t kvd__load_create(kvd_req_t *r, kvd_dataop_t *d, const kvd_load_spec
         uint32_t id = find(l, i);
         l->ids[i] = KVD_CBLOCK_NONE;
         if (ready(l, id)) {
-            kvd_cache_hold(&s->cache->store, id);
+            kvd__cache_hold(&s->cache->store, id);
             l->ids[i] = id;
             l->state[i] = B_HELD;
         }
@@ -192,7 +192,7 @@ kvd_status_t kvd__load_create(kvd_req_t *r, kvd_dataop_t *d, const kvd_load_spec
     return KVD_OK;
 }
 
-uint32_t kvd__load_missing(const kvd_load_t *l)
+uint32_t kvd__load_missing(const kvd__load_t *l)
 {
     uint32_t m = 0;
 
@@ -203,7 +203,7 @@ uint32_t kvd__load_missing(const kvd_load_t *l)
 
 /* ENOENT naming every block of the plan that is not in the tier, as index
  * ranges, and why they could not be brought. */
-static kvd_status_t missing_named(const kvd_load_t *l, char *msg, size_t len)
+static kvd_status_t missing_named(const kvd__load_t *l, char *msg, size_t len)
 {
     char ranges[96];
     size_t at = 0;
@@ -237,10 +237,10 @@ static kvd_status_t missing_named(const kvd_load_t *l, char *msg, size_t len)
 }
 
 /* A copy's bookkeeping ends (its finish hook): counted once it is done. */
-static void copy_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
+static void copy_finish(kvd__dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
 {
-    kvd_load_t *l = d->ext;
-    kvd_cache_store_t *c = &l->cache->store;
+    kvd__load_t *l = d->ext;
+    kvd__cache_store_t *c = &l->cache->store;
 
     (void)rep;
     (void)bytes;
@@ -253,13 +253,13 @@ static void copy_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, 
     }
 }
 
-static void load_last(kvd_load_t *l);
-static kvd_status_t copy_held(kvd_load_t *l, char *why, size_t why_len);
+static void load_last(kvd__load_t *l);
+static kvd_status_t copy_held(kvd__load_t *l, char *why, size_t why_len);
 
 /* A copy of landed blocks ended (no reply: the plan's last copy has it). */
 static void copy_ended(void *arg, kvd_status_t st)
 {
-    kvd_load_t *l = arg;
+    kvd__load_t *l = arg;
     char why[200];
 
     (void)st; /* copy_finish kept it */
@@ -276,10 +276,10 @@ static void copy_ended(void *arg, kvd_status_t st)
 
 /* The last copy ends: the load's counters, its reply's rows and bytes;
  * the plan goes. */
-static void last_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
+static void last_finish(kvd__dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
 {
-    kvd_load_t *l = d->ext;
-    kvd_cache_store_t *c;
+    kvd__load_t *l = d->ext;
+    kvd__cache_store_t *c;
 
     if (l == NULL)
         return;
@@ -296,9 +296,9 @@ static void last_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, 
 }
 
 /* A dataop for a copy of the plan, its operands held and its Sync set. */
-static kvd_dataop_t *copy_new(kvd_load_t *l)
+static kvd__dataop_t *copy_new(kvd__load_t *l)
 {
-    kvd_dataop_t *d = kvd__dataop_new(l->srv, l->conn, l->req_id, l->op_index, l->t_start_ns);
+    kvd__dataop_t *d = kvd__dataop_new(l->srv, l->conn, l->req_id, l->op_index, l->t_start_ns);
 
     if (d == NULL)
         return NULL;
@@ -315,7 +315,7 @@ static kvd_dataop_t *copy_new(kvd_load_t *l)
 
 /* The held blocks whose copy was not submitted: their places in the
  * plan, ids and pages (the count returned). */
-static uint32_t list_held(const kvd_load_t *l, uint32_t *pos, uint32_t *ids, int64_t *pages)
+static uint32_t list_held(const kvd__load_t *l, uint32_t *pos, uint32_t *ids, int64_t *pages)
 {
     uint32_t m = 0;
 
@@ -331,12 +331,12 @@ static uint32_t list_held(const kvd_load_t *l, uint32_t *pos, uint32_t *ids, int
 /* Copy the held blocks not copied yet, without events, flags or reply,
  * when fewer than EARLY_COPIES copies are in flight.  Blocks it could not
  * submit stay for the next copy or the last. */
-static kvd_status_t copy_held(kvd_load_t *l, char *why, size_t why_len)
+static kvd_status_t copy_held(kvd__load_t *l, char *why, size_t why_len)
 {
     uint32_t *pos, *ids, m = 0, next = 0;
     int64_t *pages;
-    kvd_slab_plan_t pl;
-    kvd_dataop_t *d;
+    kvd__slab_plan_t pl;
+    kvd__dataop_t *d;
     kvd_status_t st;
 
     memset(&pl, 0, sizeof(pl));
@@ -383,13 +383,13 @@ static kvd_status_t copy_held(kvd_load_t *l, char *why, size_t why_len)
  * now), in layer groups, each group's event recorded and flag written
  * once its layers are in; then the reply.  A failure has submitted
  * nothing (msg says why). */
-static kvd_status_t copy_last(kvd_load_t *l, char *msg, size_t len)
+static kvd_status_t copy_last(kvd__load_t *l, char *msg, size_t len)
 {
-    kvd_cache_store_t *c = &l->cache->store;
+    kvd__cache_store_t *c = &l->cache->store;
     uint32_t groups, g, m, next = 0, *ids = NULL, *pos = NULL;
     int64_t *pages = NULL;
-    kvd_slab_plan_t pl;
-    kvd_dataop_t *d;
+    kvd__slab_plan_t pl;
+    kvd__dataop_t *d;
     kvd_status_t st;
 
     memset(&pl, 0, sizeof(pl));
@@ -420,7 +420,7 @@ static kvd_status_t copy_last(kvd_load_t *l, char *msg, size_t len)
             snprintf(msg, len, "keys[%u] is not in the cache", i);
             return KVD_ENOENT;
         }
-        kvd_cache_hold(c, id);
+        kvd__cache_hold(c, id);
         l->ids[i] = id;
         l->state[i] = B_HELD;
     }
@@ -446,7 +446,7 @@ static kvd_status_t copy_last(kvd_load_t *l, char *msg, size_t len)
         uint32_t L = c->layout.num_layers;
         uint32_t begin = (uint32_t)((uint64_t)g * L / groups);
         uint32_t end = (uint32_t)((uint64_t)(g + 1) * L / groups);
-        kvd_job_t *job;
+        kvd__job_t *job;
 
         if (pl.nslabs == 0) /* early copies moved every block: the groups still signal */
             kvd__empty_job(d, kvd__dataop_job(d, next++), l->pool, c->layout.tokens_per_block);
@@ -486,7 +486,7 @@ fail:
     return st;
 }
 
-kvd_status_t kvd__load_run(kvd_req_t *r, kvd_load_t *l, const char *why)
+kvd_status_t kvd__load_run(kvd__req_t *r, kvd__load_t *l, const char *why)
 {
     kvd_status_t st;
 
@@ -503,16 +503,16 @@ kvd_status_t kvd__load_run(kvd_req_t *r, kvd_load_t *l, const char *why)
     return KVD_OK;
 }
 
-void kvd__load_wait(kvd_load_t *l)
+void kvd__load_wait(kvd__load_t *l)
 {
     l->waiting = 1;
     l->brought = 1;
     kvd__conn_op_begin(l->conn);
 }
 
-void kvd__load_land(kvd_load_t *l, const uint32_t *pos, uint32_t n)
+void kvd__load_land(kvd__load_t *l, const uint32_t *pos, uint32_t n)
 {
-    kvd_cache_store_t *c = &l->cache->store;
+    kvd__cache_store_t *c = &l->cache->store;
     char why[200];
 
     for (uint32_t k = 0; k < n; k++) {
@@ -522,7 +522,7 @@ void kvd__load_land(kvd_load_t *l, const uint32_t *pos, uint32_t n)
         id = find(l, i);
         if (!ready(l, id))
             continue; /* the last copy names it missing */
-        kvd_cache_hold(c, id);
+        kvd__cache_hold(c, id);
         l->ids[i] = id;
         l->state[i] = B_HELD;
     }
@@ -533,7 +533,7 @@ void kvd__load_land(kvd_load_t *l, const uint32_t *pos, uint32_t n)
 
 /* Every copy of landed blocks ended and nothing more will land: the last
  * copy, or the failure's reply. */
-static void load_last(kvd_load_t *l)
+static void load_last(kvd__load_t *l)
 {
     char msg[256];
     kvd_status_t st;
@@ -552,7 +552,7 @@ static void load_last(kvd_load_t *l)
 static void fetched(void *arg, kvd_status_t st)
 {
     struct load_fetch *f = arg;
-    kvd_load_t *l = f->l;
+    kvd__load_t *l = f->l;
 
     if (st == KVD_OK)
         kvd__load_land(l, &f->pos, 1);
@@ -563,15 +563,15 @@ static void fetched(void *arg, kvd_status_t st)
         kvd__load_end(l, l->why);
 }
 
-uint32_t kvd__load_fetch(kvd_load_t *l)
+uint32_t kvd__load_fetch(kvd__load_t *l)
 {
-    kvd_cache_store_t *c = &l->cache->store;
+    kvd__cache_store_t *c = &l->cache->store;
     char why[200];
 
     for (uint32_t i = 0; i < l->n; i++) {
         uint32_t id;
         if (l->state[i] != B_ABSENT || (id = find(l, i)) == KVD_CBLOCK_NONE ||
-            kvd_cache_block(c, id)->state != KVD_CBLOCK_READY || kvd_cache_in_host(c, id))
+            kvd__cache_block(c, id)->state != KVD_CBLOCK_READY || kvd__cache_in_host(c, id))
             continue;
         if (l->fetches == NULL && (l->fetches = calloc(l->n, sizeof(*l->fetches))) == NULL) {
             snprintf(l->why, sizeof(l->why), "out of memory");
@@ -579,7 +579,7 @@ uint32_t kvd__load_fetch(kvd_load_t *l)
         }
         l->fetches[i].l = l;
         l->fetches[i].pos = i;
-        if (kvd_cache_fetch(c, id, fetched, &l->fetches[i], why, sizeof(why)) != KVD_OK) {
+        if (kvd__cache_fetch(c, id, fetched, &l->fetches[i], why, sizeof(why)) != KVD_OK) {
             if (l->why[0] == '\0')
                 snprintf(l->why, sizeof(l->why), "reading blocks from disk: %.170s", why);
             continue;
@@ -593,7 +593,7 @@ uint32_t kvd__load_fetch(kvd_load_t *l)
     return l->reading;
 }
 
-void kvd__load_end(kvd_load_t *l, const char *why)
+void kvd__load_end(kvd__load_t *l, const char *why)
 {
     l->ending = 1;
     if (why != l->why)

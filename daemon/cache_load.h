@@ -21,34 +21,34 @@
 #include "caches.h"
 #include "dataop.h"
 
-typedef struct kvd_load kvd_load_t;
+typedef struct kvd__load kvd__load_t;
 
 /* What the handler validated. */
-typedef struct kvd_load_spec {
-    kvd_cache_t *cache;
-    kvd_pool_t *pool;
+typedef struct kvd__load_spec {
+    kvd__cache_t *cache;
+    kvd__pool_t *pool;
     uint32_t n;                 /* blocks */
     const int64_t *pages;       /* [n] the pool's page for each */
     const uint8_t *const *keys; /* [n] their keys, or NULL: the lease's blocks */
     const size_t *lens;
-    kvd_lease_t *lease;         /* still the client's: the load takes it when it runs */
+    kvd__lease_t *lease;         /* still the client's: the load takes it when it runs */
     void *const *levs;          /* [nevents] layer events, one per group */
     uint32_t nevents;
     uint32_t *flags;            /* [nflags] layer flags, one per group, or NULL */
     uint32_t nflags;
     uint32_t flag_value;
-} kvd_load_spec_t;
+} kvd__load_spec_t;
 
 /* Plan the load s of request r, from the operands d holds (the plan
  * holds them too; d's Sync settings become each copy's).  KVD_OK, or a
  * failure with r's message set and nothing kept. */
-kvd_status_t kvd__load_create(kvd_req_t *r, kvd_dataop_t *d, const kvd_load_spec_t *s,
-                              kvd_load_t **out);
+kvd_status_t kvd__load_create(kvd__req_t *r, kvd__dataop_t *d, const kvd__load_spec_t *s,
+                              kvd__load_t **out);
 /* A plan that never ran goes (its holds end). */
-void kvd__load_destroy(kvd_load_t **l);
+void kvd__load_destroy(kvd__load_t **l);
 
 /* Blocks of the plan not READY in the tier now. */
-uint32_t kvd__load_missing(const kvd_load_t *l);
+uint32_t kvd__load_missing(const kvd__load_t *l);
 
 /* The plan's blocks on disk only (the cache's disk level) are read into
  * host memory: the plan waits for them as for a pull (kvd__load_wait),
@@ -56,23 +56,23 @@ uint32_t kvd__load_missing(const kvd_load_t *l);
  * whose record failed its checks is missing, as one no peer holds is.
  * The reads started; 0: none to wait for (why kept where some could not
  * start: kvd__load_run names them). */
-uint32_t kvd__load_fetch(kvd_load_t *l);
+uint32_t kvd__load_fetch(kvd__load_t *l);
 
 /* End the plan now, in r's handler: every block must be in the tier
  * (why: NULL, or why blocks could not be brought: a missing one is then
  * named with it).  KVD_OK: r is deferred, the reply comes when the copy
  * ends; a failure: r's message set, the plan gone. */
-kvd_status_t kvd__load_run(kvd_req_t *r, kvd_load_t *l, const char *why);
+kvd_status_t kvd__load_run(kvd__req_t *r, kvd__load_t *l, const char *why);
 
 /* The plan waits for blocks to land: its request is deferred (an
  * operation in flight on its client) until kvd__load_end. */
-void kvd__load_wait(kvd_load_t *l);
+void kvd__load_wait(kvd__load_t *l);
 /* The blocks of keys pos[0..n) are READY in the tier: the plan holds them
  * and copies them into their pages now, or once the copies before end. */
-void kvd__load_land(kvd_load_t *l, const uint32_t *pos, uint32_t n);
+void kvd__load_land(kvd__load_t *l, const uint32_t *pos, uint32_t n);
 /* Nothing more will land (why: "" or why blocks could not be brought):
  * once the copies in flight end, the rest is copied and the reply goes
  * (or the failure).  The plan is gone once it ends. */
-void kvd__load_end(kvd_load_t *l, const char *why);
+void kvd__load_end(kvd__load_t *l, const char *why);
 
 #endif

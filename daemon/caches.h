@@ -14,10 +14,10 @@
 #include "cache.h"
 #include "kvdock/types.h"
 
-typedef struct kvd_server kvd_server_t;
+typedef struct kvd__server kvd__server_t;
 typedef struct kvd__conn kvd__conn_t;
 
-typedef struct kvd_cache {
+typedef struct kvd__cache {
     uint64_t id;
     char name[KVD_NAME_MAX];
     uid_t owner_uid;
@@ -25,7 +25,7 @@ typedef struct kvd_cache {
     int cluster;      /* lookups and loads reach the peers' caches of its name */
     uint32_t allow_uids[16], allow_gids[16];
     uint32_t n_allow_uids, n_allow_gids;
-    kvd_cache_store_t store;
+    kvd__cache_store_t store;
     uint32_t refs;    /* the server's list, and every operation in flight */
     int dropped;      /* out of the list; freed with its last reference */
     uint32_t leases;  /* leases on it now */
@@ -33,51 +33,51 @@ typedef struct kvd_cache {
     /* the disk level (cache_disk.h): its budget (0: none) and directory */
     uint64_t disk_budget;
     char *disk_dir;           /* --cache-dir/DIRNAME, malloc'd; NULL: none */
-    kvd_server_t *srv;
+    kvd__server_t *srv;
     int remove_dir;           /* dropped by a client: its directory goes when it is freed */
-    struct kvd_cache *next, *prev;
-} kvd_cache_t;
+    struct kvd__cache *next, *prev;
+} kvd__cache_t;
 
-typedef struct kvd_lease {
+typedef struct kvd__lease {
     uint64_t id;
-    kvd_cache_t *cache;
+    kvd__cache_t *cache;
     uint32_t *ids;    /* its blocks, in chain order (held) */
     uint32_t n;
     uint64_t expires_ns;
     kvd__conn_t *conn; /* charged with lease bytes: the one that took it */
-    struct kvd_lease *next; /* the connection's */
-} kvd_lease_t;
+    struct kvd__lease *next; /* the connection's */
+} kvd__lease_t;
 
 /* Take lease id off c's list (the caller owns it then); NULL: c has none
  * such. */
-kvd_lease_t *kvd__lease_take(kvd__conn_t *c, uint64_t id);
+kvd__lease_t *kvd__lease_take(kvd__conn_t *c, uint64_t id);
 /* A lease taken off its list ends: its blocks are unheld. */
-void kvd__lease_end(kvd_cache_t *k, kvd_lease_t *l);
+void kvd__lease_end(kvd__cache_t *k, kvd__lease_t *l);
 /* Drop a reference (the last one frees the cache). */
-void kvd__cache_unref(kvd_cache_t *k);
+void kvd__cache_unref(kvd__cache_t *k);
 /* The connection goes: its leases end. */
 void kvd__leases_drop(kvd__conn_t *c);
 /* Leases of c past their time end (the server's sweep). */
 void kvd__leases_expire(kvd__conn_t *c, uint64_t now_ns);
 /* Every cache goes (the daemon is done: nothing in flight). */
-void kvd__caches_destroy(kvd_server_t *srv);
+void kvd__caches_destroy(kvd__server_t *srv);
 /* The caches' budgets added up.  Each is at most the host-memory budget,
  * but together they may pass it: then they cannot all fill, and the
  * daemon says so (a warning at create, `kvdock status`). */
-uint64_t kvd__caches_budgets(const kvd_server_t *srv);
+uint64_t kvd__caches_budgets(const kvd__server_t *srv);
 /* The caches' disk budgets added up (within the daemon's --disk-budget). */
-uint64_t kvd__caches_disk_budgets(const kvd_server_t *srv);
+uint64_t kvd__caches_disk_budgets(const kvd__server_t *srv);
 /* At start, with --cache-dir: every cache whose directory holds a manifest
  * that can be trusted is made again and its disk level recovered; the
  * others are logged and skipped, never deleted.  Directories of caches
  * dropped before a crash are removed (off the loop). */
-void kvd__caches_reopen(kvd_server_t *srv);
+void kvd__caches_reopen(kvd__server_t *srv);
 /* StatusReply.disk, in r's arena; NULL without --cache-dir (or out of
  * memory). */
-struct kvd_req;
-struct Kvdock__DiskStatus *kvd__disk_status(struct kvd_req *r);
+struct kvd__req;
+struct Kvdock__DiskStatus *kvd__disk_status(struct kvd__req *r);
 /* Remove a directory of --cache-dir on the disk I/O threads (here and now
  * without them). */
-void kvd__cache_dir_discard(kvd_server_t *srv, const char *path);
+void kvd__cache_dir_discard(kvd__server_t *srv, const char *path);
 
 #endif

@@ -28,10 +28,10 @@ static void on_poll(uv_poll_t *h, int status, int events);
  * up (past its own limit, or past a little while socket memory is full). */
 static int paused(const kvd__conn_t *c)
 {
-    const kvd_options_t *o = &c->srv->opts;
+    const kvd__options_t *o = &c->srv->opts;
 
     return c->inflight >= o->max_inflight || c->wq_bytes >= o->max_write_queue_bytes ||
-           (c->wq_bytes > WQ_FREE && kvd_hostmem_full(&c->srv->hostmem, KVD_HM_SOCKETS));
+           (c->wq_bytes > WQ_FREE && kvd__hostmem_full(&c->srv->hostmem, KVD_HM_SOCKETS));
 }
 
 /* The frame deadline: set when bytes of an incomplete frame wait while the
@@ -40,7 +40,7 @@ static int paused(const kvd__conn_t *c)
  * Before hello the hello's deadline stands. */
 static void update_deadline(kvd__conn_t *c)
 {
-    const kvd_options_t *o = &c->srv->opts;
+    const kvd__options_t *o = &c->srv->opts;
     uint64_t start;
 
     if (c->deadline_hello)
@@ -52,7 +52,7 @@ static void update_deadline(kvd__conn_t *c)
     }
     start = c->rabs + c->rstart;
     if (c->deadline_ns == 0 || c->deadline_frame != start) {
-        c->deadline_ns = kvd_now_ns() + o->frame_timeout_ms * 1000000ull;
+        c->deadline_ns = kvd__now_ns() + o->frame_timeout_ms * 1000000ull;
         c->deadline_frame = start;
         kvd__server_sweep_arm(c->srv);
     }
@@ -61,7 +61,7 @@ static void update_deadline(kvd__conn_t *c)
 /* Give back the read buffer and what it counted. */
 static void free_rbuf(kvd__conn_t *c)
 {
-    kvd_hostmem_release(&c->srv->hostmem, KVD_HM_SOCKETS, c->rcharged);
+    kvd__hostmem_release(&c->srv->hostmem, KVD_HM_SOCKETS, c->rcharged);
     c->rcharged = 0;
     free(c->rbuf);
     c->rbuf = NULL;
@@ -139,14 +139,14 @@ static void free_wbuf(kvd__conn_t *c, kvd__wbuf_t *w)
 
     for (i = 0; i < w->nfds; i++)
         close(w->fds[i]);
-    kvd_hostmem_release(&c->srv->hostmem, KVD_HM_SOCKETS, w->len);
+    kvd__hostmem_release(&c->srv->hostmem, KVD_HM_SOCKETS, w->len);
     free(w->buf);
     free(w);
 }
 
 void kvd__conn_close(kvd__conn_t *c, const char *reason)
 {
-    kvd_server_t *srv = c->srv;
+    kvd__server_t *srv = c->srv;
 
     if (c->closing)
         return;
@@ -171,7 +171,7 @@ void kvd__conn_close(kvd__conn_t *c, const char *reason)
     free_rbuf(c);
     /* What it owns leaves the registry now; the memory goes once the
      * operations that use it have completed. */
-    kvd_registry_drop_owner(&srv->reg, &c->owner);
+    kvd__registry_drop_owner(&srv->reg, &c->owner);
     kvd__leases_drop(c);
     maybe_finish(c);
     kvd__server_check_drained(srv);
@@ -284,7 +284,7 @@ kvd_status_t kvd__conn_send(kvd__conn_t *c, const ProtobufCMessage *msg, const i
         free(w);
         return st;
     }
-    kvd_hostmem_charge(&c->srv->hostmem, KVD_HM_SOCKETS, w->len);
+    kvd__hostmem_charge(&c->srv->hostmem, KVD_HM_SOCKETS, w->len);
     for (i = 0; i < nfds; i++) {
         w->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
         if (w->fds[i] < 0) {
@@ -371,7 +371,7 @@ static int pending_fds(const kvd__conn_t *c)
  * cap, or back-pressure); -1: the connection is closing. */
 static int process_frames(kvd__conn_t *c, unsigned *handled)
 {
-    const kvd_options_t *o = &c->srv->opts;
+    const kvd__options_t *o = &c->srv->opts;
 
     while (!c->closing && !c->close_after_flush) {
         size_t plen = 0;
@@ -413,21 +413,21 @@ static int process_frames(kvd__conn_t *c, unsigned *handled)
  * (-2: out of memory). */
 static int resize_rbuf(kvd__conn_t *c, size_t cap, char *why, size_t why_len)
 {
-    kvd_hostmem_t *hm = &c->srv->hostmem;
+    kvd__hostmem_t *hm = &c->srv->hostmem;
     uint64_t charge = cap > READ_CHUNK ? cap - READ_CHUNK : 0;
     uint8_t *nb;
 
     if (charge > c->rcharged &&
-        kvd_hostmem_reserve(hm, KVD_HM_SOCKETS, charge - c->rcharged, why, why_len) != KVD_OK)
+        kvd__hostmem_reserve(hm, KVD_HM_SOCKETS, charge - c->rcharged, why, why_len) != KVD_OK)
         return -1;
     nb = realloc(c->rbuf, cap);
     if (nb == NULL) {
         if (charge > c->rcharged)
-            kvd_hostmem_release(hm, KVD_HM_SOCKETS, charge - c->rcharged);
+            kvd__hostmem_release(hm, KVD_HM_SOCKETS, charge - c->rcharged);
         return -2;
     }
     if (charge < c->rcharged)
-        kvd_hostmem_release(hm, KVD_HM_SOCKETS, c->rcharged - charge);
+        kvd__hostmem_release(hm, KVD_HM_SOCKETS, c->rcharged - charge);
     c->rcharged = charge;
     c->rbuf = nb;
     c->rcap = cap;
@@ -596,7 +596,7 @@ void kvd__conn_hello_done(kvd__conn_t *c)
 
 void kvd__conn_check_deadline(kvd__conn_t *c, uint64_t now_ns)
 {
-    const kvd_options_t *o = &c->srv->opts;
+    const kvd__options_t *o = &c->srv->opts;
     char msg[160];
 
     if (c->closing || c->deadline_ns == 0 || now_ns < c->deadline_ns)
@@ -644,7 +644,7 @@ int kvd__conn_in_group(const kvd__conn_t *c, gid_t gid)
     return 0;
 }
 
-kvd_status_t kvd__conn_create(kvd_server_t *srv, int fd, const struct ucred *cred,
+kvd_status_t kvd__conn_create(kvd__server_t *srv, int fd, const struct ucred *cred,
                               kvd__conn_t **out)
 {
     kvd__conn_t *c = calloc(1, sizeof(*c));
@@ -677,7 +677,7 @@ kvd_status_t kvd__conn_create(kvd_server_t *srv, int fd, const struct ucred *cre
     c->owner.uid = cred->uid;
     if (srv->opts.hello_timeout_ms != 0) {
         c->deadline_hello = 1;
-        c->deadline_ns = kvd_now_ns() + srv->opts.hello_timeout_ms * 1000000ull;
+        c->deadline_ns = kvd__now_ns() + srv->opts.hello_timeout_ms * 1000000ull;
         kvd__server_sweep_arm(srv);
     }
     c->next = srv->conns;

@@ -42,7 +42,7 @@ typedef struct kvd__wbuf {
 struct kvd__conn {
     uv_poll_t poll;
     int fd;
-    kvd_server_t *srv;
+    kvd__server_t *srv;
     uint64_t id;
     pid_t pid;
     uid_t uid;
@@ -80,8 +80,8 @@ struct kvd__conn {
     uint32_t inflight; /* requests deferred to the backend, not completed */
     uint64_t requests;
     uint64_t active_period; /* the server's period in which it last sent one */
-    kvd_owner_t owner;
-    struct kvd_lease *leases; /* cache leases it holds (caches.h) */
+    kvd__owner_t owner;
+    struct kvd__lease *leases; /* cache leases it holds (caches.h) */
     uint32_t nleases;
     uint64_t held; /* bytes of leases and requests charged to it (account.h) */
     kvd__conn_t *next, *prev;
@@ -99,7 +99,7 @@ int kvd__conn_in_group(const kvd__conn_t *c, gid_t gid);
 
 /* Take over an accepted, non-blocking socket whose peer is cred
  * (SO_PEERCRED, read once by the caller to admit it). */
-kvd_status_t kvd__conn_create(kvd_server_t *srv, int fd, const struct ucred *cred,
+kvd_status_t kvd__conn_create(kvd__server_t *srv, int fd, const struct ucred *cred,
                               kvd__conn_t **out);
 
 /* The client is gone or must go: release what it owns (memory goes once

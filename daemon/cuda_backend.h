@@ -68,7 +68,7 @@ typedef struct ipc_open {
     struct ipc_open *next;
 } ipc_open_t;
 
-/* What a kvd_mem_t holds on this backend. */
+/* What a kvd__mem_t holds on this backend. */
 typedef struct cuda_mem {
     int how; /* see enum below */
     CUmemGenericAllocationHandle vmm;
@@ -91,18 +91,18 @@ typedef struct staging_slab {
 } staging_slab_t;
 
 typedef struct job_fifo {
-    kvd_job_t *head, *tail;
+    kvd__job_t *head, *tail;
 } job_fifo_t;
 
-static inline void fifo_push(job_fifo_t *q, kvd_job_t *job)
+static inline void fifo_push(job_fifo_t *q, kvd__job_t *job)
 {
     kvd__jobs_append(&q->head, &q->tail, job);
 }
 
 /* The head, which the caller has checked is there. */
-static inline kvd_job_t *fifo_pop(job_fifo_t *q)
+static inline kvd__job_t *fifo_pop(job_fifo_t *q)
 {
-    kvd_job_t *job = q->head;
+    kvd__job_t *job = q->head;
 
     q->head = job->next;
     if (q->head == NULL)
@@ -111,7 +111,7 @@ static inline kvd_job_t *fifo_pop(job_fifo_t *q)
 }
 
 typedef struct cuda_backend {
-    kvd_backend_t be;
+    kvd__backend_t be;
     int dev;
     uint64_t device_margin; /* device memory device pools leave free */
     /* completion by polling: jobs in flight per stream, in launch order,
@@ -130,7 +130,7 @@ typedef struct cuda_backend {
     cudaEvent_t *ev_free; /* loop thread only */
     uint32_t ev_nfree;
     uv_async_t async;
-    kvd_done_list_t done;
+    kvd__done_list_t done;
     cudaStream_t streams[KVD_STREAM_END];
     uint32_t pending;
     driver_api_t drv;
@@ -166,26 +166,26 @@ kvd_status_t kvd__cuda_fail(cudaError_t e, const char *what, char *why, size_t w
 void kvd__cuda_load_driver(driver_api_t *d);
 kvd_status_t kvd__cuda_vmm_prop(cuda_backend_t *cb, CUmemAllocationProp *prop, uint64_t *gran,
                                 char *why, size_t why_len);
-void kvd__cuda_mem_ops(kvd_backend_t *be);
+void kvd__cuda_mem_ops(kvd__backend_t *be);
 void kvd__cuda_staging_release(cuda_backend_t *cb);
 
 /* cuda_copy.c: a copy-engine transfer split over the class's workers by
  * rows (KVD_OK: it completes through the done list); starting and stopping
  * the workers. */
-kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd_job_t *job);
+kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd__job_t *job);
 void kvd__cuda_copy_stop(cuda_backend_t *cb);
 /* The launch flags of a copy-engine transfer: one call a run for small
  * host-to-device runs under --copy-issue each. */
 uint32_t kvd__cuda_copy_flags(const cuda_backend_t *cb, const kvd_transfer_args_t *a);
 /* cuda_work.c: a finished job to the loop (done list and wake-up); the
  * job's layer and record events recorded on s. */
-void kvd__cuda_push_done(cuda_backend_t *cb, kvd_job_t *job);
-void kvd__cuda_record_events(cuda_backend_t *cb, const kvd_job_t *job, cudaStream_t s);
+void kvd__cuda_push_done(cuda_backend_t *cb, kvd__job_t *job);
+void kvd__cuda_record_events(cuda_backend_t *cb, const kvd__job_t *job, cudaStream_t s);
 
 /* cuda_work.c: the work functions of the backend's table; the completion
  * handlers (the async wake-up, the loop mode's idle pass, the poller
  * thread) and the poller's end. */
-void kvd__cuda_work_ops(kvd_backend_t *be);
+void kvd__cuda_work_ops(kvd__backend_t *be);
 void kvd__cuda_async_cb(uv_async_t *h);
 void kvd__cuda_idle_cb(uv_idle_t *h);
 void *kvd__cuda_poller_main(void *arg);

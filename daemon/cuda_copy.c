@@ -48,7 +48,7 @@ typedef struct ce_part {
 
 struct ce_group {
     cuda_backend_t *cb;
-    kvd_job_t *job;
+    kvd__job_t *job;
     uint32_t flags;       /* of its launches: the copy engines, maybe one call a run */
     int nparts;
     int to_issue; /* atomic: parts not yet issued */
@@ -58,7 +58,7 @@ struct ce_group {
     struct ce_group *next; /* the job after it, held back until this one is issued */
     struct ce_group *reap_next; /* in its completion thread's queue */
     kvd_status_t status; /* the first error (under cb->ce_mu) */
-    char detail[sizeof(((kvd_job_t *)0)->detail)];
+    char detail[sizeof(((kvd__job_t *)0)->detail)];
     ce_part_t parts[];
 };
 
@@ -125,7 +125,7 @@ static void group_fail(ce_group_t *g, kvd_status_t st, const char *detail)
 static void group_done(ce_group_t *g)
 {
     cuda_backend_t *cb = g->cb;
-    kvd_job_t *job = g->job;
+    kvd__job_t *job = g->job;
     unsigned long long oob = 0;
     int i;
 
@@ -174,7 +174,7 @@ static void dispatch(cuda_backend_t *cb, ce_group_t *g)
 static void issue(ce_worker_t *w, ce_part_t *p)
 {
     ce_group_t *g = p->g;
-    kvd_job_t *job = g->job;
+    kvd__job_t *job = g->job;
     cudaError_t e;
 
     if (w->cb->ce_cancel) {
@@ -377,7 +377,7 @@ static int small_h2d_runs(const kvd_transfer_args_t *a)
     return runs > 0 && (uint64_t)a->count * a->row_bytes < (uint64_t)runs * SPLIT_H2D_RUN_BYTES;
 }
 
-kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd_job_t *job)
+kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd__job_t *job)
 {
     const kvd_transfer_args_t *a = &job->a.transfer;
     size_t esize = a->idx_dtype == KVD_DTYPE_I64 ? 8 : 4;

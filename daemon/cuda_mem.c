@@ -64,9 +64,9 @@ void kvd__cuda_load_driver(driver_api_t *d)
 
 /* ---- memory ---------------------------------------------------------------- */
 
-static kvd_mem_t *mem_new(int kind, int how)
+static kvd__mem_t *mem_new(int kind, int how)
 {
-    kvd_mem_t *m = calloc(1, sizeof(*m));
+    kvd__mem_t *m = calloc(1, sizeof(*m));
     cuda_mem_t *cm = calloc(1, sizeof(*cm));
 
     if (m == NULL || cm == NULL) {
@@ -81,7 +81,7 @@ static kvd_mem_t *mem_new(int kind, int how)
     return m;
 }
 
-static void mem_free_struct(kvd_mem_t *m)
+static void mem_free_struct(kvd__mem_t *m)
 {
     if (m->fd >= 0)
         close(m->fd);
@@ -153,7 +153,7 @@ static kvd_status_t vmm_map(cuda_backend_t *cb, CUmemGenericAllocationHandle h, 
     return KVD_OK;
 }
 
-static kvd_status_t create_vmm(cuda_backend_t *cb, uint64_t bytes, kvd_mem_t *m, char *why,
+static kvd_status_t create_vmm(cuda_backend_t *cb, uint64_t bytes, kvd__mem_t *m, char *why,
                                size_t why_len)
 {
     cuda_mem_t *cm = m->priv;
@@ -192,7 +192,7 @@ static kvd_status_t create_vmm(cuda_backend_t *cb, uint64_t bytes, kvd_mem_t *m,
 }
 
 /* Register a mapped memfd with CUDA; on failure it is unmapped. */
-static kvd_status_t register_host(kvd_mem_t *m, char *why, size_t why_len)
+static kvd_status_t register_host(kvd__mem_t *m, char *why, size_t why_len)
 {
     cudaError_t e = cudaHostRegister(m->ptr, m->map_bytes,
                                      cudaHostRegisterPortable | cudaHostRegisterMapped);
@@ -203,7 +203,7 @@ static kvd_status_t register_host(kvd_mem_t *m, char *why, size_t why_len)
     return kvd__cuda_fail(e, "cudaHostRegister", why, why_len);
 }
 
-static kvd_status_t cuda_device_memory(kvd_backend_t *be, uint64_t *free_bytes,
+static kvd_status_t cuda_device_memory(kvd__backend_t *be, uint64_t *free_bytes,
                                        uint64_t *total_bytes)
 {
     size_t f = 0, t = 0;
@@ -231,19 +231,19 @@ static kvd_status_t check_device_room(cuda_backend_t *cb, uint64_t bytes, char *
     }
     if (bytes > f || f - bytes < cb->device_margin) {
         snprintf(why, why_len, "%s requested, %s free on the device, of which %s stays free "
-                 "for the workers (device-memory-margin)", kvd_fmt_bytes(bytes, a, sizeof(a)),
-                 kvd_fmt_bytes(f, b, sizeof(b)), kvd_fmt_bytes(cb->device_margin, c, sizeof(c)));
+                 "for the workers (device-memory-margin)", kvd__fmt_bytes(bytes, a, sizeof(a)),
+                 kvd__fmt_bytes(f, b, sizeof(b)), kvd__fmt_bytes(cb->device_margin, c, sizeof(c)));
         return KVD_ENOMEM;
     }
     return KVD_OK;
 }
 
-static kvd_status_t cuda_mem_create(kvd_backend_t *be, int kind, uint64_t bytes,
-                                    const char *label, kvd_mem_t **out, char *why,
+static kvd_status_t cuda_mem_create(kvd__backend_t *be, int kind, uint64_t bytes,
+                                    const char *label, kvd__mem_t **out, char *why,
                                     size_t why_len)
 {
     cuda_backend_t *cb = (cuda_backend_t *)be;
-    kvd_mem_t *m;
+    kvd__mem_t *m;
     kvd_status_t st = KVD_OK;
     cudaError_t e;
 
@@ -299,7 +299,7 @@ static kvd_status_t cuda_mem_create(kvd_backend_t *be, int kind, uint64_t bytes,
 }
 
 static kvd_status_t import_ipc(cuda_backend_t *cb, const unsigned char *h, uint64_t bytes,
-                               kvd_mem_t *m, char *why, size_t why_len)
+                               kvd__mem_t *m, char *why, size_t why_len)
 {
     cuda_mem_t *cm = m->priv;
     ipc_open_t *o;
@@ -365,12 +365,12 @@ static void release_ipc(cuda_backend_t *cb, ipc_open_t *o)
     free(o);
 }
 
-static kvd_status_t cuda_mem_import(kvd_backend_t *be, int kind, const unsigned char *ipc,
-                                    size_t ipc_len, int fd, uint64_t bytes, kvd_mem_t **out,
+static kvd_status_t cuda_mem_import(kvd__backend_t *be, int kind, const unsigned char *ipc,
+                                    size_t ipc_len, int fd, uint64_t bytes, kvd__mem_t **out,
                                     char *why, size_t why_len)
 {
     cuda_backend_t *cb = (cuda_backend_t *)be;
-    kvd_mem_t *m;
+    kvd__mem_t *m;
     cuda_mem_t *cm;
     kvd_status_t st = KVD_OK;
 
@@ -437,10 +437,10 @@ static kvd_status_t cuda_mem_import(kvd_backend_t *be, int kind, const unsigned 
     return KVD_OK;
 }
 
-static void cuda_mem_destroy(kvd_backend_t *be, kvd_mem_t **mp)
+static void cuda_mem_destroy(kvd__backend_t *be, kvd__mem_t **mp)
 {
     cuda_backend_t *cb = (cuda_backend_t *)be;
-    kvd_mem_t *m = mp ? *mp : NULL;
+    kvd__mem_t *m = mp ? *mp : NULL;
     cuda_mem_t *cm;
 
     if (m == NULL)
@@ -472,7 +472,7 @@ static void cuda_mem_destroy(kvd_backend_t *be, kvd_mem_t **mp)
 
 /* Layer-address tables are read by every row a kernel copies: device memory,
  * not a read across the bus each time. */
-static kvd_status_t cuda_table_create(kvd_backend_t *be, const uint64_t *vals, size_t n,
+static kvd_status_t cuda_table_create(kvd__backend_t *be, const uint64_t *vals, size_t n,
                                       void **out)
 {
     size_t bytes = n ? n * sizeof(uint64_t) : 8;
@@ -493,7 +493,7 @@ static kvd_status_t cuda_table_create(kvd_backend_t *be, const uint64_t *vals, s
     return KVD_OK;
 }
 
-static void cuda_table_destroy(kvd_backend_t *be, void *t)
+static void cuda_table_destroy(kvd__backend_t *be, void *t)
 {
     (void)be;
     cudaFree(t);
@@ -525,13 +525,13 @@ static int bin_of(size_t bytes)
 static kvd_status_t staging_pin(cuda_backend_t *cb, size_t bytes, void **out, char *why,
                                 size_t why_len)
 {
-    kvd_status_t st = kvd_hostmem_reserve(cb->be.hostmem, KVD_HM_STAGING, bytes, why, why_len);
+    kvd_status_t st = kvd__hostmem_reserve(cb->be.hostmem, KVD_HM_STAGING, bytes, why, why_len);
 
     if (st != KVD_OK)
         return st;
     if (cudaHostAlloc(out, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
         (void)cudaGetLastError();
-        kvd_hostmem_release(cb->be.hostmem, KVD_HM_STAGING, bytes);
+        kvd__hostmem_release(cb->be.hostmem, KVD_HM_STAGING, bytes);
         snprintf(why, why_len, "cannot pin %zu bytes of host memory", bytes);
         return KVD_ENOMEM;
     }
@@ -541,7 +541,7 @@ static kvd_status_t staging_pin(cuda_backend_t *cb, size_t bytes, void **out, ch
 static void staging_unpin(cuda_backend_t *cb, void *p, size_t bytes)
 {
     cudaFreeHost(p);
-    kvd_hostmem_release(cb->be.hostmem, KVD_HM_STAGING, bytes);
+    kvd__hostmem_release(cb->be.hostmem, KVD_HM_STAGING, bytes);
 }
 
 /* Fill small bin b from a new slab: pinning memory costs far more than a
@@ -575,7 +575,7 @@ static kvd_status_t staging_refill(cuda_backend_t *cb, int b, char *why, size_t 
     return KVD_OK;
 }
 
-static kvd_status_t cuda_staging_alloc(kvd_backend_t *be, size_t bytes, void **out, char *why,
+static kvd_status_t cuda_staging_alloc(kvd__backend_t *be, size_t bytes, void **out, char *why,
                                        size_t why_len)
 {
     cuda_backend_t *cb = (cuda_backend_t *)be;
@@ -597,7 +597,7 @@ static kvd_status_t cuda_staging_alloc(kvd_backend_t *be, size_t bytes, void **o
     return staging_pin(cb, cap, out, why, why_len);
 }
 
-static void cuda_staging_free(kvd_backend_t *be, void *p, size_t bytes)
+static void cuda_staging_free(kvd__backend_t *be, void *p, size_t bytes)
 {
     cuda_backend_t *cb = (cuda_backend_t *)be;
     int b = bin_of(bytes);
@@ -619,7 +619,7 @@ static void cuda_staging_free(kvd_backend_t *be, void *p, size_t bytes)
 
 /* ---- events ---------------------------------------------------------------- */
 
-static kvd_status_t cuda_event_open(kvd_backend_t *be, const unsigned char *h, size_t len,
+static kvd_status_t cuda_event_open(kvd__backend_t *be, const unsigned char *h, size_t len,
                                     void **ev, char *why, size_t why_len)
 {
     cudaIpcEventHandle_t handle;
@@ -638,7 +638,7 @@ static kvd_status_t cuda_event_open(kvd_backend_t *be, const unsigned char *h, s
     return KVD_OK;
 }
 
-static void cuda_event_close(kvd_backend_t *be, void *ev)
+static void cuda_event_close(kvd__backend_t *be, void *ev)
 {
     cudaEventDestroy((cudaEvent_t)ev);
     (void)cudaGetLastError();
@@ -646,7 +646,7 @@ static void cuda_event_close(kvd_backend_t *be, void *ev)
 
 /* ---- the table, and teardown --------------------------------------------- */
 
-void kvd__cuda_mem_ops(kvd_backend_t *be)
+void kvd__cuda_mem_ops(kvd__backend_t *be)
 {
     be->device_memory = cuda_device_memory;
     be->mem_create = cuda_mem_create;

@@ -19,7 +19,7 @@
 
 /* ---- completions ----------------------------------------------------------- */
 
-void kvd__cuda_push_done(cuda_backend_t *cb, kvd_job_t *job)
+void kvd__cuda_push_done(cuda_backend_t *cb, kvd__job_t *job)
 {
     kvd__done_push(&cb->done, job);
     uv_async_send(&cb->async);
@@ -28,7 +28,7 @@ void kvd__cuda_push_done(cuda_backend_t *cb, kvd_job_t *job)
 /* Runs on a CUDA thread once the stream reaches it: no CUDA calls here. */
 static void CUDART_CB host_done(void *arg)
 {
-    kvd_job_t *job = arg;
+    kvd__job_t *job = arg;
 
     kvd__cuda_push_done((cuda_backend_t *)job->be, job);
 }
@@ -43,7 +43,7 @@ void *kvd__cuda_poller_main(void *arg)
     cudaSetDevice(cb->dev);
     pthread_mutex_lock(&cb->poll_mu);
     for (;;) {
-        kvd_job_t *heads[KVD_STREAM_END];
+        kvd__job_t *heads[KVD_STREAM_END];
         int i, progressed = 0;
 
         while (cb->n_inflight == 0 && !cb->poll_stop)
@@ -54,7 +54,7 @@ void *kvd__cuda_poller_main(void *arg)
             heads[i] = cb->inflight[i].head;
         pthread_mutex_unlock(&cb->poll_mu);
         for (i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++) {
-            kvd_job_t *job = heads[i];
+            kvd__job_t *job = heads[i];
             cudaError_t e;
 
             if (job == NULL)
@@ -83,7 +83,7 @@ void *kvd__cuda_poller_main(void *arg)
 }
 
 /* On the loop thread: give back the job's event and counter, and answer. */
-static void finish_job(cuda_backend_t *cb, kvd_job_t *job)
+static void finish_job(cuda_backend_t *cb, kvd__job_t *job)
 {
     /* the work is done: its counter is final */
     job->skipped_oob = *(volatile unsigned long long *)job->oob;
@@ -99,7 +99,7 @@ static void finish_job(cuda_backend_t *cb, kvd_job_t *job)
 void kvd__cuda_async_cb(uv_async_t *h)
 {
     cuda_backend_t *cb = h->data;
-    kvd_job_t *list, *next, *issued, *inext;
+    kvd__job_t *list, *next, *issued, *inext;
 
     list = kvd__done_take(&cb->done, &issued);
     for (; issued; issued = inext) {
@@ -133,7 +133,7 @@ static void mark_batch_end(cuda_backend_t *cb, int i)
     job_fifo_t *q = &cb->inflight[i];
     cudaEvent_t ev;
     cudaError_t e;
-    kvd_job_t *job;
+    kvd__job_t *job;
 
     cb->unrecorded[i] = 0;
     if (q->tail == NULL)
@@ -151,7 +151,7 @@ static void mark_batch_end(cuda_backend_t *cb, int i)
     job = q->head; /* what the wait covered: a done callback may queue more */
     q->head = q->tail = NULL;
     while (job != NULL) {
-        kvd_job_t *next = job->next;
+        kvd__job_t *next = job->next;
 
         if (e != cudaSuccess)
             job->status = kvd__cuda_fail(e, "the stream failed", job->detail, sizeof(job->detail));
@@ -176,7 +176,7 @@ void kvd__cuda_idle_cb(uv_idle_t *h)
         if (cb->unrecorded[i])
             mark_batch_end(cb, i);
         while (q->head != NULL) {
-            kvd_job_t *end = q->head, *job;
+            kvd__job_t *end = q->head, *job;
             kvd_status_t st = KVD_OK;
             char detail[sizeof(end->detail)] = "";
             cudaError_t e;
@@ -207,7 +207,7 @@ void kvd__cuda_idle_cb(uv_idle_t *h)
 
 /* ---- work ------------------------------------------------------------------ */
 
-void kvd__cuda_record_events(cuda_backend_t *cb, const kvd_job_t *job, cudaStream_t s)
+void kvd__cuda_record_events(cuda_backend_t *cb, const kvd__job_t *job, cudaStream_t s)
 {
     void *evs[2] = {job->layer_event, job->record_event};
 
@@ -229,7 +229,7 @@ void kvd__cuda_record_events(cuda_backend_t *cb, const kvd_job_t *job, cudaStrea
         }
 }
 
-static kvd_status_t cuda_submit(kvd_backend_t *be, kvd_job_t *job)
+static kvd_status_t cuda_submit(kvd__backend_t *be, kvd__job_t *job)
 {
     cuda_backend_t *cb = (cuda_backend_t *)be;
     cudaStream_t s;
@@ -330,14 +330,14 @@ fail:
     return st;
 }
 
-static void cuda_cancel_pending(kvd_backend_t *be)
+static void cuda_cancel_pending(kvd__backend_t *be)
 {
     /* everything else is already on a stream; the copy workers skip the
      * parts they have not issued yet */
     ((cuda_backend_t *)be)->ce_cancel = 1;
 }
 
-static uint32_t cuda_pending(kvd_backend_t *be)
+static uint32_t cuda_pending(kvd__backend_t *be)
 {
     return ((cuda_backend_t *)be)->pending;
 }
@@ -354,7 +354,7 @@ void kvd__cuda_stop_poller(cuda_backend_t *cb)
     cb->poller_started = 0;
 }
 
-void kvd__cuda_work_ops(kvd_backend_t *be)
+void kvd__cuda_work_ops(kvd__backend_t *be)
 {
     be->submit = cuda_submit;
     be->cancel_pending = cuda_cancel_pending;

@@ -8,23 +8,23 @@
 
 #include "log.h"
 
-static void dataop_destroy(kvd_dataop_t *d)
+static void dataop_destroy(kvd__dataop_t *d)
 {
-    kvd_backend_t *be = d->srv->backend;
+    kvd__backend_t *be = d->srv->backend;
     int i;
 
     for (i = 0; i < d->nrefs; i++)
-        kvd_obj_unref(&d->srv->reg, d->refs[i]);
+        kvd__obj_unref(&d->srv->reg, d->refs[i]);
     for (i = 0; i < d->nstaging; i++)
         be->staging_free(be, d->staging[i], d->staging_bytes[i]);
     free(d->more);
     free(d);
 }
 
-kvd_dataop_t *kvd__dataop_new(kvd_server_t *srv, kvd__conn_t *c, uint64_t req_id,
-                              size_t op_index, uint64_t t_start_ns)
+kvd__dataop_t *kvd__dataop_new(kvd__server_t *srv, kvd__conn_t *c, uint64_t req_id,
+                               size_t op_index, uint64_t t_start_ns)
 {
-    kvd_dataop_t *d = calloc(1, sizeof(*d));
+    kvd__dataop_t *d = calloc(1, sizeof(*d));
 
     if (d == NULL)
         return NULL;
@@ -37,13 +37,13 @@ kvd_dataop_t *kvd__dataop_new(kvd_server_t *srv, kvd__conn_t *c, uint64_t req_id
     return d;
 }
 
-void kvd__dataop_free(kvd_dataop_t *d)
+void kvd__dataop_free(kvd__dataop_t *d)
 {
     if (d != NULL)
         dataop_destroy(d);
 }
 
-kvd_status_t kvd__dataop_more(kvd_dataop_t *d, uint32_t n)
+kvd_status_t kvd__dataop_more(kvd__dataop_t *d, uint32_t n)
 {
     if (n < 1)
         n = 1;
@@ -57,33 +57,33 @@ kvd_status_t kvd__dataop_more(kvd_dataop_t *d, uint32_t n)
     return KVD_OK;
 }
 
-kvd_status_t kvd__dataop_jobs(kvd_req_t *r, kvd_dataop_t *d, uint32_t n)
+kvd_status_t kvd__dataop_jobs(kvd__req_t *r, kvd__dataop_t *d, uint32_t n)
 {
     if (kvd__dataop_more(d, n) != KVD_OK)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     return KVD_OK;
 }
 
-kvd_job_t *kvd__dataop_job(kvd_dataop_t *d, uint32_t i)
+kvd__job_t *kvd__dataop_job(kvd__dataop_t *d, uint32_t i)
 {
     return i == 0 ? &d->job : &d->more[i - 1];
 }
 
-void kvd__hold(kvd_dataop_t *d, kvd_obj_t *o)
+void kvd__hold(kvd__dataop_t *d, kvd__obj_t *o)
 {
     /* callers never name more than KVD_DATAOP_MAX_REFS objects */
-    kvd_obj_ref(o);
+    kvd__obj_ref(o);
     d->refs[d->nrefs++] = o;
 }
 
-void *kvd__stage(kvd_req_t *r, kvd_dataop_t *d, const void *src, size_t n)
+void *kvd__stage(kvd__req_t *r, kvd__dataop_t *d, const void *src, size_t n)
 {
     return kvd__dataop_stage(d, src, n, r->msg, sizeof(r->msg));
 }
 
-void *kvd__dataop_stage(kvd_dataop_t *d, const void *src, size_t n, char *why, size_t why_len)
+void *kvd__dataop_stage(kvd__dataop_t *d, const void *src, size_t n, char *why, size_t why_len)
 {
-    kvd_backend_t *be = d->srv->backend;
+    kvd__backend_t *be = d->srv->backend;
     char bwhy[200] = "";
     void *p = NULL;
 
@@ -105,38 +105,39 @@ void *kvd__dataop_stage(kvd_dataop_t *d, const void *src, size_t n, char *why, s
     return p;
 }
 
-kvd_status_t kvd__get_pool(kvd_req_t *r, kvd_dataop_t *d, uint64_t id, const char *what,
-                             kvd_pool_t **out)
+kvd_status_t kvd__get_pool(kvd__req_t *r, kvd__dataop_t *d, uint64_t id, const char *what,
+                             kvd__pool_t **out)
 {
-    kvd_obj_t *o = kvd_registry_get(&r->srv->reg, id, KVD_OBJ_POOL);
+    kvd__obj_t *o = kvd__registry_get(&r->srv->reg, id, KVD_OBJ_POOL);
 
     if (o == NULL)
         return kvd__req_fail(r, KVD_ENOENT, "%s: no pool %" PRIu64, what, id);
-    if (kvd_obj_may_use(o, r->conn->id) != KVD_OK)
+    if (kvd__obj_may_use(o, r->conn->id) != KVD_OK)
         return kvd__req_fail(r, KVD_EPERM, "%s: pool %" PRIu64 " belongs to another client", what,
                          id);
     kvd__hold(d, o);
-    *out = (kvd_pool_t *)o;
+    *out = (kvd__pool_t *)o;
     return KVD_OK;
 }
 
 /* need bytes at a buffer's offset, aligned to align. */
-kvd_status_t kvd__get_bufref(kvd_req_t *r, kvd_dataop_t *d, const Kvdock__BufRef *b, uint64_t need,
-                               uint64_t align, const char *what, void **ptr, int *on_device)
+kvd_status_t kvd__get_bufref(kvd__req_t *r, kvd__dataop_t *d, const Kvdock__BufRef *b,
+                             uint64_t need, uint64_t align, const char *what, void **ptr,
+                             int *on_device)
 {
-    kvd_buffer_t *buf;
-    kvd_obj_t *o;
+    kvd__buffer_t *buf;
+    kvd__obj_t *o;
     uint64_t len;
 
     if (b == NULL)
         return kvd__req_fail(r, KVD_ENULL, "%s: a buffer reference is required", what);
-    o = kvd_registry_get(&r->srv->reg, b->buffer, KVD_OBJ_BUFFER);
+    o = kvd__registry_get(&r->srv->reg, b->buffer, KVD_OBJ_BUFFER);
     if (o == NULL)
         return kvd__req_fail(r, KVD_ENOENT, "%s: no buffer %" PRIu64, what, b->buffer);
-    if (kvd_obj_may_use(o, r->conn->id) != KVD_OK)
+    if (kvd__obj_may_use(o, r->conn->id) != KVD_OK)
         return kvd__req_fail(r, KVD_EPERM, "%s: buffer %" PRIu64 " belongs to another client", what,
                          b->buffer);
-    buf = (kvd_buffer_t *)o;
+    buf = (kvd__buffer_t *)o;
     len = b->bytes ? b->bytes : need;
     if (len < need)
         return kvd__req_fail(r, KVD_ESHAPE, "%s: %" PRIu64 " bytes given, %" PRIu64 " needed", what,
@@ -182,7 +183,7 @@ kvd_status_t kvd__get_bufref(kvd_req_t *r, kvd_dataop_t *d, const Kvdock__BufRef
             }                                                                                  \
     } while (0)
 
-static kvd_status_t check_inline(kvd_req_t *r, const void *vals, size_t n, int is64,
+static kvd_status_t check_inline(kvd__req_t *r, const void *vals, size_t n, int is64,
                                  int64_t bound, const char *what, int64_t *valid)
 {
     int64_t hi = -1, lo = 0, count = 0;
@@ -197,8 +198,8 @@ static kvd_status_t check_inline(kvd_req_t *r, const void *vals, size_t n, int i
 #undef SCAN_INLINE
 
 /* bound < 0: values are not checked against a bound (seq_lens). */
-kvd_status_t kvd__get_indices(kvd_req_t *r, kvd_dataop_t *d, const Kvdock__Indices *ix,
-                                int64_t bound, const char *what, kvd_idx_t *out)
+kvd_status_t kvd__get_indices(kvd__req_t *r, kvd__dataop_t *d, const Kvdock__Indices *ix,
+                                int64_t bound, const char *what, kvd__idx_t *out)
 {
     int forms;
     kvd_status_t st;
@@ -267,7 +268,7 @@ kvd_status_t kvd__get_indices(kvd_req_t *r, kvd_dataop_t *d, const Kvdock__Indic
 }
 
 /* An inline I32 index array as I64, in a new staging copy. */
-kvd_status_t kvd__widen(kvd_req_t *r, kvd_dataop_t *d, kvd_idx_t *x)
+kvd_status_t kvd__widen(kvd__req_t *r, kvd__dataop_t *d, kvd__idx_t *x)
 {
     const int32_t *v = x->ptr;
     int64_t *w;
@@ -286,7 +287,7 @@ kvd_status_t kvd__widen(kvd_req_t *r, kvd_dataop_t *d, kvd_idx_t *x)
  * need to most (whole rows at the source stride): more is a client's
  * mismatch between its data and its indices, refused (ESHAPE) rather than
  * silently cut. */
-kvd_status_t kvd__get_data(kvd_req_t *r, kvd_dataop_t *d, const Kvdock__Data *dd, uint64_t need,
+kvd_status_t kvd__get_data(kvd__req_t *r, kvd__dataop_t *d, const Kvdock__Data *dd, uint64_t need,
                              uint64_t most, uint64_t align, const char *what, const void **ptr)
 {
     *ptr = NULL;
@@ -321,26 +322,26 @@ kvd_status_t kvd__get_data(kvd_req_t *r, kvd_dataop_t *d, const Kvdock__Data *dd
     }
 }
 
-kvd_status_t kvd__get_event(kvd_req_t *r, kvd_dataop_t *d, uint64_t id, const char *what,
+kvd_status_t kvd__get_event(kvd__req_t *r, kvd__dataop_t *d, uint64_t id, const char *what,
                               void **ev)
 {
-    kvd_obj_t *o;
+    kvd__obj_t *o;
 
     *ev = NULL;
     if (id == 0)
         return KVD_OK;
-    o = kvd_registry_get(&r->srv->reg, id, KVD_OBJ_EVENT);
+    o = kvd__registry_get(&r->srv->reg, id, KVD_OBJ_EVENT);
     if (o == NULL)
         return kvd__req_fail(r, KVD_ENOENT, "%s: no event %" PRIu64, what, id);
-    if (kvd_obj_may_use(o, r->conn->id) != KVD_OK)
+    if (kvd__obj_may_use(o, r->conn->id) != KVD_OK)
         return kvd__req_fail(r, KVD_EPERM, "%s: event %" PRIu64 " belongs to another client",
                          what, id);
     kvd__hold(d, o);
-    *ev = ((kvd_event_t *)o)->ev;
+    *ev = ((kvd__event_t *)o)->ev;
     return KVD_OK;
 }
 
-kvd_status_t kvd__get_sync(kvd_req_t *r, kvd_dataop_t *d, int sclass, int is_transfer)
+kvd_status_t kvd__get_sync(kvd__req_t *r, kvd__dataop_t *d, int sclass, int is_transfer)
 {
     const Kvdock__Sync *s = r->req->sync;
     kvd_status_t st;
@@ -375,13 +376,13 @@ kvd_status_t kvd__get_sync(kvd_req_t *r, kvd_dataop_t *d, int sclass, int is_tra
     return KVD_OK;
 }
 
-int kvd__stream_path(const kvd_options_t *o, int sclass)
+int kvd__stream_path(const kvd__options_t *o, int sclass)
 {
     return kvd__default_path(o, sclass == KVD_STREAM_RELOAD ? KVD_MEM_HOST : KVD_MEM_DEVICE,
                              sclass == KVD_STREAM_OFFLOAD ? KVD_MEM_HOST : KVD_MEM_DEVICE);
 }
 
-int kvd__default_path(const kvd_options_t *o, int src_kind, int dst_kind)
+int kvd__default_path(const kvd__options_t *o, int src_kind, int dst_kind)
 {
     if ((src_kind == KVD_MEM_HOST) != (dst_kind == KVD_MEM_HOST))
         return o->host_copy_path == KVD_HOST_PATH_COPY_ENGINE ? KVD_PATH_COPY_ENGINE
@@ -396,7 +397,7 @@ int kvd__default_path(const kvd_options_t *o, int src_kind, int dst_kind)
  * buffer that a worker writes before its wait event would be read too
  * early.  Such a transfer gets a kernel by default, and EINVAL when it
  * asks for the copy engines. */
-kvd_status_t kvd__choose_path(kvd_req_t *r, kvd_dataop_t *d, int src_kind, int dst_kind,
+kvd_status_t kvd__choose_path(kvd__req_t *r, kvd__dataop_t *d, int src_kind, int dst_kind,
                                 int indices_on_device, int buffer_indices)
 {
     int readable = !indices_on_device && !(buffer_indices && d->job.wait_event != NULL);
@@ -416,14 +417,14 @@ kvd_status_t kvd__choose_path(kvd_req_t *r, kvd_dataop_t *d, int src_kind, int d
     return KVD_OK;
 }
 
-static uint64_t written_bytes(const kvd_dataop_t *d, kvd_status_t st)
+static uint64_t written_bytes(const kvd__dataop_t *d, kvd_status_t st)
 {
     uint64_t rows = d->rows_valid > d->skipped_oob ? d->rows_valid - d->skipped_oob : 0;
 
     return st == KVD_OK ? rows * d->row_bytes : 0;
 }
 
-static void send_op_reply(kvd_dataop_t *d, kvd_status_t st, const char *msg, int enqueued)
+static void send_op_reply(kvd__dataop_t *d, kvd_status_t st, const char *msg, int enqueued)
 {
     Kvdock__OpReply op = KVDOCK__OP_REPLY__INIT;
     uint64_t bytes = enqueued ? 0 : written_bytes(d, st);
@@ -445,9 +446,9 @@ static void send_op_reply(kvd_dataop_t *d, kvd_status_t st, const char *msg, int
 
 /* A job's work is on the device, its events recorded: once every job's is,
  * a reply at enqueue may go. */
-static void job_issued(kvd_job_t *job)
+static void job_issued(kvd__job_t *job)
 {
-    kvd_dataop_t *d = job->owner;
+    kvd__dataop_t *d = job->owner;
 
     if (--d->to_issue == 0 && !d->replied) {
         d->replied = 1;
@@ -456,9 +457,9 @@ static void job_issued(kvd_job_t *job)
 }
 
 /* The loop thread, as each job completes: the last one ends the operation. */
-static void job_done(kvd_job_t *job)
+static void job_done(kvd__job_t *job)
 {
-    kvd_dataop_t *d = job->owner;
+    kvd__dataop_t *d = job->owner;
     kvd__conn_t *c = d->conn;
 
     d->skipped_oob += job->skipped_oob;
@@ -468,8 +469,8 @@ static void job_done(kvd_job_t *job)
     }
     if (--d->pending > 0)
         return;
-    kvd_stats_stream_leave(&d->srv->stats, d->job.sclass, written_bytes(d, d->status),
-                           d->path == KVD_PATH_COPY_ENGINE, kvd_now_ns());
+    kvd__stats_stream_leave(&d->srv->stats, d->job.sclass, written_bytes(d, d->status),
+                            d->path == KVD_PATH_COPY_ENGINE, kvd__now_ns());
     if (!d->replied) {
         send_op_reply(d, d->status, d->detail, 0);
     } else {
@@ -487,9 +488,9 @@ static void job_done(kvd_job_t *job)
     kvd__conn_op_end(c);
 }
 
-kvd_status_t kvd__dataop_submit(kvd_dataop_t *d, char *why, size_t why_len)
+kvd_status_t kvd__dataop_submit(kvd__dataop_t *d, char *why, size_t why_len)
 {
-    kvd_backend_t *be = d->srv->backend;
+    kvd__backend_t *be = d->srv->backend;
     kvd_status_t st = KVD_OK;
     uint32_t i;
 
@@ -498,7 +499,7 @@ kvd_status_t kvd__dataop_submit(kvd_dataop_t *d, char *why, size_t why_len)
         d->job.record_event = NULL;
     }
     for (i = 0; i < d->njobs; i++) {
-        kvd_job_t *job = kvd__dataop_job(d, i);
+        kvd__job_t *job = kvd__dataop_job(d, i);
 
         job->done = job_done;
         job->issued = d->reply_at_enqueue ? job_issued : NULL;
@@ -527,7 +528,7 @@ kvd_status_t kvd__dataop_submit(kvd_dataop_t *d, char *why, size_t why_len)
     }
     d->submitted = 1;
     kvd__conn_op_begin(d->conn);
-    kvd_stats_stream_enter(&d->srv->stats, d->job.sclass, kvd_now_ns());
+    kvd__stats_stream_enter(&d->srv->stats, d->job.sclass, kvd__now_ns());
     if (d->reply_at_enqueue && d->to_issue == 0) {
         d->replied = 1;
         send_op_reply(d, KVD_OK, NULL, 1);
@@ -536,7 +537,7 @@ kvd_status_t kvd__dataop_submit(kvd_dataop_t *d, char *why, size_t why_len)
 }
 
 /* Submit a validated job; on error the caller still owns d. */
-kvd_status_t kvd__submit(kvd_req_t *r, kvd_dataop_t *d)
+kvd_status_t kvd__submit(kvd__req_t *r, kvd__dataop_t *d)
 {
     kvd_status_t st = kvd__dataop_submit(d, r->msg, sizeof(r->msg));
 
@@ -545,14 +546,14 @@ kvd_status_t kvd__submit(kvd_req_t *r, kvd_dataop_t *d)
     return st;
 }
 
-char *kvd__layer_k(const kvd_pool_t *p, uint32_t l)
+char *kvd__layer_k(const kvd__pool_t *p, uint32_t l)
 {
     if (p->imported)
         return (char *)(uintptr_t)p->k_addr[l];
     return (char *)p->mem->ptr + (uint64_t)l * p->layer_stride;
 }
 
-char *kvd__layer_v(const kvd_pool_t *p, uint32_t l)
+char *kvd__layer_v(const kvd__pool_t *p, uint32_t l)
 {
     if (p->mla)
         return NULL;
@@ -581,7 +582,7 @@ int kvd__rows_extent(uint64_t n, uint64_t stride, uint64_t last, uint64_t *out)
 /* An imported pool's layers are scattered: the kernels read their addresses
  * from the backend's tables (device memory on cuda), the copy engines from
  * the host arrays. */
-void kvd__fill_side(const kvd_pool_t *p, uint32_t begin, int copy_engine, kvd_kv_side_t *s)
+void kvd__fill_side(const kvd__pool_t *p, uint32_t begin, int copy_engine, kvd_kv_side_t *s)
 {
     memset(s, 0, sizeof(*s));
     if (p->imported) {
@@ -599,9 +600,9 @@ void kvd__fill_side(const kvd_pool_t *p, uint32_t begin, int copy_engine, kvd_kv
     s->num_slots = (int64_t)p->num_slots;
 }
 
-kvd_status_t kvd__dataop_run(kvd_req_t *r, kvd_status_t (*fn)(kvd_req_t *, kvd_dataop_t *))
+kvd_status_t kvd__dataop_run(kvd__req_t *r, kvd_status_t (*fn)(kvd__req_t *, kvd__dataop_t *))
 {
-    kvd_dataop_t *d = kvd__dataop_new(r->srv, r->conn, r->req->id, r->op_index, r->t_start_ns);
+    kvd__dataop_t *d = kvd__dataop_new(r->srv, r->conn, r->req->id, r->op_index, r->t_start_ns);
     kvd_status_t st;
 
     if (d == NULL)

@@ -13,7 +13,7 @@
 
 /* One row per operation (op_list.h): existence, hello-first, permission
  * and Sync are checked from these flags before the handler runs. */
-const kvd_op_def_t kvd__op_table[] = {
+const kvd__op_def_t kvd__op_table[] = {
 #define KVD_OP_ROW_(name, OP, flags) {KVDOCK__REQUEST__OP_##OP, kvd__op_##name, flags},
     KVD_OPS(KVD_OP_ROW_)
 #undef KVD_OP_ROW_
@@ -39,7 +39,7 @@ static size_t find_op(int op_case)
     return kvd__op_count;
 }
 
-kvd_status_t kvd__req_fail(kvd_req_t *r, kvd_status_t st, const char *fmt, ...)
+kvd_status_t kvd__req_fail(kvd__req_t *r, kvd_status_t st, const char *fmt, ...)
 {
     va_list ap;
 
@@ -49,27 +49,27 @@ kvd_status_t kvd__req_fail(kvd_req_t *r, kvd_status_t st, const char *fmt, ...)
     return st;
 }
 
-void *kvd__req_alloc(kvd_req_t *r, size_t bytes)
+void *kvd__req_alloc(kvd__req_t *r, size_t bytes)
 {
     return kvd__arena_alloc(r->arena, bytes);
 }
 
-kvd_status_t kvd__req_drop_obj(kvd_req_t *r, uint64_t id, kvd_obj_type_t type, const char *what)
+kvd_status_t kvd__req_drop_obj(kvd__req_t *r, uint64_t id, kvd__obj_type_t type, const char *what)
 {
-    kvd_obj_t *o = kvd_registry_get(&r->srv->reg, id, type);
+    kvd__obj_t *o = kvd__registry_get(&r->srv->reg, id, type);
 
     if (o == NULL)
         return kvd__req_fail(r, KVD_ENOENT, "no %s %" PRIu64, what, id);
-    if (kvd_obj_may_drop(o, r->conn->id, r->conn->uid, r->conn->admin) != KVD_OK)
+    if (kvd__obj_may_drop(o, r->conn->id, r->conn->uid, r->conn->admin) != KVD_OK)
         return kvd__req_fail(r, KVD_EPERM, "%s %" PRIu64 " belongs to another client", what, id);
-    kvd_registry_drop(&r->srv->reg, o);
+    kvd__registry_drop(&r->srv->reg, o);
     return KVD_OK;
 }
 
 static void send_and_count(kvd__conn_t *c, Kvdock__Response *resp, size_t op_index,
                            uint64_t t_start_ns, uint64_t bytes, const int *fds, int nfds)
 {
-    kvd_server_t *srv = c->srv;
+    kvd__server_t *srv = c->srv;
 
     if (kvd__conn_send(c, &resp->base, fds, nfds) != KVD_OK && resp->status == KVD_OK) {
         /* the reply did not fit in memory: say so in a smaller one */
@@ -80,7 +80,7 @@ static void send_and_count(kvd__conn_t *c, Kvdock__Response *resp, size_t op_ind
         (void)kvd__conn_send(c, &err.base, NULL, 0);
         resp->status = KVD_ENOMEM;
     }
-    kvd_stats_op(&srv->stats, op_index, (int)resp->status, bytes, kvd_now_ns() - t_start_ns);
+    kvd__stats_op(&srv->stats, op_index, (int)resp->status, bytes, kvd__now_ns() - t_start_ns);
 }
 
 void kvd__reply_deferred_response(kvd__conn_t *c, Kvdock__Response *resp, size_t op_index,
@@ -97,7 +97,7 @@ void kvd__reply_error(kvd__conn_t *c, uint64_t id, kvd_status_t st, const char *
     resp.status = (uint32_t)st;
     resp.message = (char *)(msg ? msg : kvd_strerror(st));
     (void)kvd__conn_send(c, &resp.base, NULL, 0);
-    kvd_stats_op(&c->srv->stats, kvd__op_count, (int)st, 0, 0);
+    kvd__stats_op(&c->srv->stats, kvd__op_count, (int)st, 0, 0);
 }
 
 void kvd__reply_deferred(kvd__conn_t *c, uint64_t id, size_t op_index, uint64_t t_start_ns,
@@ -124,7 +124,7 @@ static int sync_set(const Kvdock__Sync *s)
                          s->copy_engine);
 }
 
-static kvd_status_t precheck(kvd_req_t *r, const kvd_op_def_t *op)
+static kvd_status_t precheck(kvd__req_t *r, const kvd__op_def_t *op)
 {
     kvd__conn_t *c = r->conn;
 
@@ -144,14 +144,14 @@ static kvd_status_t precheck(kvd_req_t *r, const kvd_op_def_t *op)
 
 int kvd__dispatch_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds)
 {
-    kvd_server_t *srv = c->srv;
-    uint64_t t_start_ns = kvd_now_ns();
-    kvd_wire_limits_t lim = {KVD_MAX_REPEATED, srv->opts.max_inline_bytes};
+    kvd__server_t *srv = c->srv;
+    uint64_t t_start_ns = kvd__now_ns();
+    kvd__wire_limits_t lim = {KVD_MAX_REPEATED, srv->opts.max_inline_bytes};
     Kvdock__Request *req;
-    kvd_req_t r;
-    const kvd_op_def_t *op;
+    kvd__req_t r;
+    const kvd__op_def_t *op;
     kvd_status_t st;
-    kvd_arena_t arena;
+    kvd__arena_t arena;
     ProtobufCAllocator pa;
     uint64_t need, id;
     char field[128], why[200];
@@ -252,7 +252,7 @@ int kvd__dispatch_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int 
                 kvd_log(KVD_LOG_DEBUG, "event=request_error client=%" PRIu64 " id=%" PRIu64
                         " op=%s status=%s msg=%s", c->id, req->id,
                         kvd__op_row_name(r.op_index),
-                        kvd_err_name(st), kvd_log_quote(r.msg, q, sizeof(q)));
+                        kvd_err_name(st), kvd__log_quote(r.msg, q, sizeof(q)));
             }
         }
         send_and_count(c, &r.resp, r.op_index, r.t_start_ns, 0, r.reply_fds,

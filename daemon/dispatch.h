@@ -15,24 +15,24 @@
 #include "wire.h"
 #include "op_list.h"
 
-enum kvd_op_flags {
+enum kvd__op_flags {
     KVD_OPF_HELLO = 1u << 0, /* needs a hello first */
     KVD_OPF_ADMIN = 1u << 1, /* admin peers only */
     KVD_OPF_DATA = 1u << 2,  /* a data operation: Sync applies, work goes to the backend */
 };
 
-typedef struct kvd_req kvd_req_t;
-typedef kvd_status_t (*kvd_op_handler_t)(kvd_req_t *r);
+typedef struct kvd__req kvd__req_t;
+typedef kvd_status_t (*kvd__op_handler_t)(kvd__req_t *r);
 
-typedef struct kvd_op_def {
+typedef struct kvd__op_def {
     int op_case; /* Kvdock__Request__OpCase; its name: kvd__op_name() */
-    kvd_op_handler_t handler;
+    kvd__op_handler_t handler;
     unsigned flags;
-} kvd_op_def_t;
+} kvd__op_def_t;
 
 /* One request being handled (on the stack of the dispatcher). */
-struct kvd_req {
-    kvd_server_t *srv;
+struct kvd__req {
+    kvd__server_t *srv;
     kvd__conn_t *conn;
     const Kvdock__Request *req;
     size_t op_index; /* row of the dispatch table */
@@ -45,12 +45,12 @@ struct kvd_req {
     int reply_fds[2];      /* descriptors to send with the reply (not owned) */
     int n_reply_fds;
     int close_after;       /* close the connection once the reply is out */
-    struct kvd_arena *arena; /* the request's memory (account.h), gone once the
+    struct kvd__arena *arena; /* the request's memory (account.h), gone once the
                               * reply is packed */
 };
 
 /* The table. */
-extern const kvd_op_def_t kvd__op_table[];
+extern const kvd__op_def_t kvd__op_table[];
 extern const size_t kvd__op_count; /* stats row kvd__op_count is "unknown" */
 /* The name of table row i (kvd__op_name), "unknown" past the table. */
 const char *kvd__op_row_name(size_t i);
@@ -73,42 +73,42 @@ void kvd__reply_deferred_response(kvd__conn_t *c, Kvdock__Response *resp, size_t
                                   uint64_t t_start_ns);
 
 /* Set the error message of r; returns st (for `return kvd__req_fail(r, ...)`). */
-kvd_status_t kvd__req_fail(kvd_req_t *r, kvd_status_t st, const char *fmt, ...)
+kvd_status_t kvd__req_fail(kvd__req_t *r, kvd_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Drop the registry object id of type for r's client: ENOENT when there
  * is none of that type, EPERM when it is another client's (what names
  * the type in the messages: "buffer", "event"). */
-kvd_status_t kvd__req_drop_obj(kvd_req_t *r, uint64_t id, kvd_obj_type_t type, const char *what);
+kvd_status_t kvd__req_drop_obj(kvd__req_t *r, uint64_t id, kvd__obj_type_t type, const char *what);
 
 /* Zeroed memory freed with the request (after the reply is packed),
  * charged to the client (account.h); NULL past its limits. */
-void *kvd__req_alloc(kvd_req_t *r, size_t bytes);
+void *kvd__req_alloc(kvd__req_t *r, size_t bytes);
 
 /* Would bytes more of pools or buffers pass this client's or the daemon's
  * limit?  KVD_OK or KVD_ELIMIT (with the message set). */
-kvd_status_t kvd__check_mem_limits(kvd_req_t *r, uint64_t bytes);
+kvd_status_t kvd__check_mem_limits(kvd__req_t *r, uint64_t bytes);
 
 /* The path (kvd_copy_path_t) a transfer between memory of src_kind and
  * dst_kind takes when the request does not say and its indices can be
  * read when it arrives: the copy engines between host and device memory
  * (--host-copy-path), kernels otherwise. */
-int kvd__default_path(const kvd_options_t *o, int src_kind, int dst_kind);
+int kvd__default_path(const kvd__options_t *o, int src_kind, int dst_kind);
 /* The path stream class sclass takes by default: its host-device
  * direction's (reload, offload), kernels otherwise. */
-int kvd__stream_path(const kvd_options_t *o, int sclass);
+int kvd__stream_path(const kvd__options_t *o, int sclass);
 
 /* Reserve bytes (rounded up to whole pages) of host memory of kind (enum
- * kvd_hostmem_kind) for obj, which records them: the registry gives them
+ * kvd__hostmem_kind) for obj, which records them: the registry gives them
  * back when obj is freed.  KVD_OK, or the budget's refusal (message set,
  * prefixed with what). */
-kvd_status_t kvd__reserve_host(kvd_req_t *r, kvd_obj_t *obj, int kind, uint64_t bytes,
+kvd_status_t kvd__reserve_host(kvd__req_t *r, kvd__obj_t *obj, int kind, uint64_t bytes,
                                const char *what);
 /* Give back what kvd__reserve_host counted for an object that was never added. */
-void kvd__unreserve_host(kvd_req_t *r, kvd_obj_t *obj);
+void kvd__unreserve_host(kvd__req_t *r, kvd__obj_t *obj);
 
 /* Handlers, one file per group: kvd__op_<name> for each row of KVD_OPS. */
-#define KVD_OP_DECLARE_(name, OP, flags) kvd_status_t kvd__op_##name(kvd_req_t *r);
+#define KVD_OP_DECLARE_(name, OP, flags) kvd_status_t kvd__op_##name(kvd__req_t *r);
 KVD_OPS(KVD_OP_DECLARE_)
 #undef KVD_OP_DECLARE_
 

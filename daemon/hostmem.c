@@ -17,12 +17,12 @@
 static const char *const kind_names[KVD_HM_COUNT] = {
     "pools", "buffers", "staging", "sockets", "cache", "cache-index", "leases", "requests"};
 
-const char *kvd_hostmem_kind_name(int kind)
+const char *kvd__hostmem_kind_name(int kind)
 {
     return kind >= 0 && kind < KVD_HM_COUNT ? kind_names[kind] : "unknown";
 }
 
-void kvd_hostmem_init(kvd_hostmem_t *hm, uint64_t budget)
+void kvd__hostmem_init(kvd__hostmem_t *hm, uint64_t budget)
 {
     int k;
 
@@ -32,7 +32,7 @@ void kvd_hostmem_init(kvd_hostmem_t *hm, uint64_t budget)
         hm->cap[k] = budget;
 }
 
-const char *kvd_fmt_bytes(uint64_t bytes, char *buf, size_t len)
+const char *kvd__fmt_bytes(uint64_t bytes, char *buf, size_t len)
 {
     static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
     double v = (double)bytes;
@@ -103,7 +103,7 @@ static int cgroup_room(uint64_t *limit, uint64_t *current)
     return 0;
 }
 
-int kvd_sysmem(uint64_t *total, uint64_t *available)
+int kvd__sysmem(uint64_t *total, uint64_t *available)
 {
     char text[4096];
     uint64_t t, a, lim, cur;
@@ -123,16 +123,16 @@ int kvd_sysmem(uint64_t *total, uint64_t *available)
     return 0;
 }
 
-uint64_t kvd_hostmem_left(const kvd_hostmem_t *hm)
+uint64_t kvd__hostmem_left(const kvd__hostmem_t *hm)
 {
     return hm->total < hm->budget ? hm->budget - hm->total : 0;
 }
 
-kvd_status_t kvd_hostmem_reserve(kvd_hostmem_t *hm, int kind, uint64_t bytes, char *why,
-                                 size_t why_len)
+kvd_status_t kvd__hostmem_reserve(kvd__hostmem_t *hm, int kind, uint64_t bytes, char *why,
+                                  size_t why_len)
 {
     char a[32], b[32], c[32];
-    uint64_t left = kvd_hostmem_left(hm), kind_left;
+    uint64_t left = kvd__hostmem_left(hm), kind_left;
 
     if (kind < 0 || kind >= KVD_HM_COUNT)
         return KVD_EINTERNAL;
@@ -140,29 +140,29 @@ kvd_status_t kvd_hostmem_reserve(kvd_hostmem_t *hm, int kind, uint64_t bytes, ch
     if (bytes > left) {
         hm->refused[kind]++;
         snprintf(why, why_len, "%s requested, %s left of a %s host-memory budget "
-                 "(host-memory-budget)", kvd_fmt_bytes(bytes, a, sizeof(a)),
-                 kvd_fmt_bytes(left, b, sizeof(b)), kvd_fmt_bytes(hm->budget, c, sizeof(c)));
+                 "(host-memory-budget)", kvd__fmt_bytes(bytes, a, sizeof(a)),
+                 kvd__fmt_bytes(left, b, sizeof(b)), kvd__fmt_bytes(hm->budget, c, sizeof(c)));
         return KVD_ELIMIT;
     }
     if (bytes > kind_left) {
         hm->refused[kind]++;
         snprintf(why, why_len, "%s requested, %s left of the %s that %s may hold",
-                 kvd_fmt_bytes(bytes, a, sizeof(a)), kvd_fmt_bytes(kind_left, b, sizeof(b)),
-                 kvd_fmt_bytes(hm->cap[kind], c, sizeof(c)), kind_names[kind]);
+                 kvd__fmt_bytes(bytes, a, sizeof(a)), kvd__fmt_bytes(kind_left, b, sizeof(b)),
+                 kvd__fmt_bytes(hm->cap[kind], c, sizeof(c)), kind_names[kind]);
         return KVD_ELIMIT;
     }
     if (bytes >= AVAIL_CHECK_BYTES) {
         uint64_t total, avail, margin;
 
-        if (kvd_sysmem(&total, &avail) == 0) {
+        if (kvd__sysmem(&total, &avail) == 0) {
             margin = total / 32 < AVAIL_MARGIN_MAX ? total / 32 : AVAIL_MARGIN_MAX;
             avail = avail > margin ? avail - margin : 0;
             if (bytes > avail) {
                 hm->refused[kind]++;
                 snprintf(why, why_len, "%s requested, but the machine has only %s available "
                          "(MemAvailable less a margin of %s)",
-                         kvd_fmt_bytes(bytes, a, sizeof(a)), kvd_fmt_bytes(avail, b, sizeof(b)),
-                         kvd_fmt_bytes(margin, c, sizeof(c)));
+                         kvd__fmt_bytes(bytes, a, sizeof(a)), kvd__fmt_bytes(avail, b, sizeof(b)),
+                         kvd__fmt_bytes(margin, c, sizeof(c)));
                 return KVD_ENOMEM;
             }
         }
@@ -172,7 +172,7 @@ kvd_status_t kvd_hostmem_reserve(kvd_hostmem_t *hm, int kind, uint64_t bytes, ch
     return KVD_OK;
 }
 
-void kvd_hostmem_release(kvd_hostmem_t *hm, int kind, uint64_t bytes)
+void kvd__hostmem_release(kvd__hostmem_t *hm, int kind, uint64_t bytes)
 {
     if (kind < 0 || kind >= KVD_HM_COUNT)
         return;
@@ -182,7 +182,7 @@ void kvd_hostmem_release(kvd_hostmem_t *hm, int kind, uint64_t bytes)
     hm->total -= bytes;
 }
 
-void kvd_hostmem_charge(kvd_hostmem_t *hm, int kind, uint64_t bytes)
+void kvd__hostmem_charge(kvd__hostmem_t *hm, int kind, uint64_t bytes)
 {
     if (kind < 0 || kind >= KVD_HM_COUNT)
         return;
@@ -190,7 +190,7 @@ void kvd_hostmem_charge(kvd_hostmem_t *hm, int kind, uint64_t bytes)
     hm->total += bytes;
 }
 
-int kvd_hostmem_full(const kvd_hostmem_t *hm, int kind)
+int kvd__hostmem_full(const kvd__hostmem_t *hm, int kind)
 {
     return hm->total >= hm->budget || hm->used[kind] >= hm->cap[kind];
 }

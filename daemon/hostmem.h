@@ -21,7 +21,7 @@
 
 #include "kvdock/status.h"
 
-typedef enum kvd_hostmem_kind {
+typedef enum kvd__hostmem_kind {
     KVD_HM_POOLS = 0,    /* daemon-owned host pools */
     KVD_HM_BUFFERS = 1,  /* registered host buffers */
     KVD_HM_STAGING = 2,  /* operand staging (pinned on cuda) */
@@ -32,21 +32,21 @@ typedef enum kvd_hostmem_kind {
     KVD_HM_REQUESTS = 7, /* requests being decoded and handled, and the
                           * bookkeeping of those in flight */
     KVD_HM_COUNT = 8,
-} kvd_hostmem_kind_t;
+} kvd__hostmem_kind_t;
 
-typedef struct kvd_hostmem {
+typedef struct kvd__hostmem {
     uint64_t budget;
     uint64_t used[KVD_HM_COUNT];
     uint64_t cap[KVD_HM_COUNT];     /* most a kind may hold (<= budget) */
     uint64_t refused[KVD_HM_COUNT]; /* reservations refused since start */
     uint64_t total;                 /* sum of used */
-} kvd_hostmem_t;
+} kvd__hostmem_t;
 
 /* The kind's name ("pools", "sockets", ...). */
-const char *kvd_hostmem_kind_name(int kind);
+const char *kvd__hostmem_kind_name(int kind);
 
 /* budget bytes, every cap at the budget. */
-void kvd_hostmem_init(kvd_hostmem_t *hm, uint64_t budget);
+void kvd__hostmem_init(kvd__hostmem_t *hm, uint64_t budget);
 
 /*
  * Count bytes more of kind, or refuse: KVD_ELIMIT past the budget or the
@@ -54,27 +54,27 @@ void kvd_hostmem_init(kvd_hostmem_t *hm, uint64_t budget);
  * says so in human units ("64.0 GiB requested, 11.2 GiB left of a 12.0 GiB
  * budget").  On refusal nothing is counted.
  */
-kvd_status_t kvd_hostmem_reserve(kvd_hostmem_t *hm, int kind, uint64_t bytes, char *why,
-                                 size_t why_len);
-void kvd_hostmem_release(kvd_hostmem_t *hm, int kind, uint64_t bytes);
+kvd_status_t kvd__hostmem_reserve(kvd__hostmem_t *hm, int kind, uint64_t bytes, char *why,
+                                  size_t why_len);
+void kvd__hostmem_release(kvd__hostmem_t *hm, int kind, uint64_t bytes);
 /* Count bytes that are already held and cannot be refused (replies
  * queued for a client); the daemon stops reading from clients whose
  * replies pile up while the kind is full (see conn.c). */
-void kvd_hostmem_charge(kvd_hostmem_t *hm, int kind, uint64_t bytes);
+void kvd__hostmem_charge(kvd__hostmem_t *hm, int kind, uint64_t bytes);
 /* Whether kind, or the whole budget, is used up. */
-int kvd_hostmem_full(const kvd_hostmem_t *hm, int kind);
+int kvd__hostmem_full(const kvd__hostmem_t *hm, int kind);
 
 /* Bytes the budget has left (0 when full). */
-uint64_t kvd_hostmem_left(const kvd_hostmem_t *hm);
+uint64_t kvd__hostmem_left(const kvd__hostmem_t *hm);
 
 /*
  * What the machine has: physical memory and what is available now, each
  * the smaller of /proc/meminfo's and the daemon's cgroup's (memory.max
  * less memory.current).  -1 when /proc/meminfo cannot be read.
  */
-int kvd_sysmem(uint64_t *total, uint64_t *available);
+int kvd__sysmem(uint64_t *total, uint64_t *available);
 
 /* bytes as "64.0 GiB", "512 B"; returns buf. */
-const char *kvd_fmt_bytes(uint64_t bytes, char *buf, size_t len);
+const char *kvd__fmt_bytes(uint64_t bytes, char *buf, size_t len);
 
 #endif

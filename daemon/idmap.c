@@ -13,21 +13,21 @@ static size_t slot_of(uint64_t id, size_t cap)
     return (size_t)id & (cap - 1);
 }
 
-void kvd_idmap_init(kvd_idmap_t *m)
+void kvd__idmap_init(kvd__idmap_t *m)
 {
     m->keys = NULL;
     m->vals = NULL;
     m->cap = m->used = m->live = 0;
 }
 
-void kvd_idmap_deinit(kvd_idmap_t *m)
+void kvd__idmap_deinit(kvd__idmap_t *m)
 {
     free(m->keys);
     free(m->vals);
-    kvd_idmap_init(m);
+    kvd__idmap_init(m);
 }
 
-static int rehash(kvd_idmap_t *m, size_t cap)
+static int rehash(kvd__idmap_t *m, size_t cap)
 {
     uint64_t *keys = calloc(cap, sizeof(*keys));
     void **vals = calloc(cap, sizeof(*vals));
@@ -56,7 +56,7 @@ static int rehash(kvd_idmap_t *m, size_t cap)
     return 0;
 }
 
-int kvd_idmap_put(kvd_idmap_t *m, uint64_t id, void *val)
+int kvd__idmap_put(kvd__idmap_t *m, uint64_t id, void *val)
 {
     size_t j;
 
@@ -81,7 +81,7 @@ int kvd_idmap_put(kvd_idmap_t *m, uint64_t id, void *val)
     }
 }
 
-static size_t find(const kvd_idmap_t *m, uint64_t id)
+static size_t find(const kvd__idmap_t *m, uint64_t id)
 {
     size_t j;
 
@@ -93,14 +93,14 @@ static size_t find(const kvd_idmap_t *m, uint64_t id)
     return SIZE_MAX;
 }
 
-void *kvd_idmap_get(const kvd_idmap_t *m, uint64_t id)
+void *kvd__idmap_get(const kvd__idmap_t *m, uint64_t id)
 {
     size_t j = find(m, id);
 
     return j == SIZE_MAX ? NULL : m->vals[j];
 }
 
-void *kvd_idmap_del(kvd_idmap_t *m, uint64_t id)
+void *kvd__idmap_del(kvd__idmap_t *m, uint64_t id)
 {
     size_t j = find(m, id);
     void *v;

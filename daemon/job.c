@@ -2,7 +2,7 @@
  * finished-job list they hand to the loop thread. */
 #include "backend.h"
 
-kvd_status_t kvd__job_run(kvd_job_t *job, int cuda, unsigned long long *oob,
+kvd_status_t kvd__job_run(kvd__job_t *job, int cuda, unsigned long long *oob,
                           const kvd_launch_t *launch)
 {
     switch (job->kind) {
@@ -16,26 +16,26 @@ kvd_status_t kvd__job_run(kvd_job_t *job, int cuda, unsigned long long *oob,
     return KVD_EINTERNAL;
 }
 
-void kvd__done_init(kvd_done_list_t *dl)
+void kvd__done_init(kvd__done_list_t *dl)
 {
     pthread_mutex_init(&dl->mu, NULL);
     dl->head = dl->tail = NULL;
     dl->issued_head = dl->issued_tail = NULL;
 }
 
-void kvd__done_destroy(kvd_done_list_t *dl)
+void kvd__done_destroy(kvd__done_list_t *dl)
 {
     pthread_mutex_destroy(&dl->mu);
 }
 
-void kvd__done_push(kvd_done_list_t *dl, kvd_job_t *job)
+void kvd__done_push(kvd__done_list_t *dl, kvd__job_t *job)
 {
     pthread_mutex_lock(&dl->mu);
     kvd__jobs_append(&dl->head, &dl->tail, job);
     pthread_mutex_unlock(&dl->mu);
 }
 
-void kvd__issued_push(kvd_done_list_t *dl, kvd_job_t *job)
+void kvd__issued_push(kvd__done_list_t *dl, kvd__job_t *job)
 {
     job->issued_next = NULL;
     pthread_mutex_lock(&dl->mu);
@@ -47,10 +47,10 @@ void kvd__issued_push(kvd_done_list_t *dl, kvd_job_t *job)
     pthread_mutex_unlock(&dl->mu);
 }
 
-kvd_job_t *kvd__done_take(kvd_done_list_t *dl, kvd_job_t **issued)
+kvd__job_t *kvd__done_take(kvd__done_list_t *dl, kvd__job_t **issued)
 {
     pthread_mutex_lock(&dl->mu);
-    kvd_job_t *list = dl->head;
+    kvd__job_t *list = dl->head;
     *issued = dl->issued_head;
     dl->head = dl->tail = NULL;
     dl->issued_head = dl->issued_tail = NULL;

@@ -30,7 +30,7 @@ static int stderr_is_journal(void)
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
-int kvd_log_level_parse(const char *name)
+int kvd__log_level_parse(const char *name)
 {
     int i;
 
@@ -40,7 +40,7 @@ int kvd_log_level_parse(const char *name)
     return -1;
 }
 
-const char *kvd_log_level_name(int level)
+const char *kvd__log_level_name(int level)
 {
     return level >= 0 && level < 4 ? level_names[level] : "unknown";
 }
@@ -68,7 +68,7 @@ void kvd__log_write(int level, const char *fmt, ...)
     }
     n += strftime(line + n, sizeof(line) - n, "ts=%Y-%m-%dT%H:%M:%S", &tm);
     m = snprintf(line + n, sizeof(line) - n, ".%03dZ level=%s ", (int)(tv.tv_usec / 1000),
-                 kvd_log_level_name(level));
+                 kvd__log_level_name(level));
     if (m > 0)
         n += (size_t)m;
     va_start(ap, fmt);
@@ -83,7 +83,7 @@ void kvd__log_write(int level, const char *fmt, ...)
     fwrite(line, 1, n, stderr); /* one write per line: lines never interleave */
 }
 
-const char *kvd_log_quote(const char *s, char *buf, size_t len)
+const char *kvd__log_quote(const char *s, char *buf, size_t len)
 {
     size_t i = 0;
     int quote = 0;
@@ -131,7 +131,7 @@ void kvd__seterr(char *err, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
-int kvd_ratelimit_take(kvd_ratelimit_t *rl, uint64_t now_ns, uint64_t *held_back)
+int kvd__ratelimit_take(kvd__ratelimit_t *rl, uint64_t now_ns, uint64_t *held_back)
 {
     if (rl->last_ns != 0 && now_ns - rl->last_ns < 1000000000ull) {
         rl->held++;

@@ -13,12 +13,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum kvd_log_level {
+typedef enum kvd__log_level {
     KVD_LOG_ERROR = 0,
     KVD_LOG_WARN = 1,
     KVD_LOG_INFO = 2,
     KVD_LOG_DEBUG = 3,
-} kvd_log_level_t;
+} kvd__log_level_t;
 
 extern int kvd__log_level;
 
@@ -31,24 +31,24 @@ extern int kvd__log_level;
 void kvd__log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* "error", "warn", "info", "debug"; -1 for anything else. */
-int kvd_log_level_parse(const char *name);
+int kvd__log_level_parse(const char *name);
 
 /* Format a message into err[len] (nothing when err is NULL or len 0). */
 void kvd__seterr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-const char *kvd_log_level_name(int level);
+const char *kvd__log_level_name(int level);
 
 /* At most one line a second for an event that can repeat without end (a
- * client flood, descriptors exhausted): kvd_ratelimit_take says whether a
+ * client flood, descriptors exhausted): kvd__ratelimit_take says whether a
  * line may be written now and how many were held back since the last. */
-typedef struct kvd_ratelimit {
+typedef struct kvd__ratelimit {
     uint64_t last_ns;
     uint64_t held;
-} kvd_ratelimit_t;
+} kvd__ratelimit_t;
 
-int kvd_ratelimit_take(kvd_ratelimit_t *rl, uint64_t now_ns, uint64_t *held_back);
+int kvd__ratelimit_take(kvd__ratelimit_t *rl, uint64_t now_ns, uint64_t *held_back);
 
 /* Copy s into buf (len bytes) as a log value: quoted when it holds spaces,
  * '=' or quotes, with control characters and quotes escaped. */
-const char *kvd_log_quote(const char *s, char *buf, size_t len);
+const char *kvd__log_quote(const char *s, char *buf, size_t len);
 
 #endif

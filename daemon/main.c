@@ -23,24 +23,24 @@ static void raise_fd_limit(void)
 
 int main(int argc, char **argv)
 {
-    kvd_options_t opts;
-    kvd_server_t *srv = NULL;
+    kvd__options_t opts;
+    kvd__server_t *srv = NULL;
     uv_loop_t loop;
     char err[512] = "";
     int rc;
 
-    switch (kvd_options_parse_args(&opts, argc, argv, err, sizeof(err))) {
+    switch (kvd__options_parse_args(&opts, argc, argv, err, sizeof(err))) {
     case KVD_OPTS_HELP:
-        kvd_options_help(stdout, argv[0]);
+        kvd__options_help(stdout, argv[0]);
         return 0;
     case KVD_OPTS_VERSION:
         printf("kvdockd %s (protocol %u)\n", KVD_DAEMON_VERSION, KVD_PROTOCOL_VERSION);
         return 0;
     case KVD_OPTS_PRINT:
-        kvd_options_print(&opts, stdout);
+        kvd__options_print(&opts, stdout);
         return 0;
     case KVD_OPTS_EXAMPLE:
-        kvd_options_print_example(stdout);
+        kvd__options_print_example(stdout);
         return 0;
     case KVD_OPTS_ERROR:
         fprintf(stderr, "kvdockd: %s\n", err);
@@ -63,13 +63,13 @@ int main(int argc, char **argv)
         kvd_log(KVD_LOG_ERROR, "event=start_failed reason=\"uv_loop_init\"");
         return 1;
     }
-    if (kvd_server_create(&loop, &opts, &srv, err, sizeof(err)) != KVD_OK) {
+    if (kvd__server_create(&loop, &opts, &srv, err, sizeof(err)) != KVD_OK) {
         kvd_log(KVD_LOG_ERROR, "event=start_failed reason=\"%s\"", err);
         uv_loop_close(&loop);
         return 1;
     }
-    rc = kvd_server_run(srv);
-    kvd_server_destroy(&srv);
+    rc = kvd__server_run(srv);
+    kvd__server_destroy(&srv);
     if (uv_loop_close(&loop) != 0)
         kvd_log(KVD_LOG_WARN, "event=loop_not_empty");
     kvd_log(KVD_LOG_INFO, "event=exit status=%d", rc);

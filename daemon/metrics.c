@@ -27,7 +27,7 @@ typedef struct mconn {
     uv_timer_t timer;
     uv_write_t wr;
     uv_shutdown_t sd;
-    kvd_metrics_t *m;
+    kvd__metrics_t *m;
     char req[KVD_METRICS_MAX_REQUEST];
     size_t len;
     char *resp;
@@ -37,10 +37,10 @@ typedef struct mconn {
     struct mconn *next, *prev;
 } mconn_t;
 
-struct kvd_metrics {
-    kvd_server_t *srv;
+struct kvd__metrics {
+    kvd__server_t *srv;
     uv_tcp_t listener;
-    kvd_metrics_addr_t addr;
+    kvd__metrics_addr_t addr;
     uint16_t port;
     char address[80];  /* HOST:PORT ([V6]:PORT) bound */
     mconn_t *conns;
@@ -70,11 +70,11 @@ static int parse_port(const char *s, uint16_t *out)
     return 0;
 }
 
-kvd_status_t kvd_metrics_parse_addr(const char *spec, int allow_remote, kvd_metrics_addr_t *out,
-                                    char *err, size_t err_len)
+kvd_status_t kvd__metrics_parse_addr(const char *spec, int allow_remote, kvd__metrics_addr_t *out,
+                                     char *err, size_t err_len)
 {
-    kvd_metrics_addr_t a;
-    char host[sizeof(((kvd_metrics_addr_t *)0)->host)];
+    kvd__metrics_addr_t a;
+    char host[sizeof(((kvd__metrics_addr_t *)0)->host)];
     const char *port;
     size_t hlen;
 
@@ -155,7 +155,7 @@ kvd_status_t kvd_metrics_parse_addr(const char *spec, int allow_remote, kvd_metr
     return KVD_OK;
 }
 
-uint64_t kvd_metrics_scrapes(const kvd_metrics_t *m)
+uint64_t kvd__metrics_scrapes(const kvd__metrics_t *m)
 {
     return m != NULL ? m->scrapes : 0;
 }
@@ -164,7 +164,7 @@ uint64_t kvd_metrics_scrapes(const kvd_metrics_t *m)
 
 static void timeout_cb(uv_timer_t *t);
 
-static void maybe_free(kvd_metrics_t *m)
+static void maybe_free(kvd__metrics_t *m)
 {
     if (m->handles == 0 && m->free_when_closed)
         free(m);
@@ -172,7 +172,7 @@ static void maybe_free(kvd_metrics_t *m)
 
 static void listener_closed_cb(uv_handle_t *h)
 {
-    kvd_metrics_t *m = h->data;
+    kvd__metrics_t *m = h->data;
 
     m->handles--;
     maybe_free(m);
@@ -181,7 +181,7 @@ static void listener_closed_cb(uv_handle_t *h)
 static void conn_handle_closed_cb(uv_handle_t *h)
 {
     mconn_t *c = h->data;
-    kvd_metrics_t *m = c->m;
+    kvd__metrics_t *m = c->m;
 
     m->handles--;
     if (--c->handles > 0)
@@ -357,7 +357,7 @@ static void handle_request(mconn_t *c, size_t line_end)
         char *text;
 
         c->m->scrapes++;
-        text = kvd_metrics_render(c->m->srv, &len);
+        text = kvd__metrics_render(c->m->srv, &len);
         if (text == NULL) {
             respond_text(c, 500, "out of memory\n", head, NULL);
             return;
@@ -413,7 +413,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 
 static void on_connection(uv_stream_t *server, int status)
 {
-    kvd_metrics_t *m = server->data;
+    kvd__metrics_t *m = server->data;
     mconn_t *c;
 
     if (status < 0) {
@@ -449,10 +449,10 @@ static void on_connection(uv_stream_t *server, int status)
         conn_close(c);
 }
 
-kvd_status_t kvd_metrics_create(kvd_server_t *srv, kvd_metrics_t **out, char *why,
-                                size_t why_len)
+kvd_status_t kvd__metrics_create(kvd__server_t *srv, kvd__metrics_t **out, char *why,
+                                 size_t why_len)
 {
-    kvd_metrics_t *m;
+    kvd__metrics_t *m;
     struct sockaddr_storage ss;
     int len = sizeof(ss), rc;
     kvd_status_t st;
@@ -461,8 +461,8 @@ kvd_status_t kvd_metrics_create(kvd_server_t *srv, kvd_metrics_t **out, char *wh
     if (m == NULL)
         return KVD_ENOMEM;
     m->srv = srv;
-    st = kvd_metrics_parse_addr(srv->opts.metrics, srv->opts.metrics_allow_remote, &m->addr, why,
-                                why_len);
+    st = kvd__metrics_parse_addr(srv->opts.metrics, srv->opts.metrics_allow_remote, &m->addr, why,
+                                 why_len);
     if (st != KVD_OK) {
         free(m);
         return st;
@@ -505,17 +505,17 @@ kvd_status_t kvd_metrics_create(kvd_server_t *srv, kvd_metrics_t **out, char *wh
     return KVD_OK;
 }
 
-uint16_t kvd_metrics_port(const kvd_metrics_t *m)
+uint16_t kvd__metrics_port(const kvd__metrics_t *m)
 {
     return m ? m->port : 0;
 }
 
-const char *kvd_metrics_address(const kvd_metrics_t *m)
+const char *kvd__metrics_address(const kvd__metrics_t *m)
 {
     return m ? m->address : "";
 }
 
-void kvd_metrics_close(kvd_metrics_t *m)
+void kvd__metrics_close(kvd__metrics_t *m)
 {
     mconn_t *c, *next;
 
@@ -529,14 +529,14 @@ void kvd_metrics_close(kvd_metrics_t *m)
     }
 }
 
-void kvd_metrics_destroy(kvd_metrics_t **mp)
+void kvd__metrics_destroy(kvd__metrics_t **mp)
 {
-    kvd_metrics_t *m = mp ? *mp : NULL;
+    kvd__metrics_t *m = mp ? *mp : NULL;
 
     if (m == NULL)
         return;
     *mp = NULL;
-    kvd_metrics_close(m);
+    kvd__metrics_close(m);
     m->free_when_closed = 1; /* freed here, or by the last close callback */
     maybe_free(m);
 }

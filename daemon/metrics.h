@@ -24,16 +24,16 @@
 #define KVD_METRICS_MAX_CONNS 32     /* scrapers at once */
 #define KVD_METRICS_TIMEOUT_MS 10000 /* to send the whole request */
 
-typedef struct kvd_server kvd_server_t;
-typedef struct kvd_metrics kvd_metrics_t;
+typedef struct kvd__server kvd__server_t;
+typedef struct kvd__metrics kvd__metrics_t;
 
 /* A parsed --metrics value. */
-typedef struct kvd_metrics_addr {
+typedef struct kvd__metrics_addr {
     int family;         /* AF_INET or AF_INET6 */
     char host[64];      /* numeric address */
     uint16_t port;      /* 0: any free port */
     int loopback;       /* 127.0.0.0/8 or ::1 */
-} kvd_metrics_addr_t;
+} kvd__metrics_addr_t;
 
 /*
  * Parse "PORT", "HOST:PORT" or "[V6]:PORT".  A bare port means
@@ -41,27 +41,27 @@ typedef struct kvd_metrics_addr {
  * A non-loopback address is refused unless allow_remote is set (the
  * endpoint has no authentication).  KVD_EINVAL with a message in err.
  */
-kvd_status_t kvd_metrics_parse_addr(const char *spec, int allow_remote, kvd_metrics_addr_t *out,
-                                    char *err, size_t err_len);
+kvd_status_t kvd__metrics_parse_addr(const char *spec, int allow_remote, kvd__metrics_addr_t *out,
+                                     char *err, size_t err_len);
 
 /* Start listening on srv->opts.metrics (which must be set). */
-kvd_status_t kvd_metrics_create(kvd_server_t *srv, kvd_metrics_t **out, char *why,
-                                size_t why_len);
+kvd_status_t kvd__metrics_create(kvd__server_t *srv, kvd__metrics_t **out, char *why,
+                                 size_t why_len);
 /* The port bound (useful with port 0). */
-uint16_t kvd_metrics_port(const kvd_metrics_t *m);
+uint16_t kvd__metrics_port(const kvd__metrics_t *m);
 /* HOST:PORT ([V6]:PORT) bound, the port as picked; "" for NULL. */
-const char *kvd_metrics_address(const kvd_metrics_t *m);
+const char *kvd__metrics_address(const kvd__metrics_t *m);
 /* Stop listening and close every scrape connection (loop callbacks
  * finish the job; run the loop afterwards). */
-void kvd_metrics_close(kvd_metrics_t *m);
+void kvd__metrics_close(kvd__metrics_t *m);
 /* Free, once the loop has run the close callbacks; NULL is fine. */
-void kvd_metrics_destroy(kvd_metrics_t **m);
+void kvd__metrics_destroy(kvd__metrics_t **m);
 
 /* GET /metrics answered so far (0 for NULL). */
-uint64_t kvd_metrics_scrapes(const kvd_metrics_t *m);
+uint64_t kvd__metrics_scrapes(const kvd__metrics_t *m);
 
 /* The exposition text of srv's counters, malloc'd (*len bytes, NUL
  * terminated); NULL when out of memory (metrics_render.c). */
-char *kvd_metrics_render(const kvd_server_t *srv, size_t *len);
+char *kvd__metrics_render(const kvd__server_t *srv, size_t *len);
 
 #endif

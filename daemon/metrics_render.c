@@ -118,9 +118,9 @@ static void sample_d(sbuf_t *b, const char *name, const char *key, const char *v
 /* The cache tier: one sample per cache of each family, labelled with the
  * cache's name and its owner (names are unique per owner). */
 #define CACHE_FAMILIES(X)                                                                          \
-    X(blocks, "gauge", "blocks resident", kvd_cache_host_blocks(s))                             \
+    X(blocks, "gauge", "blocks resident", kvd__cache_host_blocks(s))                             \
     X(capacity_blocks, "gauge", "blocks the cache's budget holds", s->capacity)                 \
-    X(used_bytes, "gauge", "bytes of resident blocks", kvd_cache_used(s))                       \
+    X(used_bytes, "gauge", "bytes of resident blocks", kvd__cache_used(s))                       \
     X(budget_bytes, "gauge", "the cache's budget", s->budget)                                   \
     X(held_bytes, "gauge", "host memory the cache holds: slabs, entries, index", s->held_bytes) \
     X(leases, "gauge", "leases held on the cache's blocks", k->leases)                          \
@@ -141,14 +141,14 @@ static void sample_d(sbuf_t *b, const char *name, const char *key, const char *v
     X(fetched_blocks_total, "counter", "blocks loads pulled from the cluster's peers", k->fetched) \
     X(served_blocks_total, "counter", "blocks the cluster's peers pulled from it", k->served)
 
-static void render_caches(sbuf_t *b, const kvd_server_t *srv)
+static void render_caches(sbuf_t *b, const kvd__server_t *srv)
 {
-    const kvd_cache_t *k;
+    const kvd__cache_t *k;
 
 #define CACHE_FAMILY_(fam, type, help, expr)                                                       \
     family(b, "kvdock_cache_" #fam, type, "the cache tier: " help);                               \
     for (k = srv->caches; k; k = k->next) {                                                      \
-        const kvd_cache_store_t *s = &k->store;                                                  \
+        const kvd__cache_store_t *s = &k->store;                                                  \
         (void)s;                                                                                 \
         sb_printf(b, "kvdock_cache_" #fam "{cache=\"");                                           \
         sb_label(b, k->name);                                                                    \
@@ -178,9 +178,9 @@ static void render_caches(sbuf_t *b, const kvd_server_t *srv)
     X(no_space_total, "counter", "spills refused: the file system or the disk budget was full", \
       d.no_space)
 
-static void render_disk(sbuf_t *b, const kvd_server_t *srv)
+static void render_disk(sbuf_t *b, const kvd__server_t *srv)
 {
-    const kvd_cache_t *k;
+    const kvd__cache_t *k;
     uint64_t used = 0, avail = 0, total = 0;
     char why[200];
 
@@ -189,10 +189,10 @@ static void render_disk(sbuf_t *b, const kvd_server_t *srv)
 #define DISK_FAMILY_(fam, type, help, expr)                                                        \
     family(b, "kvdock_cache_disk_" #fam, type, "the cache tier's disk level: " help);             \
     for (k = srv->caches; k; k = k->next) {                                                      \
-        kvd_cache_disk_stats_t d;                                                                \
+        kvd__cache_disk_stats_t d;                                                                \
         if (k->disk_dir == NULL)                                                                 \
             continue;                                                                            \
-        kvd_cache_store_disk_stats(&k->store, &d);                                               \
+        kvd__cache_store_disk_stats(&k->store, &d);                                               \
         sb_printf(b, "kvdock_cache_disk_" #fam "{cache=\"");                                     \
         sb_label(b, k->name);                                                                    \
         sb_printf(b, "\",owner=\"%u\"} %" PRIu64 "\n", (unsigned)k->owner_uid, (uint64_t)(expr)); \
@@ -200,10 +200,10 @@ static void render_disk(sbuf_t *b, const kvd_server_t *srv)
     DISK_FAMILIES(DISK_FAMILY_)
 #undef DISK_FAMILY_
     for (k = srv->caches; k; k = k->next) {
-        kvd_cache_disk_stats_t d;
+        kvd__cache_disk_stats_t d;
         if (k->disk_dir == NULL)
             continue;
-        kvd_cache_store_disk_stats(&k->store, &d);
+        kvd__cache_store_disk_stats(&k->store, &d);
         used += d.used_bytes;
     }
     family(b, "kvdock_disk_budget_bytes", "gauge",
@@ -213,28 +213,28 @@ static void render_disk(sbuf_t *b, const kvd_server_t *srv)
     sb_printf(b, "kvdock_disk_reserved_bytes %" PRIu64 "\n", kvd__caches_disk_budgets(srv));
     family(b, "kvdock_disk_used_bytes", "gauge", "bytes the caches' records take on disk");
     sb_printf(b, "kvdock_disk_used_bytes %" PRIu64 "\n", used);
-    if (kvd_cache_dir_space(srv->opts.cache_dir, &avail, &total, why, sizeof(why)) == 0) {
+    if (kvd__cache_dir_space(srv->opts.cache_dir, &avail, &total, why, sizeof(why)) == 0) {
         family(b, "kvdock_disk_free_bytes", "gauge", "free space of cache-dir's file system");
         sb_printf(b, "kvdock_disk_free_bytes %" PRIu64 "\n", avail);
     }
 }
 
 /* The cluster (cluster.h), when the daemon is in one. */
-static void render_cluster(sbuf_t *b, const kvd_server_t *srv)
+static void render_cluster(sbuf_t *b, const kvd__server_t *srv)
 {
-    const kvd_cluster_t *cl = srv->cluster;
-    kvd_cluster_totals_t t;
-    uint32_t i, n = kvd_cluster_peers(cl);
+    const kvd__cluster_t *cl = srv->cluster;
+    kvd__cluster_totals_t t;
+    uint32_t i, n = kvd__cluster_peers(cl);
     int up;
     uint64_t rtt, failures, bytes;
 
     if (cl == NULL)
         return;
-    kvd_cluster_get_totals(cl, &t);
+    kvd__cluster_get_totals(cl, &t);
 #define PEER_FAMILY_(fam, type, help, expr)                                                        \
     family(b, "kvdock_cluster_peer_" #fam, type, help);                                           \
     for (i = 0; i < n; i++) {                                                                    \
-        const char *addr = kvd_cluster_peer(cl, i, &up, &rtt, &failures, &bytes);                \
+        const char *addr = kvd__cluster_peer(cl, i, &up, &rtt, &failures, &bytes);                \
         sb_printf(b, "kvdock_cluster_peer_" #fam "{peer=\"");                                     \
         sb_label(b, addr);                                                                       \
         sb_printf(b, "\"} %" PRIu64 "\n", (uint64_t)(expr));                                      \
@@ -260,14 +260,14 @@ static void render_cluster(sbuf_t *b, const kvd_server_t *srv)
     sb_printf(b, "kvdock_cluster_dropped_blocks_total %" PRIu64 "\n", t.blocks_dropped);
 }
 
-char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
+char *kvd__metrics_render(const kvd__server_t *srv, size_t *len)
 {
-    const kvd_stats_t *st = &srv->stats;
+    const kvd__stats_t *st = &srv->stats;
     sbuf_t b = {0};
-    uint64_t now = kvd_now_ns();
+    uint64_t now = kvd__now_ns();
     uint64_t pools[NKINDS] = {0}, pool_bytes[NKINDS] = {0};
     uint64_t imp_pools[NKINDS] = {0}, imp_bytes[NKINDS] = {0};
-    const kvd_pool_t *p;
+    const kvd__pool_t *p;
     const kvd__conn_t *c;
     uint32_t clients = 0;
     size_t i;
@@ -306,7 +306,7 @@ char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
     family(&b, "kvdock_request_duration_seconds", "histogram",
            "time from a request's arrival to its reply, by operation");
     for (i = 0; i < st->nops; i++) {
-        const kvd_op_counters_t *o = &st->ops[i];
+        const kvd__op_counters_t *o = &st->ops[i];
         uint64_t cum = 0;
         int j;
 
@@ -327,35 +327,35 @@ char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
     family(&b, "kvdock_stream_queue_depth", "gauge",
            "operations queued or running on the stream class");
     for (k = KVD_STREAM_FIRST; k < KVD_STREAM_END; k++)
-        sample_u(&b, "kvdock_stream_queue_depth", "stream", kvd_stream_class_name(k),
+        sample_u(&b, "kvdock_stream_queue_depth", "stream", kvd__stream_class_name(k),
                  st->streams[k].depth);
     family(&b, "kvdock_stream_busy_seconds_total", "counter",
            "time the stream class had work queued or running");
     for (k = KVD_STREAM_FIRST; k < KVD_STREAM_END; k++)
-        sample_d(&b, "kvdock_stream_busy_seconds_total", "stream", kvd_stream_class_name(k),
-                 (double)kvd_stats_stream_busy(st, k, now) / 1e9);
+        sample_d(&b, "kvdock_stream_busy_seconds_total", "stream", kvd__stream_class_name(k),
+                 (double)kvd__stats_stream_busy(st, k, now) / 1e9);
     family(&b, "kvdock_stream_launches_total", "counter",
            "operations completed on the stream class");
     for (k = KVD_STREAM_FIRST; k < KVD_STREAM_END; k++)
-        sample_u(&b, "kvdock_stream_launches_total", "stream", kvd_stream_class_name(k),
+        sample_u(&b, "kvdock_stream_launches_total", "stream", kvd__stream_class_name(k),
                  st->streams[k].launches);
     family(&b, "kvdock_stream_copy_engine_launches_total", "counter",
            "operations of the stream class that ran on the copy engines");
     for (k = KVD_STREAM_FIRST; k < KVD_STREAM_END; k++)
         sample_u(&b, "kvdock_stream_copy_engine_launches_total", "stream",
-                 kvd_stream_class_name(k), st->streams[k].copy_engine_launches);
+                 kvd__stream_class_name(k), st->streams[k].copy_engine_launches);
     family(&b, "kvdock_stream_default_path", "gauge",
            "how the stream class moves transfers when a request does not say (1 for its path)");
     for (k = KVD_STREAM_FIRST; k < KVD_STREAM_END; k++) {
         int path = kvd__stream_path(&srv->opts, k);
         sb_printf(&b, "kvdock_stream_default_path{stream=\"%s\",path=\"copy_engine\"} %d\n",
-                  kvd_stream_class_name(k), path == KVD_PATH_COPY_ENGINE);
+                  kvd__stream_class_name(k), path == KVD_PATH_COPY_ENGINE);
         sb_printf(&b, "kvdock_stream_default_path{stream=\"%s\",path=\"kernel\"} %d\n",
-                  kvd_stream_class_name(k), path == KVD_PATH_KERNEL);
+                  kvd__stream_class_name(k), path == KVD_PATH_KERNEL);
     }
     family(&b, "kvdock_stream_bytes_total", "counter", "bytes moved on the stream class");
     for (k = KVD_STREAM_FIRST; k < KVD_STREAM_END; k++)
-        sample_u(&b, "kvdock_stream_bytes_total", "stream", kvd_stream_class_name(k),
+        sample_u(&b, "kvdock_stream_bytes_total", "stream", kvd__stream_class_name(k),
                  st->streams[k].bytes);
 
     /* memory */
@@ -395,17 +395,17 @@ char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
     family(&b, "kvdock_host_memory_bytes", "gauge",
            "host memory held against the budget, by kind");
     for (k = 0; k < KVD_HM_COUNT; k++)
-        sample_u(&b, "kvdock_host_memory_bytes", "kind", kvd_hostmem_kind_name(k),
+        sample_u(&b, "kvdock_host_memory_bytes", "kind", kvd__hostmem_kind_name(k),
                  srv->hostmem.used[k]);
     family(&b, "kvdock_host_memory_limit_bytes", "gauge",
            "the most each kind of host memory may hold");
     for (k = 0; k < KVD_HM_COUNT; k++)
-        sample_u(&b, "kvdock_host_memory_limit_bytes", "kind", kvd_hostmem_kind_name(k),
+        sample_u(&b, "kvdock_host_memory_limit_bytes", "kind", kvd__hostmem_kind_name(k),
                  srv->hostmem.cap[k]);
     family(&b, "kvdock_host_memory_refused_total", "counter",
            "host-memory reservations refused (budget, kind's limit or the machine's memory)");
     for (k = 0; k < KVD_HM_COUNT; k++)
-        sample_u(&b, "kvdock_host_memory_refused_total", "kind", kvd_hostmem_kind_name(k),
+        sample_u(&b, "kvdock_host_memory_refused_total", "kind", kvd__hostmem_kind_name(k),
                  srv->hostmem.refused[k]);
     render_caches(&b, srv);
     render_disk(&b, srv);
@@ -443,7 +443,8 @@ char *kvd_metrics_render(const kvd_server_t *srv, size_t *len)
     sb_printf(&b, "kvdock_socket_sent_bytes_total %" PRIu64 "\n", st->bytes_out);
     if (srv->metrics != NULL) {
         family(&b, "kvdock_metrics_scrapes_total", "counter", "GET /metrics answered");
-        sb_printf(&b, "kvdock_metrics_scrapes_total %" PRIu64 "\n", kvd_metrics_scrapes(srv->metrics));
+        sb_printf(&b, "kvdock_metrics_scrapes_total %" PRIu64 "\n",
+                  kvd__metrics_scrapes(srv->metrics));
     }
 
     if (b.oom) {

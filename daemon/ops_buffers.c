@@ -6,12 +6,12 @@
 #include "dispatch.h"
 #include "log.h"
 
-kvd_status_t kvd__op_buffer_register(kvd_req_t *r)
+kvd_status_t kvd__op_buffer_register(kvd__req_t *r)
 {
     const Kvdock__BufferRegister *br = r->req->buffer_register;
-    kvd_backend_t *be = r->srv->backend;
+    kvd__backend_t *be = r->srv->backend;
     Kvdock__BufferInfo *bi;
-    kvd_buffer_t *b;
+    kvd__buffer_t *b;
     char why[160] = "";
     kvd_status_t st;
 
@@ -23,7 +23,7 @@ kvd_status_t kvd__op_buffer_register(kvd_req_t *r)
         return kvd__req_fail(r, KVD_EINVAL, "kind must be MEM_HOST or MEM_DEVICE");
     if (strlen(br->name) >= KVD_NAME_MAX)
         return kvd__req_fail(r, KVD_EINVAL, "name is longer than %d bytes", KVD_NAME_MAX - 1);
-    if (br->name[0] != '\0' && !kvd_pool_name_valid(br->name))
+    if (br->name[0] != '\0' && !kvd__pool_name_valid(br->name))
         return kvd__req_fail(r, KVD_EINVAL, "a buffer name is empty or up to 63 characters of "
                              "[A-Za-z0-9._-]");
     if (r->conn->owner.buffers >= r->srv->opts.max_buffers)
@@ -56,7 +56,7 @@ kvd_status_t kvd__op_buffer_register(kvd_req_t *r)
     b->kind = (int)br->kind;
     b->bytes = br->bytes;
     snprintf(b->name, sizeof(b->name), "%s", br->name);
-    if (kvd_registry_add(&r->srv->reg, &b->obj, &r->conn->owner) != KVD_OK) {
+    if (kvd__registry_add(&r->srv->reg, &b->obj, &r->conn->owner) != KVD_OK) {
         be->mem_destroy(be, &b->mem);
         kvd__unreserve_host(r, &b->obj);
         free(b);
@@ -84,7 +84,7 @@ kvd_status_t kvd__op_buffer_register(kvd_req_t *r)
     return KVD_OK;
 }
 
-kvd_status_t kvd__op_buffer_drop(kvd_req_t *r)
+kvd_status_t kvd__op_buffer_drop(kvd__req_t *r)
 {
     return kvd__req_drop_obj(r, r->req->buffer_drop->buffer, KVD_OBJ_BUFFER, "buffer");
 }

@@ -34,11 +34,11 @@
 
 /* ---- caches: identity and who may do what ------------------------------- */
 
-void kvd__cache_unref(kvd_cache_t *k)
+void kvd__cache_unref(kvd__cache_t *k)
 {
     if (--k->refs > 0)
         return;
-    kvd_cache_store_deinit(&k->store); /* closes its disk level */
+    kvd__cache_store_deinit(&k->store); /* closes its disk level */
     if (k->disk_dir != NULL && k->remove_dir)
         kvd__cache_dir_discard(k->srv, k->disk_dir);
     free(k->disk_dir);
@@ -48,19 +48,19 @@ void kvd__cache_unref(kvd_cache_t *k)
 /* ---- the disk level's directories ------------------------------------------ */
 
 typedef struct dir_removal {
-    kvd_disk_req_t r;
-    kvd_server_t *srv;
+    kvd__disk_req_t r;
+    kvd__server_t *srv;
     char path[PATH_MAX];
 } dir_removal_t;
 
-static void dir_removal_run(kvd_disk_req_t *r)
+static void dir_removal_run(kvd__disk_req_t *r)
 {
     dir_removal_t *d = r->arg;
 
-    r->res = kvd_cache_dir_remove(d->path);
+    r->res = kvd__cache_dir_remove(d->path);
 }
 
-static void dir_removal_done(kvd_disk_req_t *r)
+static void dir_removal_done(kvd__disk_req_t *r)
 {
     dir_removal_t *d = r->arg;
 
@@ -77,7 +77,7 @@ static void dir_removal_done(kvd_disk_req_t *r)
  * (here: a new cache of the same name may be made at once, and a crash
  * before the removal ends leaves nothing that is reopened), then its
  * files are removed on the disk threads. */
-void kvd__cache_dir_discard(kvd_server_t *srv, const char *path)
+void kvd__cache_dir_discard(kvd__server_t *srv, const char *path)
 {
     dir_removal_t *d = calloc(1, sizeof(*d));
     const char *base = strrchr(path, '/');
@@ -93,7 +93,7 @@ void kvd__cache_dir_discard(kvd_server_t *srv, const char *path)
         snprintf(d->path, sizeof(d->path), "%s", path);
     } else {
         snprintf(d->path, sizeof(d->path), "%.*s%s%" PRIu64 "-%s", (int)(base - path), path,
-                 KVD_CACHE_DIR_DROPPED, ++seq + kvd_now_ns(), base);
+                 KVD_CACHE_DIR_DROPPED, ++seq + kvd__now_ns(), base);
         if (rename(path, d->path) != 0) {
             kvd_log(KVD_LOG_WARN, "event=cache_dir_rename_failed dir=%s error=\"%s\"", path,
                     strerror(errno));
@@ -108,7 +108,7 @@ void kvd__cache_dir_discard(kvd_server_t *srv, const char *path)
     d->r.arg = d;
     srv->disk_removals++;
     if (srv->disk_io != NULL) {
-        kvd_disk_io_submit(srv->disk_io, &d->r);
+        kvd__disk_io_submit(srv->disk_io, &d->r);
     } else {
         dir_removal_run(&d->r);
         dir_removal_done(&d->r);
@@ -124,12 +124,12 @@ static int listed(const uint32_t *ids, uint32_t n, uint32_t v)
 }
 
 /* Another user's private cache is invisible (but to admins). */
-static int may_see(const kvd_cache_t *k, const kvd__conn_t *c)
+static int may_see(const kvd__cache_t *k, const kvd__conn_t *c)
 {
     return k->owner_uid == c->uid || k->shared || c->admin;
 }
 
-static int may_use(const kvd_cache_t *k, const kvd__conn_t *c)
+static int may_use(const kvd__cache_t *k, const kvd__conn_t *c)
 {
     if (k->owner_uid == c->uid)
         return 1;
@@ -145,16 +145,16 @@ static int may_use(const kvd_cache_t *k, const kvd__conn_t *c)
     return 0;
 }
 
-static int may_manage(const kvd_cache_t *k, const kvd__conn_t *c)
+static int may_manage(const kvd__cache_t *k, const kvd__conn_t *c)
 {
     return k->owner_uid == c->uid || c->admin;
 }
 
 /* A name as this caller means it: its own cache of that name first, then a
  * shared one. */
-static kvd_cache_t *by_name(kvd_server_t *srv, const kvd__conn_t *c, const char *name)
+static kvd__cache_t *by_name(kvd__server_t *srv, const kvd__conn_t *c, const char *name)
 {
-    kvd_cache_t *k, *shared = NULL;
+    kvd__cache_t *k, *shared = NULL;
 
     for (k = srv->caches; k; k = k->next) {
         if (strcmp(k->name, name) != 0)
@@ -169,11 +169,11 @@ static kvd_cache_t *by_name(kvd_server_t *srv, const kvd__conn_t *c, const char 
 
 /* The cache a request names (id, or name when id is 0), that the caller
  * may see; then use (need_use) or manage. */
-static kvd_status_t find_cache(kvd_req_t *r, uint64_t id, const char *name, int need_use,
-                               kvd_cache_t **out)
+static kvd_status_t find_cache(kvd__req_t *r, uint64_t id, const char *name, int need_use,
+                               kvd__cache_t **out)
 {
     kvd__conn_t *c = r->conn;
-    kvd_cache_t *k = NULL;
+    kvd__cache_t *k = NULL;
 
     if (id != 0) {
         for (k = r->srv->caches; k; k = k->next)
@@ -198,7 +198,7 @@ static kvd_status_t find_cache(kvd_req_t *r, uint64_t id, const char *name, int 
     return KVD_OK;
 }
 
-static void fill_layout(kvd_req_t *r, const kvd_block_layout_t *l, Kvdock__CacheLayout *m)
+static void fill_layout(kvd__req_t *r, const kvd__block_layout_t *l, Kvdock__CacheLayout *m)
 {
     kvdock__cache_layout__init(m);
     m->num_layers = l->num_layers;
@@ -211,10 +211,10 @@ static void fill_layout(kvd_req_t *r, const kvd_block_layout_t *l, Kvdock__Cache
 
 /* A cache's figures in the messages given (d: its disk level's, used when
  * it has one). */
-static void info_fill(const kvd_cache_t *k, Kvdock__CacheInfo *ci, Kvdock__CacheLayout *l,
+static void info_fill(const kvd__cache_t *k, Kvdock__CacheInfo *ci, Kvdock__CacheLayout *l,
                       Kvdock__CacheDiskLevel *d)
 {
-    const kvd_cache_store_t *s = &k->store;
+    const kvd__cache_store_t *s = &k->store;
 
     kvdock__cache_info__init(ci);
     fill_layout(NULL, &s->layout, l);
@@ -224,8 +224,8 @@ static void info_fill(const kvd_cache_t *k, Kvdock__CacheInfo *ci, Kvdock__Cache
     ci->budget_bytes = s->budget;
     ci->block_bytes = s->block_bytes;
     ci->capacity = s->capacity;
-    ci->blocks = kvd_cache_host_blocks(s);
-    ci->used_bytes = kvd_cache_used(s);
+    ci->blocks = kvd__cache_host_blocks(s);
+    ci->used_bytes = kvd__cache_used(s);
     ci->held_bytes = s->held_bytes;
     ci->shared = k->shared;
     ci->owner_uid = (uint32_t)k->owner_uid;
@@ -250,10 +250,10 @@ static void info_fill(const kvd_cache_t *k, Kvdock__CacheInfo *ci, Kvdock__Cache
     ci->fetched = k->fetched;
     ci->served = k->served;
     if (k->disk_dir != NULL) {
-        kvd_cache_disk_stats_t ds;
+        kvd__cache_disk_stats_t ds;
 
         kvdock__cache_disk_level__init(d);
-        kvd_cache_store_disk_stats(s, &ds);
+        kvd__cache_store_disk_stats(s, &ds);
         d->budget_bytes = k->disk_budget;
         d->blocks = ds.blocks;
         d->used_bytes = ds.used_bytes;
@@ -273,7 +273,7 @@ static void info_fill(const kvd_cache_t *k, Kvdock__CacheInfo *ci, Kvdock__Cache
     }
 }
 
-static Kvdock__CacheInfo *cache_info(kvd_req_t *r, const kvd_cache_t *k)
+static Kvdock__CacheInfo *cache_info(kvd__req_t *r, const kvd__cache_t *k)
 {
     Kvdock__CacheInfo *ci = kvd__req_alloc(r, sizeof(*ci));
     Kvdock__CacheLayout *l = kvd__req_alloc(r, sizeof(*l));
@@ -285,7 +285,7 @@ static Kvdock__CacheInfo *cache_info(kvd_req_t *r, const kvd_cache_t *k)
     return ci;
 }
 
-static kvd_status_t reply_info(kvd_req_t *r, const kvd_cache_t *k)
+static kvd_status_t reply_info(kvd__req_t *r, const kvd__cache_t *k)
 {
     Kvdock__CacheInfo *ci = cache_info(r, k);
 
@@ -301,8 +301,8 @@ static kvd_status_t reply_info(kvd_req_t *r, const kvd_cache_t *k)
 static kvd_status_t slab_alloc(void *ctx, uint64_t bytes, void **ptr, void **handle, char *why,
                                size_t why_len)
 {
-    kvd_server_t *srv = ctx;
-    kvd_mem_t *m = NULL;
+    kvd__server_t *srv = ctx;
+    kvd__mem_t *m = NULL;
     kvd_status_t st = srv->backend->mem_create(srv->backend, KVD_MEM_HOST, bytes, "cache", &m,
                                                why, why_len);
 
@@ -315,8 +315,8 @@ static kvd_status_t slab_alloc(void *ctx, uint64_t bytes, void **ptr, void **han
 
 static void slab_free(void *ctx, void *handle)
 {
-    kvd_server_t *srv = ctx;
-    kvd_mem_t *m = handle;
+    kvd__server_t *srv = ctx;
+    kvd__mem_t *m = handle;
 
     srv->backend->mem_destroy(srv->backend, &m);
 }
@@ -331,12 +331,12 @@ static void slab_free_later(void *ctx, void *handle, int hm_kind, uint64_t bytes
  * one is back. */
 typedef struct slab_work {
     uv_work_t w;
-    kvd_server_t *srv;
+    kvd__server_t *srv;
     uint64_t bytes;
     void *ptr, *handle;
     kvd_status_t st;
     char why[200];
-    kvd_cache_mem_done_fn done;
+    kvd__cache_mem_done_fn done;
     void *arg;
 } slab_work_t;
 
@@ -350,7 +350,7 @@ static void slab_work_run(uv_work_t *w)
 static void slab_work_end(uv_work_t *w, int status)
 {
     slab_work_t *sw = w->data;
-    kvd_server_t *srv = sw->srv;
+    kvd__server_t *srv = sw->srv;
 
     if (status != 0 && sw->st == KVD_OK) { /* cancelled before it ran */
         sw->st = KVD_ESHUTDOWN;
@@ -364,10 +364,10 @@ static void slab_work_end(uv_work_t *w, int status)
     kvd__server_mem_work_done(srv);
 }
 
-static kvd_status_t slab_alloc_ahead(void *ctx, uint64_t bytes, kvd_cache_mem_done_fn done,
+static kvd_status_t slab_alloc_ahead(void *ctx, uint64_t bytes, kvd__cache_mem_done_fn done,
                                      void *arg)
 {
-    kvd_server_t *srv = ctx;
+    kvd__server_t *srv = ctx;
     slab_work_t *sw;
 
     if (srv->shutting_down)
@@ -388,7 +388,7 @@ static kvd_status_t slab_alloc_ahead(void *ctx, uint64_t bytes, kvd_cache_mem_do
     return KVD_OK;
 }
 
-static int layout_equal(const kvd_block_layout_t *a, const kvd_block_layout_t *b)
+static int layout_equal(const kvd__block_layout_t *a, const kvd__block_layout_t *b)
 {
     return a->num_layers == b->num_layers && !a->mla == !b->mla &&
            a->tokens_per_block == b->tokens_per_block && a->token_bytes == b->token_bytes &&
@@ -398,7 +398,7 @@ static int layout_equal(const kvd_block_layout_t *a, const kvd_block_layout_t *b
 /* A disk budget a new cache asks for: the daemon has a disk level, the
  * caches' disk budgets together stay within --disk-budget, and the file
  * system has room for it beside what the other caches may still write. */
-static kvd_status_t disk_budget_check(kvd_server_t *srv, uint64_t want, char *why,
+static kvd_status_t disk_budget_check(kvd__server_t *srv, uint64_t want, char *why,
                                       size_t why_len)
 {
     uint64_t avail = 0, total = 0, promised = 0, have = kvd__caches_disk_budgets(srv);
@@ -412,56 +412,56 @@ static kvd_status_t disk_budget_check(kvd_server_t *srv, uint64_t want, char *wh
     if (want > srv->disk_budget || have > srv->disk_budget - want) {
         snprintf(why, why_len, "disk_budget_bytes (%s) and the disk budgets of the caches "
                  "made already (%s) are more than the daemon's disk budget (%s, --disk-budget)",
-                 kvd_fmt_bytes(want, a, sizeof(a)), kvd_fmt_bytes(have, b, sizeof(b)),
-                 kvd_fmt_bytes(srv->disk_budget, c, sizeof(c)));
+                 kvd__fmt_bytes(want, a, sizeof(a)), kvd__fmt_bytes(have, b, sizeof(b)),
+                 kvd__fmt_bytes(srv->disk_budget, c, sizeof(c)));
         return KVD_ELIMIT;
     }
-    if (kvd_cache_dir_space(srv->opts.cache_dir, &avail, &total, why, why_len) != 0)
+    if (kvd__cache_dir_space(srv->opts.cache_dir, &avail, &total, why, why_len) != 0)
         return KVD_EIO;
-    for (const kvd_cache_t *k = srv->caches; k; k = k->next) {
-        kvd_cache_disk_stats_t ds;
+    for (const kvd__cache_t *k = srv->caches; k; k = k->next) {
+        kvd__cache_disk_stats_t ds;
         if (k->disk_dir == NULL)
             continue;
-        kvd_cache_store_disk_stats(&k->store, &ds);
+        kvd__cache_store_disk_stats(&k->store, &ds);
         promised += k->disk_budget > ds.used_bytes ? k->disk_budget - ds.used_bytes : 0;
     }
-    for (const kvd_cache_t *k = srv->caches_opening; k; k = k->next)
+    for (const kvd__cache_t *k = srv->caches_opening; k; k = k->next)
         promised += k->disk_budget;
     if (want > avail || promised > avail - want) {
         snprintf(why, why_len, "disk_budget_bytes (%s) does not fit the free space of the "
                  "cache-dir's file system (%s, of which the other caches' disk budgets may "
-                 "still take %s)", kvd_fmt_bytes(want, a, sizeof(a)),
-                 kvd_fmt_bytes(avail, b, sizeof(b)), kvd_fmt_bytes(promised, c, sizeof(c)));
+                 "still take %s)", kvd__fmt_bytes(want, a, sizeof(a)),
+                 kvd__fmt_bytes(avail, b, sizeof(b)), kvd__fmt_bytes(promised, c, sizeof(c)));
         return KVD_ELIMIT;
     }
     return KVD_OK;
 }
 
 /* A cache of m, not on any list yet (its disk level not opened). */
-static kvd_status_t cache_new(kvd_server_t *srv, const kvd_manifest_t *m, kvd_cache_t **out,
+static kvd_status_t cache_new(kvd__server_t *srv, const kvd__manifest_t *m, kvd__cache_t **out,
                               char *why, size_t why_len)
 {
-    kvd_cache_mem_t mem = {srv, slab_alloc, slab_free, slab_alloc_ahead, slab_free_later};
+    kvd__cache_mem_t mem = {srv, slab_alloc, slab_free, slab_alloc_ahead, slab_free_later};
     char dirname[KVD_CACHE_DIRNAME_MAX], path[PATH_MAX];
-    kvd_cache_t *k = calloc(1, sizeof(*k));
+    kvd__cache_t *k = calloc(1, sizeof(*k));
     kvd_status_t st;
 
     if (k == NULL) {
         snprintf(why, why_len, "out of memory");
         return KVD_ENOMEM;
     }
-    st = kvd_cache_store_init(&k->store, &m->layout, m->budget, &srv->hostmem, &mem, why,
-                              why_len);
+    st = kvd__cache_store_init(&k->store, &m->layout, m->budget, &srv->hostmem, &mem, why,
+                               why_len);
     if (st != KVD_OK) {
         free(k);
         return st;
     }
     if (m->disk_budget != 0) {
-        if (kvd_cache_dirname(m->name, m->owner_uid, m->shared, dirname, sizeof(dirname)) != 0 ||
+        if (kvd__cache_dirname(m->name, m->owner_uid, m->shared, dirname, sizeof(dirname)) != 0 ||
             snprintf(path, sizeof(path), "%s/%s", srv->opts.cache_dir, dirname) >=
                 (int)sizeof(path) || (k->disk_dir = strdup(path)) == NULL) {
             snprintf(why, why_len, "no directory for cache '%s'", m->name);
-            kvd_cache_store_deinit(&k->store);
+            kvd__cache_store_deinit(&k->store);
             free(k);
             return KVD_EINVAL;
         }
@@ -481,15 +481,15 @@ static kvd_status_t cache_new(kvd_server_t *srv, const kvd_manifest_t *m, kvd_ca
     return KVD_OK;
 }
 
-static void cache_free_new(kvd_cache_t *k)
+static void cache_free_new(kvd__cache_t *k)
 {
-    kvd_cache_store_deinit(&k->store);
+    kvd__cache_store_deinit(&k->store);
     free(k->disk_dir);
     free(k);
 }
 
 /* On the list: it is seen and used from now on. */
-static void cache_link(kvd_server_t *srv, kvd_cache_t *k)
+static void cache_link(kvd__server_t *srv, kvd__cache_t *k)
 {
     k->id = srv->next_cache_id++;
     k->next = srv->caches;
@@ -499,17 +499,17 @@ static void cache_link(kvd_server_t *srv, kvd_cache_t *k)
     srv->caches = k;
 }
 
-static kvd_status_t cache_open_disk(kvd_server_t *srv, kvd_cache_t *k, char *why,
+static kvd_status_t cache_open_disk(kvd__server_t *srv, kvd__cache_t *k, char *why,
                                     size_t why_len)
 {
-    kvd_cache_disk_config_t cfg;
+    kvd__cache_disk_config_t cfg;
     char reason[300];
     kvd_status_t st;
 
     cfg.dir = k->disk_dir;
     cfg.budget = k->disk_budget;
     cfg.io = srv->disk_io;
-    if ((st = kvd_cache_store_open_disk(&k->store, &cfg, reason, sizeof(reason))) != KVD_OK)
+    if ((st = kvd__cache_store_open_disk(&k->store, &cfg, reason, sizeof(reason))) != KVD_OK)
         snprintf(why, why_len, "the disk level of '%s': %s", k->name, reason);
     return st;
 }
@@ -523,19 +523,19 @@ static kvd_status_t cache_open_disk(kvd_server_t *srv, kvd_cache_t *k, char *why
  * directory, the cache goes on the list and the reply is sent.
  */
 typedef struct create_work {
-    kvd_disk_req_t r;
-    kvd_server_t *srv;
+    kvd__disk_req_t r;
+    kvd__server_t *srv;
     kvd__conn_t *conn;
     uint64_t id;
     size_t op_index;
     uint64_t t_start_ns, loop_ns;
-    kvd_cache_t *k;
-    kvd_manifest_t m;
+    kvd__cache_t *k;
+    kvd__manifest_t m;
     kvd_status_t st;
     char why[400];
 } create_work_t;
 
-static void create_dir_run(kvd_disk_req_t *r)
+static void create_dir_run(kvd__disk_req_t *r)
 {
     create_work_t *w = r->arg;
     char reason[300];
@@ -550,17 +550,17 @@ static void create_dir_run(kvd_disk_req_t *r)
             snprintf(w->why, sizeof(w->why), "cannot make %.300s: %s", w->k->disk_dir,
                      strerror(e));
         w->st = e == EEXIST ? KVD_EBUSY : KVD_EIO;
-    } else if ((w->st = kvd_manifest_write(w->k->disk_dir, &w->m, reason, sizeof(reason))) !=
+    } else if ((w->st = kvd__manifest_write(w->k->disk_dir, &w->m, reason, sizeof(reason))) !=
                KVD_OK) {
         snprintf(w->why, sizeof(w->why), "%s", reason);
-        (void)kvd_cache_dir_remove(w->k->disk_dir);
+        (void)kvd__cache_dir_remove(w->k->disk_dir);
     }
     r->res = 0;
 }
 
-static void opening_remove(kvd_server_t *srv, kvd_cache_t *k)
+static void opening_remove(kvd__server_t *srv, kvd__cache_t *k)
 {
-    kvd_cache_t **pp;
+    kvd__cache_t **pp;
 
     for (pp = &srv->caches_opening; *pp; pp = &(*pp)->next)
         if (*pp == k) {
@@ -570,18 +570,18 @@ static void opening_remove(kvd_server_t *srv, kvd_cache_t *k)
     k->next = NULL;
 }
 
-static void log_create(const kvd__conn_t *c, const kvd_cache_t *k, uint64_t loop_ns,
+static void log_create(const kvd__conn_t *c, const kvd__cache_t *k, uint64_t loop_ns,
                        uint64_t t_start_ns)
 {
-    const kvd_block_layout_t *l = &k->store.layout;
-    kvd_server_t *srv = k->srv;
+    const kvd__block_layout_t *l = &k->store.layout;
+    kvd__server_t *srv = k->srv;
 
     kvd_log(KVD_LOG_INFO, "event=cache_create client=%" PRIu64 " cache=%" PRIu64 " name=%s "
             "uid=%u layers=%u mla=%d tokens=%u token_bytes=%" PRIu64 " budget=%" PRIu64
             " shared=%d cluster=%d disk_budget=%" PRIu64 " loop_us=%" PRIu64 " us=%" PRIu64,
             c->id, k->id, k->name, (unsigned)k->owner_uid, l->num_layers, l->mla,
             l->tokens_per_block, l->token_bytes, k->store.budget, k->shared, k->cluster,
-            k->disk_budget, loop_ns / 1000u, (kvd_now_ns() - t_start_ns) / 1000u);
+            k->disk_budget, loop_ns / 1000u, (kvd__now_ns() - t_start_ns) / 1000u);
     if (kvd__caches_budgets(srv) > srv->hostmem.budget)
         kvd_log(KVD_LOG_WARN, "event=cache_budgets_over cache=%s budgets=%" PRIu64
                 " host_budget=%" PRIu64 " reason=\"the caches cannot all fill: each fills until "
@@ -589,16 +589,16 @@ static void log_create(const kvd__conn_t *c, const kvd_cache_t *k, uint64_t loop
                 srv->hostmem.budget);
 }
 
-static void create_dir_done(kvd_disk_req_t *r)
+static void create_dir_done(kvd__disk_req_t *r)
 {
     create_work_t *w = r->arg;
-    kvd_server_t *srv = w->srv;
-    kvd_cache_t *k = w->k;
+    kvd__server_t *srv = w->srv;
+    kvd__cache_t *k = w->k;
     Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
     Kvdock__CacheInfo ci;
     Kvdock__CacheLayout cl;
     Kvdock__CacheDiskLevel cd;
-    uint64_t t0 = kvd_now_ns();
+    uint64_t t0 = kvd__now_ns();
 
     opening_remove(srv, k);
     if (w->st == KVD_OK && (w->st = cache_open_disk(srv, k, w->why, sizeof(w->why))) != KVD_OK)
@@ -612,7 +612,7 @@ static void create_dir_done(kvd_disk_req_t *r)
         cache_free_new(k);
     } else {
         cache_link(srv, k);
-        w->loop_ns += kvd_now_ns() - t0;
+        w->loop_ns += kvd__now_ns() - t0;
         log_create(w->conn, k, w->loop_ns, w->t_start_ns);
         info_fill(k, &ci, &cl, &cd);
         resp.result_case = KVDOCK__RESPONSE__RESULT_CACHE;
@@ -623,20 +623,20 @@ static void create_dir_done(kvd_disk_req_t *r)
     free(w);
 }
 
-kvd_status_t kvd__op_cache_create(kvd_req_t *r)
+kvd_status_t kvd__op_cache_create(kvd__req_t *r)
 {
     const Kvdock__CacheCreate *cc = r->req->cache_create;
-    kvd_server_t *srv = r->srv;
+    kvd__server_t *srv = r->srv;
     kvd__conn_t *c = r->conn;
-    kvd_block_layout_t l;
-    kvd_cache_t *k, *same;
-    kvd_manifest_t m;
+    kvd__block_layout_t l;
+    kvd__cache_t *k, *same;
+    kvd__manifest_t m;
     uint32_t n = 0;
     uint64_t t0;
     char why[400];
     kvd_status_t st;
 
-    if (!kvd_pool_name_valid(cc->name))
+    if (!kvd__pool_name_valid(cc->name))
         return kvd__req_fail(r, KVD_EINVAL, "cache name must be 1 to 63 characters of "
                              "[A-Za-z0-9._-]");
     if (cc->layout == NULL)
@@ -649,7 +649,7 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
     if (strlen(cc->layout->dtype) >= sizeof(l.dtype))
         return kvd__req_fail(r, KVD_EINVAL, "layout.dtype is longer than %zu bytes",
                              sizeof(l.dtype) - 1);
-    if (!kvd_text_valid(cc->layout->dtype))
+    if (!kvd__text_valid(cc->layout->dtype))
         return kvd__req_fail(r, KVD_EINVAL, "layout.dtype holds a control character");
     snprintf(l.dtype, sizeof(l.dtype), "%s", cc->layout->dtype);
     if (cc->n_allow_uids > 16 || cc->n_allow_gids > 16)
@@ -665,8 +665,8 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
         char a[32], b[32];
         return kvd__req_fail(r, KVD_ELIMIT, "budget_bytes (%s) is more than the daemon's "
                              "host-memory budget (%s, --host-memory-budget)",
-                             kvd_fmt_bytes(cc->budget_bytes, a, sizeof(a)),
-                             kvd_fmt_bytes(srv->hostmem.budget, b, sizeof(b)));
+                             kvd__fmt_bytes(cc->budget_bytes, a, sizeof(a)),
+                             kvd__fmt_bytes(srv->hostmem.budget, b, sizeof(b)));
     }
     same = by_name(srv, c, cc->name);
     if (same != NULL && cc->open_existing && (same->owner_uid == c->uid || same->shared)) {
@@ -708,7 +708,7 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
     if (m.disk_budget != 0 && (st = disk_budget_check(srv, m.disk_budget, why,
                                                       sizeof(why))) != KVD_OK)
         return kvd__req_fail(r, st, "%s", why);
-    t0 = kvd_now_ns();
+    t0 = kvd__now_ns();
     if ((st = cache_new(srv, &m, &k, why, sizeof(why))) != KVD_OK)
         return kvd__req_fail(r, st, "%s", why);
     if (k->disk_dir != NULL) {
@@ -734,31 +734,31 @@ kvd_status_t kvd__op_cache_create(kvd_req_t *r)
         srv->caches_opening = k;
         kvd__conn_op_begin(c); /* a drain waits for the reply */
         r->deferred = 1;
-        w->loop_ns = kvd_now_ns() - t0;
-        kvd_disk_io_submit(srv->disk_io, &w->r);
+        w->loop_ns = kvd__now_ns() - t0;
+        kvd__disk_io_submit(srv->disk_io, &w->r);
         return KVD_OK;
     }
     cache_link(srv, k);
-    log_create(c, k, kvd_now_ns() - t0, r->t_start_ns);
+    log_create(c, k, kvd__now_ns() - t0, r->t_start_ns);
     return reply_info(r, k);
 }
 
-uint64_t kvd__caches_disk_budgets(const kvd_server_t *srv)
+uint64_t kvd__caches_disk_budgets(const kvd__server_t *srv)
 {
     uint64_t sum = 0;
 
-    for (const kvd_cache_t *k = srv->caches; k; k = k->next)
+    for (const kvd__cache_t *k = srv->caches; k; k = k->next)
         sum += k->disk_budget;
-    for (const kvd_cache_t *k = srv->caches_opening; k; k = k->next)
+    for (const kvd__cache_t *k = srv->caches_opening; k; k = k->next)
         sum += k->disk_budget;
     return sum;
 }
 
-uint64_t kvd__caches_budgets(const kvd_server_t *srv)
+uint64_t kvd__caches_budgets(const kvd__server_t *srv)
 {
     uint64_t sum = 0;
 
-    for (const kvd_cache_t *k = srv->caches; k; k = k->next)
+    for (const kvd__cache_t *k = srv->caches; k; k = k->next)
         sum += k->store.budget;
     return sum;
 }
@@ -768,13 +768,13 @@ uint64_t kvd__caches_budgets(const kvd_server_t *srv)
 /* What a lease of n blocks holds, charged to its client. */
 static uint64_t lease_bytes(uint32_t n)
 {
-    return sizeof(kvd_lease_t) + (uint64_t)n * sizeof(uint32_t);
+    return sizeof(kvd__lease_t) + (uint64_t)n * sizeof(uint32_t);
 }
 
-void kvd__lease_end(kvd_cache_t *k, kvd_lease_t *l)
+void kvd__lease_end(kvd__cache_t *k, kvd__lease_t *l)
 {
     for (uint32_t i = l->n; i-- > 0;) /* the last first */
-        kvd_cache_unhold(&k->store, l->ids[i]);
+        kvd__cache_unhold(&k->store, l->ids[i]);
     k->leases--;
     kvd__account_release(l->conn, KVD_HM_LEASES, lease_bytes(l->n));
     free(l->ids);
@@ -782,13 +782,13 @@ void kvd__lease_end(kvd_cache_t *k, kvd_lease_t *l)
     kvd__cache_unref(k);
 }
 
-kvd_lease_t *kvd__lease_take(kvd__conn_t *c, uint64_t id)
+kvd__lease_t *kvd__lease_take(kvd__conn_t *c, uint64_t id)
 {
-    kvd_lease_t **pp;
+    kvd__lease_t **pp;
 
     for (pp = &c->leases; *pp; pp = &(*pp)->next) {
         if ((*pp)->id == id) {
-            kvd_lease_t *l = *pp;
+            kvd__lease_t *l = *pp;
             *pp = l->next;
             c->nleases--;
             return l;
@@ -800,7 +800,7 @@ kvd_lease_t *kvd__lease_take(kvd__conn_t *c, uint64_t id)
 void kvd__leases_drop(kvd__conn_t *c)
 {
     while (c->leases) {
-        kvd_lease_t *l = c->leases;
+        kvd__lease_t *l = c->leases;
         c->leases = l->next;
         kvd__lease_end(l->cache, l);
     }
@@ -809,10 +809,10 @@ void kvd__leases_drop(kvd__conn_t *c)
 
 void kvd__leases_expire(kvd__conn_t *c, uint64_t now_ns)
 {
-    kvd_lease_t **pp = &c->leases;
+    kvd__lease_t **pp = &c->leases;
 
     while (*pp) {
-        kvd_lease_t *l = *pp;
+        kvd__lease_t *l = *pp;
         if (now_ns >= l->expires_ns) {
             *pp = l->next;
             c->nleases--;
@@ -824,14 +824,14 @@ void kvd__leases_expire(kvd__conn_t *c, uint64_t now_ns)
 }
 
 /* Leases on k end (k is dropped). */
-static void leases_of_cache_end(kvd_server_t *srv, kvd_cache_t *k)
+static void leases_of_cache_end(kvd__server_t *srv, kvd__cache_t *k)
 {
     kvd__conn_t *c;
 
     for (c = srv->conns; c; c = c->next) {
-        kvd_lease_t **pp = &c->leases;
+        kvd__lease_t **pp = &c->leases;
         while (*pp) {
-            kvd_lease_t *l = *pp;
+            kvd__lease_t *l = *pp;
             if (l->cache == k) {
                 *pp = l->next;
                 c->nleases--;
@@ -843,9 +843,9 @@ static void leases_of_cache_end(kvd_server_t *srv, kvd_cache_t *k)
     }
 }
 
-kvd_status_t kvd__op_cache_release(kvd_req_t *r)
+kvd_status_t kvd__op_cache_release(kvd__req_t *r)
 {
-    kvd_lease_t *l = kvd__lease_take(r->conn, r->req->cache_release->lease);
+    kvd__lease_t *l = kvd__lease_take(r->conn, r->req->cache_release->lease);
 
     if (l == NULL)
         return kvd__req_fail(r, KVD_ENOENT, "no lease %" PRIu64 " of this client",
@@ -856,7 +856,7 @@ kvd_status_t kvd__op_cache_release(kvd_req_t *r)
 
 /* ---- drop, list, stats, evict ------------------------------------------------- */
 
-static void cache_drop(kvd_server_t *srv, kvd_cache_t *k)
+static void cache_drop(kvd__server_t *srv, kvd__cache_t *k)
 {
     leases_of_cache_end(srv, k);
     if (k->prev)
@@ -870,10 +870,10 @@ static void cache_drop(kvd_server_t *srv, kvd_cache_t *k)
     kvd__cache_unref(k); /* the list's; saves and loads in flight keep theirs */
 }
 
-kvd_status_t kvd__op_cache_drop(kvd_req_t *r)
+kvd_status_t kvd__op_cache_drop(kvd__req_t *r)
 {
     const Kvdock__CacheDrop *cd = r->req->cache_drop;
-    kvd_cache_t *k = NULL;
+    kvd__cache_t *k = NULL;
     kvd_status_t st = find_cache(r, cd->cache, cd->name, 0, &k);
 
     if (st != KVD_OK)
@@ -888,7 +888,7 @@ kvd_status_t kvd__op_cache_drop(kvd_req_t *r)
     return KVD_OK;
 }
 
-void kvd__caches_destroy(kvd_server_t *srv)
+void kvd__caches_destroy(kvd__server_t *srv)
 {
     while (srv->caches)
         cache_drop(srv, srv->caches);
@@ -918,12 +918,12 @@ static int dir_trusted(int dfd, const char *name, char *why, size_t why_len)
 
 /* Why a cache of manifest m cannot be made next to the caches made so
  * far; NULL: it can. */
-static const char *reopen_conflict(kvd_server_t *srv, const kvd_manifest_t *m, char *why,
+static const char *reopen_conflict(kvd__server_t *srv, const kvd__manifest_t *m, char *why,
                                    size_t why_len)
 {
     uint32_t n = 0;
 
-    for (const kvd_cache_t *k = srv->caches; k; k = k->next, n++)
+    for (const kvd__cache_t *k = srv->caches; k; k = k->next, n++)
         if (strcmp(k->name, m->name) == 0 &&
             (k->owner_uid == (uid_t)m->owner_uid || (k->shared && m->shared))) {
             snprintf(why, why_len, "a cache named '%s' is open already", m->name);
@@ -948,10 +948,10 @@ static const char *reopen_conflict(kvd_server_t *srv, const kvd_manifest_t *m, c
     return NULL;
 }
 
-void kvd__caches_reopen(kvd_server_t *srv)
+void kvd__caches_reopen(kvd__server_t *srv)
 {
     const char *top = srv->opts.cache_dir;
-    uint64_t t0 = kvd_now_ns(), blocks = 0;
+    uint64_t t0 = kvd__now_ns(), blocks = 0;
     uint32_t reopened = 0, skipped = 0, removed = 0;
     struct dirent *e;
     DIR *d;
@@ -967,10 +967,10 @@ void kvd__caches_reopen(kvd_server_t *srv)
     }
     while ((e = readdir(d)) != NULL) {
         char path[PATH_MAX], why[400];
-        kvd_manifest_t m;
-        kvd_cache_t *k = NULL;
-        kvd_cache_disk_stats_t ds;
-        uint64_t t1 = kvd_now_ns();
+        kvd__manifest_t m;
+        kvd__cache_t *k = NULL;
+        kvd__cache_disk_stats_t ds;
+        uint64_t t1 = kvd__now_ns();
         kvd_status_t st;
 
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
@@ -989,7 +989,7 @@ void kvd__caches_reopen(kvd_server_t *srv)
             removed++;
             continue;
         }
-        if ((st = kvd_manifest_read(path, e->d_name, &m, why, sizeof(why))) != KVD_OK) {
+        if ((st = kvd__manifest_read(path, e->d_name, &m, why, sizeof(why))) != KVD_OK) {
             kvd_log(KVD_LOG_WARN, "event=cache_reopen_skipped dir=%s reason=\"%s\" "
                     "action=\"left as it is\"", path, why);
             skipped++;
@@ -1013,7 +1013,7 @@ void kvd__caches_reopen(kvd_server_t *srv)
                     "reason=\"made with cluster = true, and this daemon is in no cluster "
                     "(--cluster-listen): it serves its own blocks only\"", k->name,
                     (unsigned)k->owner_uid);
-        kvd_cache_store_disk_stats(&k->store, &ds);
+        kvd__cache_store_disk_stats(&k->store, &ds);
         blocks += ds.blocks;
         reopened++;
         kvd_log(KVD_LOG_INFO, "event=cache_reopened cache=%" PRIu64 " name=%s uid=%u shared=%d "
@@ -1021,17 +1021,17 @@ void kvd__caches_reopen(kvd_server_t *srv)
                 " disk_budget=%" PRIu64 " blocks=%u ms=%" PRIu64, k->id, k->name,
                 (unsigned)k->owner_uid, k->shared, k->cluster, m.layout.num_layers,
                 m.layout.mla, m.layout.tokens_per_block, m.layout.token_bytes, m.budget,
-                m.disk_budget, ds.blocks, (kvd_now_ns() - t1) / 1000000u);
+                m.disk_budget, ds.blocks, (kvd__now_ns() - t1) / 1000000u);
     }
     closedir(d);
     kvd_log(KVD_LOG_INFO, "event=disk_reopen dir=%s caches=%u blocks=%" PRIu64 " skipped=%u "
             "dropped_dirs=%u ms=%" PRIu64, top, reopened, blocks, skipped, removed,
-            (kvd_now_ns() - t0) / 1000000u);
+            (kvd__now_ns() - t0) / 1000000u);
 }
 
-Kvdock__DiskStatus *kvd__disk_status(kvd_req_t *r)
+Kvdock__DiskStatus *kvd__disk_status(kvd__req_t *r)
 {
-    const kvd_server_t *srv = r->srv;
+    const kvd__server_t *srv = r->srv;
     Kvdock__DiskStatus *ds;
     uint64_t avail = 0, total = 0;
     char why[200];
@@ -1044,24 +1044,24 @@ Kvdock__DiskStatus *kvd__disk_status(kvd_req_t *r)
     ds->cache_dir = (char *)srv->opts.cache_dir;
     ds->budget_bytes = srv->disk_budget;
     ds->reserved_bytes = kvd__caches_disk_budgets(srv);
-    for (const kvd_cache_t *k = srv->caches; k; k = k->next) {
-        kvd_cache_disk_stats_t st;
+    for (const kvd__cache_t *k = srv->caches; k; k = k->next) {
+        kvd__cache_disk_stats_t st;
         if (k->disk_dir == NULL)
             continue;
-        kvd_cache_store_disk_stats(&k->store, &st);
+        kvd__cache_store_disk_stats(&k->store, &st);
         ds->used_bytes += st.used_bytes;
     }
-    if (kvd_cache_dir_space(srv->opts.cache_dir, &avail, &total, why, sizeof(why)) == 0)
+    if (kvd__cache_dir_space(srv->opts.cache_dir, &avail, &total, why, sizeof(why)) == 0)
         ds->fs_free_bytes = avail;
     ds->io_engine = (char *)srv->disk_engine;
     ds->direct = srv->disk_direct;
     return ds;
 }
 
-kvd_status_t kvd__op_cache_list(kvd_req_t *r)
+kvd_status_t kvd__op_cache_list(kvd__req_t *r)
 {
     Kvdock__CacheListReply *l = kvd__req_alloc(r, sizeof(*l));
-    kvd_cache_t *k = NULL;
+    kvd__cache_t *k = NULL;
     size_t n = 0;
 
     if (l == NULL)
@@ -1084,10 +1084,10 @@ kvd_status_t kvd__op_cache_list(kvd_req_t *r)
     return KVD_OK;
 }
 
-kvd_status_t kvd__op_cache_stats(kvd_req_t *r)
+kvd_status_t kvd__op_cache_stats(kvd__req_t *r)
 {
     const Kvdock__CacheStats *cs = r->req->cache_stats;
-    kvd_cache_t *k = NULL;
+    kvd__cache_t *k = NULL;
     kvd_status_t st = find_cache(r, cs->cache, cs->name, 1, &k);
 
     if (st == KVD_EPERM && r->conn->admin) /* admins read every cache's figures */
@@ -1106,7 +1106,7 @@ typedef struct keys {
 } keys_t;
 
 /* The chain of a request: 1..MAX_KEYS keys of 1..64 bytes, none twice. */
-static kvd_status_t get_keys(kvd_req_t *r, const Kvdock__CacheKeys *ck, int allow_empty,
+static kvd_status_t get_keys(kvd__req_t *r, const Kvdock__CacheKeys *ck, int allow_empty,
                              keys_t *out)
 {
     size_t n, i;
@@ -1156,7 +1156,7 @@ static kvd_status_t get_keys(kvd_req_t *r, const Kvdock__CacheKeys *ck, int allo
 /* A key named twice in one chain is refused.  The probe table hashes with
  * the cache's secret seed: keys are the client's, and a hash it could aim
  * would make this check quadratic. */
-static kvd_status_t no_duplicates(kvd_req_t *r, const kvd_cache_store_t *c, const keys_t *ks)
+static kvd_status_t no_duplicates(kvd__req_t *r, const kvd__cache_store_t *c, const keys_t *ks)
 {
     uint32_t size = 16, i, *tab;
 
@@ -1166,7 +1166,7 @@ static kvd_status_t no_duplicates(kvd_req_t *r, const kvd_cache_store_t *c, cons
     if (tab == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     for (i = 0; i < ks->n; i++) {
-        uint32_t j = (uint32_t)kvd_cache_hash(c, ks->k[i], ks->len[i]) & (size - 1);
+        uint32_t j = (uint32_t)kvd__cache_hash(c, ks->k[i], ks->len[i]) & (size - 1);
         for (; tab[j] != 0; j = (j + 1) & (size - 1)) {
             uint32_t o = tab[j] - 1;
             if (ks->len[o] == ks->len[i] && memcmp(ks->k[o], ks->k[i], ks->len[i]) == 0)
@@ -1229,23 +1229,23 @@ static kvd_status_t repeated_hit(const uint32_t *ids, uint32_t n, char *msg, siz
 
 /* The leading keys of a chain in k (their blocks in ids, the count in
  * *hits), made the most recent. */
-static kvd_status_t lookup_hits(kvd_cache_t *k, const uint8_t *const *keys, const size_t *lens,
+static kvd_status_t lookup_hits(kvd__cache_t *k, const uint8_t *const *keys, const size_t *lens,
                                 uint32_t n, uint32_t *ids, uint32_t *hits, char *msg,
                                 size_t len)
 {
     kvd_status_t st;
 
-    *hits = kvd_cache_lookup(&k->store, keys, lens, n, 0, ids);
+    *hits = kvd__cache_lookup(&k->store, keys, lens, n, 0, ids);
     if ((st = repeated_hit(ids, *hits, msg, len)) != KVD_OK)
         return st;
-    kvd_cache_touch_chain(&k->store, ids, *hits);
+    kvd__cache_touch_chain(&k->store, ids, *hits);
     return KVD_OK;
 }
 
 /* A lookup's answer in rep: the hits here (ids[0..hits)), then the run
  * the peers hold from the first key missing here (present: a bit per key
  * from first on, or NULL), and a lease on those here if asked. */
-static kvd_status_t lookup_reply(kvd_server_t *srv, kvd__conn_t *c, kvd_cache_t *k,
+static kvd_status_t lookup_reply(kvd__server_t *srv, kvd__conn_t *c, kvd__cache_t *k,
                                  const Kvdock__CacheLookup *cl, const uint32_t *ids,
                                  uint32_t hits, uint32_t n, uint32_t first,
                                  const uint8_t *present, Kvdock__CacheLookupReply *rep,
@@ -1258,17 +1258,17 @@ static kvd_status_t lookup_reply(kvd_server_t *srv, kvd__conn_t *c, kvd_cache_t 
         return KVD_ELIMIT;
     }
     rep->local_hits = hits;
-    rep->disk_hits = kvd_cache_disk_hits(&k->store, ids, hits);
+    rep->disk_hits = kvd__cache_disk_hits(&k->store, ids, hits);
     rep->hits = hits;
     while (present != NULL && rep->hits < n && rep->hits >= first &&
-           kvd_cluster_bit(present, rep->hits - first))
+           kvd__cluster_bit(present, rep->hits - first))
         rep->hits++;
     k->store.n.lookups++;
     k->store.n.keys_asked += n;
     k->store.n.keys_hit += hits;
     if (cl->lease && hits > 0) {
         uint32_t ms = cl->lease_ms ? cl->lease_ms : (uint32_t)srv->opts.cache_lease_ms;
-        kvd_lease_t *l;
+        kvd__lease_t *l;
 
         if ((st = kvd__account_charge(c, KVD_HM_LEASES, lease_bytes(hits), msg, len)) != KVD_OK)
             return st;
@@ -1285,12 +1285,12 @@ static kvd_status_t lookup_reply(kvd_server_t *srv, kvd__conn_t *c, kvd_cache_t 
         memcpy(l->ids, ids, hits * sizeof(*ids));
         l->n = hits;
         for (uint32_t i = 0; i < hits; i++)
-            kvd_cache_hold(&k->store, ids[i]);
+            kvd__cache_hold(&k->store, ids[i]);
         l->id = srv->next_lease_id++;
         l->cache = k;
         k->refs++;
         k->leases++;
-        l->expires_ns = kvd_now_ns() + (uint64_t)ms * 1000000ull;
+        l->expires_ns = kvd__now_ns() + (uint64_t)ms * 1000000ull;
         l->next = c->leases;
         c->leases = l;
         c->nleases++;
@@ -1304,13 +1304,13 @@ static kvd_status_t lookup_reply(kvd_server_t *srv, kvd__conn_t *c, kvd_cache_t 
 /* A lookup waiting for the peers: what its answer needs, in memory of its
  * own (charged to its client as request bookkeeping). */
 typedef struct lookup_wait {
-    kvd_server_t *srv;
+    kvd__server_t *srv;
     kvd__conn_t *conn;
     uint64_t req_id;
     size_t op_index;
     uint64_t t_start_ns;
     uint64_t held;
-    kvd_cache_t *cache;     /* referenced */
+    kvd__cache_t *cache;     /* referenced */
     Kvdock__CacheLookup cl; /* its lease and lease_ms */
     uint32_t n, first;      /* the peers were asked about keys [first, n) */
     const uint8_t **keys;   /* [n], into bytes */
@@ -1360,10 +1360,10 @@ static void lookup_answered(void *arg, const uint8_t *present, const char *why,
 /* Ask the live peers about keys [first, n) of r's lookup: KVD_OK with r
  * deferred (lookup_answered replies), KVD_ENOENT when nobody can be
  * asked (r answers from here), or a failure. */
-static kvd_status_t lookup_ask(kvd_req_t *r, kvd_cache_t *k, const keys_t *ks, uint32_t first)
+static kvd_status_t lookup_ask(kvd__req_t *r, kvd__cache_t *k, const keys_t *ks, uint32_t first)
 {
     uint64_t keybytes = 0, held;
-    kvd_cluster_ask_t ask;
+    kvd__cluster_ask_t ask;
     lookup_wait_t *w;
     uint8_t *at;
     char why[200];
@@ -1410,7 +1410,7 @@ static kvd_status_t lookup_ask(kvd_req_t *r, kvd_cache_t *k, const keys_t *ks, u
     ask.n = ks->n;
     ask.done = lookup_answered;
     ask.arg = w;
-    st = kvd_cluster_ask(r->srv->cluster, &ask, why, sizeof(why));
+    st = kvd__cluster_ask(r->srv->cluster, &ask, why, sizeof(why));
     if (st != KVD_OK) {
         kvd__account_release(r->conn, KVD_HM_REQUESTS, held);
         free(w);
@@ -1426,7 +1426,7 @@ static kvd_status_t lookup_ask(kvd_req_t *r, kvd_cache_t *k, const keys_t *ks, u
  * (else 0, and get_keys says what is wrong): its key count in *n.  Such a
  * lookup is answered from the first key alone, without a table of the
  * rest: a chain that misses at once costs what a one-key lookup does. */
-static int first_key_missing(kvd_cache_t *k, const Kvdock__CacheKeys *ck, uint32_t *n)
+static int first_key_missing(kvd__cache_t *k, const Kvdock__CacheKeys *ck, uint32_t *n)
 {
     const uint8_t *key;
     size_t len, i, count;
@@ -1449,24 +1449,24 @@ static int first_key_missing(kvd_cache_t *k, const Kvdock__CacheKeys *ck, uint32
         key = ck->keys[0].data;
         len = ck->keys[0].len;
     }
-    if (count > MAX_KEYS || kvd_cache_lookup(&k->store, &key, &len, 1, 0, &id) != 0)
+    if (count > MAX_KEYS || kvd__cache_lookup(&k->store, &key, &len, 1, 0, &id) != 0)
         return 0;
     *n = (uint32_t)count;
     return 1;
 }
 
-kvd_status_t kvd__op_cache_lookup(kvd_req_t *r)
+kvd_status_t kvd__op_cache_lookup(kvd__req_t *r)
 {
     const Kvdock__CacheLookup *cl = r->req->cache_lookup;
     Kvdock__CacheLookupReply *rep;
-    kvd_cache_t *k = NULL;
+    kvd__cache_t *k = NULL;
     keys_t ks;
     uint32_t *ids = NULL, hits;
     kvd_status_t st;
 
     if ((st = find_cache(r, cl->cache, NULL, 1, &k)) != KVD_OK)
         return st;
-    if (!(k->cluster && kvd_cluster_live(r->srv->cluster)) &&
+    if (!(k->cluster && kvd__cluster_live(r->srv->cluster)) &&
         first_key_missing(k, cl->keys, &ks.n)) {
         if (cl->lease && r->conn->nleases >= r->srv->opts.max_leases)
             return kvd__req_fail(r, KVD_ELIMIT, "this client holds %u leases already "
@@ -1493,7 +1493,7 @@ kvd_status_t kvd__op_cache_lookup(kvd_req_t *r)
     kvdock__cache_lookup_reply__init(rep);
     if ((st = lookup_hits(k, ks.k, ks.len, ks.n, ids, &hits, r->msg, sizeof(r->msg))) != KVD_OK)
         return st;
-    if (hits < ks.n && k->cluster && kvd_cluster_live(r->srv->cluster)) {
+    if (hits < ks.n && k->cluster && kvd__cluster_live(r->srv->cluster)) {
         /* ask the peers about the rest */
         if ((st = lookup_ask(r, k, &ks, hits)) != KVD_ENOENT)
             return st;
@@ -1508,11 +1508,11 @@ kvd_status_t kvd__op_cache_lookup(kvd_req_t *r)
 
 /* ---- evict --------------------------------------------------------------------- */
 
-kvd_status_t kvd__op_cache_evict(kvd_req_t *r)
+kvd_status_t kvd__op_cache_evict(kvd__req_t *r)
 {
     const Kvdock__CacheEvict *ce = r->req->cache_evict;
     Kvdock__CacheEvictReply *rep = kvd__req_alloc(r, sizeof(*rep));
-    kvd_cache_t *k = NULL;
+    kvd__cache_t *k = NULL;
     keys_t ks;
     kvd_status_t st;
 
@@ -1525,11 +1525,11 @@ kvd_status_t kvd__op_cache_evict(kvd_req_t *r)
         return kvd__req_fail(r, KVD_EINVAL, "all takes no keys");
     kvdock__cache_evict_reply__init(rep);
     if (ce->all) {
-        rep->evicted = kvd_cache_clear(&k->store);
+        rep->evicted = kvd__cache_clear(&k->store);
     } else {
         for (uint32_t i = 0; i < ks.n; i++) {
             uint32_t n = 0;
-            st = kvd_cache_evict_key(&k->store, ks.k[i], ks.len[i], &n);
+            st = kvd__cache_evict_key(&k->store, ks.k[i], ks.len[i], &n);
             if (st == KVD_ENOMEM)
                 return kvd__req_fail(r, st, "out of memory");
             rep->evicted += n;
@@ -1549,7 +1549,7 @@ kvd_status_t kvd__op_cache_evict(kvd_req_t *r)
 
 /* What a save carries to its finish. */
 typedef struct cacheop {
-    kvd_cache_t *cache;
+    kvd__cache_t *cache;
     uint32_t *ids;      /* the blocks, in chain order */
     uint8_t *is_new;    /* reserved by this save (else held while it ran) */
     uint32_t n;
@@ -1559,9 +1559,9 @@ typedef struct cacheop {
 } cacheop_t;
 
 /* The pool must hold blocks of the cache's layout, by whole pages. */
-static kvd_status_t check_pool(kvd_req_t *r, const kvd_pool_t *p, const kvd_cache_store_t *c)
+static kvd_status_t check_pool(kvd__req_t *r, const kvd__pool_t *p, const kvd__cache_store_t *c)
 {
-    const kvd_block_layout_t *l = &c->layout;
+    const kvd__block_layout_t *l = &c->layout;
 
     if (p->num_layers != l->num_layers || !p->mla != !l->mla || p->slot_bytes != l->token_bytes)
         return kvd__req_fail(r, KVD_ESHAPE, "pool '%s' (%u layers, %s, %" PRIu64 "-byte rows) "
@@ -1582,10 +1582,10 @@ static kvd_status_t check_pool(kvd_req_t *r, const kvd_pool_t *p, const kvd_cach
 }
 
 /* The page indices of a save or load: inline, one per key, none negative. */
-static kvd_status_t get_pages(kvd_req_t *r, kvd_dataop_t *d, const Kvdock__Indices *ix,
-                              const kvd_pool_t *p, uint32_t tokens, uint32_t n, int64_t **out)
+static kvd_status_t get_pages(kvd__req_t *r, kvd__dataop_t *d, const Kvdock__Indices *ix,
+                              const kvd__pool_t *p, uint32_t tokens, uint32_t n, int64_t **out)
 {
-    kvd_idx_t x;
+    kvd__idx_t x;
     kvd_status_t st;
 
     if (ix != NULL && ix->buffer != NULL)
@@ -1604,7 +1604,7 @@ static kvd_status_t get_pages(kvd_req_t *r, kvd_dataop_t *d, const Kvdock__Indic
 }
 
 /* The operation's bookkeeping goes with its reference on the cache. */
-static void cacheop_free(kvd_dataop_t *d)
+static void cacheop_free(kvd__dataop_t *d)
 {
     cacheop_t *op = d->ext;
 
@@ -1616,10 +1616,10 @@ static void cacheop_free(kvd_dataop_t *d)
     d->ext = NULL;
 }
 
-static void save_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
+static void save_finish(kvd__dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
 {
     cacheop_t *op = d->ext;
-    kvd_cache_store_t *c;
+    kvd__cache_store_t *c;
     uint32_t i;
 
     if (op == NULL)
@@ -1628,14 +1628,14 @@ static void save_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, 
     for (i = op->n; i-- > 0;) { /* the last first: parents end up more recent */
         if (op->is_new[i]) {
             if (st != KVD_OK)
-                kvd_cache_abort(c, op->ids[i]);
-            else if (!kvd_cache_commit(c, op->ids[i]))
+                kvd__cache_abort(c, op->ids[i]);
+            else if (!kvd__cache_commit(c, op->ids[i]))
                 op->stored--; /* another save it chained onto failed */
         } else {
-            kvd_cache_unhold(c, op->ids[i]);
+            kvd__cache_unhold(c, op->ids[i]);
         }
     }
-    kvd_cache_disk_flush(c); /* the blocks' records go to disk now */
+    kvd__cache_disk_flush(c); /* the blocks' records go to disk now */
     if (st == KVD_OK) {
         c->n.saves++;
         c->n.stored += op->stored;
@@ -1652,8 +1652,8 @@ static void save_finish(kvd_dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, 
 }
 
 /* The operation's bookkeeping, reserved before anything else can fail. */
-static kvd_status_t cacheop_new(kvd_req_t *r, kvd_dataop_t *d, kvd_cache_t *k, uint32_t n,
-                                void (*finish)(kvd_dataop_t *, kvd_status_t, Kvdock__OpReply *,
+static kvd_status_t cacheop_new(kvd__req_t *r, kvd__dataop_t *d, kvd__cache_t *k, uint32_t n,
+                                void (*finish)(kvd__dataop_t *, kvd_status_t, Kvdock__OpReply *,
                                                uint64_t *))
 {
     uint64_t held = sizeof(cacheop_t) + (uint64_t)(n ? n : 1) * (sizeof(uint32_t) + 1);
@@ -1681,17 +1681,17 @@ static kvd_status_t cacheop_new(kvd_req_t *r, kvd_dataop_t *d, kvd_cache_t *k, u
     return KVD_OK;
 }
 
-static kvd_status_t do_save(kvd_req_t *r, kvd_dataop_t *d)
+static kvd_status_t do_save(kvd__req_t *r, kvd__dataop_t *d)
 {
     const Kvdock__CacheSave *cs = r->req->cache_save;
-    kvd_cache_t *k = NULL;
-    kvd_cache_store_t *c;
-    kvd_pool_t *p;
+    kvd__cache_t *k = NULL;
+    kvd__cache_store_t *c;
+    kvd__pool_t *p;
     keys_t ks;
     int64_t *pages;
     uint32_t parent = KVD_CBLOCK_NONE, i;
     kvd_status_t refusal = KVD_OK;
-    kvd_slab_plan_t plan;
+    kvd__slab_plan_t plan;
     uint32_t *new_ids, nnew = 0;
     int64_t *new_pages;
     cacheop_t *op;
@@ -1711,7 +1711,7 @@ static kvd_status_t do_save(kvd_req_t *r, kvd_dataop_t *d)
         if (cs->parent.len > KVD_CACHE_KEY_MAX)
             return kvd__req_fail(r, KVD_EINVAL, "parent is %zu bytes: keys are 1 to %d",
                                  cs->parent.len, KVD_CACHE_KEY_MAX);
-        parent = kvd_cache_find(c, cs->parent.data, cs->parent.len);
+        parent = kvd__cache_find(c, cs->parent.data, cs->parent.len);
         if (parent == KVD_CBLOCK_NONE)
             return kvd__req_fail(r, KVD_ENOENT, "the parent key is not in the cache");
     }
@@ -1726,16 +1726,16 @@ static kvd_status_t do_save(kvd_req_t *r, kvd_dataop_t *d)
      * (skipped), new ones (filling); the first refusal ends the chain */
     if (parent != KVD_CBLOCK_NONE) {
         op->ids[op->n++] = parent; /* held like a skipped block, counted as none */
-        kvd_cache_hold(c, parent);
+        kvd__cache_hold(c, parent);
     }
     for (i = 0; i < ks.n; i++) {
-        uint32_t id = kvd_cache_find(c, ks.k[i], ks.len[i]);
+        uint32_t id = kvd__cache_find(c, ks.k[i], ks.len[i]);
 
         if (id != KVD_CBLOCK_NONE) {
-            kvd_cache_hold(c, id);
+            kvd__cache_hold(c, id);
             op->skipped++;
-        } else if ((refusal = kvd_cache_reserve(c, parent, ks.k[i], ks.len[i], &id, why,
-                                                sizeof(why))) == KVD_OK) {
+        } else if ((refusal = kvd__cache_reserve(c, parent, ks.k[i], ks.len[i], &id, why,
+                                                 sizeof(why))) == KVD_OK) {
             op->is_new[op->n] = 1;
             op->stored++;
         } else {
@@ -1798,19 +1798,19 @@ static void load_pulled(void *arg, const uint8_t *present, const char *why,
     kvd__load_end(arg, why);
 }
 
-static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
+static kvd_status_t do_load(kvd__req_t *r, kvd__dataop_t *d)
 {
     const Kvdock__CacheLoad *cl = r->req->cache_load;
-    kvd_cache_t *k = NULL;
-    kvd_cache_store_t *c;
-    kvd_pool_t *p;
+    kvd__cache_t *k = NULL;
+    kvd__cache_store_t *c;
+    kvd__pool_t *p;
     keys_t ks;
-    kvd_lease_t *lease = NULL;
+    kvd__lease_t *lease = NULL;
     int64_t *pages;
     uint32_t n, i, nflags = 0, *flags = NULL;
     void *levs[MAX_LAYER_EVENTS];
-    kvd_load_spec_t spec;
-    kvd_load_t *plan;
+    kvd__load_spec_t spec;
+    kvd__load_t *plan;
     kvd_status_t st;
 
     if ((st = find_cache(r, cl->cache, NULL, 1, &k)) != KVD_OK ||
@@ -1903,8 +1903,8 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
     /* a cluster cache lacking blocks (or pulling them for another load)
      * has the peers bring them: the plan copies them as they land */
     if (lease == NULL && k->cluster && kvd__load_missing(plan) > 0 &&
-        kvd_cluster_live(r->srv->cluster)) {
-        kvd_cluster_ask_t ask;
+        kvd__cluster_live(r->srv->cluster)) {
+        kvd__cluster_ask_t ask;
         char why[200];
 
         memset(&ask, 0, sizeof(ask));
@@ -1916,7 +1916,7 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
         ask.landed = load_landed;
         ask.done = load_pulled;
         ask.arg = plan;
-        st = kvd_cluster_ask(r->srv->cluster, &ask, why, sizeof(why));
+        st = kvd__cluster_ask(r->srv->cluster, &ask, why, sizeof(why));
         if (st == KVD_OK) {
             kvd__load_wait(plan);
             r->deferred = 1;
@@ -1931,12 +1931,12 @@ static kvd_status_t do_load(kvd_req_t *r, kvd_dataop_t *d)
     return kvd__load_run(r, plan, NULL);
 }
 
-kvd_status_t kvd__op_cache_save(kvd_req_t *r)
+kvd_status_t kvd__op_cache_save(kvd__req_t *r)
 {
     return kvd__dataop_run(r, do_save);
 }
 
-kvd_status_t kvd__op_cache_load(kvd_req_t *r)
+kvd_status_t kvd__op_cache_load(kvd__req_t *r)
 {
     return kvd__dataop_run(r, do_load);
 }

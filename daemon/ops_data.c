@@ -18,8 +18,8 @@ static int data_given(const Kvdock__Data *dd)
 }
 
 /* The pool a store or fp8_set writes one layer of, with that layer in it. */
-static kvd_status_t get_pool_layer(kvd_req_t *r, kvd_dataop_t *d, uint64_t pool, uint32_t layer,
-                                   kvd_pool_t **p)
+static kvd_status_t get_pool_layer(kvd__req_t *r, kvd__dataop_t *d, uint64_t pool, uint32_t layer,
+                                   kvd__pool_t **p)
 {
     kvd_status_t st;
 
@@ -33,11 +33,11 @@ static kvd_status_t get_pool_layer(kvd_req_t *r, kvd_dataop_t *d, uint64_t pool,
 
 /* ---- store ----------------------------------------------------------------- */
 
-static kvd_status_t do_store(kvd_req_t *r, kvd_dataop_t *d)
+static kvd_status_t do_store(kvd__req_t *r, kvd__dataop_t *d)
 {
     const Kvdock__Store *s = r->req->store;
-    kvd_pool_t *p = NULL;
-    kvd_idx_t loc;
+    kvd__pool_t *p = NULL;
+    kvd__idx_t loc;
     const void *k, *v = NULL;
     uint64_t stride, need, most;
     kvd_status_t st;
@@ -94,7 +94,7 @@ static kvd_status_t do_store(kvd_req_t *r, kvd_dataop_t *d)
 
 /* ---- fp8 set --------------------------------------------------------------- */
 
-static kvd_status_t check_scales(kvd_req_t *r, const float *v, size_t n, const char *what)
+static kvd_status_t check_scales(kvd__req_t *r, const float *v, size_t n, const char *what)
 {
     size_t i;
 
@@ -105,12 +105,12 @@ static kvd_status_t check_scales(kvd_req_t *r, const float *v, size_t n, const c
     return KVD_OK;
 }
 
-static kvd_status_t do_fp8_set(kvd_req_t *r, kvd_dataop_t *d)
+static kvd_status_t do_fp8_set(kvd__req_t *r, kvd__dataop_t *d)
 {
     const Kvdock__Fp8Set *f = r->req->fp8_set;
     kvd_fp8_set_args_t *a = &d->job.a.fp8;
-    kvd_pool_t *p = NULL;
-    kvd_idx_t loc;
+    kvd__pool_t *p = NULL;
+    kvd__idx_t loc;
     const void *k, *v = NULL;
     uint64_t esize, row, need;
     kvd_status_t st;
@@ -211,12 +211,12 @@ static kvd_status_t do_fp8_set(kvd_req_t *r, kvd_dataop_t *d)
 
 /* ---- page-table gather ----------------------------------------------------- */
 
-static kvd_status_t do_gather(kvd_req_t *r, kvd_dataop_t *d)
+static kvd_status_t do_gather(kvd__req_t *r, kvd__dataop_t *d)
 {
     const Kvdock__PageTableGather *g = r->req->gather;
     kvd_gather_args_t *a = &d->job.a.gather;
     uint64_t esize, table_row, out_row, table_stride, out_stride, need;
-    kvd_idx_t req, seq;
+    kvd__idx_t req, seq;
     void *table = NULL, *out = NULL;
     kvd_status_t st;
 
@@ -285,13 +285,13 @@ static kvd_status_t do_gather(kvd_req_t *r, kvd_dataop_t *d)
 
 /* ---- transfer -------------------------------------------------------------- */
 
-static kvd_status_t do_transfer(kvd_req_t *r, kvd_dataop_t *d)
+static kvd_status_t do_transfer(kvd__req_t *r, kvd__dataop_t *d)
 {
     const Kvdock__Transfer *t = r->req->transfer;
     kvd_transfer_args_t *a = &d->job.a.transfer;
-    kvd_pool_t *src = NULL, *dst = NULL;
+    kvd__pool_t *src = NULL, *dst = NULL;
     uint32_t begin, count;
-    kvd_idx_t si, di;
+    kvd__idx_t si, di;
     int sclass;
     kvd_status_t st;
 
@@ -329,7 +329,7 @@ static kvd_status_t do_transfer(kvd_req_t *r, kvd_dataop_t *d)
                          di.count);
     if (si.count > 0 && si.dtype != di.dtype) {
         /* the kernels take one index type: widen an inline I32 side */
-        kvd_idx_t *narrow = si.dtype == KVD_DTYPE_I32 ? &si : &di;
+        kvd__idx_t *narrow = si.dtype == KVD_DTYPE_I32 ? &si : &di;
 
         if (!narrow->staged)
             return kvd__req_fail(r, KVD_EDTYPE, "src and dst indices must have one dtype (an "
@@ -369,22 +369,22 @@ static kvd_status_t do_transfer(kvd_req_t *r, kvd_dataop_t *d)
 
 /* ---- entry points ---------------------------------------------------------- */
 
-kvd_status_t kvd__op_store(kvd_req_t *r)
+kvd_status_t kvd__op_store(kvd__req_t *r)
 {
     return kvd__dataop_run(r, do_store);
 }
 
-kvd_status_t kvd__op_fp8_set(kvd_req_t *r)
+kvd_status_t kvd__op_fp8_set(kvd__req_t *r)
 {
     return kvd__dataop_run(r, do_fp8_set);
 }
 
-kvd_status_t kvd__op_gather(kvd_req_t *r)
+kvd_status_t kvd__op_gather(kvd__req_t *r)
 {
     return kvd__dataop_run(r, do_gather);
 }
 
-kvd_status_t kvd__op_transfer(kvd_req_t *r)
+kvd_status_t kvd__op_transfer(kvd__req_t *r)
 {
     return kvd__dataop_run(r, do_transfer);
 }

@@ -6,13 +6,13 @@
 #include "dispatch.h"
 #include "log.h"
 
-kvd_status_t kvd__op_event_register(kvd_req_t *r)
+kvd_status_t kvd__op_event_register(kvd__req_t *r)
 {
     const Kvdock__EventRegister *er = r->req->event_register;
-    kvd_backend_t *be = r->srv->backend;
+    kvd__backend_t *be = r->srv->backend;
     Kvdock__EventInfo *ei;
-    kvd_event_t *e;
-    kvd_obj_t *o;
+    kvd__event_t *e;
+    kvd__obj_t *o;
     char why[160] = "";
     kvd_status_t st;
 
@@ -22,7 +22,7 @@ kvd_status_t kvd__op_event_register(kvd_req_t *r)
     /* one registration per handle and client */
     for (o = r->conn->owner.head; o; o = o->onext) {
         if (o->type == KVD_OBJ_EVENT &&
-            memcmp(((kvd_event_t *)o)->handle, er->cuda_ipc_event_handle.data,
+            memcmp(((kvd__event_t *)o)->handle, er->cuda_ipc_event_handle.data,
                    KVD_IPC_HANDLE_BYTES) == 0)
             return kvd__req_fail(r, KVD_EEXIST, "this event is registered already as %" PRIu64,
                              o->id);
@@ -44,7 +44,7 @@ kvd_status_t kvd__op_event_register(kvd_req_t *r)
     }
     e->obj.type = KVD_OBJ_EVENT;
     memcpy(e->handle, er->cuda_ipc_event_handle.data, KVD_IPC_HANDLE_BYTES);
-    if (kvd_registry_add(&r->srv->reg, &e->obj, &r->conn->owner) != KVD_OK) {
+    if (kvd__registry_add(&r->srv->reg, &e->obj, &r->conn->owner) != KVD_OK) {
         be->event_close(be, e->ev);
         free(e);
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
@@ -56,7 +56,7 @@ kvd_status_t kvd__op_event_register(kvd_req_t *r)
     return KVD_OK;
 }
 
-kvd_status_t kvd__op_event_drop(kvd_req_t *r)
+kvd_status_t kvd__op_event_drop(kvd__req_t *r)
 {
     return kvd__req_drop_obj(r, r->req->event_drop->event, KVD_OBJ_EVENT, "event");
 }

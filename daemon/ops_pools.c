@@ -12,10 +12,10 @@
  * and V apart needs two per layer. */
 #define MAX_IMPORT_REGIONS 4096
 
-kvd_status_t kvd__check_mem_limits(kvd_req_t *r, uint64_t bytes)
+kvd_status_t kvd__check_mem_limits(kvd__req_t *r, uint64_t bytes)
 {
-    const kvd_options_t *o = &r->srv->opts;
-    const kvd_owner_t *own = &r->conn->owner;
+    const kvd__options_t *o = &r->srv->opts;
+    const kvd__owner_t *own = &r->conn->owner;
 
     if (o->max_pool_bytes != 0 && (bytes > o->max_pool_bytes ||
                                    own->bytes > o->max_pool_bytes - bytes))
@@ -33,7 +33,7 @@ kvd_status_t kvd__check_mem_limits(kvd_req_t *r, uint64_t bytes)
     return KVD_OK;
 }
 
-kvd_status_t kvd__reserve_host(kvd_req_t *r, kvd_obj_t *obj, int kind, uint64_t bytes,
+kvd_status_t kvd__reserve_host(kvd__req_t *r, kvd__obj_t *obj, int kind, uint64_t bytes,
                                const char *what)
 {
     char why[200];
@@ -41,7 +41,7 @@ kvd_status_t kvd__reserve_host(kvd_req_t *r, kvd_obj_t *obj, int kind, uint64_t 
     kvd_status_t st;
 
     bytes = (bytes + page - 1) / page * page; /* memfds hold whole pages */
-    st = kvd_hostmem_reserve(&r->srv->hostmem, kind, bytes, why, sizeof(why));
+    st = kvd__hostmem_reserve(&r->srv->hostmem, kind, bytes, why, sizeof(why));
     if (st != KVD_OK)
         return kvd__req_fail(r, st, "%s: %s", what, why);
     obj->host_bytes = bytes;
@@ -49,13 +49,13 @@ kvd_status_t kvd__reserve_host(kvd_req_t *r, kvd_obj_t *obj, int kind, uint64_t 
     return KVD_OK;
 }
 
-void kvd__unreserve_host(kvd_req_t *r, kvd_obj_t *obj)
+void kvd__unreserve_host(kvd__req_t *r, kvd__obj_t *obj)
 {
-    kvd_hostmem_release(&r->srv->hostmem, obj->host_kind, obj->host_bytes);
+    kvd__hostmem_release(&r->srv->hostmem, obj->host_kind, obj->host_bytes);
     obj->host_bytes = 0;
 }
 
-static void fill_info(const kvd_pool_t *p, Kvdock__PoolInfo *pi)
+static void fill_info(const kvd__pool_t *p, Kvdock__PoolInfo *pi)
 {
     kvdock__pool_info__init(pi);
     pi->id = p->obj.id;
@@ -77,14 +77,14 @@ static void fill_info(const kvd_pool_t *p, Kvdock__PoolInfo *pi)
 }
 
 /* A pool named by id, or by name when the id is 0. */
-static kvd_status_t find_pool(kvd_req_t *r, uint64_t id, const char *name, kvd_pool_t **out)
+static kvd_status_t find_pool(kvd__req_t *r, uint64_t id, const char *name, kvd__pool_t **out)
 {
-    kvd_pool_t *p = NULL;
+    kvd__pool_t *p = NULL;
 
     if (id != 0)
-        p = (kvd_pool_t *)kvd_registry_get(&r->srv->reg, id, KVD_OBJ_POOL);
+        p = (kvd__pool_t *)kvd__registry_get(&r->srv->reg, id, KVD_OBJ_POOL);
     else if (name != NULL && name[0] != '\0')
-        p = kvd_registry_pool_by_name(&r->srv->reg, name, r->conn->id);
+        p = kvd__registry_pool_by_name(&r->srv->reg, name, r->conn->id);
     else
         return kvd__req_fail(r, KVD_EINVAL, "name a pool by id or by name");
     if (p == NULL) {
@@ -96,12 +96,12 @@ static kvd_status_t find_pool(kvd_req_t *r, uint64_t id, const char *name, kvd_p
     return KVD_OK;
 }
 
-static kvd_status_t check_name(kvd_req_t *r, const char *name, int shared)
+static kvd_status_t check_name(kvd__req_t *r, const char *name, int shared)
 {
-    if (!kvd_pool_name_valid(name))
+    if (!kvd__pool_name_valid(name))
         return kvd__req_fail(r, KVD_EINVAL,
                          "pool name must be 1 to 63 characters of [A-Za-z0-9._-]");
-    if (kvd_registry_name_taken(&r->srv->reg, name, r->conn->id, shared))
+    if (kvd__registry_name_taken(&r->srv->reg, name, r->conn->id, shared))
         return kvd__req_fail(r, KVD_EEXIST, "a pool named '%s' exists%s", name,
                              shared ? " (yours, or a shared one)" : " (yours)");
     return KVD_OK;
@@ -112,7 +112,7 @@ static uint64_t align_up(uint64_t v, uint64_t a)
     return (v + a - 1) / a * a;
 }
 
-static void log_pool(const kvd__conn_t *c, const kvd_pool_t *p)
+static void log_pool(const kvd__conn_t *c, const kvd__pool_t *p)
 {
     kvd_log(KVD_LOG_INFO,
             "event=pool_%s client=%" PRIu64 " pool=%" PRIu64 " name=%s kind=%s layers=%u "
@@ -122,11 +122,11 @@ static void log_pool(const kvd__conn_t *c, const kvd_pool_t *p)
             p->num_layers, p->num_slots, p->slot_bytes, p->mla, p->obj.bytes);
 }
 
-static kvd_status_t register_pool(kvd_req_t *r, kvd_pool_t *p)
+static kvd_status_t register_pool(kvd__req_t *r, kvd__pool_t *p)
 {
     Kvdock__PoolInfo *pi = kvd__req_alloc(r, sizeof(*pi));
 
-    if (pi == NULL || kvd_registry_add(&r->srv->reg, &p->obj, &r->conn->owner) != KVD_OK)
+    if (pi == NULL || kvd__registry_add(&r->srv->reg, &p->obj, &r->conn->owner) != KVD_OK)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     fill_info(p, pi);
     r->resp.result_case = KVDOCK__RESPONSE__RESULT_POOL;
@@ -142,10 +142,10 @@ static kvd_status_t register_pool(kvd_req_t *r, kvd_pool_t *p)
  * goes once it is ready. */
 typedef struct pool_work {
     uv_work_t w;
-    kvd_server_t *srv;
+    kvd__server_t *srv;
     kvd__conn_t *conn;
-    kvd_pool_t *p;     /* holds a reference */
-    kvd_mem_t *mem;
+    kvd__pool_t *p;     /* holds a reference */
+    kvd__mem_t *mem;
     uint64_t req_id;
     size_t op_index;
     uint64_t t_start_ns;
@@ -156,7 +156,7 @@ typedef struct pool_work {
 static void pool_work_run(uv_work_t *w)
 {
     pool_work_t *pw = w->data;
-    kvd_backend_t *be = pw->srv->backend;
+    kvd__backend_t *be = pw->srv->backend;
 
     pw->st = be->mem_create(be, KVD_MEM_HOST, pw->p->bytes, pw->p->name, &pw->mem, pw->why,
                             sizeof(pw->why));
@@ -165,8 +165,8 @@ static void pool_work_run(uv_work_t *w)
 static void pool_work_end(uv_work_t *w, int status)
 {
     pool_work_t *pw = w->data;
-    kvd_server_t *srv = pw->srv;
-    kvd_pool_t *p = pw->p;
+    kvd__server_t *srv = pw->srv;
+    kvd__pool_t *p = pw->p;
     Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
     Kvdock__PoolInfo pi;
     char msg[220];
@@ -184,7 +184,7 @@ static void pool_work_end(uv_work_t *w, int status)
     }
     if (pw->st != KVD_OK) {
         if (p->obj.owner != NULL)
-            kvd_registry_drop(&srv->reg, &p->obj);
+            kvd__registry_drop(&srv->reg, &p->obj);
         snprintf(msg, sizeof(msg), "cannot allocate %" PRIu64 " bytes: %s", p->bytes, pw->why);
         resp.status = (uint32_t)pw->st;
         resp.message = msg;
@@ -195,7 +195,7 @@ static void pool_work_end(uv_work_t *w, int status)
         log_pool(pw->conn, p);
     }
     kvd__reply_deferred_response(pw->conn, &resp, pw->op_index, pw->t_start_ns);
-    kvd_obj_unref(&srv->reg, &p->obj);
+    kvd__obj_unref(&srv->reg, &p->obj);
     kvd__conn_op_end(pw->conn);
     free(pw);
     kvd__server_mem_work_done(srv);
@@ -204,19 +204,19 @@ static void pool_work_end(uv_work_t *w, int status)
 /* Register p (its fields set and its host memory reserved, no memory
  * made yet) and make its memory off the loop; the reply goes from
  * pool_work_end.  p is this function's: on failure it is gone. */
-static kvd_status_t pool_create_later(kvd_req_t *r, kvd_pool_t *p)
+static kvd_status_t pool_create_later(kvd__req_t *r, kvd__pool_t *p)
 {
-    kvd_server_t *srv = r->srv;
+    kvd__server_t *srv = r->srv;
     pool_work_t *pw = calloc(1, sizeof(*pw));
 
     p->creating = 1;
-    if (pw == NULL || kvd_registry_add(&srv->reg, &p->obj, &r->conn->owner) != KVD_OK) {
+    if (pw == NULL || kvd__registry_add(&srv->reg, &p->obj, &r->conn->owner) != KVD_OK) {
         free(pw);
         kvd__unreserve_host(r, &p->obj);
         free(p);
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     }
-    kvd_obj_ref(&p->obj);
+    kvd__obj_ref(&p->obj);
     pw->w.data = pw;
     pw->srv = srv;
     pw->conn = r->conn;
@@ -225,8 +225,8 @@ static kvd_status_t pool_create_later(kvd_req_t *r, kvd_pool_t *p)
     pw->op_index = r->op_index;
     pw->t_start_ns = r->t_start_ns;
     if (uv_queue_work(srv->loop, &pw->w, pool_work_run, pool_work_end) != 0) {
-        kvd_registry_drop(&srv->reg, &p->obj); /* frees it, and its reservation */
-        kvd_obj_unref(&srv->reg, &p->obj);
+        kvd__registry_drop(&srv->reg, &p->obj); /* frees it, and its reservation */
+        kvd__obj_unref(&srv->reg, &p->obj);
         free(pw);
         return kvd__req_fail(r, KVD_EIO, "cannot queue the pool's allocation");
     }
@@ -236,13 +236,13 @@ static kvd_status_t pool_create_later(kvd_req_t *r, kvd_pool_t *p)
     return KVD_OK;
 }
 
-kvd_status_t kvd__op_pool_create(kvd_req_t *r)
+kvd_status_t kvd__op_pool_create(kvd__req_t *r)
 {
     const Kvdock__PoolCreate *pc = r->req->pool_create;
-    kvd_backend_t *be = r->srv->backend;
+    kvd__backend_t *be = r->srv->backend;
     uint64_t region, region_al, layer_stride, total, held;
     char why[160] = "";
-    kvd_pool_t *p = NULL;
+    kvd__pool_t *p = NULL;
     kvd_status_t st;
     unsigned kv = pc->mla ? 1 : 2;
 
@@ -318,17 +318,17 @@ kvd_status_t kvd__op_pool_create(kvd_req_t *r)
     return st;
 }
 
-kvd_status_t kvd__op_pool_export(kvd_req_t *r)
+kvd_status_t kvd__op_pool_export(kvd__req_t *r)
 {
     const Kvdock__PoolExport *pe = r->req->pool_export;
     Kvdock__PoolExportReply *x;
     Kvdock__PoolInfo *pi;
-    kvd_pool_t *p = NULL;
+    kvd__pool_t *p = NULL;
     kvd_status_t st;
 
     if ((st = find_pool(r, pe->pool, pe->name, &p)) != KVD_OK)
         return st;
-    if (kvd_obj_may_use(&p->obj, r->conn->id) != KVD_OK)
+    if (kvd__obj_may_use(&p->obj, r->conn->id) != KVD_OK)
         return kvd__req_fail(r, KVD_EPERM, "pool %" PRIu64 " belongs to another client", p->obj.id);
     if (p->imported)
         return kvd__req_fail(r, KVD_ENOTSUP, "pool %" PRIu64 " is imported: its memory is a client's",
@@ -358,7 +358,7 @@ kvd_status_t kvd__op_pool_export(kvd_req_t *r)
 }
 
 /* The byte just past the last slot of a layer at offset in a region. */
-static int layer_fits(const kvd_pool_t *p, uint64_t offset, uint64_t region_bytes)
+static int layer_fits(const kvd__pool_t *p, uint64_t offset, uint64_t region_bytes)
 {
     uint64_t span, end;
 
@@ -369,7 +369,7 @@ static int layer_fits(const kvd_pool_t *p, uint64_t offset, uint64_t region_byte
     return end <= region_bytes;
 }
 
-static kvd_status_t import_layers(kvd_req_t *r, kvd_pool_t *p, Kvdock__MemRef **refs, size_t n,
+static kvd_status_t import_layers(kvd__req_t *r, kvd__pool_t *p, Kvdock__MemRef **refs, size_t n,
                                   uint64_t **out, const char *what)
 {
     uint64_t *addr = calloc(n ? n : 1, sizeof(*addr));
@@ -398,12 +398,12 @@ static kvd_status_t import_layers(kvd_req_t *r, kvd_pool_t *p, Kvdock__MemRef **
     return KVD_OK;
 }
 
-kvd_status_t kvd__op_pool_import(kvd_req_t *r)
+kvd_status_t kvd__op_pool_import(kvd__req_t *r)
 {
     const Kvdock__PoolImport *pi = r->req->pool_import;
-    kvd_backend_t *be = r->srv->backend;
+    kvd__backend_t *be = r->srv->backend;
     uint64_t stride = pi->slot_stride ? pi->slot_stride : pi->slot_bytes, total = 0;
-    kvd_pool_t *p = NULL;
+    kvd__pool_t *p = NULL;
     kvd_status_t st;
     size_t i;
 
@@ -484,7 +484,7 @@ kvd_status_t kvd__op_pool_import(kvd_req_t *r)
         st = be->mem_import(be, (int)g->kind, g->cuda_ipc_handle.data, g->cuda_ipc_handle.len,
                             fd, g->bytes, &p->regions[i], why, sizeof(why));
         if (st != KVD_OK) {
-            kvd_pool_free(be, p);
+            kvd__pool_free(be, p);
             return kvd__req_fail(r, st, "regions[%zu]: %s", i, why);
         }
         p->n_regions++;
@@ -494,30 +494,30 @@ kvd_status_t kvd__op_pool_import(kvd_req_t *r)
         (!p->mla &&
          (st = import_layers(r, p, pi->v_layers, pi->n_v_layers, &p->v_addr, "v_layers")) !=
              KVD_OK)) {
-        kvd_pool_free(be, p);
+        kvd__pool_free(be, p);
         return st;
     }
     if ((st = be->table_create(be, p->k_addr, p->num_layers, &p->k_table)) != KVD_OK ||
         (!p->mla && (st = be->table_create(be, p->v_addr, p->num_layers, &p->v_table)) != KVD_OK)) {
-        kvd_pool_free(be, p);
+        kvd__pool_free(be, p);
         return kvd__req_fail(r, st, st == KVD_ENOMEM ? "out of memory for layer tables"
                                                      : "the device refused the layer tables");
     }
     st = register_pool(r, p);
     if (st != KVD_OK)
-        kvd_pool_free(be, p);
+        kvd__pool_free(be, p);
     return st;
 }
 
-kvd_status_t kvd__op_pool_drop(kvd_req_t *r)
+kvd_status_t kvd__op_pool_drop(kvd__req_t *r)
 {
     const Kvdock__PoolDrop *pd = r->req->pool_drop;
-    kvd_pool_t *p = NULL;
+    kvd__pool_t *p = NULL;
     kvd_status_t st;
 
     if ((st = find_pool(r, pd->pool, pd->name, &p)) != KVD_OK)
         return st;
-    if (kvd_obj_may_drop(&p->obj, r->conn->id, r->conn->uid, r->conn->admin) != KVD_OK) {
+    if (kvd__obj_may_drop(&p->obj, r->conn->id, r->conn->uid, r->conn->admin) != KVD_OK) {
         if (p->obj.shared)
             return kvd__req_fail(r, KVD_EPERM,
                              "pool %" PRIu64 " is shared by user %u: only that user or an admin "
@@ -528,16 +528,16 @@ kvd_status_t kvd__op_pool_drop(kvd_req_t *r)
     kvd_log(KVD_LOG_INFO, "event=pool_drop client=%" PRIu64 " pool=%" PRIu64 " name=%s refs=%u",
             r->conn->id, p->obj.id, p->name, p->obj.refs);
     kvd__server_drop_wait_begin(r->srv, r->conn, r->req->id, r->op_index, r->t_start_ns);
-    kvd_registry_drop(&r->srv->reg, &p->obj);
+    kvd__registry_drop(&r->srv->reg, &p->obj);
     r->deferred = kvd__server_drop_wait_end(r->srv);
     return KVD_OK;
 }
 
-kvd_status_t kvd__op_pool_list(kvd_req_t *r)
+kvd_status_t kvd__op_pool_list(kvd__req_t *r)
 {
     Kvdock__PoolListReply *l = kvd__req_alloc(r, sizeof(*l));
     int all = r->req->pool_list != NULL && r->req->pool_list->all;
-    kvd_pool_t *p = NULL;
+    kvd__pool_t *p = NULL;
 
     if (l == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
@@ -553,7 +553,7 @@ kvd_status_t kvd__op_pool_list(kvd_req_t *r)
             continue;
         /* its own pools and the shared ones: other clients' private pools
          * are theirs, their names too (an admin sees them in status) */
-        if (!all && kvd_obj_may_use(&p->obj, r->conn->id) != KVD_OK)
+        if (!all && kvd__obj_may_use(&p->obj, r->conn->id) != KVD_OK)
             continue;
         pi = kvd__req_alloc(r, sizeof(*pi));
         if (pi == NULL)

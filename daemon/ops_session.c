@@ -9,12 +9,12 @@
 #include "log.h"
 #include "metrics.h"
 
-kvd_status_t kvd__op_hello(kvd_req_t *r)
+kvd_status_t kvd__op_hello(kvd__req_t *r)
 {
     const Kvdock__Hello *h = r->req->hello;
     kvd__conn_t *c = r->conn;
-    kvd_server_t *srv = r->srv;
-    const kvd_options_t *o = &srv->opts;
+    kvd__server_t *srv = r->srv;
+    const kvd__options_t *o = &srv->opts;
     Kvdock__HelloReply *rep = kvd__req_alloc(r, sizeof(*rep));
     Kvdock__Limits *lim = kvd__req_alloc(r, sizeof(*lim));
     char name[96];
@@ -60,17 +60,17 @@ kvd_status_t kvd__op_hello(kvd_req_t *r)
     if (strlen(h->client_name) >= sizeof(c->name))
         return kvd__req_fail(r, KVD_EINVAL, "client_name is longer than %zu bytes",
                          sizeof(c->name) - 1);
-    if (!kvd_text_valid(h->client_name))
+    if (!kvd__text_valid(h->client_name))
         return kvd__req_fail(r, KVD_EINVAL, "client_name holds a control character");
     snprintf(c->name, sizeof(c->name), "%s", h->client_name);
     c->hello_done = 1;
     kvd__conn_hello_done(c);
     kvd_log(KVD_LOG_INFO, "event=hello client=%" PRIu64 " name=%s", c->id,
-            kvd_log_quote(c->name, name, sizeof(name)));
+            kvd__log_quote(c->name, name, sizeof(name)));
     return KVD_OK;
 }
 
-kvd_status_t kvd__op_ping(kvd_req_t *r)
+kvd_status_t kvd__op_ping(kvd__req_t *r)
 {
     Kvdock__Pong *p = kvd__req_alloc(r, sizeof(*p));
 
@@ -84,10 +84,10 @@ kvd_status_t kvd__op_ping(kvd_req_t *r)
 }
 
 /* The host-memory budget and its use by kind; device memory on cuda. */
-static kvd_status_t fill_memory(kvd_req_t *r, Kvdock__StatusReply *s)
+static kvd_status_t fill_memory(kvd__req_t *r, Kvdock__StatusReply *s)
 {
-    kvd_server_t *srv = r->srv;
-    const kvd_hostmem_t *hm = &srv->hostmem;
+    kvd__server_t *srv = r->srv;
+    const kvd__hostmem_t *hm = &srv->hostmem;
     Kvdock__HostMemory *h = kvd__req_alloc(r, sizeof(*h));
     uint64_t total = 0, avail = 0;
     int k;
@@ -98,7 +98,7 @@ static kvd_status_t fill_memory(kvd_req_t *r, Kvdock__StatusReply *s)
     h->budget = hm->budget;
     h->used = hm->total;
     h->cache_budgets = kvd__caches_budgets(srv);
-    if (kvd_sysmem(&total, &avail) == 0) {
+    if (kvd__sysmem(&total, &avail) == 0) {
         h->available = avail;
         h->machine = total;
     }
@@ -110,7 +110,7 @@ static kvd_status_t fill_memory(kvd_req_t *r, Kvdock__StatusReply *s)
         if (u == NULL)
             return KVD_ENOMEM;
         kvdock__memory_use__init(u);
-        u->kind = (char *)kvd_hostmem_kind_name(k);
+        u->kind = (char *)kvd__hostmem_kind_name(k);
         u->used = hm->used[k];
         u->limit = hm->cap[k];
         u->refused = hm->refused[k];
@@ -125,7 +125,7 @@ static kvd_status_t fill_memory(kvd_req_t *r, Kvdock__StatusReply *s)
 }
 
 /* Each stream class's default path. */
-static kvd_status_t fill_paths(kvd_req_t *r, Kvdock__StatusReply *s)
+static kvd_status_t fill_paths(kvd__req_t *r, Kvdock__StatusReply *s)
 {
     int i;
 
@@ -144,9 +144,9 @@ static kvd_status_t fill_paths(kvd_req_t *r, Kvdock__StatusReply *s)
     return KVD_OK;
 }
 
-kvd_status_t kvd__op_status(kvd_req_t *r)
+kvd_status_t kvd__op_status(kvd__req_t *r)
 {
-    kvd_server_t *srv = r->srv;
+    kvd__server_t *srv = r->srv;
     Kvdock__StatusReply *s = kvd__req_alloc(r, sizeof(*s));
     kvd__conn_t *c;
     size_t n = 0;
@@ -157,17 +157,17 @@ kvd_status_t kvd__op_status(kvd_req_t *r)
     s->daemon_version = (char *)KVD_DAEMON_VERSION;
     s->backend = (Kvdock__Backend)srv->backend->proto_backend;
     s->device_name = srv->backend->device_name;
-    s->uptime_ms = (kvd_now_ns() - srv->start_ns) / 1000000ull;
+    s->uptime_ms = (kvd__now_ns() - srv->start_ns) / 1000000ull;
     s->pools = srv->reg.npools;
     s->pool_bytes = srv->reg.live_bytes;
     s->buffers = srv->reg.nbuffers;
     s->events = srv->reg.nevents;
     s->inflight = srv->inflight;
     s->socket_path = srv->socket_path;
-    s->metrics_address = (char *)kvd_metrics_address(srv->metrics);
+    s->metrics_address = (char *)kvd__metrics_address(srv->metrics);
     s->shutting_down = srv->shutting_down != 0;
     if (fill_memory(r, s) != KVD_OK || fill_paths(r, s) != KVD_OK ||
-        (srv->cluster != NULL && (s->cluster = kvd_cluster_status(r, srv->cluster)) == NULL) ||
+        (srv->cluster != NULL && (s->cluster = kvd__cluster_status(r, srv->cluster)) == NULL) ||
         (srv->disk_io != NULL && (s->disk = kvd__disk_status(r)) == NULL))
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     for (c = srv->conns; c; c = c->next)
@@ -200,11 +200,11 @@ kvd_status_t kvd__op_status(kvd_req_t *r)
     return KVD_OK;
 }
 
-kvd_status_t kvd__op_stats(kvd_req_t *r)
+kvd_status_t kvd__op_stats(kvd__req_t *r)
 {
-    kvd_server_t *srv = r->srv;
+    kvd__server_t *srv = r->srv;
     Kvdock__StatsReply *s = kvd__req_alloc(r, sizeof(*s));
-    uint64_t now = kvd_now_ns();
+    uint64_t now = kvd__now_ns();
     size_t i, nops = srv->stats.nops;
 
     if (s == NULL)
@@ -215,7 +215,7 @@ kvd_status_t kvd__op_stats(kvd_req_t *r)
     if (s->ops == NULL || s->streams == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     for (i = 0; i < nops; i++) {
-        const kvd_op_counters_t *k = &srv->stats.ops[i];
+        const kvd__op_counters_t *k = &srv->stats.ops[i];
         Kvdock__OpStats *o = kvd__req_alloc(r, sizeof(*o));
         if (o == NULL)
             return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
@@ -232,17 +232,17 @@ kvd_status_t kvd__op_stats(kvd_req_t *r)
         s->ops[s->n_ops++] = o;
     }
     for (i = KVD_STREAM_FIRST; i < KVD_STREAM_END; i++) {
-        const kvd_stream_counters_t *k = &srv->stats.streams[i];
+        const kvd__stream_counters_t *k = &srv->stats.streams[i];
         Kvdock__StreamStats *t = kvd__req_alloc(r, sizeof(*t));
         if (t == NULL)
             return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
         kvdock__stream_stats__init(t);
-        t->name = (char *)kvd_stream_class_name((int)i);
+        t->name = (char *)kvd__stream_class_name((int)i);
         t->priority = srv->backend->priority[i];
         t->max_blocks = srv->backend->blocks[i];
         t->launches = k->launches;
         t->bytes = k->bytes;
-        t->busy_ns = kvd_stats_stream_busy(&srv->stats, (int)i, now);
+        t->busy_ns = kvd__stats_stream_busy(&srv->stats, (int)i, now);
         t->queue_depth = k->depth;
         t->path = (Kvdock__CopyPath)kvd__stream_path(&srv->opts, (int)i);
         t->copy_engine_launches = k->copy_engine_launches;
@@ -256,7 +256,7 @@ kvd_status_t kvd__op_stats(kvd_req_t *r)
     return KVD_OK;
 }
 
-kvd_status_t kvd__op_shutdown(kvd_req_t *r)
+kvd_status_t kvd__op_shutdown(kvd__req_t *r)
 {
     /* the reply goes out first: the drain answers everything else */
     kvd__conn_t *c = r->conn;

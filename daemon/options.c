@@ -16,10 +16,10 @@
 #include "log.h"
 #include "metrics.h"
 
-#define OFF(field) offsetof(kvd_options_t, field)
+#define OFF(field) offsetof(kvd__options_t, field)
 
 /* name, type, field, default, min, max, choices, description */
-const kvd_option_def_t kvd__option_table[] = {
+const kvd__option_def_t kvd__option_table[] = {
     {"socket", KVD_OPT_STR, OFF(socket), "", 0, 0, NULL,
      "socket path (default: $KVDOCK_SOCKET, else $XDG_RUNTIME_DIR/kvdock/kvdockd.sock, else "
      "/tmp/kvdock-UID/kvdockd.sock)"},
@@ -185,7 +185,7 @@ const kvd_option_def_t kvd__option_table[] = {
 };
 const size_t kvd__option_count = sizeof(kvd__option_table) / sizeof(kvd__option_table[0]);
 
-static const kvd_option_def_t *find(const char *name, size_t name_len)
+static const kvd__option_def_t *find(const char *name, size_t name_len)
 {
     size_t i;
 
@@ -247,7 +247,7 @@ static int parse_number(const char *s, int is_signed, int allow_suffix, int64_t 
 }
 
 /* A switch's value ("no|yes" choices) in any of the usual spellings. */
-static const char *boolean_word(const kvd_option_def_t *d, const char *v)
+static const char *boolean_word(const kvd__option_def_t *d, const char *v)
 {
     static const char *const yes[] = {"yes", "true", "on", "1"}, *const no[] = {"no", "false",
                                                                                 "off", "0"};
@@ -265,7 +265,7 @@ static const char *boolean_word(const kvd_option_def_t *d, const char *v)
 
 /* socket-group's gid, kept beside its text: a name (looked up once,
  * here, not at every connection) or a decimal gid; "" is none. */
-static kvd_status_t resolve_group(kvd_options_t *o, const char *value, char *err,
+static kvd_status_t resolve_group(kvd__options_t *o, const char *value, char *err,
                                   size_t err_len)
 {
     struct group *gr;
@@ -289,21 +289,23 @@ static kvd_status_t resolve_group(kvd_options_t *o, const char *value, char *err
 }
 
 /* A size out of its option's range, said in the units sizes are given in. */
-static kvd_status_t size_range_error(const kvd_option_def_t *d, const char *value, uint64_t v,
+static kvd_status_t size_range_error(const kvd__option_def_t *d, const char *value, uint64_t v,
                                      char *err, size_t err_len)
 {
     char a[32], b[32];
 
     if (v < (uint64_t)d->min)
         kvd__seterr(err, err_len, "%s: %s (%s) is below the least, %s", d->name, value,
-                    kvd_fmt_bytes(v, a, sizeof(a)), kvd_fmt_bytes((uint64_t)d->min, b, sizeof(b)));
+                    kvd__fmt_bytes(v, a, sizeof(a)),
+                    kvd__fmt_bytes((uint64_t)d->min, b, sizeof(b)));
     else
         kvd__seterr(err, err_len, "%s: %s (%s) is above the most, %s", d->name, value,
-                    kvd_fmt_bytes(v, a, sizeof(a)), kvd_fmt_bytes((uint64_t)d->max, b, sizeof(b)));
+                    kvd__fmt_bytes(v, a, sizeof(a)),
+                    kvd__fmt_bytes((uint64_t)d->max, b, sizeof(b)));
     return KVD_ERANGE;
 }
 
-static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const char *value,
+static kvd_status_t set_def(kvd__options_t *o, const kvd__option_def_t *d, const char *value,
                             char *err, size_t err_len)
 {
     char *field = (char *)o + d->offset;
@@ -344,7 +346,7 @@ static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const c
         *(int64_t *)field = sv;
         return KVD_OK;
     case KVD_OPT_MEMSIZE: {
-        kvd_memsize_t *m = (kvd_memsize_t *)field;
+        kvd__memsize_t *m = (kvd__memsize_t *)field;
         size_t n = strlen(value);
 
         if (n > 1 && value[n - 1] == '%') {
@@ -400,7 +402,7 @@ static kvd_status_t set_def(kvd_options_t *o, const kvd_option_def_t *d, const c
     return KVD_EINTERNAL;
 }
 
-void kvd_options_init(kvd_options_t *o)
+void kvd__options_init(kvd__options_t *o)
 {
     size_t i;
 
@@ -409,10 +411,10 @@ void kvd_options_init(kvd_options_t *o)
         (void)set_def(o, &kvd__option_table[i], kvd__option_table[i].def, NULL, 0);
 }
 
-kvd_status_t kvd_options_set(kvd_options_t *o, const char *name, const char *value, char *err,
-                             size_t err_len)
+kvd_status_t kvd__options_set(kvd__options_t *o, const char *name, const char *value, char *err,
+                              size_t err_len)
 {
-    const kvd_option_def_t *d;
+    const kvd__option_def_t *d;
 
     if (o == NULL || name == NULL || value == NULL)
         return KVD_ENULL;
@@ -466,13 +468,13 @@ static char *unquote(char *v)
     return v;
 }
 
-kvd_status_t kvd_options_load_file(kvd_options_t *o, const char *path, char *err, size_t err_len)
+kvd_status_t kvd__options_load_file(kvd__options_t *o, const char *path, char *err, size_t err_len)
 {
     FILE *f;
     char line[1024];
     int lineno = 0;
     kvd_status_t st = KVD_OK;
-    kvd_options_t tmp;
+    kvd__options_t tmp;
 
     if (o == NULL || path == NULL)
         return KVD_ENULL;
@@ -512,7 +514,7 @@ kvd_status_t kvd_options_load_file(kvd_options_t *o, const char *path, char *err
             st = KVD_EINVAL;
             goto out;
         }
-        st = kvd_options_set(&tmp, key, val, sub, sizeof(sub));
+        st = kvd__options_set(&tmp, key, val, sub, sizeof(sub));
         if (st != KVD_OK) {
             kvd__seterr(err, err_len, "%s:%d: %s", path, lineno, sub);
             goto out;
@@ -549,7 +551,7 @@ static int id_list_valid(const char *list)
     return 1;
 }
 
-kvd_status_t kvd_options_check(const kvd_options_t *o, char *err, size_t err_len)
+kvd_status_t kvd__options_check(const kvd__options_t *o, char *err, size_t err_len)
 {
     if (!id_list_valid(o->allow_uids) || !id_list_valid(o->allow_gids) ||
         !id_list_valid(o->admin_uids)) {
@@ -586,28 +588,28 @@ kvd_status_t kvd_options_check(const kvd_options_t *o, char *err, size_t err_len
         return KVD_EINVAL;
     }
     if (o->metrics[0] != '\0') {
-        kvd_metrics_addr_t ma;
-        if (kvd_metrics_parse_addr(o->metrics, o->metrics_allow_remote, &ma, err, err_len) !=
+        kvd__metrics_addr_t ma;
+        if (kvd__metrics_parse_addr(o->metrics, o->metrics_allow_remote, &ma, err, err_len) !=
             KVD_OK)
             return KVD_EINVAL;
     }
     return KVD_OK;
 }
 
-kvd_opts_action_t kvd_options_parse_args(kvd_options_t *o, int argc, char **argv, char *err,
-                                         size_t err_len)
+kvd__opts_action_t kvd__options_parse_args(kvd__options_t *o, int argc, char **argv, char *err,
+                                           size_t err_len)
 {
-    kvd_options_t tmp;
+    kvd__options_t tmp;
     int i, pass;
     char sub[512];
 
-    kvd_options_init(&tmp);
+    kvd__options_init(&tmp);
     /* pass 0 finds --config (and the flags without values); pass 1 sets
      * the rest, so the command line overrides the file. */
     for (pass = 0; pass < 2; pass++) {
         for (i = 1; i < argc; i++) {
             const char *arg = argv[i], *name, *value, *eq;
-            const kvd_option_def_t *d;
+            const kvd__option_def_t *d;
             size_t name_len;
 
             if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)
@@ -646,13 +648,13 @@ kvd_opts_action_t kvd_options_parse_args(kvd_options_t *o, int argc, char **argv
                 return KVD_OPTS_ERROR;
             }
             if (pass == 0 && tmp.config[0] != '\0' &&
-                kvd_options_load_file(&tmp, tmp.config, sub, sizeof(sub)) != KVD_OK) {
+                kvd__options_load_file(&tmp, tmp.config, sub, sizeof(sub)) != KVD_OK) {
                 kvd__seterr(err, err_len, "%s", sub);
                 return KVD_OPTS_ERROR;
             }
         }
     }
-    if (kvd_options_check(&tmp, sub, sizeof(sub)) != KVD_OK) {
+    if (kvd__options_check(&tmp, sub, sizeof(sub)) != KVD_OK) {
         kvd__seterr(err, err_len, "%s", sub);
         return KVD_OPTS_ERROR;
     }
@@ -663,7 +665,7 @@ kvd_opts_action_t kvd_options_parse_args(kvd_options_t *o, int argc, char **argv
     return KVD_OPTS_RUN;
 }
 
-void kvd_options_format(const kvd_options_t *o, const kvd_option_def_t *d, char *buf, size_t len)
+void kvd__options_format(const kvd__options_t *o, const kvd__option_def_t *d, char *buf, size_t len)
 {
     const char *field = (const char *)o + d->offset;
 
@@ -682,7 +684,7 @@ void kvd_options_format(const kvd_options_t *o, const kvd_option_def_t *d, char 
         snprintf(buf, len, "%" PRIu64, *(const uint64_t *)field);
         break;
     case KVD_OPT_MEMSIZE: {
-        const kvd_memsize_t *m = (const kvd_memsize_t *)field;
+        const kvd__memsize_t *m = (const kvd__memsize_t *)field;
         if (m->percent)
             snprintf(buf, len, "%u%%", m->percent);
         else
@@ -692,14 +694,14 @@ void kvd_options_format(const kvd_options_t *o, const kvd_option_def_t *d, char 
     }
 }
 
-uint64_t kvd_memsize_bytes(const kvd_memsize_t *m, uint64_t total)
+uint64_t kvd__memsize_bytes(const kvd__memsize_t *m, uint64_t total)
 {
     if (m->percent == 0)
         return m->bytes;
     return total / 100 * m->percent + total % 100 * m->percent / 100;
 }
 
-static const char *type_word(const kvd_option_def_t *d)
+static const char *type_word(const kvd__option_def_t *d)
 {
     switch (d->type) {
     case KVD_OPT_STR: return "TEXT";
@@ -745,7 +747,7 @@ static void wrap(FILE *f, const char *text, int col, int cols)
     fputc('\n', f);
 }
 
-void kvd_options_help(FILE *f, const char *prog)
+void kvd__options_help(FILE *f, const char *prog)
 {
     size_t i;
 
@@ -759,7 +761,7 @@ void kvd_options_help(FILE *f, const char *prog)
     wrap(f, "SIZE: " KVD_SIZE_WORDS ".", 0, HELP_COLS);
     fputc('\n', f);
     for (i = 0; i < kvd__option_count; i++) {
-        const kvd_option_def_t *d = &kvd__option_table[i];
+        const kvd__option_def_t *d = &kvd__option_table[i];
         char head[128], text[1536];
         int n;
 
@@ -780,7 +782,7 @@ void kvd_options_help(FILE *f, const char *prog)
     }
 }
 
-void kvd_options_print_example(FILE *f)
+void kvd__options_print_example(FILE *f)
 {
     size_t i;
 
@@ -793,7 +795,7 @@ void kvd_options_print_example(FILE *f)
           "# Generated by `kvdockd --print-example-config`.\n",
           f);
     for (i = 0; i < kvd__option_count; i++) {
-        const kvd_option_def_t *d = &kvd__option_table[i];
+        const kvd__option_def_t *d = &kvd__option_table[i];
 
         if (strcmp(d->name, "config") == 0)
             continue; /* a config file cannot name another one */
@@ -808,20 +810,20 @@ void kvd_options_print_example(FILE *f)
     }
 }
 
-void kvd_options_print(const kvd_options_t *o, FILE *f)
+void kvd__options_print(const kvd__options_t *o, FILE *f)
 {
     size_t i;
     static char buf[KVD_OPT_PEERS_MAX + 32]; /* the longest value: --cluster-peers */
 
     for (i = 0; i < kvd__option_count; i++) {
-        const kvd_option_def_t *d = &kvd__option_table[i];
-        kvd_options_format(o, d, buf, sizeof(buf));
+        const kvd__option_def_t *d = &kvd__option_table[i];
+        kvd__options_format(o, d, buf, sizeof(buf));
         /* a config file cannot name another one: keep it as a comment */
         fprintf(f, "%s%s = %s\n", strcmp(d->name, "config") == 0 ? "# " : "", d->name, buf);
     }
 }
 
-const char *kvd_stream_class_name(int sc)
+const char *kvd__stream_class_name(int sc)
 {
     static const char *const names[KVD_STREAM_END] = {"default", "reload", "write", "offload",
                                                       "d2d"};
@@ -829,7 +831,7 @@ const char *kvd_stream_class_name(int sc)
     return sc >= 0 && sc < KVD_STREAM_END ? names[sc] : "unknown";
 }
 
-int kvd_options_id_listed(const char *list, uint64_t id)
+int kvd__options_id_listed(const char *list, uint64_t id)
 {
     const char *p = list;
 
@@ -852,8 +854,8 @@ int kvd_options_id_listed(const char *list, uint64_t id)
     return 0;
 }
 
-int kvd_options_group_admitted(const kvd_options_t *o, uint64_t gid)
+int kvd__options_group_admitted(const kvd__options_t *o, uint64_t gid)
 {
     return (o->socket_gid >= 0 && (uint64_t)o->socket_gid == gid) ||
-           kvd_options_id_listed(o->allow_gids, gid);
+           kvd__options_id_listed(o->allow_gids, gid);
 }

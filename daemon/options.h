@@ -18,51 +18,51 @@
  * 255 bytes each, with their commas) */
 #define KVD_OPT_PEERS_MAX 16384
 
-enum kvd_backend_choice {
+enum kvd__backend_choice {
     KVD_BACKEND_CPU = 0,
     KVD_BACKEND_CUDA = 1,
     KVD_BACKEND_AUTO = 2,
 };
 
 /* Values are the index in the option's choices ("loop|poll|hostfunc"). */
-enum kvd_cuda_completion {
+enum kvd__cuda_completion {
     KVD_COMPLETION_LOOP = 0,     /* the event loop itself polls while work is in flight */
     KVD_COMPLETION_POLL = 1,     /* a thread polls an event per operation */
     KVD_COMPLETION_HOSTFUNC = 2, /* cudaLaunchHostFunc */
 };
 
 /* --copy-issue: the index in its choices. */
-enum kvd_copy_issue {
+enum kvd__copy_issue {
     KVD_COPY_ISSUE_BATCH = 0,
     KVD_COPY_ISSUE_EACH = 1,
 };
 
 /* --disk-io: the index in its choices. */
-enum kvd_disk_io_choice {
+enum kvd__disk_io_choice {
     KVD_DISK_IO_AUTO = 0,
     KVD_DISK_IO_URING = 1,
     KVD_DISK_IO_THREADS = 2,
 };
 
 /* A size given absolutely or as a share of physical memory. */
-typedef struct kvd_memsize {
+typedef struct kvd__memsize {
     uint64_t bytes;   /* used when percent is 0 */
     uint32_t percent; /* 1..100: that share of the machine's memory */
-} kvd_memsize_t;
+} kvd__memsize_t;
 
 /* --host-copy-path: the index in its choices. */
-enum kvd_host_path {
+enum kvd__host_path {
     KVD_HOST_PATH_COPY_ENGINE = 0,
     KVD_HOST_PATH_KERNEL = 1,
 };
 
-typedef struct kvd_options {
+typedef struct kvd__options {
     char socket[KVD_OPT_STR_MAX];       /* "" = kvd__default_socket_path() */
     char socket_group[KVD_OPT_STR_MAX]; /* "" = no group */
     int64_t socket_gid;                 /* socket_group's gid (set with it); -1: none */
-    int backend;                        /* enum kvd_backend_choice */
+    int backend;                        /* enum kvd__backend_choice */
     char config[KVD_OPT_STR_MAX];
-    int log_level; /* kvd_log_level_t */
+    int log_level; /* kvd__log_level_t */
     int64_t device;
     uint64_t max_frame_bytes;
     uint64_t max_inflight;
@@ -77,7 +77,7 @@ typedef struct kvd_options {
     uint64_t max_leases;
     uint64_t max_client_memory;
     uint64_t cache_lease_ms;
-    kvd_memsize_t host_memory_budget; /* host memory the daemon may reserve */
+    kvd__memsize_t host_memory_budget; /* host memory the daemon may reserve */
     uint64_t max_socket_buffer_bytes; /* socket buffers of all connections */
     uint64_t device_memory_margin;    /* device memory left free by device pools */
     uint64_t hello_timeout_ms;        /* connect -> hello; 0: none */
@@ -90,10 +90,10 @@ typedef struct kvd_options {
     char admin_uids[KVD_OPT_STR_MAX];
     uint64_t blocks[KVD_STREAM_END];  /* per-class block budget, 0 = no limit */
     int64_t priority[KVD_STREAM_END]; /* per-class urgency, higher runs first */
-    int cuda_completion;            /* enum kvd_cuda_completion */
-    int host_copy_path;             /* enum kvd_host_path */
+    int cuda_completion;            /* enum kvd__cuda_completion */
+    int host_copy_path;             /* enum kvd__host_path */
     uint64_t copy_threads;          /* copy-engine issuing threads per stream class */
-    int copy_issue;                 /* enum kvd_copy_issue */
+    int copy_issue;                 /* enum kvd__copy_issue */
     uint64_t busy_poll_us;          /* poll without sleeping this long after activity */
     char metrics[KVD_OPT_STR_MAX];  /* Prometheus endpoint [HOST:]PORT; "" = off */
     int metrics_allow_remote;       /* 1: a non-loopback metrics address is allowed */
@@ -105,89 +105,89 @@ typedef struct kvd_options {
     uint64_t cluster_deadline_ms;   /* a lookup's or load's wait for peers */
     uint64_t cluster_lanes;         /* connections a pull spreads over; 0 = by CPUs */
     char cache_dir[KVD_OPT_STR_MAX]; /* the disk level's directory; "" = no disk level */
-    kvd_memsize_t disk_budget;      /* bytes, or a share of the space free at start */
-    int disk_io;                    /* enum kvd_disk_io_choice */
-} kvd_options_t;
+    kvd__memsize_t disk_budget;      /* bytes, or a share of the space free at start */
+    int disk_io;                    /* enum kvd__disk_io_choice */
+} kvd__options_t;
 
-typedef enum kvd_opt_type {
+typedef enum kvd__opt_type {
     KVD_OPT_STR,
     KVD_OPT_INT,  /* int64_t */
     KVD_OPT_UINT, /* uint64_t */
     KVD_OPT_SIZE, /* uint64_t, with an optional K, M, G or T suffix (powers of 1024) */
     KVD_OPT_ENUM, /* int: index into choices ("a|b|c") */
-    KVD_OPT_MEMSIZE, /* kvd_memsize_t: a SIZE (bounds as for SIZE) or "N%" of physical memory */
-} kvd_opt_type_t;
+    KVD_OPT_MEMSIZE, /* kvd__memsize_t: a SIZE (bounds as for SIZE) or "N%" of physical memory */
+} kvd__opt_type_t;
 
-typedef struct kvd_option_def {
+typedef struct kvd__option_def {
     const char *name;
-    kvd_opt_type_t type;
+    kvd__opt_type_t type;
     size_t offset;
     const char *def;     /* default, as it would be written in the config file */
     int64_t min, max;    /* bounds for numbers (inclusive); for TEXT, max is the most
                           * bytes (0: KVD_OPT_STR_MAX - 1) */
     const char *choices; /* "cpu|cuda|auto" for KVD_OPT_ENUM */
     const char *help;
-} kvd_option_def_t;
+} kvd__option_def_t;
 
 /* The table, and its number of rows. */
-extern const kvd_option_def_t kvd__option_table[];
+extern const kvd__option_def_t kvd__option_table[];
 extern const size_t kvd__option_count;
 
 /* Every option at its default. */
-void kvd_options_init(kvd_options_t *o);
+void kvd__options_init(kvd__options_t *o);
 
 /* Set one option from its text; KVD_EINVAL (unknown name, bad value) or
  * KVD_ERANGE (out of bounds), with a message in err.  On error *o is
  * unchanged. */
-kvd_status_t kvd_options_set(kvd_options_t *o, const char *name, const char *value, char *err,
-                             size_t err_len);
+kvd_status_t kvd__options_set(kvd__options_t *o, const char *name, const char *value, char *err,
+                              size_t err_len);
 
 /* Read `key = value` lines ('#' starts a comment; blank lines are fine). */
-kvd_status_t kvd_options_load_file(kvd_options_t *o, const char *path, char *err,
-                                   size_t err_len);
+kvd_status_t kvd__options_load_file(kvd__options_t *o, const char *path, char *err,
+                                    size_t err_len);
 
 /* Checks across options (e.g. max-inline-bytes <= max-frame-bytes). */
-kvd_status_t kvd_options_check(const kvd_options_t *o, char *err, size_t err_len);
+kvd_status_t kvd__options_check(const kvd__options_t *o, char *err, size_t err_len);
 
-typedef enum kvd_opts_action {
+typedef enum kvd__opts_action {
     KVD_OPTS_RUN = 0,
     KVD_OPTS_HELP = 1,
     KVD_OPTS_VERSION = 2,
     KVD_OPTS_PRINT = 3, /* --print-config */
     KVD_OPTS_EXAMPLE = 4, /* --print-example-config */
     KVD_OPTS_ERROR = -1,
-} kvd_opts_action_t;
+} kvd__opts_action_t;
 
 /* Defaults, then --config FILE (if given), then the other arguments
  * (--name value or --name=value).  Also --help, --version, --print-config. */
-kvd_opts_action_t kvd_options_parse_args(kvd_options_t *o, int argc, char **argv, char *err,
-                                         size_t err_len);
+kvd__opts_action_t kvd__options_parse_args(kvd__options_t *o, int argc, char **argv, char *err,
+                                           size_t err_len);
 
 /* --help text generated from the table. */
-void kvd_options_help(FILE *f, const char *prog);
+void kvd__options_help(FILE *f, const char *prog);
 
 /* One option's current value as text. */
-void kvd_options_format(const kvd_options_t *o, const kvd_option_def_t *d, char *buf,
-                        size_t len);
+void kvd__options_format(const kvd__options_t *o, const kvd__option_def_t *d, char *buf,
+                         size_t len);
 
 /* deploy/kvdockd.example.conf: every option, commented, with its
  * description and default. */
-void kvd_options_print_example(FILE *f);
+void kvd__options_print_example(FILE *f);
 
 /* Every option as a config file would hold it. */
-void kvd_options_print(const kvd_options_t *o, FILE *f);
+void kvd__options_print(const kvd__options_t *o, FILE *f);
 
 /* What a memsize option comes to on a machine of total bytes. */
-uint64_t kvd_memsize_bytes(const kvd_memsize_t *m, uint64_t total);
+uint64_t kvd__memsize_bytes(const kvd__memsize_t *m, uint64_t total);
 
 /* Name of stream class i ("reload", ...). */
-const char *kvd_stream_class_name(int sc);
+const char *kvd__stream_class_name(int sc);
 
 /* Is id in a comma-separated list of numbers ("1000,1001")? */
-int kvd_options_id_listed(const char *list, uint64_t id);
+int kvd__options_id_listed(const char *list, uint64_t id);
 
 /* Whether members of group gid may connect: it is the socket group or
  * listed in allow-gids. */
-int kvd_options_group_admitted(const kvd_options_t *o, uint64_t gid);
+int kvd__options_group_admitted(const kvd__options_t *o, uint64_t gid);
 
 #endif

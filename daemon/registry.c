@@ -6,19 +6,19 @@
 
 #include "log.h"
 
-void kvd_registry_init(kvd_registry_t *reg, kvd_backend_t *be, kvd_hostmem_t *hostmem)
+void kvd__registry_init(kvd__registry_t *reg, kvd__backend_t *be, kvd__hostmem_t *hostmem)
 {
     memset(reg, 0, sizeof(*reg));
     reg->be = be;
     reg->hostmem = hostmem;
     reg->next_id = 1;
     reg->orphans.client_id = 0; /* the daemon itself: no connection has id 0 */
-    kvd_idmap_init(&reg->objs);
+    kvd__idmap_init(&reg->objs);
 }
 
-void kvd_registry_set_host_release(kvd_registry_t *reg,
-                                   void (*fn)(void *ctx, kvd_mem_t *mem, int host_kind,
-                                              uint64_t host_bytes),
+void kvd__registry_set_host_release(kvd__registry_t *reg,
+                                    void (*fn)(void *ctx, kvd__mem_t *mem, int host_kind,
+                                               uint64_t host_bytes),
                                    void *ctx)
 {
     reg->host_release = fn;
@@ -27,7 +27,7 @@ void kvd_registry_set_host_release(kvd_registry_t *reg,
 
 /* The host memory of obj goes to the release hook, with the budget's
  * bytes, where there is one; *mem is then NULL. */
-static void release_host(kvd_registry_t *reg, kvd_obj_t *obj, kvd_mem_t **mem)
+static void release_host(kvd__registry_t *reg, kvd__obj_t *obj, kvd__mem_t **mem)
 {
     if (reg->host_release == NULL || *mem == NULL || (*mem)->kind != KVD_MEM_HOST)
         return;
@@ -36,7 +36,7 @@ static void release_host(kvd_registry_t *reg, kvd_obj_t *obj, kvd_mem_t **mem)
     obj->host_bytes = 0;
 }
 
-void kvd_pool_free(kvd_backend_t *be, kvd_pool_t *p)
+void kvd__pool_free(kvd__backend_t *be, kvd__pool_t *p)
 {
     uint32_t i;
 
@@ -53,29 +53,29 @@ void kvd_pool_free(kvd_backend_t *be, kvd_pool_t *p)
     free(p);
 }
 
-static void free_obj(kvd_registry_t *reg, kvd_obj_t *obj)
+static void free_obj(kvd__registry_t *reg, kvd__obj_t *obj)
 {
-    kvd_backend_t *be = reg->be;
+    kvd__backend_t *be = reg->be;
 
     reg->live_bytes -= obj->bytes;
-    if (obj->type == KVD_OBJ_POOL && !((kvd_pool_t *)obj)->imported)
-        release_host(reg, obj, &((kvd_pool_t *)obj)->mem);
+    if (obj->type == KVD_OBJ_POOL && !((kvd__pool_t *)obj)->imported)
+        release_host(reg, obj, &((kvd__pool_t *)obj)->mem);
     else if (obj->type == KVD_OBJ_BUFFER)
-        release_host(reg, obj, &((kvd_buffer_t *)obj)->mem);
+        release_host(reg, obj, &((kvd__buffer_t *)obj)->mem);
     if (obj->host_bytes)
-        kvd_hostmem_release(reg->hostmem, obj->host_kind, obj->host_bytes);
+        kvd__hostmem_release(reg->hostmem, obj->host_kind, obj->host_bytes);
     switch (obj->type) {
     case KVD_OBJ_POOL:
-        kvd_pool_free(be, (kvd_pool_t *)obj);
+        kvd__pool_free(be, (kvd__pool_t *)obj);
         break;
     case KVD_OBJ_BUFFER: {
-        kvd_buffer_t *b = (kvd_buffer_t *)obj;
+        kvd__buffer_t *b = (kvd__buffer_t *)obj;
         be->mem_destroy(be, &b->mem);
         free(b);
         break;
     }
     case KVD_OBJ_EVENT: {
-        kvd_event_t *e = (kvd_event_t *)obj;
+        kvd__event_t *e = (kvd__event_t *)obj;
         if (e->ev)
             be->event_close(be, e->ev);
         free(e);
@@ -84,12 +84,12 @@ static void free_obj(kvd_registry_t *reg, kvd_obj_t *obj)
     }
 }
 
-void kvd_obj_ref(kvd_obj_t *obj)
+void kvd__obj_ref(kvd__obj_t *obj)
 {
     obj->refs++;
 }
 
-void kvd_obj_unref(kvd_registry_t *reg, kvd_obj_t *obj)
+void kvd__obj_unref(kvd__registry_t *reg, kvd__obj_t *obj)
 {
     if (obj == NULL)
         return;
@@ -98,7 +98,7 @@ void kvd_obj_unref(kvd_registry_t *reg, kvd_obj_t *obj)
 }
 
 /* Put obj at the head of owner's list and count it there. */
-static void owner_link(kvd_owner_t *owner, kvd_obj_t *obj)
+static void owner_link(kvd__owner_t *owner, kvd__obj_t *obj)
 {
     obj->owner = owner;
     obj->oprev = NULL;
@@ -115,7 +115,7 @@ static void owner_link(kvd_owner_t *owner, kvd_obj_t *obj)
 }
 
 /* Take obj off its owner's list and counts (obj->owner is left as it was). */
-static void owner_unlink(kvd_owner_t *owner, kvd_obj_t *obj)
+static void owner_unlink(kvd__owner_t *owner, kvd__obj_t *obj)
 {
     if (obj->oprev)
         obj->oprev->onext = obj->onext;
@@ -132,11 +132,11 @@ static void owner_unlink(kvd_owner_t *owner, kvd_obj_t *obj)
     }
 }
 
-kvd_status_t kvd_registry_add(kvd_registry_t *reg, kvd_obj_t *obj, kvd_owner_t *owner)
+kvd_status_t kvd__registry_add(kvd__registry_t *reg, kvd__obj_t *obj, kvd__owner_t *owner)
 {
     uint64_t id = reg->next_id;
 
-    if (kvd_idmap_put(&reg->objs, id, obj) != 0)
+    if (kvd__idmap_put(&reg->objs, id, obj) != 0)
         return KVD_ENOMEM;
     reg->next_id++;
     obj->id = id;
@@ -148,7 +148,7 @@ kvd_status_t kvd_registry_add(kvd_registry_t *reg, kvd_obj_t *obj, kvd_owner_t *
     reg->live_bytes += obj->bytes;
     switch (obj->type) {
     case KVD_OBJ_POOL: {
-        kvd_pool_t *p = (kvd_pool_t *)obj;
+        kvd__pool_t *p = (kvd__pool_t *)obj;
         reg->npools++;
         p->prev = NULL;
         p->next = reg->pools;
@@ -167,18 +167,18 @@ kvd_status_t kvd_registry_add(kvd_registry_t *reg, kvd_obj_t *obj, kvd_owner_t *
     return KVD_OK;
 }
 
-kvd_obj_t *kvd_registry_get(kvd_registry_t *reg, uint64_t id, kvd_obj_type_t type)
+kvd__obj_t *kvd__registry_get(kvd__registry_t *reg, uint64_t id, kvd__obj_type_t type)
 {
-    kvd_obj_t *obj = kvd_idmap_get(&reg->objs, id);
+    kvd__obj_t *obj = kvd__idmap_get(&reg->objs, id);
 
-    if (obj != NULL && type == KVD_OBJ_POOL && obj->type == type && ((kvd_pool_t *)obj)->creating)
+    if (obj != NULL && type == KVD_OBJ_POOL && obj->type == type && ((kvd__pool_t *)obj)->creating)
         return NULL;
     return obj != NULL && obj->type == type ? obj : NULL;
 }
 
-kvd_pool_t *kvd_registry_pool_by_name(kvd_registry_t *reg, const char *name, uint64_t client_id)
+kvd__pool_t *kvd__registry_pool_by_name(kvd__registry_t *reg, const char *name, uint64_t client_id)
 {
-    kvd_pool_t *p, *shared = NULL;
+    kvd__pool_t *p, *shared = NULL;
 
     for (p = reg->pools; p; p = p->next) {
         if (p->creating || strcmp(p->name, name) != 0)
@@ -191,28 +191,28 @@ kvd_pool_t *kvd_registry_pool_by_name(kvd_registry_t *reg, const char *name, uin
     return shared;
 }
 
-int kvd_registry_name_taken(kvd_registry_t *reg, const char *name, uint64_t client_id,
-                            int shared)
+int kvd__registry_name_taken(kvd__registry_t *reg, const char *name, uint64_t client_id,
+                             int shared)
 {
-    for (kvd_pool_t *p = reg->pools; p; p = p->next)
+    for (kvd__pool_t *p = reg->pools; p; p = p->next)
         if (strcmp(p->name, name) == 0 &&
             (p->obj.owner_id == client_id || (shared && p->obj.shared)))
             return 1;
     return 0;
 }
 
-void kvd_registry_drop(kvd_registry_t *reg, kvd_obj_t *obj)
+void kvd__registry_drop(kvd__registry_t *reg, kvd__obj_t *obj)
 {
-    kvd_owner_t *owner = obj->owner;
+    kvd__owner_t *owner = obj->owner;
 
     if (owner == NULL)
         return; /* already dropped */
-    kvd_idmap_del(&reg->objs, obj->id);
+    kvd__idmap_del(&reg->objs, obj->id);
     owner_unlink(owner, obj);
     obj->owner = NULL;
     switch (obj->type) {
     case KVD_OBJ_POOL: {
-        kvd_pool_t *p = (kvd_pool_t *)obj;
+        kvd__pool_t *p = (kvd__pool_t *)obj;
         reg->npools--;
         if (p->prev)
             p->prev->next = p->next;
@@ -230,54 +230,54 @@ void kvd_registry_drop(kvd_registry_t *reg, kvd_obj_t *obj)
         reg->nevents--;
         break;
     }
-    kvd_obj_unref(reg, obj);
+    kvd__obj_unref(reg, obj);
 }
 
-int kvd_obj_outlives_owner(const kvd_obj_t *obj)
+int kvd__obj_outlives_owner(const kvd__obj_t *obj)
 {
     /* An imported pool's memory is its client's: it cannot outlive it. */
-    return obj->type == KVD_OBJ_POOL && obj->shared && !((const kvd_pool_t *)obj)->imported;
+    return obj->type == KVD_OBJ_POOL && obj->shared && !((const kvd__pool_t *)obj)->imported;
 }
 
-void kvd_registry_drop_owner(kvd_registry_t *reg, kvd_owner_t *owner)
+void kvd__registry_drop_owner(kvd__registry_t *reg, kvd__owner_t *owner)
 {
-    kvd_obj_t *obj = owner->head;
+    kvd__obj_t *obj = owner->head;
 
     if (owner == &reg->orphans)
         return; /* the daemon's own: dropped one by one, or at deinit */
     while (obj != NULL) {
-        kvd_obj_t *next = obj->onext;
+        kvd__obj_t *next = obj->onext;
 
-        if (kvd_obj_outlives_owner(obj)) {
+        if (kvd__obj_outlives_owner(obj)) {
             owner_unlink(owner, obj);
             owner_link(&reg->orphans, obj);
             obj->orphaned = 1;
             kvd_log(KVD_LOG_INFO,
                     "event=pool_orphaned pool=%" PRIu64 " name=%s creator=%" PRIu64
                     " bytes=%" PRIu64,
-                    obj->id, ((kvd_pool_t *)obj)->name, obj->owner_id, obj->bytes);
+                    obj->id, ((kvd__pool_t *)obj)->name, obj->owner_id, obj->bytes);
         } else {
-            kvd_registry_drop(reg, obj);
+            kvd__registry_drop(reg, obj);
         }
         obj = next;
     }
 }
 
-void kvd_registry_deinit(kvd_registry_t *reg)
+void kvd__registry_deinit(kvd__registry_t *reg)
 {
     while (reg->pools)
-        kvd_registry_drop(reg, &reg->pools->obj);
-    kvd_idmap_deinit(&reg->objs);
+        kvd__registry_drop(reg, &reg->pools->obj);
+    kvd__idmap_deinit(&reg->objs);
 }
 
-kvd_status_t kvd_obj_may_use(const kvd_obj_t *obj, uint64_t client_id)
+kvd_status_t kvd__obj_may_use(const kvd__obj_t *obj, uint64_t client_id)
 {
     if (obj->owner_id == client_id || obj->shared)
         return KVD_OK;
     return KVD_EPERM;
 }
 
-kvd_status_t kvd_obj_may_drop(const kvd_obj_t *obj, uint64_t client_id, uid_t uid, int admin)
+kvd_status_t kvd__obj_may_drop(const kvd__obj_t *obj, uint64_t client_id, uid_t uid, int admin)
 {
     if ((!obj->orphaned && obj->owner_id == client_id) ||
         (obj->shared && (admin || obj->owner_uid == uid)))
@@ -285,7 +285,7 @@ kvd_status_t kvd_obj_may_drop(const kvd_obj_t *obj, uint64_t client_id, uid_t ui
     return KVD_EPERM;
 }
 
-int kvd_pool_name_valid(const char *name)
+int kvd__pool_name_valid(const char *name)
 {
     size_t n = name ? strlen(name) : 0, i;
 
@@ -300,7 +300,7 @@ int kvd_pool_name_valid(const char *name)
     return 1;
 }
 
-int kvd_text_valid(const char *s)
+int kvd__text_valid(const char *s)
 {
     for (; *s; s++)
         if ((unsigned char)*s < 0x20 || *s == 0x7f)

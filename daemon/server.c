@@ -47,14 +47,14 @@
  * other users' processes anyway.  A kernel without SO_PEERGROUPS (before
  * 4.13): the primary group alone.
  */
-int kvd__server_peer_allowed(const kvd_server_t *srv, int fd, uid_t uid, gid_t gid)
+int kvd__server_peer_allowed(const kvd__server_t *srv, int fd, uid_t uid, gid_t gid)
 {
     gid_t small[64], *groups = small;
     socklen_t len = sizeof(small);
     int ok = 0;
 
-    if (uid == srv->uid || uid == 0 || kvd_options_id_listed(srv->opts.allow_uids, uid) ||
-        kvd_options_group_admitted(&srv->opts, gid))
+    if (uid == srv->uid || uid == 0 || kvd__options_id_listed(srv->opts.allow_uids, uid) ||
+        kvd__options_group_admitted(&srv->opts, gid))
         return 1;
     if (srv->opts.socket_gid < 0 && srv->opts.allow_gids[0] == '\0')
         return 0;
@@ -67,15 +67,15 @@ int kvd__server_peer_allowed(const kvd_server_t *srv, int fd, uid_t uid, gid_t g
         }
     }
     for (size_t i = 0; i < len / sizeof(gid_t) && !ok; i++)
-        ok = kvd_options_group_admitted(&srv->opts, groups[i]);
+        ok = kvd__options_group_admitted(&srv->opts, groups[i]);
     if (groups != small)
         free(groups);
     return ok;
 }
 
-int kvd__server_peer_admin(const kvd_server_t *srv, uid_t uid)
+int kvd__server_peer_admin(const kvd__server_t *srv, uid_t uid)
 {
-    return uid == srv->uid || uid == 0 || kvd_options_id_listed(srv->opts.admin_uids, uid);
+    return uid == srv->uid || uid == 0 || kvd__options_id_listed(srv->opts.admin_uids, uid);
 }
 
 /* Best effort: one error frame to a peer we will not serve, then close. */
@@ -97,7 +97,7 @@ static void refuse(int fd, kvd_status_t st, const char *msg)
 
 static void on_accept(uv_poll_t *h, int status, int events);
 
-static void open_spare(kvd_server_t *srv)
+static void open_spare(kvd__server_t *srv)
 {
     if (srv->spare_fd < 0)
         srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -105,7 +105,7 @@ static void open_spare(kvd_server_t *srv)
 
 static void backoff_cb(uv_timer_t *t)
 {
-    kvd_server_t *srv = t->data;
+    kvd__server_t *srv = t->data;
 
     open_spare(srv);
     if (srv->listening && !srv->shutting_down)
@@ -120,7 +120,7 @@ static void backoff_cb(uv_timer_t *t)
  * accepting for a moment.  Returns 1 when a connection was taken off the
  * backlog.
  */
-static int shed_connection(kvd_server_t *srv, int err)
+static int shed_connection(kvd__server_t *srv, int err)
 {
     uint64_t held = 0;
     int fd = -1;
@@ -135,7 +135,7 @@ static int shed_connection(kvd_server_t *srv, int err)
         open_spare(srv);
     }
     srv->stats.refused_no_fd += fd >= 0;
-    if (kvd_ratelimit_take(&srv->accept_log, kvd_now_ns(), &held))
+    if (kvd__ratelimit_take(&srv->accept_log, kvd__now_ns(), &held))
         kvd_log(KVD_LOG_WARN, "event=accept_no_descriptors error=\"%s\" action=%s "
                 "repeated=%" PRIu64, strerror(err), fd >= 0 ? "refused" : "paused", held);
     if (fd >= 0)
@@ -147,7 +147,7 @@ static int shed_connection(kvd_server_t *srv, int err)
 
 static void on_accept(uv_poll_t *h, int status, int events)
 {
-    kvd_server_t *srv = h->data;
+    kvd__server_t *srv = h->data;
     int i;
 
     if (status < 0 || srv->shutting_down)
@@ -167,7 +167,7 @@ static void on_accept(uv_poll_t *h, int status, int events)
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
                 errno != ECONNABORTED) {
                 uint64_t held = 0;
-                if (kvd_ratelimit_take(&srv->accept_log, kvd_now_ns(), &held))
+                if (kvd__ratelimit_take(&srv->accept_log, kvd__now_ns(), &held))
                     kvd_log(KVD_LOG_WARN, "event=accept_error error=\"%s\" repeated=%" PRIu64,
                             strerror(errno), held);
             }
@@ -290,7 +290,7 @@ static kvd_status_t clear_stale(const char *path, char *why, size_t why_len)
     return KVD_OK;
 }
 
-static kvd_status_t open_listener(kvd_server_t *srv, char *why, size_t why_len)
+static kvd_status_t open_listener(kvd__server_t *srv, char *why, size_t why_len)
 {
     struct sockaddr_un sa;
     gid_t gid = (gid_t)-1;
@@ -361,14 +361,14 @@ static kvd_status_t open_listener(kvd_server_t *srv, char *why, size_t why_len)
 
 static void handle_closed_cb(uv_handle_t *h)
 {
-    kvd_server_t *srv = h->data;
+    kvd__server_t *srv = h->data;
 
     srv->handles_open--;
 }
 
 static void backend_gone_cb(void *arg)
 {
-    kvd_server_t *srv = arg;
+    kvd__server_t *srv = arg;
 
     srv->backend = NULL;
 }
@@ -378,26 +378,26 @@ static void backend_gone_cb(void *arg)
  * client would wait for.  The budget counts it until it is gone. */
 typedef struct host_release_work {
     uv_work_t w;
-    kvd_server_t *srv;
-    kvd_mem_t *mem;
+    kvd__server_t *srv;
+    kvd__mem_t *mem;
     int kind;
     uint64_t bytes;
-    kvd_release_waiter_t *waiter; /* NULL: none */
+    kvd__release_waiter_t *waiter; /* NULL: none */
 } host_release_work_t;
 
-void kvd__server_drop_wait_begin(kvd_server_t *srv, kvd__conn_t *c, uint64_t id, size_t op_index,
+void kvd__server_drop_wait_begin(kvd__server_t *srv, kvd__conn_t *c, uint64_t id, size_t op_index,
                                  uint64_t t_start_ns)
 {
-    kvd_release_waiter_t *w = calloc(1, sizeof(*w));
+    kvd__release_waiter_t *w = calloc(1, sizeof(*w));
 
     if (w != NULL) /* else the drop answers at once */
-        *w = (kvd_release_waiter_t){c, id, op_index, t_start_ns, 0};
+        *w = (kvd__release_waiter_t){c, id, op_index, t_start_ns, 0};
     srv->release_waiter = w;
 }
 
-int kvd__server_drop_wait_end(kvd_server_t *srv)
+int kvd__server_drop_wait_end(kvd__server_t *srv)
 {
-    kvd_release_waiter_t *w = srv->release_waiter;
+    kvd__release_waiter_t *w = srv->release_waiter;
     int taken = w != NULL && w->pending > 0;
 
     srv->release_waiter = NULL;
@@ -418,14 +418,14 @@ static void host_release_run(uv_work_t *w)
 static void host_release_end(uv_work_t *w, int status)
 {
     host_release_work_t *hw = w->data;
-    kvd_server_t *srv = hw->srv;
+    kvd__server_t *srv = hw->srv;
 
     if (hw->mem != NULL) /* cancelled before it ran */
         srv->backend->mem_destroy(srv->backend, &hw->mem);
-    kvd_hostmem_release(&srv->hostmem, hw->kind, hw->bytes);
+    kvd__hostmem_release(&srv->hostmem, hw->kind, hw->bytes);
     if (hw->waiter != NULL && --hw->waiter->pending == 0) {
         Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
-        kvd_release_waiter_t *rw = hw->waiter;
+        kvd__release_waiter_t *rw = hw->waiter;
 
         resp.id = rw->id;
         kvd__reply_deferred_response(rw->conn, &resp, rw->op_index, rw->t_start_ns);
@@ -436,12 +436,12 @@ static void host_release_end(uv_work_t *w, int status)
     kvd__server_mem_work_done(srv);
 }
 
-static void host_release(void *ctx, kvd_mem_t *mem, int kind, uint64_t bytes)
+static void host_release(void *ctx, kvd__mem_t *mem, int kind, uint64_t bytes)
 {
     kvd__server_host_release(ctx, mem, kind, bytes);
 }
 
-void kvd__server_host_release(kvd_server_t *srv, kvd_mem_t *mem, int kind, uint64_t bytes)
+void kvd__server_host_release(kvd__server_t *srv, kvd__mem_t *mem, int kind, uint64_t bytes)
 {
     host_release_work_t *hw = srv->releasing_backend ? NULL : calloc(1, sizeof(*hw));
 
@@ -462,7 +462,7 @@ void kvd__server_host_release(kvd_server_t *srv, kvd_mem_t *mem, int kind, uint6
         free(hw);
     }
     srv->backend->mem_destroy(srv->backend, &mem); /* here, then */
-    kvd_hostmem_release(&srv->hostmem, kind, bytes);
+    kvd__hostmem_release(&srv->hostmem, kind, bytes);
 }
 
 /* ---- the disk level -------------------------------------------------------- */
@@ -470,26 +470,26 @@ void kvd__server_host_release(kvd_server_t *srv, kvd_mem_t *mem, int kind, uint6
 /* The engine's completions (any thread): the loop runs them. */
 static void disk_notify(void *arg)
 {
-    kvd_server_t *srv = arg;
+    kvd__server_t *srv = arg;
 
     uv_async_send(&srv->disk_async);
 }
 
 static void disk_async_cb(uv_async_t *h)
 {
-    kvd_server_t *srv = h->data;
+    kvd__server_t *srv = h->data;
 
     if (srv->disk_io != NULL)
-        kvd_disk_io_poll(srv->disk_io);
+        kvd__disk_io_poll(srv->disk_io);
 }
 
 static void handle_closed_cb(uv_handle_t *h);
 
 /* The engine goes once every cache is closed: it waits for what is still
  * submitted (directory removals) and runs their completions. */
-static void disk_stop(kvd_server_t *srv)
+static void disk_stop(kvd__server_t *srv)
 {
-    kvd_disk_io_destroy(&srv->disk_io);
+    kvd__disk_io_destroy(&srv->disk_io);
     if (srv->disk_async_open) {
         srv->disk_async_open = 0;
         if (srv->loop != NULL && !uv_is_closing((uv_handle_t *)&srv->disk_async)) {
@@ -507,11 +507,11 @@ static void disk_stop(kvd_server_t *srv)
  * its own blocks as its own), then the I/O engine; all before a client is
  * served.  Each failure stops the start with why.
  */
-static kvd_status_t disk_start(kvd_server_t *srv, char *why, size_t why_len)
+static kvd_status_t disk_start(kvd__server_t *srv, char *why, size_t why_len)
 {
     const char *dir = srv->opts.cache_dir;
-    const kvd_memsize_t *m = &srv->opts.disk_budget;
-    kvd_disk_io_config_t cfg;
+    const kvd__memsize_t *m = &srv->opts.disk_budget;
+    kvd__disk_io_config_t cfg;
     uint64_t avail = 0, total = 0, held, space;
     char engine_why[200] = "", a[32], b[32], c[32], d[32];
     int created = 0;
@@ -519,18 +519,18 @@ static kvd_status_t disk_start(kvd_server_t *srv, char *why, size_t why_len)
 
     if (dir[0] == '\0')
         return KVD_OK;
-    if ((st = kvd_cache_dir_check(dir, &created, why, why_len)) != KVD_OK)
+    if ((st = kvd__cache_dir_check(dir, &created, why, why_len)) != KVD_OK)
         return st;
-    if (kvd_cache_dir_space(dir, &avail, &total, why, why_len) != 0)
+    if (kvd__cache_dir_space(dir, &avail, &total, why, why_len) != 0)
         return KVD_EIO;
-    held = kvd_cache_dir_usage(dir);
+    held = kvd__cache_dir_usage(dir);
     space = avail + held;
-    srv->disk_budget = kvd_memsize_bytes(m, space);
+    srv->disk_budget = kvd__memsize_bytes(m, space);
     if (m->percent == 0 && srv->disk_budget > space) {
         snprintf(why, why_len, "disk-budget %s is more than the disk level has in %s: %s free "
                  "on its file system plus %s its caches hold already",
-                 kvd_fmt_bytes(srv->disk_budget, a, sizeof(a)), dir,
-                 kvd_fmt_bytes(avail, b, sizeof(b)), kvd_fmt_bytes(held, c, sizeof(c)));
+                 kvd__fmt_bytes(srv->disk_budget, a, sizeof(a)), dir,
+                 kvd__fmt_bytes(avail, b, sizeof(b)), kvd__fmt_bytes(held, c, sizeof(c)));
         return KVD_ELIMIT;
     }
     if (uv_async_init(srv->loop, &srv->disk_async, disk_async_cb) != 0) {
@@ -543,51 +543,51 @@ static kvd_status_t disk_start(kvd_server_t *srv, char *why, size_t why_len)
     cfg.notify = disk_notify;
     cfg.notify_arg = srv;
     cfg.force_threads = srv->opts.disk_io == KVD_DISK_IO_THREADS;
-    if ((st = kvd_disk_io_create(&srv->disk_io, &cfg, engine_why, sizeof(engine_why))) != KVD_OK) {
+    if ((st = kvd__disk_io_create(&srv->disk_io, &cfg, engine_why, sizeof(engine_why))) != KVD_OK) {
         snprintf(why, why_len, "the disk I/O engine: %s", engine_why);
         return st;
     }
     if (srv->opts.disk_io == KVD_DISK_IO_URING &&
-        strcmp(kvd_disk_io_engine(srv->disk_io), "io_uring") != 0) {
+        strcmp(kvd__disk_io_engine(srv->disk_io), "io_uring") != 0) {
         snprintf(why, why_len, "disk-io io_uring: %s", engine_why);
         return KVD_ENOTSUP;
     }
-    if (strcmp(kvd_disk_io_engine(srv->disk_io), "io_uring") == 0)
+    if (strcmp(kvd__disk_io_engine(srv->disk_io), "io_uring") == 0)
         snprintf(srv->disk_engine, sizeof(srv->disk_engine), "io_uring");
     else
         snprintf(srv->disk_engine, sizeof(srv->disk_engine), "threads (%s)",
                  engine_why[0] ? engine_why : "asked for");
-    srv->disk_direct = kvd_disk_probe_direct(dir, srv->disk_direct_why,
-                                             sizeof(srv->disk_direct_why));
+    srv->disk_direct = kvd__disk_probe_direct(dir, srv->disk_direct_why,
+                                              sizeof(srv->disk_direct_why));
     kvd_log(KVD_LOG_INFO, "event=disk_level dir=%s created=%d budget=%" PRIu64 " fs_free=%" PRIu64
             " fs_total=%" PRIu64 " held=%" PRIu64 " io_engine=\"%s\" depth=%u direct=%d", dir,
             created, srv->disk_budget, avail, total, held, srv->disk_engine,
-            kvd_disk_io_depth(srv->disk_io), srv->disk_direct);
+            kvd__disk_io_depth(srv->disk_io), srv->disk_direct);
     if (!srv->disk_direct)
         kvd_log(KVD_LOG_WARN, "event=disk_direct_refused dir=%s reason=\"%s\" action=\"writes "
                 "go through the page cache\"", dir, srv->disk_direct_why);
     if (srv->disk_budget > avail)
         kvd_log(KVD_LOG_INFO, "event=disk_budget_held budget=\"%s\" fs_free=\"%s\" "
-                "held=\"%s\"", kvd_fmt_bytes(srv->disk_budget, a, sizeof(a)),
-                kvd_fmt_bytes(avail, b, sizeof(b)), kvd_fmt_bytes(held, d, sizeof(d)));
+                "held=\"%s\"", kvd__fmt_bytes(srv->disk_budget, a, sizeof(a)),
+                kvd__fmt_bytes(avail, b, sizeof(b)), kvd__fmt_bytes(held, d, sizeof(d)));
     return KVD_OK;
 }
 
 /* At the end: shared pools outlive their creators, so they are released
  * here, while the backend that made their memory still exists; then the
  * backend goes. */
-static void release_backend(kvd_server_t *srv)
+static void release_backend(kvd__server_t *srv)
 {
     if (srv->backend == NULL || srv->mem_works > 0) /* the last one's end calls again */
         return;
     srv->releasing_backend = 1; /* what is freed now is freed here: the backend goes next */
     kvd__caches_destroy(srv);
     disk_stop(srv); /* after the caches: their disk levels close on it */
-    kvd_registry_deinit(&srv->reg);
+    kvd__registry_deinit(&srv->reg);
     srv->backend->destroy(srv->backend, backend_gone_cb, srv);
 }
 
-static void close_handle(kvd_server_t *srv, uv_handle_t *h)
+static void close_handle(kvd__server_t *srv, uv_handle_t *h)
 {
     if (!uv_is_closing(h)) {
         h->data = srv;
@@ -596,7 +596,7 @@ static void close_handle(kvd_server_t *srv, uv_handle_t *h)
     }
 }
 
-static void stop_listening(kvd_server_t *srv)
+static void stop_listening(kvd__server_t *srv)
 {
     if (!srv->listening)
         return;
@@ -613,12 +613,12 @@ static void stop_listening(kvd_server_t *srv)
                 strerror(errno));
 }
 
-static void finish(kvd_server_t *srv)
+static void finish(kvd__server_t *srv)
 {
     kvd__conn_t *c, *next;
 
     srv->shutting_down = 2; /* finishing: no re-entry */
-    kvd_cluster_close(srv->cluster); /* before the caches its pulls write into go */
+    kvd__cluster_close(srv->cluster); /* before the caches its pulls write into go */
     for (c = srv->conns; c; c = next) {
         next = c->next;
         kvd__conn_close(c, "daemon shutting down");
@@ -634,13 +634,13 @@ static void finish(kvd_server_t *srv)
     close_handle(srv, (uv_handle_t *)&srv->spin);
     close_handle(srv, (uv_handle_t *)&srv->flush_prepare);
     close_handle(srv, (uv_handle_t *)&srv->flush_check);
-    kvd_metrics_close(srv->metrics);
+    kvd__metrics_close(srv->metrics);
     if (srv->conns == NULL)
         release_backend(srv);
     kvd_log(KVD_LOG_INFO, "event=shutdown_done");
 }
 
-static int writes_pending(const kvd_server_t *srv)
+static int writes_pending(const kvd__server_t *srv)
 {
     const kvd__conn_t *c;
 
@@ -650,14 +650,14 @@ static int writes_pending(const kvd_server_t *srv)
     return 0;
 }
 
-void kvd__server_mem_work_done(kvd_server_t *srv)
+void kvd__server_mem_work_done(kvd__server_t *srv)
 {
     /* finish() found no connection left and deferred to this */
     if (--srv->mem_works == 0 && srv->shutting_down == 2 && srv->conns == NULL)
         release_backend(srv);
 }
 
-void kvd__server_check_drained(kvd_server_t *srv)
+void kvd__server_check_drained(kvd__server_t *srv)
 {
     uint64_t now;
 
@@ -665,7 +665,7 @@ void kvd__server_check_drained(kvd_server_t *srv)
         return;
     if (srv->inflight > 0)
         return;
-    now = kvd_now_ns();
+    now = kvd__now_ns();
     if (writes_pending(srv) && now - srv->shutdown_ns < FLUSH_GRACE_NS +
                                    srv->opts.shutdown_timeout_ms * 1000000ull)
         return;
@@ -674,8 +674,8 @@ void kvd__server_check_drained(kvd_server_t *srv)
 
 static void drain_timer_cb(uv_timer_t *t)
 {
-    kvd_server_t *srv = t->data;
-    uint64_t elapsed = kvd_now_ns() - srv->shutdown_ns;
+    kvd__server_t *srv = t->data;
+    uint64_t elapsed = kvd__now_ns() - srv->shutdown_ns;
 
     if (!srv->cancelled && elapsed >= srv->opts.shutdown_timeout_ms * 1000000ull) {
         srv->cancelled = 1;
@@ -692,13 +692,13 @@ static void drain_timer_cb(uv_timer_t *t)
                 "event=drain_abandoned inflight=%u reason=\"queued device work did not finish "
                 "(waiting on an event that is never recorded?)\" status=1",
                 srv->inflight);
-        (void)kvd_sd_notify("STATUS=exiting with unfinished device work");
+        (void)kvd__sd_notify("STATUS=exiting with unfinished device work");
         _exit(1);
     }
     kvd__server_check_drained(srv);
 }
 
-void kvd__server_begin_shutdown(kvd_server_t *srv, int drain, const char *why)
+void kvd__server_begin_shutdown(kvd__server_t *srv, int drain, const char *why)
 {
     if (srv->shutting_down) {
         if (!drain && !srv->cancelled) {
@@ -710,8 +710,8 @@ void kvd__server_begin_shutdown(kvd_server_t *srv, int drain, const char *why)
     kvd_log(KVD_LOG_INFO, "event=shutdown_begin reason=\"%s\" drain=%d inflight=%u", why, drain,
             srv->inflight);
     srv->shutting_down = 1;
-    (void)kvd_sd_notify("STOPPING=1\nSTATUS=draining in-flight work");
-    srv->shutdown_ns = kvd_now_ns();
+    (void)kvd__sd_notify("STOPPING=1\nSTATUS=draining in-flight work");
+    srv->shutdown_ns = kvd__now_ns();
     stop_listening(srv);
     if (!drain) {
         srv->cancelled = 1;
@@ -724,7 +724,7 @@ void kvd__server_begin_shutdown(kvd_server_t *srv, int drain, const char *why)
 
 static void signal_cb(uv_signal_t *h, int signum)
 {
-    kvd_server_t *srv = h->data;
+    kvd__server_t *srv = h->data;
 
     /* a second signal stops waiting for queued work */
     kvd__server_begin_shutdown(srv, srv->shutting_down ? 0 : 1,
@@ -735,7 +735,7 @@ static void signal_cb(uv_signal_t *h, int signum)
 
 static void idle_cb(uv_idle_t *h)
 {
-    kvd_server_t *srv = h->data;
+    kvd__server_t *srv = h->data;
     kvd__conn_t *list = srv->ready;
 
     srv->ready = NULL;
@@ -760,15 +760,15 @@ static void idle_cb(uv_idle_t *h)
  * (its polling would delay the clients whose requests it polls for). */
 static void spin_cb(uv_idle_t *h)
 {
-    kvd_server_t *srv = h->data;
-    uint64_t now = kvd_now_ns();
+    kvd__server_t *srv = h->data;
+    uint64_t now = kvd__now_ns();
 
     if (now >= srv->spin_until_ns || !kvd__spin_cores_free(now))
         uv_idle_stop(&srv->spin);
 }
 
 /* Clients that sent a request in this period or the last. */
-static uint32_t clients_active(kvd_server_t *srv, uint64_t now)
+static uint32_t clients_active(kvd__server_t *srv, uint64_t now)
 {
     if (now - srv->active_since_ns >= ACTIVE_PERIOD_NS) {
         srv->active_before = now - srv->active_since_ns < 2 * ACTIVE_PERIOD_NS
@@ -780,9 +780,9 @@ static uint32_t clients_active(kvd_server_t *srv, uint64_t now)
     return srv->active_now > srv->active_before ? srv->active_now : srv->active_before;
 }
 
-void kvd__server_client_active(kvd_server_t *srv, kvd__conn_t *c)
+void kvd__server_client_active(kvd__server_t *srv, kvd__conn_t *c)
 {
-    (void)clients_active(srv, kvd_now_ns());
+    (void)clients_active(srv, kvd__now_ns());
     if (c->active_period != srv->active_period) {
         c->active_period = srv->active_period;
         srv->active_now++;
@@ -797,14 +797,14 @@ void kvd__server_client_active(kvd_server_t *srv, kvd__conn_t *c)
  * the gaps between requests (proto/src/spin.h): a request that came while
  * the loop polled leaves it; one that came after the loop slept teaches it
  * how long polling would have had to last. */
-void kvd__server_activity(kvd_server_t *srv)
+void kvd__server_activity(kvd__server_t *srv)
 {
     uint64_t now;
     int polling;
 
     if (srv->opts.busy_poll_us == 0 || srv->shutting_down == 2)
         return;
-    now = kvd_now_ns();
+    now = kvd__now_ns();
     polling = uv_is_active((uv_handle_t *)&srv->spin);
     if (!polling && srv->last_activity_ns != 0)
         kvd__spin_learn(&srv->poll_window, now - srv->last_activity_ns);
@@ -820,7 +820,7 @@ void kvd__server_activity(kvd_server_t *srv)
 
 /* ---- batched writes ------------------------------------------------------ */
 
-static void flush_all(kvd_server_t *srv)
+static void flush_all(kvd__server_t *srv)
 {
     kvd__conn_t *list = srv->to_flush;
 
@@ -850,7 +850,7 @@ static void flush_check_cb(uv_check_t *h)
  * timers leave in the prepare phase, before the loop may sleep in poll;
  * those made by I/O callbacks (reads, wake-ups) leave in the check phase
  * right after them. */
-void kvd__server_want_flush(kvd_server_t *srv, kvd__conn_t *c)
+void kvd__server_want_flush(kvd__server_t *srv, kvd__conn_t *c)
 {
     if (c->flush_queued || srv->shutting_down == 2)
         return;
@@ -863,7 +863,7 @@ void kvd__server_want_flush(kvd_server_t *srv, kvd__conn_t *c)
     }
 }
 
-void kvd__server_kick(kvd_server_t *srv, kvd__conn_t *c)
+void kvd__server_kick(kvd__server_t *srv, kvd__conn_t *c)
 {
     if (c->in_ready || srv->shutting_down == 2)
         return;
@@ -873,7 +873,7 @@ void kvd__server_kick(kvd_server_t *srv, kvd__conn_t *c)
     uv_idle_start(&srv->idle, idle_cb);
 }
 
-void kvd__server_conn_gone(kvd_server_t *srv, kvd__conn_t *c)
+void kvd__server_conn_gone(kvd__server_t *srv, kvd__conn_t *c)
 {
     kvd__conn_t **pp;
 
@@ -909,8 +909,8 @@ void kvd__server_conn_gone(kvd_server_t *srv, kvd__conn_t *c)
 
 static void sweep_cb(uv_timer_t *t)
 {
-    kvd_server_t *srv = t->data;
-    uint64_t now = kvd_now_ns();
+    kvd__server_t *srv = t->data;
+    uint64_t now = kvd__now_ns();
     kvd__conn_t *c;
 
     int waiting = 0;
@@ -930,7 +930,7 @@ static void sweep_cb(uv_timer_t *t)
  * leases end within 100 ms of their time; one timer for all connections
  * costs nothing on the request path.  It runs only while a connection has
  * a deadline or a lease (kvd__server_sweep_arm). */
-static uint64_t sweep_ms(const kvd_server_t *srv)
+static uint64_t sweep_ms(const kvd__server_t *srv)
 {
     uint64_t h = srv->opts.hello_timeout_ms, f = srv->opts.frame_timeout_ms, ms;
 
@@ -938,7 +938,7 @@ static uint64_t sweep_ms(const kvd_server_t *srv)
     return ms < 10 ? 10 : ms > 100 ? 100 : ms;
 }
 
-void kvd__server_sweep_arm(kvd_server_t *srv)
+void kvd__server_sweep_arm(kvd__server_t *srv)
 {
     uint64_t ms = sweep_ms(srv);
 
@@ -948,13 +948,13 @@ void kvd__server_sweep_arm(kvd_server_t *srv)
 
 /* ---- the host-memory budget ---------------------------------------------- */
 
-static kvd_status_t init_budget(kvd_server_t *srv, char *why, size_t why_len)
+static kvd_status_t init_budget(kvd__server_t *srv, char *why, size_t why_len)
 {
-    const kvd_memsize_t *m = &srv->opts.host_memory_budget;
+    const kvd__memsize_t *m = &srv->opts.host_memory_budget;
     uint64_t total = 0, avail = 0, budget;
     char a[32], b[32];
 
-    if (kvd_sysmem(&total, &avail) != 0) {
+    if (kvd__sysmem(&total, &avail) != 0) {
         if (m->percent != 0) {
             snprintf(why, why_len, "cannot read the machine's memory (/proc/meminfo) to take "
                      "%u%% of it: give --host-memory-budget as a size", m->percent);
@@ -962,8 +962,8 @@ static kvd_status_t init_budget(kvd_server_t *srv, char *why, size_t why_len)
         }
         total = 0;
     }
-    budget = kvd_memsize_bytes(m, total);
-    kvd_hostmem_init(&srv->hostmem, budget);
+    budget = kvd__memsize_bytes(m, total);
+    kvd__hostmem_init(&srv->hostmem, budget);
     srv->hostmem.cap[KVD_HM_SOCKETS] = srv->opts.max_socket_buffer_bytes < budget
                                            ? srv->opts.max_socket_buffer_bytes
                                            : budget;
@@ -973,33 +973,33 @@ static kvd_status_t init_budget(kvd_server_t *srv, char *why, size_t why_len)
     if (total != 0 && budget > total)
         kvd_log(KVD_LOG_WARN, "event=host_memory_budget_large budget=\"%s\" machine=\"%s\" "
                 "hint=\"reservations are also refused past what the machine has available\"",
-                kvd_fmt_bytes(budget, a, sizeof(a)), kvd_fmt_bytes(total, b, sizeof(b)));
+                kvd__fmt_bytes(budget, a, sizeof(a)), kvd__fmt_bytes(total, b, sizeof(b)));
     return KVD_OK;
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
 
-static kvd_status_t pick_backend(kvd_server_t *srv, char *why, size_t why_len)
+static kvd_status_t pick_backend(kvd__server_t *srv, char *why, size_t why_len)
 {
-    const kvd_options_t *o = &srv->opts;
+    const kvd__options_t *o = &srv->opts;
     char probe[256] = "";
 
     if (o->backend == KVD_BACKEND_CPU)
-        return kvd_backend_cpu_create(srv->loop, o, &srv->backend, why, why_len);
+        return kvd__backend_cpu_create(srv->loop, o, &srv->backend, why, why_len);
     if (o->backend == KVD_BACKEND_CUDA)
-        return kvd_backend_cuda_create(srv->loop, o, &srv->backend, why, why_len);
+        return kvd__backend_cuda_create(srv->loop, o, &srv->backend, why, why_len);
     if (kvd_cuda_probe(probe, sizeof(probe)) == KVD_OK &&
-        kvd_backend_cuda_create(srv->loop, o, &srv->backend, why, why_len) == KVD_OK)
+        kvd__backend_cuda_create(srv->loop, o, &srv->backend, why, why_len) == KVD_OK)
         return KVD_OK;
     kvd_log(KVD_LOG_INFO, "event=backend_auto choice=cpu reason=\"%s\"",
             probe[0] ? probe : why);
-    return kvd_backend_cpu_create(srv->loop, o, &srv->backend, why, why_len);
+    return kvd__backend_cpu_create(srv->loop, o, &srv->backend, why, why_len);
 }
 
-kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_server_t **out,
-                               char *why, size_t why_len)
+kvd_status_t kvd__server_create(uv_loop_t *loop, const kvd__options_t *opts, kvd__server_t **out,
+                                char *why, size_t why_len)
 {
-    kvd_server_t *srv = calloc(1, sizeof(*srv));
+    kvd__server_t *srv = calloc(1, sizeof(*srv));
     kvd_status_t st;
 
     if (srv == NULL)
@@ -1012,14 +1012,14 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     srv->next_client_id = 1;
     srv->next_cache_id = 1;
     srv->next_lease_id = 1;
-    srv->start_ns = kvd_now_ns();
-    if (kvd_stats_init(&srv->stats, kvd__op_count + 1) != 0) {
+    srv->start_ns = kvd__now_ns();
+    if (kvd__stats_init(&srv->stats, kvd__op_count + 1) != 0) {
         free(srv);
         return KVD_ENOMEM;
     }
     /* systemd's socket, if any: taken before the backend starts threads */
-    st = kvd_sd_listen_socket(&srv->listen_fd, srv->socket_path, sizeof(srv->socket_path), why,
-                              why_len);
+    st = kvd__sd_listen_socket(&srv->listen_fd, srv->socket_path, sizeof(srv->socket_path), why,
+                               why_len);
     if (st != KVD_OK)
         goto fail;
     srv->activated = srv->listen_fd >= 0;
@@ -1031,12 +1031,12 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     if (st != KVD_OK)
         goto fail;
     srv->backend->hostmem = &srv->hostmem;
-    kvd_registry_init(&srv->reg, srv->backend, &srv->hostmem);
+    kvd__registry_init(&srv->reg, srv->backend, &srv->hostmem);
     if (srv->opts.metrics[0] != '\0' &&
-        (st = kvd_metrics_create(srv, &srv->metrics, why, why_len)) != KVD_OK)
+        (st = kvd__metrics_create(srv, &srv->metrics, why, why_len)) != KVD_OK)
         goto fail_backend;
     if (srv->opts.cluster_listen[0] != '\0' &&
-        (st = kvd_cluster_create(srv, &srv->cluster, why, why_len)) != KVD_OK)
+        (st = kvd__cluster_create(srv, &srv->cluster, why, why_len)) != KVD_OK)
         goto fail_backend;
     /* before the socket listens: a SIGTERM from a peer that saw it must
      * find the handler, not the default action */
@@ -1077,7 +1077,7 @@ kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_s
     uv_timer_init(loop, &srv->watchdog);
     srv->sweep.data = srv;
     open_spare(srv);
-    kvd_registry_set_host_release(&srv->reg, host_release, srv);
+    kvd__registry_set_host_release(&srv->reg, host_release, srv);
     /* before the loop runs: no client is served before its caches are back */
     if (srv->disk_io != NULL)
         kvd__caches_reopen(srv);
@@ -1089,22 +1089,22 @@ fail_backend:
         uv_close((uv_handle_t *)&srv->sig_term, NULL);
         uv_close((uv_handle_t *)&srv->sig_int, NULL);
     }
-    kvd_metrics_close(srv->metrics);
-    kvd_cluster_close(srv->cluster);
-    kvd_registry_deinit(&srv->reg);
+    kvd__metrics_close(srv->metrics);
+    kvd__cluster_close(srv->cluster);
+    kvd__registry_deinit(&srv->reg);
     srv->backend->destroy(srv->backend, NULL, NULL);
     uv_run(loop, UV_RUN_NOWAIT); /* let the backend's handles close */
-    kvd_metrics_destroy(&srv->metrics);
-    kvd_cluster_destroy(&srv->cluster);
+    kvd__metrics_destroy(&srv->metrics);
+    kvd__cluster_destroy(&srv->cluster);
 fail:
-    kvd_disk_io_destroy(&srv->disk_io);
+    kvd__disk_io_destroy(&srv->disk_io);
     if (srv->disk_async_open) {
         uv_close((uv_handle_t *)&srv->disk_async, NULL);
         uv_run(loop, UV_RUN_NOWAIT);
     }
     if (srv->activated)
         close(srv->listen_fd);
-    kvd_stats_deinit(&srv->stats);
+    kvd__stats_deinit(&srv->stats);
     free(srv);
     return st;
 }
@@ -1112,12 +1112,12 @@ fail:
 static void watchdog_cb(uv_timer_t *t)
 {
     (void)t;
-    (void)kvd_sd_notify("WATCHDOG=1");
+    (void)kvd__sd_notify("WATCHDOG=1");
 }
 
-int kvd_server_run(kvd_server_t *srv)
+int kvd__server_run(kvd__server_t *srv)
 {
-    uint64_t wd = kvd_sd_watchdog_usec();
+    uint64_t wd = kvd__sd_watchdog_usec();
 
     kvd_log(KVD_LOG_INFO,
             "event=ready socket=%s backend=%s device=\"%s\" pid=%d max_frame_bytes=%" PRIu64,
@@ -1127,7 +1127,7 @@ int kvd_server_run(kvd_server_t *srv)
         char state[400];
         snprintf(state, sizeof(state), "READY=1\nSTATUS=serving on %s (backend %s)\nMAINPID=%d",
                  srv->socket_path, srv->backend->name, (int)getpid());
-        (void)kvd_sd_notify(state);
+        (void)kvd__sd_notify(state);
     }
     if (wd >= 2000) { /* twice per interval, as sd_watchdog_enabled(3) advises */
         srv->watchdog.data = srv;
@@ -1138,17 +1138,17 @@ int kvd_server_run(kvd_server_t *srv)
     return 0;
 }
 
-void kvd_server_destroy(kvd_server_t **sp)
+void kvd__server_destroy(kvd__server_t **sp)
 {
-    kvd_server_t *srv = sp ? *sp : NULL;
+    kvd__server_t *srv = sp ? *sp : NULL;
 
     if (srv == NULL)
         return;
-    kvd_metrics_destroy(&srv->metrics);
-    kvd_cluster_destroy(&srv->cluster);
-    kvd_disk_io_destroy(&srv->disk_io); /* gone already after a shutdown */
-    kvd_registry_deinit(&srv->reg);
-    kvd_stats_deinit(&srv->stats);
+    kvd__metrics_destroy(&srv->metrics);
+    kvd__cluster_destroy(&srv->cluster);
+    kvd__disk_io_destroy(&srv->disk_io); /* gone already after a shutdown */
+    kvd__registry_deinit(&srv->reg);
+    kvd__stats_deinit(&srv->stats);
     free(srv);
     *sp = NULL;
 }

@@ -27,17 +27,17 @@ typedef struct kvd__conn kvd__conn_t;
 
 /* A drop whose reply waits for the host memory it releases: the
  * releases it starts share it, and the last to end replies. */
-typedef struct kvd_release_waiter {
+typedef struct kvd__release_waiter {
     kvd__conn_t *conn; /* NULL: none */
     uint64_t id;
     size_t op_index;
     uint64_t t_start_ns;
     uint32_t pending; /* releases still running */
-} kvd_release_waiter_t;
+} kvd__release_waiter_t;
 
-typedef struct kvd_server {
+typedef struct kvd__server {
     uv_loop_t *loop;
-    kvd_options_t opts;
+    kvd__options_t opts;
     char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     int listen_fd;
     int listening;
@@ -57,26 +57,26 @@ typedef struct kvd_server {
     uint64_t active_since_ns, active_period;
     uint32_t active_now, active_before;
     uv_timer_t drain_timer;
-    kvd_backend_t *backend;
-    kvd_hostmem_t hostmem; /* the host-memory budget (hostmem.h) */
+    kvd__backend_t *backend;
+    kvd__hostmem_t hostmem; /* the host-memory budget (hostmem.h) */
     uint64_t mem_total;    /* the machine's memory (or its cgroup's limit) at start */
     int spare_fd;          /* held open so that a connection can be accepted and
                             * refused when the descriptors run out; -1 if none */
     uv_timer_t accept_backoff; /* accepting paused: no descriptor to refuse with */
-    kvd_ratelimit_t accept_log;
+    kvd__ratelimit_t accept_log;
     uv_timer_t sweep;      /* closes connections past their hello or frame deadline */
     uv_timer_t watchdog;   /* WATCHDOG=1 to systemd, from the loop: a stuck loop is seen */
-    kvd_registry_t reg;
-    kvd_stats_t stats;
-    struct kvd_metrics *metrics; /* the Prometheus endpoint (--metrics), or NULL */
+    kvd__registry_t reg;
+    kvd__stats_t stats;
+    struct kvd__metrics *metrics; /* the Prometheus endpoint (--metrics), or NULL */
     int activated;         /* the listening socket came from systemd: not ours to unlink */
     kvd__conn_t *conns;     /* open connections */
     uint32_t nconns;
     kvd__conn_t *ready;     /* connections with frames left to handle */
     uint64_t next_client_id;
-    struct kvd_cache *caches; /* the cache tier's caches (caches.h) */
-    struct kvd_cache *caches_opening; /* made, their disk directories not yet */
-    struct kvd_cluster *cluster; /* the daemon's peers (cluster.h), or NULL */
+    struct kvd__cache *caches; /* the cache tier's caches (caches.h) */
+    struct kvd__cache *caches_opening; /* made, their disk directories not yet */
+    struct kvd__cluster *cluster; /* the daemon's peers (cluster.h), or NULL */
     uint64_t next_cache_id, next_lease_id;
     uint64_t start_ns;
     uint32_t inflight;     /* requests submitted to the backend, not completed */
@@ -87,10 +87,10 @@ typedef struct kvd_server {
     int handles_open;      /* handles still to close before the loop ends */
     int mem_works;         /* host memory made or released on the thread pool
                             * (cache slabs, pools, buffers) */
-    kvd_release_waiter_t *release_waiter; /* the drop being handled, if any */
+    kvd__release_waiter_t *release_waiter; /* the drop being handled, if any */
     /* the disk level (--cache-dir): one I/O engine for every cache, its
      * completions run on the loop when disk_async is sent */
-    kvd_disk_io_t *disk_io;
+    kvd__disk_io_t *disk_io;
     uv_async_t disk_async;
     int disk_async_open;
     uint64_t disk_budget;         /* --disk-budget in bytes */
@@ -101,58 +101,58 @@ typedef struct kvd_server {
     int releasing_backend; /* at the end: memory is freed at once, not on threads */
     int arena_first_busy;  /* a request's arena has arena_first */
     _Alignas(16) uint8_t arena_first[KVD_ARENA_FIRST]; /* its first chunk (account.h) */
-} kvd_server_t;
+} kvd__server_t;
 
 /* Set up everything (backend, socket) without running; on error nothing
  * is left behind and why says what failed. */
-kvd_status_t kvd_server_create(uv_loop_t *loop, const kvd_options_t *opts, kvd_server_t **out,
-                               char *why, size_t why_len);
+kvd_status_t kvd__server_create(uv_loop_t *loop, const kvd__options_t *opts, kvd__server_t **out,
+                                char *why, size_t why_len);
 /* Run until shut down; returns the process exit status. */
-int kvd_server_run(kvd_server_t *srv);
-void kvd_server_destroy(kvd_server_t **srv);
+int kvd__server_run(kvd__server_t *srv);
+void kvd__server_destroy(kvd__server_t **srv);
 
 /* Stop accepting, answer what is pending, then stop the loop.  drain:
  * let queued work finish (else it is cancelled with ESHUTDOWN). */
-void kvd__server_begin_shutdown(kvd_server_t *srv, int drain, const char *why);
+void kvd__server_begin_shutdown(kvd__server_t *srv, int drain, const char *why);
 /* conn has frames buffered: handle them on the next loop iteration. */
-void kvd__server_kick(kvd_server_t *srv, kvd__conn_t *conn);
+void kvd__server_kick(kvd__server_t *srv, kvd__conn_t *conn);
 /* conn's write queue has new replies: written at the end of this loop
  * phase, together with whatever else the phase queues for it (the
  * replies to one read, or to one round of completions, in one sendmsg). */
-void kvd__server_want_flush(kvd_server_t *srv, kvd__conn_t *conn);
+void kvd__server_want_flush(kvd__server_t *srv, kvd__conn_t *conn);
 /* A request came in or a reply went out: with --busy-poll-us the loop
  * polls without sleeping until that long after the last such moment, so
  * the next request is taken without a wake-up from sleep. */
-void kvd__server_activity(kvd_server_t *srv);
+void kvd__server_activity(kvd__server_t *srv);
 /* A connection has a deadline or a lease: the timer that ends them runs
  * until none has. */
-void kvd__server_sweep_arm(kvd_server_t *srv);
+void kvd__server_sweep_arm(kvd__server_t *srv);
 /* c sent a request: it counts among the busy clients (busy polling pays
  * only while they are fewer than the cores). */
-void kvd__server_client_active(kvd_server_t *srv, kvd__conn_t *c);
+void kvd__server_client_active(kvd__server_t *srv, kvd__conn_t *c);
 /* Called by a connection in its close callback, before it is freed. */
-void kvd__server_conn_gone(kvd_server_t *srv, kvd__conn_t *conn);
+void kvd__server_conn_gone(kvd__server_t *srv, kvd__conn_t *conn);
 /* A request finished (completion or reply): check for the end of a drain. */
-void kvd__server_check_drained(kvd_server_t *srv);
+void kvd__server_check_drained(kvd__server_t *srv);
 /* Host memory made or released on the thread pool came back: at the end
  * the backend waits for the last one. */
-void kvd__server_mem_work_done(kvd_server_t *srv);
+void kvd__server_mem_work_done(kvd__server_t *srv);
 
 /* Destroy host memory mem on the thread pool, then give bytes of the
  * budget's kind back (at the very end: here and now). */
-void kvd__server_host_release(kvd_server_t *srv, kvd_mem_t *mem, int kind, uint64_t bytes);
+void kvd__server_host_release(kvd__server_t *srv, kvd__mem_t *mem, int kind, uint64_t bytes);
 
 /* A drop request about to release an object: when that releases host
  * memory off the loop, the reply to (c, id) waits until the memory is gone
  * (so that the client's next request finds the budget free again) and this
  * returns 1 after kvd__server_drop_wait_end; else 0 and the caller replies. */
-void kvd__server_drop_wait_begin(kvd_server_t *srv, kvd__conn_t *c, uint64_t id, size_t op_index,
+void kvd__server_drop_wait_begin(kvd__server_t *srv, kvd__conn_t *c, uint64_t id, size_t op_index,
                                  uint64_t t_start_ns);
-int kvd__server_drop_wait_end(kvd_server_t *srv);
+int kvd__server_drop_wait_end(kvd__server_t *srv);
 
 /* Peer permission from the config: may connect (fd the peer's socket, for
  * its supplementary groups), is admin. */
-int kvd__server_peer_allowed(const kvd_server_t *srv, int fd, uid_t uid, gid_t gid);
-int kvd__server_peer_admin(const kvd_server_t *srv, uid_t uid);
+int kvd__server_peer_allowed(const kvd__server_t *srv, int fd, uid_t uid, gid_t gid);
+int kvd__server_peer_admin(const kvd__server_t *srv, uid_t uid);
 
 #endif

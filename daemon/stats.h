@@ -17,27 +17,27 @@
  * holds everything slower. */
 extern const double kvd__hist_bounds_us[KVD_HIST_BOUNDS];
 
-typedef struct kvd_op_counters {
+typedef struct kvd__op_counters {
     uint64_t requests;
     uint64_t errors;
     uint64_t bytes;
     uint64_t counts[KVD_HIST_BOUNDS + 1];
     double sum_us;
-} kvd_op_counters_t;
+} kvd__op_counters_t;
 
-typedef struct kvd_stream_counters {
+typedef struct kvd__stream_counters {
     uint64_t launches;
     uint64_t copy_engine_launches;
     uint64_t bytes;
     uint64_t busy_ns;
     uint64_t busy_since;
     uint32_t depth;
-} kvd_stream_counters_t;
+} kvd__stream_counters_t;
 
-typedef struct kvd_stats {
-    kvd_op_counters_t *ops; /* one per dispatch-table row, plus "unknown" */
+typedef struct kvd__stats {
+    kvd__op_counters_t *ops; /* one per dispatch-table row, plus "unknown" */
     size_t nops;
-    kvd_stream_counters_t streams[KVD_STREAM_END];
+    kvd__stream_counters_t streams[KVD_STREAM_END];
     uint64_t bytes_in;
     uint64_t bytes_out;
     uint64_t connections;
@@ -46,20 +46,20 @@ typedef struct kvd_stats {
     uint64_t timeouts_frame;      /* a frame not whole in time */
     uint64_t refused_no_fd;       /* accepted and refused: no descriptors left */
     uint64_t refused_socket_mem;  /* a frame that did not fit the socket-buffer memory */
-} kvd_stats_t;
+} kvd__stats_t;
 
-int kvd_stats_init(kvd_stats_t *s, size_t nops);
-void kvd_stats_deinit(kvd_stats_t *s);
+int kvd__stats_init(kvd__stats_t *s, size_t nops);
+void kvd__stats_deinit(kvd__stats_t *s);
 
 /* A reply sent: op row, its status, bytes moved, latency. */
-void kvd_stats_op(kvd_stats_t *s, size_t op, int status, uint64_t bytes, uint64_t latency_ns);
-void kvd_stats_stream_enter(kvd_stats_t *s, int sclass, uint64_t now_ns);
-void kvd_stats_stream_leave(kvd_stats_t *s, int sclass, uint64_t bytes, int copy_engine,
-                            uint64_t now_ns);
+void kvd__stats_op(kvd__stats_t *s, size_t op, int status, uint64_t bytes, uint64_t latency_ns);
+void kvd__stats_stream_enter(kvd__stats_t *s, int sclass, uint64_t now_ns);
+void kvd__stats_stream_leave(kvd__stats_t *s, int sclass, uint64_t bytes, int copy_engine,
+                             uint64_t now_ns);
 /* Busy time including the current busy period. */
-uint64_t kvd_stats_stream_busy(const kvd_stats_t *s, int sclass, uint64_t now_ns);
+uint64_t kvd__stats_stream_busy(const kvd__stats_t *s, int sclass, uint64_t now_ns);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
-uint64_t kvd_now_ns(void);
+uint64_t kvd__now_ns(void);
 
 #endif

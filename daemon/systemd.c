@@ -28,8 +28,8 @@ static int parse_int(const char *s, long *out)
     return 0;
 }
 
-kvd_status_t kvd_sd_listen_socket(int *fd, char *path, size_t path_len, char *why,
-                                  size_t why_len)
+kvd_status_t kvd__sd_listen_socket(int *fd, char *path, size_t path_len, char *why,
+                                   size_t why_len)
 {
     const char *spid = getenv("LISTEN_PID"), *sfds = getenv("LISTEN_FDS");
     long pid, n, i;
@@ -109,7 +109,7 @@ kvd_status_t kvd_sd_listen_socket(int *fd, char *path, size_t path_len, char *wh
     return KVD_OK;
 }
 
-int kvd_sd_notify(const char *state)
+int kvd__sd_notify(const char *state)
 {
     const char *e = getenv("NOTIFY_SOCKET");
     struct sockaddr_un sa;
@@ -142,7 +142,7 @@ int kvd_sd_notify(const char *state)
     return err;
 }
 
-uint64_t kvd_sd_watchdog_usec(void)
+uint64_t kvd__sd_watchdog_usec(void)
 {
     const char *usec = getenv("WATCHDOG_USEC"), *pid = getenv("WATCHDOG_PID");
     unsigned long long v;

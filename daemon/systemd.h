@@ -25,21 +25,21 @@
  * an error (why says it) when it was but descriptor 3 is unusable.
  * Call it before any thread starts (it changes the environment).
  */
-kvd_status_t kvd_sd_listen_socket(int *fd, char *path, size_t path_len, char *why,
-                                  size_t why_len);
+kvd_status_t kvd__sd_listen_socket(int *fd, char *path, size_t path_len, char *why,
+                                   size_t why_len);
 
 /*
  * Send state ("READY=1", "STOPPING=1", "STATUS=...", lines joined by
  * '\n') to $NOTIFY_SOCKET: a path, or an abstract name written '@name'.
  * 0 when NOTIFY_SOCKET is not set, 1 when sent, -errno on failure.
  */
-int kvd_sd_notify(const char *state);
+int kvd__sd_notify(const char *state);
 
 /*
  * The watchdog interval systemd expects "WATCHDOG=1" within (WatchdogSec=:
  * $WATCHDOG_USEC, for this process when $WATCHDOG_PID is unset or ours),
  * in microseconds; 0 when there is no watchdog.
  */
-uint64_t kvd_sd_watchdog_usec(void);
+uint64_t kvd__sd_watchdog_usec(void);
 
 #endif

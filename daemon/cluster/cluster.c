@@ -31,23 +31,23 @@
 
 static const char *const peer_state_name[] = {"down", "connecting", "up", "refused"};
 
-struct kvd_cluster {
-    kvd_server_t *srv;
+struct kvd__cluster {
+    kvd__server_t *srv;
     ucp_context_h ctx;
-    kvd_cl_config_t cfg;
-    kvd_lanes_t lanes;
-    kvd_links_t links;
-    kvd_serve_t serve;
-    kvd_pulls_t pulls;
+    kvd__cl_config_t cfg;
+    kvd__lanes_t lanes;
+    kvd__links_t links;
+    kvd__serve_t serve;
+    kvd__pulls_t pulls;
     uv_timer_t tick;
     int closing;
 };
 
 /* ---- what the layers hand up ------------------------------------------------------ */
 
-static void lane_ended(void *up, kvd_lane_op_t *op)
+static void lane_ended(void *up, kvd__lane_op_t *op)
 {
-    kvd_cluster_t *cl = up;
+    kvd__cluster_t *cl = up;
 
     if (op->cmd.kind == KVD_LANE_SEND)
         kvd__serve_sent(&cl->serve, op);
@@ -55,21 +55,21 @@ static void lane_ended(void *up, kvd_lane_op_t *op)
         kvd__pull_received(&cl->pulls, op);
 }
 
-static void lane_arrived(void *up, kvd_lane_t *ln, const uint64_t hdr[KVD_LANE_HDR],
+static void lane_arrived(void *up, kvd__lane_t *ln, const uint64_t hdr[KVD_LANE_HDR],
                          const void *bytes, void *rndv, size_t length)
 {
-    kvd_cluster_t *cl = up;
+    kvd__cluster_t *cl = up;
 
     kvd__pull_arrived(&cl->pulls, ln, hdr, bytes, rndv, length);
 }
 
 /* An endpoint to a peer's lane failed: drop the link it belongs to (the
  * peer connects again; its pulls from us end with what they got). */
-static void lane_ep_failed(void *up, kvd_lane_ep_t *lep, ucs_status_t status)
+static void lane_ep_failed(void *up, kvd__lane_ep_t *lep, ucs_status_t status)
 {
-    kvd_cluster_t *cl = up;
+    kvd__cluster_t *cl = up;
     uint32_t k = 0;
-    kvd_link_t *l = kvd__link_of_lane_ep(&cl->links, lep, &k);
+    kvd__link_t *l = kvd__link_of_lane_ep(&cl->links, lep, &k);
     char why[160];
 
     if (l != NULL) {
@@ -78,9 +78,9 @@ static void lane_ep_failed(void *up, kvd_lane_ep_t *lep, ucs_status_t status)
     }
 }
 
-static void link_msg(void *up, kvd_link_t *l, const Kvdock__Cluster__Msg *m)
+static void link_msg(void *up, kvd__link_t *l, const Kvdock__Cluster__Msg *m)
 {
-    kvd_cluster_t *cl = up;
+    kvd__cluster_t *cl = up;
 
     switch (m->m_case) {
     case KVDOCK__CLUSTER__MSG__M_QUERY:
@@ -102,15 +102,15 @@ static void link_msg(void *up, kvd_link_t *l, const Kvdock__Cluster__Msg *m)
 
 static void link_lost(void *up, uint32_t i, const char *why)
 {
-    kvd_cluster_t *cl = up;
+    kvd__cluster_t *cl = up;
 
     kvd__pull_peer_lost(&cl->pulls, i, why);
 }
 
 static void on_tick(uv_timer_t *t)
 {
-    kvd_cluster_t *cl = t->data;
-    uint64_t now = kvd_now_ns();
+    kvd__cluster_t *cl = t->data;
+    uint64_t now = kvd__now_ns();
 
     kvd__door_tick(&cl->links, now);
     kvd__pull_tick(&cl->pulls, now);
@@ -121,7 +121,7 @@ static void on_tick(uv_timer_t *t)
 /* --cluster-lanes, or by the CPUs: each lane's thread polls a core while
  * blocks move, on both sides of a pull, and pulls share a node with the
  * engine's own threads. */
-static uint32_t lanes_wanted(const kvd_options_t *o)
+static uint32_t lanes_wanted(const kvd__options_t *o)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -130,14 +130,14 @@ static uint32_t lanes_wanted(const kvd_options_t *o)
     return cpus >= 16 ? 4 : cpus >= 8 ? 2 : 1;
 }
 
-kvd_status_t kvd_cluster_create(kvd_server_t *srv, kvd_cluster_t **out, char *why,
-                                size_t why_len)
+kvd_status_t kvd__cluster_create(kvd__server_t *srv, kvd__cluster_t **out, char *why,
+                                 size_t why_len)
 {
-    const kvd_options_t *o = &srv->opts;
-    kvd_cluster_t *cl = calloc(1, sizeof(*cl));
-    kvd_lane_up_t lup = {.ended = lane_ended, .arrived = lane_arrived,
+    const kvd__options_t *o = &srv->opts;
+    kvd__cluster_t *cl = calloc(1, sizeof(*cl));
+    kvd__lane_up_t lup = {.ended = lane_ended, .arrived = lane_arrived,
                          .ep_failed = lane_ep_failed};
-    kvd_link_up_t kup = {.msg = link_msg, .lost = link_lost};
+    kvd__link_up_t kup = {.msg = link_msg, .lost = link_lost};
     ucp_params_t up;
     ucp_config_t *cfg = NULL;
     ucs_status_t us;
@@ -202,7 +202,7 @@ fail:
     return st;
 }
 
-void kvd_cluster_close(kvd_cluster_t *cl)
+void kvd__cluster_close(kvd__cluster_t *cl)
 {
     if (cl == NULL || cl->closing)
         return;
@@ -213,27 +213,27 @@ void kvd_cluster_close(kvd_cluster_t *cl)
     uv_close((uv_handle_t *)&cl->tick, NULL);
 }
 
-void kvd_cluster_destroy(kvd_cluster_t **clp)
+void kvd__cluster_destroy(kvd__cluster_t **clp)
 {
-    kvd_cluster_t *cl = clp ? *clp : NULL;
+    kvd__cluster_t *cl = clp ? *clp : NULL;
 
     if (cl == NULL)
         return;
     if (!cl->closing)
-        kvd_cluster_close(cl);
+        kvd__cluster_close(cl);
     kvd__lanes_free(&cl->lanes);
     ucp_cleanup(cl->ctx);
     free(cl);
     *clp = NULL;
 }
 
-kvd_status_t kvd_cluster_ask(kvd_cluster_t *cl, const kvd_cluster_ask_t *a, char *why,
-                             size_t why_len)
+kvd_status_t kvd__cluster_ask(kvd__cluster_t *cl, const kvd__cluster_ask_t *a, char *why,
+                              size_t why_len)
 {
     return kvd__pull_ask(&cl->pulls, a, why, why_len);
 }
 
-uint32_t kvd_cluster_live(const kvd_cluster_t *cl)
+uint32_t kvd__cluster_live(const kvd__cluster_t *cl)
 {
     uint32_t n = 0;
 
@@ -242,15 +242,15 @@ uint32_t kvd_cluster_live(const kvd_cluster_t *cl)
     return n;
 }
 
-Kvdock__Cluster *kvd_cluster_status(kvd_req_t *r, const kvd_cluster_t *cl)
+Kvdock__Cluster *kvd__cluster_status(kvd__req_t *r, const kvd__cluster_t *cl)
 {
     Kvdock__Cluster *c = kvd__req_alloc(r, sizeof(*c));
-    kvd_cluster_totals_t t;
-    uint64_t now = kvd_now_ns();
+    kvd__cluster_totals_t t;
+    uint64_t now = kvd__now_ns();
 
     if (c == NULL)
         return NULL;
-    kvd_cluster_get_totals(cl, &t);
+    kvd__cluster_get_totals(cl, &t);
     kvdock__cluster__init(c);
     c->node = (char *)cl->cfg.node;
     c->deadline_ms = (uint32_t)(cl->cfg.deadline_ns / 1000000);
@@ -264,7 +264,7 @@ Kvdock__Cluster *kvd_cluster_status(kvd_req_t *r, const kvd_cluster_t *cl)
     if (c->peers == NULL)
         return NULL;
     for (uint32_t i = 0; i < cl->links.npeers; i++) {
-        const kvd_peer_t *p = &cl->links.peers[i];
+        const kvd__peer_t *p = &cl->links.peers[i];
         Kvdock__ClusterPeer *cp = kvd__req_alloc(r, sizeof(*cp));
         if (cp == NULL)
             return NULL;
@@ -283,7 +283,7 @@ Kvdock__Cluster *kvd_cluster_status(kvd_req_t *r, const kvd_cluster_t *cl)
     return c;
 }
 
-void kvd_cluster_get_totals(const kvd_cluster_t *cl, kvd_cluster_totals_t *t)
+void kvd__cluster_get_totals(const kvd__cluster_t *cl, kvd__cluster_totals_t *t)
 {
     memset(t, 0, sizeof(*t));
     t->blocks_fetched = cl->pulls.blocks_fetched;
@@ -292,21 +292,21 @@ void kvd_cluster_get_totals(const kvd_cluster_t *cl, kvd_cluster_totals_t *t)
     t->bytes_served = cl->serve.bytes_served;
     t->refused = cl->links.refused;
     t->blocks_dropped = cl->pulls.stray + cl->lanes.stray;
-    for (const kvd_link_t *l = cl->links.links; l; l = l->next) {
+    for (const kvd__link_t *l = cl->links.links; l; l = l->next) {
         t->inbound += !l->outbound && l->authed;
         t->unproven += !l->outbound && !l->authed;
     }
 }
 
-uint32_t kvd_cluster_peers(const kvd_cluster_t *cl)
+uint32_t kvd__cluster_peers(const kvd__cluster_t *cl)
 {
     return cl ? cl->links.npeers : 0;
 }
 
-const char *kvd_cluster_peer(const kvd_cluster_t *cl, uint32_t i, int *up, uint64_t *rtt_us,
-                             uint64_t *failures, uint64_t *bytes_fetched)
+const char *kvd__cluster_peer(const kvd__cluster_t *cl, uint32_t i, int *up, uint64_t *rtt_us,
+                              uint64_t *failures, uint64_t *bytes_fetched)
 {
-    const kvd_peer_t *p = &cl->links.peers[i];
+    const kvd__peer_t *p = &cl->links.peers[i];
 
     *up = p->state == KVD_PEER_UP;
     *rtt_us = p->rtt_ns / 1000;

@@ -30,15 +30,15 @@ void kvd__clc_random(uint8_t *p, size_t n)
     if (fd >= 0)
         close(fd);
     if (got < n) { /* never on Linux; still no predictable nonce from a bad day */
-        uint64_t t = kvd_now_ns() ^ (uint64_t)getpid() << 32;
+        uint64_t t = kvd__now_ns() ^ (uint64_t)getpid() << 32;
         for (size_t i = got; i < n; i++)
             p[i] = (uint8_t)((t >> (8 * (i & 7))) ^ i);
     }
 }
 
 /* proof = BLAKE2s(key; label || a || b) */
-void kvd__clc_prove(const kvd_cl_config_t *cl, const char *label, const uint8_t *a, const uint8_t *b,
-                  uint8_t out[KVD_BLAKE2S_BYTES])
+void kvd__clc_prove(const kvd__cl_config_t *cl, const char *label, const uint8_t *a,
+                    const uint8_t *b, uint8_t out[KVD_BLAKE2S_BYTES])
 {
     kvd__b2s_t s;
 
@@ -161,7 +161,7 @@ int kvd__clc_addr_bytes(const struct sockaddr_storage *s, uint8_t out[16])
     return AF_UNSPEC;
 }
 
-int kvd__clc_allowed(const kvd_cl_config_t *cl, const struct sockaddr_storage *from)
+int kvd__clc_allowed(const kvd__cl_config_t *cl, const struct sockaddr_storage *from)
 {
     uint8_t b[16];
     int family = kvd__clc_addr_bytes(from, b);
@@ -169,7 +169,7 @@ int kvd__clc_allowed(const kvd_cl_config_t *cl, const struct sockaddr_storage *f
     if (cl->allow_any)
         return 1;
     for (uint32_t i = 0; i < cl->nallow; i++) {
-        const struct kvd_cl_allow *n = &cl->allow[i];
+        const struct kvd__cl_allow *n = &cl->allow[i];
         unsigned full = n->bits / 8, rest = n->bits % 8;
         if (n->family != family || memcmp(n->addr, b, full) != 0)
             continue;
@@ -179,10 +179,10 @@ int kvd__clc_allowed(const kvd_cl_config_t *cl, const struct sockaddr_storage *f
     return 0;
 }
 
-static kvd_status_t allow_add(kvd_cl_config_t *cl, const struct sockaddr_storage *sa, int bits,
+static kvd_status_t allow_add(kvd__cl_config_t *cl, const struct sockaddr_storage *sa, int bits,
                               const char *item, char *why, size_t why_len)
 {
-    struct kvd_cl_allow *n;
+    struct kvd__cl_allow *n;
     int family;
 
     if (cl->nallow >= KVD_CL_MAX_ALLOW) {
@@ -202,7 +202,7 @@ static kvd_status_t allow_add(kvd_cl_config_t *cl, const struct sockaddr_storage
 }
 
 /* --cluster-allow-from, once the peers are known. */
-static kvd_status_t allow_parse(kvd_cl_config_t *cl, const char *list, char *why, size_t why_len)
+static kvd_status_t allow_parse(kvd__cl_config_t *cl, const char *list, char *why, size_t why_len)
 {
     const char *s = list;
     char item[128];
@@ -264,7 +264,7 @@ void kvd__clc_addr_text(const struct sockaddr_storage *s, char *out, size_t len)
     snprintf(out, len, "%s", host);
 }
 
-static kvd_status_t read_secret(kvd_cl_config_t *cl, const char *path, char *why, size_t why_len)
+static kvd_status_t read_secret(kvd__cl_config_t *cl, const char *path, char *why, size_t why_len)
 {
     uint8_t buf[4097];
     struct stat sb;
@@ -305,9 +305,9 @@ static kvd_status_t read_secret(kvd_cl_config_t *cl, const char *path, char *why
     return KVD_OK;
 }
 
-static kvd_status_t add_peer(kvd_cl_config_t *cl, const char *text, char *why, size_t why_len)
+static kvd_status_t add_peer(kvd__cl_config_t *cl, const char *text, char *why, size_t why_len)
 {
-    kvd_cl_addr_t *p;
+    kvd__cl_addr_t *p;
     struct sockaddr_storage sa;
     socklen_t len = 0;
     kvd_status_t st;
@@ -333,7 +333,7 @@ static kvd_status_t add_peer(kvd_cl_config_t *cl, const char *text, char *why, s
     return KVD_OK;
 }
 
-static kvd_status_t add_peers(kvd_cl_config_t *cl, const char *list, char *why, size_t why_len)
+static kvd_status_t add_peers(kvd__cl_config_t *cl, const char *list, char *why, size_t why_len)
 {
     char item[256];
     const char *s = list;
@@ -349,7 +349,7 @@ static kvd_status_t add_peers(kvd_cl_config_t *cl, const char *list, char *why, 
     return KVD_OK;
 }
 
-static kvd_status_t read_peers_file(kvd_cl_config_t *cl, const char *path, char *why,
+static kvd_status_t read_peers_file(kvd__cl_config_t *cl, const char *path, char *why,
                                     size_t why_len)
 {
     FILE *f = fopen(path, "re");
@@ -380,7 +380,7 @@ static kvd_status_t read_peers_file(kvd_cl_config_t *cl, const char *path, char 
     return st;
 }
 
-kvd_status_t kvd__clc_read(kvd_cl_config_t *cl, const kvd_options_t *o, char *why,
+kvd_status_t kvd__clc_read(kvd__cl_config_t *cl, const kvd__options_t *o, char *why,
                            size_t why_len)
 {
     kvd_status_t st;

@@ -20,28 +20,28 @@
 #define KVD_CL_NONCE 16
 
 /* A peer as configured. */
-typedef struct kvd_cl_addr {
+typedef struct kvd__cl_addr {
     char text[KVD_OPT_STR_MAX];
     struct sockaddr_storage sa;
     socklen_t salen;
-} kvd_cl_addr_t;
+} kvd__cl_addr_t;
 
-typedef struct kvd_cl_config {
+typedef struct kvd__cl_config {
     char node[KVD_OPT_STR_MAX];      /* --cluster-listen, as given */
     struct sockaddr_storage listen_sa;
     socklen_t listen_salen;
     uint8_t key[KVD_BLAKE2S_BYTES];  /* BLAKE2s of the secret */
-    kvd_cl_addr_t peers[KVD_CL_MAX_PEERS];
+    kvd__cl_addr_t peers[KVD_CL_MAX_PEERS];
     uint32_t npeers;
     uint64_t deadline_ns;            /* --cluster-deadline-ms */
     int allow_any;
-    struct kvd_cl_allow {
+    struct kvd__cl_allow {
         int family;
         uint8_t addr[16];
         unsigned bits;
     } allow[KVD_CL_MAX_ALLOW];
     uint32_t nallow;
-} kvd_cl_config_t;
+} kvd__cl_config_t;
 
 /* Time from t to now; 0 when t is later (set after now was read: a
  * difference of unsigned times would wrap to an age of centuries). */
@@ -57,14 +57,14 @@ static inline void kvd__cl_set_bit(uint8_t *b, uint32_t i)
 
 /* The options o as a configuration (the secret read, the peers resolved,
  * this daemon itself and repeats skipped).  why says what is wrong. */
-kvd_status_t kvd__clc_read(kvd_cl_config_t *c, const kvd_options_t *o, char *why,
+kvd_status_t kvd__clc_read(kvd__cl_config_t *c, const kvd__options_t *o, char *why,
                            size_t why_len);
 
 /* May a connection come from this address (--cluster-allow-from)? */
-int kvd__clc_allowed(const kvd_cl_config_t *c, const struct sockaddr_storage *from);
+int kvd__clc_allowed(const kvd__cl_config_t *c, const struct sockaddr_storage *from);
 
 /* proof = BLAKE2s(key; label || a || b), a and b nonces. */
-void kvd__clc_prove(const kvd_cl_config_t *c, const char *label, const uint8_t *a,
+void kvd__clc_prove(const kvd__cl_config_t *c, const char *label, const uint8_t *a,
                     const uint8_t *b, uint8_t out[KVD_BLAKE2S_BYTES]);
 /* a and b equal, compared in time that does not depend on where they differ. */
 int kvd__clc_same(const uint8_t *a, const uint8_t *b, size_t n);

@@ -20,7 +20,7 @@
  *
  * Right after Welcome the fetching daemon sends its lanes' rx worker
  * addresses (Lanes) on its outbound link; the answering daemon checks
- * each (kvd_cw_ucx_address_ok: UCX unpacks an address without bounds) and
+ * each (kvd__cw_ucx_address_ok: UCX unpacks an address without bounds) and
  * makes one endpoint from it on its own tx worker of that lane
  * (ucp_ep_create from the remote address, UCP_ERR_HANDLING_MODE_PEER),
  * and sends block i of a fetch to lane i % n.  So between two workers
@@ -59,20 +59,20 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 /* Count a refusal and log it: always for a side that proved the secret
  * (rare, and worth each line), at most a line a second for strangers. */
-static void refused(kvd_links_t *ls, int trusted, const char *side, const char *who,
+static void refused(kvd__links_t *ls, int trusted, const char *side, const char *who,
                     const char *node, const char *why)
 {
     uint64_t held = 0;
 
     ls->refused++;
-    if (trusted || kvd_ratelimit_take(&ls->refuse_log, kvd_now_ns(), &held))
+    if (trusted || kvd__ratelimit_take(&ls->refuse_log, kvd__now_ns(), &held))
         kvd_log(KVD_LOG_WARN, "event=cluster_refused %s=%s node=\"%s\" reason=\"%s\" "
                 "suppressed=%" PRIu64, side, who, node, why, held);
 }
 
 /* Close l for why, logged and counted, telling the other side why (best
  * effort: only what the socket takes at once). */
-void kvd__door_refuse(kvd_link_t *l, const char *why)
+void kvd__door_refuse(kvd__link_t *l, const char *why)
 {
     Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
     Kvdock__Cluster__Refused rf = KVDOCK__CLUSTER__REFUSED__INIT;
@@ -87,7 +87,7 @@ void kvd__door_refuse(kvd_link_t *l, const char *why)
     len = kvdock__cluster__msg__get_packed_size(&m);
     if (!l->closed && len <= sizeof(frame) - KVD_CW_HEADER) {
         uv_buf_t b = uv_buf_init((char *)frame, (unsigned)(KVD_CW_HEADER + len));
-        kvd_cw_header(frame, (uint32_t)len);
+        kvd__cw_header(frame, (uint32_t)len);
         kvdock__cluster__msg__pack(&m, frame + KVD_CW_HEADER);
         (void)uv_try_write((uv_stream_t *)&l->tcp, &b, 1);
     }
@@ -98,8 +98,8 @@ void kvd__door_refuse(kvd_link_t *l, const char *why)
 
 static void on_connected(uv_connect_t *req, int status)
 {
-    kvd_link_t *l = req->data;
-    kvd_links_t *ls = l->ls;
+    kvd__link_t *l = req->data;
+    kvd__links_t *ls = l->ls;
     Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
     Kvdock__Cluster__Hello h = KVDOCK__CLUSTER__HELLO__INIT;
     char why[160];
@@ -124,9 +124,9 @@ static void on_connected(uv_connect_t *req, int status)
         kvd__link_drop(l, "cannot send hello");
 }
 
-static void peer_connect(kvd_links_t *ls, kvd_peer_t *p)
+static void peer_connect(kvd__links_t *ls, kvd__peer_t *p)
 {
-    kvd_link_t *l = kvd__link_new(ls, 1);
+    kvd__link_t *l = kvd__link_new(ls, 1);
     char why[160];
     int rc;
 
@@ -149,12 +149,12 @@ static void peer_connect(kvd_links_t *ls, kvd_peer_t *p)
  * else read by on_read, within the limits before the proof. */
 static void on_accept(uv_stream_t *server, int status)
 {
-    kvd_links_t *ls = server->data;
+    kvd__links_t *ls = server->data;
     struct sockaddr_storage sa;
     int salen = sizeof(sa);
     uint32_t startups = 0, same = 0;
     const char *why = NULL;
-    kvd_link_t *l;
+    kvd__link_t *l;
 
     if (status < 0)
         return;
@@ -173,7 +173,7 @@ static void on_accept(uv_stream_t *server, int status)
         sa.ss_family = AF_UNSPEC;
     kvd__clc_addr_text(&sa, l->from, sizeof(l->from));
     l->src_family = kvd__clc_addr_bytes(&sa, l->src);
-    for (const kvd_link_t *o = ls->links; o; o = o->next)
+    for (const kvd__link_t *o = ls->links; o; o = o->next)
         if (o != l && !o->outbound && !o->authed) {
             startups++;
             same += o->src_family == l->src_family && memcmp(o->src, l->src, 16) == 0;
@@ -216,7 +216,7 @@ static int listen_fd(const struct sockaddr_storage *sa, socklen_t len)
 
 /* Tell the peer behind outbound link l where to send the blocks we fetch:
  * our lanes' rx workers. */
-static int send_lanes(kvd_links_t *ls, kvd_link_t *l)
+static int send_lanes(kvd__links_t *ls, kvd__link_t *l)
 {
     Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
     Kvdock__Cluster__Lanes ln = KVDOCK__CLUSTER__LANES__INIT;
@@ -234,7 +234,7 @@ static int send_lanes(kvd_links_t *ls, kvd_link_t *l)
 /* A proven peer's lanes (once, on its connection to us): each address
  * checked before UCX sees it, then an endpoint to each from one of our
  * lanes' tx workers, lane k from our lane k % ours. */
-static void take_lanes(kvd_links_t *ls, kvd_link_t *l, const Kvdock__Cluster__Lanes *ln)
+static void take_lanes(kvd__links_t *ls, kvd__link_t *l, const Kvdock__Cluster__Lanes *ln)
 {
     if (l->nlanes > 0 || ln->n_address == 0 || ln->n_address > KVD_LANES_MAX) {
         kvd__door_refuse(l, "bad lanes");
@@ -246,8 +246,8 @@ static void take_lanes(kvd_links_t *ls, kvd_link_t *l, const Kvdock__Cluster__La
             return;
         }
     for (uint32_t k = 0; k < ln->n_address; k++) {
-        kvd_lane_ep_t *lep = kvd__lane_connect(ls->lanes, k, ln->address[k].data,
-                                               ln->address[k].len);
+        kvd__lane_ep_t *lep = kvd__lane_connect(ls->lanes, k, ln->address[k].data,
+                                                ln->address[k].len);
         if (lep == NULL) {
             kvd__door_refuse(l, "bad lanes: no memory"); /* closes those made so far */
             return;
@@ -256,7 +256,7 @@ static void take_lanes(kvd_links_t *ls, kvd_link_t *l, const Kvdock__Cluster__La
     }
 }
 
-static void handle_msg(kvd_links_t *ls, kvd_link_t *l, const Kvdock__Cluster__Msg *m)
+static void handle_msg(kvd__links_t *ls, kvd__link_t *l, const Kvdock__Cluster__Msg *m)
 {
     uint8_t proof[KVD_BLAKE2S_BYTES];
 
@@ -395,7 +395,7 @@ static void handle_msg(kvd_links_t *ls, kvd_link_t *l, const Kvdock__Cluster__Ms
     }
     case KVDOCK__CLUSTER__MSG__M_PONG:
         if (l->outbound && l->peer != NULL && m->pong->t == l->peer->ping_t) {
-            l->peer->rtt_ns = kvd_now_ns() - l->peer->ping_sent_ns;
+            l->peer->rtt_ns = kvd__now_ns() - l->peer->ping_sent_ns;
             l->peer->ping_sent_ns = 0;
         }
         return;
@@ -406,7 +406,7 @@ static void handle_msg(kvd_links_t *ls, kvd_link_t *l, const Kvdock__Cluster__Ms
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    kvd_link_t *l = h->data;
+    kvd__link_t *l = h->data;
 
     (void)suggested; /* the loop reads one connection at a time, into one buffer */
     buf->base = (char *)l->ls->scratch;
@@ -415,7 +415,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 
 /* Keep n more bytes of l's stream; 0, or -1 out of memory.  At most a
  * frame's limit and a read are ever kept: whole frames go as they come. */
-static int rx_append(kvd_link_t *l, const uint8_t *data, size_t n)
+static int rx_append(kvd__link_t *l, const uint8_t *data, size_t n)
 {
     if (l->rx_len + n > l->rx_cap) {
         size_t cap = l->rx_cap ? l->rx_cap : 4096;
@@ -437,8 +437,8 @@ static int rx_append(kvd_link_t *l, const uint8_t *data, size_t n)
  * each whole frame is decoded and handled as it comes. */
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-    kvd_link_t *l = s->data;
-    kvd_links_t *ls = l->ls;
+    kvd__link_t *l = s->data;
+    kvd__links_t *ls = l->ls;
     size_t at = 0;
     char why[160];
 
@@ -467,8 +467,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     while (!l->closed) {
         uint32_t n;
-        int r = kvd_cw_frame(l->rx + at, l->rx_len - at, l->authed ? KVD_LINK_MAX_CTRL : PREAUTH_FRAME,
-                             &n);
+        int r = kvd__cw_frame(l->rx + at, l->rx_len - at,
+                              l->authed ? KVD_LINK_MAX_CTRL : PREAUTH_FRAME, &n);
         Kvdock__Cluster__Msg *m;
         if (r == KVD_CW_BAD) {
             kvd__door_refuse(l, l->authed ? "an empty message or one over 8 MiB"
@@ -500,12 +500,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
-int kvd__door_socket(const kvd_links_t *ls)
+int kvd__door_socket(const kvd__links_t *ls)
 {
     return listen_fd(&ls->cfg->listen_sa, ls->cfg->listen_salen);
 }
 
-void kvd__door_open(kvd_links_t *ls, int fd)
+void kvd__door_open(kvd__links_t *ls, int fd)
 {
     int rc;
 
@@ -519,13 +519,13 @@ void kvd__door_open(kvd_links_t *ls, int fd)
     ls->listening = 1;
 }
 
-void kvd__door_tick(kvd_links_t *ls, uint64_t now)
+void kvd__door_tick(kvd__links_t *ls, uint64_t now)
 {
     uint64_t deadline = ls->cfg->deadline_ns;
-    kvd_link_t *l, *lnext;
+    kvd__link_t *l, *lnext;
 
     for (uint32_t i = 0; i < ls->npeers; i++) {
-        kvd_peer_t *pe = &ls->peers[i];
+        kvd__peer_t *pe = &ls->peers[i];
         if (pe->link == NULL) {
             if (now >= pe->next_try_ns)
                 peer_connect(ls, pe);
@@ -568,7 +568,7 @@ void kvd__door_tick(kvd_links_t *ls, uint64_t now)
     }
 }
 
-void kvd__door_close(kvd_links_t *ls)
+void kvd__door_close(kvd__links_t *ls)
 {
     ls->closing = 1;
     while (ls->links)

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-int kvd_cw_frame(const uint8_t *buf, size_t len, size_t max, uint32_t *n)
+int kvd__cw_frame(const uint8_t *buf, size_t len, size_t max, uint32_t *n)
 {
     uint32_t v;
 
@@ -19,7 +19,7 @@ int kvd_cw_frame(const uint8_t *buf, size_t len, size_t max, uint32_t *n)
     return len - KVD_CW_HEADER >= v ? KVD_CW_FRAME : KVD_CW_NEED;
 }
 
-void kvd_cw_header(uint8_t out[KVD_CW_HEADER], uint32_t n)
+void kvd__cw_header(uint8_t out[KVD_CW_HEADER], uint32_t n)
 {
     out[0] = (uint8_t)n;
     out[1] = (uint8_t)(n >> 8);
@@ -174,7 +174,7 @@ static int walk(const uint8_t *a, size_t len, tl_t *tl)
     return at == len ? n : -1; /* nothing after it either */
 }
 
-int kvd_cw_ucx_address_ok(const uint8_t *addr, size_t len, const uint8_t *own, size_t own_len)
+int kvd__cw_ucx_address_ok(const uint8_t *addr, size_t len, const uint8_t *own, size_t own_len)
 {
     tl_t theirs[MAX_TL], ours[MAX_TL];
     int nt, no;

@@ -23,10 +23,10 @@ enum { KVD_CW_NEED = 0, KVD_CW_FRAME = 1, KVD_CW_BAD = -1 };
  * more bytes must come (*n: the message's length once the header is in,
  * else 0), KVD_CW_BAD when the header announces an empty message or one
  * over max bytes (nothing beyond the header is read). */
-int kvd_cw_frame(const uint8_t *buf, size_t len, size_t max, uint32_t *n);
+int kvd__cw_frame(const uint8_t *buf, size_t len, size_t max, uint32_t *n);
 
 /* Write the header of a message of n bytes. */
-void kvd_cw_header(uint8_t out[KVD_CW_HEADER], uint32_t n);
+void kvd__cw_header(uint8_t out[KVD_CW_HEADER], uint32_t n);
 
 /* Is addr[0..len) a UCX worker address this daemon's UCX may unpack?
  * UCX (1.13) reads a worker address without its length and trusts every
@@ -37,6 +37,6 @@ void kvd_cw_header(uint8_t out[KVD_CW_HEADER], uint32_t n);
  * memory domain and the same device and interface address lengths.  The
  * contents of those addresses (hosts, ports) and the worker's id are the
  * peer's.  1: yes; 0: no. */
-int kvd_cw_ucx_address_ok(const uint8_t *addr, size_t len, const uint8_t *own, size_t own_len);
+int kvd__cw_ucx_address_ok(const uint8_t *addr, size_t len, const uint8_t *own, size_t own_len);
 
 #endif

@@ -20,8 +20,8 @@
 enum { CMD_RELEASE = 3, CMD_CONNECT, CMD_CLOSE };
 enum { EV_ENDED = 1, EV_ARRIVED, EV_EP_FAILED };
 
-struct kvd_lane {
-    kvd_lanes_t *ls;
+struct kvd__lane {
+    kvd__lanes_t *ls;
     ucp_worker_h rx, tx;     /* blocks land on rx; tx's endpoints send them */
     int rx_efd, tx_efd;
     ucp_address_t *address;  /* rx's, as the Lanes message carries it */
@@ -29,22 +29,22 @@ struct kvd_lane {
     pthread_t thread;
     int running;
     atomic_int stop;
-    kvd_queue_t cmds;        /* from the loop */
+    kvd__queue_t cmds;        /* from the loop */
     uint32_t outstanding;    /* its thread's: sends and receives UCX holds */
     uint32_t closing;        /* its thread's: endpoint closes UCX has not ended */
 };
 
 /* A command the lanes make and free (a release, a connect, a close). */
 typedef struct cmd {
-    kvd_lane_node_t node;    /* first */
-    kvd_lane_ep_t *lep;
+    kvd__lane_node_t node;    /* first */
+    kvd__lane_ep_t *lep;
     void *desc;
 } cmd_t;
 
 /* A block message that came (the loop's to receive, release or drop). */
 typedef struct arrival {
-    kvd_lane_node_t node;    /* first */
-    kvd_lane_t *lane;
+    kvd__lane_node_t node;    /* first */
+    kvd__lane_t *lane;
     uint64_t hdr[KVD_LANE_HDR]; /* fetch id, index in the fetch, the fetch's token */
     void *data;              /* rendezvous: its descriptor */
     size_t length;
@@ -54,18 +54,18 @@ typedef struct arrival {
 } arrival_t;
 
 typedef struct ep_error {
-    kvd_lane_node_t node;    /* first */
-    kvd_lane_ep_t *lep;
+    kvd__lane_node_t node;    /* first */
+    kvd__lane_ep_t *lep;
     ucs_status_t status;
 } ep_error_t;
 
-static kvd_lane_op_t *op_of_ev(kvd_qnode_t *n)
+static kvd__lane_op_t *op_of_ev(kvd__qnode_t *n)
 {
-    return (kvd_lane_op_t *)((char *)n - offsetof(kvd_lane_op_t, ev));
+    return (kvd__lane_op_t *)((char *)n - offsetof(kvd__lane_op_t, ev));
 }
 
 /* Append n; 1 when the queue was empty. */
-static int queue_push(kvd_queue_t *q, kvd_qnode_t *n)
+static int queue_push(kvd__queue_t *q, kvd__qnode_t *n)
 {
     int first;
 
@@ -82,9 +82,9 @@ static int queue_push(kvd_queue_t *q, kvd_qnode_t *n)
 }
 
 /* Everything queued so far, in order. */
-static kvd_qnode_t *queue_take(kvd_queue_t *q)
+static kvd__qnode_t *queue_take(kvd__queue_t *q)
 {
-    kvd_qnode_t *n;
+    kvd__qnode_t *n;
 
     pthread_mutex_lock(&q->lock);
     n = q->head;
@@ -96,7 +96,7 @@ static kvd_qnode_t *queue_take(kvd_queue_t *q)
 /* ---- events, for the loop ------------------------------------------------------ */
 
 /* Hand an event to the loop: from a lane's thread, or from the loop itself. */
-static void ev_post(kvd_lanes_t *ls, kvd_lane_node_t *ev, int kind)
+static void ev_post(kvd__lanes_t *ls, kvd__lane_node_t *ev, int kind)
 {
     ev->kind = kind;
     (void)queue_push(&ls->events, &ev->q);
@@ -105,13 +105,13 @@ static void ev_post(kvd_lanes_t *ls, kvd_lane_node_t *ev, int kind)
 }
 
 /* Run the events queued so far, through the callbacks; how many. */
-static unsigned ev_drain(kvd_lanes_t *ls)
+static unsigned ev_drain(kvd__lanes_t *ls)
 {
-    kvd_qnode_t *n, *next;
+    kvd__qnode_t *n, *next;
     unsigned count = 0;
 
     for (n = queue_take(&ls->events); n != NULL; n = next, count++) {
-        kvd_lane_node_t *e = (kvd_lane_node_t *)n;
+        kvd__lane_node_t *e = (kvd__lane_node_t *)n;
         next = n->next;
         if (e->kind == EV_ENDED) {
             ls->up.ended(ls->up.up, op_of_ev(n));
@@ -134,7 +134,7 @@ static unsigned ev_drain(kvd_lanes_t *ls)
 
 static void on_events(uv_async_t *h)
 {
-    kvd_lanes_t *ls = h->data;
+    kvd__lanes_t *ls = h->data;
 
     if (ev_drain(ls) > 0)
         kvd__server_activity(ls->srv); /* more likely follow soon */
@@ -143,7 +143,7 @@ static void on_events(uv_async_t *h)
 /* ---- commands, for a lane's thread -------------------------------------------- */
 
 /* Queue a command for lane ln's thread (from the loop). */
-static void lane_cmd(kvd_lane_t *ln, kvd_lane_node_t *c)
+static void lane_cmd(kvd__lane_t *ln, kvd__lane_node_t *c)
 {
     /* wake its thread (safe from any thread); a queue that was not empty
      * is one it has yet to take, and it takes all of it before it sleeps */
@@ -152,7 +152,7 @@ static void lane_cmd(kvd_lane_t *ln, kvd_lane_node_t *c)
 }
 
 /* A command the loop makes and forgets (a release, a connect, a close). */
-static void lane_cmd_new(kvd_lane_t *ln, int kind, kvd_lane_ep_t *lep, void *desc)
+static void lane_cmd_new(kvd__lane_t *ln, int kind, kvd__lane_ep_t *lep, void *desc)
 {
     cmd_t *c = calloc(1, sizeof(*c));
 
@@ -168,7 +168,7 @@ static void lane_cmd_new(kvd_lane_t *ln, int kind, kvd_lane_ep_t *lep, void *des
 }
 
 /* A send or receive ended (on the lane's thread): back to the loop. */
-static void op_ended(kvd_lane_op_t *op, ucs_status_t status, size_t length)
+static void op_ended(kvd__lane_op_t *op, ucs_status_t status, size_t length)
 {
     op->status = status;
     op->length = length;
@@ -177,7 +177,7 @@ static void op_ended(kvd_lane_op_t *op, ucs_status_t status, size_t length)
 
 static void on_sent(void *request, ucs_status_t status, void *user_data)
 {
-    kvd_lane_op_t *op = user_data;
+    kvd__lane_op_t *op = user_data;
 
     ucp_request_free(request);
     op->lane->outstanding--;
@@ -186,7 +186,7 @@ static void on_sent(void *request, ucs_status_t status, void *user_data)
 
 static void on_received(void *request, ucs_status_t status, size_t length, void *user_data)
 {
-    kvd_lane_op_t *op = user_data;
+    kvd__lane_op_t *op = user_data;
 
     ucp_request_free(request);
     op->lane->outstanding--;
@@ -195,7 +195,7 @@ static void on_received(void *request, ucs_status_t status, size_t length, void 
 
 static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
-    kvd_lane_ep_t *lep = arg;
+    kvd__lane_ep_t *lep = arg;
     ep_error_t *e = calloc(1, sizeof(*e));
 
     (void)ep;
@@ -209,7 +209,7 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 /* A forcible close ended. */
 static void on_closed(void *request, ucs_status_t status, void *user_data)
 {
-    kvd_lane_t *ln = user_data;
+    kvd__lane_t *ln = user_data;
 
     (void)status;
     ln->closing--;
@@ -218,7 +218,7 @@ static void on_closed(void *request, ucs_status_t status, void *user_data)
 
 /* Close a lane's endpoint e forcibly, on the lane's thread (or the loop's
  * once that thread is gone): what it carries ends at once, failed. */
-static void ep_close_now(kvd_lane_t *ln, ucp_ep_h e)
+static void ep_close_now(kvd__lane_t *ln, ucp_ep_h e)
 {
     ucp_request_param_t rp;
     void *req;
@@ -235,9 +235,9 @@ static void ep_close_now(kvd_lane_t *ln, ucp_ep_h e)
 }
 
 /* On lane ln's thread (or the loop's once that thread is gone): do n. */
-static void lane_do(kvd_lane_t *ln, kvd_lane_node_t *n)
+static void lane_do(kvd__lane_t *ln, kvd__lane_node_t *n)
 {
-    kvd_lane_op_t *op = (kvd_lane_op_t *)n; /* a send's or receive's: cmd is first */
+    kvd__lane_op_t *op = (kvd__lane_op_t *)n; /* a send's or receive's: cmd is first */
     cmd_t *c = (cmd_t *)n;
     ucp_request_param_t rp;
     void *req;
@@ -301,20 +301,20 @@ static void lane_do(kvd_lane_t *ln, kvd_lane_node_t *n)
         free(c);
 }
 
-static unsigned lane_run_cmds(kvd_lane_t *ln)
+static unsigned lane_run_cmds(kvd__lane_t *ln)
 {
-    kvd_qnode_t *n, *next;
+    kvd__qnode_t *n, *next;
     unsigned count = 0;
 
     for (n = queue_take(&ln->cmds); n != NULL; n = next, count++) {
         next = n->next; /* before: a send or receive may be queued again, as an event */
-        lane_do(ln, (kvd_lane_node_t *)n);
+        lane_do(ln, (kvd__lane_node_t *)n);
     }
     return count;
 }
 
 /* Progress both of ln's workers once; what moved. */
-static unsigned lane_progress(kvd_lane_t *ln)
+static unsigned lane_progress(kvd__lane_t *ln)
 {
     return ucp_worker_progress(ln->rx) + ucp_worker_progress(ln->tx);
 }
@@ -323,7 +323,7 @@ static unsigned lane_progress(kvd_lane_t *ln)
  * run, else sleeping on its workers' descriptors (a command signals tx). */
 static void *lane_run(void *arg)
 {
-    kvd_lane_t *ln = arg;
+    kvd__lane_t *ln = arg;
 
     while (!atomic_load(&ln->stop)) {
         struct pollfd pf[2];
@@ -352,7 +352,7 @@ static void *lane_run(void *arg)
 static ucs_status_t lane_on_block(void *arg, const void *header, size_t header_length,
                                   void *data, size_t length, const ucp_am_recv_param_t *param)
 {
-    kvd_lane_t *ln = arg;
+    kvd__lane_t *ln = arg;
     int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     int bad = header_length != KVD_LANE_HDR * sizeof(uint64_t) || (!rndv && length > MAX_EAGER);
     arrival_t *a = malloc(sizeof(*a) + (rndv || bad ? 0 : length));
@@ -375,7 +375,7 @@ static ucs_status_t lane_on_block(void *arg, const void *header, size_t header_l
 
 /* ---- the loop's calls ----------------------------------------------------------- */
 
-void kvd__lane_send(kvd_lane_ep_t *lep, kvd_lane_op_t *op, const uint64_t *hdr,
+void kvd__lane_send(kvd__lane_ep_t *lep, kvd__lane_op_t *op, const uint64_t *hdr,
                     const void *data, size_t len)
 {
     op->cmd.kind = KVD_LANE_SEND;
@@ -387,7 +387,7 @@ void kvd__lane_send(kvd_lane_ep_t *lep, kvd_lane_op_t *op, const uint64_t *hdr,
     lane_cmd(lep->lane, &op->cmd);
 }
 
-void kvd__lane_recv(kvd_lane_t *ln, kvd_lane_op_t *op, void *rndv, void *buf, size_t len)
+void kvd__lane_recv(kvd__lane_t *ln, kvd__lane_op_t *op, void *rndv, void *buf, size_t len)
 {
     op->cmd.kind = KVD_LANE_RECV;
     op->lane = ln;
@@ -397,22 +397,22 @@ void kvd__lane_recv(kvd_lane_t *ln, kvd_lane_op_t *op, void *rndv, void *buf, si
     lane_cmd(ln, &op->cmd);
 }
 
-void kvd__lane_release(kvd_lane_t *ln, void *rndv)
+void kvd__lane_release(kvd__lane_t *ln, void *rndv)
 {
     lane_cmd_new(ln, CMD_RELEASE, NULL, rndv);
 }
 
-int kvd__lanes_address_ok(const kvd_lanes_t *ls, const uint8_t *addr, size_t len)
+int kvd__lanes_address_ok(const kvd__lanes_t *ls, const uint8_t *addr, size_t len)
 {
-    const kvd_lane_t *own = ls->lane[0];
+    const kvd__lane_t *own = ls->lane[0];
 
     return len > 0 && len <= KVD_LANE_ADDRESS_MAX &&
-           kvd_cw_ucx_address_ok(addr, len, (const uint8_t *)own->address, own->address_len);
+           kvd__cw_ucx_address_ok(addr, len, (const uint8_t *)own->address, own->address_len);
 }
 
-kvd_lane_ep_t *kvd__lane_connect(kvd_lanes_t *ls, uint32_t k, const uint8_t *addr, size_t len)
+kvd__lane_ep_t *kvd__lane_connect(kvd__lanes_t *ls, uint32_t k, const uint8_t *addr, size_t len)
 {
-    kvd_lane_ep_t *lep = calloc(1, sizeof(*lep));
+    kvd__lane_ep_t *lep = calloc(1, sizeof(*lep));
 
     if (lep == NULL || (lep->addr = calloc(1, len + ADDRESS_SLACK)) == NULL) {
         free(lep);
@@ -426,18 +426,18 @@ kvd_lane_ep_t *kvd__lane_connect(kvd_lanes_t *ls, uint32_t k, const uint8_t *add
     return lep;
 }
 
-void kvd__lane_ep_close(kvd_lane_ep_t *lep)
+void kvd__lane_ep_close(kvd__lane_ep_t *lep)
 {
     lane_cmd_new(lep->lane, CMD_CLOSE, lep, NULL);
 }
 
-const uint8_t *kvd__lane_address(const kvd_lanes_t *ls, uint32_t k, size_t *len)
+const uint8_t *kvd__lane_address(const kvd__lanes_t *ls, uint32_t k, size_t *len)
 {
     *len = ls->lane[k]->address_len;
     return (const uint8_t *)ls->lane[k]->address;
 }
 
-uint32_t kvd__lane_index(const kvd_lanes_t *ls, const kvd_lane_t *ln)
+uint32_t kvd__lane_index(const kvd__lanes_t *ls, const kvd__lane_t *ln)
 {
     uint32_t k;
 
@@ -446,7 +446,7 @@ uint32_t kvd__lane_index(const kvd_lanes_t *ls, const kvd_lane_t *ln)
     return k;
 }
 
-kvd_lane_t *kvd__lane_at(kvd_lanes_t *ls, uint32_t k)
+kvd__lane_t *kvd__lane_at(kvd__lanes_t *ls, uint32_t k)
 {
     return ls->lane[k];
 }
@@ -454,10 +454,10 @@ kvd_lane_t *kvd__lane_at(kvd_lanes_t *ls, uint32_t k)
 /* ---- start and stop --------------------------------------------------------------- */
 
 /* Stop the lanes' threads (their workers stay, for the loop to finish). */
-static void lanes_stop(kvd_lanes_t *ls)
+static void lanes_stop(kvd__lanes_t *ls)
 {
     for (uint32_t k = 0; k < ls->n; k++) {
-        kvd_lane_t *ln = ls->lane[k];
+        kvd__lane_t *ln = ls->lane[k];
         if (ln == NULL || !ln->running)
             continue;
         atomic_store(&ln->stop, 1);
@@ -470,14 +470,14 @@ static void lanes_stop(kvd_lanes_t *ls)
 /* With the threads stopped: do the lanes' last commands and progress
  * their workers from here until nothing moves, running what that hands
  * the loop. */
-static void lanes_settle(kvd_lanes_t *ls)
+static void lanes_settle(kvd__lanes_t *ls)
 {
     /* until every transfer and close has ended and handed back what it
      * held (the caches it names go right after), or 2 s have passed */
-    for (uint64_t end = kvd_now_ns() + 2000000000ull; kvd_now_ns() < end;) {
+    for (uint64_t end = kvd__now_ns() + 2000000000ull; kvd__now_ns() < end;) {
         unsigned n = 0, held = 0;
         for (uint32_t k = 0; k < ls->n; k++) {
-            kvd_lane_t *ln = ls->lane[k];
+            kvd__lane_t *ln = ls->lane[k];
             if (ln == NULL || ln->rx == NULL || ln->tx == NULL)
                 continue; /* one that failed to start: nothing on it */
             n += lane_run_cmds(ln);
@@ -490,7 +490,7 @@ static void lanes_settle(kvd_lanes_t *ls)
     }
 }
 
-void kvd__lanes_close(kvd_lanes_t *ls)
+void kvd__lanes_close(kvd__lanes_t *ls)
 {
     lanes_stop(ls);
     lanes_settle(ls);
@@ -500,17 +500,17 @@ void kvd__lanes_close(kvd_lanes_t *ls)
     }
 }
 
-void kvd__lanes_free(kvd_lanes_t *ls)
+void kvd__lanes_free(kvd__lanes_t *ls)
 {
     lanes_stop(ls);
     lanes_settle(ls);
     for (uint32_t k = 0; k < ls->n; k++) {
-        kvd_lane_t *ln = ls->lane[k];
+        kvd__lane_t *ln = ls->lane[k];
         if (ln == NULL)
             continue;
-        for (kvd_qnode_t *n = queue_take(&ln->cmds), *next; n != NULL; n = next) {
+        for (kvd__qnode_t *n = queue_take(&ln->cmds), *next; n != NULL; n = next) {
             next = n->next; /* none left after lanes_settle; none run here */
-            if (((kvd_lane_node_t *)n)->kind >= CMD_RELEASE)
+            if (((kvd__lane_node_t *)n)->kind >= CMD_RELEASE)
                 free(n);
         }
         if (ln->address != NULL)
@@ -525,7 +525,7 @@ void kvd__lanes_free(kvd_lanes_t *ls)
     }
     ls->n = 0;
     while (ls->eps != NULL) {
-        kvd_lane_ep_t *lep = ls->eps;
+        kvd__lane_ep_t *lep = ls->eps;
         ls->eps = lep->all;
         free(lep->addr);
         free(lep);
@@ -555,7 +555,7 @@ static ucs_status_t worker_make(ucp_context_h ctx, ucp_worker_h *w, int *efd)
 
 /* Lane ln's workers, the handler of blocks on rx, and rx's address,
  * which must be one this daemon can check when a peer sends its own. */
-static kvd_status_t lane_make(ucp_context_h ctx, kvd_lane_t *ln, char *why, size_t why_len)
+static kvd_status_t lane_make(ucp_context_h ctx, kvd__lane_t *ln, char *why, size_t why_len)
 {
     ucp_am_handler_param_t hp;
     ucs_status_t us;
@@ -575,8 +575,8 @@ static kvd_status_t lane_make(ucp_context_h ctx, kvd_lane_t *ln, char *why, size
         goto fail;
     }
     if (ln->address_len > KVD_LANE_ADDRESS_MAX ||
-        !kvd_cw_ucx_address_ok((const uint8_t *)ln->address, ln->address_len,
-                               (const uint8_t *)ln->address, ln->address_len)) {
+        !kvd__cw_ucx_address_ok((const uint8_t *)ln->address, ln->address_len,
+                                (const uint8_t *)ln->address, ln->address_len)) {
         snprintf(why, why_len, "UCX packs its worker addresses in a form kvdockd cannot check "
                  "(UCX_UNIFIED_MODE=y, or a UCX other than 1.13's address format)");
         return KVD_EINVAL;
@@ -587,8 +587,8 @@ fail:
     return KVD_EIO;
 }
 
-kvd_status_t kvd__lanes_start(kvd_lanes_t *ls, kvd_server_t *srv, ucp_context_h ctx, uint32_t n,
-                              const kvd_lane_up_t *up, char *why, size_t why_len)
+kvd_status_t kvd__lanes_start(kvd__lanes_t *ls, kvd__server_t *srv, ucp_context_h ctx, uint32_t n,
+                              const kvd__lane_up_t *up, char *why, size_t why_len)
 {
     kvd_status_t st;
 
@@ -600,7 +600,7 @@ kvd_status_t kvd__lanes_start(kvd_lanes_t *ls, kvd_server_t *srv, ucp_context_h 
     if (n > KVD_LANES_MAX)
         n = KVD_LANES_MAX;
     for (ls->n = 0; ls->n < n; ls->n++) {
-        kvd_lane_t *ln = calloc(1, sizeof(*ln));
+        kvd__lane_t *ln = calloc(1, sizeof(*ln));
         if (ln == NULL) {
             snprintf(why, why_len, "out of memory");
             kvd__lanes_free(ls);

@@ -20,16 +20,16 @@
 
 enum got_state { GOT_NONE, GOT_IN, GOT_FAILED, GOT_RECEIVING, GOT_WAITING };
 
-/* What a lookup or a load asked of the peers (kvd_cluster_ask). */
+/* What a lookup or a load asked of the peers (kvd__cluster_ask). */
 struct pend {
     uint64_t id;
     int pull;
-    kvd_pulls_t *ps;           /* its pulls */
+    kvd__pulls_t *ps;           /* its pulls */
     void (*landed)(void *arg, const uint32_t *pos, uint32_t count); /* the asker's */
     void (*answer)(void *arg, const uint8_t *present, const char *why,
                    const char *waited_for); /* NULL once called */
     void *arg;
-    kvd_cache_t *cache;      /* referenced */
+    kvd__cache_t *cache;      /* referenced */
     uint32_t first, n;       /* the asker's keys [first, n) ... */
     uint32_t nask;           /* ... of which these were asked: */
     uint32_t *pos;           /*   their places in the asker's keys */
@@ -70,16 +70,16 @@ struct pend {
 
 /* A block's receive, straight into its reserved block. */
 typedef struct block_rx {
-    kvd_lane_op_t op;        /* first: the lanes hand this back */
+    kvd__lane_op_t op;        /* first: the lanes hand this back */
     pend_t *p;
     uint32_t j;
 } block_rx_t;
 
-static void pend_check(kvd_pulls_t *ps, pend_t *p);
-static void pend_start_pull(kvd_pulls_t *ps, pend_t *p);
-static void rx_next(kvd_pulls_t *ps, pend_t *p);
+static void pend_check(kvd__pulls_t *ps, pend_t *p);
+static void pend_start_pull(kvd__pulls_t *ps, pend_t *p);
+static void rx_next(kvd__pulls_t *ps, pend_t *p);
 
-static void fill_ref(const kvd_cache_t *k, Kvdock__Cluster__CacheRef *ref)
+static void fill_ref(const kvd__cache_t *k, Kvdock__Cluster__CacheRef *ref)
 {
     kvdock__cluster__cache_ref__init(ref);
     ref->name = (char *)k->name;
@@ -90,7 +90,7 @@ static void fill_ref(const kvd_cache_t *k, Kvdock__Cluster__CacheRef *ref)
     ref->dtype = (char *)k->store.layout.dtype;
 }
 
-static pend_t *pend_find(kvd_pulls_t *ps, uint64_t id)
+static pend_t *pend_find(kvd__pulls_t *ps, uint64_t id)
 {
     for (pend_t *p = ps->pends; p; p = p->next)
         if (p->id == id)
@@ -98,7 +98,7 @@ static pend_t *pend_find(kvd_pulls_t *ps, uint64_t id)
     return NULL;
 }
 
-static void pend_free(kvd_pulls_t *ps, pend_t *p)
+static void pend_free(kvd__pulls_t *ps, pend_t *p)
 {
     pend_t **pp;
 
@@ -127,7 +127,7 @@ static void pend_free(kvd_pulls_t *ps, pend_t *p)
 }
 
 /* Once finished, p goes when UCX holds none of its blocks. */
-static void pend_maybe_free(kvd_pulls_t *ps, pend_t *p)
+static void pend_maybe_free(kvd__pulls_t *ps, pend_t *p)
 {
     if (p->phase == 2 && p->inflight == 0)
         pend_free(ps, p);
@@ -135,7 +135,7 @@ static void pend_maybe_free(kvd_pulls_t *ps, pend_t *p)
 
 /* Drop the rendezvous still waiting for a receive, of peer `peer` or of
  * every peer (-1): their blocks did not come. */
-static void rx_drop_waiting(kvd_pulls_t *ps, pend_t *p, int peer)
+static void rx_drop_waiting(kvd__pulls_t *ps, pend_t *p, int peer)
 {
     for (uint32_t q = p->wq_head; p->waitq != NULL && q < p->wq_tail; q++) {
         uint32_t j = p->waitq[q];
@@ -149,7 +149,7 @@ static void rx_drop_waiting(kvd_pulls_t *ps, pend_t *p, int peer)
 
 /* The peers p asked that did not answer, HOST:PORT comma-separated (as
  * many as fit, then "..."). */
-static void silent_peers(const kvd_pulls_t *ps, const pend_t *p, char *out, size_t len)
+static void silent_peers(const kvd__pulls_t *ps, const pend_t *p, char *out, size_t len)
 {
     size_t at = 0;
 
@@ -168,9 +168,9 @@ static void silent_peers(const kvd_pulls_t *ps, const pend_t *p, char *out, size
 
 /* Every asked peer answered or the deadline passed: commit what came,
  * tell the asker, and free p once UCX holds none of its blocks. */
-static void pend_finish(kvd_pulls_t *ps, pend_t *p)
+static void pend_finish(kvd__pulls_t *ps, pend_t *p)
 {
-    kvd_cache_store_t *c = &p->cache->store;
+    kvd__cache_store_t *c = &p->cache->store;
     uint32_t missing = 0, first_missing = 0;
 
     if (p->phase == 2)
@@ -183,12 +183,12 @@ static void pend_finish(kvd_pulls_t *ps, pend_t *p)
             if (p->ids[j] == KVD_CBLOCK_NONE || p->got[j] == GOT_RECEIVING)
                 continue; /* UCX still writes it: settled when its receive ends */
             if (p->got[j] == GOT_IN && !p->cache->dropped)
-                kvd_cache_commit(c, p->ids[j]);
+                kvd__cache_commit(c, p->ids[j]);
             else
-                kvd_cache_abort(c, p->ids[j]);
+                kvd__cache_abort(c, p->ids[j]);
             p->ids[j] = KVD_CBLOCK_NONE;
         }
-        kvd_cache_disk_flush(c);
+        kvd__cache_disk_flush(c);
         for (uint32_t j = 0; j < p->nask; j++)
             if ((p->got == NULL || p->got[j] != GOT_IN) && missing++ == 0)
                 first_missing = p->pos[j];
@@ -219,16 +219,16 @@ static void pend_finish(kvd_pulls_t *ps, pend_t *p)
 /* A receive UCX held ended: the block is in (ok) or not. */
 static void block_landed(pend_t *p, uint32_t j, int ok)
 {
-    kvd_pulls_t *ps = p->ps;
+    kvd__pulls_t *ps = p->ps;
     int8_t from = p->from[j];
 
     p->got[j] = ok ? GOT_IN : GOT_FAILED;
     if (from >= 0) {
         p->recvd[from]++;
-        p->progress_ns[from] = kvd_now_ns();
+        p->progress_ns[from] = kvd__now_ns();
     }
     if (ok && from >= 0) {
-        kvd_peer_t *pe = &ps->links->peers[from];
+        kvd__peer_t *pe = &ps->links->peers[from];
         pe->blocks_fetched++;
         pe->bytes_fetched += p->cache->store.block_bytes;
         p->cache->fetched++;
@@ -239,10 +239,10 @@ static void block_landed(pend_t *p, uint32_t j, int ok)
     if (p->phase == 2) { /* finished before this receive ended */
         if (p->ids[j] != KVD_CBLOCK_NONE) {
             if (p->got[j] == GOT_IN && !p->cache->dropped)
-                kvd_cache_commit(&p->cache->store, p->ids[j]);
+                kvd__cache_commit(&p->cache->store, p->ids[j]);
             else
-                kvd_cache_abort(&p->cache->store, p->ids[j]);
-            kvd_cache_disk_flush(&p->cache->store);
+                kvd__cache_abort(&p->cache->store, p->ids[j]);
+            kvd__cache_disk_flush(&p->cache->store);
             p->ids[j] = KVD_CBLOCK_NONE;
         }
     }
@@ -271,7 +271,7 @@ static int pend_all_done(const pend_t *p)
  * copy overlaps the rest of the pull instead of following it. */
 static void pend_early(pend_t *p)
 {
-    kvd_cache_store_t *c = &p->cache->store;
+    kvd__cache_store_t *c = &p->cache->store;
     uint32_t count = 0;
 
     if (p->cache->dropped)
@@ -279,17 +279,17 @@ static void pend_early(pend_t *p)
     for (uint32_t j = p->nask; j-- > 0;) { /* the last first, as saves commit */
         if (p->got[j] != GOT_IN || p->ids[j] == KVD_CBLOCK_NONE)
             continue;
-        if (kvd_cache_commit(c, p->ids[j]))
+        if (kvd__cache_commit(c, p->ids[j]))
             p->lpos[count++] = p->pos[j];
         p->ids[j] = KVD_CBLOCK_NONE; /* the tier's now */
     }
-    kvd_cache_disk_flush(c); /* their records go to disk now */
+    kvd__cache_disk_flush(c); /* their records go to disk now */
     p->fresh = 0;
     if (count > 0)
         p->landed(p->arg, p->lpos, count);
 }
 
-static void pend_check(kvd_pulls_t *ps, pend_t *p)
+static void pend_check(kvd__pulls_t *ps, pend_t *p)
 {
     if (p->phase == 1 && p->landed != NULL && p->lpos != NULL &&
         p->fresh >= (p->nask / 8 > EARLY_MIN ? p->nask / 8 : EARLY_MIN) && !pend_all_done(p))
@@ -305,7 +305,7 @@ static void pend_check(kvd_pulls_t *ps, pend_t *p)
 }
 
 /* Peer i is gone: what it owed every request is lost. */
-void kvd__pull_peer_lost(kvd_pulls_t *ps, uint32_t i, const char *why)
+void kvd__pull_peer_lost(kvd__pulls_t *ps, uint32_t i, const char *why)
 {
     pend_t *p, *next;
 
@@ -333,7 +333,7 @@ void kvd__pull_peer_lost(kvd_pulls_t *ps, uint32_t i, const char *why)
     }
 }
 
-static int ask(kvd_pulls_t *ps, pend_t *p, uint32_t i, int fetch, const uint32_t *which,
+static int ask(kvd__pulls_t *ps, pend_t *p, uint32_t i, int fetch, const uint32_t *which,
                uint32_t count)
 {
     Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
@@ -374,7 +374,7 @@ static int ask(kvd_pulls_t *ps, pend_t *p, uint32_t i, int fetch, const uint32_t
 
 /* The pull in flight (other than self) that reserved block id of self's
  * cache, if any. */
-static pend_t *puller_of(kvd_pulls_t *ps, const pend_t *self, uint32_t id)
+static pend_t *puller_of(kvd__pulls_t *ps, const pend_t *self, uint32_t id)
 {
     for (pend_t *p = ps->pends; p; p = p->next)
         if (p != self && p->cache == self->cache && p->phase == 1 && p->ids != NULL)
@@ -387,9 +387,9 @@ static pend_t *puller_of(kvd_pulls_t *ps, const pend_t *self, uint32_t id)
 /* The answers are in: each asked key goes to the peer holding it that has
  * the fewest so far (the pull spreads over the holders), into a block
  * reserved for it in the local tier. */
-static void pend_start_pull(kvd_pulls_t *ps, pend_t *p)
+static void pend_start_pull(kvd__pulls_t *ps, pend_t *p)
 {
-    kvd_cache_store_t *c = &p->cache->store;
+    kvd__cache_store_t *c = &p->cache->store;
     uint32_t load[KVD_CL_MAX_PEERS] = {0}, parent, there, at = 0;
     char why[160];
     int full = 0; /* the tier refused a block: none after it */
@@ -431,7 +431,7 @@ static void pend_start_pull(kvd_pulls_t *ps, pend_t *p)
         p->ids[j] = KVD_CBLOCK_NONE;
         p->from[j] = -1;
         for (uint32_t i = 0; i < ps->links->npeers; i++)
-            if (p->bits[i] != NULL && kvd_cluster_bit(p->bits[i], j) &&
+            if (p->bits[i] != NULL && kvd__cluster_bit(p->bits[i], j) &&
                 ps->links->peers[i].state == KVD_PEER_UP && (best < 0 || load[i] < load[best]))
                 best = (int)i;
         /* the parent: the block reserved for the request's key before this
@@ -439,14 +439,14 @@ static void pend_start_pull(kvd_pulls_t *ps, pend_t *p)
         parent = j > 0 && p->pos[j - 1] + 1 == p->pos[j] ? p->ids[j - 1] : p->parent[j];
         if (best < 0 || full)
             continue; /* on no peer, or the tier is full: not reserved */
-        there = kvd_cache_find(c, p->keys + (size_t)j * KVD_CACHE_KEY_MAX, p->klen[j]);
+        there = kvd__cache_find(c, p->keys + (size_t)j * KVD_CACHE_KEY_MAX, p->klen[j]);
         if (there != KVD_CBLOCK_NONE) { /* another save or pull made it meanwhile */
-            if (p->leader == NULL && kvd_cache_block(c, there)->state == KVD_CBLOCK_FILLING)
+            if (p->leader == NULL && kvd__cache_block(c, there)->state == KVD_CBLOCK_FILLING)
                 p->leader = puller_of(ps, p, there); /* run after that pull */
             continue;
         }
-        if (kvd_cache_reserve(c, parent, p->keys + (size_t)j * KVD_CACHE_KEY_MAX, p->klen[j],
-                              &p->ids[j], why, sizeof(why)) != KVD_OK) {
+        if (kvd__cache_reserve(c, parent, p->keys + (size_t)j * KVD_CACHE_KEY_MAX, p->klen[j],
+                               &p->ids[j], why, sizeof(why)) != KVD_OK) {
             p->ids[j] = KVD_CBLOCK_NONE;
             snprintf(p->why, sizeof(p->why), "the local tier has no room for them (%s)", why);
             full = 1;
@@ -465,7 +465,7 @@ static void pend_start_pull(kvd_pulls_t *ps, pend_t *p)
                 p->flist[at++] = j;
         p->fcount[i] = at - p->fbase[i];
         p->fetching[i] = 1;
-        p->progress_ns[i] = kvd_now_ns();
+        p->progress_ns[i] = kvd__now_ns();
         kvd__clc_random((uint8_t *)&p->token[i], sizeof(p->token[i]));
         if (ask(ps, p, i, 1, which, p->fcount[i]) != 0) {
             p->done[i] = 1;
@@ -475,10 +475,10 @@ static void pend_start_pull(kvd_pulls_t *ps, pend_t *p)
     }
 }
 
-kvd_status_t kvd__pull_ask(kvd_pulls_t *ps, const kvd_cluster_ask_t *a, char *why,
+kvd_status_t kvd__pull_ask(kvd__pulls_t *ps, const kvd__cluster_ask_t *a, char *why,
                              size_t why_len)
 {
-    kvd_cache_t *k = a->cache;
+    kvd__cache_t *k = a->cache;
     uint32_t first = a->first, n = a->n, asked = 0, nask = 0;
     pend_t *p = calloc(1, sizeof(*p));
 
@@ -510,11 +510,11 @@ kvd_status_t kvd__pull_ask(kvd_pulls_t *ps, const kvd_cluster_ask_t *a, char *wh
     for (uint32_t i = first, here = KVD_CBLOCK_NONE; i < n; i++) {
         /* a pull asks only for the keys the tier lacks (neither ready nor
          * filling); the asker holds those it has */
-        uint32_t id = a->pull ? kvd_cache_find(&k->store, a->keys[i], a->lens[i])
+        uint32_t id = a->pull ? kvd__cache_find(&k->store, a->keys[i], a->lens[i])
                               : KVD_CBLOCK_NONE;
         if (id != KVD_CBLOCK_NONE) {
             here = KVD_CBLOCK_NONE;
-            if (kvd_cache_block(&k->store, id)->state == KVD_CBLOCK_READY)
+            if (kvd__cache_block(&k->store, id)->state == KVD_CBLOCK_READY)
                 here = id;
             else if (p->leader == NULL) /* filling: if a pull brings it, wait for that */
                 p->leader = puller_of(ps, p, id);
@@ -530,7 +530,7 @@ kvd_status_t kvd__pull_ask(kvd_pulls_t *ps, const kvd_cluster_ask_t *a, char *wh
     p->nask = nask;
     p->next = ps->pends;
     ps->pends = p;
-    p->started_ns = kvd_now_ns();
+    p->started_ns = kvd__now_ns();
     p->deadline_ns = p->started_ns + ps->deadline_ns;
     for (uint32_t i = 0; i < ps->links->npeers && nask > 0; i++) {
         if (ps->links->peers[i].state != KVD_PEER_UP || ps->links->peers[i].link == NULL)
@@ -538,7 +538,7 @@ kvd_status_t kvd__pull_ask(kvd_pulls_t *ps, const kvd_cluster_ask_t *a, char *wh
         if ((p->bits[i] = calloc((nask + 7) / 8 + 1, 1)) == NULL)
             continue;
         p->asked[i] = 1;
-        p->progress_ns[i] = kvd_now_ns();
+        p->progress_ns[i] = kvd__now_ns();
         ps->links->peers[i].queries++;
         if (ask(ps, p, i, 0, NULL, nask) != 0) {
             p->answered[i] = 1;
@@ -562,7 +562,7 @@ kvd_status_t kvd__pull_ask(kvd_pulls_t *ps, const kvd_cluster_ask_t *a, char *wh
  * phase (0: a query's reply, 1: a fetch's end), marked answered (answered[]
  * or done[]), with the peer's index in *i; or NULL: not ours, not in that
  * phase now, not asked of that peer, or answered already (a repeat). */
-static pend_t *take_answer(kvd_pulls_t *ps, const kvd_link_t *l, uint64_t id, int phase,
+static pend_t *take_answer(kvd__pulls_t *ps, const kvd__link_t *l, uint64_t id, int phase,
                            uint32_t *i)
 {
     pend_t *p = pend_find(ps, id);
@@ -589,7 +589,7 @@ static void rx_end(block_rx_t *rx, ucs_status_t status, size_t length)
     free(rx);
 }
 
-void kvd__pull_received(kvd_pulls_t *ps, kvd_lane_op_t *op)
+void kvd__pull_received(kvd__pulls_t *ps, kvd__lane_op_t *op)
 {
     block_rx_t *rx = (block_rx_t *)op;
     pend_t *p = rx->p;
@@ -605,7 +605,7 @@ void kvd__pull_received(kvd_pulls_t *ps, kvd_lane_op_t *op)
 
 /* Receive block j's rendezvous `data` (on lane ln) straight into its
  * reserved block. */
-static void rx_start(pend_t *p, uint32_t j, kvd_lane_t *ln, void *data)
+static void rx_start(pend_t *p, uint32_t j, kvd__lane_t *ln, void *data)
 {
     block_rx_t *rx = calloc(1, sizeof(*rx));
 
@@ -619,12 +619,12 @@ static void rx_start(pend_t *p, uint32_t j, kvd_lane_t *ln, void *data)
     }
     rx->p = p;
     rx->j = j;
-    kvd__lane_recv(ln, &rx->op, data, kvd_cache_block_bytes(&p->cache->store, p->ids[j]),
+    kvd__lane_recv(ln, &rx->op, data, kvd__cache_block_bytes(&p->cache->store, p->ids[j]),
                    p->cache->store.block_bytes);
 }
 
 /* Start the waiting receives the window has room for, in arrival order. */
-static void rx_next(kvd_pulls_t *ps, pend_t *p)
+static void rx_next(kvd__pulls_t *ps, pend_t *p)
 {
     while (p->inflight < p->window && p->wq_head < p->wq_tail) {
         uint32_t j = p->waitq[p->wq_head++];
@@ -639,7 +639,7 @@ static void rx_next(kvd_pulls_t *ps, pend_t *p)
 
 /* A block for a fetch of ours lands (or waits for the window); anything
  * else is dropped. */
-void kvd__pull_arrived(kvd_pulls_t *ps, kvd_lane_t *ln, const uint64_t hdr[KVD_LANE_HDR],
+void kvd__pull_arrived(kvd__pulls_t *ps, kvd__lane_t *ln, const uint64_t hdr[KVD_LANE_HDR],
                        const void *bytes, void *rndv, size_t length)
 {
     pend_t *p = ps->closing ? NULL : pend_find(ps, hdr[0]);
@@ -655,9 +655,9 @@ void kvd__pull_arrived(kvd_pulls_t *ps, kvd_lane_t *ln, const uint64_t hdr[KVD_L
     if (p->got[j] != GOT_NONE || p->ids[j] == KVD_CBLOCK_NONE ||
         length != p->cache->store.block_bytes)
         goto drop; /* twice, after its peer was given up, or of another size */
-    p->progress_ns[i] = kvd_now_ns();
+    p->progress_ns[i] = kvd__now_ns();
     if (rndv == NULL) {
-        memcpy(kvd_cache_block_bytes(&p->cache->store, p->ids[j]), bytes, length);
+        memcpy(kvd__cache_block_bytes(&p->cache->store, p->ids[j]), bytes, length);
         block_landed(p, j, 1);
     } else if (p->inflight >= p->window) { /* received when the window has room */
         p->got[j] = GOT_WAITING;
@@ -677,7 +677,7 @@ drop:
         kvd__lane_release(ln, rndv);
 }
 
-void kvd__pull_query_reply(kvd_pulls_t *ps, kvd_link_t *l, const Kvdock__Cluster__QueryReply *r)
+void kvd__pull_query_reply(kvd__pulls_t *ps, kvd__link_t *l, const Kvdock__Cluster__QueryReply *r)
 {
     uint32_t i;
     pend_t *p = take_answer(ps, l, r->id, 0, &i);
@@ -687,8 +687,8 @@ void kvd__pull_query_reply(kvd_pulls_t *ps, kvd_link_t *l, const Kvdock__Cluster
     if (r->present.len >= (p->nask + 7) / 8) {
         memcpy(p->bits[i], r->present.data, (p->nask + 7) / 8);
         for (uint32_t j = 0; j < p->nask; j++)
-            if (kvd_cluster_bit(p->bits[i], j) &&
-                !kvd_cluster_bit(p->present, p->pos[j] - p->first)) {
+            if (kvd__cluster_bit(p->bits[i], j) &&
+                !kvd__cluster_bit(p->present, p->pos[j] - p->first)) {
                 kvd__cl_set_bit(p->present, p->pos[j] - p->first);
                 p->covered++;
             }
@@ -696,7 +696,7 @@ void kvd__pull_query_reply(kvd_pulls_t *ps, kvd_link_t *l, const Kvdock__Cluster
     pend_check(ps, p);
 }
 
-void kvd__pull_fetch_done(kvd_pulls_t *ps, kvd_link_t *l, const Kvdock__Cluster__FetchDone *f)
+void kvd__pull_fetch_done(kvd__pulls_t *ps, kvd__link_t *l, const Kvdock__Cluster__FetchDone *f)
 {
     uint32_t i;
     pend_t *p = take_answer(ps, l, f->id, 1, &i);
@@ -704,11 +704,11 @@ void kvd__pull_fetch_done(kvd_pulls_t *ps, kvd_link_t *l, const Kvdock__Cluster_
     if (p == NULL)
         return;
     p->expect[i] = f->sent;
-    p->progress_ns[i] = kvd_now_ns();
+    p->progress_ns[i] = kvd__now_ns();
     pend_check(ps, p);
 }
 
-void kvd__pull_tick(kvd_pulls_t *ps, uint64_t now)
+void kvd__pull_tick(kvd__pulls_t *ps, uint64_t now)
 {
     pend_t *p, *next;
 
@@ -727,7 +727,7 @@ again:
             pend_check(ps, p);
         } else if (p->phase == 1) {
             for (uint32_t i = 0; i < ps->links->npeers; i++) {
-                kvd_peer_t *pe = &ps->links->peers[i];
+                kvd__peer_t *pe = &ps->links->peers[i];
                 if (!p->fetching[i] || (p->done[i] && p->recvd[i] >= p->expect[i]))
                     continue;
                 if (kvd__cl_since(now, p->progress_ns[i]) > ps->deadline_ns && pe->link != NULL) {
@@ -743,7 +743,7 @@ again:
     }
 }
 
-void kvd__pull_close(kvd_pulls_t *ps)
+void kvd__pull_close(kvd__pulls_t *ps)
 {
     ps->closing = 1;
     while (ps->pends) { /* end with what came; freed once UCX lets go */

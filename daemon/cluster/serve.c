@@ -9,19 +9,19 @@
 
 /* A block sent to a peer's lane (the loop's bookkeeping of it). */
 typedef struct sendctx {
-    kvd_lane_op_t op;        /* first: the lanes hand this back */
-    kvd_cache_t *cache;      /* unheld when sent */
+    kvd__lane_op_t op;        /* first: the lanes hand this back */
+    kvd__cache_t *cache;      /* unheld when sent */
     uint32_t block;
     uint64_t hdr[KVD_LANE_HDR]; /* its header (fetch id, index, token): UCX reads it
                                  * until the send completes */
 } sendctx_t;
 
-static kvd_cache_t *cluster_cache(kvd_serve_t *sv, const Kvdock__Cluster__CacheRef *ref)
+static kvd__cache_t *cluster_cache(kvd__serve_t *sv, const Kvdock__Cluster__CacheRef *ref)
 {
     if (ref == NULL || ref->name == NULL)
         return NULL;
-    for (kvd_cache_t *k = sv->srv->caches; k; k = k->next) {
-        const kvd_block_layout_t *l = &k->store.layout;
+    for (kvd__cache_t *k = sv->srv->caches; k; k = k->next) {
+        const kvd__block_layout_t *l = &k->store.layout;
         if (k->cluster && strcmp(k->name, ref->name) == 0 && l->num_layers == ref->num_layers &&
             !l->mla == !ref->mla && l->tokens_per_block == ref->tokens_per_block &&
             l->token_bytes == ref->token_bytes && ref->dtype != NULL &&
@@ -31,11 +31,11 @@ static kvd_cache_t *cluster_cache(kvd_serve_t *sv, const Kvdock__Cluster__CacheR
     return NULL;
 }
 
-void kvd__serve_query(kvd_serve_t *sv, kvd_link_t *l, const Kvdock__Cluster__Query *q)
+void kvd__serve_query(kvd__serve_t *sv, kvd__link_t *l, const Kvdock__Cluster__Query *q)
 {
     Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
     Kvdock__Cluster__QueryReply qr = KVDOCK__CLUSTER__QUERY_REPLY__INIT;
-    kvd_cache_t *k = cluster_cache(sv, q->cache);
+    kvd__cache_t *k = cluster_cache(sv, q->cache);
     uint8_t *bits = calloc((q->n_keys + 7) / 8 + 1, 1);
 
     if (bits == NULL)
@@ -44,9 +44,9 @@ void kvd__serve_query(kvd_serve_t *sv, kvd_link_t *l, const Kvdock__Cluster__Que
         uint32_t id;
         if (q->keys[i].len < 1 || q->keys[i].len > KVD_CACHE_KEY_MAX)
             continue;
-        id = kvd_cache_find(&k->store, q->keys[i].data, q->keys[i].len);
+        id = kvd__cache_find(&k->store, q->keys[i].data, q->keys[i].len);
         /* blocks on disk only are not served to peers: reported missing */
-        if (id != KVD_CBLOCK_NONE && kvd_cache_in_host(&k->store, id))
+        if (id != KVD_CBLOCK_NONE && kvd__cache_in_host(&k->store, id))
             kvd__cl_set_bit(bits, (uint32_t)i);
     }
     qr.id = q->id;
@@ -58,11 +58,11 @@ void kvd__serve_query(kvd_serve_t *sv, kvd_link_t *l, const Kvdock__Cluster__Que
     free(bits);
 }
 
-void kvd__serve_fetch(kvd_serve_t *sv, kvd_link_t *l, const Kvdock__Cluster__Fetch *f)
+void kvd__serve_fetch(kvd__serve_t *sv, kvd__link_t *l, const Kvdock__Cluster__Fetch *f)
 {
     Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
     Kvdock__Cluster__FetchDone fd = KVDOCK__CLUSTER__FETCH_DONE__INIT;
-    kvd_cache_t *k = cluster_cache(sv, f->cache);
+    kvd__cache_t *k = cluster_cache(sv, f->cache);
     uint8_t *missing = calloc((f->n_keys + 7) / 8 + 1, 1);
     uint32_t sent = 0;
 
@@ -73,15 +73,15 @@ void kvd__serve_fetch(kvd_serve_t *sv, kvd_link_t *l, const Kvdock__Cluster__Fet
         sendctx_t *sc;
 
         if (k != NULL && f->keys[i].len >= 1 && f->keys[i].len <= KVD_CACHE_KEY_MAX)
-            id = kvd_cache_find(&k->store, f->keys[i].data, f->keys[i].len);
+            id = kvd__cache_find(&k->store, f->keys[i].data, f->keys[i].len);
         if (l->nlanes == 0 || id == KVD_CBLOCK_NONE ||
-            !kvd_cache_in_host(&k->store, id) ||
+            !kvd__cache_in_host(&k->store, id) ||
             (sc = calloc(1, sizeof(*sc))) == NULL) {
             kvd__cl_set_bit(missing, (uint32_t)i);
             continue;
         }
-        kvd_cache_hold(&k->store, id);
-        kvd_cache_touch(&k->store, id);
+        kvd__cache_hold(&k->store, id);
+        kvd__cache_touch(&k->store, id);
         k->refs++;
         sc->cache = k;
         sc->block = id;
@@ -90,7 +90,7 @@ void kvd__serve_fetch(kvd_serve_t *sv, kvd_link_t *l, const Kvdock__Cluster__Fet
         sc->hdr[2] = f->token;
         /* block i to the fetcher's lane i % n */
         kvd__lane_send(l->lane_ep[i % l->nlanes], &sc->op, sc->hdr,
-                       kvd_cache_block_bytes(&k->store, id), k->store.block_bytes);
+                       kvd__cache_block_bytes(&k->store, id), k->store.block_bytes);
         sent++;
     }
     fd.id = f->id;
@@ -103,13 +103,13 @@ void kvd__serve_fetch(kvd_serve_t *sv, kvd_link_t *l, const Kvdock__Cluster__Fet
     free(missing);
 }
 
-void kvd__serve_sent(kvd_serve_t *sv, kvd_lane_op_t *op)
+void kvd__serve_sent(kvd__serve_t *sv, kvd__lane_op_t *op)
 {
     sendctx_t *sc = (sendctx_t *)op;
     ucs_status_t status = op->status;
 
     if (sc->cache != NULL) {
-        kvd_cache_unhold(&sc->cache->store, sc->block);
+        kvd__cache_unhold(&sc->cache->store, sc->block);
         if (status == UCS_OK) {
             sc->cache->served++;
             sv->blocks_served++;

@@ -10,15 +10,15 @@
 
 #include "link.h"
 
-typedef struct kvd_serve {
-    kvd_server_t *srv;
+typedef struct kvd__serve {
+    kvd__server_t *srv;
     uint64_t blocks_served, bytes_served;
-} kvd_serve_t;
+} kvd__serve_t;
 
 /* Answer inbound link l's query q, or its fetch f. */
-void kvd__serve_query(kvd_serve_t *sv, kvd_link_t *l, const Kvdock__Cluster__Query *q);
-void kvd__serve_fetch(kvd_serve_t *sv, kvd_link_t *l, const Kvdock__Cluster__Fetch *f);
+void kvd__serve_query(kvd__serve_t *sv, kvd__link_t *l, const Kvdock__Cluster__Query *q);
+void kvd__serve_fetch(kvd__serve_t *sv, kvd__link_t *l, const Kvdock__Cluster__Fetch *f);
 /* A block's send ended (a lane's op of kind KVD_LANE_SEND made here). */
-void kvd__serve_sent(kvd_serve_t *sv, kvd_lane_op_t *op);
+void kvd__serve_sent(kvd__serve_t *sv, kvd__lane_op_t *op);
 
 #endif

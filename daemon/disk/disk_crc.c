@@ -73,7 +73,7 @@ static void crc_init(void)
         table_init();
 }
 
-uint32_t kvd_disk_crc32c(uint32_t crc, const void *data, size_t n)
+uint32_t kvd__disk_crc32c(uint32_t crc, const void *data, size_t n)
 {
     const uint8_t *p = data;
 

@@ -32,7 +32,7 @@
 #define KVD_DISK_LAYOUT_TEXT 160u
 
 /* At offset 0 of a segment (the rest of its 4096 bytes zero). */
-typedef struct kvd_disk_seg_hdr {
+typedef struct kvd__disk_seg_hdr {
     uint64_t magic;
     uint32_t version;
     uint32_t seg_no;
@@ -43,13 +43,13 @@ typedef struct kvd_disk_seg_hdr {
     char layout[KVD_DISK_LAYOUT_TEXT]; /* the layout in words, for log lines */
     uint32_t reserved;
     uint32_t crc;         /* of the bytes before */
-} kvd_disk_seg_hdr_t;
+} kvd__disk_seg_hdr_t;
 
 /* A record: this header, then block_bytes of data, then zeros up to
  * rec_bytes.  hcrc covers the header before it (so a scan can find
  * records), crc the header before hcrc and the data (so a read can trust
  * them). */
-typedef struct kvd_disk_rec_hdr {
+typedef struct kvd__disk_rec_hdr {
     uint32_t magic;
     uint8_t klen;
     uint8_t plen;         /* 0: the first block of its chain */
@@ -64,14 +64,14 @@ typedef struct kvd_disk_rec_hdr {
     uint8_t pad[16];
     uint32_t hcrc;
     uint32_t crc;
-} kvd_disk_rec_hdr_t;
+} kvd__disk_rec_hdr_t;
 
-_Static_assert(sizeof(kvd_disk_rec_hdr_t) == KVD_DISK_REC_HDR, "record header size");
-_Static_assert(sizeof(kvd_disk_seg_hdr_t) <= KVD_DISK_SEG_HDR, "segment header size");
+_Static_assert(sizeof(kvd__disk_rec_hdr_t) == KVD_DISK_REC_HDR, "record header size");
+_Static_assert(sizeof(kvd__disk_seg_hdr_t) <= KVD_DISK_SEG_HDR, "segment header size");
 
-/* The index file's header, then count entries of kvd_disk_idx_ent_t each
+/* The index file's header, then count entries of kvd__disk_idx_ent_t each
  * followed by its key and parent bytes. */
-typedef struct kvd_disk_idx_hdr {
+typedef struct kvd__disk_idx_hdr {
     uint64_t magic;
     uint32_t version;
     uint32_t seg_no;
@@ -83,15 +83,15 @@ typedef struct kvd_disk_idx_hdr {
     uint64_t body_bytes;
     uint32_t reserved;
     uint32_t crc;         /* of the bytes before */
-} kvd_disk_idx_hdr_t;
+} kvd__disk_idx_hdr_t;
 
-typedef struct kvd_disk_idx_ent {
+typedef struct kvd__disk_idx_ent {
     uint32_t off;
     uint8_t klen, plen;
     uint16_t reserved;
     uint64_t seq;
-} kvd_disk_idx_ent_t;
+} kvd__disk_idx_ent_t;
 
-uint32_t kvd_disk_crc32c(uint32_t crc, const void *data, size_t n);
+uint32_t kvd__disk_crc32c(uint32_t crc, const void *data, size_t n);
 
 #endif

@@ -14,7 +14,7 @@
 
 #define POOL_THREADS_MAX 64
 
-struct kvd_disk_io {
+struct kvd__disk_io {
     int uring; /* the engine: io_uring, else the pool */
     unsigned depth;
     void (*notify)(void *arg);
@@ -22,9 +22,9 @@ struct kvd_disk_io {
 
     pthread_mutex_t mu;
     pthread_cond_t todo_cv; /* the pool: requests queued, or stop */
-    pthread_cond_t done_cv; /* kvd_disk_io_wait */
-    kvd_disk_req_t *todo_head, *todo_tail;
-    kvd_disk_req_t *done_head, *done_tail;
+    pthread_cond_t done_cv; /* kvd__disk_io_wait */
+    kvd__disk_req_t *todo_head, *todo_tail;
+    kvd__disk_req_t *done_head, *done_tail;
     uint64_t pending; /* submitted, done not run yet (caller's thread) */
     int stop;
 
@@ -39,7 +39,7 @@ struct kvd_disk_io {
 
 /* ---- aligned memory ------------------------------------------------------ */
 
-void *kvd_disk_alloc_aligned(size_t bytes)
+void *kvd__disk_alloc_aligned(size_t bytes)
 {
     void *p;
 
@@ -49,7 +49,7 @@ void *kvd_disk_alloc_aligned(size_t bytes)
     return p == MAP_FAILED ? NULL : p;
 }
 
-void kvd_disk_free_aligned(void *p, size_t bytes)
+void kvd__disk_free_aligned(void *p, size_t bytes)
 {
     if (p != NULL)
         munmap(p, bytes ? bytes : KVD_DISK_ALIGN);
@@ -57,7 +57,7 @@ void kvd_disk_free_aligned(void *p, size_t bytes)
 
 /* ---- completions ------------------------------------------------------- */
 
-static void list_push(kvd_disk_req_t **head, kvd_disk_req_t **tail, kvd_disk_req_t *r)
+static void list_push(kvd__disk_req_t **head, kvd__disk_req_t **tail, kvd__disk_req_t *r)
 {
     r->next = NULL;
     if (*tail)
@@ -68,7 +68,7 @@ static void list_push(kvd_disk_req_t **head, kvd_disk_req_t **tail, kvd_disk_req
 }
 
 /* Hand a list of finished requests to the caller's thread. */
-static void finish_list(kvd_disk_io_t *io, kvd_disk_req_t *head, kvd_disk_req_t *tail)
+static void finish_list(kvd__disk_io_t *io, kvd__disk_req_t *head, kvd__disk_req_t *tail)
 {
     if (head == NULL)
         return;
@@ -87,7 +87,7 @@ static void finish_list(kvd_disk_io_t *io, kvd_disk_req_t *head, kvd_disk_req_t 
 /* ---- the pool --------------------------------------------------------- */
 
 /* The whole operation with pread/pwrite, short transfers continued. */
-static void run_sync(kvd_disk_req_t *r)
+static void run_sync(kvd__disk_req_t *r)
 {
     r->res = 0;
     if (r->before) {
@@ -123,10 +123,10 @@ static void run_sync(kvd_disk_req_t *r)
 
 static void *pool_main(void *arg)
 {
-    kvd_disk_io_t *io = arg;
+    kvd__disk_io_t *io = arg;
 
     for (;;) {
-        kvd_disk_req_t *r;
+        kvd__disk_req_t *r;
 
         pthread_mutex_lock(&io->mu);
         while (io->todo_head == NULL && !io->stop)
@@ -151,7 +151,7 @@ static void *pool_main(void *arg)
 /* user_data of the eventfd's read: no request */
 #define EFD_TAG 1ull
 
-static void prep(struct io_uring_sqe *sqe, kvd_disk_req_t *r)
+static void prep(struct io_uring_sqe *sqe, kvd__disk_req_t *r)
 {
     char *p = (char *)r->buf + r->moved;
     unsigned n = (unsigned)(r->len - r->moved > (1u << 30) ? (1u << 30) : r->len - r->moved);
@@ -165,14 +165,14 @@ static void prep(struct io_uring_sqe *sqe, kvd_disk_req_t *r)
 
 static void *ring_main(void *arg)
 {
-    kvd_disk_io_t *io = arg;
-    kvd_disk_req_t *wait_head = NULL, *wait_tail = NULL; /* no room in the ring yet */
+    kvd__disk_io_t *io = arg;
+    kvd__disk_req_t *wait_head = NULL, *wait_tail = NULL; /* no room in the ring yet */
     unsigned inflight = 0;
     int armed = 0, stopping = 0;
     uint64_t efd_val;
 
     for (;;) {
-        kvd_disk_req_t *take, *done_head = NULL, *done_tail = NULL, *r;
+        kvd__disk_req_t *take, *done_head = NULL, *done_tail = NULL, *r;
         struct io_uring_cqe *cqe;
         unsigned head, seen = 0;
 
@@ -259,10 +259,10 @@ static void *ring_main(void *arg)
 
 /* ---- the interface ---------------------------------------------------- */
 
-kvd_status_t kvd_disk_io_create(kvd_disk_io_t **out, const kvd_disk_io_config_t *cfg, char *why,
-                                size_t why_len)
+kvd_status_t kvd__disk_io_create(kvd__disk_io_t **out, const kvd__disk_io_config_t *cfg, char *why,
+                                 size_t why_len)
 {
-    kvd_disk_io_t *io = calloc(1, sizeof(*io));
+    kvd__disk_io_t *io = calloc(1, sizeof(*io));
     unsigned i;
     int rc;
 
@@ -306,7 +306,7 @@ kvd_status_t kvd_disk_io_create(kvd_disk_io_t **out, const kvd_disk_io_config_t 
     for (i = 0; i < io->nthreads; i++) {
         if ((rc = pthread_create(&io->threads[i], NULL, pool_main, io)) != 0) {
             io->nthreads = i;
-            kvd_disk_io_destroy(&io);
+            kvd__disk_io_destroy(&io);
             snprintf(why, why_len, "cannot start the disk I/O threads: %s", strerror(rc));
             return KVD_ENOMEM;
         }
@@ -315,7 +315,7 @@ kvd_status_t kvd_disk_io_create(kvd_disk_io_t **out, const kvd_disk_io_config_t 
     return KVD_OK;
 }
 
-void kvd_disk_io_submit(kvd_disk_io_t *io, kvd_disk_req_t *r)
+void kvd__disk_io_submit(kvd__disk_io_t *io, kvd__disk_req_t *r)
 {
     uint64_t one = 1;
 
@@ -331,9 +331,9 @@ void kvd_disk_io_submit(kvd_disk_io_t *io, kvd_disk_req_t *r)
         (void)!write(io->efd, &one, sizeof(one));
 }
 
-unsigned kvd_disk_io_poll(kvd_disk_io_t *io)
+unsigned kvd__disk_io_poll(kvd__disk_io_t *io)
 {
-    kvd_disk_req_t *r;
+    kvd__disk_req_t *r;
     unsigned n = 0;
 
     pthread_mutex_lock(&io->mu);
@@ -341,7 +341,7 @@ unsigned kvd_disk_io_poll(kvd_disk_io_t *io)
     io->done_head = io->done_tail = NULL;
     pthread_mutex_unlock(&io->mu);
     while (r) {
-        kvd_disk_req_t *next = r->next;
+        kvd__disk_req_t *next = r->next;
         pthread_mutex_lock(&io->mu);
         io->pending--;
         pthread_mutex_unlock(&io->mu);
@@ -353,7 +353,7 @@ unsigned kvd_disk_io_poll(kvd_disk_io_t *io)
     return n;
 }
 
-unsigned kvd_disk_io_wait(kvd_disk_io_t *io, int timeout_ms)
+unsigned kvd__disk_io_wait(kvd__disk_io_t *io, int timeout_ms)
 {
     struct timespec until;
 
@@ -374,10 +374,10 @@ unsigned kvd_disk_io_wait(kvd_disk_io_t *io, int timeout_ms)
             break;
     }
     pthread_mutex_unlock(&io->mu);
-    return kvd_disk_io_poll(io);
+    return kvd__disk_io_poll(io);
 }
 
-uint64_t kvd_disk_io_pending(const kvd_disk_io_t *io)
+uint64_t kvd__disk_io_pending(const kvd__disk_io_t *io)
 {
     uint64_t n;
 
@@ -387,17 +387,17 @@ uint64_t kvd_disk_io_pending(const kvd_disk_io_t *io)
     return n;
 }
 
-void kvd_disk_io_destroy(kvd_disk_io_t **iop)
+void kvd__disk_io_destroy(kvd__disk_io_t **iop)
 {
-    kvd_disk_io_t *io = *iop;
+    kvd__disk_io_t *io = *iop;
     unsigned i;
     uint64_t one = 1;
 
     if (io == NULL)
         return;
     *iop = NULL;
-    while (kvd_disk_io_pending(io) > 0)
-        kvd_disk_io_wait(io, -1);
+    while (kvd__disk_io_pending(io) > 0)
+        kvd__disk_io_wait(io, -1);
     pthread_mutex_lock(&io->mu);
     io->stop = 1;
     pthread_cond_broadcast(&io->todo_cv);
@@ -416,12 +416,12 @@ void kvd_disk_io_destroy(kvd_disk_io_t **iop)
     free(io);
 }
 
-const char *kvd_disk_io_engine(const kvd_disk_io_t *io)
+const char *kvd__disk_io_engine(const kvd__disk_io_t *io)
 {
     return io->uring ? "io_uring" : "threads";
 }
 
-unsigned kvd_disk_io_depth(const kvd_disk_io_t *io)
+unsigned kvd__disk_io_depth(const kvd__disk_io_t *io)
 {
     return io->uring ? io->depth : io->nthreads;
 }

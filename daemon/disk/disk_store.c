@@ -38,7 +38,7 @@ typedef struct seg {
     uint32_t jobs;    /* requests in flight that use its descriptors */
     uint32_t writing; /* batches placed in it, not yet written */
     int err;          /* the creation's errno when SEG_FAILED */
-    /* its index so far: kvd_disk_idx_ent_t, key, parent, ... (written records) */
+    /* its index so far: kvd__disk_idx_ent_t, key, parent, ... (written records) */
     uint8_t *body;
     size_t body_len, body_cap;
     uint32_t count;
@@ -46,15 +46,15 @@ typedef struct seg {
 
 typedef struct prec {
     const void *src;
-    kvd_disk_append_cb cb;
+    kvd__disk_append_cb cb;
     void *arg;
     uint32_t rel;
-    kvd_disk_rec_hdr_t hdr;
+    kvd__disk_rec_hdr_t hdr;
 } prec_t;
 
 typedef struct batch {
-    kvd_disk_req_t req;
-    kvd_disk_store_t *s;
+    kvd__disk_req_t req;
+    kvd__disk_store_t *s;
     seg_t *seg;
     uint64_t off;  /* in the segment, aligned */
     uint32_t used; /* bytes of records */
@@ -63,11 +63,11 @@ typedef struct batch {
     struct batch *next; /* queued */
 } batch_t;
 
-struct kvd_disk_store {
-    kvd_disk_store_config_t cfg;
+struct kvd__disk_store {
+    kvd__disk_store_config_t cfg;
     char *dir;
     char *layout_text;
-    kvd_disk_io_t *io;
+    kvd__disk_io_t *io;
     int direct;
     uint64_t rec_bytes, seg_bytes;
     uint32_t batch_bytes;
@@ -85,18 +85,18 @@ struct kvd_disk_store {
     uint32_t nrbufs;
     size_t rbuf_bytes;
     uint64_t jobs; /* requests in flight */
-    kvd_disk_store_stats_t st;
+    kvd__disk_store_stats_t st;
 };
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static void seg_path(const kvd_disk_store_t *s, uint32_t no, const char *ext, char *buf,
+static void seg_path(const kvd__disk_store_t *s, uint32_t no, const char *ext, char *buf,
                      size_t len)
 {
     snprintf(buf, len, "%s/seg-%08u.%s", s->dir, no, ext);
 }
 
-static seg_t *seg_find(const kvd_disk_store_t *s, uint32_t no)
+static seg_t *seg_find(const kvd__disk_store_t *s, uint32_t no)
 {
     uint32_t lo = 0, hi = s->nsegs;
 
@@ -110,7 +110,7 @@ static seg_t *seg_find(const kvd_disk_store_t *s, uint32_t no)
     return lo < s->nsegs && s->segs[lo]->no == no ? s->segs[lo] : NULL;
 }
 
-static int seg_add(kvd_disk_store_t *s, seg_t *g)
+static int seg_add(kvd__disk_store_t *s, seg_t *g)
 {
     uint32_t i;
 
@@ -130,7 +130,7 @@ static int seg_add(kvd_disk_store_t *s, seg_t *g)
     return 0;
 }
 
-static void seg_remove(kvd_disk_store_t *s, seg_t *g)
+static void seg_remove(kvd__disk_store_t *s, seg_t *g)
 {
     uint32_t i;
 
@@ -163,8 +163,8 @@ static seg_t *seg_new(uint32_t no)
 static int body_add(seg_t *g, uint32_t off, uint64_t seq, const uint8_t *key, uint8_t klen,
                     const uint8_t *parent, uint8_t plen)
 {
-    size_t need = sizeof(kvd_disk_idx_ent_t) + klen + plen;
-    kvd_disk_idx_ent_t e = {.off = off, .klen = klen, .plen = plen, .seq = seq};
+    size_t need = sizeof(kvd__disk_idx_ent_t) + klen + plen;
+    kvd__disk_idx_ent_t e = {.off = off, .klen = klen, .plen = plen, .seq = seq};
 
     if (g->body_len + need > g->body_cap) {
         size_t n = g->body_cap ? g->body_cap * 2 : 4096;
@@ -184,7 +184,7 @@ static int body_add(seg_t *g, uint32_t off, uint64_t seq, const uint8_t *key, ui
     return 0;
 }
 
-static void seg_hdr_make(const kvd_disk_store_t *s, uint32_t no, kvd_disk_seg_hdr_t *h)
+static void seg_hdr_make(const kvd__disk_store_t *s, uint32_t no, kvd__disk_seg_hdr_t *h)
 {
     memset(h, 0, sizeof(*h));
     h->magic = KVD_DISK_SEG_MAGIC;
@@ -195,22 +195,22 @@ static void seg_hdr_make(const kvd_disk_store_t *s, uint32_t no, kvd_disk_seg_hd
     h->rec_bytes = s->rec_bytes;
     h->seg_bytes = s->seg_bytes;
     snprintf(h->layout, sizeof(h->layout), "%s", s->layout_text);
-    h->crc = kvd_disk_crc32c(0, h, offsetof(kvd_disk_seg_hdr_t, crc));
+    h->crc = kvd__disk_crc32c(0, h, offsetof(kvd__disk_seg_hdr_t, crc));
 }
 
 /* Whether a record header looks whole (magic, its own CRC, its fields). */
-static int rec_hdr_ok(const kvd_disk_store_t *s, const kvd_disk_rec_hdr_t *h, uint32_t seg_no)
+static int rec_hdr_ok(const kvd__disk_store_t *s, const kvd__disk_rec_hdr_t *h, uint32_t seg_no)
 {
     return h->magic == KVD_DISK_REC_MAGIC && h->hdr_bytes == KVD_DISK_REC_HDR &&
            h->klen >= 1 && h->klen <= KVD_DISK_KEY_MAX && h->plen <= KVD_DISK_KEY_MAX &&
-           h->hcrc == kvd_disk_crc32c(0, h, offsetof(kvd_disk_rec_hdr_t, hcrc)) &&
+           h->hcrc == kvd__disk_crc32c(0, h, offsetof(kvd__disk_rec_hdr_t, hcrc)) &&
            h->seg_no == seg_no && h->layout_id == s->cfg.layout_id &&
            h->data_bytes == s->cfg.block_bytes;
 }
 
-static uint32_t rec_crc(const kvd_disk_rec_hdr_t *h, const void *data, uint64_t n)
+static uint32_t rec_crc(const kvd__disk_rec_hdr_t *h, const void *data, uint64_t n)
 {
-    return kvd_disk_crc32c(kvd_disk_crc32c(0, h, offsetof(kvd_disk_rec_hdr_t, hcrc)), data, n);
+    return kvd__disk_crc32c(kvd__disk_crc32c(0, h, offsetof(kvd__disk_rec_hdr_t, hcrc)), data, n);
 }
 
 /* ---- files: checks shared by open and recovery ----------------------------------------- */
@@ -258,44 +258,44 @@ static int open_trusted(const char *path, int flags, char *why, size_t why_len)
 
 /* ---- buffers ------------------------------------------------------------------------ */
 
-static void *wbuf_get(kvd_disk_store_t *s)
+static void *wbuf_get(kvd__disk_store_t *s)
 {
     if (s->nwbufs > 0)
         return s->wbufs[--s->nwbufs];
     s->wbufs_made++;
-    return kvd_disk_alloc_aligned(s->batch_bytes);
+    return kvd__disk_alloc_aligned(s->batch_bytes);
 }
 
-static void wbuf_put(kvd_disk_store_t *s, void *b)
+static void wbuf_put(kvd__disk_store_t *s, void *b)
 {
     if (b == NULL)
         return;
     if (s->nwbufs < s->cfg.max_writes)
         s->wbufs[s->nwbufs++] = b;
     else
-        kvd_disk_free_aligned(b, s->batch_bytes);
+        kvd__disk_free_aligned(b, s->batch_bytes);
 }
 
-static void *rbuf_get(kvd_disk_store_t *s)
+static void *rbuf_get(kvd__disk_store_t *s)
 {
     if (s->nrbufs > 0)
         return s->rbufs[--s->nrbufs];
-    return kvd_disk_alloc_aligned(s->rbuf_bytes);
+    return kvd__disk_alloc_aligned(s->rbuf_bytes);
 }
 
-static void rbuf_put(kvd_disk_store_t *s, void *b)
+static void rbuf_put(kvd__disk_store_t *s, void *b)
 {
     if (s->nrbufs < BOUNCE_KEEP)
         s->rbufs[s->nrbufs++] = b;
     else
-        kvd_disk_free_aligned(b, s->rbuf_bytes);
+        kvd__disk_free_aligned(b, s->rbuf_bytes);
 }
 
 /* ---- segments: creation, sealing, deletion (on the I/O threads) ----------------------------- */
 
 typedef struct seg_job {
-    kvd_disk_req_t req;
-    kvd_disk_store_t *s;
+    kvd__disk_req_t req;
+    kvd__disk_store_t *s;
     seg_t *g;
     /* creation */
     int fd, dropfd;
@@ -308,21 +308,21 @@ typedef struct seg_job {
     char path[PATH_MAX], path2[PATH_MAX], path3[PATH_MAX];
 } seg_job_t;
 
-static void seg_submit_ready(kvd_disk_store_t *s);
-static void seg_maybe_finish(kvd_disk_store_t *s, seg_t *g);
+static void seg_submit_ready(kvd__disk_store_t *s);
+static void seg_maybe_finish(kvd__disk_store_t *s, seg_t *g);
 
 /* Every request the store submits counts in s->jobs (close waits for
  * none) and, while it uses a segment's descriptors, in g->jobs (the
  * segment is deleted only at none); job_end undoes job_submit's counts. */
-static void job_submit(kvd_disk_store_t *s, seg_t *g, kvd_disk_req_t *req)
+static void job_submit(kvd__disk_store_t *s, seg_t *g, kvd__disk_req_t *req)
 {
     s->jobs++;
     if (g != NULL)
         g->jobs++;
-    kvd_disk_io_submit(s->io, req);
+    kvd__disk_io_submit(s->io, req);
 }
 
-static void job_end(kvd_disk_store_t *s, seg_t *g)
+static void job_end(kvd__disk_store_t *s, seg_t *g)
 {
     s->jobs--;
     if (g != NULL)
@@ -330,7 +330,7 @@ static void job_end(kvd_disk_store_t *s, seg_t *g)
 }
 
 /* The job of a counted segment's request, its counts undone. */
-static seg_job_t *seg_job_end(kvd_disk_req_t *r)
+static seg_job_t *seg_job_end(kvd__disk_req_t *r)
 {
     seg_job_t *j = r->arg;
 
@@ -339,8 +339,8 @@ static seg_job_t *seg_job_end(kvd_disk_req_t *r)
 }
 
 /* A segment job's call on the I/O thread: before on it, done back here. */
-static void seg_job_submit(seg_job_t *j, seg_t *counted, void (*before)(kvd_disk_req_t *),
-                           void (*done)(kvd_disk_req_t *))
+static void seg_job_submit(seg_job_t *j, seg_t *counted, void (*before)(kvd__disk_req_t *),
+                           void (*done)(kvd__disk_req_t *))
 {
     j->req.op = KVD_DISK_OP_CALL;
     j->req.before = before;
@@ -349,11 +349,11 @@ static void seg_job_submit(seg_job_t *j, seg_t *counted, void (*before)(kvd_disk
     job_submit(j->s, counted, &j->req);
 }
 
-static void create_before(kvd_disk_req_t *r)
+static void create_before(kvd__disk_req_t *r)
 {
     seg_job_t *j = r->arg;
-    kvd_disk_store_t *s = j->s;
-    kvd_disk_seg_hdr_t *h;
+    kvd__disk_store_t *s = j->s;
+    kvd__disk_seg_hdr_t *h;
     void *buf;
     int e;
 
@@ -368,7 +368,7 @@ static void create_before(kvd_disk_req_t *r)
      * refused (no room for all of it, a file size limit) the segment grows
      * as written, and a write that finds no room fails on its own. */
     (void)!fallocate(j->fd, 0, 0, (off_t)s->seg_bytes);
-    buf = kvd_disk_alloc_aligned(KVD_DISK_SEG_HDR);
+    buf = kvd__disk_alloc_aligned(KVD_DISK_SEG_HDR);
     if (buf == NULL) {
         e = ENOMEM;
         goto fail;
@@ -377,10 +377,10 @@ static void create_before(kvd_disk_req_t *r)
     seg_hdr_make(s, j->g->no, h);
     if (pwrite(j->fd, buf, KVD_DISK_SEG_HDR, 0) != KVD_DISK_SEG_HDR) {
         e = errno ? errno : EIO;
-        kvd_disk_free_aligned(buf, KVD_DISK_SEG_HDR);
+        kvd__disk_free_aligned(buf, KVD_DISK_SEG_HDR);
         goto fail;
     }
-    kvd_disk_free_aligned(buf, KVD_DISK_SEG_HDR);
+    kvd__disk_free_aligned(buf, KVD_DISK_SEG_HDR);
     j->dropfd = open(j->path2, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
     if (j->dropfd < 0) {
         e = errno;
@@ -394,10 +394,10 @@ fail:
     r->res = -e;
 }
 
-static void create_done(kvd_disk_req_t *r)
+static void create_done(kvd__disk_req_t *r)
 {
     seg_job_t *j = seg_job_end(r);
-    kvd_disk_store_t *s = j->s;
+    kvd__disk_store_t *s = j->s;
     seg_t *g = j->g;
 
     if (r->res < 0) {
@@ -417,7 +417,7 @@ static void create_done(kvd_disk_req_t *r)
     seg_maybe_finish(s, g);
 }
 
-static seg_t *seg_create(kvd_disk_store_t *s)
+static seg_t *seg_create(kvd__disk_store_t *s)
 {
     seg_t *g = seg_new(s->next_no);
     seg_job_t *j = calloc(1, sizeof(*j));
@@ -446,7 +446,7 @@ static int idx_write(const char *path, const char *tmp, uint32_t seg_no, uint64_
                      uint64_t rec_bytes, uint64_t data_end, const uint8_t *body, size_t len,
                      uint32_t count)
 {
-    kvd_disk_idx_hdr_t h;
+    kvd__disk_idx_hdr_t h;
     int fd, e = 0;
 
     memset(&h, 0, sizeof(h));
@@ -458,8 +458,8 @@ static int idx_write(const char *path, const char *tmp, uint32_t seg_no, uint64_
     h.data_end = data_end;
     h.count = count;
     h.body_bytes = len;
-    h.body_crc = kvd_disk_crc32c(0, body, len);
-    h.crc = kvd_disk_crc32c(0, &h, offsetof(kvd_disk_idx_hdr_t, crc));
+    h.body_crc = kvd__disk_crc32c(0, body, len);
+    h.crc = kvd__disk_crc32c(0, &h, offsetof(kvd__disk_idx_hdr_t, crc));
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
@@ -485,19 +485,19 @@ static int idx_write(const char *path, const char *tmp, uint32_t seg_no, uint64_
     return -e;
 }
 
-static void idx_before(kvd_disk_req_t *r)
+static void idx_before(kvd__disk_req_t *r)
 {
     seg_job_t *j = r->arg;
-    kvd_disk_store_t *s = j->s;
+    kvd__disk_store_t *s = j->s;
 
     r->res = idx_write(j->path, j->path2, j->g->no, s->cfg.layout_id, s->rec_bytes, j->data_end,
                        j->body, j->body_len, j->count);
 }
 
-static void idx_done(kvd_disk_req_t *r)
+static void idx_done(kvd__disk_req_t *r)
 {
     seg_job_t *j = seg_job_end(r);
-    kvd_disk_store_t *s = j->s;
+    kvd__disk_store_t *s = j->s;
     seg_t *g = j->g;
 
     if (r->res < 0) {
@@ -512,7 +512,7 @@ static void idx_done(kvd_disk_req_t *r)
     seg_maybe_finish(s, g);
 }
 
-static void delete_before(kvd_disk_req_t *r)
+static void delete_before(kvd__disk_req_t *r)
 {
     seg_job_t *j = r->arg;
 
@@ -525,10 +525,10 @@ static void delete_before(kvd_disk_req_t *r)
     unlink(j->path3);
 }
 
-static void delete_done(kvd_disk_req_t *r)
+static void delete_done(kvd__disk_req_t *r)
 {
     seg_job_t *j = r->arg;
-    kvd_disk_store_t *s = j->s;
+    kvd__disk_store_t *s = j->s;
 
     job_end(s, NULL);
     s->st.file_bytes -= s->st.file_bytes >= j->g->file_bytes ? j->g->file_bytes : s->st.file_bytes;
@@ -538,7 +538,7 @@ static void delete_done(kvd_disk_req_t *r)
 
 /* A sealed segment: write its index once its batches are written; delete
  * it once no record of it is kept and nothing uses it. */
-static void seg_maybe_finish(kvd_disk_store_t *s, seg_t *g)
+static void seg_maybe_finish(kvd__disk_store_t *s, seg_t *g)
 {
     seg_job_t *j;
 
@@ -579,17 +579,17 @@ static void seg_maybe_finish(kvd_disk_store_t *s, seg_t *g)
 
 /* ---- writes ---------------------------------------------------------------------------- */
 
-static void batch_before(kvd_disk_req_t *r)
+static void batch_before(kvd__disk_req_t *r)
 {
     batch_t *b = r->arg;
-    kvd_disk_store_t *s = b->s;
+    kvd__disk_store_t *s = b->s;
     char *buf = r->buf;
     uint32_t i;
 
     for (i = 0; i < b->n; i++) {
         prec_t *p = &b->recs[i];
         char *at = buf + p->rel;
-        p->hdr.hcrc = kvd_disk_crc32c(0, &p->hdr, offsetof(kvd_disk_rec_hdr_t, hcrc));
+        p->hdr.hcrc = kvd__disk_crc32c(0, &p->hdr, offsetof(kvd__disk_rec_hdr_t, hcrc));
         memcpy(at + KVD_DISK_REC_HDR, p->src, s->cfg.block_bytes);
         p->hdr.crc = rec_crc(&p->hdr, at + KVD_DISK_REC_HDR, s->cfg.block_bytes);
         memcpy(at, &p->hdr, KVD_DISK_REC_HDR);
@@ -605,10 +605,10 @@ static void batch_free(batch_t *b)
     free(b);
 }
 
-static void batch_done(kvd_disk_req_t *r)
+static void batch_done(kvd__disk_req_t *r)
 {
     batch_t *b = r->arg;
-    kvd_disk_store_t *s = b->s;
+    kvd__disk_store_t *s = b->s;
     seg_t *g = b->seg;
     kvd_status_t st = KVD_OK;
     uint32_t i;
@@ -660,12 +660,12 @@ static void batch_done(kvd_disk_req_t *r)
     seg_maybe_finish(s, g);
 }
 
-static void nomem_before(kvd_disk_req_t *r)
+static void nomem_before(kvd__disk_req_t *r)
 {
     r->res = -ENOMEM;
 }
 
-static void batch_send(kvd_disk_store_t *s, batch_t *b)
+static void batch_send(kvd__disk_store_t *s, batch_t *b)
 {
     b->req.op = KVD_DISK_OP_WRITE;
     b->req.fd = b->seg->fd;
@@ -683,7 +683,7 @@ static void batch_send(kvd_disk_store_t *s, batch_t *b)
 
 /* Send the queued batches whose segment is ready, in order, while fewer
  * than max_writes are in flight; fail those whose segment failed. */
-static void seg_submit_ready(kvd_disk_store_t *s)
+static void seg_submit_ready(kvd__disk_store_t *s)
 {
     batch_t **pp = &s->queued_head, *b, *prev = NULL;
 
@@ -722,7 +722,7 @@ static void seg_submit_ready(kvd_disk_store_t *s)
     }
 }
 
-static void batch_close(kvd_disk_store_t *s)
+static void batch_close(kvd__disk_store_t *s)
 {
     batch_t *b = s->filling;
 
@@ -743,14 +743,14 @@ static void batch_close(kvd_disk_store_t *s)
     seg_submit_ready(s);
 }
 
-void kvd_disk_store_flush(kvd_disk_store_t *s)
+void kvd__disk_store_flush(kvd__disk_store_t *s)
 {
     batch_close(s);
 }
 
 /* The segment that takes the next record: the open one while it has room,
  * else the one made ahead (and another made ahead of it). */
-static seg_t *seg_for_record(kvd_disk_store_t *s)
+static seg_t *seg_for_record(kvd__disk_store_t *s)
 {
     seg_t *g = s->cur;
 
@@ -781,9 +781,9 @@ static seg_t *seg_for_record(kvd_disk_store_t *s)
     return s->cur;
 }
 
-kvd_status_t kvd_disk_append(kvd_disk_store_t *s, const uint8_t *key, size_t klen,
-                             const uint8_t *parent, size_t plen, const void *src,
-                             kvd_disk_append_cb cb, void *arg)
+kvd_status_t kvd__disk_append(kvd__disk_store_t *s, const uint8_t *key, size_t klen,
+                              const uint8_t *parent, size_t plen, const void *src,
+                              kvd__disk_append_cb cb, void *arg)
 {
     seg_t *g;
     batch_t *b;
@@ -847,24 +847,24 @@ kvd_status_t kvd_disk_append(kvd_disk_store_t *s, const uint8_t *key, size_t kle
 /* ---- reads -------------------------------------------------------------------------- */
 
 typedef struct rd {
-    kvd_disk_req_t req;
-    kvd_disk_store_t *s;
+    kvd__disk_req_t req;
+    kvd__disk_store_t *s;
     seg_t *g;
     uint32_t skip; /* the record's place in the buffer */
     uint8_t klen;
     uint8_t key[KVD_DISK_KEY_MAX];
     void *dst;
-    kvd_disk_read_cb cb;
+    kvd__disk_read_cb cb;
     void *arg;
     const char *bad; /* what failed the checks */
 } rd_t;
 
-static void read_after(kvd_disk_req_t *r)
+static void read_after(kvd__disk_req_t *r)
 {
     rd_t *d = r->arg;
-    kvd_disk_store_t *s = d->s;
+    kvd__disk_store_t *s = d->s;
     const char *at = (const char *)r->buf + d->skip;
-    kvd_disk_rec_hdr_t h;
+    kvd__disk_rec_hdr_t h;
 
     memcpy(&h, at, sizeof(h));
     if (!rec_hdr_ok(s, &h, d->g->no))
@@ -877,10 +877,10 @@ static void read_after(kvd_disk_req_t *r)
         memcpy(d->dst, at + KVD_DISK_REC_HDR, s->cfg.block_bytes);
 }
 
-static void read_done(kvd_disk_req_t *r)
+static void read_done(kvd__disk_req_t *r)
 {
     rd_t *d = r->arg;
-    kvd_disk_store_t *s = d->s;
+    kvd__disk_store_t *s = d->s;
     seg_t *g = d->g;
     kvd_status_t st = KVD_OK;
 
@@ -909,8 +909,8 @@ static void read_done(kvd_disk_req_t *r)
     seg_maybe_finish(s, g);
 }
 
-kvd_status_t kvd_disk_read(kvd_disk_store_t *s, kvd_disk_loc_t loc, const uint8_t *key,
-                           size_t klen, void *dst, kvd_disk_read_cb cb, void *arg)
+kvd_status_t kvd__disk_read(kvd__disk_store_t *s, kvd__disk_loc_t loc, const uint8_t *key,
+                            size_t klen, void *dst, kvd__disk_read_cb cb, void *arg)
 {
     seg_t *g = seg_find(s, KVD_DISK_LOC_SEG(loc));
     uint64_t off = KVD_DISK_LOC_OFF(loc), start;
@@ -949,15 +949,15 @@ kvd_status_t kvd_disk_read(kvd_disk_store_t *s, kvd_disk_loc_t loc, const uint8_
 /* ---- drops ----------------------------------------------------------------------------- */
 
 typedef struct drop_job {
-    kvd_disk_req_t req;
-    kvd_disk_store_t *s;
+    kvd__disk_req_t req;
+    kvd__disk_store_t *s;
     seg_t *g;
     int fd, dropfd;
     uint32_t off;
     uint64_t rec_bytes;
 } drop_job_t;
 
-static void drop_before(kvd_disk_req_t *r)
+static void drop_before(kvd__disk_req_t *r)
 {
     drop_job_t *j = r->arg;
     uint64_t a = ALIGN_UP((uint64_t)j->off, KVD_DISK_ALIGN);
@@ -971,10 +971,10 @@ static void drop_before(kvd_disk_req_t *r)
                         (off_t)(e - a));
 }
 
-static void drop_done(kvd_disk_req_t *r)
+static void drop_done(kvd__disk_req_t *r)
 {
     drop_job_t *j = r->arg;
-    kvd_disk_store_t *s = j->s;
+    kvd__disk_store_t *s = j->s;
 
     job_end(s, j->g);
     if (r->res < 0) {
@@ -988,7 +988,7 @@ static void drop_done(kvd_disk_req_t *r)
     free(j);
 }
 
-void kvd_disk_drop(kvd_disk_store_t *s, kvd_disk_loc_t loc)
+void kvd__disk_drop(kvd__disk_store_t *s, kvd__disk_loc_t loc)
 {
     seg_t *g = seg_find(s, KVD_DISK_LOC_SEG(loc));
     drop_job_t *j;
@@ -1060,7 +1060,7 @@ static uint8_t *slurp(int fd, size_t max, size_t *len, char *why, size_t why_len
 
 /* Entries of a segment found at open. */
 typedef struct found_set {
-    uint8_t *body; /* kvd_disk_idx_ent_t + key + parent, ... */
+    uint8_t *body; /* kvd__disk_idx_ent_t + key + parent, ... */
     size_t len;
     uint32_t count;
     uint64_t data_end;
@@ -1068,11 +1068,11 @@ typedef struct found_set {
 
 /* The segment's index file, checked against the segment: 0, or -1 with
  * why (missing, damaged, another segment's or layout's). */
-static int idx_read(kvd_disk_store_t *s, seg_t *g, uint64_t file_size, found_set_t *fs,
+static int idx_read(kvd__disk_store_t *s, seg_t *g, uint64_t file_size, found_set_t *fs,
                     uint64_t *lost, char *why, size_t why_len)
 {
     char path[PATH_MAX];
-    kvd_disk_idx_hdr_t h;
+    kvd__disk_idx_hdr_t h;
     uint8_t *p, *q, *end;
     size_t len, max;
     uint32_t i, kept = 0;
@@ -1083,7 +1083,7 @@ static int idx_read(kvd_disk_store_t *s, seg_t *g, uint64_t file_size, found_set
     if (fd < 0)
         return -1;
     max = sizeof(h) + (s->seg_bytes / s->rec_bytes + 1) *
-                          (sizeof(kvd_disk_idx_ent_t) + 2 * KVD_DISK_KEY_MAX);
+                          (sizeof(kvd__disk_idx_ent_t) + 2 * KVD_DISK_KEY_MAX);
     p = slurp(fd, max, &len, why, why_len);
     close(fd);
     if (p == NULL)
@@ -1094,7 +1094,7 @@ static int idx_read(kvd_disk_store_t *s, seg_t *g, uint64_t file_size, found_set
     }
     memcpy(&h, p, sizeof(h));
     if (h.magic != KVD_DISK_IDX_MAGIC || h.version != KVD_DISK_VERSION ||
-        h.crc != kvd_disk_crc32c(0, &h, offsetof(kvd_disk_idx_hdr_t, crc))) {
+        h.crc != kvd__disk_crc32c(0, &h, offsetof(kvd__disk_idx_hdr_t, crc))) {
         snprintf(why, why_len, "not an index of this version, or its header is damaged");
         goto bad;
     }
@@ -1103,7 +1103,7 @@ static int idx_read(kvd_disk_store_t *s, seg_t *g, uint64_t file_size, found_set
         goto bad;
     }
     if (h.body_bytes != len - sizeof(h) ||
-        h.body_crc != kvd_disk_crc32c(0, p + sizeof(h), len - sizeof(h))) {
+        h.body_crc != kvd__disk_crc32c(0, p + sizeof(h), len - sizeof(h))) {
         snprintf(why, why_len, "damaged (checksum)");
         goto bad;
     }
@@ -1112,7 +1112,7 @@ static int idx_read(kvd_disk_store_t *s, seg_t *g, uint64_t file_size, found_set
     q = p + sizeof(h);
     end = p + len;
     for (i = 0; i < h.count; i++) {
-        kvd_disk_idx_ent_t e;
+        kvd__disk_idx_ent_t e;
         if ((size_t)(end - q) < sizeof(e))
             break;
         memcpy(&e, q, sizeof(e));
@@ -1163,7 +1163,7 @@ static int refill(int fd, uint8_t *buf, size_t chunk, uint64_t pos, uint64_t *ba
  * record whose header and data pass their checks, in order.  Pages not
  * written read as zeros and are passed over; so are records torn by a
  * crash (counted in *lost). */
-static int seg_scan(kvd_disk_store_t *s, seg_t *g, int fd, uint64_t file_size, found_set_t *fs,
+static int seg_scan(kvd__disk_store_t *s, seg_t *g, int fd, uint64_t file_size, found_set_t *fs,
                     uint64_t *lost)
 {
     size_t chunk = SCAN_CHUNK, blen;
@@ -1174,13 +1174,13 @@ static int seg_scan(kvd_disk_store_t *s, seg_t *g, int fd, uint64_t file_size, f
     if (chunk < ALIGN_UP(s->rec_bytes, KVD_DISK_ALIGN) + KVD_DISK_ALIGN)
         chunk = ALIGN_UP(s->rec_bytes, KVD_DISK_ALIGN) + KVD_DISK_ALIGN;
     blen = chunk;
-    buf = kvd_disk_alloc_aligned(blen);
+    buf = kvd__disk_alloc_aligned(blen);
     if (buf == NULL)
         return -1;
     if (end > s->seg_bytes)
         end = s->seg_bytes;
     while (pos + KVD_DISK_REC_HDR <= end) {
-        kvd_disk_rec_hdr_t h;
+        kvd__disk_rec_hdr_t h;
         /* the buffer holds [base, base + have) */
         if (base == UINT64_MAX || pos < base || pos + KVD_DISK_REC_HDR > base + have) {
             if (refill(fd, buf, chunk, pos, &base, &have) != 0 ||
@@ -1204,14 +1204,14 @@ static int seg_scan(kvd_disk_store_t *s, seg_t *g, int fd, uint64_t file_size, f
         }
         if (body_add(&tmp, (uint32_t)pos, h.seq, h.key, h.klen, h.parent, h.plen) != 0) {
             free(tmp.body);
-            kvd_disk_free_aligned(buf, blen);
+            kvd__disk_free_aligned(buf, blen);
             return -1;
         }
         pos += s->rec_bytes;
         if (pos > fs->data_end)
             fs->data_end = pos;
     }
-    kvd_disk_free_aligned(buf, blen);
+    kvd__disk_free_aligned(buf, blen);
     fs->body = tmp.body; /* entries only, no header */
     fs->len = tmp.body_len;
     fs->count = tmp.count;
@@ -1222,7 +1222,7 @@ static int seg_scan(kvd_disk_store_t *s, seg_t *g, int fd, uint64_t file_size, f
 
 static uint32_t ent_off(const uint8_t *p)
 {
-    kvd_disk_idx_ent_t e;
+    kvd__disk_idx_ent_t e;
     memcpy(&e, p, sizeof(e));
     return e.off;
 }
@@ -1237,7 +1237,7 @@ static int cmp_ent(const void *a, const void *b)
  * file opened for appending in *dfd.  -1 with why when it cannot be
  * trusted (then neither can the segment: its dropped records would come
  * back). */
-static int drops_read(kvd_disk_store_t *s, uint32_t no, uint32_t **out, uint32_t *n, int *dfd,
+static int drops_read(kvd__disk_store_t *s, uint32_t no, uint32_t **out, uint32_t *n, int *dfd,
                       char *path, size_t path_len, char *why, size_t why_len)
 {
     size_t len = 0;
@@ -1270,10 +1270,10 @@ static int drops_read(kvd_disk_store_t *s, uint32_t no, uint32_t **out, uint32_t
 /* Open one segment found in the directory; its records to found.  A file
  * that cannot be trusted is logged and skipped, and so is a segment whose
  * drop file cannot be. */
-static void recover_seg(kvd_disk_store_t *s, uint32_t no, kvd_disk_found_cb found, void *arg)
+static void recover_seg(kvd__disk_store_t *s, uint32_t no, kvd__disk_found_cb found, void *arg)
 {
     char path[PATH_MAX], dpath[PATH_MAX], why[400];
-    kvd_disk_seg_hdr_t h;
+    kvd__disk_seg_hdr_t h;
     void *hb = NULL;
     struct stat st;
     found_set_t fs = {0};
@@ -1292,17 +1292,17 @@ static void recover_seg(kvd_disk_store_t *s, uint32_t no, kvd_disk_found_cb foun
         kvd_log(KVD_LOG_WARN, "event=disk_file_skipped path=%s reason=\"%s\"", path, why);
         return;
     }
-    hb = kvd_disk_alloc_aligned(KVD_DISK_SEG_HDR);
+    hb = kvd__disk_alloc_aligned(KVD_DISK_SEG_HDR);
     if (hb == NULL || fstat(fd, &st) != 0 ||
         pread(fd, hb, KVD_DISK_SEG_HDR, 0) != (ssize_t)KVD_DISK_SEG_HDR) {
         snprintf(why, sizeof(why), "shorter than a segment header");
         goto skip;
     }
     memcpy(&h, hb, sizeof(h));
-    kvd_disk_free_aligned(hb, KVD_DISK_SEG_HDR);
+    kvd__disk_free_aligned(hb, KVD_DISK_SEG_HDR);
     hb = NULL;
     if (h.magic != KVD_DISK_SEG_MAGIC || h.version != KVD_DISK_VERSION ||
-        h.crc != kvd_disk_crc32c(0, &h, offsetof(kvd_disk_seg_hdr_t, crc)) || h.seg_no != no) {
+        h.crc != kvd__disk_crc32c(0, &h, offsetof(kvd__disk_seg_hdr_t, crc)) || h.seg_no != no) {
         snprintf(why, sizeof(why), "not a kvdock segment of this version, or its header is "
                  "damaged");
         goto skip;
@@ -1332,7 +1332,7 @@ static void recover_seg(kvd_disk_store_t *s, uint32_t no, kvd_disk_found_cb foun
     g->file_bytes = (uint64_t)st.st_blocks * 512;
     s->st.file_bytes += g->file_bytes;
     if (idx_read(s, g, (uint64_t)st.st_size, &fs, &lost, why, sizeof(why)) == 0) {
-        skip_hdr = sizeof(kvd_disk_idx_hdr_t);
+        skip_hdr = sizeof(kvd__disk_idx_hdr_t);
         g->idx_done = 1;
         if (lost > 0)
             kvd_log(KVD_LOG_WARN,
@@ -1378,7 +1378,7 @@ static void recover_seg(kvd_disk_store_t *s, uint32_t no, kvd_disk_found_cb foun
     }
     q = fs.body + skip_hdr;
     for (i = 0; i < fs.count; i++) {
-        kvd_disk_idx_ent_t e;
+        kvd__disk_idx_ent_t e;
         memcpy(&e, q, sizeof(e));
         ents[i] = q;
         if (i > 0 && ent_off(ents[i - 1]) > e.off)
@@ -1388,8 +1388,8 @@ static void recover_seg(kvd_disk_store_t *s, uint32_t no, kvd_disk_found_cb foun
     if (unsorted)
         qsort(ents, fs.count, sizeof(*ents), cmp_ent);
     for (i = 0; i < fs.count; i++) {
-        kvd_disk_idx_ent_t e;
-        kvd_disk_found_t f;
+        kvd__disk_idx_ent_t e;
+        kvd__disk_found_t f;
         q = ents[i];
         memcpy(&e, q, sizeof(e));
         f.key = q + sizeof(e);
@@ -1409,7 +1409,7 @@ static void recover_seg(kvd_disk_store_t *s, uint32_t no, kvd_disk_found_cb foun
         s->st.live_bytes += s->rec_bytes;
         if (found != NULL && !found(arg, &f)) {
             /* the caller does not want it: dropped as any other */
-            kvd_disk_drop(s, f.loc);
+            kvd__disk_drop(s, f.loc);
             s->st.drops--;
         }
     }
@@ -1427,7 +1427,7 @@ static void recover_seg(kvd_disk_store_t *s, uint32_t no, kvd_disk_found_cb foun
     free(drops);
     return;
 skip:
-    kvd_disk_free_aligned(hb, KVD_DISK_SEG_HDR);
+    kvd__disk_free_aligned(hb, KVD_DISK_SEG_HDR);
     close(fd);
     if (dfd >= 0)
         close(dfd);
@@ -1438,11 +1438,11 @@ skip:
 
 /* ---- open and close ------------------------------------------------------------------------ */
 
-kvd_status_t kvd_disk_store_open(kvd_disk_store_t **out, const kvd_disk_store_config_t *cfg,
-                                 kvd_disk_io_t *io, kvd_disk_found_cb found, void *arg,
-                                 char *why, size_t why_len)
+kvd_status_t kvd__disk_store_open(kvd__disk_store_t **out, const kvd__disk_store_config_t *cfg,
+                                  kvd__disk_io_t *io, kvd__disk_found_cb found, void *arg,
+                                  char *why, size_t why_len)
 {
-    kvd_disk_store_t *s;
+    kvd__disk_store_t *s;
     struct stat st;
     DIR *d;
     struct dirent *de;
@@ -1501,14 +1501,14 @@ kvd_status_t kvd_disk_store_open(kvd_disk_store_t **out, const kvd_disk_store_co
     s->st.direct = s->direct;
     s->next_no = 1;
     if (s->dir == NULL || s->layout_text == NULL || s->wbufs == NULL || s->rbufs == NULL) {
-        kvd_disk_store_close(&s);
+        kvd__disk_store_close(&s);
         snprintf(why, why_len, "out of memory");
         return KVD_ENOMEM;
     }
     /* the segments there, in order of number (= of age) */
     if ((d = opendir(cfg->dir)) == NULL) {
         snprintf(why, why_len, "cannot read the directory %s: %s", cfg->dir, strerror(errno));
-        kvd_disk_store_close(&s);
+        kvd__disk_store_close(&s);
         return KVD_EIO;
     }
     while ((de = readdir(d)) != NULL) {
@@ -1520,7 +1520,7 @@ kvd_status_t kvd_disk_store_open(kvd_disk_store_t **out, const kvd_disk_store_co
             if (p == NULL) {
                 closedir(d);
                 free(nos);
-                kvd_disk_store_close(&s);
+                kvd__disk_store_close(&s);
                 snprintf(why, why_len, "out of memory");
                 return KVD_ENOMEM;
             }
@@ -1541,14 +1541,14 @@ kvd_status_t kvd_disk_store_open(kvd_disk_store_t **out, const kvd_disk_store_co
     for (i = 0; i < s->nsegs; i++)
         seg_maybe_finish(s, s->segs[i]);
     while (s->jobs > 0)
-        kvd_disk_io_wait(s->io, -1);
+        kvd__disk_io_wait(s->io, -1);
     *out = s;
     return KVD_OK;
 }
 
-void kvd_disk_store_close(kvd_disk_store_t **sp)
+void kvd__disk_store_close(kvd__disk_store_t **sp)
 {
-    kvd_disk_store_t *s = *sp;
+    kvd__disk_store_t *s = *sp;
     uint32_t i;
 
     if (s == NULL)
@@ -1556,7 +1556,7 @@ void kvd_disk_store_close(kvd_disk_store_t **sp)
     *sp = NULL;
     batch_close(s);
     while (s->jobs > 0 || s->queued_head != NULL)
-        kvd_disk_io_wait(s->io, -1);
+        kvd__disk_io_wait(s->io, -1);
     /* seal the open segment and the one made ahead: indexed, or gone when
      * empty */
     if (s->cur) {
@@ -1570,13 +1570,13 @@ void kvd_disk_store_close(kvd_disk_store_t **sp)
     for (i = 0; i < s->nsegs; i++)
         seg_maybe_finish(s, s->segs[i]);
     while (s->jobs > 0)
-        kvd_disk_io_wait(s->io, -1);
+        kvd__disk_io_wait(s->io, -1);
     while (s->nsegs > 0)
         seg_remove(s, s->segs[s->nsegs - 1]);
     for (i = 0; i < s->nwbufs; i++)
-        kvd_disk_free_aligned(s->wbufs[i], s->batch_bytes);
+        kvd__disk_free_aligned(s->wbufs[i], s->batch_bytes);
     for (i = 0; i < s->nrbufs; i++)
-        kvd_disk_free_aligned(s->rbufs[i], s->rbuf_bytes);
+        kvd__disk_free_aligned(s->rbufs[i], s->rbuf_bytes);
     free(s->wbufs);
     free(s->rbufs);
     free(s->segs);
@@ -1585,7 +1585,7 @@ void kvd_disk_store_close(kvd_disk_store_t **sp)
     free(s);
 }
 
-int kvd_disk_probe_direct(const char *dir, char *why, size_t why_len)
+int kvd__disk_probe_direct(const char *dir, char *why, size_t why_len)
 {
     char path[PATH_MAX];
     int fd;
@@ -1602,12 +1602,12 @@ int kvd_disk_probe_direct(const char *dir, char *why, size_t why_len)
     return 0;
 }
 
-void kvd_disk_store_stats(const kvd_disk_store_t *s, kvd_disk_store_stats_t *out)
+void kvd__disk_store_stats(const kvd__disk_store_t *s, kvd__disk_store_stats_t *out)
 {
     *out = s->st;
 }
 
-uint64_t kvd_disk_store_rec_bytes(const kvd_disk_store_t *s)
+uint64_t kvd__disk_store_rec_bytes(const kvd__disk_store_t *s)
 {
     return s->rec_bytes;
 }

@@ -45,9 +45,9 @@ static uint64_t parse_size(const char *s)
 }
 
 static uint64_t done, failed;
-static kvd_disk_loc_t *locs;
+static kvd__disk_loc_t *locs;
 
-static void on_append(void *arg, kvd_status_t st, kvd_disk_loc_t loc)
+static void on_append(void *arg, kvd_status_t st, kvd__disk_loc_t loc)
 {
     locs[(uintptr_t)arg] = loc;
     done++;
@@ -73,11 +73,11 @@ int main(int argc, char **argv)
     uint64_t block = 2u << 20, total = 1ull << 30, n, i, inflight_max;
     unsigned depth = 32, writes = 8, threads = 0;
     uint32_t write_bytes = 8u << 20;
-    kvd_disk_io_t *io;
-    kvd_disk_store_t *s;
-    kvd_disk_io_config_t ic = {0};
-    kvd_disk_store_config_t sc = {0};
-    kvd_disk_store_stats_t st;
+    kvd__disk_io_t *io;
+    kvd__disk_store_t *s;
+    kvd__disk_io_config_t ic = {0};
+    kvd__disk_store_config_t sc = {0};
+    kvd__disk_store_stats_t st;
     uint8_t *src, *dst, k[32], p[32];
     uint64_t *order;
     char why[300];
@@ -112,7 +112,7 @@ int main(int argc, char **argv)
     ic.queue_depth = depth > writes ? depth : writes;
     ic.threads = depth;
     ic.force_threads = (int)threads;
-    if (kvd_disk_io_create(&io, &ic, why, sizeof(why)) != KVD_OK) {
+    if (kvd__disk_io_create(&io, &ic, why, sizeof(why)) != KVD_OK) {
         fprintf(stderr, "bench_disk: %s\n", why);
         return 1;
     }
@@ -123,8 +123,8 @@ int main(int argc, char **argv)
     sc.segment_bytes = 1ull << 30;
     sc.write_bytes = write_bytes;
     sc.max_writes = writes;
-    sc.buffered = !kvd_disk_probe_direct(dir, why, sizeof(why));
-    if (kvd_disk_store_open(&s, &sc, io, NULL, NULL, why, sizeof(why)) != KVD_OK) {
+    sc.buffered = !kvd__disk_probe_direct(dir, why, sizeof(why));
+    if (kvd__disk_store_open(&s, &sc, io, NULL, NULL, why, sizeof(why)) != KVD_OK) {
         fprintf(stderr, "bench_disk: %s\n", why);
         return 1;
     }
@@ -147,17 +147,17 @@ int main(int argc, char **argv)
         key_of(k, i);
         key_of(p, i - 1);
         while (i - done >= inflight_max)
-            kvd_disk_io_wait(io, 1000);
-        if (kvd_disk_append(s, k, 32, i % 64 ? p : NULL, i % 64 ? 32 : 0, src + (i % 64) * block,
-                            on_append, (void *)(uintptr_t)i) != KVD_OK) {
+            kvd__disk_io_wait(io, 1000);
+        if (kvd__disk_append(s, k, 32, i % 64 ? p : NULL, i % 64 ? 32 : 0, src + (i % 64) * block,
+                             on_append, (void *)(uintptr_t)i) != KVD_OK) {
             fprintf(stderr, "bench_disk: append refused\n");
             return 1;
         }
         if (i + 1 == n)
-            kvd_disk_store_flush(s);
+            kvd__disk_store_flush(s);
     }
     while (done < n)
-        kvd_disk_io_wait(io, 1000);
+        kvd__disk_io_wait(io, 1000);
     spill_s = now_s() - t0;
     if (failed) {
         fprintf(stderr, "bench_disk: %llu appends failed\n", (unsigned long long)failed);
@@ -179,29 +179,29 @@ int main(int argc, char **argv)
     t0 = now_s();
     for (i = 0; i < n; i++) {
         while (i - done >= depth)
-            kvd_disk_io_wait(io, 1000);
+            kvd__disk_io_wait(io, 1000);
         key_of(k, order[i]);
-        if (kvd_disk_read(s, locs[order[i]], k, 32, dst + (i % depth) * block, on_read, NULL) !=
+        if (kvd__disk_read(s, locs[order[i]], k, 32, dst + (i % depth) * block, on_read, NULL) !=
             KVD_OK) {
             fprintf(stderr, "bench_disk: read refused\n");
             return 1;
         }
     }
     while (done < n)
-        kvd_disk_io_wait(io, 1000);
+        kvd__disk_io_wait(io, 1000);
     load_s = now_s() - t0;
-    kvd_disk_store_stats(s, &st);
+    kvd__disk_store_stats(s, &st);
     printf("engine=%s direct=%d block=%llu records=%llu record_bytes=%llu read_bytes=%llu "
            "write_bytes=%u writes=%u depth=%u\n",
-           kvd_disk_io_engine(io), st.direct, (unsigned long long)block, (unsigned long long)n,
-           (unsigned long long)kvd_disk_store_rec_bytes(s),
-           (unsigned long long)((kvd_disk_store_rec_bytes(s) + 4095) / 4096 * 4096 + 4096),
+           kvd__disk_io_engine(io), st.direct, (unsigned long long)block, (unsigned long long)n,
+           (unsigned long long)kvd__disk_store_rec_bytes(s),
+           (unsigned long long)((kvd__disk_store_rec_bytes(s) + 4095) / 4096 * 4096 + 4096),
            write_bytes, writes, depth);
     printf("spill_MBps=%.0f load_MBps=%.0f load_iops=%.0f failed_reads=%llu\n",
            (double)n * block / spill_s / 1e6, (double)n * block / load_s / 1e6,
            (double)n / load_s, (unsigned long long)failed);
-    kvd_disk_store_close(&s);
-    kvd_disk_io_destroy(&io);
+    kvd__disk_store_close(&s);
+    kvd__disk_io_destroy(&io);
     free(src);
     free(dst);
     free(locs);

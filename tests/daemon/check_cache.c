@@ -32,23 +32,23 @@ static void test_free(void *ctx, void *handle)
     free(handle);
 }
 
-static const kvd_cache_mem_t MEM = {NULL, test_alloc, test_free, NULL, NULL};
+static const kvd__cache_mem_t MEM = {NULL, test_alloc, test_free, NULL, NULL};
 
 /* A cache of cap blocks of 64 bytes (1 layer, MLA, 4 tokens of 16 bytes)
  * from mem, in a host-memory budget of hm_budget. */
-static void make_with(kvd_cache_store_t *c, kvd_hostmem_t *hm, uint32_t cap, uint64_t hm_budget,
-                      const kvd_cache_mem_t *mem)
+static void make_with(kvd__cache_store_t *c, kvd__hostmem_t *hm, uint32_t cap, uint64_t hm_budget,
+                      const kvd__cache_mem_t *mem)
 {
-    kvd_block_layout_t l = {1, 1, 4, 16, "u8"};
+    kvd__block_layout_t l = {1, 1, 4, 16, "u8"};
     char why[200];
 
-    kvd_hostmem_init(hm, hm_budget);
-    ck_assert_int_eq(kvd_cache_store_init(c, &l, (uint64_t)cap * 64, hm, mem, why, sizeof(why)),
+    kvd__hostmem_init(hm, hm_budget);
+    ck_assert_int_eq(kvd__cache_store_init(c, &l, (uint64_t)cap * 64, hm, mem, why, sizeof(why)),
                      KVD_OK);
     ck_assert_uint_eq(c->capacity, cap);
 }
 
-static void make(kvd_cache_store_t *c, kvd_hostmem_t *hm, uint32_t cap)
+static void make(kvd__cache_store_t *c, kvd__hostmem_t *hm, uint32_t cap)
 {
     make_with(c, hm, cap, 1ull << 30, &MEM);
 }
@@ -63,7 +63,7 @@ static void key_of(uint8_t *k, uint32_t ch, uint32_t i)
 }
 
 /* Save chain ch's keys [0, n): what a save does with the store. */
-static uint32_t save_chain(kvd_cache_store_t *c, uint32_t ch, uint32_t n)
+static uint32_t save_chain(kvd__cache_store_t *c, uint32_t ch, uint32_t n)
 {
     uint32_t i, parent = KVD_CBLOCK_NONE, stored = 0, held[512], nheld = 0;
     uint8_t k[12];
@@ -73,12 +73,12 @@ static uint32_t save_chain(kvd_cache_store_t *c, uint32_t ch, uint32_t n)
         uint32_t id;
 
         key_of(k, ch, i);
-        id = kvd_cache_find(c, k, 12);
+        id = kvd__cache_find(c, k, 12);
         if (id != KVD_CBLOCK_NONE) {
-            kvd_cache_hold(c, id); /* a present block of the chain stays while it saves */
+            kvd__cache_hold(c, id); /* a present block of the chain stays while it saves */
             held[nheld++] = id;
-        } else if (kvd_cache_reserve(c, parent, k, 12, &id, why, sizeof(why)) == KVD_OK) {
-            memset(kvd_cache_block_bytes(c, id), (int)(ch + i), 64);
+        } else if (kvd__cache_reserve(c, parent, k, 12, &id, why, sizeof(why)) == KVD_OK) {
+            memset(kvd__cache_block_bytes(c, id), (int)(ch + i), 64);
             held[nheld++] = id;
             stored++;
         } else {
@@ -87,18 +87,18 @@ static uint32_t save_chain(kvd_cache_store_t *c, uint32_t ch, uint32_t n)
         parent = id;
     }
     while (nheld-- > 0) { /* the last first */
-        kvd_cblock_t *b = kvd_cache_block(c, held[nheld]);
+        kvd__cblock_t *b = kvd__cache_block(c, held[nheld]);
         if (b->state == KVD_CBLOCK_FILLING)
-            kvd_cache_commit(c, held[nheld]);
+            kvd__cache_commit(c, held[nheld]);
         else
-            kvd_cache_unhold(c, held[nheld]);
+            kvd__cache_unhold(c, held[nheld]);
     }
     return stored;
 }
 
 /* How many leading keys of chain ch the store reports (ready), by lookup:
  * for the hand-worked cases below; the random ones check against model_t. */
-static uint32_t present(kvd_cache_store_t *c, uint32_t ch, uint32_t n)
+static uint32_t present(kvd__cache_store_t *c, uint32_t ch, uint32_t n)
 {
     uint8_t keys[512][12];
     const uint8_t *kp[512];
@@ -110,7 +110,7 @@ static uint32_t present(kvd_cache_store_t *c, uint32_t ch, uint32_t n)
         kp[i] = keys[i];
         lens[i] = 12;
     }
-    return kvd_cache_lookup(c, kp, lens, n, 0, NULL);
+    return kvd__cache_lookup(c, kp, lens, n, 0, NULL);
 }
 
 /*
@@ -210,7 +210,7 @@ static uint32_t model_lookup(model_t *m, uint32_t ch, uint32_t n, int touch)
 
 /* Every key of every chain is in the store exactly when the model has it,
  * with its own bytes. */
-static void model_check(const model_t *m, kvd_cache_store_t *c)
+static void model_check(const model_t *m, kvd__cache_store_t *c)
 {
     uint8_t k[12];
 
@@ -220,7 +220,7 @@ static void model_check(const model_t *m, kvd_cache_store_t *c)
             uint32_t id;
 
             key_of(k, ch, i);
-            id = kvd_cache_find(c, k, 12);
+            id = kvd__cache_find(c, k, 12);
             if (i >= m->len[ch]) {
                 ck_assert_msg(id == KVD_CBLOCK_NONE,
                               "chain %u block %u is in the store; the model has %u blocks", ch,
@@ -230,8 +230,8 @@ static void model_check(const model_t *m, kvd_cache_store_t *c)
             ck_assert_msg(id != KVD_CBLOCK_NONE,
                           "chain %u block %u is not in the store; the model has %u blocks", ch,
                           i, m->len[ch]);
-            ck_assert_int_eq(kvd_cache_block(c, id)->state, KVD_CBLOCK_READY);
-            ck_assert_int_eq(((uint8_t *)kvd_cache_block_bytes(c, id))[7], (uint8_t)(ch + i));
+            ck_assert_int_eq(kvd__cache_block(c, id)->state, KVD_CBLOCK_READY);
+            ck_assert_int_eq(((uint8_t *)kvd__cache_block_bytes(c, id))[7], (uint8_t)(ch + i));
         }
 }
 
@@ -241,8 +241,8 @@ START_TEST(test_prefixes_under_pressure)
      * store holds exactly the model's blocks after every save (so each
      * chain's present blocks form a prefix, the least recently used go
      * first), and the budget holds */
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
     model_t m;
     enum { CHAINS = 400, MAXLEN = 40 };
     uint32_t len[CHAINS], ch, i, round;
@@ -259,30 +259,30 @@ START_TEST(test_prefixes_under_pressure)
         ck_assert_uint_eq(c.ready, m.count);
         for (i = 0; i < MAXLEN; i++) { /* the saved chain, key by key */
             key_of(k, ch, i);
-            ck_assert_int_eq(kvd_cache_find(&c, k, 12) != KVD_CBLOCK_NONE, i < m.len[ch]);
+            ck_assert_int_eq(kvd__cache_find(&c, k, 12) != KVD_CBLOCK_NONE, i < m.len[ch]);
         }
         /* slabs and free lists of 500 blocks, entries in chunks of 64, 64,
          * 128 and 256, the table */
-        ck_assert_uint_le(c.held_bytes, 500 * (64 + 4) + 512 * sizeof(kvd_cblock_t) + 8192);
+        ck_assert_uint_le(c.held_bytes, 500 * (64 + 4) + 512 * sizeof(kvd__cblock_t) + 8192);
         if (round % 100 == 99)
             model_check(&m, &c);
     }
     ck_assert_uint_gt(c.n.evictions, 5000);
     model_check(&m, &c);
     model_free(&m);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
     ck_assert_uint_eq(hm.used[KVD_HM_CACHE], 0);
 }
 END_TEST
 
 /* The recency list is whole: linked both ways, every member READY, unheld
  * and marked, and as long as the marks say. */
-static void check_lru(const kvd_cache_store_t *c)
+static void check_lru(const kvd__cache_store_t *c)
 {
     uint32_t n = 0, marked = 0, prev = 0, i;
 
-    for (uint32_t at = c->lru_head; at; at = kvd_cache_block(c, at - 1)->lru_next) {
-        const kvd_cblock_t *b = kvd_cache_block(c, at - 1);
+    for (uint32_t at = c->lru_head; at; at = kvd__cache_block(c, at - 1)->lru_next) {
+        const kvd__cblock_t *b = kvd__cache_block(c, at - 1);
         ck_assert_uint_eq(b->lru_prev, prev);
         ck_assert(b->in_lru);
         ck_assert_int_eq(b->state, KVD_CBLOCK_READY);
@@ -292,7 +292,7 @@ static void check_lru(const kvd_cache_store_t *c)
     }
     ck_assert_uint_eq(c->lru_tail, prev);
     for (i = 0; i < c->ents_made; i++)
-        marked += kvd_cache_block(c, i)->in_lru;
+        marked += kvd__cache_block(c, i)->in_lru;
     ck_assert_uint_eq(marked, n);
 }
 
@@ -302,8 +302,8 @@ START_TEST(test_lookups_touch_chains)
      * saves under pressure: the recency list stays whole, a chain just
      * looked up is the last to go, and saves and lookups agree with the
      * model (which blocks were evicted follows from when each was used) */
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
     uint8_t keys[40][12];
     const uint8_t *kp[40];
     size_t kl[40];
@@ -324,10 +324,10 @@ START_TEST(test_lookups_touch_chains)
                 kp[i] = keys[i];
                 kl[i] = 12;
             }
-            h = kvd_cache_lookup(&c, kp, kl, n, 1, ids);
+            h = kvd__cache_lookup(&c, kp, kl, n, 1, ids);
             ck_assert_uint_eq(h, model_lookup(&m, ch, n, 1));
             for (uint32_t i = 0; i < h; i++) /* each hit is that key's block */
-                ck_assert_int_eq(((uint8_t *)kvd_cache_block_bytes(&c, ids[i]))[7],
+                ck_assert_int_eq(((uint8_t *)kvd__cache_block_bytes(&c, ids[i]))[7],
                                  (uint8_t)(ch + i));
             if (h > 0) /* its first block is now the most recent */
                 ck_assert_uint_eq(c.lru_head, ids[0] + 1);
@@ -337,15 +337,15 @@ START_TEST(test_lookups_touch_chains)
     }
     model_check(&m, &c);
     model_free(&m);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 
 START_TEST(test_index_model)
 {
     /* many inserts and deletions: the table finds exactly the model's keys */
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
     enum { N = 3000 };
     static uint8_t in[N];
     uint32_t ids[N], i, step;
@@ -359,13 +359,13 @@ START_TEST(test_index_model)
         i = (uint32_t)(rand_r(&seed) % N);
         key_of(k, 7, i);
         if (!in[i]) {
-            ck_assert_int_eq(kvd_cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &ids[i], why,
-                                               sizeof(why)), KVD_OK);
-            kvd_cache_commit(&c, ids[i]);
+            ck_assert_int_eq(kvd__cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &ids[i], why,
+                                                sizeof(why)), KVD_OK);
+            kvd__cache_commit(&c, ids[i]);
             in[i] = 1;
         } else {
             uint32_t ev = 0;
-            ck_assert_int_eq(kvd_cache_evict_key(&c, k, 12, &ev), KVD_OK);
+            ck_assert_int_eq(kvd__cache_evict_key(&c, k, 12, &ev), KVD_OK);
             ck_assert_uint_eq(ev, 1);
             in[i] = 0;
         }
@@ -373,11 +373,11 @@ START_TEST(test_index_model)
     for (i = 0; i < N; i++) {
         key_of(k, 7, i);
         if (in[i])
-            ck_assert_uint_eq(kvd_cache_find(&c, k, 12), ids[i]);
+            ck_assert_uint_eq(kvd__cache_find(&c, k, 12), ids[i]);
         else
-            ck_assert_uint_eq(kvd_cache_find(&c, k, 12), KVD_CBLOCK_NONE);
+            ck_assert_uint_eq(kvd__cache_find(&c, k, 12), KVD_CBLOCK_NONE);
     }
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 
@@ -385,8 +385,8 @@ START_TEST(test_holds_and_full)
 {
     /* held blocks are never evicted; with every block held, reserve says
      * EBUSY and changes nothing */
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
     uint32_t ids[8], id, i;
     uint8_t k[12];
     char why[200];
@@ -395,27 +395,27 @@ START_TEST(test_holds_and_full)
     ck_assert_uint_eq(save_chain(&c, 1, 8), 8);
     for (i = 0; i < 8; i++) {
         key_of(k, 1, i);
-        ids[i] = kvd_cache_find(&c, k, 12);
-        kvd_cache_hold(&c, ids[i]);
+        ids[i] = kvd__cache_find(&c, k, 12);
+        kvd__cache_hold(&c, ids[i]);
     }
     key_of(k, 2, 0);
-    ck_assert_int_eq(kvd_cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
+    ck_assert_int_eq(kvd__cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
                      KVD_EBUSY);
     ck_assert_uint_eq(present(&c, 1, 8), 8);
     ck_assert_uint_eq(c.indexed, 8);
     /* released from the last: the chain's tail goes first */
     for (i = 8; i-- > 0;)
-        kvd_cache_unhold(&c, ids[i]);
-    ck_assert_int_eq(kvd_cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
+        kvd__cache_unhold(&c, ids[i]);
+    ck_assert_int_eq(kvd__cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
                      KVD_OK);
     ck_assert_uint_eq(present(&c, 1, 8), 7);
     /* not visible while filling; gone without a trace when its save fails */
     ck_assert_uint_eq(present(&c, 2, 1), 0);
-    ck_assert_uint_ne(kvd_cache_find(&c, k, 12), KVD_CBLOCK_NONE);
-    kvd_cache_abort(&c, id);
-    ck_assert_uint_eq(kvd_cache_find(&c, k, 12), KVD_CBLOCK_NONE);
+    ck_assert_uint_ne(kvd__cache_find(&c, k, 12), KVD_CBLOCK_NONE);
+    kvd__cache_abort(&c, id);
+    ck_assert_uint_eq(kvd__cache_find(&c, k, 12), KVD_CBLOCK_NONE);
     ck_assert_uint_eq(c.nfree, 1);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 
@@ -423,8 +423,8 @@ START_TEST(test_evict_subtree_and_clear)
 {
     /* two chains sharing a prefix: evicting the shared block takes both
      * tails; a held block in the subtree stops it all */
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
     uint32_t ev = 0, a, b, id, i;
     uint8_t k[12], k2[12];
     char why[200];
@@ -433,29 +433,29 @@ START_TEST(test_evict_subtree_and_clear)
     ck_assert_uint_eq(save_chain(&c, 1, 6), 6);
     /* chain 1's first 3 blocks, then a branch of 3 more under them */
     key_of(k, 1, 2);
-    a = kvd_cache_find(&c, k, 12);
+    a = kvd__cache_find(&c, k, 12);
     for (i = 0, b = a; i < 3; i++) {
         key_of(k2, 9, i);
-        ck_assert_int_eq(kvd_cache_reserve(&c, b, k2, 12, &id, why, sizeof(why)), KVD_OK);
-        kvd_cache_commit(&c, id);
+        ck_assert_int_eq(kvd__cache_reserve(&c, b, k2, 12, &id, why, sizeof(why)), KVD_OK);
+        kvd__cache_commit(&c, id);
         b = id;
     }
     ck_assert_uint_eq(c.ready, 9);
-    kvd_cache_hold(&c, b);
-    ck_assert_int_eq(kvd_cache_evict_key(&c, k, 12, &ev), KVD_EBUSY);
+    kvd__cache_hold(&c, b);
+    ck_assert_int_eq(kvd__cache_evict_key(&c, k, 12, &ev), KVD_EBUSY);
     ck_assert_uint_eq(c.ready, 9);
-    kvd_cache_unhold(&c, b);
-    ck_assert_int_eq(kvd_cache_evict_key(&c, k, 12, &ev), KVD_OK);
+    kvd__cache_unhold(&c, b);
+    ck_assert_int_eq(kvd__cache_evict_key(&c, k, 12, &ev), KVD_OK);
     ck_assert_uint_eq(ev, 7); /* block 2, chain 1's 3..5, the branch's 3 */
     ck_assert_uint_eq(present(&c, 1, 6), 2);
-    ck_assert_int_eq(kvd_cache_evict_key(&c, k, 12, &ev), KVD_ENOENT);
-    ck_assert_uint_eq(kvd_cache_clear(&c), 2);
+    ck_assert_int_eq(kvd__cache_evict_key(&c, k, 12, &ev), KVD_ENOENT);
+    ck_assert_uint_eq(kvd__cache_clear(&c), 2);
     ck_assert_uint_eq(c.ready, 0);
     ck_assert_uint_eq(c.nslabs, 0);
     ck_assert_uint_eq(c.nchunks, 1); /* entries stay made (and charged) for reuse */
-    ck_assert_uint_eq(c.held_bytes, 64 * sizeof(uint64_t) + 64 * sizeof(kvd_cblock_t));
+    ck_assert_uint_eq(c.held_bytes, 64 * sizeof(uint64_t) + 64 * sizeof(kvd__cblock_t));
     ck_assert_uint_eq(save_chain(&c, 3, 5), 5); /* and it grows again */
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
     ck_assert_uint_eq(hm.used[KVD_HM_CACHE], 0);
 }
 END_TEST
@@ -466,8 +466,8 @@ START_TEST(test_failed_save_under_another)
      * chains a block onto it; A fails: its blocks leave the index at once
      * (a third save may store the keys again), B's block goes when B
      * commits, and every entry is free once B lets go */
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
     uint32_t a[3], b3, id, i;
     uint8_t k[12];
     char why[200];
@@ -475,39 +475,39 @@ START_TEST(test_failed_save_under_another)
     make(&c, &hm, 16);
     for (i = 0; i < 3; i++) {
         key_of(k, 1, i);
-        ck_assert_int_eq(kvd_cache_reserve(&c, i ? a[i - 1] : KVD_CBLOCK_NONE, k, 12, &a[i],
-                                           why, sizeof(why)),
+        ck_assert_int_eq(kvd__cache_reserve(&c, i ? a[i - 1] : KVD_CBLOCK_NONE, k, 12, &a[i],
+                                            why, sizeof(why)),
                          KVD_OK);
     }
     for (i = 0; i < 3; i++) { /* B: present, filling */
         key_of(k, 1, i);
-        ck_assert_uint_eq(kvd_cache_find(&c, k, 12), a[i]);
-        kvd_cache_hold(&c, a[i]);
+        ck_assert_uint_eq(kvd__cache_find(&c, k, 12), a[i]);
+        kvd__cache_hold(&c, a[i]);
     }
     key_of(k, 1, 3);
-    ck_assert_int_eq(kvd_cache_reserve(&c, a[2], k, 12, &b3, why, sizeof(why)), KVD_OK);
+    ck_assert_int_eq(kvd__cache_reserve(&c, a[2], k, 12, &b3, why, sizeof(why)), KVD_OK);
     for (i = 3; i-- > 0;) /* A fails */
-        kvd_cache_abort(&c, a[i]);
+        kvd__cache_abort(&c, a[i]);
     for (i = 0; i < 3; i++) {
         key_of(k, 1, i);
-        ck_assert_uint_eq(kvd_cache_find(&c, k, 12), KVD_CBLOCK_NONE);
-        ck_assert_int_eq(kvd_cache_block(&c, a[i])->state, KVD_CBLOCK_DEAD);
+        ck_assert_uint_eq(kvd__cache_find(&c, k, 12), KVD_CBLOCK_NONE);
+        ck_assert_int_eq(kvd__cache_block(&c, a[i])->state, KVD_CBLOCK_DEAD);
     }
     key_of(k, 1, 0); /* a third save stores the first key anew */
-    ck_assert_int_eq(kvd_cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
+    ck_assert_int_eq(kvd__cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
                      KVD_OK);
-    ck_assert_int_eq(kvd_cache_commit(&c, id), 1);
-    ck_assert_int_eq(kvd_cache_commit(&c, b3), 0); /* its parent failed */
+    ck_assert_int_eq(kvd__cache_commit(&c, id), 1);
+    ck_assert_int_eq(kvd__cache_commit(&c, b3), 0); /* its parent failed */
     key_of(k, 1, 3);
-    ck_assert_uint_eq(kvd_cache_find(&c, k, 12), KVD_CBLOCK_NONE);
+    ck_assert_uint_eq(kvd__cache_find(&c, k, 12), KVD_CBLOCK_NONE);
     for (i = 3; i-- > 0;)
-        kvd_cache_unhold(&c, a[i]);
+        kvd__cache_unhold(&c, a[i]);
     for (i = 0; i < 3; i++)
-        ck_assert_int_eq(kvd_cache_block(&c, a[i])->state, KVD_CBLOCK_FREE);
+        ck_assert_int_eq(kvd__cache_block(&c, a[i])->state, KVD_CBLOCK_FREE);
     ck_assert_uint_eq(c.indexed, 1);
     ck_assert_uint_eq(c.ready, 1);
     ck_assert_uint_eq(present(&c, 1, 4), 1);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 
@@ -515,24 +515,24 @@ START_TEST(test_budget_refused)
 {
     /* the host-memory budget refuses a slab: eviction makes room instead,
      * and a cache with nothing to evict says so */
-    kvd_cache_store_t c;
-    kvd_block_layout_t l = {2, 0, 16, 1024, "bf16"}; /* 64 KiB blocks */
-    kvd_hostmem_t hm;
+    kvd__cache_store_t c;
+    kvd__block_layout_t l = {2, 0, 16, 1024, "bf16"}; /* 64 KiB blocks */
+    kvd__hostmem_t hm;
     char why[200];
     uint32_t id;
     uint8_t k[12];
 
-    kvd_hostmem_init(&hm, 1ull << 20);
-    ck_assert_int_eq(kvd_cache_store_init(&c, &l, 64ull << 20, &hm, &MEM, why, sizeof(why)),
+    kvd__hostmem_init(&hm, 1ull << 20);
+    ck_assert_int_eq(kvd__cache_store_init(&c, &l, 64ull << 20, &hm, &MEM, why, sizeof(why)),
                      KVD_OK);
     ck_assert_uint_eq(c.block_bytes, 64 << 10);
     ck_assert_uint_eq(c.chunk_bytes, 16 << 10);
     key_of(k, 1, 0);
-    ck_assert_int_eq(kvd_cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
+    ck_assert_int_eq(kvd__cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
                      KVD_ELIMIT); /* a slab would pass the 1 MiB budget */
     ck_assert_ptr_nonnull(strstr(why, "budget"));
-    kvd_cache_store_deinit(&c);
-    ck_assert_int_eq(kvd_cache_store_init(&c, &l, 1000, &hm, &MEM, why, sizeof(why)),
+    kvd__cache_store_deinit(&c);
+    ck_assert_int_eq(kvd__cache_store_init(&c, &l, 1000, &hm, &MEM, why, sizeof(why)),
                      KVD_ERANGE);
 }
 END_TEST
@@ -543,7 +543,7 @@ static struct {
     int n;
     kvd_status_t refuse; /* what starting one returns, when not KVD_OK */
     uint64_t bytes[8];
-    kvd_cache_mem_done_fn done[8];
+    kvd__cache_mem_done_fn done[8];
     void *arg[8];
 } ahead;
 static int sync_allocs;
@@ -555,7 +555,7 @@ static kvd_status_t counting_alloc(void *ctx, uint64_t bytes, void **ptr, void *
     return test_alloc(ctx, bytes, ptr, handle, why, why_len);
 }
 
-static kvd_status_t test_alloc_ahead(void *ctx, uint64_t bytes, kvd_cache_mem_done_fn done,
+static kvd_status_t test_alloc_ahead(void *ctx, uint64_t bytes, kvd__cache_mem_done_fn done,
                                      void *arg)
 {
     (void)ctx;
@@ -576,11 +576,11 @@ static void end_ahead(int i, kvd_status_t st)
     ahead.done[i](ahead.arg[i], st, p, p);
 }
 
-static const kvd_cache_mem_t MEM_AHEAD = {NULL, counting_alloc, test_free, test_alloc_ahead, NULL};
+static const kvd__cache_mem_t MEM_AHEAD = {NULL, counting_alloc, test_free, test_alloc_ahead, NULL};
 
 /* Reserve and commit blocks (keys of chain ch from *next) until the
  * store has used n blocks in all. */
-static void fill_to(kvd_cache_store_t *c, uint32_t ch, uint32_t *next, uint32_t n)
+static void fill_to(kvd__cache_store_t *c, uint32_t ch, uint32_t *next, uint32_t n)
 {
     uint8_t k[12];
     uint32_t id;
@@ -588,9 +588,9 @@ static void fill_to(kvd_cache_store_t *c, uint32_t ch, uint32_t *next, uint32_t 
 
     while (*next < n) {
         key_of(k, ch, (*next)++);
-        ck_assert_int_eq(kvd_cache_reserve(c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
+        ck_assert_int_eq(kvd__cache_reserve(c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
                          KVD_OK);
-        ck_assert_int_eq(kvd_cache_commit(c, id), 1);
+        ck_assert_int_eq(kvd__cache_commit(c, id), 1);
     }
 }
 
@@ -598,8 +598,8 @@ START_TEST(test_slab_ahead)
 {
     /* 64-byte blocks: slabs of 65,536 (4 MiB), three whole and one of 1,000 */
     const uint32_t per = 65536, cap = 3 * per + 1000;
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
     uint32_t next = 0;
     uint64_t after_first;
 
@@ -612,9 +612,9 @@ START_TEST(test_slab_ahead)
     ck_assert_int_eq(sync_allocs, 1); /* the first slab: at once */
     ck_assert_int_eq(ahead.n, 1);     /* the second: ahead, counted from the start */
     ck_assert_uint_eq(ahead.bytes[0], (uint64_t)per * 64);
-    after_first = kvd_hostmem_left(&hm);
+    after_first = kvd__hostmem_left(&hm);
     end_ahead(0, KVD_OK);
-    ck_assert_uint_eq(kvd_hostmem_left(&hm), after_first); /* reserved before it came */
+    ck_assert_uint_eq(kvd__hostmem_left(&hm), after_first); /* reserved before it came */
     fill_to(&c, 0, &next, per + 1); /* into the second slab: the one ahead */
     ck_assert_int_eq(sync_allocs, 1);
     ck_assert_uint_eq(c.nslabs, 2);
@@ -628,8 +628,8 @@ START_TEST(test_slab_ahead)
     ck_assert_uint_eq(c.nslabs, 4);
     ck_assert_int_eq(ahead.n, 2); /* none past the budget */
     ck_assert_ptr_null(c.ahead);
-    kvd_cache_store_deinit(&c);
-    ck_assert_uint_eq(kvd_hostmem_left(&hm), 1ull << 30); /* every byte back */
+    kvd__cache_store_deinit(&c);
+    ck_assert_uint_eq(kvd__hostmem_left(&hm), 1ull << 30); /* every byte back */
 }
 END_TEST
 
@@ -638,8 +638,8 @@ START_TEST(test_slab_ahead_outlived)
     /* the store goes (or clears) while the slab ahead is on its way, or
      * that allocation fails: its memory and budget come back all the same */
     const uint32_t cap = 4 * 65536;
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
     uint32_t next = 0;
     uint64_t before;
 
@@ -648,10 +648,10 @@ START_TEST(test_slab_ahead_outlived)
     make_with(&c, &hm, cap, 1ull << 30, &MEM_AHEAD);
     fill_to(&c, 0, &next, 1);
     ck_assert_int_eq(ahead.n, 1);
-    kvd_cache_store_deinit(&c);
-    ck_assert_uint_lt(kvd_hostmem_left(&hm), 1ull << 30); /* still reserved: it may come */
+    kvd__cache_store_deinit(&c);
+    ck_assert_uint_lt(kvd__hostmem_left(&hm), 1ull << 30); /* still reserved: it may come */
     end_ahead(0, KVD_OK); /* freed as it comes (ASan and valgrind see a leak) */
-    ck_assert_uint_eq(kvd_hostmem_left(&hm), 1ull << 30);
+    ck_assert_uint_eq(kvd__hostmem_left(&hm), 1ull << 30);
 
     /* a failed allocation ahead: the next slab is made when needed */
     make_with(&c, &hm, cap, 1ull << 30, &MEM_AHEAD);
@@ -668,11 +668,11 @@ START_TEST(test_slab_ahead_outlived)
     end_ahead(2, KVD_OK);
     ck_assert_ptr_nonnull(c.ahead);
     /* clearing gives the memory back, the slab ahead too */
-    ck_assert_uint_eq(kvd_cache_clear(&c), 65537);
+    ck_assert_uint_eq(kvd__cache_clear(&c), 65537);
     ck_assert_uint_eq(c.nslabs, 0);
     ck_assert_ptr_null(c.ahead);
-    kvd_cache_store_deinit(&c);
-    ck_assert_uint_eq(kvd_hostmem_left(&hm), 1ull << 30);
+    kvd__cache_store_deinit(&c);
+    ck_assert_uint_eq(kvd__hostmem_left(&hm), 1ull << 30);
 
     /* a budget with room for one slab only: none is started ahead */
     make_with(&c, &hm, cap, 65536ull * (64 + 4) + (2u << 20), &MEM_AHEAD);
@@ -680,7 +680,7 @@ START_TEST(test_slab_ahead_outlived)
     fill_to(&c, 0, &next, 1);
     ck_assert_int_eq(ahead.n, 3);
     ck_assert_ptr_null(c.ahead);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 
     /* one refused at its start (a daemon shutting down): none held, and the
      * cache still grows when it must */
@@ -691,8 +691,8 @@ START_TEST(test_slab_ahead_outlived)
     ck_assert_int_eq(ahead.n, 3);
     ck_assert_ptr_null(c.ahead);
     ck_assert_uint_eq(c.nslabs, 2);
-    kvd_cache_store_deinit(&c);
-    ck_assert_uint_eq(kvd_hostmem_left(&hm), 1ull << 30);
+    kvd__cache_store_deinit(&c);
+    ck_assert_uint_eq(kvd__hostmem_left(&hm), 1ull << 30);
     ahead.refuse = KVD_OK;
 }
 END_TEST
@@ -701,20 +701,20 @@ START_TEST(test_clear_many_slabs)
 {
     /* clearing frees every block of every slab at once: the free list has
      * room for them all (it once had room for the last slab's only) */
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
     uint32_t next = 0;
 
     make(&c, &hm, 3 * 65536);
     fill_to(&c, 0, &next, 2 * 65536 + 1);
     ck_assert_uint_eq(c.nslabs, 3);
-    ck_assert_uint_eq(kvd_cache_clear(&c), 2 * 65536 + 1);
+    ck_assert_uint_eq(kvd__cache_clear(&c), 2 * 65536 + 1);
     ck_assert_uint_eq(c.nslabs, 0);
     next = 0;
     fill_to(&c, 1, &next, 65537); /* and it grows again */
     ck_assert_uint_eq(c.nslabs, 2);
-    kvd_cache_store_deinit(&c);
-    ck_assert_uint_eq(kvd_hostmem_left(&hm), 1ull << 30);
+    kvd__cache_store_deinit(&c);
+    ck_assert_uint_eq(kvd__hostmem_left(&hm), 1ull << 30);
 }
 END_TEST
 

@@ -2,7 +2,7 @@
  * check_cache_disk: the cache store over two levels (daemon/cache.c with
  * its disk level, daemon/disk/ underneath), in a real directory of the
  * build tree (not tmpfs), with a real I/O engine driven by
- * kvd_disk_io_poll: blocks leave host memory for disk and come back byte
+ * kvd__disk_io_poll: blocks leave host memory for disk and come back byte
  * for byte; chains stay prefixes over both levels after filling far past
  * both budgets (against a plain model); held blocks stay; dedup, evict
  * and clear cover both levels; a restart finds every whole block, drops
@@ -28,7 +28,7 @@
 #define BLOCK 64u /* 1 layer, MLA, 4 tokens of 16 bytes */
 
 static char dir[512];
-static kvd_disk_io_t *io;
+static kvd__disk_io_t *io;
 
 static kvd_status_t test_alloc(void *ctx, uint64_t bytes, void **ptr, void **handle, char *why,
                                size_t why_len)
@@ -49,26 +49,26 @@ static void test_free(void *ctx, void *handle)
     free(handle);
 }
 
-static const kvd_cache_mem_t MEM = {NULL, test_alloc, test_free, NULL, NULL};
-static const kvd_block_layout_t LAYOUT = {1, 1, 4, 16, "u8"};
+static const kvd__cache_mem_t MEM = {NULL, test_alloc, test_free, NULL, NULL};
+static const kvd__block_layout_t LAYOUT = {1, 1, 4, 16, "u8"};
 
 static void setup(void)
 {
     int threads = getenv("KVD_TEST_DISK_THREADS") != NULL; /* valgrind: the pool */
-    kvd_disk_io_config_t c = {.queue_depth = 16, .threads = 2, .force_threads = threads};
+    kvd__disk_io_config_t c = {.queue_depth = 16, .threads = 2, .force_threads = threads};
     char why[200];
 
     snprintf(dir, sizeof(dir), "%s/cache-disk-XXXXXX", KVD_TEST_SCRATCH);
     ck_assert_ptr_nonnull(mkdtemp(dir));
     ck_assert_int_eq(chmod(dir, 0700), 0);
-    ck_assert_int_eq(kvd_disk_io_create(&io, &c, why, sizeof(why)), KVD_OK);
+    ck_assert_int_eq(kvd__disk_io_create(&io, &c, why, sizeof(why)), KVD_OK);
 }
 
 static void teardown(void)
 {
     char cmd[600];
 
-    kvd_disk_io_destroy(&io);
+    kvd__disk_io_destroy(&io);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
 }
@@ -76,23 +76,23 @@ static void teardown(void)
 /* Until every request submitted so far is done. */
 static void drain(void)
 {
-    while (kvd_disk_io_pending(io) > 0)
-        kvd_disk_io_wait(io, 1000);
+    while (kvd__disk_io_pending(io) > 0)
+        kvd__disk_io_wait(io, 1000);
 }
 
 /* A store of host_blocks blocks in host memory over a disk level of
  * disk_bytes in dir. */
-static void open_with(kvd_cache_store_t *c, kvd_hostmem_t *hm, uint32_t host_blocks,
+static void open_with(kvd__cache_store_t *c, kvd__hostmem_t *hm, uint32_t host_blocks,
                       uint64_t disk_bytes, kvd_status_t want)
 {
-    kvd_cache_disk_config_t cfg = {dir, disk_bytes, io};
+    kvd__cache_disk_config_t cfg = {dir, disk_bytes, io};
     char why[200];
 
-    kvd_hostmem_init(hm, 1ull << 30);
-    ck_assert_int_eq(kvd_cache_store_init(c, &LAYOUT, (uint64_t)host_blocks * BLOCK, hm, &MEM, why,
-                                          sizeof(why)),
+    kvd__hostmem_init(hm, 1ull << 30);
+    ck_assert_int_eq(kvd__cache_store_init(c, &LAYOUT, (uint64_t)host_blocks * BLOCK, hm, &MEM, why,
+                                           sizeof(why)),
                      KVD_OK);
-    ck_assert_int_eq(kvd_cache_store_open_disk(c, &cfg, why, sizeof(why)), want);
+    ck_assert_int_eq(kvd__cache_store_open_disk(c, &cfg, why, sizeof(why)), want);
 }
 
 static void key_of(uint8_t *k, uint32_t ch, uint32_t i)
@@ -110,7 +110,7 @@ static uint8_t byte_of(uint32_t ch, uint32_t i, uint32_t gen, uint32_t j)
 
 /* Save chain ch's keys [0, n) (bytes of generation gen), as a save does,
  * then let the writes finish.  The blocks stored. */
-static uint32_t save_chain(kvd_cache_store_t *c, uint32_t ch, uint32_t n, uint32_t gen)
+static uint32_t save_chain(kvd__cache_store_t *c, uint32_t ch, uint32_t n, uint32_t gen)
 {
     uint32_t i, parent = KVD_CBLOCK_NONE, stored = 0, held[512], nheld = 0;
     uint8_t k[12];
@@ -120,14 +120,14 @@ static uint32_t save_chain(kvd_cache_store_t *c, uint32_t ch, uint32_t n, uint32
         uint32_t id;
 
         key_of(k, ch, i);
-        id = kvd_cache_find(c, k, 12);
+        id = kvd__cache_find(c, k, 12);
         if (id != KVD_CBLOCK_NONE) {
-            if (kvd_cache_block(c, id)->state != KVD_CBLOCK_READY)
+            if (kvd__cache_block(c, id)->state != KVD_CBLOCK_READY)
                 break;
-            kvd_cache_hold(c, id);
+            kvd__cache_hold(c, id);
             held[nheld++] = id;
-        } else if (kvd_cache_reserve(c, parent, k, 12, &id, why, sizeof(why)) == KVD_OK) {
-            uint8_t *p = kvd_cache_block_bytes(c, id);
+        } else if (kvd__cache_reserve(c, parent, k, 12, &id, why, sizeof(why)) == KVD_OK) {
+            uint8_t *p = kvd__cache_block_bytes(c, id);
             for (uint32_t j = 0; j < BLOCK; j++)
                 p[j] = byte_of(ch, i, gen, j);
             held[nheld++] = id;
@@ -138,17 +138,17 @@ static uint32_t save_chain(kvd_cache_store_t *c, uint32_t ch, uint32_t n, uint32
         parent = id;
     }
     while (nheld-- > 0) {
-        if (kvd_cache_block(c, held[nheld])->state == KVD_CBLOCK_FILLING)
-            kvd_cache_commit(c, held[nheld]);
+        if (kvd__cache_block(c, held[nheld])->state == KVD_CBLOCK_FILLING)
+            kvd__cache_commit(c, held[nheld]);
         else
-            kvd_cache_unhold(c, held[nheld]);
+            kvd__cache_unhold(c, held[nheld]);
     }
-    kvd_cache_disk_flush(c);
+    kvd__cache_disk_flush(c);
     drain();
     return stored;
 }
 
-static uint32_t present(kvd_cache_store_t *c, uint32_t ch, uint32_t n, uint32_t *ids)
+static uint32_t present(kvd__cache_store_t *c, uint32_t ch, uint32_t n, uint32_t *ids)
 {
     uint8_t keys[512][12];
     const uint8_t *kp[512];
@@ -159,7 +159,7 @@ static uint32_t present(kvd_cache_store_t *c, uint32_t ch, uint32_t n, uint32_t 
         kp[i] = keys[i];
         lens[i] = 12;
     }
-    return kvd_cache_lookup(c, kp, lens, n, 0, ids);
+    return kvd__cache_lookup(c, kp, lens, n, 0, ids);
 }
 
 static int fetch_seen;
@@ -174,14 +174,14 @@ static void on_fetch(void *arg, kvd_status_t st)
 
 /* Block id's bytes, read from disk where it is on disk only: KVD_OK with
  * out filled, or the read's failure. */
-static kvd_status_t bytes_of(kvd_cache_store_t *c, uint32_t id, uint8_t *out)
+static kvd_status_t bytes_of(kvd__cache_store_t *c, uint32_t id, uint8_t *out)
 {
     char why[200];
     kvd_status_t st;
 
-    if (!kvd_cache_in_host(c, id)) {
+    if (!kvd__cache_in_host(c, id)) {
         fetch_seen = 0;
-        st = kvd_cache_fetch(c, id, on_fetch, NULL, why, sizeof(why));
+        st = kvd__cache_fetch(c, id, on_fetch, NULL, why, sizeof(why));
         if (st != KVD_OK)
             return st;
         ck_assert_int_eq(fetch_seen, 0); /* never from inside the call */
@@ -189,13 +189,13 @@ static kvd_status_t bytes_of(kvd_cache_store_t *c, uint32_t id, uint8_t *out)
         ck_assert_int_eq(fetch_seen, 1);
         if (fetch_st != KVD_OK)
             return fetch_st;
-        ck_assert(kvd_cache_in_host(c, id));
+        ck_assert(kvd__cache_in_host(c, id));
     }
-    memcpy(out, kvd_cache_block_bytes(c, id), BLOCK);
+    memcpy(out, kvd__cache_block_bytes(c, id), BLOCK);
     return KVD_OK;
 }
 
-static void check_chain_bytes(kvd_cache_store_t *c, uint32_t ch, uint32_t n, uint32_t gen)
+static void check_chain_bytes(kvd__cache_store_t *c, uint32_t ch, uint32_t n, uint32_t gen)
 {
     uint32_t ids[512], i;
     uint8_t b[BLOCK];
@@ -212,46 +212,46 @@ START_TEST(test_spill_and_reload)
 {
     /* a host level 20 times smaller than the disk's: blocks spill to disk
      * instead of going, and come back byte for byte */
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
-    kvd_cache_disk_stats_t ds;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    kvd__cache_disk_stats_t ds;
     uint32_t ch, ids[16];
 
     open_with(&c, &hm, 16, 320ull * 256, KVD_OK); /* 320 records of 256 bytes */
     for (ch = 0; ch < 30; ch++)
         ck_assert_uint_eq(save_chain(&c, ch, 10, 0), 10);
-    kvd_cache_store_disk_stats(&c, &ds);
+    kvd__cache_store_disk_stats(&c, &ds);
     ck_assert_uint_eq(ds.blocks, 300);
     ck_assert_uint_eq(ds.writes, 300);
     ck_assert_uint_ge(ds.spills, 300 - 16);
-    ck_assert_uint_le(kvd_cache_host_blocks(&c), 16);
+    ck_assert_uint_le(kvd__cache_host_blocks(&c), 16);
     ck_assert_uint_eq(c.ready, 300);
     /* the entries of blocks on disk only are host memory too: charged */
-    ck_assert_uint_ge(hm.used[KVD_HM_CACHE_INDEX], 300 * sizeof(kvd_cblock_t));
+    ck_assert_uint_ge(hm.used[KVD_HM_CACHE_INDEX], 300 * sizeof(kvd__cblock_t));
     /* every chain whole over both levels; the lookup counts disk hits */
     ck_assert_uint_eq(present(&c, 3, 10, ids), 10);
-    ck_assert_uint_eq(kvd_cache_disk_hits(&c, ids, 10), 10);
+    ck_assert_uint_eq(kvd__cache_disk_hits(&c, ids, 10), 10);
     for (ch = 0; ch < 30; ch++)
         check_chain_bytes(&c, ch, 10, 0);
-    kvd_cache_store_disk_stats(&c, &ds);
+    kvd__cache_store_disk_stats(&c, &ds);
     ck_assert_uint_ge(ds.promotions, 280);
     ck_assert_uint_eq(ds.hits, 10);
     ck_assert_uint_eq(ds.checksum_failures, 0);
-    ck_assert_uint_le(kvd_cache_host_blocks(&c), 16);
+    ck_assert_uint_le(kvd__cache_host_blocks(&c), 16);
     /* promoted blocks stay in host memory (the last read the most
      * recently used), their records kept */
     ck_assert_uint_eq(present(&c, 29, 10, ids), 10);
-    ck_assert(kvd_cache_in_host(&c, ids[9]));
+    ck_assert(kvd__cache_in_host(&c, ids[9]));
     ck_assert_uint_eq(ds.blocks, 300);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 
 START_TEST(test_dedup_evict_clear)
 {
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
-    kvd_cache_disk_stats_t ds;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    kvd__cache_disk_stats_t ds;
     uint32_t ids[8], n;
     uint8_t k[12];
 
@@ -260,27 +260,27 @@ START_TEST(test_dedup_evict_clear)
     ck_assert_uint_eq(save_chain(&c, 2, 8, 0), 8);
     /* chain 1 is on disk only now: saving it again stores nothing */
     ck_assert_uint_eq(present(&c, 1, 8, ids), 8);
-    ck_assert(!kvd_cache_in_host(&c, ids[0]));
+    ck_assert(!kvd__cache_in_host(&c, ids[0]));
     ck_assert_uint_eq(save_chain(&c, 1, 8, 1), 0);
     check_chain_bytes(&c, 1, 8, 0);
     /* evict by key: both levels */
     key_of(k, 2, 3);
-    ck_assert_int_eq(kvd_cache_evict_key(&c, k, 12, &n), KVD_OK);
+    ck_assert_int_eq(kvd__cache_evict_key(&c, k, 12, &n), KVD_OK);
     ck_assert_uint_eq(n, 5);
     ck_assert_uint_eq(present(&c, 2, 8, NULL), 3);
     drain();
-    kvd_cache_store_disk_stats(&c, &ds);
+    kvd__cache_store_disk_stats(&c, &ds);
     ck_assert_uint_eq(ds.blocks, 11);
     /* clear: both levels */
-    ck_assert_uint_eq(kvd_cache_clear(&c), 11);
-    kvd_cache_store_disk_stats(&c, &ds);
+    ck_assert_uint_eq(kvd__cache_clear(&c), 11);
+    kvd__cache_store_disk_stats(&c, &ds);
     ck_assert_uint_eq(ds.blocks, 0);
     ck_assert_uint_eq(c.ready, 0);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
     /* and after a restart nothing comes back */
     open_with(&c, &hm, 8, 100ull * 256, KVD_OK);
     ck_assert_uint_eq(c.ready, 0);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 
@@ -288,26 +288,26 @@ START_TEST(test_held_disk_blocks_stay)
 {
     /* a held block on disk only (a lease) stays through fills past both
      * budgets; once let go it may leave */
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
     uint32_t ids[4], ch;
 
     open_with(&c, &hm, 4, 40ull * 256, KVD_OK);
     ck_assert_uint_eq(save_chain(&c, 0, 4, 0), 4);
     ck_assert_uint_eq(save_chain(&c, 1, 4, 0), 4);
     ck_assert_uint_eq(present(&c, 0, 4, ids), 4);
-    ck_assert(!kvd_cache_in_host(&c, ids[3]));
+    ck_assert(!kvd__cache_in_host(&c, ids[3]));
     for (uint32_t i = 0; i < 4; i++)
-        kvd_cache_hold(&c, ids[i]);
+        kvd__cache_hold(&c, ids[i]);
     for (ch = 2; ch < 60; ch++)
         save_chain(&c, ch, 4, 0);
     check_chain_bytes(&c, 0, 4, 0);
     for (uint32_t i = 4; i-- > 0;)
-        kvd_cache_unhold(&c, ids[i]);
+        kvd__cache_unhold(&c, ids[i]);
     for (ch = 60; ch < 120; ch++)
         save_chain(&c, ch, 4, 0);
     ck_assert_uint_eq(present(&c, 0, 4, NULL), 0);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 
@@ -315,26 +315,26 @@ START_TEST(test_disk_full_saves_go_on)
 {
     /* a disk level full of held blocks: later blocks stay in host memory
      * only (counted), and saves go on, evicting them chain tails first */
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
-    kvd_cache_disk_stats_t ds;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    kvd__cache_disk_stats_t ds;
     uint32_t ids[4], ch;
 
     open_with(&c, &hm, 8, 4ull * 256, KVD_OK); /* 4 records */
     ck_assert_uint_eq(save_chain(&c, 0, 4, 0), 4);
     ck_assert_uint_eq(present(&c, 0, 4, ids), 4);
     for (uint32_t i = 0; i < 4; i++)
-        kvd_cache_hold(&c, ids[i]);
+        kvd__cache_hold(&c, ids[i]);
     for (ch = 1; ch < 40; ch++)
         ck_assert_uint_eq(save_chain(&c, ch, 4, 0), 4);
-    kvd_cache_store_disk_stats(&c, &ds);
+    kvd__cache_store_disk_stats(&c, &ds);
     ck_assert_uint_eq(ds.blocks, 4);
     ck_assert_uint_ge(ds.no_space, 39 * 4);
     check_chain_bytes(&c, 39, 4, 0); /* the last chain whole, in host memory */
     check_chain_bytes(&c, 0, 4, 0);
     for (uint32_t i = 4; i-- > 0;)
-        kvd_cache_unhold(&c, ids[i]);
-    kvd_cache_store_deinit(&c);
+        kvd__cache_unhold(&c, ids[i]);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 
@@ -350,9 +350,9 @@ END_TEST
 
 START_TEST(test_prefix_rule_random)
 {
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
-    kvd_cache_disk_stats_t ds;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    kvd__cache_disk_stats_t ds;
     uint32_t gen[RCHAINS][RLEN];
     uint32_t step, seed = 12345, disk_cap;
 
@@ -374,7 +374,7 @@ START_TEST(test_prefix_rule_random)
                 gen[ch][i] = step;
         } else if (op < 8) {
             hits = present(&c, ch, n, ids);
-            kvd_cache_touch_chain(&c, ids, hits);
+            kvd__cache_touch_chain(&c, ids, hits);
             if (hits > 0) { /* read the last one back */
                 uint8_t b[BLOCK];
                 ck_assert_int_eq(bytes_of(&c, ids[hits - 1], b), KVD_OK);
@@ -384,17 +384,17 @@ START_TEST(test_prefix_rule_random)
         } else if (op < 9) {
             uint32_t ev;
             key_of(k, ch, n - 1);
-            (void)kvd_cache_evict_key(&c, k, 12, &ev);
+            (void)kvd__cache_evict_key(&c, k, 12, &ev);
         } else {
             hits = present(&c, ch, n, ids);
             for (i = 0; i < hits; i++)
-                kvd_cache_hold(&c, ids[i]);
+                kvd__cache_hold(&c, ids[i]);
             uint32_t x = (ch + 1) % RCHAINS, before = present(&c, x, RLEN, NULL);
             uint32_t stored = save_chain(&c, x, RLEN, step); /* a save while held */
             for (i = before; i < before + stored; i++)
                 gen[x][i] = step;
             for (i = hits; i-- > 0;)
-                kvd_cache_unhold(&c, ids[i]);
+                kvd__cache_unhold(&c, ids[i]);
         }
         drain();
         /* the rules, from lookups and finds only */
@@ -403,16 +403,16 @@ START_TEST(test_prefix_rule_random)
             for (i = p; i < RLEN; i++) {
                 uint32_t id;
                 key_of(k, x, i);
-                id = kvd_cache_find(&c, k, 12);
+                id = kvd__cache_find(&c, k, 12);
                 ck_assert_msg(id == KVD_CBLOCK_NONE ||
-                                  kvd_cache_block(&c, id)->state != KVD_CBLOCK_READY,
+                                  kvd__cache_block(&c, id)->state != KVD_CBLOCK_READY,
                               "step %u: chain %u key %u present after a gap at %u", step, x, i,
                               p);
             }
         }
-        kvd_cache_store_disk_stats(&c, &ds);
+        kvd__cache_store_disk_stats(&c, &ds);
         ck_assert_uint_le(ds.blocks, disk_cap);
-        ck_assert_uint_le(kvd_cache_host_blocks(&c), 8);
+        ck_assert_uint_le(kvd__cache_host_blocks(&c), 8);
     }
     /* every present block, whatever its level, has its last saved bytes */
     for (uint32_t x = 0; x < RCHAINS; x++) {
@@ -424,28 +424,28 @@ START_TEST(test_prefix_rule_random)
                 ck_assert_uint_eq(b[j], byte_of(x, i, gen[x][i], j));
         }
     }
-    kvd_cache_store_disk_stats(&c, &ds);
+    kvd__cache_store_disk_stats(&c, &ds);
     ck_assert_uint_gt(ds.evictions, 0);
     ck_assert_uint_gt(ds.spills, 0);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 
 START_TEST(test_restart_finds_blocks)
 {
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
-    kvd_cache_disk_stats_t ds;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    kvd__cache_disk_stats_t ds;
     uint32_t ch, ids[10];
 
     open_with(&c, &hm, 10, 200ull * 256, KVD_OK);
     for (ch = 0; ch < 12; ch++)
         ck_assert_uint_eq(save_chain(&c, ch, 10, 0), 10);
-    kvd_cache_store_deinit(&c); /* flushes the writes queued */
+    kvd__cache_store_deinit(&c); /* flushes the writes queued */
     open_with(&c, &hm, 8, 200ull * 256, KVD_OK);
     ck_assert_uint_eq(c.ready, 120);
-    ck_assert_uint_eq(kvd_cache_host_blocks(&c), 0);
-    kvd_cache_store_disk_stats(&c, &ds);
+    ck_assert_uint_eq(kvd__cache_host_blocks(&c), 0);
+    kvd__cache_store_disk_stats(&c, &ds);
     ck_assert_uint_eq(ds.blocks, 120);
     ck_assert_uint_eq(ds.budget, 200ull * 256);
     ck_assert_uint_eq(ds.used_bytes, 120ull * 256);
@@ -455,13 +455,13 @@ START_TEST(test_restart_finds_blocks)
     uint8_t k[12];
     uint32_t n;
     key_of(k, 5, 0);
-    ck_assert_int_eq(kvd_cache_evict_key(&c, k, 12, &n), KVD_OK);
+    ck_assert_int_eq(kvd__cache_evict_key(&c, k, 12, &n), KVD_OK);
     ck_assert_uint_eq(n, 10);
     ck_assert_uint_eq(present(&c, 5, 10, ids), 0);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
     /* a smaller budget the next time: the least recently used go */
     open_with(&c, &hm, 8, 50ull * 256, KVD_OK);
-    kvd_cache_store_disk_stats(&c, &ds);
+    kvd__cache_store_disk_stats(&c, &ds);
     ck_assert_uint_le(ds.blocks, 50);
     for (ch = 0; ch < 12; ch++) {
         uint32_t p = present(&c, ch, 10, NULL);
@@ -474,11 +474,11 @@ START_TEST(test_restart_finds_blocks)
             ck_assert_uint_eq(b[0], byte_of(ch, p - 1, 0, 0));
         }
     }
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 
-static void on_append(void *arg, kvd_status_t st, kvd_disk_loc_t loc)
+static void on_append(void *arg, kvd_status_t st, kvd__disk_loc_t loc)
 {
     (void)loc;
     *(kvd_status_t *)arg = st;
@@ -488,10 +488,10 @@ static void on_append(void *arg, kvd_status_t st, kvd_disk_loc_t loc)
  * with parent (ch, i - 1), except where orphan names a missing parent. */
 static void write_records(uint32_t chains, uint32_t len, int orphan_at, uint32_t block)
 {
-    kvd_block_layout_t l = LAYOUT;
+    kvd__block_layout_t l = LAYOUT;
     char text[KVD_DISK_LAYOUT_TEXT], why[200];
-    kvd_disk_store_config_t sc;
-    kvd_disk_store_t *s;
+    kvd__disk_store_config_t sc;
+    kvd__disk_store_t *s;
     kvd_status_t *st = malloc(sizeof(*st) * chains * len);
     uint8_t *data = calloc((size_t)chains * len, block); /* kept until written */
 
@@ -499,14 +499,14 @@ static void write_records(uint32_t chains, uint32_t len, int orphan_at, uint32_t
         l.tokens_per_block = 1;
         l.token_bytes = block;
     }
-    kvd_cache_layout_text(&l, text, sizeof(text));
+    kvd__cache_layout_text(&l, text, sizeof(text));
     memset(&sc, 0, sizeof(sc));
     sc.dir = dir;
-    sc.layout_id = kvd_cache_layout_id(&l);
+    sc.layout_id = kvd__cache_layout_id(&l);
     sc.layout_text = text;
     sc.block_bytes = block;
     sc.segment_bytes = 64u << 20;
-    ck_assert_int_eq(kvd_disk_store_open(&s, &sc, io, NULL, NULL, why, sizeof(why)), KVD_OK);
+    ck_assert_int_eq(kvd__disk_store_open(&s, &sc, io, NULL, NULL, why, sizeof(why)), KVD_OK);
     for (uint32_t ch = 0; ch < chains; ch++)
         for (uint32_t i = 0; i < len; i++) {
             uint8_t k[12], p[12];
@@ -517,17 +517,17 @@ static void write_records(uint32_t chains, uint32_t len, int orphan_at, uint32_t
             uint8_t *d = data + ((size_t)ch * len + i) * block;
             for (uint32_t j = 0; j < block; j++)
                 d[j] = byte_of(ch, i, 0, j);
-            ck_assert_int_eq(kvd_disk_append(s, k, 12, i ? p : NULL, i ? 12 : 0, d,
-                                             on_append, &st[ch * len + i]),
+            ck_assert_int_eq(kvd__disk_append(s, k, 12, i ? p : NULL, i ? 12 : 0, d,
+                                              on_append, &st[ch * len + i]),
                              KVD_OK);
             if ((ch * len + i) % 65536 == 65535)
-                kvd_disk_io_poll(io);
+                kvd__disk_io_poll(io);
         }
-    kvd_disk_store_flush(s);
+    kvd__disk_store_flush(s);
     drain();
     for (uint32_t i = 0; i < chains * len; i++)
         ck_assert_int_eq(st[i], KVD_OK);
-    kvd_disk_store_close(&s);
+    kvd__disk_store_close(&s);
     free(st);
     free(data);
 }
@@ -536,36 +536,36 @@ START_TEST(test_restart_orphans_dropped)
 {
     /* chain 0's block 3 names a parent never written: it and the blocks
      * after it go; the rest is served */
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
-    kvd_cache_disk_stats_t ds;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    kvd__cache_disk_stats_t ds;
 
     write_records(4, 8, 3, BLOCK);
     open_with(&c, &hm, 8, 100ull * 256, KVD_OK);
     ck_assert_uint_eq(present(&c, 0, 8, NULL), 3);
     ck_assert_uint_eq(c.ready, 3 + 3 * 8);
-    kvd_cache_store_disk_stats(&c, &ds);
+    kvd__cache_store_disk_stats(&c, &ds);
     ck_assert_uint_eq(ds.blocks, 27);
     for (uint32_t ch = 1; ch < 4; ch++)
         check_chain_bytes(&c, ch, 8, 0);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
     /* the dropped records stay dropped */
     open_with(&c, &hm, 8, 100ull * 256, KVD_OK);
     ck_assert_uint_eq(c.ready, 27);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 
 START_TEST(test_other_layout_skipped)
 {
     /* records of another layout are not this cache's */
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
 
     write_records(2, 4, -1, 32);
     open_with(&c, &hm, 8, 100ull * 256, KVD_OK);
     ck_assert_uint_eq(c.ready, 0);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 
@@ -612,9 +612,9 @@ START_TEST(test_damaged_record_missing)
 {
     /* a record that fails its checks is missing, with every block after
      * it; counted; the others are served */
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
-    kvd_cache_disk_stats_t ds;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    kvd__cache_disk_stats_t ds;
     uint32_t ids[8];
     uint8_t b[BLOCK];
 
@@ -625,12 +625,12 @@ START_TEST(test_damaged_record_missing)
     ck_assert_int_eq(bytes_of(&c, ids[3], b), KVD_OK);
     ck_assert_int_eq(bytes_of(&c, ids[4], b), KVD_EIO);
     ck_assert_uint_eq(present(&c, 1, 8, NULL), 4);
-    kvd_cache_store_disk_stats(&c, &ds);
+    kvd__cache_store_disk_stats(&c, &ds);
     ck_assert_uint_eq(ds.checksum_failures, 1);
     ck_assert_uint_eq(ds.blocks, 20);
     check_chain_bytes(&c, 0, 8, 0);
     check_chain_bytes(&c, 2, 8, 0);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 
@@ -644,10 +644,10 @@ static double now_s(void)
 START_TEST(test_restart_million_blocks)
 {
     /* 1,000,000 blocks on disk (chains of 100): lookups within 3 s */
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
-    kvd_cache_disk_config_t cfg;
-    kvd_block_layout_t l = LAYOUT;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    kvd__cache_disk_config_t cfg;
+    kvd__block_layout_t l = LAYOUT;
     char why[200];
     double t;
     uint8_t keys[100][12];
@@ -657,48 +657,48 @@ START_TEST(test_restart_million_blocks)
     write_records(10000, 100, -1, 1);
     l.tokens_per_block = 1;
     l.token_bytes = 1;
-    kvd_hostmem_init(&hm, 1ull << 30);
+    kvd__hostmem_init(&hm, 1ull << 30);
     cfg.dir = dir;
     cfg.budget = 1ull << 30;
     cfg.io = io;
     t = now_s();
-    ck_assert_int_eq(kvd_cache_store_init(&c, &l, 1024, &hm, &MEM, why, sizeof(why)), KVD_OK);
-    ck_assert_int_eq(kvd_cache_store_open_disk(&c, &cfg, why, sizeof(why)), KVD_OK);
+    ck_assert_int_eq(kvd__cache_store_init(&c, &l, 1024, &hm, &MEM, why, sizeof(why)), KVD_OK);
+    ck_assert_int_eq(kvd__cache_store_open_disk(&c, &cfg, why, sizeof(why)), KVD_OK);
     for (uint32_t i = 0; i < 100; i++) {
         key_of(keys[i], 7777, i);
         kp[i] = keys[i];
         lens[i] = 12;
     }
-    ck_assert_uint_eq(kvd_cache_lookup(&c, kp, lens, 100, 1, NULL), 100);
+    ck_assert_uint_eq(kvd__cache_lookup(&c, kp, lens, 100, 1, NULL), 100);
     t = now_s() - t;
     ck_assert_uint_eq(c.ready, 1000000);
     ck_assert_msg(t < 3.0, "serving lookups took %.2f s after a restart", t);
     fprintf(stderr, "restart of 1000000 blocks: %.2f s\n", t);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 
 START_TEST(test_bad_config)
 {
-    kvd_cache_store_t c;
-    kvd_hostmem_t hm;
-    kvd_cache_disk_config_t cfg = {dir, 1, io};
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    kvd__cache_disk_config_t cfg = {dir, 1, io};
     char why[200];
 
     open_with(&c, &hm, 8, 100ull * 256, KVD_OK);
     /* once only */
-    ck_assert_int_eq(kvd_cache_store_open_disk(&c, &cfg, why, sizeof(why)), KVD_EINVAL);
-    kvd_cache_store_deinit(&c);
+    ck_assert_int_eq(kvd__cache_store_open_disk(&c, &cfg, why, sizeof(why)), KVD_EINVAL);
+    kvd__cache_store_deinit(&c);
     /* a budget below one record */
     open_with(&c, &hm, 8, 100, KVD_ERANGE);
-    kvd_cache_store_disk_stats(&c, &(kvd_cache_disk_stats_t){0});
+    kvd__cache_store_disk_stats(&c, &(kvd__cache_disk_stats_t){0});
     ck_assert_ptr_null(c.disk);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
     /* a directory others may write */
     ck_assert_int_eq(chmod(dir, 0777), 0);
     open_with(&c, &hm, 8, 100ull * 256, KVD_EPERM);
     ck_assert_int_eq(chmod(dir, 0700), 0);
-    kvd_cache_store_deinit(&c);
+    kvd__cache_store_deinit(&c);
 }
 END_TEST
 

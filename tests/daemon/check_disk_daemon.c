@@ -485,7 +485,7 @@ END_TEST
 
 /* ---- manifests ------------------------------------------------------------------- */
 
-static void manifest_sample(kvd_manifest_t *m)
+static void manifest_sample(kvd__manifest_t *m)
 {
     memset(m, 0, sizeof(*m));
     snprintf(m->name, sizeof(m->name), "chat-7b.tp0_x");
@@ -506,7 +506,7 @@ static void manifest_sample(kvd_manifest_t *m)
     m->disk_budget = 200ull << 30;
 }
 
-static void manifest_equal(const kvd_manifest_t *a, const kvd_manifest_t *b)
+static void manifest_equal(const kvd__manifest_t *a, const kvd__manifest_t *b)
 {
     ck_assert_str_eq(a->name, b->name);
     ck_assert_uint_eq(a->owner_uid, b->owner_uid);
@@ -527,43 +527,43 @@ static void manifest_equal(const kvd_manifest_t *a, const kvd_manifest_t *b)
 
 START_TEST(test_manifest_text)
 {
-    kvd_manifest_t m, back;
+    kvd__manifest_t m, back;
     char text[KVD_MANIFEST_MAX], bad[KVD_MANIFEST_MAX + 8], why[200];
     size_t len;
 
     manifest_sample(&m);
-    ck_assert_int_eq(kvd_manifest_format(&m, text, sizeof(text), &len), 0);
-    ck_assert_int_eq(kvd_manifest_parse(text, len, &back, why, sizeof(why)), KVD_OK);
+    ck_assert_int_eq(kvd__manifest_format(&m, text, sizeof(text), &len), 0);
+    ck_assert_int_eq(kvd__manifest_parse(text, len, &back, why, sizeof(why)), KVD_OK);
     manifest_equal(&m, &back);
     /* every flipped bit of every byte, every truncation: refused */
     for (size_t i = 0; i < len; i++) {
         for (int bit = 0; bit < 8; bit++) {
             memcpy(bad, text, len);
             bad[i] ^= (char)(1 << bit);
-            ck_assert_msg(kvd_manifest_parse(bad, len, &back, why, sizeof(why)) == KVD_EINVAL,
+            ck_assert_msg(kvd__manifest_parse(bad, len, &back, why, sizeof(why)) == KVD_EINVAL,
                           "byte %zu bit %d flipped was taken", i, bit);
         }
-        ck_assert_msg(kvd_manifest_parse(text, i, &back, why, sizeof(why)) == KVD_EINVAL,
+        ck_assert_msg(kvd__manifest_parse(text, i, &back, why, sizeof(why)) == KVD_EINVAL,
                       "truncated at %zu was taken", i);
     }
     memcpy(bad, text, len);
     memcpy(bad + len, "x=1\n", 4);
-    ck_assert_int_eq(kvd_manifest_parse(bad, len + 4, &back, why, sizeof(why)), KVD_EINVAL);
+    ck_assert_int_eq(kvd__manifest_parse(bad, len + 4, &back, why, sizeof(why)), KVD_EINVAL);
     ck_assert_ptr_nonnull(strstr(why, "after the checksum"));
     /* allowed users on a private cache: refused even with a right checksum */
     m.shared = 0;
-    ck_assert_int_eq(kvd_manifest_format(&m, text, sizeof(text), &len), 0);
-    ck_assert_int_eq(kvd_manifest_parse(text, len, &back, why, sizeof(why)), KVD_EINVAL);
+    ck_assert_int_eq(kvd__manifest_format(&m, text, sizeof(text), &len), 0);
+    ck_assert_int_eq(kvd__manifest_parse(text, len, &back, why, sizeof(why)), KVD_EINVAL);
     ck_assert_ptr_nonnull(strstr(why, "private"));
     /* a name that is no cache name, a budget of 0 */
     manifest_sample(&m);
     m.disk_budget = 0;
-    ck_assert_int_eq(kvd_manifest_format(&m, text, sizeof(text), &len), 0);
-    ck_assert_int_eq(kvd_manifest_parse(text, len, &back, why, sizeof(why)), KVD_EINVAL);
+    ck_assert_int_eq(kvd__manifest_format(&m, text, sizeof(text), &len), 0);
+    ck_assert_int_eq(kvd__manifest_parse(text, len, &back, why, sizeof(why)), KVD_EINVAL);
     manifest_sample(&m);
     snprintf(m.name, sizeof(m.name), "../x");
-    ck_assert_int_eq(kvd_manifest_format(&m, text, sizeof(text), &len), 0);
-    ck_assert_int_eq(kvd_manifest_parse(text, len, &back, why, sizeof(why)), KVD_EINVAL);
+    ck_assert_int_eq(kvd__manifest_format(&m, text, sizeof(text), &len), 0);
+    ck_assert_int_eq(kvd__manifest_parse(text, len, &back, why, sizeof(why)), KVD_EINVAL);
 }
 END_TEST
 
@@ -571,19 +571,19 @@ START_TEST(test_dirnames)
 {
     char n[KVD_CACHE_DIRNAME_MAX];
 
-    ck_assert_int_eq(kvd_cache_dirname("a.b-c_d", 1000, 0, n, sizeof(n)), 0);
+    ck_assert_int_eq(kvd__cache_dirname("a.b-c_d", 1000, 0, n, sizeof(n)), 0);
     ck_assert_str_eq(n, "u1000-a.b-c_d");
-    ck_assert_int_eq(kvd_cache_dirname("a.b-c_d", 1000, 1, n, sizeof(n)), 0);
+    ck_assert_int_eq(kvd__cache_dirname("a.b-c_d", 1000, 1, n, sizeof(n)), 0);
     ck_assert_str_eq(n, "s-a.b-c_d");
-    ck_assert_int_eq(kvd_cache_dirname("a/b", 0, 0, n, sizeof(n)), -1);
-    ck_assert_int_eq(kvd_cache_dirname("", 0, 1, n, sizeof(n)), -1);
+    ck_assert_int_eq(kvd__cache_dirname("a/b", 0, 0, n, sizeof(n)), -1);
+    ck_assert_int_eq(kvd__cache_dirname("", 0, 1, n, sizeof(n)), -1);
 }
 END_TEST
 
 START_TEST(test_manifest_file)
 {
     char dir[600], path[700], why[300], text[KVD_MANIFEST_MAX];
-    kvd_manifest_t m, back;
+    kvd__manifest_t m, back;
     struct stat st;
     int fd;
     ssize_t n;
@@ -593,25 +593,25 @@ START_TEST(test_manifest_file)
     m.owner_uid = (uint32_t)geteuid();
     path_in(dir, sizeof(dir), "s-chat-7b.tp0_x");
     ck_assert_int_eq(mkdir(dir, 0700), 0);
-    ck_assert_int_eq(kvd_manifest_write(dir, &m, why, sizeof(why)), KVD_OK);
+    ck_assert_int_eq(kvd__manifest_write(dir, &m, why, sizeof(why)), KVD_OK);
     snprintf(path, sizeof(path), "%s/manifest", dir);
     ck_assert_int_eq(stat(path, &st), 0);
     ck_assert_uint_eq(st.st_mode & 07777, 0600);
     snprintf(path, sizeof(path), "%s/manifest.tmp", dir);
     ck_assert_int_eq(access(path, F_OK), -1); /* renamed into place */
-    ck_assert_int_eq(kvd_manifest_read(dir, "s-chat-7b.tp0_x", &back, why, sizeof(why)),
+    ck_assert_int_eq(kvd__manifest_read(dir, "s-chat-7b.tp0_x", &back, why, sizeof(why)),
                      KVD_OK);
     manifest_equal(&m, &back);
     /* in another cache's directory: refused */
-    ck_assert_int_eq(kvd_manifest_read(dir, "s-other", &back, why, sizeof(why)), KVD_EINVAL);
+    ck_assert_int_eq(kvd__manifest_read(dir, "s-other", &back, why, sizeof(why)), KVD_EINVAL);
     /* writable by others: not trusted */
     snprintf(path, sizeof(path), "%s/manifest", dir);
     ck_assert_int_eq(chmod(path, 0622), 0);
-    ck_assert_int_eq(kvd_manifest_read(dir, "s-chat-7b.tp0_x", &back, why, sizeof(why)),
+    ck_assert_int_eq(kvd__manifest_read(dir, "s-chat-7b.tp0_x", &back, why, sizeof(why)),
                      KVD_EPERM);
     ck_assert_int_eq(chmod(path, 0600), 0);
     ck_assert_int_eq(chmod(dir, 0770), 0);
-    ck_assert_int_eq(kvd_manifest_read(dir, "s-chat-7b.tp0_x", &back, why, sizeof(why)),
+    ck_assert_int_eq(kvd__manifest_read(dir, "s-chat-7b.tp0_x", &back, why, sizeof(why)),
                      KVD_EPERM);
     ck_assert_int_eq(chmod(dir, 0700), 0);
     /* a flipped byte on disk */
@@ -622,31 +622,31 @@ START_TEST(test_manifest_file)
     text[30] ^= 0x01;
     ck_assert_int_eq(pwrite(fd, text, (size_t)n, 0), n);
     close(fd);
-    ck_assert_int_eq(kvd_manifest_read(dir, "s-chat-7b.tp0_x", &back, why, sizeof(why)),
+    ck_assert_int_eq(kvd__manifest_read(dir, "s-chat-7b.tp0_x", &back, why, sizeof(why)),
                      KVD_EINVAL);
     ck_assert_ptr_nonnull(strstr(why, "damaged"));
     /* a link in its place: not followed */
     ck_assert_int_eq(unlink(path), 0);
     ck_assert_int_eq(symlink("/etc/hostname", path), 0);
-    ck_assert_int_eq(kvd_manifest_read(dir, "s-chat-7b.tp0_x", &back, why, sizeof(why)),
+    ck_assert_int_eq(kvd__manifest_read(dir, "s-chat-7b.tp0_x", &back, why, sizeof(why)),
                      KVD_EPERM);
     ck_assert_int_eq(unlink(path), 0);
-    ck_assert_int_eq(kvd_manifest_read(dir, "s-chat-7b.tp0_x", &back, why, sizeof(why)),
+    ck_assert_int_eq(kvd__manifest_read(dir, "s-chat-7b.tp0_x", &back, why, sizeof(why)),
                      KVD_ENOENT);
     /* removal takes everything, the manifest first */
-    ck_assert_int_eq(kvd_manifest_write(dir, &m, why, sizeof(why)), KVD_OK);
+    ck_assert_int_eq(kvd__manifest_write(dir, &m, why, sizeof(why)), KVD_OK);
     snprintf(path, sizeof(path), "%s/seg-00000001.dat", dir);
     fd = open(path, O_WRONLY | O_CREAT, 0600);
     ck_assert_int_ge(fd, 0);
     close(fd);
-    ck_assert_int_eq(kvd_cache_dir_remove(dir), 0);
+    ck_assert_int_eq(kvd__cache_dir_remove(dir), 0);
     ck_assert_int_eq(access(dir, F_OK), -1);
     if (geteuid() == 0) { /* another user's manifest */
         ck_assert_int_eq(mkdir(dir, 0700), 0);
-        ck_assert_int_eq(kvd_manifest_write(dir, &m, why, sizeof(why)), KVD_OK);
+        ck_assert_int_eq(kvd__manifest_write(dir, &m, why, sizeof(why)), KVD_OK);
         snprintf(path, sizeof(path), "%s/manifest", dir);
         ck_assert_int_eq(chown(path, OTHER_UID, OTHER_UID), 0);
-        ck_assert_int_eq(kvd_manifest_read(dir, "s-chat-7b.tp0_x", &back, why, sizeof(why)),
+        ck_assert_int_eq(kvd__manifest_read(dir, "s-chat-7b.tp0_x", &back, why, sizeof(why)),
                          KVD_EPERM);
     } else {
         kvt_skip_case("manifest_other_user", "needs root to chown a manifest to uid %u",
@@ -659,14 +659,14 @@ END_TEST
 /* ---- what cannot be trusted at start ------------------------------------------------ */
 
 /* dir/NAME made 0700 with a manifest of m (its owner the daemon's user). */
-static void plant(const char *top, const char *name, kvd_manifest_t *m)
+static void plant(const char *top, const char *name, kvd__manifest_t *m)
 {
     char dir[700], why[300];
 
     snprintf(dir, sizeof(dir), "%s/%s", top, name);
     ck_assert_int_eq(mkdir(dir, 0700), 0);
     m->owner_uid = (uint32_t)geteuid();
-    ck_assert_int_eq(kvd_manifest_write(dir, m, why, sizeof(why)), KVD_OK);
+    ck_assert_int_eq(kvd__manifest_write(dir, m, why, sizeof(why)), KVD_OK);
 }
 
 static int exists(const char *top, const char *name)
@@ -682,7 +682,7 @@ START_TEST(test_untrusted_skipped)
     char top[600], p[800];
     const char *extra[] = {"--cache-dir", top, "--disk-budget", "64M", NULL};
     kvdt_daemon_t d;
-    kvd_manifest_t m;
+    kvd__manifest_t m;
     Kvdock__Request req;
     Kvdock__CacheList cl = KVDOCK__CACHE_LIST__INIT;
     Kvdock__Response *r;

@@ -51,21 +51,21 @@ static void scratch_rm(void)
 
 /* KVD_TEST_DISK_THREADS=1 runs every case on the pool (valgrind does not
  * follow io_uring's shared rings). */
-static kvd_disk_io_t *io_make(int threads)
+static kvd__disk_io_t *io_make(int threads)
 {
     threads = threads || getenv("KVD_TEST_DISK_THREADS") != NULL;
-    kvd_disk_io_config_t c = {.queue_depth = 16, .threads = 3, .force_threads = threads};
-    kvd_disk_io_t *io;
+    kvd__disk_io_config_t c = {.queue_depth = 16, .threads = 3, .force_threads = threads};
+    kvd__disk_io_t *io;
     char why[200];
 
-    ck_assert_int_eq(kvd_disk_io_create(&io, &c, why, sizeof(why)), KVD_OK);
-    ck_assert_str_eq(kvd_disk_io_engine(io), threads ? "threads" : "io_uring");
+    ck_assert_int_eq(kvd__disk_io_create(&io, &c, why, sizeof(why)), KVD_OK);
+    ck_assert_str_eq(kvd__disk_io_engine(io), threads ? "threads" : "io_uring");
     return io;
 }
 
-static kvd_disk_store_config_t config(uint64_t layout_id, uint64_t block)
+static kvd__disk_store_config_t config(uint64_t layout_id, uint64_t block)
 {
-    kvd_disk_store_config_t c = {.dir = dir,
+    kvd__disk_store_config_t c = {.dir = dir,
                                  .layout_id = layout_id,
                                  .layout_text = "test layout",
                                  .block_bytes = block,
@@ -92,7 +92,7 @@ static void fill(uint8_t *p, uint32_t i, uint64_t n)
 /* ---- what the callbacks saw ---------------------------------------------------------- */
 
 #define NMAX 4096
-static kvd_disk_loc_t locs[NMAX];
+static kvd__disk_loc_t locs[NMAX];
 static kvd_status_t ast[NMAX];
 static int adone, rdone;
 static kvd_status_t rst[NMAX];
@@ -101,7 +101,7 @@ static uint32_t nfound;
 static uint64_t last_seq;
 static int seq_ordered;
 
-static void on_append(void *arg, kvd_status_t st, kvd_disk_loc_t loc)
+static void on_append(void *arg, kvd_status_t st, kvd__disk_loc_t loc)
 {
     uint32_t i = (uint32_t)(uintptr_t)arg;
     ast[i] = st;
@@ -115,7 +115,7 @@ static void on_read(void *arg, kvd_status_t st)
     rdone++;
 }
 
-static int on_found(void *arg, const kvd_disk_found_t *f)
+static int on_found(void *arg, const kvd__disk_found_t *f)
 {
     uint32_t i;
     uint8_t k[32];
@@ -141,22 +141,22 @@ static int on_found(void *arg, const kvd_disk_found_t *f)
     return 1;
 }
 
-static kvd_disk_store_t *open_store(kvd_disk_io_t *io, const kvd_disk_store_config_t *c)
+static kvd__disk_store_t *open_store(kvd__disk_io_t *io, const kvd__disk_store_config_t *c)
 {
-    kvd_disk_store_t *s;
+    kvd__disk_store_t *s;
     char why[300];
     kvd_status_t st;
 
     memset(found_seen, 0, sizeof(found_seen));
     nfound = 0;
     seq_ordered = 1;
-    st = kvd_disk_store_open(&s, c, io, on_found, NULL, why, sizeof(why));
+    st = kvd__disk_store_open(&s, c, io, on_found, NULL, why, sizeof(why));
     ck_assert_msg(st == KVD_OK, "open: %s", why);
     return s;
 }
 
 /* Append records [0, n) as one chain from data, and wait for them. */
-static void append_all(kvd_disk_io_t *io, kvd_disk_store_t *s, uint8_t *data, uint32_t n,
+static void append_all(kvd__disk_io_t *io, kvd__disk_store_t *s, uint8_t *data, uint32_t n,
                        uint64_t block)
 {
     uint32_t i;
@@ -167,18 +167,18 @@ static void append_all(kvd_disk_io_t *io, kvd_disk_store_t *s, uint8_t *data, ui
         fill(data + (uint64_t)i * block, i, block);
         key_of(k, i);
         key_of(p, i - 1);
-        ck_assert_int_eq(kvd_disk_append(s, k, 32, i ? p : NULL, i ? 32 : 0,
-                                         data + (uint64_t)i * block, on_append,
-                                         (void *)(uintptr_t)i),
+        ck_assert_int_eq(kvd__disk_append(s, k, 32, i ? p : NULL, i ? 32 : 0,
+                                          data + (uint64_t)i * block, on_append,
+                                          (void *)(uintptr_t)i),
                          KVD_OK);
     }
-    kvd_disk_store_flush(s);
+    kvd__disk_store_flush(s);
     while (adone < (int)n)
-        kvd_disk_io_wait(io, 10000);
+        kvd__disk_io_wait(io, 10000);
 }
 
 /* Read record i and compare; the status of the read. */
-static kvd_status_t read_one(kvd_disk_io_t *io, kvd_disk_store_t *s, uint32_t i, uint64_t block)
+static kvd_status_t read_one(kvd__disk_io_t *io, kvd__disk_store_t *s, uint32_t i, uint64_t block)
 {
     uint8_t k[32], *got = malloc(block), *want = malloc(block);
     kvd_status_t st;
@@ -186,10 +186,10 @@ static kvd_status_t read_one(kvd_disk_io_t *io, kvd_disk_store_t *s, uint32_t i,
     key_of(k, i);
     memset(got, 0xee, block);
     rdone = 0;
-    ck_assert_int_eq(kvd_disk_read(s, locs[i], k, 32, got, on_read, (void *)(uintptr_t)i),
+    ck_assert_int_eq(kvd__disk_read(s, locs[i], k, 32, got, on_read, (void *)(uintptr_t)i),
                      KVD_OK);
     while (rdone < 1)
-        kvd_disk_io_wait(io, 10000);
+        kvd__disk_io_wait(io, 10000);
     st = rst[i];
     if (st == KVD_OK) {
         fill(want, i, block);
@@ -200,7 +200,7 @@ static kvd_status_t read_one(kvd_disk_io_t *io, kvd_disk_store_t *s, uint32_t i,
     return st;
 }
 
-static void read_all(kvd_disk_io_t *io, kvd_disk_store_t *s, uint32_t from, uint32_t n,
+static void read_all(kvd__disk_io_t *io, kvd__disk_store_t *s, uint32_t from, uint32_t n,
                      uint64_t block)
 {
     uint32_t i;
@@ -211,12 +211,12 @@ static void read_all(kvd_disk_io_t *io, kvd_disk_store_t *s, uint32_t from, uint
     rdone = 0;
     for (i = 0; i < n; i++) {
         key_of(k, from + i);
-        ck_assert_int_eq(kvd_disk_read(s, locs[from + i], k, 32, got + (uint64_t)i * block,
-                                       on_read, (void *)(uintptr_t)(from + i)),
+        ck_assert_int_eq(kvd__disk_read(s, locs[from + i], k, 32, got + (uint64_t)i * block,
+                                        on_read, (void *)(uintptr_t)(from + i)),
                          KVD_OK);
     }
     while (rdone < (int)n)
-        kvd_disk_io_wait(io, 10000);
+        kvd__disk_io_wait(io, 10000);
     for (i = 0; i < n; i++) {
         ck_assert_int_eq(rst[from + i], KVD_OK);
         fill(want, from + i, block);
@@ -244,10 +244,10 @@ static int count_files(const char *suffix)
 
 static void round_trip(int threads, int buffered)
 {
-    kvd_disk_io_t *io;
-    kvd_disk_store_t *s;
-    kvd_disk_store_config_t c;
-    kvd_disk_store_stats_t st;
+    kvd__disk_io_t *io;
+    kvd__disk_store_t *s;
+    kvd__disk_store_config_t c;
+    kvd__disk_store_stats_t st;
     uint32_t n = 600; /* about 3 segments */
     uint8_t *data = malloc((uint64_t)n * BLOCK);
 
@@ -261,7 +261,7 @@ static void round_trip(int threads, int buffered)
     for (uint32_t i = 0; i < n; i++)
         ck_assert_int_eq(ast[i], KVD_OK);
     read_all(io, s, 0, n, BLOCK);
-    kvd_disk_store_stats(s, &st);
+    kvd__disk_store_stats(s, &st);
     ck_assert_uint_eq(st.records, n);
     ck_assert_uint_eq(st.appends, n);
     ck_assert_uint_eq(st.reads, n);
@@ -271,7 +271,7 @@ static void round_trip(int threads, int buffered)
     ck_assert_uint_ge(st.segments, 3);
     /* large writes: a batch holds many records */
     ck_assert_uint_lt(st.writes, n / 8);
-    kvd_disk_store_close(&s);
+    kvd__disk_store_close(&s);
     ck_assert_int_eq(count_files(".kvd"), count_files(".idx"));
 
     /* reopened: every record, oldest first, from the indexes */
@@ -280,12 +280,12 @@ static void round_trip(int threads, int buffered)
     ck_assert(seq_ordered);
     for (uint32_t i = 0; i < n; i++)
         ck_assert_uint_eq(found_seen[i], 1);
-    kvd_disk_store_stats(s, &st);
+    kvd__disk_store_stats(s, &st);
     ck_assert_uint_eq(st.rebuilt_indexes, 0);
     ck_assert_uint_eq(st.records, n);
     read_all(io, s, 0, n, BLOCK);
-    kvd_disk_store_close(&s);
-    kvd_disk_io_destroy(&io);
+    kvd__disk_store_close(&s);
+    kvd__disk_io_destroy(&io);
     free(data);
     scratch_rm();
 }
@@ -314,13 +314,13 @@ END_TEST
 static pthread_t main_thread;
 static int off_loop, dones;
 
-static void on_thread_check(kvd_disk_req_t *r)
+static void on_thread_check(kvd__disk_req_t *r)
 {
     (void)r;
     off_loop += !pthread_equal(pthread_self(), main_thread);
 }
 
-static void count_done(kvd_disk_req_t *r)
+static void count_done(kvd__disk_req_t *r)
 {
     (void)r;
     dones++;
@@ -328,8 +328,8 @@ static void count_done(kvd_disk_req_t *r)
 
 static void engine_alone(int threads)
 {
-    kvd_disk_io_t *io = io_make(threads);
-    kvd_disk_req_t r[4];
+    kvd__disk_io_t *io = io_make(threads);
+    kvd__disk_req_t r[4];
     char path[600], buf[8192], out[8192];
     int fd;
 
@@ -341,26 +341,26 @@ static void engine_alone(int threads)
     ck_assert_int_ge(fd, 0);
     memset(r, 0, sizeof(r));
     memset(buf, 0x5a, sizeof(buf));
-    r[0] = (kvd_disk_req_t){.op = KVD_DISK_OP_WRITE, .fd = fd, .off = 0, .buf = buf,
+    r[0] = (kvd__disk_req_t){.op = KVD_DISK_OP_WRITE, .fd = fd, .off = 0, .buf = buf,
                             .len = sizeof(buf), .before = on_thread_check,
                             .after = on_thread_check, .done = count_done};
-    r[1] = (kvd_disk_req_t){.op = KVD_DISK_OP_READ, .fd = -1, .buf = out, .len = 512,
+    r[1] = (kvd__disk_req_t){.op = KVD_DISK_OP_READ, .fd = -1, .buf = out, .len = 512,
                             .done = count_done};
-    r[2] = (kvd_disk_req_t){.op = KVD_DISK_OP_CALL, .before = on_thread_check, .done = count_done};
-    kvd_disk_io_submit(io, &r[0]);
-    kvd_disk_io_submit(io, &r[1]);
-    kvd_disk_io_submit(io, &r[2]);
+    r[2] = (kvd__disk_req_t){.op = KVD_DISK_OP_CALL, .before = on_thread_check, .done = count_done};
+    kvd__disk_io_submit(io, &r[0]);
+    kvd__disk_io_submit(io, &r[1]);
+    kvd__disk_io_submit(io, &r[2]);
     while (dones < 3)
-        kvd_disk_io_wait(io, 10000);
+        kvd__disk_io_wait(io, 10000);
     ck_assert_int_eq(r[0].res, (int64_t)sizeof(buf));
     ck_assert_int_eq(r[1].res, -EBADF);
     ck_assert_int_eq(r[2].res, 0);
     ck_assert_int_eq(off_loop, 3);
     /* past the end: the file is shorter than the read */
-    r[3] = (kvd_disk_req_t){.op = KVD_DISK_OP_READ, .fd = fd, .off = 4096, .buf = out,
+    r[3] = (kvd__disk_req_t){.op = KVD_DISK_OP_READ, .fd = fd, .off = 4096, .buf = out,
                             .len = 8192, .done = count_done};
-    kvd_disk_io_submit(io, &r[3]);
-    kvd_disk_io_destroy(&io); /* waits, and runs its done */
+    kvd__disk_io_submit(io, &r[3]);
+    kvd__disk_io_destroy(&io); /* waits, and runs its done */
     ck_assert_int_eq(dones, 4);
     ck_assert_int_eq(r[3].res, -ENODATA);
     close(fd);
@@ -387,7 +387,7 @@ START_TEST(probe_direct)
     char why[300];
 
     scratch();
-    ck_assert_int_eq(kvd_disk_probe_direct(dir, why, sizeof(why)), 1);
+    ck_assert_int_eq(kvd__disk_probe_direct(dir, why, sizeof(why)), 1);
     scratch_rm();
     if (access("/dev/shm", W_OK) == 0) {
         snprintf(dir, sizeof(dir), "/dev/shm/kvd-probe-XXXXXX");
@@ -400,7 +400,7 @@ START_TEST(probe_direct)
         if (fd >= 0)
             close(fd);
         unlink(f);
-        ck_assert_int_eq(kvd_disk_probe_direct(dir, why, sizeof(why)), takes);
+        ck_assert_int_eq(kvd__disk_probe_direct(dir, why, sizeof(why)), takes);
         if (!takes)
             ck_assert_ptr_nonnull(strstr(why, "O_DIRECT"));
         scratch_rm();
@@ -412,10 +412,10 @@ END_TEST
 
 START_TEST(drops_survive_reopen)
 {
-    kvd_disk_io_t *io = io_make(0);
-    kvd_disk_store_t *s;
-    kvd_disk_store_config_t c;
-    kvd_disk_store_stats_t st;
+    kvd__disk_io_t *io = io_make(0);
+    kvd__disk_store_t *s;
+    kvd__disk_store_config_t c;
+    kvd__disk_store_stats_t st;
     uint32_t n = 600, i, segs;
     uint8_t *data = malloc((uint64_t)n * BLOCK);
 
@@ -423,26 +423,26 @@ START_TEST(drops_survive_reopen)
     c = config(7, BLOCK);
     s = open_store(io, &c);
     append_all(io, s, data, n, BLOCK);
-    kvd_disk_store_stats(s, &st);
+    kvd__disk_store_stats(s, &st);
     segs = (uint32_t)st.segments;
     /* the first segment's records all, and every third other */
     for (i = 0; i < n; i++)
         if (KVD_DISK_LOC_SEG(locs[i]) == 1 || i % 3 == 0)
-            kvd_disk_drop(s, locs[i]);
-    while (kvd_disk_io_pending(io) > 0)
-        kvd_disk_io_wait(io, 10000);
-    kvd_disk_store_stats(s, &st);
+            kvd__disk_drop(s, locs[i]);
+    while (kvd__disk_io_pending(io) > 0)
+        kvd__disk_io_wait(io, 10000);
+    kvd__disk_store_stats(s, &st);
     ck_assert_uint_eq(st.segments, segs - 1); /* the first is gone */
-    kvd_disk_store_close(&s);
+    kvd__disk_store_close(&s);
     s = open_store(io, &c);
     for (i = 0; i < n; i++) {
         int dropped = KVD_DISK_LOC_SEG(locs[i]) == 1 || i % 3 == 0;
         ck_assert_uint_eq(found_seen[i], dropped ? 0 : 1);
     }
-    kvd_disk_store_stats(s, &st);
+    kvd__disk_store_stats(s, &st);
     ck_assert_uint_eq(st.records, nfound);
-    kvd_disk_store_close(&s);
-    kvd_disk_io_destroy(&io);
+    kvd__disk_store_close(&s);
+    kvd__disk_io_destroy(&io);
     free(data);
     scratch_rm();
 }
@@ -459,9 +459,9 @@ static void write_and_die(uint32_t n, uint64_t block, uint64_t layout)
 
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        kvd_disk_io_t *io = io_make(0);
-        kvd_disk_store_config_t c = config(layout, block);
-        kvd_disk_store_t *s = open_store(io, &c);
+        kvd__disk_io_t *io = io_make(0);
+        kvd__disk_store_config_t c = config(layout, block);
+        kvd__disk_store_t *s = open_store(io, &c);
         uint8_t *data = malloc((uint64_t)n * block);
         append_all(io, s, data, n, block);
         for (uint32_t i = 0; i < n; i++)
@@ -476,10 +476,10 @@ static void write_and_die(uint32_t n, uint64_t block, uint64_t layout)
 
 START_TEST(killed_then_rebuilt)
 {
-    kvd_disk_io_t *io = io_make(0);
-    kvd_disk_store_t *s;
-    kvd_disk_store_config_t c = config(7, BLOCK);
-    kvd_disk_store_stats_t st;
+    kvd__disk_io_t *io = io_make(0);
+    kvd__disk_store_t *s;
+    kvd__disk_store_config_t c = config(7, BLOCK);
+    kvd__disk_store_stats_t st;
     uint32_t n = 600, i;
 
     scratch();
@@ -489,17 +489,17 @@ START_TEST(killed_then_rebuilt)
     ck_assert_uint_eq(nfound, n);
     for (i = 0; i < n; i++)
         ck_assert_uint_eq(found_seen[i], 1);
-    kvd_disk_store_stats(s, &st);
+    kvd__disk_store_stats(s, &st);
     ck_assert_uint_ge(st.rebuilt_indexes, 1);
     read_all(io, s, 0, n, BLOCK);
-    kvd_disk_store_close(&s);
+    kvd__disk_store_close(&s);
     /* the rebuilt indexes were kept */
     s = open_store(io, &c);
     ck_assert_uint_eq(nfound, n);
-    kvd_disk_store_stats(s, &st);
+    kvd__disk_store_stats(s, &st);
     ck_assert_uint_eq(st.rebuilt_indexes, 0);
-    kvd_disk_store_close(&s);
-    kvd_disk_io_destroy(&io);
+    kvd__disk_store_close(&s);
+    kvd__disk_io_destroy(&io);
     scratch_rm();
 }
 END_TEST
@@ -521,10 +521,10 @@ static void flip_byte(const char *name, off_t off)
 
 START_TEST(flipped_byte)
 {
-    kvd_disk_io_t *io = io_make(0);
-    kvd_disk_store_t *s;
-    kvd_disk_store_config_t c = config(7, BLOCK);
-    kvd_disk_store_stats_t st;
+    kvd__disk_io_t *io = io_make(0);
+    kvd__disk_store_t *s;
+    kvd__disk_store_config_t c = config(7, BLOCK);
+    kvd__disk_store_stats_t st;
     uint32_t n = 100, i, victim = 37;
     uint8_t *data = malloc((uint64_t)n * BLOCK);
     char name[64];
@@ -532,19 +532,19 @@ START_TEST(flipped_byte)
     scratch();
     s = open_store(io, &c);
     append_all(io, s, data, n, BLOCK);
-    kvd_disk_store_close(&s);
+    kvd__disk_store_close(&s);
     /* a byte of record 37's data, then of segment 1's index */
     snprintf(name, sizeof(name), "seg-%08u.kvd", KVD_DISK_LOC_SEG(locs[victim]));
     flip_byte(name, (off_t)KVD_DISK_LOC_OFF(locs[victim]) + KVD_DISK_REC_HDR + 500);
     s = open_store(io, &c);
     ck_assert_uint_eq(nfound, n); /* from the index: found, and refused when read */
     ck_assert_int_eq(read_one(io, s, victim, BLOCK), KVD_EIO);
-    kvd_disk_store_stats(s, &st);
+    kvd__disk_store_stats(s, &st);
     ck_assert_uint_eq(st.checksum_failures, 1);
     for (i = 0; i < n; i++)
         if (i != victim)
             ck_assert_int_eq(read_one(io, s, i, BLOCK), KVD_OK);
-    kvd_disk_store_close(&s);
+    kvd__disk_store_close(&s);
     /* the index damaged too: the segment is read whole, and the bad
      * record is left out */
     snprintf(name, sizeof(name), "seg-%08u.idx", KVD_DISK_LOC_SEG(locs[victim]));
@@ -552,11 +552,11 @@ START_TEST(flipped_byte)
     s = open_store(io, &c);
     ck_assert_uint_eq(nfound, n - 1);
     ck_assert_uint_eq(found_seen[victim], 0);
-    kvd_disk_store_stats(s, &st);
+    kvd__disk_store_stats(s, &st);
     ck_assert_uint_eq(st.rebuilt_indexes, 1);
     ck_assert_uint_eq(st.lost_records, 1);
-    kvd_disk_store_close(&s);
-    kvd_disk_io_destroy(&io);
+    kvd__disk_store_close(&s);
+    kvd__disk_io_destroy(&io);
     free(data);
     scratch_rm();
 }
@@ -564,10 +564,10 @@ END_TEST
 
 START_TEST(truncated_segment)
 {
-    kvd_disk_io_t *io = io_make(1);
-    kvd_disk_store_t *s;
-    kvd_disk_store_config_t c = config(7, BLOCK);
-    kvd_disk_store_stats_t st;
+    kvd__disk_io_t *io = io_make(1);
+    kvd__disk_store_t *s;
+    kvd__disk_store_config_t c = config(7, BLOCK);
+    kvd__disk_store_stats_t st;
     uint32_t n = 200, i, kept = 0;
     uint8_t *data = malloc((uint64_t)n * BLOCK);
     char path[700];
@@ -576,7 +576,7 @@ START_TEST(truncated_segment)
     scratch();
     s = open_store(io, &c);
     append_all(io, s, data, n, BLOCK);
-    kvd_disk_store_close(&s);
+    kvd__disk_store_close(&s);
     /* segment 1 cut in the middle of record 50 */
     ck_assert_uint_eq(KVD_DISK_LOC_SEG(locs[50]), 1);
     cut = (off_t)KVD_DISK_LOC_OFF(locs[50]) + 300;
@@ -591,14 +591,14 @@ START_TEST(truncated_segment)
             ck_assert_uint_eq(found_seen[i], 1);
         kept += found_seen[i];
     }
-    kvd_disk_store_stats(s, &st);
+    kvd__disk_store_stats(s, &st);
     ck_assert_uint_gt(st.lost_records, 0);
     for (i = 0; i < n; i++)
         if (found_seen[i])
             ck_assert_int_eq(read_one(io, s, i, BLOCK), KVD_OK);
     ck_assert_uint_eq(kept, nfound);
-    kvd_disk_store_close(&s);
-    kvd_disk_io_destroy(&io);
+    kvd__disk_store_close(&s);
+    kvd__disk_io_destroy(&io);
     free(data);
     scratch_rm();
 }
@@ -608,10 +608,10 @@ END_TEST
 
 START_TEST(untrusted_files)
 {
-    kvd_disk_io_t *io = io_make(0);
-    kvd_disk_store_t *s;
-    kvd_disk_store_config_t c = config(7, BLOCK), other = config(8, BLOCK);
-    kvd_disk_store_stats_t st;
+    kvd__disk_io_t *io = io_make(0);
+    kvd__disk_store_t *s;
+    kvd__disk_store_config_t c = config(7, BLOCK), other = config(8, BLOCK);
+    kvd__disk_store_stats_t st;
     uint32_t n = 600, i, bad_owner = 0, bad_mode = 0;
     uint8_t *data = malloc((uint64_t)n * BLOCK);
     char path[700], why[300];
@@ -619,13 +619,13 @@ START_TEST(untrusted_files)
     scratch();
     s = open_store(io, &c);
     append_all(io, s, data, n, BLOCK);
-    kvd_disk_store_close(&s);
+    kvd__disk_store_close(&s);
     /* another layout: every segment skipped */
     s = open_store(io, &other);
     ck_assert_uint_eq(nfound, 0);
-    kvd_disk_store_stats(s, &st);
+    kvd__disk_store_stats(s, &st);
     ck_assert_uint_ge(st.skipped_files, 3);
-    kvd_disk_store_close(&s);
+    kvd__disk_store_close(&s);
     /* segment 1 writable by others; segment 2's drop file another user's
      * (where this test may change owners) */
     snprintf(path, sizeof(path), "%s/seg-00000001.kvd", dir);
@@ -639,17 +639,17 @@ START_TEST(untrusted_files)
         uint32_t g = KVD_DISK_LOC_SEG(locs[i]);
         ck_assert_uint_eq(found_seen[i], g == bad_mode || g == bad_owner ? 0 : 1);
     }
-    kvd_disk_store_stats(s, &st);
+    kvd__disk_store_stats(s, &st);
     ck_assert_uint_eq(st.skipped_files, bad_owner ? 2 : 1);
-    kvd_disk_store_close(&s);
+    kvd__disk_store_close(&s);
     /* the files skipped are left alone */
     ck_assert_int_eq(access(path, F_OK), 0);
     /* a directory others may write is refused */
     ck_assert_int_eq(chmod(dir, 0777), 0);
-    ck_assert_int_eq(kvd_disk_store_open(&s, &c, io, on_found, NULL, why, sizeof(why)), KVD_EPERM);
+    ck_assert_int_eq(kvd__disk_store_open(&s, &c, io, on_found, NULL, why, sizeof(why)), KVD_EPERM);
     ck_assert_ptr_nonnull(strstr(why, "writable by others"));
     ck_assert_int_eq(chmod(dir, 0700), 0);
-    kvd_disk_io_destroy(&io);
+    kvd__disk_io_destroy(&io);
     free(data);
     scratch_rm();
 }
@@ -661,10 +661,10 @@ END_TEST
  * with EFBIG (SIGXFSZ ignored, as the daemon does). */
 START_TEST(file_system_full)
 {
-    kvd_disk_io_t *io = io_make(0);
-    kvd_disk_store_t *s;
-    kvd_disk_store_config_t c = config(7, BLOCK);
-    kvd_disk_store_stats_t st;
+    kvd__disk_io_t *io = io_make(0);
+    kvd__disk_store_t *s;
+    kvd__disk_store_config_t c = config(7, BLOCK);
+    kvd__disk_store_stats_t st;
     struct rlimit rl = {.rlim_cur = 300 << 10, .rlim_max = RLIM_INFINITY};
     uint32_t n = 600, i, ok = 0, full = 0;
     uint8_t *data = malloc((uint64_t)n * BLOCK);
@@ -682,20 +682,20 @@ START_TEST(file_system_full)
     }
     ck_assert_uint_gt(ok, 100);
     ck_assert_uint_gt(full, 0);
-    kvd_disk_store_stats(s, &st);
+    kvd__disk_store_stats(s, &st);
     ck_assert_uint_eq(st.no_space, full);
     ck_assert_uint_eq(st.records, ok);
     for (i = 0; i < n; i++)
         if (ast[i] == KVD_OK)
             ck_assert_int_eq(read_one(io, s, i, BLOCK), KVD_OK);
-    kvd_disk_store_close(&s);
+    kvd__disk_store_close(&s);
     rl.rlim_cur = RLIM_INFINITY;
     ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
     /* what was written is all there */
     s = open_store(io, &c);
     ck_assert_uint_eq(nfound, ok);
-    kvd_disk_store_close(&s);
-    kvd_disk_io_destroy(&io);
+    kvd__disk_store_close(&s);
+    kvd__disk_io_destroy(&io);
     free(data);
     scratch_rm();
 }
@@ -704,7 +704,7 @@ END_TEST
 /* ---- a million records ------------------------------------------------------------------------ */
 
 static uint32_t big_found;
-static int count_found(void *arg, const kvd_disk_found_t *f)
+static int count_found(void *arg, const kvd__disk_found_t *f)
 {
     (void)arg;
     (void)f;
@@ -713,7 +713,7 @@ static int count_found(void *arg, const kvd_disk_found_t *f)
 }
 
 static uint32_t big_done, big_failed;
-static void on_big_append(void *arg, kvd_status_t st, kvd_disk_loc_t loc)
+static void on_big_append(void *arg, kvd_status_t st, kvd__disk_loc_t loc)
 {
     (void)arg;
     (void)loc;
@@ -730,9 +730,9 @@ static double now_s(void)
 
 START_TEST(million_records_reopen)
 {
-    kvd_disk_io_t *io = io_make(0);
-    kvd_disk_store_t *s;
-    kvd_disk_store_config_t c = config(9, 64);
+    kvd__disk_io_t *io = io_make(0);
+    kvd__disk_store_t *s;
+    kvd__disk_store_config_t c = config(9, 64);
     uint32_t n = 1000000, i;
     uint8_t block[64], k[32], p[32];
     char why[300];
@@ -741,7 +741,7 @@ START_TEST(million_records_reopen)
     scratch();
     c.segment_bytes = 64 << 20;
     c.write_bytes = 4 << 20;
-    ck_assert_int_eq(kvd_disk_store_open(&s, &c, io, count_found, NULL, why, sizeof(why)), KVD_OK);
+    ck_assert_int_eq(kvd__disk_store_open(&s, &c, io, count_found, NULL, why, sizeof(why)), KVD_OK);
     memset(block, 0x3c, sizeof(block));
     adone = 0;
     for (i = 0; i < n; i++) {
@@ -752,26 +752,26 @@ START_TEST(million_records_reopen)
         memcpy(p, k, 32);
         j--;
         memcpy(p + 4, &j, 4);
-        ck_assert_int_eq(kvd_disk_append(s, k, 32, i % 1000 ? p : NULL, i % 1000 ? 32 : 0, block,
-                                         on_big_append, NULL),
+        ck_assert_int_eq(kvd__disk_append(s, k, 32, i % 1000 ? p : NULL, i % 1000 ? 32 : 0, block,
+                                          on_big_append, NULL),
                          KVD_OK);
         while (i + 1 - big_done > 100000) /* a bounded queue, as the cache keeps it */
-            kvd_disk_io_wait(io, 10000);
+            kvd__disk_io_wait(io, 10000);
     }
-    kvd_disk_store_flush(s);
+    kvd__disk_store_flush(s);
     while (big_done < n)
-        kvd_disk_io_wait(io, 10000);
+        kvd__disk_io_wait(io, 10000);
     ck_assert_uint_eq(big_failed, 0);
-    kvd_disk_store_close(&s);
+    kvd__disk_store_close(&s);
     big_found = 0;
     t0 = now_s();
-    ck_assert_int_eq(kvd_disk_store_open(&s, &c, io, count_found, NULL, why, sizeof(why)), KVD_OK);
+    ck_assert_int_eq(kvd__disk_store_open(&s, &c, io, count_found, NULL, why, sizeof(why)), KVD_OK);
     dt = now_s() - t0;
     ck_assert_uint_eq(big_found, n);
     fprintf(stderr, "check_disk_store: 1,000,000 records found again in %.2f s\n", dt);
     ck_assert_msg(dt < 3.0, "reopening took %.2f s", dt);
-    kvd_disk_store_close(&s);
-    kvd_disk_io_destroy(&io);
+    kvd__disk_store_close(&s);
+    kvd__disk_io_destroy(&io);
     scratch_rm();
 }
 END_TEST

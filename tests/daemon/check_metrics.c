@@ -28,26 +28,26 @@
 
 START_TEST(test_parse_addr)
 {
-    kvd_metrics_addr_t a;
+    kvd__metrics_addr_t a;
     char err[256];
 
-    ck_assert_int_eq(kvd_metrics_parse_addr("9400", 0, &a, err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__metrics_parse_addr("9400", 0, &a, err, sizeof(err)), KVD_OK);
     ck_assert_str_eq(a.host, "127.0.0.1");
     ck_assert_uint_eq(a.port, 9400);
     ck_assert_int_eq(a.loopback, 1);
-    ck_assert_int_eq(kvd_metrics_parse_addr("localhost:0", 0, &a, err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__metrics_parse_addr("localhost:0", 0, &a, err, sizeof(err)), KVD_OK);
     ck_assert_str_eq(a.host, "127.0.0.1");
     ck_assert_uint_eq(a.port, 0);
-    ck_assert_int_eq(kvd_metrics_parse_addr("127.0.0.2:81", 0, &a, err, sizeof(err)), KVD_OK);
-    ck_assert_int_eq(kvd_metrics_parse_addr("[::1]:9400", 0, &a, err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__metrics_parse_addr("127.0.0.2:81", 0, &a, err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__metrics_parse_addr("[::1]:9400", 0, &a, err, sizeof(err)), KVD_OK);
     ck_assert_int_eq(a.family, AF_INET6);
     ck_assert_int_eq(a.loopback, 1);
     /* not loopback: refused unless allowed */
-    ck_assert_int_eq(kvd_metrics_parse_addr("0.0.0.0:9400", 0, &a, err, sizeof(err)), KVD_EINVAL);
+    ck_assert_int_eq(kvd__metrics_parse_addr("0.0.0.0:9400", 0, &a, err, sizeof(err)), KVD_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "metrics-allow-remote"));
-    ck_assert_int_eq(kvd_metrics_parse_addr("10.1.2.3:9400", 0, &a, err, sizeof(err)), KVD_EINVAL);
-    ck_assert_int_eq(kvd_metrics_parse_addr("[::]:9400", 0, &a, err, sizeof(err)), KVD_EINVAL);
-    ck_assert_int_eq(kvd_metrics_parse_addr("0.0.0.0:9400", 1, &a, err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__metrics_parse_addr("10.1.2.3:9400", 0, &a, err, sizeof(err)), KVD_EINVAL);
+    ck_assert_int_eq(kvd__metrics_parse_addr("[::]:9400", 0, &a, err, sizeof(err)), KVD_EINVAL);
+    ck_assert_int_eq(kvd__metrics_parse_addr("0.0.0.0:9400", 1, &a, err, sizeof(err)), KVD_OK);
     ck_assert_int_eq(a.loopback, 0);
     /* malformed */
     {
@@ -57,7 +57,7 @@ START_TEST(test_parse_addr)
                                           "127.0.0.1:123456", "999.0.0.1:80"};
         size_t i;
         for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-            ck_assert_msg(kvd_metrics_parse_addr(bad[i], 1, &a, err, sizeof(err)) == KVD_EINVAL,
+            ck_assert_msg(kvd__metrics_parse_addr(bad[i], 1, &a, err, sizeof(err)) == KVD_EINVAL,
                           "'%s' accepted", bad[i]);
     }
 }
@@ -65,15 +65,15 @@ END_TEST
 
 START_TEST(test_option_checked)
 {
-    kvd_options_t o;
+    kvd__options_t o;
     char err[256];
 
-    kvd_options_init(&o);
+    kvd__options_init(&o);
     ck_assert_str_eq(o.metrics, ""); /* off unless asked */
-    ck_assert_int_eq(kvd_options_set(&o, "metrics", "0.0.0.0:9400", err, sizeof(err)), KVD_OK);
-    ck_assert_int_eq(kvd_options_check(&o, err, sizeof(err)), KVD_EINVAL);
-    ck_assert_int_eq(kvd_options_set(&o, "metrics-allow-remote", "yes", err, sizeof(err)), KVD_OK);
-    ck_assert_int_eq(kvd_options_check(&o, err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "metrics", "0.0.0.0:9400", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_check(&o, err, sizeof(err)), KVD_EINVAL);
+    ck_assert_int_eq(kvd__options_set(&o, "metrics-allow-remote", "yes", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_check(&o, err, sizeof(err)), KVD_OK);
     /* and the daemon refuses to start with it */
     {
         char dir[] = "/tmp/kvdt-mx-XXXXXX", sock[128];

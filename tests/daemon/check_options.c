@@ -15,10 +15,10 @@ static char err[512];
 
 START_TEST(test_defaults)
 {
-    kvd_options_t o;
+    kvd__options_t o;
     size_t i;
 
-    kvd_options_init(&o);
+    kvd__options_init(&o);
     ck_assert_str_eq(o.socket, "");
     ck_assert_int_eq(o.backend, KVD_BACKEND_AUTO);
     ck_assert_int_eq(o.log_level, 2);
@@ -26,52 +26,52 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(o.max_inline_bytes, 4u << 20);
     ck_assert_uint_eq(o.blocks[KVD_STREAM_OFFLOAD], 32);
     ck_assert_int_eq(o.priority[KVD_STREAM_RELOAD], 1);
-    ck_assert_int_eq(kvd_options_check(&o, err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_check(&o, err, sizeof(err)), KVD_OK);
     /* every default is itself a valid value of its option */
     for (i = 0; i < kvd__option_count; i++)
-        ck_assert_msg(kvd_options_set(&o, kvd__option_table[i].name, kvd__option_table[i].def,
-                                      err, sizeof(err)) == KVD_OK,
+        ck_assert_msg(kvd__options_set(&o, kvd__option_table[i].name, kvd__option_table[i].def,
+                                       err, sizeof(err)) == KVD_OK,
                       "%s: %s", kvd__option_table[i].name, err);
 }
 END_TEST
 
 START_TEST(test_set_values)
 {
-    kvd_options_t o;
+    kvd__options_t o;
     char buf[64];
 
-    kvd_options_init(&o);
-    ck_assert_int_eq(kvd_options_set(&o, "backend", "cpu", err, sizeof(err)), KVD_OK);
+    kvd__options_init(&o);
+    ck_assert_int_eq(kvd__options_set(&o, "backend", "cpu", err, sizeof(err)), KVD_OK);
     ck_assert_int_eq(o.backend, KVD_BACKEND_CPU);
-    ck_assert_int_eq(kvd_options_set(&o, "max-frame-bytes", "1M", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "max-frame-bytes", "1M", err, sizeof(err)), KVD_OK);
     ck_assert_uint_eq(o.max_frame_bytes, 1u << 20);
-    ck_assert_int_eq(kvd_options_set(&o, "max-pool-bytes", "2g", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "max-pool-bytes", "2g", err, sizeof(err)), KVD_OK);
     ck_assert_uint_eq(o.max_pool_bytes, 2ull << 30);
-    ck_assert_int_eq(kvd_options_set(&o, "max-total-pool-bytes", "1T", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "max-total-pool-bytes", "1T", err, sizeof(err)), KVD_OK);
     ck_assert_uint_eq(o.max_total_pool_bytes, 1ull << 40);
-    ck_assert_int_eq(kvd_options_set(&o, "d2d-blocks", "8", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "d2d-blocks", "8", err, sizeof(err)), KVD_OK);
     ck_assert_uint_eq(o.blocks[KVD_STREAM_D2D], 8);
-    ck_assert_int_eq(kvd_options_set(&o, "log-level", "debug", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "log-level", "debug", err, sizeof(err)), KVD_OK);
     ck_assert_int_eq(o.log_level, 3);
     /* numbers are decimal, sizes take binary and decimal units and fractions
      * (the parser CLI and daemon share, proto/src/parse.h) */
-    ck_assert_int_eq(kvd_options_set(&o, "max-inflight", "010", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "max-inflight", "010", err, sizeof(err)), KVD_OK);
     ck_assert_uint_eq(o.max_inflight, 10);
-    ck_assert_int_eq(kvd_options_set(&o, "host-memory-budget", "2GiB", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "host-memory-budget", "2GiB", err, sizeof(err)), KVD_OK);
     ck_assert_uint_eq(o.host_memory_budget.bytes, 2ull << 30);
-    ck_assert_int_eq(kvd_options_set(&o, "host-memory-budget", "2GB", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "host-memory-budget", "2GB", err, sizeof(err)), KVD_OK);
     ck_assert_uint_eq(o.host_memory_budget.bytes, 2000000000ull);
-    ck_assert_int_eq(kvd_options_set(&o, "host-memory-budget", "1.5G", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "host-memory-budget", "1.5G", err, sizeof(err)), KVD_OK);
     ck_assert_uint_eq(o.host_memory_budget.bytes, 3ull << 29);
-    ck_assert_int_eq(kvd_options_set(&o, "max-frame-bytes", "16MB", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "max-frame-bytes", "16MB", err, sizeof(err)), KVD_OK);
     ck_assert_uint_eq(o.max_frame_bytes, 16000000);
     /* a size out of range is said in sizes */
-    ck_assert_int_eq(kvd_options_set(&o, "host-memory-budget", "8M", err, sizeof(err)),
+    ck_assert_int_eq(kvd__options_set(&o, "host-memory-budget", "8M", err, sizeof(err)),
                      KVD_ERANGE);
     ck_assert_str_eq(err, "host-memory-budget: 8M (8.0 MiB) is below the least, 16.0 MiB");
-    ck_assert_int_eq(kvd_options_set(&o, "socket", "/run/x.sock", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "socket", "/run/x.sock", err, sizeof(err)), KVD_OK);
     ck_assert_str_eq(o.socket, "/run/x.sock");
-    kvd_options_format(&o, &kvd__option_table[2], buf, sizeof(buf)); /* backend */
+    kvd__options_format(&o, &kvd__option_table[2], buf, sizeof(buf)); /* backend */
     ck_assert_str_eq(buf, "cpu");
 }
 END_TEST
@@ -107,13 +107,13 @@ static const struct {
 
 START_TEST(test_bad_values)
 {
-    kvd_options_t o, before;
+    kvd__options_t o, before;
 
-    kvd_options_init(&o);
+    kvd__options_init(&o);
     before = o;
     err[0] = '\0';
-    ck_assert_int_eq(kvd_options_set(&o, bad_values[_i].name, bad_values[_i].value, err,
-                                     sizeof(err)),
+    ck_assert_int_eq(kvd__options_set(&o, bad_values[_i].name, bad_values[_i].value, err,
+                                      sizeof(err)),
                      bad_values[_i].want);
     ck_assert_msg(err[0] != '\0', "no message for %s", bad_values[_i].name);
     ck_assert_mem_eq(&o, &before, sizeof(o)); /* unchanged */
@@ -122,13 +122,13 @@ END_TEST
 
 START_TEST(test_long_string)
 {
-    kvd_options_t o;
+    kvd__options_t o;
     char big[KVD_OPT_STR_MAX + 10];
 
-    kvd_options_init(&o);
+    kvd__options_init(&o);
     memset(big, 'a', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
-    ck_assert_int_eq(kvd_options_set(&o, "socket", big, err, sizeof(err)), KVD_ERANGE);
+    ck_assert_int_eq(kvd__options_set(&o, "socket", big, err, sizeof(err)), KVD_ERANGE);
 }
 END_TEST
 
@@ -136,20 +136,20 @@ END_TEST
  * longest names), not 255 bytes; past its own limit it is refused. */
 START_TEST(test_cluster_peers_long)
 {
-    kvd_options_t *o = malloc(sizeof(*o));
+    kvd__options_t *o = malloc(sizeof(*o));
     char *list = malloc(KVD_OPT_PEERS_MAX + 10);
     size_t len = 0;
 
-    kvd_options_init(o);
+    kvd__options_init(o);
     for (int i = 0; i < 64; i++)
         len += (size_t)snprintf(list + len, KVD_OPT_PEERS_MAX - len, "%s10.0.%d.%d:7070",
                                 i ? "," : "", i / 8, i);
     ck_assert_uint_gt(len, KVD_OPT_STR_MAX);
-    ck_assert_int_eq(kvd_options_set(o, "cluster-peers", list, err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(o, "cluster-peers", list, err, sizeof(err)), KVD_OK);
     ck_assert_str_eq(o->cluster_peers, list);
     memset(list, 'a', KVD_OPT_PEERS_MAX + 1);
     list[KVD_OPT_PEERS_MAX] = '\0';
-    ck_assert_int_eq(kvd_options_set(o, "cluster-peers", list, err, sizeof(err)), KVD_ERANGE);
+    ck_assert_int_eq(kvd__options_set(o, "cluster-peers", list, err, sizeof(err)), KVD_ERANGE);
     ck_assert_ptr_nonnull(strstr(err, "longer than 16383 bytes"));
     free(list);
     free(o);
@@ -158,23 +158,23 @@ END_TEST
 
 START_TEST(test_cross_checks)
 {
-    kvd_options_t o;
+    kvd__options_t o;
 
-    kvd_options_init(&o);
+    kvd__options_init(&o);
     o.max_inline_bytes = o.max_frame_bytes + 1;
-    ck_assert_int_eq(kvd_options_check(&o, err, sizeof(err)), KVD_EINVAL);
-    kvd_options_init(&o);
+    ck_assert_int_eq(kvd__options_check(&o, err, sizeof(err)), KVD_EINVAL);
+    kvd__options_init(&o);
     o.max_pool_bytes = 100;
     o.max_total_pool_bytes = 50;
-    ck_assert_int_eq(kvd_options_check(&o, err, sizeof(err)), KVD_EINVAL);
-    kvd_options_init(&o);
+    ck_assert_int_eq(kvd__options_check(&o, err, sizeof(err)), KVD_EINVAL);
+    kvd__options_init(&o);
     snprintf(o.allow_uids, sizeof(o.allow_uids), "1000,abc");
-    ck_assert_int_eq(kvd_options_check(&o, err, sizeof(err)), KVD_EINVAL);
+    ck_assert_int_eq(kvd__options_check(&o, err, sizeof(err)), KVD_EINVAL);
     snprintf(o.allow_uids, sizeof(o.allow_uids), "1000, 1001");
-    ck_assert_int_eq(kvd_options_check(&o, err, sizeof(err)), KVD_OK);
-    ck_assert(kvd_options_id_listed(o.allow_uids, 1001));
-    ck_assert(!kvd_options_id_listed(o.allow_uids, 100));
-    ck_assert(!kvd_options_id_listed("", 0));
+    ck_assert_int_eq(kvd__options_check(&o, err, sizeof(err)), KVD_OK);
+    ck_assert(kvd__options_id_listed(o.allow_uids, 1001));
+    ck_assert(!kvd__options_id_listed(o.allow_uids, 100));
+    ck_assert(!kvd__options_id_listed("", 0));
 }
 END_TEST
 
@@ -191,7 +191,7 @@ START_TEST(test_config_file)
 {
     char path[] = "/tmp/kvdt-conf-XXXXXX";
     int fd = mkstemp(path);
-    kvd_options_t o;
+    kvd__options_t o;
 
     ck_assert_int_ge(fd, 0);
     close(fd);
@@ -203,8 +203,8 @@ START_TEST(test_config_file)
                      "metrics = '127.0.0.1:9400'\n"
                      "metrics-allow-remote = True\n"
                      "offload-blocks = 4\n");
-    kvd_options_init(&o);
-    ck_assert_int_eq(kvd_options_load_file(&o, path, err, sizeof(err)), KVD_OK);
+    kvd__options_init(&o);
+    ck_assert_int_eq(kvd__options_load_file(&o, path, err, sizeof(err)), KVD_OK);
     ck_assert_int_eq(o.backend, KVD_BACKEND_CPU);
     ck_assert_uint_eq(o.max_inflight, 7);
     ck_assert_str_eq(o.socket, "/run/kvdock/a test #1.sock");
@@ -214,11 +214,11 @@ START_TEST(test_config_file)
     /* every usual spelling of a switch */
     for (int i = 0; i < 8; i++) {
         static const char *const words[] = {"yes", "ON", "true", "1", "no", "Off", "FALSE", "0"};
-        ck_assert_int_eq(kvd_options_set(&o, "metrics-allow-remote", words[i], err, sizeof(err)),
+        ck_assert_int_eq(kvd__options_set(&o, "metrics-allow-remote", words[i], err, sizeof(err)),
                          KVD_OK);
         ck_assert_int_eq(o.metrics_allow_remote, i < 4);
     }
-    ck_assert_int_eq(kvd_options_set(&o, "metrics-allow-remote", "maybe", err, sizeof(err)),
+    ck_assert_int_eq(kvd__options_set(&o, "metrics-allow-remote", "maybe", err, sizeof(err)),
                      KVD_EINVAL);
     unlink(path);
 }
@@ -239,19 +239,19 @@ START_TEST(test_config_file_bad)
 {
     char path[] = "/tmp/kvdt-conf-XXXXXX";
     int fd = mkstemp(path);
-    kvd_options_t o, before;
+    kvd__options_t o, before;
 
     ck_assert_int_ge(fd, 0);
     close(fd);
     write_file(path, bad_files[_i].text);
-    kvd_options_init(&o);
+    kvd__options_init(&o);
     before = o;
-    ck_assert_int_ne(kvd_options_load_file(&o, path, err, sizeof(err)), KVD_OK);
+    ck_assert_int_ne(kvd__options_load_file(&o, path, err, sizeof(err)), KVD_OK);
     ck_assert_msg(strstr(err, bad_files[_i].in_msg) != NULL, "message '%s' lacks '%s'", err,
                   bad_files[_i].in_msg);
     ck_assert_mem_eq(&o, &before, sizeof(o)); /* all or nothing */
     unlink(path);
-    ck_assert_int_eq(kvd_options_load_file(&o, "/nonexistent/kvdockd.conf", err, sizeof(err)),
+    ck_assert_int_eq(kvd__options_load_file(&o, "/nonexistent/kvdockd.conf", err, sizeof(err)),
                      KVD_EIO);
 }
 END_TEST
@@ -260,7 +260,7 @@ START_TEST(test_args)
 {
     char path[] = "/tmp/kvdt-conf-XXXXXX";
     int fd = mkstemp(path);
-    kvd_options_t o;
+    kvd__options_t o;
 
     ck_assert_int_ge(fd, 0);
     close(fd);
@@ -269,46 +269,46 @@ START_TEST(test_args)
         /* the command line overrides the file, wherever --config stands */
         char *argv[] = {"kvdockd", "--max-inflight", "9", "--config", path,
                         "--backend=cpu", NULL};
-        ck_assert_int_eq(kvd_options_parse_args(&o, 6, argv, err, sizeof(err)), KVD_OPTS_RUN);
+        ck_assert_int_eq(kvd__options_parse_args(&o, 6, argv, err, sizeof(err)), KVD_OPTS_RUN);
         ck_assert_uint_eq(o.max_inflight, 9);
         ck_assert_uint_eq(o.max_pools, 3);
         ck_assert_int_eq(o.backend, KVD_BACKEND_CPU);
     }
     {
         char *argv[] = {"kvdockd", "--help", NULL};
-        ck_assert_int_eq(kvd_options_parse_args(&o, 2, argv, err, sizeof(err)), KVD_OPTS_HELP);
+        ck_assert_int_eq(kvd__options_parse_args(&o, 2, argv, err, sizeof(err)), KVD_OPTS_HELP);
     }
     {
         char *argv[] = {"kvdockd", "--version", NULL};
-        ck_assert_int_eq(kvd_options_parse_args(&o, 2, argv, err, sizeof(err)),
+        ck_assert_int_eq(kvd__options_parse_args(&o, 2, argv, err, sizeof(err)),
                          KVD_OPTS_VERSION);
     }
     {
         char *argv[] = {"kvdockd", "--print-config", "--max-pools", "5", NULL};
-        ck_assert_int_eq(kvd_options_parse_args(&o, 4, argv, err, sizeof(err)), KVD_OPTS_PRINT);
+        ck_assert_int_eq(kvd__options_parse_args(&o, 4, argv, err, sizeof(err)), KVD_OPTS_PRINT);
         ck_assert_uint_eq(o.max_pools, 5);
     }
     {
         char *argv[] = {"kvdockd", "--max-pools", NULL};
-        ck_assert_int_eq(kvd_options_parse_args(&o, 2, argv, err, sizeof(err)), KVD_OPTS_ERROR);
+        ck_assert_int_eq(kvd__options_parse_args(&o, 2, argv, err, sizeof(err)), KVD_OPTS_ERROR);
         ck_assert_ptr_nonnull(strstr(err, "needs a value"));
     }
     {
         char *argv[] = {"kvdockd", "stray", NULL};
-        ck_assert_int_eq(kvd_options_parse_args(&o, 2, argv, err, sizeof(err)), KVD_OPTS_ERROR);
+        ck_assert_int_eq(kvd__options_parse_args(&o, 2, argv, err, sizeof(err)), KVD_OPTS_ERROR);
     }
     {
         char *argv[] = {"kvdockd", "--bogus=1", NULL};
-        ck_assert_int_eq(kvd_options_parse_args(&o, 2, argv, err, sizeof(err)), KVD_OPTS_ERROR);
+        ck_assert_int_eq(kvd__options_parse_args(&o, 2, argv, err, sizeof(err)), KVD_OPTS_ERROR);
         ck_assert_ptr_nonnull(strstr(err, "unknown option"));
     }
     {
         char *argv[] = {"kvdockd", "--config", "/nonexistent.conf", NULL};
-        ck_assert_int_eq(kvd_options_parse_args(&o, 3, argv, err, sizeof(err)), KVD_OPTS_ERROR);
+        ck_assert_int_eq(kvd__options_parse_args(&o, 3, argv, err, sizeof(err)), KVD_OPTS_ERROR);
     }
     {
         char *argv[] = {"kvdockd", "--max-inline-bytes", "32M", NULL};
-        ck_assert_int_eq(kvd_options_parse_args(&o, 3, argv, err, sizeof(err)), KVD_OPTS_ERROR);
+        ck_assert_int_eq(kvd__options_parse_args(&o, 3, argv, err, sizeof(err)), KVD_OPTS_ERROR);
         ck_assert_ptr_nonnull(strstr(err, "max-inline-bytes"));
     }
     unlink(path);
@@ -321,7 +321,7 @@ START_TEST(test_help_lists_every_option)
     size_t len = 0, i;
     FILE *f = open_memstream(&text, &len);
 
-    kvd_options_help(f, "kvdockd");
+    kvd__options_help(f, "kvdockd");
     fclose(f);
     for (i = 0; i < kvd__option_count; i++) {
         char want[80];
@@ -341,15 +341,15 @@ START_TEST(test_help_lists_every_option)
     {
         char path[] = "/tmp/kvdt-conf-XXXXXX";
         int fd = mkstemp(path);
-        kvd_options_t o, back;
+        kvd__options_t o, back;
         FILE *out = fdopen(fd, "w");
 
-        kvd_options_init(&o);
+        kvd__options_init(&o);
         o.max_pools = 77;
-        kvd_options_print(&o, out);
+        kvd__options_print(&o, out);
         fclose(out);
-        kvd_options_init(&back);
-        ck_assert_int_eq(kvd_options_load_file(&back, path, err, sizeof(err)), KVD_OK);
+        kvd__options_init(&back);
+        ck_assert_int_eq(kvd__options_load_file(&back, path, err, sizeof(err)), KVD_OK);
         ck_assert_uint_eq(back.max_pools, 77);
         ck_assert_mem_eq(&back, &o, sizeof(o));
         unlink(path);
@@ -361,7 +361,7 @@ START_TEST(test_example_config)
 {
     /* deploy/kvdockd.example.conf is what the table generates now, parses,
      * and names every option */
-    kvd_options_t o;
+    kvd__options_t o;
     FILE *f = fopen(KVD_EXAMPLE_CONF, "r");
     char *text = NULL, *gen = NULL;
     size_t cap = 0, i, gen_len = 0;
@@ -376,7 +376,7 @@ START_TEST(test_example_config)
     free(text);
     g = open_memstream(&gen, &gen_len);
     ck_assert_ptr_nonnull(g);
-    kvd_options_print_example(g);
+    kvd__options_print_example(g);
     fclose(g);
     ck_assert_msg(strcmp(all, gen) == 0, "deploy/kvdockd.example.conf is out of date: "
                   "regenerate it with `kvdockd --print-example-config`");
@@ -388,8 +388,8 @@ START_TEST(test_example_config)
         snprintf(want, sizeof(want), "\n# %s =", kvd__option_table[i].name);
         ck_assert_msg(strstr(all, want) != NULL, "example config lacks %s", want);
     }
-    kvd_options_init(&o);
-    ck_assert_int_eq(kvd_options_load_file(&o, KVD_EXAMPLE_CONF, err, sizeof(err)), KVD_OK);
+    kvd__options_init(&o);
+    ck_assert_int_eq(kvd__options_load_file(&o, KVD_EXAMPLE_CONF, err, sizeof(err)), KVD_OK);
 }
 END_TEST
 
@@ -397,11 +397,11 @@ START_TEST(test_default_path)
 {
     /* host <-> device on the copy engines (or kernels with
      * --host-copy-path kernel); every other pair on kernels */
-    kvd_options_t o;
+    kvd__options_t o;
     static const int kinds[] = {KVD_MEM_HOST, KVD_MEM_DEVICE, KVD_MEM_DEVICE_VMM};
     size_t i, j;
 
-    kvd_options_init(&o);
+    kvd__options_init(&o);
     for (i = 0; i < 3; i++)
         for (j = 0; j < 3; j++)
             ck_assert_int_eq(kvd__default_path(&o, kinds[i], kinds[j]),
@@ -410,18 +410,18 @@ START_TEST(test_default_path)
     ck_assert_int_eq(kvd__stream_path(&o, KVD_STREAM_OFFLOAD), KVD_PATH_COPY_ENGINE);
     ck_assert_int_eq(kvd__stream_path(&o, KVD_STREAM_WRITE), KVD_PATH_KERNEL);
     ck_assert_int_eq(kvd__stream_path(&o, KVD_STREAM_D2D), KVD_PATH_KERNEL);
-    ck_assert_int_eq(kvd_options_set(&o, "host-copy-path", "kernel", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "host-copy-path", "kernel", err, sizeof(err)), KVD_OK);
     ck_assert_int_eq(kvd__default_path(&o, KVD_MEM_HOST, KVD_MEM_DEVICE), KVD_PATH_KERNEL);
     ck_assert_int_eq(kvd__stream_path(&o, KVD_STREAM_OFFLOAD), KVD_PATH_KERNEL);
-    ck_assert_int_eq(kvd_options_set(&o, "host-copy-path", "sm", err, sizeof(err)), KVD_EINVAL);
+    ck_assert_int_eq(kvd__options_set(&o, "host-copy-path", "sm", err, sizeof(err)), KVD_EINVAL);
     /* how small host-to-device runs are issued: in batches unless told */
-    kvd_options_init(&o);
+    kvd__options_init(&o);
     ck_assert_int_eq(o.copy_issue, KVD_COPY_ISSUE_BATCH);
-    ck_assert_int_eq(kvd_options_set(&o, "copy-issue", "each", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "copy-issue", "each", err, sizeof(err)), KVD_OK);
     ck_assert_int_eq(o.copy_issue, KVD_COPY_ISSUE_EACH);
-    ck_assert_int_eq(kvd_options_set(&o, "copy-issue", "batch", err, sizeof(err)), KVD_OK);
+    ck_assert_int_eq(kvd__options_set(&o, "copy-issue", "batch", err, sizeof(err)), KVD_OK);
     ck_assert_int_eq(o.copy_issue, KVD_COPY_ISSUE_BATCH);
-    ck_assert_int_eq(kvd_options_set(&o, "copy-issue", "auto", err, sizeof(err)), KVD_EINVAL);
+    ck_assert_int_eq(kvd__options_set(&o, "copy-issue", "auto", err, sizeof(err)), KVD_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "batch|each"));
 }
 END_TEST

@@ -9,7 +9,7 @@
  * frame decodes as an Auth, under the limit after it (8 MiB), exactly as
  * door.c's on_read does; each whole frame is unpacked as a
  * kvdock.cluster.Msg, and the addresses of a Lanes message go through
- * kvd_cw_ucx_address_ok against a real UCX 1.13 worker address (TCP on
+ * kvd__cw_ucx_address_ok against a real UCX 1.13 worker address (TCP on
  * the loopback, as ucp_worker_get_address packs it).  The first byte of
  * the input chooses how the stream is split into reads (1 to 256 bytes
  * each), so that partial headers and frames are exercised.
@@ -47,8 +47,8 @@ static void check_lanes(const Kvdock__Cluster__Lanes *ln)
         /* a copy of exactly its length: ASan sees any read past it */
         uint8_t *copy = malloc(a->len ? a->len : 1);
         memcpy(copy, a->data, a->len);
-        if (kvd_cw_ucx_address_ok(copy, a->len, own, sizeof(own)) && a->len > 0 &&
-            kvd_cw_ucx_address_ok(copy, a->len - 1, own, sizeof(own)))
+        if (kvd__cw_ucx_address_ok(copy, a->len, own, sizeof(own)) && a->len > 0 &&
+            kvd__cw_ucx_address_ok(copy, a->len - 1, own, sizeof(own)))
             abort(); /* accepted both whole and cut short: the walk is not bounded by len */
         free(copy);
     }
@@ -62,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (size < 1)
         return 0;
-    if (!kvd_cw_ucx_address_ok(own, sizeof(own), own, sizeof(own)))
+    if (!kvd__cw_ucx_address_ok(own, sizeof(own), own, sizeof(own)))
         abort(); /* the sample must pass */
     step = (size_t)data[0] + 1;
     rx = malloc(size);
@@ -76,8 +76,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break; /* refused */
         for (;;) {
             uint32_t len;
-            int r = kvd_cw_frame(rx + at, rx_len - at, authed ? MAX_CTRL_BYTES : PREAUTH_FRAME,
-                                 &len);
+            int r = kvd__cw_frame(rx + at, rx_len - at, authed ? MAX_CTRL_BYTES : PREAUTH_FRAME,
+                                  &len);
             Kvdock__Cluster__Msg *m;
             if (r == KVD_CW_BAD)
                 goto done;
@@ -108,7 +108,7 @@ done:
     {
         uint8_t *copy = malloc(size);
         memcpy(copy, data, size);
-        (void)kvd_cw_ucx_address_ok(copy, size, own, sizeof(own));
+        (void)kvd__cw_ucx_address_ok(copy, size, own, sizeof(own));
         free(copy);
     }
     free(rx);

@@ -63,7 +63,7 @@ const char *__lsan_default_suppressions(void)
 #define MAX_RECORDS 32
 
 static uv_loop_t loop;
-static kvd_server_t *srv;
+static kvd__server_t *srv;
 static int door_port, peer_port;
 static rawpeer_t *outlink; /* the daemon's outbound link, while it lasts */
 static uint64_t pings;
@@ -216,7 +216,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     static char dir[64], sock[128], secret[128], listen_at[64], peers[64];
     const char *seeds = getenv("KVD_FUZZ_WRITE_SEEDS");
-    kvd_options_t o;
+    kvd__options_t o;
     char why[256] = "", err[256];
     pthread_t t;
     FILE *f;
@@ -247,20 +247,20 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     outlink = rawpeer_new();
     if (rawpeer_listen(outlink, peer_port) != 0)
         die("cannot listen as the configured peer");
-    kvd_options_init(&o);
-    if (kvd_options_set(&o, "backend", "cpu", err, sizeof(err)) != KVD_OK ||
-        kvd_options_set(&o, "socket", sock, err, sizeof(err)) != KVD_OK ||
-        kvd_options_set(&o, "host-memory-budget", "256M", err, sizeof(err)) != KVD_OK ||
-        kvd_options_set(&o, "cluster-listen", listen_at, err, sizeof(err)) != KVD_OK ||
-        kvd_options_set(&o, "cluster-peers", peers, err, sizeof(err)) != KVD_OK ||
-        kvd_options_set(&o, "cluster-secret-file", secret, err, sizeof(err)) != KVD_OK ||
-        kvd_options_set(&o, "cluster-allow-from", "127.0.0.1", err, sizeof(err)) != KVD_OK ||
-        kvd_options_set(&o, "cluster-lanes", "1", err, sizeof(err)) != KVD_OK ||
-        kvd_options_set(&o, "cluster-deadline-ms", "2000", err, sizeof(err)) != KVD_OK)
+    kvd__options_init(&o);
+    if (kvd__options_set(&o, "backend", "cpu", err, sizeof(err)) != KVD_OK ||
+        kvd__options_set(&o, "socket", sock, err, sizeof(err)) != KVD_OK ||
+        kvd__options_set(&o, "host-memory-budget", "256M", err, sizeof(err)) != KVD_OK ||
+        kvd__options_set(&o, "cluster-listen", listen_at, err, sizeof(err)) != KVD_OK ||
+        kvd__options_set(&o, "cluster-peers", peers, err, sizeof(err)) != KVD_OK ||
+        kvd__options_set(&o, "cluster-secret-file", secret, err, sizeof(err)) != KVD_OK ||
+        kvd__options_set(&o, "cluster-allow-from", "127.0.0.1", err, sizeof(err)) != KVD_OK ||
+        kvd__options_set(&o, "cluster-lanes", "1", err, sizeof(err)) != KVD_OK ||
+        kvd__options_set(&o, "cluster-deadline-ms", "2000", err, sizeof(err)) != KVD_OK)
         die(err);
     if (uv_loop_init(&loop) != 0)
         die("uv_loop_init");
-    if (kvd_server_create(&loop, &o, &srv, why, sizeof(why)) != KVD_OK)
+    if (kvd__server_create(&loop, &o, &srv, why, sizeof(why)) != KVD_OK)
         die(why);
     if (pthread_create(&t, NULL, run_loop, NULL) != 0)
         die("pthread_create");

@@ -3,7 +3,7 @@
  * (cpu backend), built with AddressSanitizer and UndefinedBehaviorSanitizer
  * (cmake -DKVD_FUZZ=ON with clang; see tests/fuzz/run.sh).
  *
- * Nothing of the daemon is stubbed: one real server (kvd_server_create,
+ * Nothing of the daemon is stubbed: one real server (kvd__server_create,
  * options, cpu backend, registry, counters) lives for the whole run, and
  * each input goes through a real connection (kvd__conn_create) on one end
  * of a socketpair, driven by the server's own libuv loop: framing, the
@@ -52,7 +52,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 #define FD_FRAMES 3 /* frames 2..4 carry a memfd */
 
 static uv_loop_t loop;
-static kvd_server_t *srv;
+static kvd__server_t *srv;
 /* KVD_FUZZ_EXPECT_OK: the inputs are valid sessions (the seeds named ok-*):
  * every request must get exactly one reply, and that reply must be OK. */
 static int expect_ok;
@@ -68,20 +68,20 @@ static void die(const char *what)
 
 static void server_up(void)
 {
-    kvd_options_t o;
+    kvd__options_t o;
     char why[256] = "", err[256];
 
-    kvd_options_init(&o);
-    if (kvd_options_set(&o, "backend", "cpu", err, sizeof(err)) != KVD_OK ||
-        kvd_options_set(&o, "socket", sock_path, err, sizeof(err)) != KVD_OK ||
+    kvd__options_init(&o);
+    if (kvd__options_set(&o, "backend", "cpu", err, sizeof(err)) != KVD_OK ||
+        kvd__options_set(&o, "socket", sock_path, err, sizeof(err)) != KVD_OK ||
         /* a crash, not a memory limit, is what we look for: keep pools small */
-        kvd_options_set(&o, "max-pool-bytes", "32M", err, sizeof(err)) != KVD_OK ||
-        kvd_options_set(&o, "max-total-pool-bytes", "64M", err, sizeof(err)) != KVD_OK ||
-        kvd_options_set(&o, "max-frame-bytes", "1M", err, sizeof(err)) != KVD_OK ||
-        kvd_options_set(&o, "max-inline-bytes", "512K", err, sizeof(err)) != KVD_OK ||
-        kvd_options_set(&o, "shutdown-timeout-ms", "2000", err, sizeof(err)) != KVD_OK)
+        kvd__options_set(&o, "max-pool-bytes", "32M", err, sizeof(err)) != KVD_OK ||
+        kvd__options_set(&o, "max-total-pool-bytes", "64M", err, sizeof(err)) != KVD_OK ||
+        kvd__options_set(&o, "max-frame-bytes", "1M", err, sizeof(err)) != KVD_OK ||
+        kvd__options_set(&o, "max-inline-bytes", "512K", err, sizeof(err)) != KVD_OK ||
+        kvd__options_set(&o, "shutdown-timeout-ms", "2000", err, sizeof(err)) != KVD_OK)
         die(err);
-    if (kvd_server_create(&loop, &o, &srv, why, sizeof(why)) != KVD_OK)
+    if (kvd__server_create(&loop, &o, &srv, why, sizeof(why)) != KVD_OK)
         die(why);
 }
 
@@ -92,7 +92,7 @@ static void server_down(void)
     if (!srv->shutting_down)
         kvd__server_begin_shutdown(srv, 1, "fuzz: fresh server");
     uv_run(&loop, UV_RUN_DEFAULT);
-    kvd_server_destroy(&srv);
+    kvd__server_destroy(&srv);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

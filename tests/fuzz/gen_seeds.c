@@ -625,7 +625,7 @@ int main(int argc, char **argv)
     /* Regressions: inputs that once crashed the daemon. */
     /* A shared pool outlives its creator; the daemon then shut down and
      * destroyed its backend before releasing the pool: use after free in
-     * kvd_registry_deinit (found by fuzz_frames; fixed in server.c). */
+     * kvd__registry_deinit (found by fuzz_frames; fixed in server.c). */
     begin(); hello(KVD_PROTOCOL_VERSION); pool_create("mla", 3, 128, 16, 1, 16, 1);
     end("regress-shared-pool-outlives-backend");
     begin(); hello(KVD_PROTOCOL_VERSION); pool_create("kept", 1, 16, 16, 0, 0, 1);
