@@ -55,6 +55,7 @@ struct kvd__load {
     int waiting;               /* kvd__load_wait: an operation in flight on conn */
     int ending;                /* kvd__load_end came: ends once copies is 0 */
     int brought;               /* blocks were to be brought (why names what failed) */
+    int busy;                  /* a block on disk found no host slot to be read into */
     struct load_fetch *fetches; /* [n] the reads from disk (kvd__load_fetch) */
     uint32_t reading;          /* of them, in flight */
     char why[200];
@@ -202,7 +203,9 @@ uint32_t kvd__load_missing(const kvd__load_t *l)
 }
 
 /* ENOENT naming every block of the plan that is not in the tier, as index
- * ranges, and why they could not be brought. */
+ * ranges, and why they could not be brought; EBUSY where blocks on disk had
+ * no host slot to be read into (every one held or still being written):
+ * they are still there, and the same load sent again may find room. */
 static kvd_status_t missing_named(const kvd__load_t *l, char *msg, size_t len)
 {
     char ranges[96];
@@ -230,6 +233,11 @@ static kvd_status_t missing_named(const kvd__load_t *l, char *msg, size_t len)
             at += (size_t)snprintf(ranges + at, sizeof(ranges) - at, ",...");
         }
         i = j;
+    }
+    if (l->busy) {
+        snprintf(msg, len, "keys[%s] (%u of %u) could not be brought into host memory now: "
+                 "%.150s; send the load again", ranges, missing, n, l->why);
+        return KVD_EBUSY;
     }
     snprintf(msg, len, "keys[%s] (%u of %u) are neither in the cache nor on a live peer: %.150s",
              ranges, missing, n, l->why[0] ? l->why : "no peer holds them");
@@ -566,6 +574,7 @@ static void fetched(void *arg, kvd_status_t st)
 uint32_t kvd__load_fetch(kvd__load_t *l)
 {
     kvd__cache_store_t *c = &l->cache->store;
+    kvd_status_t st;
     char why[200];
 
     for (uint32_t i = 0; i < l->n; i++) {
@@ -579,7 +588,8 @@ uint32_t kvd__load_fetch(kvd__load_t *l)
         }
         l->fetches[i].l = l;
         l->fetches[i].pos = i;
-        if (kvd__cache_fetch(c, id, fetched, &l->fetches[i], why, sizeof(why)) != KVD_OK) {
+        if ((st = kvd__cache_fetch(c, id, fetched, &l->fetches[i], why, sizeof(why))) != KVD_OK) {
+            l->busy |= st == KVD_EBUSY;
             if (l->why[0] == '\0')
                 snprintf(l->why, sizeof(l->why), "reading blocks from disk: %.170s", why);
             continue;
