@@ -933,6 +933,105 @@ START_TEST(test_disk_full)
 }
 END_TEST
 
+/* Every host slot held by leases: a load of blocks on disk only cannot
+ * read them back now and is EBUSY saying so, the blocks still there; with
+ * the leases gone the same load loads them. */
+START_TEST(test_load_busy)
+{
+    kvdt_daemon_t d;
+    Kvdock__Response *r;
+    Kvdock__Request req;
+    Kvdock__CacheLookup lk = KVDOCK__CACHE_LOOKUP__INIT;
+    Kvdock__CacheStats cs = KVDOCK__CACHE_STATS__INIT;
+    Kvdock__CacheLoad cl = KVDOCK__CACHE_LOAD__INIT;
+    Kvdock__CacheKeys ck;
+    Kvdock__Indices ix = KVDOCK__INDICES__INIT;
+    uint8_t keys[CHAIN][8];
+    int64_t pages[CHAIN];
+    pool_view_t a;
+    uint64_t cache;
+    uint32_t disk_hits;
+    int fd, holder, c, tries;
+
+    world_make();
+    start(&d);
+    fd = kvdt_client(&d, "saver");
+    r = blocks_create(fd, 0);
+    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
+    cache = r->cache->id;
+    kvdock__response__free_unpacked(r, NULL);
+    pool_open(fd, "src", 8 * CHAIN, &a);
+    for (c = 0; c < 8; c++) { /* twice the host level: chains 0-3 end on disk only */
+        for (int i = 0; i < CHAIN; i++)
+            fill_page(&a, (uint64_t)c * CHAIN + i, c, i);
+        r = save_chain(fd, cache, &a, c, 500 + (uint64_t)c);
+        ck_assert_msg(saved_whole(r), "save of chain %d: %u %s", c, r->status, r->message);
+        kvdock__response__free_unpacked(r, NULL);
+    }
+    cs.cache = cache; /* every record written */
+    for (tries = 0;; tries++) {
+        uint32_t on_disk;
+        kvdt_req_init(&req, 60);
+        req.op_case = KVDOCK__REQUEST__OP_CACHE_STATS;
+        req.cache_stats = &cs;
+        r = kvdt_call(fd, &req);
+        ck_assert_uint_eq(r->status, 0);
+        on_disk = r->cache->disk->blocks;
+        kvdock__response__free_unpacked(r, NULL);
+        if (on_disk == 8 * CHAIN)
+            break;
+        ck_assert_msg(tries < KVDT_TIMEOUT_MS / 5, "%u of %d blocks on disk", on_disk, 8 * CHAIN);
+        usleep(5000);
+    }
+    /* chains 4-7 fill the host level: leased, every slot is held */
+    holder = kvdt_client(&d, "holder");
+    for (c = 4; c < 8; c++) {
+        chain_keys(c, CHAIN, keys, &ck);
+        lk.cache = cache;
+        lk.keys = &ck;
+        lk.lease = 1;
+        kvdt_req_init(&req, 61);
+        req.op_case = KVDOCK__REQUEST__OP_CACHE_LOOKUP;
+        req.cache_lookup = &lk;
+        r = kvdt_call(holder, &req);
+        ck_assert_msg(r->status == 0, "lookup: %u %s", r->status, r->message);
+        ck_assert_uint_eq(r->cache_lookup->local_hits, CHAIN);
+        ck_assert_uint_eq(r->cache_lookup->disk_hits, 0);
+        ck_assert_uint_ne(r->cache_lookup->lease, 0);
+        kvdock__response__free_unpacked(r, NULL);
+    }
+    ck_assert_uint_eq(lookup(fd, cache, 0, &disk_hits), CHAIN);
+    ck_assert_uint_eq(disk_hits, CHAIN); /* chain 0: on disk only */
+    chain_keys(0, CHAIN, keys, &ck);
+    for (int i = 0; i < CHAIN; i++)
+        pages[i] = i;
+    ix.values = pages;
+    ix.n_values = CHAIN;
+    cl.cache = cache;
+    cl.pool = a.id;
+    cl.keys = &ck;
+    cl.blocks = &ix;
+    kvdt_req_init(&req, 62);
+    req.op_case = KVDOCK__REQUEST__OP_CACHE_LOAD;
+    req.cache_load = &cl;
+    r = kvdt_call(fd, &req);
+    ck_assert_msg(r->status == KVD_EBUSY, "load with every slot leased: %u %s", r->status,
+                  r->message);
+    ck_assert_msg(strstr(r->message, "send the load again") != NULL, "%s", r->message);
+    kvdock__response__free_unpacked(r, NULL);
+    ck_assert_uint_eq(lookup(fd, cache, 0, NULL), CHAIN); /* nothing lost */
+    close(holder); /* the leases go with it */
+    memset(a.map, 0xA5, a.len);
+    load(fd, cache, &a, 0, CHAIN);
+    for (int i = 0; i < CHAIN; i++)
+        ck_assert_msg(page_is(&a, (uint64_t)i, 0, i), "chain 0 block %d: other bytes", i);
+    munmap(a.map, a.len);
+    close(fd);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
+    world_remove();
+}
+END_TEST
+
 static Suite *restart_suite(void)
 {
     Suite *s = suite_create("disk_restart");
@@ -946,6 +1045,7 @@ static Suite *restart_suite(void)
     tcase_add_test(tc, test_blocks_after_sigkill);
     tcase_add_test(tc, test_disk_full);
     tcase_add_test(tc, test_damaged_segment);
+    tcase_add_test(tc, test_load_busy);
     suite_add_tcase(s, tc);
     return s;
 }
