@@ -46,7 +46,10 @@ static void check_lanes(const Kvdock__Cluster__Lanes *ln)
         const ProtobufCBinaryData *a = &ln->address[k];
         /* a copy of exactly its length: ASan sees any read past it */
         uint8_t *copy = malloc(a->len ? a->len : 1);
-        memcpy(copy, a->data, a->len);
+        if (copy == NULL)
+            abort();
+        if (a->len > 0) /* an empty field's data may be NULL */
+            memcpy(copy, a->data, a->len);
         if (kvd__cw_ucx_address_ok(copy, a->len, own, sizeof(own)) && a->len > 0 &&
             kvd__cw_ucx_address_ok(copy, a->len - 1, own, sizeof(own)))
             abort(); /* accepted both whole and cut short: the walk is not bounded by len */
