@@ -120,7 +120,7 @@ typedef struct measure {
 
 /* Where the measure is: the field names from the request down, as a chain
  * on the stack, written out only when a refusal names it (every request is
- * measured; few are refused). */
+ * sized by this pass; few are refused). */
 typedef struct measure_path {
     const struct measure_path *up; /* NULL: the request itself */
     const char *name;

@@ -555,7 +555,7 @@ static int parse_list(const char *s, uint32_t *v, int max)
     return n;
 }
 
-/* us of CPU per request of the loop thread; < 0: not measured */
+/* us of the loop thread's CPU per request; < 0: its CPU time could not be read */
 static void line(const char *name, const char *fig, const fig_t *raw, const fig_t *kv,
                  double loop_us)
 {

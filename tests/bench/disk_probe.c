@@ -13,7 +13,7 @@
  * --rw=randread).  Sizes are multiples of 4 KiB.  One line:
  *   write_MBps=... read_MBps=... read_iops=... bytes=... read_bs=... read_depth=...
  * (MB: 10^6 bytes, as fio's bw_bytes).  The file is removed at the end.
- * DIR must be on the drive measured and allow O_DIRECT: where open refuses
+ * DIR must be on the drive to probe and allow O_DIRECT: where open refuses
  * it, the probe says so and exits 2.
  */
 #define _GNU_SOURCE
