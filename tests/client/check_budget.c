@@ -587,6 +587,14 @@ static void *ping_loop(void *arg)
     return NULL;
 }
 
+static int64_t now_us(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -594,8 +602,11 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Another client makes and drops host pools of 1 GiB; a pinger's p99 stays
- * under 2 ms: a pool's pages are made and unmapped off the loop. */
+/* Another client makes and drops host pools of 1 GiB while a pinger pings
+ * every 200 us: a pool's pages are made and unmapped off the loop, so no
+ * ping waits for one.  Were they made on the loop, the ping sent as a
+ * make or drop began would wait about as long as it takes; the bound is
+ * half the quickest of them, which a loaded machine stretches alike. */
 START_TEST(test_pools_off_loop)
 {
     const char *extra[] = {"--host-memory-budget", "1536M", NULL};
@@ -603,7 +614,7 @@ START_TEST(test_pools_off_loop)
     kvd_client_t *cli;
     pinger_t *pg = calloc(1, sizeof(*pg));
     pthread_t t;
-    int64_t p99;
+    int64_t p99, quickest = INT64_MAX;
 
     ck_assert_ptr_nonnull(pg);
     ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
@@ -622,11 +633,16 @@ START_TEST(test_pools_off_loop)
         s.num_layers = 1;
         s.num_slots = 64 * 1024;
         s.slot_bytes = 8192; /* K and V: 1 GiB */
+        int64_t t0 = now_us(), t1, t2;
         KVT_OK(cli, kvd_pool_create(cli, &s, &info));
+        t1 = now_us();
         ck_assert_uint_ge(host_kind(cli, "pools"), 1024 * MiB);
+        t2 = now_us();
         KVT_OK(cli, kvd_pool_drop(cli, info.id, NULL));
         /* the drop answers once the memory is gone: the budget is free */
         ck_assert_uint_eq(host_kind(cli, "pools"), 0);
+        quickest = t1 - t0 < quickest ? t1 - t0 : quickest;
+        quickest = now_us() - t2 < quickest ? now_us() - t2 : quickest;
     }
     pg->stop = 1;
     pthread_join(t, NULL);
@@ -634,9 +650,13 @@ START_TEST(test_pools_off_loop)
     qsort(pg->lat, pg->n, sizeof(pg->lat[0]), cmp_i64);
     p99 = pg->lat[pg->n * 99 / 100];
     printf("pools off the loop: ping p50 %" PRId64 " us, p99 %" PRId64 " us, max %" PRId64
-           " us over %u pings while 3 pools of 1 GiB were made and dropped\n",
-           pg->lat[pg->n / 2], p99, pg->lat[pg->n - 1], pg->n);
-    ck_assert_msg(p99 <= scaled(2000), "ping p99 %" PRId64 " us over %u pings", p99, pg->n);
+           " us over %u pings while 3 pools of 1 GiB were made and dropped (the quickest "
+           "make or drop: %" PRId64 " us)\n", pg->lat[pg->n / 2], p99, pg->lat[pg->n - 1], pg->n,
+           quickest);
+    ck_assert_msg(pg->lat[pg->n - 1] < quickest / 2, "a ping waited %" PRId64 " us, the "
+                  "quickest make or drop of a pool took %" PRId64 " us (p50 %" PRId64 " us, p99 %"
+                  PRId64 " us over %u pings)", pg->lat[pg->n - 1], quickest, pg->lat[pg->n / 2],
+                  p99, pg->n);
     kvd_client_destroy(&cli);
     free(pg);
     ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
