@@ -44,6 +44,9 @@ struct kvd__cache_disk {
     uint64_t budget, rec_bytes;
     uint64_t cap;        /* records the budget holds */
     uint64_t records;    /* entries with a record, and writes in flight */
+    uint64_t writing;    /* writes in flight (each holds its block's host slot) */
+    void (*written)(void *arg, uint64_t writing);
+    void *written_arg;
     disk_fetch_t *reads; /* in flight */
     uint64_t hits, spills, promotions, writes, evictions, refused, failed_writes, host_full;
     /* at open only: each entry's parent key (poff[id] into pkeys; 0: none) */
@@ -1243,6 +1246,9 @@ static void disk_written(void *arg, kvd_status_t st, kvd__disk_loc_t loc)
     }
     kvd__cache_unhold(c, w->id);
     free(w);
+    c->disk->writing--;
+    if (c->disk->written != NULL) /* its host slot may go now */
+        c->disk->written(c->disk->written_arg, c->disk->writing);
 }
 
 /* A block's record is not written: it stays in host memory only.  The
@@ -1284,6 +1290,7 @@ static void disk_write(kvd__cache_store_t *c, uint32_t id)
         return;
     }
     d->records++;
+    d->writing++;
     d->refusing = 0;
     b->dflags |= KVD_CBLOCK_WRITING;
     b->holds++;
@@ -1447,6 +1454,11 @@ kvd_status_t kvd__cache_fetch(kvd__cache_store_t *c, uint32_t id, kvd__cache_fet
     f->next = d->reads;
     d->reads = f;
     return KVD_OK;
+}
+
+uint64_t kvd__cache_disk_writing(const kvd__cache_store_t *c)
+{
+    return c->disk != NULL ? c->disk->writing : 0;
 }
 
 void kvd__cache_disk_flush(kvd__cache_store_t *c)
@@ -1678,6 +1690,8 @@ kvd_status_t kvd__cache_store_open_disk(kvd__cache_store_t *c, const kvd__cache_
         sc.write_bytes = 64u << 10;
     d->io = cfg->io;
     d->budget = cfg->budget;
+    d->written = cfg->written;
+    d->written_arg = cfg->written_arg;
     d->opening = 1;
     c->disk = d;
     st = kvd__disk_store_open(&d->store, &sc, cfg->io, found_record, c, why, why_len);

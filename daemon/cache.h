@@ -264,6 +264,10 @@ typedef struct kvd__cache_disk_config {
     const char *dir;     /* made (0700) and checked by the caller */
     uint64_t budget;     /* bytes of block records on disk at most */
     kvd__disk_io_t *io;   /* the daemon's disk I/O engine */
+    /* Optional: a record's write ended (writing: those still in flight),
+     * so the host slot its block held may be taken now. */
+    void (*written)(void *arg, uint64_t writing);
+    void *written_arg;
 } kvd__cache_disk_config_t;
 
 /* The disk level now, and its counters since it was opened. */
@@ -294,6 +298,10 @@ void kvd__cache_store_disk_stats(const kvd__cache_store_t *c, kvd__cache_disk_st
 /* The disk writes queued by the commits so far go now rather than once a
  * batch is full: after a save's commits. */
 void kvd__cache_disk_flush(kvd__cache_store_t *c);
+
+/* Records being written now: each holds its block's host slot until it
+ * is on disk. */
+uint64_t kvd__cache_disk_writing(const kvd__cache_store_t *c);
 
 /* Of the ready blocks ids[0..n), how many are on disk only; counted as
  * the disk level's hits. */

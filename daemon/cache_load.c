@@ -571,6 +571,22 @@ static void fetched(void *arg, kvd_status_t st)
         kvd__load_end(l, l->why);
 }
 
+uint32_t kvd__load_disk_only(const kvd__load_t *l)
+{
+    const kvd__cache_store_t *c = &l->cache->store;
+    uint32_t m = 0, id;
+
+    for (uint32_t i = 0; i < l->n; i++)
+        m += l->state[i] == B_ABSENT && (id = find(l, i)) != KVD_CBLOCK_NONE &&
+             kvd__cache_block(c, id)->state == KVD_CBLOCK_READY && !kvd__cache_in_host(c, id);
+    return m;
+}
+
+int kvd__load_busy(const kvd__load_t *l)
+{
+    return l->busy;
+}
+
 uint32_t kvd__load_fetch(kvd__load_t *l)
 {
     kvd__cache_store_t *c = &l->cache->store;

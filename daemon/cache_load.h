@@ -50,6 +50,11 @@ void kvd__load_destroy(kvd__load_t **l);
 /* Blocks of the plan not READY in the tier now. */
 uint32_t kvd__load_missing(const kvd__load_t *l);
 
+/* Blocks of the plan on disk only now (each needs a host slot to be read
+ * into), and whether kvd__load_fetch found no host slot for some. */
+uint32_t kvd__load_disk_only(const kvd__load_t *l);
+int kvd__load_busy(const kvd__load_t *l);
+
 /* The plan's blocks on disk only (the cache's disk level) are read into
  * host memory: the plan waits for them as for a pull (kvd__load_wait),
  * each landing as its read ends, and ends once every read has; a block

@@ -13,6 +13,7 @@
 
 #include "cache.h"
 #include "kvdock/types.h"
+#include "park.h"
 
 typedef struct kvd__server kvd__server_t;
 typedef struct kvd__conn kvd__conn_t;
@@ -35,6 +36,10 @@ typedef struct kvd__cache {
     char *disk_dir;           /* --cache-dir/DIRNAME, malloc'd; NULL: none */
     kvd__server_t *srv;
     int remove_dir;           /* dropped by a client: its directory goes when it is freed */
+    /* saves and loads waiting for host slots that its disk writes in
+     * flight hold (park.h); each waiting request holds a reference */
+    kvd__waitq_t waiters;
+    uint32_t saving;          /* saves in flight (their new blocks hold host slots) */
     struct kvd__cache *next, *prev;
 } kvd__cache_t;
 
@@ -59,6 +64,9 @@ void kvd__cache_unref(kvd__cache_t *k);
 void kvd__leases_drop(kvd__conn_t *c);
 /* Leases of c past their time end (the server's sweep). */
 void kvd__leases_expire(kvd__conn_t *c, uint64_t now_ns);
+/* The requests waiting on every cache run again now (the daemon shuts
+ * down: they hear so). */
+void kvd__caches_wake_waiting(kvd__server_t *srv);
 /* Every cache goes (the daemon is done: nothing in flight). */
 void kvd__caches_destroy(kvd__server_t *srv);
 /* The caches' budgets added up.  Each is at most the host-memory budget,

@@ -13,6 +13,7 @@
 #include "caches.h"
 #include "dispatch.h"
 #include "log.h"
+#include "park.h"
 
 /* Every connection may hold one read chunk without counting it: a client
  * can always be read and answered, whatever the others hold. */
@@ -173,6 +174,7 @@ void kvd__conn_close(kvd__conn_t *c, const char *reason)
      * operations that use it have completed. */
     kvd__registry_drop_owner(&srv->reg, &c->owner);
     kvd__leases_drop(c);
+    kvd__park_drop_conn(c);
     maybe_finish(c);
     kvd__server_check_drained(srv);
 }

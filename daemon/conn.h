@@ -82,6 +82,7 @@ struct kvd__conn {
     uint64_t active_period; /* the server's period in which it last sent one */
     kvd__owner_t owner;
     struct kvd__lease *leases; /* cache leases it holds (caches.h) */
+    struct kvd__parked *parked; /* its requests waiting (park.h) */
     uint32_t nleases;
     uint64_t held; /* bytes of leases and requests charged to it (account.h) */
     kvd__conn_t *next, *prev;

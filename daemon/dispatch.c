@@ -10,6 +10,7 @@
 
 #include "account.h"
 #include "log.h"
+#include "park.h"
 
 /* One row per operation (op_list.h): existence, hello-first, permission
  * and Sync are checked from these flags before the handler runs. */
@@ -142,10 +143,12 @@ static kvd_status_t precheck(kvd__req_t *r, const kvd__op_def_t *op)
     return KVD_OK;
 }
 
-int kvd__dispatch_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds)
+/* Handle one frame: a new one (replay_deadline_ns 0), or a waiting
+ * request's run again from t_start_ns (park.h). */
+static int handle_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds,
+                        uint64_t t_start_ns, uint64_t replay_deadline_ns)
 {
     kvd__server_t *srv = c->srv;
-    uint64_t t_start_ns = kvd__now_ns();
     kvd__wire_limits_t lim = {KVD_MAX_REPEATED, srv->opts.max_inline_bytes};
     Kvdock__Request *req;
     kvd__req_t r;
@@ -190,12 +193,12 @@ int kvd__dispatch_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int 
             return -1;
         }
         /* well framed, but refused whole: the connection goes on */
-        c->requests++;
+        c->requests += replay_deadline_ns == 0;
         kvd__reply_error(c, id, st, why);
         return 0;
     }
     arena.cap = UINT64_MAX; /* the handler's allocations: charged as they come */
-    c->requests++;
+    c->requests += replay_deadline_ns == 0;
 
     memset(&r, 0, sizeof(r));
     r.srv = srv;
@@ -205,6 +208,7 @@ int kvd__dispatch_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int 
     r.fds = fds;
     r.nfds = nfds;
     r.t_start_ns = t_start_ns;
+    r.replayed = replay_deadline_ns != 0;
     r.op_index = find_op((int)req->op_case);
     kvdock__response__init(&r.resp);
     r.resp.id = req->id;
@@ -234,6 +238,12 @@ int kvd__dispatch_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int 
             st = arena.refusal;
             snprintf(r.msg, sizeof(r.msg), "%s", arena.why);
         }
+        if (st == KVD_EBUSY && r.park != NULL &&
+            kvd__park(r.park, c, payload, len, req->id, r.op_index, t_start_ns,
+                      replay_deadline_ns, r.park_need, r.msg) == KVD_OK) {
+            st = KVD_OK; /* it waits: the reply comes when it runs again */
+            r.deferred = 1;
+        }
     }
 
     for (i = 0; i < nfds; i++)
@@ -262,4 +272,16 @@ int kvd__dispatch_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int 
     if (r.close_after)
         kvd__conn_close_after_flush(c, "closed after error reply");
     return 0;
+}
+
+int kvd__dispatch_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds)
+{
+    return handle_frame(c, payload, len, fds, nfds, kvd__now_ns(), 0);
+}
+
+void kvd__dispatch_replay(kvd__conn_t *c, const uint8_t *payload, size_t len, uint64_t t_start_ns,
+                          uint64_t deadline_ns)
+{
+    /* it decoded once: a frame that no longer does is refused, not fatal */
+    (void)handle_frame(c, payload, len, NULL, 0, t_start_ns, deadline_ns);
 }

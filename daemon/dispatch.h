@@ -42,6 +42,13 @@ struct kvd__req {
     Kvdock__Response resp; /* the handler sets result_case and the result */
     char msg[256];         /* the error message, when the handler fails */
     int deferred;          /* the handler replies later (kvd__reply_deferred) */
+    /* A handler that returns KVD_EBUSY for want of something that frees
+     * itself may set park: the request waits there (park.h) for park_need
+     * units instead of the reply.  replayed: this run is a waiting
+     * request's, which may go ahead of the others waiting on its queue. */
+    struct kvd__waitq *park;
+    uint32_t park_need;
+    int replayed;
     int reply_fds[2];      /* descriptors to send with the reply (not owned) */
     int n_reply_fds;
     int close_after;       /* close the connection once the reply is out */
@@ -59,6 +66,12 @@ const char *kvd__op_row_name(size_t i);
  * it (closed unless a handler keeps them).  Returns -1 when the frame does
  * not decode (the connection must close). */
 int kvd__dispatch_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int *fds, int nfds);
+
+/* Handle a waiting request's frame again (park.h): as if it came now,
+ * timed from t_start_ns; if it must wait again it keeps deadline_ns and
+ * its place at the head of its queue. */
+void kvd__dispatch_replay(kvd__conn_t *c, const uint8_t *payload, size_t len, uint64_t t_start_ns,
+                          uint64_t deadline_ns);
 
 /* Answer a frame that cannot be handled (ETOOBIG, EPROTO): request id 0. */
 void kvd__reply_error(kvd__conn_t *c, uint64_t id, kvd_status_t st, const char *msg);

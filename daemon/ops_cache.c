@@ -45,6 +45,36 @@ void kvd__cache_unref(kvd__cache_t *k)
     free(k);
 }
 
+/* A waiting request's hold on its cache (park.h). */
+static void cache_ref(void *owner, int delta)
+{
+    kvd__cache_t *k = owner;
+
+    if (delta > 0)
+        k->refs++;
+    else
+        kvd__cache_unref(k);
+}
+
+/* A record's write ended: the host slot its block held may be taken, which
+ * the saves and loads waiting on the cache need. */
+static void cache_disk_written(void *arg, uint64_t writing)
+{
+    kvd__cache_t *k = arg;
+
+    kvd__waitq_freed(&k->waiters, 1, writing == 0 && k->saving == 0);
+}
+
+/* Whether the host slots of k that are held now will free themselves: a
+ * save in flight commits and its blocks are written, a write ends.  (A
+ * lease is let go when its client decides: nothing to wait for.)  self:
+ * the save asking, which counts itself. */
+static int slots_will_free(const kvd__cache_t *k, uint32_t self)
+{
+    return k->store.disk != NULL &&
+           (kvd__cache_disk_writing(&k->store) > 0 || k->saving > self);
+}
+
 /* ---- the disk level's directories ------------------------------------------ */
 
 typedef struct dir_removal {
@@ -477,6 +507,7 @@ static kvd_status_t cache_new(kvd__server_t *srv, const kvd__manifest_t *m, kvd_
     memcpy(k->allow_gids, m->allow_gids, sizeof(k->allow_gids));
     k->srv = srv;
     k->refs = 1;
+    kvd__waitq_init(&k->waiters, srv, cache_ref, k);
     *out = k;
     return KVD_OK;
 }
@@ -506,9 +537,12 @@ static kvd_status_t cache_open_disk(kvd__server_t *srv, kvd__cache_t *k, char *w
     char reason[300];
     kvd_status_t st;
 
+    memset(&cfg, 0, sizeof(cfg));
     cfg.dir = k->disk_dir;
     cfg.budget = k->disk_budget;
     cfg.io = srv->disk_io;
+    cfg.written = cache_disk_written;
+    cfg.written_arg = k;
     if ((st = kvd__cache_store_open_disk(&k->store, &cfg, reason, sizeof(reason))) != KVD_OK)
         snprintf(why, why_len, "the disk level of '%s': %s", k->name, reason);
     return st;
@@ -867,7 +901,14 @@ static void cache_drop(kvd__server_t *srv, kvd__cache_t *k)
         k->next->prev = k->prev;
     k->next = k->prev = NULL;
     k->dropped = 1;
+    kvd__waitq_wake_all(&k->waiters); /* they hear that it is gone */
     kvd__cache_unref(k); /* the list's; saves and loads in flight keep theirs */
+}
+
+void kvd__caches_wake_waiting(kvd__server_t *srv)
+{
+    for (kvd__cache_t *k = srv->caches; k; k = k->next)
+        kvd__waitq_wake_all(&k->waiters);
 }
 
 kvd_status_t kvd__op_cache_drop(kvd__req_t *r)
@@ -1636,6 +1677,10 @@ static void save_finish(kvd__dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep,
         }
     }
     kvd__cache_disk_flush(c); /* the blocks' records go to disk now */
+    op->cache->saving--;
+    /* its blocks are being written, or free to go where they could not be */
+    kvd__waitq_freed(&op->cache->waiters, 0,
+                     kvd__cache_disk_writing(c) == 0 && op->cache->saving == 0);
     if (st == KVD_OK) {
         c->n.saves++;
         c->n.stored += op->stored;
@@ -1681,6 +1726,16 @@ static kvd_status_t cacheop_new(kvd__req_t *r, kvd__dataop_t *d, kvd__cache_t *k
     return KVD_OK;
 }
 
+/* EBUSY, asking to wait on k's queue for need host slots (park.h): where
+ * it may not wait, the client hears why. */
+static kvd_status_t wait_for_slots(kvd__req_t *r, kvd__cache_t *k, uint32_t need,
+                                   const char *why)
+{
+    r->park = &k->waiters;
+    r->park_need = need;
+    return kvd__req_fail(r, KVD_EBUSY, "cache '%s': %s", k->name, why);
+}
+
 static kvd_status_t do_save(kvd__req_t *r, kvd__dataop_t *d)
 {
     const Kvdock__CacheSave *cs = r->req->cache_save;
@@ -1722,6 +1777,7 @@ static kvd_status_t do_save(kvd__req_t *r, kvd__dataop_t *d)
     if ((st = cacheop_new(r, d, k, ks.n + (parent != KVD_CBLOCK_NONE), save_finish)) != KVD_OK)
         return st;
     op = d->ext;
+    k->saving++; /* until save_finish */
     /* every block of the chain, held until the save ends: present ones
      * (skipped), new ones (filling); the first refusal ends the chain */
     if (parent != KVD_CBLOCK_NONE) {
@@ -1734,10 +1790,19 @@ static kvd_status_t do_save(kvd__req_t *r, kvd__dataop_t *d)
         if (id != KVD_CBLOCK_NONE) {
             kvd__cache_hold(c, id);
             op->skipped++;
+        } else if (k->waiters.n > 0 && !r->replayed) {
+            /* the slots freed next are theirs: it waits behind them */
+            return wait_for_slots(r, k, op->stored + ks.n - i, "saves sent before it wait for "
+                                  "host memory that the disk writes in flight hold");
         } else if ((refusal = kvd__cache_reserve(c, parent, ks.k[i], ks.len[i], &id, why,
                                                  sizeof(why))) == KVD_OK) {
             op->is_new[op->n] = 1;
             op->stored++;
+        } else if (refusal == KVD_EBUSY && slots_will_free(k, 1)) {
+            /* the disk writer is behind: what the save has taken goes
+             * back (its finish hook) and it runs again, whole, once the
+             * writes have freed as many slots */
+            return wait_for_slots(r, k, op->stored + ks.n - i, why);
         } else {
             op->refused = ks.n - i;
             kvd_log(KVD_LOG_DEBUG, "event=cache_save_refused cache=%" PRIu64 " blocks=%u "
@@ -1807,7 +1872,7 @@ static kvd_status_t do_load(kvd__req_t *r, kvd__dataop_t *d)
     keys_t ks;
     kvd__lease_t *lease = NULL;
     int64_t *pages;
-    uint32_t n, i, nflags = 0, *flags = NULL;
+    uint32_t n, i, nflags = 0, *flags = NULL, disk_only;
     void *levs[MAX_LAYER_EVENTS];
     kvd__load_spec_t spec;
     kvd__load_t *plan;
@@ -1895,10 +1960,24 @@ static kvd_status_t do_load(kvd__req_t *r, kvd__dataop_t *d)
     if ((st = kvd__load_create(r, d, &spec, &plan)) != KVD_OK)
         return st;
     /* blocks on disk only are read into host memory first; the peers
-     * are not asked for the others meanwhile */
-    if (c->disk != NULL && kvd__load_missing(plan) > 0 && kvd__load_fetch(plan) > 0) {
-        r->deferred = 1;
-        return KVD_OK;
+     * are not asked for the others meanwhile.  Reads take host slots: a
+     * load waits behind the requests waiting for them, and waits itself
+     * where no read could start while disk writes in flight hold them */
+    if (c->disk != NULL && (disk_only = kvd__load_disk_only(plan)) > 0) {
+        if (k->waiters.n > 0 && !r->replayed) {
+            kvd__load_destroy(&plan);
+            return wait_for_slots(r, k, disk_only, "saves and loads sent before it wait for "
+                                  "host memory that the disk writes in flight hold");
+        }
+        if (kvd__load_fetch(plan) > 0) {
+            r->deferred = 1;
+            return KVD_OK;
+        }
+        if (kvd__load_busy(plan) && slots_will_free(k, 0)) {
+            kvd__load_destroy(&plan);
+            return wait_for_slots(r, k, disk_only, "every host slot is held, most by the disk "
+                                  "writes in flight");
+        }
     }
     /* a cluster cache lacking blocks (or pulling them for another load)
      * has the peers bring them: the plan copies them as they land */

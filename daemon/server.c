@@ -25,6 +25,7 @@
 #include "spin.h"
 #include "wire.h"
 #include "log.h"
+#include "park.h"
 #include "metrics.h"
 #include "systemd.h"
 
@@ -581,6 +582,7 @@ static void release_backend(kvd__server_t *srv)
     if (srv->backend == NULL || srv->mem_works > 0) /* the last one's end calls again */
         return;
     srv->releasing_backend = 1; /* what is freed now is freed here: the backend goes next */
+    (void)kvd__park_run_woken(srv); /* queues woken last: their holds on caches go */
     kvd__caches_destroy(srv);
     disk_stop(srv); /* after the caches: their disk levels close on it */
     kvd__registry_deinit(&srv->reg);
@@ -710,6 +712,7 @@ void kvd__server_begin_shutdown(kvd__server_t *srv, int drain, const char *why)
     kvd_log(KVD_LOG_INFO, "event=shutdown_begin reason=\"%s\" drain=%d inflight=%u", why, drain,
             srv->inflight);
     srv->shutting_down = 1;
+    kvd__caches_wake_waiting(srv); /* waiting requests hear that it stops */
     (void)kvd__sd_notify("STOPPING=1\nSTATUS=draining in-flight work");
     srv->shutdown_ns = kvd__now_ns();
     stop_listening(srv);
@@ -736,8 +739,10 @@ static void signal_cb(uv_signal_t *h, int signum)
 static void idle_cb(uv_idle_t *h)
 {
     kvd__server_t *srv = h->data;
-    kvd__conn_t *list = srv->ready;
+    kvd__conn_t *list;
 
+    (void)kvd__park_run_woken(srv);
+    list = srv->ready;
     srv->ready = NULL;
     while (list) {
         kvd__conn_t *c = list;
@@ -746,8 +751,14 @@ static void idle_cb(uv_idle_t *h)
         c->in_ready = 0;
         kvd__conn_process(c);
     }
-    if (srv->ready == NULL)
+    if (srv->ready == NULL && srv->woken == NULL)
         uv_idle_stop(&srv->idle);
+}
+
+void kvd__server_want_idle(kvd__server_t *srv)
+{
+    if (srv->shutting_down != 2)
+        uv_idle_start(&srv->idle, idle_cb);
 }
 
 /* ---- busy polling -------------------------------------------------------- */
@@ -920,7 +931,9 @@ static void sweep_cb(uv_timer_t *t)
         if (c->leases != NULL)
             kvd__leases_expire(c, now);
         kvd__conn_check_deadline(c, now);
-        waiting |= !c->closing && (c->deadline_ns != 0 || c->leases != NULL);
+        if (c->parked != NULL)
+            (void)kvd__park_expire(c, now);
+        waiting |= !c->closing && (c->deadline_ns != 0 || c->leases != NULL || c->parked != NULL);
     }
     if (!waiting) /* nothing to time: an idle daemon is not woken */
         uv_timer_stop(&srv->sweep);

@@ -73,6 +73,7 @@ typedef struct kvd__server {
     kvd__conn_t *conns;     /* open connections */
     uint32_t nconns;
     kvd__conn_t *ready;     /* connections with frames left to handle */
+    struct kvd__waitq *woken; /* queues of waiting requests to run (park.h) */
     uint64_t next_client_id;
     struct kvd__cache *caches; /* the cache tier's caches (caches.h) */
     struct kvd__cache *caches_opening; /* made, their disk directories not yet */
@@ -116,6 +117,9 @@ void kvd__server_destroy(kvd__server_t **srv);
 void kvd__server_begin_shutdown(kvd__server_t *srv, int drain, const char *why);
 /* conn has frames buffered: handle them on the next loop iteration. */
 void kvd__server_kick(kvd__server_t *srv, kvd__conn_t *conn);
+/* Something for the idle turn (woken waiting requests): the loop runs it
+ * on its next iteration. */
+void kvd__server_want_idle(kvd__server_t *srv);
 /* conn's write queue has new replies: written at the end of this loop
  * phase, together with whatever else the phase queues for it (the
  * replies to one read, or to one round of completions, in one sendmsg). */

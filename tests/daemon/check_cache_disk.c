@@ -85,7 +85,7 @@ static void drain(void)
 static void open_with(kvd__cache_store_t *c, kvd__hostmem_t *hm, uint32_t host_blocks,
                       uint64_t disk_bytes, kvd_status_t want)
 {
-    kvd__cache_disk_config_t cfg = {dir, disk_bytes, io};
+    kvd__cache_disk_config_t cfg = {.dir = dir, .budget = disk_bytes, .io = io};
     char why[200];
 
     kvd__hostmem_init(hm, 1ull << 30);
@@ -682,7 +682,7 @@ START_TEST(test_bad_config)
 {
     kvd__cache_store_t c;
     kvd__hostmem_t hm;
-    kvd__cache_disk_config_t cfg = {dir, 1, io};
+    kvd__cache_disk_config_t cfg = {.dir = dir, .budget = 1, .io = io};
     char why[200];
 
     open_with(&c, &hm, 8, 100ull * 256, KVD_OK);

@@ -1,0 +1,240 @@
+/* Requests that wait: see park.h. */
+#include "park.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "account.h"
+#include "conn.h"
+#include "dispatch.h"
+#include "hostmem.h"
+#include "log.h"
+#include "server.h"
+
+struct kvd__parked {
+    kvd__waitq_t *q;
+    kvd__conn_t *conn;
+    uint64_t req_id;
+    size_t op_index;
+    uint64_t t_start_ns, deadline_ns;
+    uint32_t need;
+    uint64_t held;            /* charged to the connection */
+    char why[256];            /* the handler's EBUSY, the reply if it may not wait */
+    kvd__parked_t *prev, *next;           /* the queue's */
+    kvd__parked_t *conn_prev, *conn_next; /* the connection's */
+    size_t len;
+    uint8_t payload[];
+};
+
+void kvd__waitq_init(kvd__waitq_t *q, kvd__server_t *srv, void (*ref)(void *, int), void *owner)
+{
+    memset(q, 0, sizeof(*q));
+    q->srv = srv;
+    q->ref = ref;
+    q->owner = owner;
+}
+
+/* On the server's list: its head runs again on the loop's next turn (a
+ * wake from a completion must not run a handler inside the completion). */
+static void wake(kvd__waitq_t *q)
+{
+    kvd__server_t *srv = q->srv;
+
+    if (q->woken || q->head == NULL)
+        return;
+    q->woken = 1;
+    if (q->ref != NULL)
+        q->ref(q->owner, +1); /* kept until its turn has run */
+    q->woken_next = srv->woken;
+    srv->woken = q;
+    kvd__server_want_idle(srv);
+}
+
+void kvd__waitq_freed(kvd__waitq_t *q, uint32_t n, int idle)
+{
+    if (q->head == NULL)
+        return;
+    q->freed += n;
+    if (idle || q->freed >= q->head->need)
+        wake(q);
+}
+
+static void unlink_q(kvd__parked_t *p)
+{
+    kvd__waitq_t *q = p->q;
+
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        q->head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    else
+        q->tail = p->prev;
+    p->prev = p->next = NULL;
+    q->n--;
+    if (q->head == NULL)
+        q->freed = 0;
+}
+
+static void unlink_conn(kvd__parked_t *p)
+{
+    kvd__conn_t *c = p->conn;
+
+    if (p->conn_prev)
+        p->conn_prev->conn_next = p->conn_next;
+    else
+        c->parked = p->conn_next;
+    if (p->conn_next)
+        p->conn_next->conn_prev = p->conn_prev;
+    p->conn_prev = p->conn_next = NULL;
+}
+
+/* Off both lists, its charge and its hold given back; the connection's
+ * operation ends with op_end (not while the caller still runs it). */
+static void parked_free(kvd__parked_t *p, int op_end)
+{
+    kvd__waitq_t *q = p->q;
+    kvd__conn_t *c = p->conn;
+
+    unlink_q(p);
+    unlink_conn(p);
+    kvd__account_release(c, KVD_HM_REQUESTS, p->held);
+    free(p);
+    if (q->ref != NULL)
+        q->ref(q->owner, -1);
+    if (op_end)
+        kvd__conn_op_end(c);
+}
+
+kvd_status_t kvd__park(kvd__waitq_t *q, kvd__conn_t *c, const uint8_t *payload, size_t len,
+                       uint64_t req_id, size_t op_index, uint64_t t_start_ns, uint64_t deadline_ns,
+                       uint32_t need, const char *why)
+{
+    uint64_t held = sizeof(kvd__parked_t) + len;
+    int at_head = deadline_ns != 0;
+    kvd__parked_t *p;
+    char refused[200];
+
+    if (c->closing || c->close_after_flush || c->srv->shutting_down)
+        return KVD_ESHUTDOWN;
+    if (kvd__account_charge(c, KVD_HM_REQUESTS, held, refused, sizeof(refused)) != KVD_OK)
+        return KVD_ELIMIT;
+    if ((p = malloc(held)) == NULL) {
+        kvd__account_release(c, KVD_HM_REQUESTS, held);
+        return KVD_ENOMEM;
+    }
+    memset(p, 0, sizeof(*p));
+    p->q = q;
+    p->conn = c;
+    p->req_id = req_id;
+    p->op_index = op_index;
+    p->t_start_ns = t_start_ns;
+    p->deadline_ns = at_head ? deadline_ns : kvd__now_ns() + KVD_PARK_WAIT_MS * 1000000ull;
+    p->need = need ? need : 1;
+    p->held = held;
+    snprintf(p->why, sizeof(p->why), "%s", why);
+    p->len = len;
+    memcpy(p->payload, payload, len);
+    if (at_head) { /* it was the head: it keeps its place */
+        p->next = q->head;
+        if (q->head)
+            q->head->prev = p;
+        else
+            q->tail = p;
+        q->head = p;
+    } else {
+        p->prev = q->tail;
+        if (q->tail)
+            q->tail->next = p;
+        else
+            q->head = p;
+        q->tail = p;
+    }
+    if (q->head == p)
+        q->freed = 0; /* counted for the head from now */
+    q->waited_again |= at_head;
+    q->n++;
+    p->conn_next = c->parked;
+    if (c->parked)
+        c->parked->conn_prev = p;
+    c->parked = p;
+    if (q->ref != NULL)
+        q->ref(q->owner, +1);
+    kvd__conn_op_begin(c);
+    kvd__server_sweep_arm(c->srv);
+    return KVD_OK;
+}
+
+/* The head runs again: its frame is handled as if it had just come, with
+ * its first start time and deadline; it may wait again, at the head. */
+static void run_head(kvd__waitq_t *q)
+{
+    kvd__parked_t *p = q->head;
+    kvd__conn_t *c = p->conn;
+
+    unlink_q(p);
+    unlink_conn(p);
+    kvd__account_release(c, KVD_HM_REQUESTS, p->held);
+    kvd__dispatch_replay(c, p->payload, p->len, p->t_start_ns, p->deadline_ns);
+    free(p);
+    if (q->ref != NULL)
+        q->ref(q->owner, -1);
+    kvd__conn_op_end(c);
+}
+
+int kvd__park_run_woken(kvd__server_t *srv)
+{
+    kvd__waitq_t *list = srv->woken;
+
+    srv->woken = NULL;
+    while (list) {
+        kvd__waitq_t *q = list;
+
+        list = q->woken_next;
+        q->woken_next = NULL;
+        q->woken = 0;
+        /* heads run while each gets on; one that waits again is the head
+         * again, and the rest wait with it */
+        while (q->head != NULL) {
+            q->waited_again = 0;
+            run_head(q);
+            if (q->waited_again)
+                break;
+        }
+        if (q->ref != NULL)
+            q->ref(q->owner, -1); /* wake's: q may be gone now */
+    }
+    return srv->woken != NULL;
+}
+
+void kvd__waitq_wake_all(kvd__waitq_t *q)
+{
+    wake(q);
+}
+
+void kvd__park_drop_conn(kvd__conn_t *c)
+{
+    while (c->parked)
+        parked_free(c->parked, 1);
+}
+
+int kvd__park_expire(kvd__conn_t *c, uint64_t now_ns)
+{
+    kvd__parked_t *p = c->parked;
+
+    while (p) {
+        kvd__parked_t *next = p->conn_next;
+
+        if (now_ns >= p->deadline_ns) {
+            char msg[320];
+            snprintf(msg, sizeof(msg), "%s (waited %u ms for it to free)", p->why,
+                     KVD_PARK_WAIT_MS);
+            kvd__reply_deferred(c, p->req_id, p->op_index, p->t_start_ns, KVD_EBUSY, msg, NULL,
+                                0);
+            parked_free(p, 1);
+        }
+        p = next;
+    }
+    return c->parked != NULL;
+}
