@@ -13,7 +13,8 @@
  * first) and a disk level (--disk-budget, default room for every set
  * saved).  Spill: --iterations + 2 sets of --blocks blocks (1,024) are
  * saved from the pool, a quarter of the host budget a request (a request
- * the disk is behind on is refused, EBUSY, and tried again); each set
+ * the disk is behind on waits in the daemon; an EBUSY that still comes is
+ * tried again and counted); each set
  * pushes the older ones out of host memory, leaving them on disk; the
  * rate is the disk level's bytes written over the time from the first
  * save until they stop growing.  Load: each of the first --iterations (3) sets, now on disk
