@@ -109,6 +109,19 @@ static void write_secret(const char *path, const char *text, mode_t mode)
     ck_assert_int_eq(chmod(path, mode), 0);
 }
 
+static int time_scale(void)
+{
+    const char *s = getenv("KVD_TEST_TIME_SCALE");
+
+    return s != NULL && atoi(s) > 1 ? atoi(s) : 1;
+}
+
+/* A scaled --cluster-deadline-ms, within what the daemon takes. */
+static int deadline_of(int64_t ms)
+{
+    return ms > 600000 ? 600000 : (int)ms;
+}
+
 static void setup(void)
 {
     snprintf(dir, sizeof(dir), "/tmp/kvdock-cluster-%d", (int)getpid());
@@ -117,8 +130,7 @@ static void setup(void)
     snprintf(other_secret_path, sizeof(other_secret_path), "%s/other", dir);
     write_secret(secret_path, SECRET, 0600);
     write_secret(other_secret_path, "another cluster's secret, bytes.\n", 0600);
-    if (getenv("KVD_TEST_TIME_SCALE") != NULL && atoi(getenv("KVD_TEST_TIME_SCALE")) > 1)
-        scale = atoi(getenv("KVD_TEST_TIME_SCALE"));
+    scale = time_scale();
     /* the loopback, over TCP (the transport a cluster without RDMA uses) */
     setenv("UCX_TLS", "tcp", 1);
     setenv("UCX_NET_DEVICES", "lo", 1);
@@ -520,7 +532,7 @@ START_TEST(test_same_chain_twice)
     kvd_status_t st1, st2;
 
     memset(nodes, 0, sizeof(nodes));
-    deadline_ms = (int)MS(10000); /* A stays stopped for a while: no give-up meanwhile */
+    deadline_ms = deadline_of(MS(10000)); /* A stays stopped for a while: no give-up meanwhile */
     start_nodes(nodes, 2, secret_path);
     deadline_ms = 0;
     wait_all_up(nodes, 2);
@@ -730,7 +742,7 @@ START_TEST(test_stopped_peer)
     int64_t t0, took;
 
     memset(nodes, 0, sizeof(nodes));
-    deadline_ms = (int)MS(5000); /* long: waiting for C would show */
+    deadline_ms = deadline_of(MS(5000)); /* long: waiting for C would show */
     start_nodes(nodes, 3, secret_path);
     deadline_ms = 0;
     wait_all_up(nodes, 3);
@@ -1928,7 +1940,7 @@ START_TEST(test_inbound_flood)
     /* A keeps unproven connections for a minute, from anywhere on the
      * loopback but 127.0.0.2; its peer B is not started yet */
     plan_nodes(nodes, 2);
-    deadline_ms = (int)MS(60000);
+    deadline_ms = deadline_of(MS(60000));
     allow_from = "127.0.0.1/32,127.0.0.3/32,127.0.0.4/30,127.0.0.8/29,127.0.0.16/28";
     start_node(&nodes[0], secret_path);
     deadline_ms = 0;
@@ -2310,7 +2322,7 @@ int main(void)
     int failed;
 
     tcase_add_unchecked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, 120.0 * time_scale());
     ADD(tc, test_found_and_pulled);
     ADD(tc, test_same_chain_twice);
     ADD(tc, test_pulled_load_flags);
@@ -2328,7 +2340,7 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("hostile peers");
     tcase_add_unchecked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, 120.0 * time_scale());
     ADD(tc, test_hostile_before_proof);
     ADD(tc, test_hostile_after_proof);
     ADD(tc, test_inbound_flood);
