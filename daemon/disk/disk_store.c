@@ -883,23 +883,26 @@ static void read_done(kvd__disk_req_t *r)
     kvd__disk_store_t *s = d->s;
     seg_t *g = d->g;
     kvd_status_t st = KVD_OK;
+    char path[PATH_MAX];
 
     job_end(s, g);
     rbuf_put(s, r->buf);
     if (r->res < 0) {
         s->st.io_errors++;
         st = KVD_EIO;
+        seg_path(s, g->no, "kvd", path, sizeof(path));
         kvd_log(KVD_LOG_ERROR,
-                "event=disk_read_failed dir=%s seg=%u off=%" PRIu64 " error=\"%s\" "
+                "event=disk_read_failed path=%s off=%" PRIu64 " error=\"%s\" "
                 "effect=\"block treated as missing\"",
-                s->dir, g->no, r->off + d->skip, strerror((int)-r->res));
+                path, r->off + d->skip, strerror((int)-r->res));
     } else if (d->bad != NULL) {
         s->st.checksum_failures++;
         st = KVD_EIO;
+        seg_path(s, g->no, "kvd", path, sizeof(path));
         kvd_log(KVD_LOG_ERROR,
-                "event=disk_record_bad dir=%s seg=%u off=%" PRIu64 " failed=%s "
+                "event=disk_record_bad path=%s off=%" PRIu64 " failed=%s "
                 "effect=\"block treated as missing\"",
-                s->dir, g->no, r->off + d->skip, d->bad);
+                path, r->off + d->skip, d->bad);
     } else {
         s->st.reads++;
         s->st.read_bytes += s->cfg.block_bytes;

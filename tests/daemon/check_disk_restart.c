@@ -784,26 +784,121 @@ static uint32_t served(int fd, uint64_t cache, const pool_view_t *b, int c, int 
     return h;
 }
 
-/* A segment damaged while the daemon is down: a flipped byte in one
- * record's data.  The restarted daemon never serves that record (nor what
- * follows it in its chain), counts and logs it, and serves every other
- * block whole.  (A truncated segment is the store's case, in
- * check_disk_store: records past the cut are not found.) */
-START_TEST(test_damaged_segment)
+/* ---- damaged segments ----------------------------------------------------------- */
+
+/* A record found in a segment file, read as the store lays records out:
+ * after the 4096-byte header, a record's header wherever its magic is
+ * (64-byte steps between batches).  Its key names its block. */
+typedef struct rec_at {
+    uint64_t off;
+    int chain, i;
+} rec_at_t;
+
+#define SEG_HDR 4096u
+#define REC_HDR 192u
+#define REC_BYTES ((REC_HDR + BLOCK_BYTES + 63u) / 64u * 64u)
+
+static void seg_file(int no, const char *ext, char *out, size_t len)
+{
+    snprintf(out, len, "%s/u%u-blocks/seg-%08d.%s", cdir, (unsigned)geteuid(), no, ext);
+}
+
+/* The records of segment file path, in file order (at most max); -1 when
+ * there is no such file. */
+static int seg_records(const char *path, rec_at_t *out, int max)
+{
+    struct stat st;
+    uint8_t *buf;
+    uint64_t pos, rec;
+    int fd = open(path, O_RDONLY), n = 0;
+
+    if (fd < 0)
+        return -1;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    ck_assert_int_ge(st.st_size, SEG_HDR);
+    buf = malloc((size_t)st.st_size);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_int_eq(pread(fd, buf, (size_t)st.st_size, 0), st.st_size);
+    close(fd);
+    memcpy(&rec, buf + 32, 8); /* the segment header's rec_bytes */
+    ck_assert_uint_eq(rec, REC_BYTES);
+    for (pos = SEG_HDR; pos + REC_HDR <= (uint64_t)st.st_size;) {
+        const uint8_t *h = buf + pos, *k = h + 40; /* key: after 40 bytes of fields */
+        uint8_t want[8];
+        if (memcmp(h, "KVDR", 4) != 0) {
+            pos += 64;
+            continue;
+        }
+        ck_assert_int_lt(n, max);
+        ck_assert_uint_eq(h[4], 8); /* klen */
+        out[n].off = pos;
+        out[n].chain = (k[1] - '0') * 10 + (k[2] - '0');
+        out[n].i = (k[4] - '0') * 100 + (k[5] - '0') * 10 + (k[6] - '0');
+        ck_assert(out[n].chain >= 0 && out[n].chain < CHAINS && out[n].i >= 0 &&
+                  out[n].i < CHAIN);
+        key_of(out[n].chain, out[n].i, want);
+        ck_assert_msg(memcmp(k, want, 8) == 0, "%s: a record at %" PRIu64 " of no block "
+                      "saved", path, pos);
+        n++;
+        pos += rec;
+    }
+    free(buf);
+    return n;
+}
+
+/* The cache's stats, until n blocks are on its disk level and n records
+ * written (blocks counts a record from when it is queued, writes once it
+ * is on disk). */
+static void wait_on_disk(int fd, uint64_t cache, uint32_t n)
+{
+    Kvdock__Request req;
+    Kvdock__CacheStats cs = KVDOCK__CACHE_STATS__INIT;
+
+    cs.cache = cache;
+    for (int tries = 0;; tries++) {
+        Kvdock__Response *r;
+        uint32_t on_disk;
+        uint64_t written;
+        kvdt_req_init(&req, 70);
+        req.op_case = KVDOCK__REQUEST__OP_CACHE_STATS;
+        req.cache_stats = &cs;
+        r = kvdt_call(fd, &req);
+        ck_assert_uint_eq(r->status, 0);
+        ck_assert_ptr_nonnull(r->cache->disk);
+        on_disk = r->cache->disk->blocks;
+        written = r->cache->disk->writes;
+        kvdock__response__free_unpacked(r, NULL);
+        if (on_disk == n && written == n)
+            return;
+        ck_assert_msg(tries < KVDT_TIMEOUT_MS / 5, "%u of %u blocks on disk, %" PRIu64
+                      " records written", on_disk, n, written);
+        usleep(5000);
+    }
+}
+
+enum damage { FLIPPED, TRUNCATED };
+
+/* Every block saved, on disk; the daemon stopped with sig (SIGTERM: every
+ * segment indexed at close; SIGKILL: the segment being filled has no
+ * index, so the restart reads it whole); then one segment damaged while
+ * the daemon is down: the last that holds records, one bit of the data of
+ * its middle record flipped, or the file cut (at a page) inside that
+ * record, which loses it and every record after it.  The restarted daemon
+ * on the same --cache-dir serves no damaged block nor any block after one
+ * in its chain, serves every other block with its exact bytes (each
+ * undamaged chain whole), and logs a line naming the file. */
+static void damaged_case(int sig, enum damage how)
 {
     kvdt_daemon_t d;
     Kvdock__Response *r;
-    Kvdock__Request req;
-    Kvdock__CacheStats cs = KVDOCK__CACHE_STATS__INIT;
     pool_view_t a, b;
     uint64_t cache;
-    char seg[800];
-    uint32_t got[CHAINS];
-    int fd, failed = 0, sf;
-    /* a record: its header and data, padded to 64 bytes */
-    const uint64_t rec = (192 + BLOCK_BYTES + 63) / 64 * 64;
-    uint8_t byte;
+    rec_at_t *recs = calloc(NBLK, sizeof(*recs)), *last;
+    int count[CHAINS][CHAIN] = {{0}}, expect[CHAINS], got[CHAINS];
+    int fd, failed = 0, seg = 0, n = 0, total = 0, m, lazy = sig == SIGTERM && how == FLIPPED;
+    char path[800], idx[800], line[900];
 
+    ck_assert_ptr_nonnull(recs);
     world_make();
     start(&d);
     fd = kvdt_client(&d, "saver");
@@ -816,22 +911,65 @@ START_TEST(test_damaged_segment)
         for (int i = 0; i < CHAIN; i++)
             fill_page(&a, (uint64_t)c * CHAIN + i, c, i);
     for (int c = 0; c < CHAINS; c++) {
-        r = save_chain(fd, cache, &a, c, 400 + (uint64_t)c);
-        ck_assert_msg(saved_whole(r), "save: %u %s", r->status, r->message);
+        r = save_chain(fd, cache, &a, c, 600 + (uint64_t)c);
+        ck_assert_msg(saved_whole(r), "save of chain %d: %u %s", c, r->status, r->message);
         kvdock__response__free_unpacked(r, NULL);
     }
     munmap(a.map, a.len);
+    wait_on_disk(fd, cache, NBLK); /* every record written before the stop */
+    stop_with(&d, sig);
     close(fd);
-    ck_assert_int_eq(kvdt_stop(&d), 0);
 
-    /* the first segment holds every record */
-    snprintf(seg, sizeof(seg), "%s/u%u-blocks/seg-00000001.kvd", cdir, (unsigned)geteuid());
-    sf = open(seg, O_RDWR);
-    ck_assert_msg(sf >= 0, "%s: %s", seg, strerror(errno));
-    ck_assert_int_eq(pread(sf, &byte, 1, (off_t)(3 * rec + 192 + 1000)), 1);
-    byte ^= 0x10; /* one bit of the fourth record's data */
-    ck_assert_int_eq(pwrite(sf, &byte, 1, (off_t)(3 * rec + 192 + 1000)), 1);
-    close(sf);
+    /* every block is in exactly one record; the last segment with records
+     * is the one damaged */
+    for (int no = 1;; no++) {
+        int k;
+        seg_file(no, "kvd", path, sizeof(path));
+        if ((k = seg_records(path, recs + total, NBLK - total)) < 0)
+            break;
+        for (int j = total; j < total + k; j++)
+            count[recs[j].chain][recs[j].i]++;
+        if (k > 0) {
+            seg = no;
+            n = k;
+        }
+        total += k;
+    }
+    ck_assert_int_eq(total, NBLK);
+    for (int c = 0; c < CHAINS; c++)
+        for (int i = 0; i < CHAIN; i++)
+            ck_assert_msg(count[c][i] == 1, "block %d of chain %d in %d records", i, c,
+                          count[c][i]);
+    ck_assert_int_ge(n, 8);
+    last = recs + total - n; /* that segment's records, in file order */
+    seg_file(seg, "kvd", path, sizeof(path));
+    seg_file(seg, "idx", idx, sizeof(idx));
+    /* SIGTERM sealed it with an index; after SIGKILL it has none */
+    ck_assert_int_eq(access(idx, F_OK) == 0, sig == SIGTERM);
+    m = n / 2;
+    for (int c = 0; c < CHAINS; c++)
+        expect[c] = CHAIN;
+    {
+        int sf = open(path, O_RDWR);
+        ck_assert_msg(sf >= 0, "%s: %s", path, strerror(errno));
+        if (how == FLIPPED) {
+            uint8_t byte;
+            off_t at = (off_t)(last[m].off + REC_HDR + 1000);
+            ck_assert_int_eq(pread(sf, &byte, 1, at), 1);
+            byte ^= 0x10;
+            ck_assert_int_eq(pwrite(sf, &byte, 1, at), 1);
+            expect[last[m].chain] = last[m].i;
+        } else {
+            /* a page boundary inside record m: it and every later one go */
+            off_t cut = (off_t)((last[m].off + REC_BYTES / 2) / 4096 * 4096);
+            ck_assert_int_gt(cut, (off_t)last[m].off);
+            ck_assert_int_eq(ftruncate(sf, cut), 0);
+            for (int j = m; j < n; j++)
+                if (last[j].i < expect[last[j].chain])
+                    expect[last[j].chain] = last[j].i;
+        }
+        close(sf);
+    }
 
     start(&d);
     ck_assert(kvdt_log_has(&d, "caches=1"));
@@ -839,34 +977,64 @@ START_TEST(test_damaged_segment)
     cache = cache_id(fd);
     pool_open(fd, "verify", CHAIN, &b);
     for (int c = 0; c < CHAINS; c++)
-        got[c] = served(fd, cache, &b, c, &failed);
-    /* the flipped record was met and never served, nor what comes after it
-     * in its chain; every other chain is served whole (served() has
-     * compared every byte) */
-    ck_assert_int_eq(failed, 1);
-    {
-        uint32_t total = 0, whole = 0;
-        for (int c = 0; c < CHAINS; c++) {
-            total += got[c];
-            whole += got[c] == CHAIN;
-        }
-        ck_assert_msg(total < NBLK, "%u blocks served: the flipped one among them", total);
-        ck_assert_msg(whole == CHAINS - 1, "%u chains of %d served whole", whole, CHAINS);
+        got[c] = (int)served(fd, cache, &b, c, &failed);
+    for (int c = 0; c < CHAINS; c++)
+        ck_assert_msg(got[c] == expect[c], "chain %d: %d blocks served, %d expected (%s, %s)",
+                      c, got[c], expect[c], how == FLIPPED ? "a flipped byte" : "truncated",
+                      sig == SIGTERM ? "SIGTERM" : "SIGKILL");
+    /* only a flipped byte under an index is found by the load that reads
+     * it (the restart reads indexes, not data): that load fails once;
+     * otherwise the restart found the damage and a lookup never reports
+     * a damaged block */
+    ck_assert_msg(failed == lazy, "%d loads failed, %d expected", failed, lazy);
+    if (lazy) {
+        Kvdock__Request req;
+        Kvdock__CacheStats cs = KVDOCK__CACHE_STATS__INIT;
+        cs.cache = cache;
+        kvdt_req_init(&req, 51);
+        req.op_case = KVDOCK__REQUEST__OP_CACHE_STATS;
+        req.cache_stats = &cs;
+        r = kvdt_call(fd, &req);
+        ck_assert_uint_eq(r->status, 0);
+        ck_assert_ptr_nonnull(r->cache->disk);
+        ck_assert_uint_eq(r->cache->disk->checksum_failures, 1);
+        kvdock__response__free_unpacked(r, NULL);
     }
-    cs.cache = cache;
-    kvdt_req_init(&req, 51);
-    req.op_case = KVDOCK__REQUEST__OP_CACHE_STATS;
-    req.cache_stats = &cs;
-    r = kvdt_call(fd, &req);
-    ck_assert_uint_eq(r->status, 0);
-    ck_assert_ptr_nonnull(r->cache->disk);
-    ck_assert_uint_ge(r->cache->disk->checksum_failures, 1);
-    kvdock__response__free_unpacked(r, NULL);
-    ck_assert(kvdt_log_has(&d, "event=disk_record_bad")); /* with its segment and offset */
+    /* the log names the file: the record that failed its checks when read,
+     * a segment cut short (its index lists records past its end), or
+     * records that failed theirs while the segment was read whole */
+    snprintf(line, sizeof(line), "event=%s path=%s ",
+             sig == SIGKILL ? "disk_records_torn"
+             : how == FLIPPED ? "disk_record_bad" : "disk_segment_truncated", path);
+    ck_assert_msg(kvdt_log_has(&d, line), "no '%s' in the log", line);
     munmap(b.map, b.len);
     close(fd);
     ck_assert_int_eq(kvdt_stop(&d), 0);
+    free(recs);
     world_remove();
+}
+
+START_TEST(test_flipped_after_sigterm)
+{
+    damaged_case(SIGTERM, FLIPPED);
+}
+END_TEST
+
+START_TEST(test_flipped_after_sigkill)
+{
+    damaged_case(SIGKILL, FLIPPED);
+}
+END_TEST
+
+START_TEST(test_truncated_after_sigterm)
+{
+    damaged_case(SIGTERM, TRUNCATED);
+}
+END_TEST
+
+START_TEST(test_truncated_after_sigkill)
+{
+    damaged_case(SIGKILL, TRUNCATED);
 }
 END_TEST
 
@@ -1114,7 +1282,10 @@ static Suite *restart_suite(void)
     tcase_add_test(tc, test_blocks_after_sigterm);
     tcase_add_test(tc, test_blocks_after_sigkill);
     tcase_add_test(tc, test_disk_full);
-    tcase_add_test(tc, test_damaged_segment);
+    tcase_add_test(tc, test_flipped_after_sigterm);
+    tcase_add_test(tc, test_flipped_after_sigkill);
+    tcase_add_test(tc, test_truncated_after_sigterm);
+    tcase_add_test(tc, test_truncated_after_sigkill);
     tcase_add_test(tc, test_load_busy);
     tcase_add_test(tc, test_saves_wait_for_writer);
     suite_add_tcase(s, tc);
