@@ -349,7 +349,8 @@ END_TEST
 
 /* A reopened cache with the budgets of today's options: a disk budget
  * past the new --disk-budget is skipped and kept for a daemon that has
- * room for it. */
+ * room for it (none of its blocks dropped to fit); meanwhile a create of
+ * that name is refused, saying why. */
 START_TEST(test_restart_smaller_budget)
 {
     kvdt_daemon_t d;
@@ -372,6 +373,15 @@ START_TEST(test_restart_smaller_budget)
     ready(&d);
     ck_assert(kvdt_log_has(&d, "does not fit the daemon's"));
     ck_assert(kvdt_log_has(&d, "caches=0"));
+    fd = kvdt_client(&d, "owner-again");
+    r = create(fd, "big", 2, 8 * MB, 0, NULL, 0, 1); /* as made: past --disk-budget */
+    ck_assert_msg(r->status == KVD_ELIMIT, "%u %s", r->status, r->message);
+    kvdock__response__free_unpacked(r, NULL);
+    r = create(fd, "big", 2, 2 * MB, 0, NULL, 0, 1); /* within it: its directory is kept */
+    ck_assert_msg(r->status == KVD_EBUSY && strstr(r->message, "exists already") != NULL,
+                  "%u %s", r->status, r->message);
+    kvdock__response__free_unpacked(r, NULL);
+    close(fd);
     ck_assert_int_eq(kvdt_stop(&d), 0);
     snprintf(n, sizeof(n), "u%u-big/manifest", (unsigned)geteuid());
     ck_assert(dir_exists(n));
@@ -629,7 +639,12 @@ static uint32_t verify_all(int fd, uint64_t cache)
     return verify_range(fd, cache, 0, CHAINS);
 }
 
-static Kvdock__Response *blocks_create(int fd, int existing)
+#define BLOCKS_HOST ((uint64_t)HOST_BLOCKS * BLOCK_BYTES)
+#define BLOCKS_DISK (40ull * HOST_BLOCKS * BLOCK_BYTES)
+
+/* Create (or with existing, open) the blocks cache, asking for host and
+ * disk budgets host and disk. */
+static Kvdock__Response *blocks_create_with(int fd, int existing, uint64_t host, uint64_t disk)
 {
     Kvdock__Request req;
     Kvdock__CacheCreate cc = KVDOCK__CACHE_CREATE__INIT;
@@ -641,13 +656,18 @@ static Kvdock__Response *blocks_create(int fd, int existing)
     cl.dtype = "bf16";
     cc.name = "blocks";
     cc.layout = &cl;
-    cc.budget_bytes = HOST_BLOCKS * BLOCK_BYTES;
-    cc.disk_budget_bytes = 40ull * HOST_BLOCKS * BLOCK_BYTES;
+    cc.budget_bytes = host;
+    cc.disk_budget_bytes = disk;
     cc.open_existing = existing;
     kvdt_req_init(&req, 2);
     req.op_case = KVDOCK__REQUEST__OP_CACHE_CREATE;
     req.cache_create = &cc;
     return kvdt_call(fd, &req);
+}
+
+static Kvdock__Response *blocks_create(int fd, int existing)
+{
+    return blocks_create_with(fd, existing, BLOCKS_HOST, BLOCKS_DISK);
 }
 
 /* The blocks cache again (open_existing), its id. */
@@ -1270,6 +1290,66 @@ START_TEST(test_saves_wait_for_writer)
 }
 END_TEST
 
+/* A reopened cache asked for with other budgets (open_existing): it opens
+ * as it is, with the budgets it was made with, which the reply gives; a
+ * smaller disk budget asked for drops none of its blocks, a larger one
+ * takes no more of the daemon's, and none is written to its manifest:
+ * the next restart brings back the same. */
+START_TEST(test_reopen_other_budgets)
+{
+    kvdt_daemon_t d;
+    Kvdock__Response *r;
+    pool_view_t a;
+    uint64_t cache;
+    const uint64_t asked[][2] = {
+        {BLOCKS_HOST, 2 * MB},           /* a smaller disk budget */
+        {BLOCKS_HOST / 2, 4 * BLOCKS_DISK}, /* a larger one (past --disk-budget too) */
+        {BLOCKS_HOST, 0},                /* no disk level */
+    };
+    int fd;
+
+    world_make();
+    start(&d);
+    fd = kvdt_client(&d, "saver");
+    r = blocks_create(fd, 0);
+    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
+    cache = r->cache->id;
+    kvdock__response__free_unpacked(r, NULL);
+    pool_open(fd, "src", 8 * CHAIN, &a);
+    for (int c = 0; c < 8; c++) { /* twice the host level: half on disk only */
+        for (int i = 0; i < CHAIN; i++)
+            fill_page(&a, (uint64_t)c * CHAIN + i, c, i);
+        r = save_chain(fd, cache, &a, c, 700 + (uint64_t)c);
+        ck_assert_msg(saved_whole(r), "save of chain %d: %u %s", c, r->status, r->message);
+        kvdock__response__free_unpacked(r, NULL);
+    }
+    munmap(a.map, a.len);
+    close(fd);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
+
+    for (int round = 0; round < 2; round++) {
+        start(&d);
+        ck_assert(kvdt_log_has(&d, "caches=1"));
+        fd = kvdt_client(&d, "reader");
+        for (size_t k = 0; k < sizeof(asked) / sizeof(asked[0]); k++) {
+            r = blocks_create_with(fd, 1, asked[k][0], asked[k][1]);
+            ck_assert_msg(r->status == 0, "open_existing asking %" PRIu64 " / %" PRIu64
+                          ": %u %s", asked[k][0], asked[k][1], r->status, r->message);
+            ck_assert_uint_eq(r->cache->budget_bytes, BLOCKS_HOST);
+            ck_assert_ptr_nonnull(r->cache->disk);
+            ck_assert_uint_eq(r->cache->disk->budget_bytes, BLOCKS_DISK);
+            cache = r->cache->id;
+            kvdock__response__free_unpacked(r, NULL);
+        }
+        /* nothing dropped: all 128 blocks back, each whole */
+        ck_assert_uint_eq(verify_range(fd, cache, 0, 8), 8 * CHAIN);
+        close(fd);
+        ck_assert_int_eq(kvdt_stop(&d), 0);
+    }
+    world_remove();
+}
+END_TEST
+
 static Suite *restart_suite(void)
 {
     Suite *s = suite_create("disk_restart");
@@ -1288,6 +1368,7 @@ static Suite *restart_suite(void)
     tcase_add_test(tc, test_truncated_after_sigkill);
     tcase_add_test(tc, test_load_busy);
     tcase_add_test(tc, test_saves_wait_for_writer);
+    tcase_add_test(tc, test_reopen_other_budgets);
     suite_add_tcase(s, tc);
     return s;
 }
