@@ -1137,7 +1137,6 @@ START_TEST(test_load_busy)
     Kvdock__Response *r;
     Kvdock__Request req;
     Kvdock__CacheLookup lk = KVDOCK__CACHE_LOOKUP__INIT;
-    Kvdock__CacheStats cs = KVDOCK__CACHE_STATS__INIT;
     Kvdock__CacheLoad cl = KVDOCK__CACHE_LOAD__INIT;
     Kvdock__CacheKeys ck;
     Kvdock__Indices ix = KVDOCK__INDICES__INIT;
@@ -1146,7 +1145,7 @@ START_TEST(test_load_busy)
     pool_view_t a;
     uint64_t cache;
     uint32_t disk_hits;
-    int fd, holder, c, tries;
+    int fd, holder, c;
 
     world_make();
     start(&d);
@@ -1163,21 +1162,7 @@ START_TEST(test_load_busy)
         ck_assert_msg(saved_whole(r), "save of chain %d: %u %s", c, r->status, r->message);
         kvdock__response__free_unpacked(r, NULL);
     }
-    cs.cache = cache; /* every record written */
-    for (tries = 0;; tries++) {
-        uint32_t on_disk;
-        kvdt_req_init(&req, 60);
-        req.op_case = KVDOCK__REQUEST__OP_CACHE_STATS;
-        req.cache_stats = &cs;
-        r = kvdt_call(fd, &req);
-        ck_assert_uint_eq(r->status, 0);
-        on_disk = r->cache->disk->blocks;
-        kvdock__response__free_unpacked(r, NULL);
-        if (on_disk == 8 * CHAIN)
-            break;
-        ck_assert_msg(tries < KVDT_TIMEOUT_MS / 5, "%u of %d blocks on disk", on_disk, 8 * CHAIN);
-        usleep(5000);
-    }
+    wait_on_disk(fd, cache, 8 * CHAIN); /* every record written */
     /* chains 4-7 fill the host level: leased, every slot is held */
     holder = kvdt_client(&d, "holder");
     for (c = 4; c < 8; c++) {
