@@ -21,11 +21,7 @@
 #include <unistd.h>
 
 #include "cache_disk.h"
-#include "harness.h"
-
-#ifndef KVD_TEST_SCRATCH
-#error "KVD_TEST_SCRATCH: a directory on the build tree's file system"
-#endif
+#include "disk_harness.h"
 
 #define OTHER_UID 65534u
 
@@ -34,23 +30,10 @@ static char scratch[512];
 /* A fresh directory of the build tree for one case. */
 static void scratch_make(const char *name)
 {
-    char cmd[640];
+    char full[64];
 
-    snprintf(scratch, sizeof(scratch), "%s/disk-daemon-%d-%s", KVD_TEST_SCRATCH, (int)getpid(),
-             name);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", scratch);
-    ck_assert_int_eq(system(cmd), 0);
-    ck_assert_int_eq(mkdir(scratch, 0700), 0);
-}
-
-static void scratch_remove(void)
-{
-    char cmd[1200];
-
-    snprintf(cmd, sizeof(cmd), "chmod -R u+rwx '%s' 2>/dev/null; rm -rf '%s'", scratch,
-             scratch);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", scratch);
+    snprintf(full, sizeof(full), "disk-daemon-%s", name);
+    kvdt_scratch_make(scratch, sizeof(scratch), full);
 }
 
 static void path_in(char *out, size_t len, const char *name)
@@ -58,82 +41,17 @@ static void path_in(char *out, size_t len, const char *name)
     snprintf(out, len, "%s/%s", scratch, name);
 }
 
-/* Run kvdockd with extra arguments to its end, its log in scratch/NAME.log;
- * the exit status (-1: it did not end). */
-static int run_logged(const char *const *extra, char *log, size_t log_len)
-{
-    const char *argv[32];
-    char sock[600];
-    int n = 0, status = 0;
-    pid_t pid;
-
-    snprintf(log, log_len, "%s/run.log", scratch);
-    unlink(log);
-    snprintf(sock, sizeof(sock), "%s/run.sock", scratch);
-    argv[n++] = KVDOCKD_PATH;
-    argv[n++] = "--backend";
-    argv[n++] = "cpu";
-    argv[n++] = "--socket";
-    argv[n++] = sock;
-    argv[n++] = "--host-memory-budget";
-    argv[n++] = "256M";
-    for (int i = 0; extra[i] && n < 30; i++)
-        argv[n++] = extra[i];
-    argv[n] = NULL;
-    pid = fork();
-    if (pid == 0) {
-        int lf;
-        kvdt_child_close_fds(-1);
-        lf = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (lf >= 0) {
-            dup2(lf, 1);
-            dup2(lf, 2);
-        }
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    ck_assert_int_ge(pid, 0);
-    for (int i = 0; i < KVDT_TIMEOUT_MS / 5; i++) {
-        if (waitpid(pid, &status, WNOHANG) == pid)
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        usleep(5000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    return -1;
-}
-
-static int file_has(const char *path, const char *what)
-{
-    FILE *f = fopen(path, "r");
-    char line[2048];
-    int found = 0;
-
-    if (f == NULL)
-        return 0;
-    while (!found && fgets(line, sizeof(line), f) != NULL)
-        found = strstr(line, what) != NULL;
-    fclose(f);
-    return found;
-}
-
-static void dump(const char *path)
-{
-    char cmd[700];
-
-    snprintf(cmd, sizeof(cmd), "cat '%s' >&2", path);
-    if (system(cmd) != 0)
-        fprintf(stderr, "(no log)\n");
-}
-
 /* kvdockd with extra args must stop at start, saying what. */
 static void refused_at_start(const char *const *extra, const char *what)
 {
-    char log[600];
-    int st = run_logged(extra, log, sizeof(log));
+    char log[600], sock[600];
+    int st;
 
-    if (st == 0 || st == -1 || !file_has(log, what)) {
-        dump(log);
+    path_in(log, sizeof(log), "run.log");
+    path_in(sock, sizeof(sock), "run.sock");
+    st = kvdt_run_log(sock, log, extra, KVDT_TIMEOUT_MS);
+    if (st == 0 || st == -1 || !kvdt_file_has(log, what)) {
+        kvdt_dump_file(log);
         ck_abort_msg("expected a refusal at start saying '%s' (exit %d)", what, st);
     }
 }
@@ -176,7 +94,7 @@ START_TEST(test_start_refused)
     refused_at_start(a_nodir, "disk-budget needs cache-dir");
     refused_at_start(a_rel, "give an absolute path");
     refused_at_start(a_noparent, "cannot make it");
-    scratch_remove();
+    kvdt_scratch_remove(scratch);
 }
 END_TEST
 
@@ -195,7 +113,7 @@ START_TEST(test_start_other_user)
     ck_assert_int_eq(mkdir(dir, 0700), 0);
     ck_assert_int_eq(chown(dir, OTHER_UID, OTHER_UID), 0);
     refused_at_start(a, "belongs to uid 65534, not the daemon's user");
-    scratch_remove();
+    kvdt_scratch_remove(scratch);
 }
 END_TEST
 
@@ -203,7 +121,6 @@ END_TEST
 START_TEST(test_start_made)
 {
     char dir[600];
-    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64M", NULL};
     kvdt_daemon_t d;
     Kvdock__StatusReply *s;
     struct stat st;
@@ -211,8 +128,7 @@ START_TEST(test_start_made)
 
     scratch_make("made");
     path_in(dir, sizeof(dir), "cd");
-    kvdt_start(&d, extra);
-    fd = kvdt_client(&d, "status"); /* served: the start's reopening is done */
+    fd = kvdt_disk_start(&d, NULL, dir, "64M", NULL, "status");
     ck_assert_int_eq(stat(dir, &st), 0);
     ck_assert(S_ISDIR(st.st_mode));
     ck_assert_uint_eq(st.st_mode & 07777, 0700);
@@ -230,7 +146,7 @@ START_TEST(test_start_made)
     kvdock__status_reply__free_unpacked(s, NULL);
     close(fd);
     ck_assert_int_eq(kvdt_stop(&d), 0);
-    scratch_remove();
+    kvdt_scratch_remove(scratch);
 }
 END_TEST
 
@@ -239,23 +155,21 @@ END_TEST
 START_TEST(test_disk_io_threads)
 {
     char dir[600];
-    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64M", "--disk-io", "threads",
-                           NULL};
+    const char *extra[] = {"--disk-io", "threads", NULL};
     kvdt_daemon_t d;
     Kvdock__StatusReply *s;
     int fd;
 
     scratch_make("threads");
     path_in(dir, sizeof(dir), "cd");
-    kvdt_start(&d, extra);
-    fd = kvdt_client(&d, "status");
+    fd = kvdt_disk_start(&d, NULL, dir, "64M", extra, "status");
     s = kvdt_status(fd);
     ck_assert_ptr_nonnull(s->disk);
     ck_assert_str_eq(s->disk->io_engine, "threads (asked for)");
     kvdock__status_reply__free_unpacked(s, NULL);
     close(fd);
     ck_assert_int_eq(kvdt_stop(&d), 0);
-    scratch_remove();
+    kvdt_scratch_remove(scratch);
 }
 END_TEST
 
@@ -264,23 +178,11 @@ END_TEST
 static Kvdock__Response *create(int fd, const char *name, uint64_t budget, uint64_t disk,
                                 int shared)
 {
-    Kvdock__Request req;
-    Kvdock__CacheCreate cc = KVDOCK__CACHE_CREATE__INIT;
-    Kvdock__CacheLayout cl = KVDOCK__CACHE_LAYOUT__INIT;
+    kvdt_cache_req_t q;
 
-    cl.num_layers = 2;
-    cl.tokens_per_block = 4;
-    cl.token_bytes = 64;
-    cl.dtype = "bf16";
-    cc.name = (char *)name;
-    cc.layout = &cl;
-    cc.budget_bytes = budget;
-    cc.disk_budget_bytes = disk;
-    cc.shared = shared;
-    kvdt_req_init(&req, 7);
-    req.op_case = KVDOCK__REQUEST__OP_CACHE_CREATE;
-    req.cache_create = &cc;
-    return kvdt_call(fd, &req);
+    kvdt_cache_req(&q, 7, name, budget, disk);
+    q.cc.shared = shared;
+    return kvdt_call(fd, &q.req);
 }
 
 START_TEST(test_create_without_cache_dir)
@@ -329,7 +231,6 @@ static int dir_empties(const char *dir)
 START_TEST(test_create_budgets)
 {
     char dir[600], sub[700], man[800];
-    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64M", NULL};
     kvdt_daemon_t d;
     Kvdock__Response *r;
     Kvdock__StatusReply *s;
@@ -338,8 +239,7 @@ START_TEST(test_create_budgets)
 
     scratch_make("budgets");
     path_in(dir, sizeof(dir), "cd");
-    kvdt_start(&d, extra);
-    fd = kvdt_client(&d, "budgets");
+    fd = kvdt_disk_start(&d, NULL, dir, "64M", NULL, "budgets");
     r = create(fd, "big", 1 << 20, 65u << 20, 0);
     ck_assert_uint_eq(r->status, KVD_ELIMIT);
     ck_assert_ptr_nonnull(strstr(r->message, "--disk-budget"));
@@ -377,7 +277,7 @@ START_TEST(test_create_budgets)
     }
     close(fd);
     ck_assert_int_eq(kvdt_stop(&d), 0);
-    scratch_remove();
+    kvdt_scratch_remove(scratch);
 }
 END_TEST
 
@@ -386,7 +286,6 @@ END_TEST
 START_TEST(test_create_past_free_space)
 {
     char dir[600], big[600];
-    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "100%", NULL};
     kvdt_daemon_t d;
     Kvdock__Response *r;
     Kvdock__StatusReply *s;
@@ -396,8 +295,7 @@ START_TEST(test_create_past_free_space)
     scratch_make("free");
     path_in(dir, sizeof(dir), "cd");
     path_in(big, sizeof(big), "filler");
-    kvdt_start(&d, extra);
-    fd = kvdt_client(&d, "free");
+    fd = kvdt_disk_start(&d, NULL, dir, "100%", NULL, "free");
     s = kvdt_status(fd);
     free0 = s->disk->fs_free_bytes;
     ck_assert_uint_ge(s->disk->budget_bytes, free0 / 2); /* 100% of what was free at start */
@@ -419,7 +317,7 @@ START_TEST(test_create_past_free_space)
     ck_assert_int_eq(unlink(big), 0);
     close(fd);
     ck_assert_int_eq(kvdt_stop(&d), 0);
-    scratch_remove();
+    kvdt_scratch_remove(scratch);
 }
 END_TEST
 
@@ -430,33 +328,18 @@ END_TEST
 START_TEST(test_sigterm_answers_creates)
 {
     char dir[600], sub[700];
-    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64M", NULL};
     kvdt_daemon_t d;
-    Kvdock__CacheCreate cc[8];
-    Kvdock__CacheLayout cl = KVDOCK__CACHE_LAYOUT__INIT;
-    Kvdock__Request req;
+    kvdt_cache_req_t q;
     char names[8][8];
     int fd, ok[8];
 
     scratch_make("sigterm");
     path_in(dir, sizeof(dir), "cd");
-    kvdt_start(&d, extra);
-    fd = kvdt_client(&d, "drain");
-    cl.num_layers = 2;
-    cl.tokens_per_block = 4;
-    cl.token_bytes = 64;
-    cl.dtype = "bf16";
+    fd = kvdt_disk_start(&d, NULL, dir, "64M", NULL, "drain");
     for (int i = 0; i < 8; i++) {
-        kvdock__cache_create__init(&cc[i]);
         snprintf(names[i], sizeof(names[i]), "c%d", i);
-        cc[i].name = names[i];
-        cc[i].layout = &cl;
-        cc[i].budget_bytes = 1 << 20;
-        cc[i].disk_budget_bytes = 4u << 20;
-        kvdt_req_init(&req, 100 + (uint64_t)i);
-        req.op_case = KVDOCK__REQUEST__OP_CACHE_CREATE;
-        req.cache_create = &cc[i];
-        kvdt_send(fd, &req, NULL, 0);
+        kvdt_cache_req(&q, 100 + (uint64_t)i, names[i], 1 << 20, 4u << 20);
+        kvdt_send(fd, &q.req, NULL, 0);
     }
     ck_assert_int_eq(kill(d.pid, SIGTERM), 0);
     for (int i = 0; i < 8; i++) {
@@ -479,7 +362,7 @@ START_TEST(test_sigterm_answers_creates)
     if (!ok[0])
         ck_assert_msg(dir_empty(dir), "refused creates left files in %s", dir);
     (void)kvdt_stop(&d);
-    scratch_remove();
+    kvdt_scratch_remove(scratch);
 }
 END_TEST
 
@@ -652,7 +535,7 @@ START_TEST(test_manifest_file)
         kvt_skip_case("manifest_other_user", "needs root to chown a manifest to uid %u",
                       OTHER_UID);
     }
-    scratch_remove();
+    kvdt_scratch_remove(scratch);
 }
 END_TEST
 
@@ -680,7 +563,6 @@ static int exists(const char *top, const char *name)
 START_TEST(test_untrusted_skipped)
 {
     char top[600], p[800];
-    const char *extra[] = {"--cache-dir", top, "--disk-budget", "64M", NULL};
     kvdt_daemon_t d;
     kvd__manifest_t m;
     Kvdock__Request req;
@@ -739,8 +621,7 @@ START_TEST(test_untrusted_skipped)
     snprintf(p, sizeof(p), "%s/" KVD_CACHE_DIR_DROPPED "1-u0-gone/seg-00000001.dat", top);
     ck_assert_int_eq(close(open(p, O_WRONLY | O_CREAT, 0600)), 0);
 
-    kvdt_start(&d, extra);
-    fd = kvdt_client(&d, "list"); /* served: the start's reopening is done */
+    fd = kvdt_disk_start(&d, NULL, top, "64M", NULL, "list");
     ck_assert(kvdt_log_has(&d, "damaged manifest"));
     ck_assert(kvdt_log_has(&d, "with mode 0777"));
     ck_assert(kvdt_log_has(&d, "names cache 'elsewhere'"));
@@ -775,7 +656,7 @@ START_TEST(test_untrusted_skipped)
                       OTHER_UID);
     /* the dropped one's removal was finished (before the daemon's exit) */
     ck_assert(!exists(top, KVD_CACHE_DIR_DROPPED "1-u0-gone"));
-    scratch_remove();
+    kvdt_scratch_remove(scratch);
 }
 END_TEST
 

@@ -25,63 +25,64 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
-
-#ifndef KVD_TEST_SCRATCH
-#error "KVD_TEST_SCRATCH: a directory on the build tree's file system"
-#endif
+#include "disk_harness.h"
 
 #define NOBODY 65534u
 #define NOGROUP 65534u
 #define MB (1ull << 20)
 
-static char base[128], sock[192], cdir[512];
+static char base[128], sock[192], scratch[512], cdir[600];
 
 static int is_root(void)
 {
     return geteuid() == 0;
 }
 
-/* The socket under a directory others may enter; the cache dir on the
- * build tree's disk. */
+/* The socket under a directory others may enter; the cache dir (made by
+ * the daemon) on the build tree's disk. */
 static void world_make(void)
 {
-    char cmd[700];
-
     snprintf(base, sizeof(base), "/tmp/kvdt-dr-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(base));
     ck_assert_int_eq(chmod(base, 0755), 0);
     snprintf(sock, sizeof(sock), "%s/run/kvd.sock", base);
-    snprintf(cdir, sizeof(cdir), "%s/disk-restart-%d", KVD_TEST_SCRATCH, (int)getpid());
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cdir);
-    ck_assert_int_eq(system(cmd), 0);
+    kvdt_scratch_make(scratch, sizeof(scratch), "disk-restart");
+    snprintf(cdir, sizeof(cdir), "%s/cd", scratch);
 }
 
 static void world_remove(void)
 {
-    char cmd[1200];
+    char cmd[200];
 
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", base, cdir);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
     ck_assert_int_eq(system(cmd), 0);
+    kvdt_scratch_remove(scratch);
 }
 
-/* The socket listens before the caches are reopened, and the loop serves
- * only after: a hello answered means the reopening is done (and logged). */
-static void ready(const kvdt_daemon_t *d)
-{
-    close(kvdt_client(d, "ready"));
-}
-
-static void start(kvdt_daemon_t *d)
+/* kvdockd on the world's cache dir with disk budget disk and extra (NULL
+ * terminated, may be NULL), nobody's group admitted; served (the caches
+ * in the cache dir reopened) when this returns. */
+static void start_with(kvdt_daemon_t *d, const char *disk, const char *const *extra)
 {
     char grp[16];
-    const char *extra[] = {"--cache-dir", cdir, "--disk-budget", "256M",
-                           "--host-memory-budget", "256M", "--socket-group", grp,
-                           "--allow-uids", "65534", NULL};
+    const char *args[8] = {"--host-memory-budget", "256M", "--socket-group", grp};
+    int n = 4;
 
     snprintf(grp, sizeof(grp), "%u", NOGROUP);
-    kvdt_start_sock(d, sock, extra);
-    ready(d);
+    for (int i = 0; extra != NULL && extra[i] != NULL; i++) {
+        ck_assert_int_lt(n, 7);
+        args[n++] = extra[i];
+    }
+    args[n] = NULL;
+    close(kvdt_disk_start(d, sock, cdir, disk, args, "ready"));
+}
+
+/* As the restart cases run it: nobody may connect too. */
+static void start(kvdt_daemon_t *d)
+{
+    const char *nobody[] = {"--allow-uids", "65534", NULL};
+
+    start_with(d, "256M", nobody);
 }
 
 /* Connect as nobody: a child drops its identity, connects and hands the
@@ -129,26 +130,15 @@ static int nobody_client(void)
 static Kvdock__Response *create(int fd, const char *name, uint32_t layers, uint64_t disk,
                                 int shared, const uint32_t *allow, size_t nallow, int existing)
 {
-    Kvdock__Request req;
-    Kvdock__CacheCreate cc = KVDOCK__CACHE_CREATE__INIT;
-    Kvdock__CacheLayout cl = KVDOCK__CACHE_LAYOUT__INIT;
+    kvdt_cache_req_t q;
 
-    cl.num_layers = layers;
-    cl.tokens_per_block = 4;
-    cl.token_bytes = 64;
-    cl.dtype = "bf16";
-    cc.name = (char *)name;
-    cc.layout = &cl;
-    cc.budget_bytes = 1 * MB;
-    cc.disk_budget_bytes = disk;
-    cc.shared = shared;
-    cc.allow_uids = (uint32_t *)allow;
-    cc.n_allow_uids = nallow;
-    cc.open_existing = existing;
-    kvdt_req_init(&req, 11);
-    req.op_case = KVDOCK__REQUEST__OP_CACHE_CREATE;
-    req.cache_create = &cc;
-    return kvdt_call(fd, &req);
+    kvdt_cache_req(&q, 11, name, 1 * MB, disk);
+    q.cl.num_layers = layers;
+    q.cc.shared = shared;
+    q.cc.allow_uids = (uint32_t *)allow;
+    q.cc.n_allow_uids = nallow;
+    q.cc.open_existing = existing;
+    return kvdt_call(fd, &q.req);
 }
 
 static void created(int fd, const char *name, uint64_t disk, int shared, const uint32_t *allow,
@@ -355,12 +345,9 @@ START_TEST(test_restart_smaller_budget)
 {
     kvdt_daemon_t d;
     Kvdock__Response *r;
-    char grp[16], n[64];
-    const char *small[] = {"--cache-dir", cdir, "--disk-budget", "4M", "--host-memory-budget",
-                           "256M", "--socket-group", grp, NULL};
+    char n[64];
     int fd;
 
-    snprintf(grp, sizeof(grp), "%u", NOGROUP);
     world_make();
     start(&d);
     fd = kvdt_client(&d, "owner");
@@ -369,8 +356,7 @@ START_TEST(test_restart_smaller_budget)
     kvdock__response__free_unpacked(r, NULL);
     close(fd);
     ck_assert_int_eq(kvdt_stop(&d), 0);
-    kvdt_start_sock(&d, sock, small);
-    ready(&d);
+    start_with(&d, "4M", NULL);
     ck_assert(kvdt_log_has(&d, "does not fit the daemon's"));
     ck_assert(kvdt_log_has(&d, "caches=0"));
     fd = kvdt_client(&d, "owner-again");
@@ -646,23 +632,14 @@ static uint32_t verify_all(int fd, uint64_t cache)
  * disk budgets host and disk. */
 static Kvdock__Response *blocks_create_with(int fd, int existing, uint64_t host, uint64_t disk)
 {
-    Kvdock__Request req;
-    Kvdock__CacheCreate cc = KVDOCK__CACHE_CREATE__INIT;
-    Kvdock__CacheLayout cl = KVDOCK__CACHE_LAYOUT__INIT;
+    kvdt_cache_req_t q;
 
-    cl.num_layers = LAYERS;
-    cl.tokens_per_block = TPB;
-    cl.token_bytes = TOKB;
-    cl.dtype = "bf16";
-    cc.name = "blocks";
-    cc.layout = &cl;
-    cc.budget_bytes = host;
-    cc.disk_budget_bytes = disk;
-    cc.open_existing = existing;
-    kvdt_req_init(&req, 2);
-    req.op_case = KVDOCK__REQUEST__OP_CACHE_CREATE;
-    req.cache_create = &cc;
-    return kvdt_call(fd, &req);
+    kvdt_cache_req(&q, 2, "blocks", host, disk);
+    q.cl.num_layers = LAYERS;
+    q.cl.tokens_per_block = TPB;
+    q.cl.token_bytes = TOKB;
+    q.cc.open_existing = existing;
+    return kvdt_call(fd, &q.req);
 }
 
 static Kvdock__Response *blocks_create(int fd, int existing)

@@ -49,9 +49,9 @@ int kvdt_connect(const char *sock)
     return fd;
 }
 
-int kvdt_log_has(const kvdt_daemon_t *d, const char *what)
+int kvdt_file_has(const char *path, const char *what)
 {
-    FILE *f = fopen(d->log, "r");
+    FILE *f = fopen(path, "r");
     char line[2048];
     int found = 0;
 
@@ -63,18 +63,30 @@ int kvdt_log_has(const kvdt_daemon_t *d, const char *what)
     return found;
 }
 
-void kvdt_dump_log(const kvdt_daemon_t *d)
+int kvdt_log_has(const kvdt_daemon_t *d, const char *what)
+{
+    return kvdt_file_has(d->log, what);
+}
+
+void kvdt_dump_file(const char *path)
 {
     char buf[4096];
-    FILE *f = fopen(d->log, "r");
+    FILE *f = fopen(path, "r");
     size_t n;
 
-    if (f == NULL)
+    if (f == NULL) {
+        fprintf(stderr, "---- no kvdockd log (%s) ----\n", path);
         return;
-    fprintf(stderr, "---- kvdockd log (%s) ----\n", d->log);
+    }
+    fprintf(stderr, "---- kvdockd log (%s) ----\n", path);
     while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
         fwrite(buf, 1, n, stderr);
     fclose(f);
+}
+
+void kvdt_dump_log(const kvdt_daemon_t *d)
+{
+    kvdt_dump_file(d->log);
 }
 
 void kvdt_child_close_fds(int keep)
@@ -161,11 +173,18 @@ static pid_t spawn(const char *sock, const char *log, const char *const *extra)
 
 int kvdt_run(const char *sock, const char *const *extra, int timeout_ms)
 {
-    kvdt_daemon_t d;
-    int st;
+    return kvdt_run_log(sock, "/dev/null", extra, timeout_ms);
+}
 
+int kvdt_run_log(const char *sock, const char *log, const char *const *extra, int timeout_ms)
+{
+    kvdt_daemon_t d;
+    int st, lf = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+    if (lf >= 0) /* this run's lines alone */
+        close(lf);
     memset(&d, 0, sizeof(d));
-    d.pid = spawn(sock, "/dev/null", extra);
+    d.pid = spawn(sock, log, extra);
     st = kvdt_wait_exit(&d, timeout_ms);
     if (st < 0) {
         kill(d.pid, SIGKILL);

@@ -39,15 +39,19 @@ void kvdt_start_sock(kvdt_daemon_t *d, const char *sock, const char *const *extr
 /* Run kvdockd --backend cpu --socket sock [extra...] to its end; its exit
  * status (-1 on timeout: it is then killed). */
 int kvdt_run(const char *sock, const char *const *extra, int timeout_ms);
+/* The same with its log (stderr) in the file log, emptied first. */
+int kvdt_run_log(const char *sock, const char *log, const char *const *extra, int timeout_ms);
 /* SIGTERM (SIGKILL after the timeout) if still running, reap, remove the
  * directory.  The daemon's exit status (0 if it had exited already). */
 int kvdt_stop(kvdt_daemon_t *d);
 /* Wait for the daemon to exit; its exit status, or -1 on timeout. */
 int kvdt_wait_exit(kvdt_daemon_t *d, int timeout_ms);
-/* Print the daemon's log (on failure). */
+/* Print the daemon's log (on failure); kvdt_dump_file: a log at path. */
 void kvdt_dump_log(const kvdt_daemon_t *d);
-/* Whether a line of d's log contains what. */
+void kvdt_dump_file(const char *path);
+/* Whether a line of d's log contains what; kvdt_file_has: of the file at path. */
 int kvdt_log_has(const kvdt_daemon_t *d, const char *what);
+int kvdt_file_has(const char *path, const char *what);
 /* In a child just forked from a test: close every descriptor from 3 up but
  * keep (-1: none).  Check's message file is among them, and every process
  * that holds it can write into the test's record: the faults suite failed
