@@ -11,106 +11,44 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
-
-static kvd_status_t test_alloc(void *ctx, uint64_t bytes, void **ptr, void **handle, char *why,
-                               size_t why_len)
-{
-    (void)ctx;
-    *ptr = malloc(bytes ? bytes : 1);
-    *handle = *ptr;
-    if (*ptr == NULL) {
-        snprintf(why, why_len, "malloc");
-        return KVD_ENOMEM;
-    }
-    return KVD_OK;
-}
-
-static void test_free(void *ctx, void *handle)
-{
-    (void)ctx;
-    free(handle);
-}
-
-static const kvd__cache_mem_t MEM = {NULL, test_alloc, test_free, NULL, NULL};
+#include "cache_harness.h"
 
 /* A cache of cap blocks of 64 bytes (1 layer, MLA, 4 tokens of 16 bytes)
  * from mem, in a host-memory budget of hm_budget. */
 static void make_with(kvd__cache_store_t *c, kvd__hostmem_t *hm, uint32_t cap, uint64_t hm_budget,
                       const kvd__cache_mem_t *mem)
 {
-    kvd__block_layout_t l = {1, 1, 4, 16, "u8"};
     char why[200];
 
     kvd__hostmem_init(hm, hm_budget);
-    ck_assert_int_eq(kvd__cache_store_init(c, &l, (uint64_t)cap * 64, hm, mem, why, sizeof(why)),
+    ck_assert_int_eq(kvd__cache_store_init(c, &kvdt_small_layout, (uint64_t)cap * KVDT_BLOCK, hm,
+                                           mem, why, sizeof(why)),
                      KVD_OK);
     ck_assert_uint_eq(c->capacity, cap);
 }
 
 static void make(kvd__cache_store_t *c, kvd__hostmem_t *hm, uint32_t cap)
 {
-    make_with(c, hm, cap, 1ull << 30, &MEM);
+    make_with(c, hm, cap, 1ull << 30, &kvdt_malloc_mem);
 }
 
-/* Key i of chain ch: 12 bytes. */
-static void key_of(uint8_t *k, uint32_t ch, uint32_t i)
+static void fill_same(uint8_t *bytes, uint32_t ch, uint32_t i, void *ctx)
 {
-    memset(k, 0, 12);
-    memcpy(k, &ch, 4);
-    memcpy(k + 4, &i, 4);
-    k[8] = 0xc7;
+    (void)ctx;
+    memset(bytes, (int)(ch + i), KVDT_BLOCK);
 }
 
 /* Save chain ch's keys [0, n): what a save does with the store. */
 static uint32_t save_chain(kvd__cache_store_t *c, uint32_t ch, uint32_t n)
 {
-    uint32_t i, parent = KVD_CBLOCK_NONE, stored = 0, held[512], nheld = 0;
-    uint8_t k[12];
-    char why[200];
-
-    for (i = 0; i < n; i++) {
-        uint32_t id;
-
-        key_of(k, ch, i);
-        id = kvd__cache_find(c, k, 12);
-        if (id != KVD_CBLOCK_NONE) {
-            kvd__cache_hold(c, id); /* a present block of the chain stays while it saves */
-            held[nheld++] = id;
-        } else if (kvd__cache_reserve(c, parent, k, 12, &id, why, sizeof(why)) == KVD_OK) {
-            memset(kvd__cache_block_bytes(c, id), (int)(ch + i), 64);
-            held[nheld++] = id;
-            stored++;
-        } else {
-            break;
-        }
-        parent = id;
-    }
-    while (nheld-- > 0) { /* the last first */
-        kvd__cblock_t *b = kvd__cache_block(c, held[nheld]);
-        if (b->state == KVD_CBLOCK_FILLING)
-            kvd__cache_commit(c, held[nheld]);
-        else
-            kvd__cache_unhold(c, held[nheld]);
-    }
-    return stored;
+    return kvdt_save_chain(c, ch, n, fill_same, NULL, 0);
 }
 
 /* How many leading keys of chain ch the store reports (ready), by lookup:
  * for the hand-worked cases below; the random ones check against model_t. */
 static uint32_t present(kvd__cache_store_t *c, uint32_t ch, uint32_t n)
 {
-    uint8_t keys[512][12];
-    const uint8_t *kp[512];
-    size_t lens[512];
-    uint32_t i;
-
-    for (i = 0; i < n; i++) {
-        key_of(keys[i], ch, i);
-        kp[i] = keys[i];
-        lens[i] = 12;
-    }
-    return kvd__cache_lookup(c, kp, lens, n, 0, NULL);
+    return kvdt_present(c, ch, n, NULL);
 }
 
 /*
@@ -219,7 +157,7 @@ static void model_check(const model_t *m, kvd__cache_store_t *c)
         for (uint32_t i = 0; i < m->maxlen; i++) {
             uint32_t id;
 
-            key_of(k, ch, i);
+            kvdt_key_of(k, ch, i);
             id = kvd__cache_find(c, k, 12);
             if (i >= m->len[ch]) {
                 ck_assert_msg(id == KVD_CBLOCK_NONE,
@@ -258,7 +196,7 @@ START_TEST(test_prefixes_under_pressure)
         ck_assert_uint_eq(save_chain(&c, ch, len[ch]), model_save(&m, ch, len[ch]));
         ck_assert_uint_eq(c.ready, m.count);
         for (i = 0; i < MAXLEN; i++) { /* the saved chain, key by key */
-            key_of(k, ch, i);
+            kvdt_key_of(k, ch, i);
             ck_assert_int_eq(kvd__cache_find(&c, k, 12) != KVD_CBLOCK_NONE, i < m.len[ch]);
         }
         /* slabs and free lists of 500 blocks, entries in chunks of 64, 64,
@@ -320,7 +258,7 @@ START_TEST(test_lookups_touch_chains)
             ck_assert_uint_eq(save_chain(&c, ch, n), model_save(&m, ch, n));
         } else {
             for (uint32_t i = 0; i < n; i++) {
-                key_of(keys[i], ch, i);
+                kvdt_key_of(keys[i], ch, i);
                 kp[i] = keys[i];
                 kl[i] = 12;
             }
@@ -357,7 +295,7 @@ START_TEST(test_index_model)
     memset(in, 0, sizeof(in));
     for (step = 0; step < 40000; step++) {
         i = (uint32_t)(rand_r(&seed) % N);
-        key_of(k, 7, i);
+        kvdt_key_of(k, 7, i);
         if (!in[i]) {
             ck_assert_int_eq(kvd__cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &ids[i], why,
                                                 sizeof(why)), KVD_OK);
@@ -371,7 +309,7 @@ START_TEST(test_index_model)
         }
     }
     for (i = 0; i < N; i++) {
-        key_of(k, 7, i);
+        kvdt_key_of(k, 7, i);
         if (in[i])
             ck_assert_uint_eq(kvd__cache_find(&c, k, 12), ids[i]);
         else
@@ -394,11 +332,11 @@ START_TEST(test_holds_and_full)
     make(&c, &hm, 8);
     ck_assert_uint_eq(save_chain(&c, 1, 8), 8);
     for (i = 0; i < 8; i++) {
-        key_of(k, 1, i);
+        kvdt_key_of(k, 1, i);
         ids[i] = kvd__cache_find(&c, k, 12);
         kvd__cache_hold(&c, ids[i]);
     }
-    key_of(k, 2, 0);
+    kvdt_key_of(k, 2, 0);
     ck_assert_int_eq(kvd__cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
                      KVD_EBUSY);
     ck_assert_uint_eq(present(&c, 1, 8), 8);
@@ -432,10 +370,10 @@ START_TEST(test_evict_subtree_and_clear)
     make(&c, &hm, 64);
     ck_assert_uint_eq(save_chain(&c, 1, 6), 6);
     /* chain 1's first 3 blocks, then a branch of 3 more under them */
-    key_of(k, 1, 2);
+    kvdt_key_of(k, 1, 2);
     a = kvd__cache_find(&c, k, 12);
     for (i = 0, b = a; i < 3; i++) {
-        key_of(k2, 9, i);
+        kvdt_key_of(k2, 9, i);
         ck_assert_int_eq(kvd__cache_reserve(&c, b, k2, 12, &id, why, sizeof(why)), KVD_OK);
         kvd__cache_commit(&c, id);
         b = id;
@@ -474,31 +412,31 @@ START_TEST(test_failed_save_under_another)
 
     make(&c, &hm, 16);
     for (i = 0; i < 3; i++) {
-        key_of(k, 1, i);
+        kvdt_key_of(k, 1, i);
         ck_assert_int_eq(kvd__cache_reserve(&c, i ? a[i - 1] : KVD_CBLOCK_NONE, k, 12, &a[i],
                                             why, sizeof(why)),
                          KVD_OK);
     }
     for (i = 0; i < 3; i++) { /* B: present, filling */
-        key_of(k, 1, i);
+        kvdt_key_of(k, 1, i);
         ck_assert_uint_eq(kvd__cache_find(&c, k, 12), a[i]);
         kvd__cache_hold(&c, a[i]);
     }
-    key_of(k, 1, 3);
+    kvdt_key_of(k, 1, 3);
     ck_assert_int_eq(kvd__cache_reserve(&c, a[2], k, 12, &b3, why, sizeof(why)), KVD_OK);
     for (i = 3; i-- > 0;) /* A fails */
         kvd__cache_abort(&c, a[i]);
     for (i = 0; i < 3; i++) {
-        key_of(k, 1, i);
+        kvdt_key_of(k, 1, i);
         ck_assert_uint_eq(kvd__cache_find(&c, k, 12), KVD_CBLOCK_NONE);
         ck_assert_int_eq(kvd__cache_block(&c, a[i])->state, KVD_CBLOCK_DEAD);
     }
-    key_of(k, 1, 0); /* a third save stores the first key anew */
+    kvdt_key_of(k, 1, 0); /* a third save stores the first key anew */
     ck_assert_int_eq(kvd__cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
                      KVD_OK);
     ck_assert_int_eq(kvd__cache_commit(&c, id), 1);
     ck_assert_int_eq(kvd__cache_commit(&c, b3), 0); /* its parent failed */
-    key_of(k, 1, 3);
+    kvdt_key_of(k, 1, 3);
     ck_assert_uint_eq(kvd__cache_find(&c, k, 12), KVD_CBLOCK_NONE);
     for (i = 3; i-- > 0;)
         kvd__cache_unhold(&c, a[i]);
@@ -523,16 +461,17 @@ START_TEST(test_budget_refused)
     uint8_t k[12];
 
     kvd__hostmem_init(&hm, 1ull << 20);
-    ck_assert_int_eq(kvd__cache_store_init(&c, &l, 64ull << 20, &hm, &MEM, why, sizeof(why)),
+    ck_assert_int_eq(kvd__cache_store_init(&c, &l, 64ull << 20, &hm, &kvdt_malloc_mem, why,
+                                           sizeof(why)),
                      KVD_OK);
     ck_assert_uint_eq(c.block_bytes, 64 << 10);
     ck_assert_uint_eq(c.chunk_bytes, 16 << 10);
-    key_of(k, 1, 0);
+    kvdt_key_of(k, 1, 0);
     ck_assert_int_eq(kvd__cache_reserve(&c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
                      KVD_ELIMIT); /* a slab would pass the 1 MiB budget */
     ck_assert_ptr_nonnull(strstr(why, "budget"));
     kvd__cache_store_deinit(&c);
-    ck_assert_int_eq(kvd__cache_store_init(&c, &l, 1000, &hm, &MEM, why, sizeof(why)),
+    ck_assert_int_eq(kvd__cache_store_init(&c, &l, 1000, &hm, &kvdt_malloc_mem, why, sizeof(why)),
                      KVD_ERANGE);
 }
 END_TEST
@@ -552,7 +491,7 @@ static kvd_status_t counting_alloc(void *ctx, uint64_t bytes, void **ptr, void *
                                    char *why, size_t why_len)
 {
     sync_allocs++;
-    return test_alloc(ctx, bytes, ptr, handle, why, why_len);
+    return kvdt_malloc_alloc(ctx, bytes, ptr, handle, why, why_len);
 }
 
 static kvd_status_t test_alloc_ahead(void *ctx, uint64_t bytes, kvd__cache_mem_done_fn done,
@@ -576,7 +515,8 @@ static void end_ahead(int i, kvd_status_t st)
     ahead.done[i](ahead.arg[i], st, p, p);
 }
 
-static const kvd__cache_mem_t MEM_AHEAD = {NULL, counting_alloc, test_free, test_alloc_ahead, NULL};
+static const kvd__cache_mem_t MEM_AHEAD = {NULL, counting_alloc, kvdt_malloc_free,
+                                          test_alloc_ahead, NULL};
 
 /* Reserve and commit blocks (keys of chain ch from *next) until the
  * store has used n blocks in all. */
@@ -587,7 +527,7 @@ static void fill_to(kvd__cache_store_t *c, uint32_t ch, uint32_t *next, uint32_t
     char why[200];
 
     while (*next < n) {
-        key_of(k, ch, (*next)++);
+        kvdt_key_of(k, ch, (*next)++);
         ck_assert_int_eq(kvd__cache_reserve(c, KVD_CBLOCK_NONE, k, 12, &id, why, sizeof(why)),
                          KVD_OK);
         ck_assert_int_eq(kvd__cache_commit(c, id), 1);

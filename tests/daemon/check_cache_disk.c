@@ -18,39 +18,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache.h"
+#include "cache_harness.h"
 #include "disk_store.h"
 
 #ifndef KVD_TEST_SCRATCH
 #define KVD_TEST_SCRATCH "/tmp"
 #endif
 
-#define BLOCK 64u /* 1 layer, MLA, 4 tokens of 16 bytes */
+#define BLOCK KVDT_BLOCK /* kvdt_small_layout's */
 
 static char dir[512];
 static kvd__disk_io_t *io;
-
-static kvd_status_t test_alloc(void *ctx, uint64_t bytes, void **ptr, void **handle, char *why,
-                               size_t why_len)
-{
-    (void)ctx;
-    *ptr = malloc(bytes ? bytes : 1);
-    *handle = *ptr;
-    if (*ptr == NULL) {
-        snprintf(why, why_len, "malloc");
-        return KVD_ENOMEM;
-    }
-    return KVD_OK;
-}
-
-static void test_free(void *ctx, void *handle)
-{
-    (void)ctx;
-    free(handle);
-}
-
-static const kvd__cache_mem_t MEM = {NULL, test_alloc, test_free, NULL, NULL};
-static const kvd__block_layout_t LAYOUT = {1, 1, 4, 16, "u8"};
 
 static void setup(void)
 {
@@ -89,18 +67,10 @@ static void open_with(kvd__cache_store_t *c, kvd__hostmem_t *hm, uint32_t host_b
     char why[200];
 
     kvd__hostmem_init(hm, 1ull << 30);
-    ck_assert_int_eq(kvd__cache_store_init(c, &LAYOUT, (uint64_t)host_blocks * BLOCK, hm, &MEM, why,
-                                           sizeof(why)),
+    ck_assert_int_eq(kvd__cache_store_init(c, &kvdt_small_layout, (uint64_t)host_blocks * BLOCK,
+                                           hm, &kvdt_malloc_mem, why, sizeof(why)),
                      KVD_OK);
     ck_assert_int_eq(kvd__cache_store_open_disk(c, &cfg, why, sizeof(why)), want);
-}
-
-static void key_of(uint8_t *k, uint32_t ch, uint32_t i)
-{
-    memset(k, 0, 12);
-    memcpy(k, &ch, 4);
-    memcpy(k + 4, &i, 4);
-    k[8] = 0xc7;
 }
 
 static uint8_t byte_of(uint32_t ch, uint32_t i, uint32_t gen, uint32_t j)
@@ -108,41 +78,21 @@ static uint8_t byte_of(uint32_t ch, uint32_t i, uint32_t gen, uint32_t j)
     return (uint8_t)(ch * 31 + i * 7 + gen * 101 + j);
 }
 
+static void fill_gen(uint8_t *bytes, uint32_t ch, uint32_t i, void *ctx)
+{
+    uint32_t gen = *(const uint32_t *)ctx;
+
+    for (uint32_t j = 0; j < BLOCK; j++)
+        bytes[j] = byte_of(ch, i, gen, j);
+}
+
 /* Save chain ch's keys [0, n) (bytes of generation gen), as a save does,
- * then let the writes finish.  The blocks stored. */
+ * up to a block not ready yet, then let the writes finish.  The blocks
+ * stored. */
 static uint32_t save_chain(kvd__cache_store_t *c, uint32_t ch, uint32_t n, uint32_t gen)
 {
-    uint32_t i, parent = KVD_CBLOCK_NONE, stored = 0, held[512], nheld = 0;
-    uint8_t k[12];
-    char why[200];
+    uint32_t stored = kvdt_save_chain(c, ch, n, fill_gen, &gen, 1);
 
-    for (i = 0; i < n; i++) {
-        uint32_t id;
-
-        key_of(k, ch, i);
-        id = kvd__cache_find(c, k, 12);
-        if (id != KVD_CBLOCK_NONE) {
-            if (kvd__cache_block(c, id)->state != KVD_CBLOCK_READY)
-                break;
-            kvd__cache_hold(c, id);
-            held[nheld++] = id;
-        } else if (kvd__cache_reserve(c, parent, k, 12, &id, why, sizeof(why)) == KVD_OK) {
-            uint8_t *p = kvd__cache_block_bytes(c, id);
-            for (uint32_t j = 0; j < BLOCK; j++)
-                p[j] = byte_of(ch, i, gen, j);
-            held[nheld++] = id;
-            stored++;
-        } else {
-            break;
-        }
-        parent = id;
-    }
-    while (nheld-- > 0) {
-        if (kvd__cache_block(c, held[nheld])->state == KVD_CBLOCK_FILLING)
-            kvd__cache_commit(c, held[nheld]);
-        else
-            kvd__cache_unhold(c, held[nheld]);
-    }
     kvd__cache_disk_flush(c);
     drain();
     return stored;
@@ -150,16 +100,7 @@ static uint32_t save_chain(kvd__cache_store_t *c, uint32_t ch, uint32_t n, uint3
 
 static uint32_t present(kvd__cache_store_t *c, uint32_t ch, uint32_t n, uint32_t *ids)
 {
-    uint8_t keys[512][12];
-    const uint8_t *kp[512];
-    size_t lens[512];
-
-    for (uint32_t i = 0; i < n; i++) {
-        key_of(keys[i], ch, i);
-        kp[i] = keys[i];
-        lens[i] = 12;
-    }
-    return kvd__cache_lookup(c, kp, lens, n, 0, ids);
+    return kvdt_present(c, ch, n, ids);
 }
 
 static int fetch_seen;
@@ -264,7 +205,7 @@ START_TEST(test_dedup_evict_clear)
     ck_assert_uint_eq(save_chain(&c, 1, 8, 1), 0);
     check_chain_bytes(&c, 1, 8, 0);
     /* evict by key: both levels */
-    key_of(k, 2, 3);
+    kvdt_key_of(k, 2, 3);
     ck_assert_int_eq(kvd__cache_evict_key(&c, k, 12, &n), KVD_OK);
     ck_assert_uint_eq(n, 5);
     ck_assert_uint_eq(present(&c, 2, 8, NULL), 3);
@@ -383,7 +324,7 @@ START_TEST(test_prefix_rule_random)
             }
         } else if (op < 9) {
             uint32_t ev;
-            key_of(k, ch, n - 1);
+            kvdt_key_of(k, ch, n - 1);
             (void)kvd__cache_evict_key(&c, k, 12, &ev);
         } else {
             hits = present(&c, ch, n, ids);
@@ -402,7 +343,7 @@ START_TEST(test_prefix_rule_random)
             uint32_t p = present(&c, x, RLEN, NULL);
             for (i = p; i < RLEN; i++) {
                 uint32_t id;
-                key_of(k, x, i);
+                kvdt_key_of(k, x, i);
                 id = kvd__cache_find(&c, k, 12);
                 ck_assert_msg(id == KVD_CBLOCK_NONE ||
                                   kvd__cache_block(&c, id)->state != KVD_CBLOCK_READY,
@@ -454,7 +395,7 @@ START_TEST(test_restart_finds_blocks)
     /* parents were linked: evicting a chain's first takes the whole chain */
     uint8_t k[12];
     uint32_t n;
-    key_of(k, 5, 0);
+    kvdt_key_of(k, 5, 0);
     ck_assert_int_eq(kvd__cache_evict_key(&c, k, 12, &n), KVD_OK);
     ck_assert_uint_eq(n, 10);
     ck_assert_uint_eq(present(&c, 5, 10, ids), 0);
@@ -488,7 +429,7 @@ static void on_append(void *arg, kvd_status_t st, kvd__disk_loc_t loc)
  * with parent (ch, i - 1), except where orphan names a missing parent. */
 static void write_records(uint32_t chains, uint32_t len, int orphan_at, uint32_t block)
 {
-    kvd__block_layout_t l = LAYOUT;
+    kvd__block_layout_t l = kvdt_small_layout;
     char text[KVD_DISK_LAYOUT_TEXT], why[200];
     kvd__disk_store_config_t sc;
     kvd__disk_store_t *s;
@@ -510,10 +451,10 @@ static void write_records(uint32_t chains, uint32_t len, int orphan_at, uint32_t
     for (uint32_t ch = 0; ch < chains; ch++)
         for (uint32_t i = 0; i < len; i++) {
             uint8_t k[12], p[12];
-            key_of(k, ch, i);
-            key_of(p, ch, i ? i - 1 : 0);
+            kvdt_key_of(k, ch, i);
+            kvdt_key_of(p, ch, i ? i - 1 : 0);
             if (orphan_at >= 0 && ch == 0 && i == (uint32_t)orphan_at)
-                key_of(p, 999999, 0); /* a parent never written */
+                kvdt_key_of(p, 999999, 0); /* a parent never written */
             uint8_t *d = data + ((size_t)ch * len + i) * block;
             for (uint32_t j = 0; j < block; j++)
                 d[j] = byte_of(ch, i, 0, j);
@@ -647,7 +588,7 @@ START_TEST(test_restart_million_blocks)
     kvd__cache_store_t c;
     kvd__hostmem_t hm;
     kvd__cache_disk_config_t cfg;
-    kvd__block_layout_t l = LAYOUT;
+    kvd__block_layout_t l = kvdt_small_layout;
     char why[200];
     double t;
     uint8_t keys[100][12];
@@ -662,10 +603,11 @@ START_TEST(test_restart_million_blocks)
     cfg.budget = 1ull << 30;
     cfg.io = io;
     t = now_s();
-    ck_assert_int_eq(kvd__cache_store_init(&c, &l, 1024, &hm, &MEM, why, sizeof(why)), KVD_OK);
+    ck_assert_int_eq(kvd__cache_store_init(&c, &l, 1024, &hm, &kvdt_malloc_mem, why, sizeof(why)),
+                     KVD_OK);
     ck_assert_int_eq(kvd__cache_store_open_disk(&c, &cfg, why, sizeof(why)), KVD_OK);
     for (uint32_t i = 0; i < 100; i++) {
-        key_of(keys[i], 7777, i);
+        kvdt_key_of(keys[i], 7777, i);
         kp[i] = keys[i];
         lens[i] = 12;
     }
