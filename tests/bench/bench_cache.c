@@ -41,6 +41,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_cache_util.h"
 #include "bench_util.h"
 #include "kvdock/client.h"
 #include "kvdock/kernels.h"
@@ -51,7 +52,7 @@
 #endif
 
 #define CHAIN 1000
-#define KEY 32
+#define KEY KVB_KEY
 
 typedef struct opts {
     const char *socket;
@@ -69,39 +70,7 @@ enum { CASE_LOOKUP = 1, CASE_TRANSFER = 2 };
 
 static int fail(kvd_client_t *cli, kvd_status_t st, const char *what)
 {
-    const char *msg = kvd_client_last_error(cli);
-
-    fprintf(stderr, "bench_cache: %s: %s: %s\n", what, kvd_err_name(st),
-            msg[0] != '\0' ? msg : kvd_strerror(st));
-    return 1;
-}
-
-static uint64_t mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Chain c's keys, distinct for every (c, i). */
-static void chain_keys(uint8_t *keys, uint64_t c, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        for (int w = 0; w < KEY / 8; w++) {
-            uint64_t v = mix(c * 0x9E3779B97F4A7C15ull + i * 4 + (uint64_t)w + 1);
-            memcpy(keys + (size_t)i * KEY + 8 * w, &v, 8);
-        }
-}
-
-static kvd_cache_keys_t blob_keys(const uint8_t *keys, uint32_t n)
-{
-    kvd_cache_keys_t k;
-
-    memset(&k, 0, sizeof(k));
-    k.blob = keys;
-    k.key_size = KEY;
-    k.count = n;
-    return k;
+    return kvb_fail("bench_cache", cli, st, what);
 }
 
 /* kB of a /proc/PID/status field. */
@@ -145,11 +114,11 @@ static kvd_status_t fill(kvd_client_t *cli, uint64_t cache, uint64_t pool, uint6
         kvd_op_result_t res;
         kvd_status_t st;
 
-        chain_keys(keys, c, CHAIN);
+        kvb_chain_keys(keys, c, CHAIN);
         memset(&a, 0, sizeof(a));
         a.cache = cache;
         a.pool = pool;
-        a.keys = blob_keys(keys, CHAIN);
+        a.keys = kvb_blob_keys(keys, CHAIN);
         a.blocks.values = pages;
         a.blocks.count = CHAIN;
         if ((st = kvd_cache_save(cli, &a, NULL, &res)) != KVD_OK)
@@ -178,12 +147,12 @@ static kvd_status_t time_lookups(kvd_client_t *cli, const uint64_t cache[2],
         return KVD_ENOMEM;
     }
     for (uint64_t i = 0; i < 2 * (n + warm) && st == KVD_OK; i++) {
-        kvd_cache_keys_t k = blob_keys(keys, CHAIN);
+        kvd_cache_keys_t k = kvb_blob_keys(keys, CHAIN);
         kvd_cache_lookup_result_t r;
         int which = (int)(i & 1);
         double t0;
 
-        chain_keys(keys, (which ? 1000000000ull : 0) + mix(i + 77) % chains[which], CHAIN);
+        kvb_chain_keys(keys, (which ? 1000000000ull : 0) + kvb_mix(i + 77) % chains[which], CHAIN);
         t0 = kvd__cli_now_us();
         st = kvd_cache_lookup(cli, cache[which], &k, false, 0, &r);
         if (i / 2 >= warm)
@@ -223,8 +192,8 @@ static kvd_status_t time_misses(kvd_client_t *cli, uint64_t cache, uint64_t n,
         kvd_cache_lookup_result_t r;
         double t[4];
 
-        chain_keys(keys, 5000000000ull + i, CHAIN);
-        kvd_cache_keys_t k = blob_keys(keys, CHAIN), k1 = blob_keys(keys, 1);
+        kvb_chain_keys(keys, 5000000000ull + i, CHAIN);
+        kvd_cache_keys_t k = kvb_blob_keys(keys, CHAIN), k1 = kvb_blob_keys(keys, 1);
         t[0] = kvd__cli_now_us();
         st = kvd_ping(cli, NULL, 0);
         t[1] = kvd__cli_now_us();
@@ -391,18 +360,10 @@ typedef struct transfer_res {
 } transfer_res_t;
 
 #ifdef KVD_HAVE_CUDA
-static double median(double *v, uint64_t n)
-{
-    kvd__bench_lat_t l;
-
-    kvd__bench_lat(&l, v, n);
-    return l.p50;
-}
-
 /* keys of blocks [from, from + n) of a transfer chain set */
 static void block_keys(uint8_t *keys, uint64_t set, uint32_t n)
 {
-    chain_keys(keys, 1000000 + set, n);
+    kvb_chain_keys(keys, 1000000 + set, n);
 }
 
 static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
@@ -416,15 +377,11 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
     int64_t *pages = malloc((size_t)n * sizeof(int64_t));
     int64_t *places = malloc((size_t)n * sizeof(int64_t));
     double *t = malloc((size_t)(iters + 1) * sizeof(double));
-    kvd_import_region_t region;
-    kvd_memref_t *kref = calloc(L, sizeof(*kref)), *vref = calloc(L, sizeof(*vref));
-    kvd_pool_import_t imp;
     kvd_pool_info_t pool;
     kvd_cache_spec_t cs;
     kvd_cache_info_t info;
     kvd_status_t st;
     char name[64];
-    uint64_t off = 0;
     cudaStream_t s = NULL;
     cudaEvent_t *levs = calloc(L, sizeof(*levs));
     uint64_t flag_buf = 0;
@@ -434,7 +391,7 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
     memset(r, 0, sizeof(*r));
     r->block_bytes = block;
     r->blocks = n;
-    if (!keys || !keys2 || !pages || !places || !t || !kref || !vref || !levs || !lev_ids)
+    if (!keys || !keys2 || !pages || !places || !t || !levs || !lev_ids)
         return fail(cli, KVD_ENOMEM, "memory");
     /* the worker's KV cache: per layer K then V, n pages of T tokens */
     if (cudaMalloc((void **)&dev, 2 * L * layer_bytes) != cudaSuccess ||
@@ -446,24 +403,8 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
         return 1;
     }
     memset(host, 0, (size_t)n * block);
-    if ((st = kvd_import_region_from_device_ptr(dev, &region, &off)) != KVD_OK)
-        return fail(cli, st, "import region");
-    for (uint32_t l = 0; l < L; l++) {
-        kref[l].offset = off + 2 * l * layer_bytes;
-        vref[l].offset = off + (2 * l + 1) * layer_bytes;
-    }
     kvd__bench_prefix(name, sizeof(name));
-    memset(&imp, 0, sizeof(imp));
-    imp.name = name;
-    imp.num_layers = L;
-    imp.num_slots = (uint64_t)n * T;
-    imp.slot_bytes = o->token_bytes;
-    imp.page_size = T;
-    imp.regions = &region;
-    imp.num_regions = 1;
-    imp.k_layers = kref;
-    imp.v_layers = vref;
-    if ((st = kvd_pool_import(cli, &imp, &pool)) != KVD_OK)
+    if ((st = kvb_import_device_kv(cli, name, dev, L, n, T, o->token_bytes, &pool)) != KVD_OK)
         return fail(cli, st, "pool import");
     memset(&cs, 0, sizeof(cs));
     cs.name = name;
@@ -490,7 +431,7 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
         memset(&a, 0, sizeof(a));
         a.cache = info.id;
         a.pool = pool.id;
-        a.keys = blob_keys(keys, n);
+        a.keys = kvb_blob_keys(keys, n);
         a.blocks.values = pages;
         a.blocks.count = n;
         t0 = kvd__cli_now_us();
@@ -500,7 +441,7 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
         if (res.stored != n)
             return fail(cli, KVD_EBUSY, "save stored fewer blocks");
     }
-    r->save_gbs = (double)n * block / (median(t + 1, iters) * 1e3);
+    r->save_gbs = (double)n * block / (kvb_median(t + 1, iters) * 1e3);
     for (uint64_t i = 0; i <= iters; i++) {
         kvd_cache_load_t a;
         double t0;
@@ -508,7 +449,7 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
         memset(&a, 0, sizeof(a));
         a.cache = info.id;
         a.pool = pool.id;
-        a.keys = blob_keys(keys, n);
+        a.keys = kvb_blob_keys(keys, n);
         a.blocks.values = pages;
         a.blocks.count = n;
         t0 = kvd__cli_now_us();
@@ -516,7 +457,7 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
             return fail(cli, st, "load");
         t[i] = kvd__cli_now_us() - t0;
     }
-    r->load_gbs = (double)n * block / (median(t + 1, iters) * 1e3);
+    r->load_gbs = (double)n * block / (kvb_median(t + 1, iters) * 1e3);
 
     /* a save of a new set and a load of the last at once */
     for (uint64_t i = 0; i <= iters; i++) {
@@ -530,13 +471,13 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
         memset(&sa, 0, sizeof(sa));
         sa.cache = info.id;
         sa.pool = pool.id;
-        sa.keys = blob_keys(keys2, n);
+        sa.keys = kvb_blob_keys(keys2, n);
         sa.blocks.values = pages;
         sa.blocks.count = n;
         memset(&la, 0, sizeof(la));
         la.cache = info.id;
         la.pool = pool.id;
-        la.keys = blob_keys(keys, n);
+        la.keys = kvb_blob_keys(keys, n);
         la.blocks.values = pages;
         la.blocks.count = n;
         t0 = kvd__cli_now_us();
@@ -547,7 +488,7 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
         t[i] = kvd__cli_now_us() - t0;
         memcpy(keys, keys2, (size_t)n * KEY); /* the next round loads this set */
     }
-    r->combined_gbs = 2.0 * n * block / (median(t + 1, iters) * 1e3);
+    r->combined_gbs = 2.0 * n * block / (kvb_median(t + 1, iters) * 1e3);
 
     /* layer-wise, two ways.  One event per layer with the reply at enqueue
      * (a client may wait on an interprocess event only once its record is
@@ -579,7 +520,7 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
             memset(&a, 0, sizeof(a));
             a.cache = info.id;
             a.pool = pool.id;
-            a.keys = blob_keys(keys, n);
+            a.keys = kvb_blob_keys(keys, n);
             a.blocks.values = pages;
             a.blocks.count = n;
             a.layer_events = lev_ids;
@@ -604,7 +545,7 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
             memset(&a, 0, sizeof(a));
             a.cache = info.id;
             a.pool = pool.id;
-            a.keys = blob_keys(keys, n);
+            a.keys = kvb_blob_keys(keys, n);
             a.blocks.values = pages;
             a.blocks.count = n;
             a.layer_flags.buffer = flag_buf;
@@ -625,12 +566,12 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
                 fwhole[i - 1] = kvd__cli_now_us() - t0;
             }
         }
-        r->enqueued_us = median(enq, m);
-        r->first_layer_us = median(first, m);
-        r->whole_load_us = median(whole, m);
+        r->enqueued_us = kvb_median(enq, m);
+        r->first_layer_us = kvb_median(first, m);
+        r->whole_load_us = kvb_median(whole, m);
         r->first_layer_bound_us = 1.5 / L * r->whole_load_us + 20.0;
-        r->flag_first_us = median(ffirst, m);
-        r->flag_whole_us = median(fwhole, m);
+        r->flag_first_us = kvb_median(ffirst, m);
+        r->flag_whole_us = kvb_median(fwhole, m);
         r->flag_bound_us = 1.5 / L * r->flag_whole_us + 20.0;
     }
 
@@ -679,7 +620,7 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
                 }
                 t[i] = kvd__cli_now_us() - t0;
             }
-            ts[dir] = median(t + 1, iters);
+            ts[dir] = kvb_median(t + 1, iters);
         }
         r->inproc_save_gbs = (double)n * block / (ts[0] * 1e3);
         r->inproc_load_gbs = (double)n * block / (ts[1] * 1e3);
@@ -703,8 +644,6 @@ static int run_transfer(kvd_client_t *cli, const opts_t *o, transfer_res_t *r)
     free(pages);
     free(places);
     free(t);
-    free(kref);
-    free(vref);
     free(levs);
     free(lev_ids);
     return 0;

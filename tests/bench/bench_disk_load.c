@@ -38,6 +38,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_cache_util.h"
 #include "bench_util.h"
 #include "kvdock/client.h"
 #include "util.h"
@@ -46,7 +47,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#define KEY 32
+#define KEY KVB_KEY
 
 typedef struct opts {
     const char *socket;
@@ -71,47 +72,13 @@ typedef struct result {
 
 static int fail(kvd_client_t *cli, kvd_status_t st, const char *what)
 {
-    const char *msg = kvd_client_last_error(cli);
-
-    fprintf(stderr, "bench_disk_load: %s: %s: %s\n", what, kvd_err_name(st),
-            msg[0] != '\0' ? msg : kvd_strerror(st));
-    return 1;
-}
-
-static uint64_t mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return kvb_fail("bench_disk_load", cli, st, what);
 }
 
 /* Set s's chain of n keys, distinct for every (s, i). */
 static void set_keys(uint8_t *keys, uint64_t s, uint64_t n)
 {
-    for (uint64_t i = 0; i < n; i++)
-        for (int w = 0; w < KEY / 8; w++) {
-            uint64_t v = mix((s + 7777) * 0x9E3779B97F4A7C15ull + i * 4 + (uint64_t)w + 1);
-            memcpy(keys + i * KEY + 8 * w, &v, 8);
-        }
-}
-
-static kvd_cache_keys_t blob_keys(const uint8_t *keys, uint64_t n)
-{
-    kvd_cache_keys_t k;
-
-    memset(&k, 0, sizeof(k));
-    k.blob = keys;
-    k.key_size = KEY;
-    k.count = (uint32_t)n;
-    return k;
-}
-
-static double median(double *v, uint64_t n)
-{
-    kvd__bench_lat_t l;
-
-    kvd__bench_lat(&l, v, n);
-    return l.p50;
+    kvb_chain_keys(keys, s + 7777, n);
 }
 
 /* The worker's pool: n pages of T tokens of every layer's K and V. */
@@ -152,47 +119,18 @@ static int pool_make(kvd_client_t *cli, const opts_t *o, bool device, pool_t *p)
         return 0;
     }
 #ifdef KVD_HAVE_CUDA
-    {
-        const uint64_t layer_bytes = o->blocks * chunk;
-        kvd_import_region_t region;
-        kvd_memref_t *kref = calloc(o->layers, sizeof(*kref));
-        kvd_memref_t *vref = calloc(o->layers, sizeof(*vref));
-        kvd_pool_import_t imp;
-        uint64_t off = 0;
-
-        if (kref == NULL || vref == NULL)
-            return fail(cli, KVD_ENOMEM, "memory");
-        if (cudaMalloc((void **)&p->dev, bytes) != cudaSuccess ||
-            cudaMemset(p->dev, 0x3c, bytes) != cudaSuccess ||
-            cudaHostAlloc((void **)&p->host, bytes, cudaHostAllocPortable) != cudaSuccess) {
-            fprintf(stderr, "bench_disk_load: CUDA: %s\n",
-                    cudaGetErrorString(cudaGetLastError()));
-            return 1;
-        }
-        memset(p->host, 0x5a, bytes);
-        if ((st = kvd_import_region_from_device_ptr(p->dev, &region, &off)) != KVD_OK)
-            return fail(cli, st, "import region");
-        for (uint32_t l = 0; l < o->layers; l++) {
-            kref[l].offset = off + 2 * l * layer_bytes;
-            vref[l].offset = off + (2 * l + 1) * layer_bytes;
-        }
-        memset(&imp, 0, sizeof(imp));
-        imp.name = name;
-        imp.num_layers = o->layers;
-        imp.num_slots = o->blocks * o->tokens;
-        imp.slot_bytes = o->token_bytes;
-        imp.page_size = o->tokens;
-        imp.regions = &region;
-        imp.num_regions = 1;
-        imp.k_layers = kref;
-        imp.v_layers = vref;
-        st = kvd_pool_import(cli, &imp, &p->info);
-        free(kref);
-        free(vref);
-        if (st != KVD_OK)
-            return fail(cli, st, "pool import");
-        return 0;
+    if (cudaMalloc((void **)&p->dev, bytes) != cudaSuccess ||
+        cudaMemset(p->dev, 0x3c, bytes) != cudaSuccess ||
+        cudaHostAlloc((void **)&p->host, bytes, cudaHostAllocPortable) != cudaSuccess) {
+        fprintf(stderr, "bench_disk_load: CUDA: %s\n", cudaGetErrorString(cudaGetLastError()));
+        return 1;
     }
+    memset(p->host, 0x5a, bytes);
+    st = kvb_import_device_kv(cli, name, p->dev, o->layers, o->blocks, o->tokens, o->token_bytes,
+                              &p->info);
+    if (st != KVD_OK)
+        return fail(cli, st, "pool import");
+    return 0;
 #else
     fprintf(stderr, "bench_disk_load: --pool device needs a build with CUDA\n");
     return 2;
@@ -289,7 +227,7 @@ static int run(kvd_client_t *cli, const opts_t *o, bool device, result_t *r)
             memset(&res, 0, sizeof(res));
             a.cache = info.id;
             a.pool = pool.info.id;
-            a.keys = blob_keys(keys + at * KEY, m);
+            a.keys = kvb_blob_keys(keys + at * KEY, m);
             a.blocks.values = pages + at;
             a.blocks.count = m;
             if (at > 0) {
@@ -338,7 +276,7 @@ static int run(kvd_client_t *cli, const opts_t *o, bool device, result_t *r)
         kvd_cache_keys_t k;
 
         set_keys(keys, s, n);
-        k = blob_keys(keys, n);
+        k = kvb_blob_keys(keys, n);
         if ((st = kvd_cache_lookup(cli, info.id, &k, false, 0, &lr)) != KVD_OK)
             return fail(cli, st, "lookup");
         if (lr.hits != n) {
@@ -361,11 +299,11 @@ static int run(kvd_client_t *cli, const opts_t *o, bool device, result_t *r)
         t[s] = kvd__cli_now_us() - t0;
     }
     r->first_load_us = t[0];
-    r->load_gbs = (double)n * block / (median(t, o->iterations) * 1e3);
+    r->load_gbs = (double)n * block / (kvb_median(t, o->iterations) * 1e3);
     for (uint64_t i = 0; i <= o->iterations; i++)
         if ((t[i] = copy_us(&pool, n * block)) < 0)
             return fail(cli, KVD_ECUDA, "in-process copy");
-    r->copy_gbs = (double)n * block / (median(t + 1, o->iterations) * 1e3);
+    r->copy_gbs = (double)n * block / (kvb_median(t + 1, o->iterations) * 1e3);
     (void)kvd_cache_drop(cli, info.id, NULL);
     pool_free(cli, &pool);
     free(keys);
