@@ -10,19 +10,9 @@
 #include <stdarg.h>
 #include <sys/stat.h>
 
-#ifndef KVDOCK_CLI_PATH
-#error "KVDOCK_CLI_PATH must name the kvdock binary"
-#endif
 #ifndef KVDOCK_SOURCE_DIR
 #error "KVDOCK_SOURCE_DIR must name the source tree"
 #endif
-
-static const char *cli_path(void)
-{
-    const char *p = getenv("KVDOCK_CLI");
-
-    return p != NULL && p[0] != '\0' ? p : KVDOCK_CLI_PATH;
-}
 
 /* Small enough for CI: well under a second of benchmarking. */
 #define SMALL_ARGS "--iterations", "300", "--duration", "0.1", "--clients", "2", "--layers", "2"
@@ -96,7 +86,7 @@ static void check_figures(const char *json)
 
 START_TEST(test_bench_json)
 {
-    const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "bench", "--json", SMALL_ARGS,
+    const char *argv[] = {kvt_cli_path(), "--socket", kvt_d.socket, "bench", "--json", SMALL_ARGS,
                           NULL};
     kvd_client_t *cli;
     kvd_daemon_status_t s;
@@ -124,8 +114,8 @@ END_TEST
 
 START_TEST(test_bench_table)
 {
-    const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "bench", SMALL_ARGS, "--clients",
-                          "8", NULL};
+    const char *argv[] = {kvt_cli_path(), "--socket", kvt_d.socket, "bench", SMALL_ARGS,
+                          "--clients", "8", NULL};
     char *out, *err;
     int rc = kvt_run(argv, &out, &err, 60000);
 
@@ -150,7 +140,7 @@ END_TEST
  * shows the figures the others measured, and the exit status says it failed. */
 START_TEST(test_bench_refused_case_keeps_results)
 {
-    const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "bench", "--iterations", "300",
+    const char *argv[] = {kvt_cli_path(), "--socket", kvt_d.socket, "bench", "--iterations", "300",
                           "--duration", "0.1", "--clients", "2", "--layers", "4096",
                           "--slots", "16", "--slot-bytes", "64K", NULL};
     char *out, *err;
@@ -196,7 +186,7 @@ START_TEST(test_bench_usage_errors)
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "bench",
+        const char *argv[] = {kvt_cli_path(), "--socket", kvt_d.socket, "bench",
                               cases[i][0], cases[i][1], NULL};
         char *out, *err;
         int rc = kvt_run(argv, &out, &err, 10000);
@@ -208,7 +198,7 @@ START_TEST(test_bench_usage_errors)
         free(err);
     }
     {
-        const char *argv[] = {cli_path(), "bench", "--help", NULL};
+        const char *argv[] = {kvt_cli_path(), "bench", "--help", NULL};
         char *out, *err;
         int rc = kvt_run(argv, &out, &err, 10000);
 
@@ -246,7 +236,7 @@ START_TEST(test_bench_daemon_script)
 {
     char dir[] = "/tmp/kvdock-bench-test-XXXXXX", script[512], path[600], cmd[700];
     const char *argv[] = {"/bin/bash", script, "--kvdockd", kvt_daemon_path(), "--kvdock",
-                          cli_path(), "--bench-paths", KVDOCK_BENCH_PATHS, "--backend", "cpu",
+                          kvt_cli_path(), "--bench-paths", KVDOCK_BENCH_PATHS, "--backend", "cpu",
                           "--out", dir, "--", SMALL_ARGS, NULL};
     char *out, *err, *json;
     int rc;

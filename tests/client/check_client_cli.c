@@ -11,55 +11,6 @@
 #include <stdbool.h>
 #include <sys/stat.h>
 
-#ifndef KVDOCK_CLI_PATH
-#error "KVDOCK_CLI_PATH must name the kvdock binary"
-#endif
-
-/* The kvdock binary: $KVDOCK_CLI, else the one built with the tests. */
-static const char *cli_path(void)
-{
-    const char *p = getenv("KVDOCK_CLI");
-
-    return p != NULL && p[0] != '\0' ? p : KVDOCK_CLI_PATH;
-}
-
-typedef struct result {
-    int rc;
-    char *out;
-    char *err;
-} result_t;
-
-/* Run kvdock --socket <suite daemon> args... (NULL-terminated). */
-static result_t cli(const char *first, ...)
-{
-    const char *argv[32];
-    int n = 0;
-    va_list ap;
-    const char *a;
-    result_t r;
-
-    argv[n++] = cli_path();
-    argv[n++] = "--socket";
-    argv[n++] = kvt_d.socket;
-    va_start(ap, first);
-    for (a = first; a != NULL && n < 31; a = va_arg(ap, const char *))
-        argv[n++] = a;
-    va_end(ap);
-    argv[n] = NULL;
-    r.rc = kvt_run(argv, &r.out, &r.err, 20000);
-    return r;
-}
-
-static void result_free(result_t *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-#define EXPECT_RC(r, code)                                                                         \
-    ck_assert_msg((r).rc == (code), "exit %d, expected %d\nstdout:\n%s\nstderr:\n%s", (r).rc,      \
-                  (code), (r).out, (r).err)
-
 /* The number after "key": in a JSON text (NAN when absent). */
 static double json_number(const char *json, const char *key)
 {
@@ -94,39 +45,39 @@ static bool log_has(const char *fmt, ...)
 
 START_TEST(test_cli_help)
 {
-    const char *argv[] = {cli_path(), "--help", NULL};
-    const char *argv2[] = {cli_path(), "pool", "--help", NULL};
-    result_t r;
+    const char *argv[] = {kvt_cli_path(), "--help", NULL};
+    const char *argv2[] = {kvt_cli_path(), "pool", "--help", NULL};
+    kvt_cli_result_t r;
 
     r.rc = kvt_run(argv, &r.out, &r.err, 10000);
-    EXPECT_RC(r, 0);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "usage: kvdock"));
     ck_assert_ptr_nonnull(strstr(r.out, "status"));
     ck_assert_ptr_nonnull(strstr(r.out, "--socket"));
-    result_free(&r);
+    kvt_cli_free(&r);
     r.rc = kvt_run(argv2, &r.out, &r.err, 10000);
-    EXPECT_RC(r, 0);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "--slot-bytes"));
-    result_free(&r);
+    kvt_cli_free(&r);
 }
 END_TEST
 
 START_TEST(test_cli_status)
 {
-    result_t r = cli("status", NULL);
+    kvt_cli_result_t r = kvt_cli("status", NULL);
 
-    EXPECT_RC(r, 0);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "backend cpu"));
     ck_assert_ptr_nonnull(strstr(r.out, kvt_d.socket));
-    result_free(&r);
+    kvt_cli_free(&r);
 
-    r = cli("status", "--json", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("status", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
     ck_assert_ptr_nonnull(strstr(r.out, "\"backend\":\"cpu\""));
     ck_assert_ptr_nonnull(strstr(r.out, "\"client_list\":["));
     ck_assert_ptr_nonnull(strstr(r.out, "\"kvdock-cli\""));
-    result_free(&r);
+    kvt_cli_free(&r);
 }
 END_TEST
 
@@ -140,50 +91,51 @@ END_TEST
 START_TEST(test_cli_pool_create)
 {
     char name[64];
-    result_t r;
+    kvt_cli_result_t r;
 
     snprintf(name, sizeof(name), "cli-pool-%d", (int)getpid());
-    r = cli("pool", "create", name, "--kind", "host", "--layers", "4", "--slots", "1024",
-            "--slot-bytes", "128", "--mla", "--page-size", "16", "--shared", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("pool", "create", name, "--kind", "host", "--layers", "4", "--slots", "1024",
+                "--slot-bytes", "128", "--mla", "--page-size", "16", "--shared", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, name));
     ck_assert_ptr_nonnull(strstr(r.out, "4 layers x 1024 slots x 128 bytes"));
     ck_assert_ptr_nonnull(strstr(r.out, "mla"));
-    result_free(&r);
+    kvt_cli_free(&r);
     /* the daemon logs the kind by name, as the CLI and metrics spell it */
     ck_assert_msg(log_has("name=%s kind=host ", name), "no kind=host for %s in the log", name);
 
     snprintf(name, sizeof(name), "cli-json-%d", (int)getpid());
-    r = cli("--json", "pool", "create", name, "--layers", "2", "--slots", "8", "--slot-bytes", "64",
-            "--shared", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("--json", "pool", "create", name, "--layers", "2", "--slots", "8", "--slot-bytes",
+                "64", "--shared", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
     ck_assert_ptr_nonnull(strstr(r.out, "\"pool\":{"));
     ck_assert_ptr_nonnull(strstr(r.out, "\"mla\":false"));
     ck_assert_ptr_nonnull(strstr(r.out, "\"num_slots\":8"));
-    result_free(&r);
-    r = cli("pool", "drop", name, NULL);
-    EXPECT_RC(r, 0);
-    result_free(&r);
+    kvt_cli_free(&r);
+    r = kvt_cli("pool", "drop", name, NULL);
+    KVT_EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
 
     /* a private pool would end with kvdock's connection: refused, nothing
      * claimed, nothing made */
     snprintf(name, sizeof(name), "cli-private-%d", (int)getpid());
-    r = cli("pool", "create", name, "--layers", "2", "--slots", "8", "--slot-bytes", "64", NULL);
-    EXPECT_RC(r, 2);
+    r = kvt_cli("pool", "create", name, "--layers", "2", "--slots", "8", "--slot-bytes", "64",
+                NULL);
+    KVT_EXPECT_RC(r, 2);
     ck_assert_str_eq(r.out, "");
     ck_assert_ptr_nonnull(strstr(r.err, "--shared"));
-    result_free(&r);
-    r = cli("pools", "--json", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("pools", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(strstr(r.out, name) == NULL, "pool %s was made:\n%s", name, r.out);
-    result_free(&r);
+    kvt_cli_free(&r);
 
     /* the shared one is still there; drop it (an admin may) */
     snprintf(name, sizeof(name), "cli-pool-%d", (int)getpid());
-    r = cli("pool", "drop", name, NULL);
-    EXPECT_RC(r, 0);
-    result_free(&r);
+    r = kvt_cli("pool", "drop", name, NULL);
+    KVT_EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
 }
 END_TEST
 
@@ -212,28 +164,28 @@ START_TEST(test_cli_shared_pool_outlives_creator)
     kvd_pool_info_t info;
     kvd_mapping_t *m = NULL;
     char name[64], priv[64];
-    result_t r;
+    kvt_cli_result_t r;
 
     snprintf(name, sizeof(name), "cli-outlive-%d", (int)getpid());
-    r = cli("pool", "create", name, "--layers", "2", "--slots", "16", "--slot-bytes", "64",
-            "--shared", NULL);
-    EXPECT_RC(r, 0);
-    result_free(&r);
+    r = kvt_cli("pool", "create", name, "--layers", "2", "--slots", "16", "--slot-bytes", "64",
+                "--shared", NULL);
+    KVT_EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
 
     /* a new kvdock process lists it */
-    r = cli("pools", "--json", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("pools", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     {
         char *at = strstr(r.out, name);
 
         ck_assert_msg(at != NULL, "shared pool %s did not outlive kvdock:\n%s", name, r.out);
         ck_assert_ptr_nonnull(strstr(at, "\"shared\":true"));
     }
-    result_free(&r);
-    r = cli("pools", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("pools", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, name));
-    result_free(&r);
+    kvt_cli_free(&r);
 
     /* another client may still use it: export and map it */
     ck_assert_uint_ne(listed(other, name), 0);
@@ -295,16 +247,16 @@ START_TEST(test_cli_shared_pool_outlives_creator)
     ck_assert_uint_ne(listed(other, name), 0);
 
     /* a shared pool's name stays taken while the pool lives */
-    r = cli("pool", "create", name, "--layers", "1", "--slots", "1", "--slot-bytes", "1",
-            "--shared", NULL);
-    EXPECT_RC(r, 1);
+    r = kvt_cli("pool", "create", name, "--layers", "1", "--slots", "1", "--slot-bytes", "1",
+                "--shared", NULL);
+    KVT_EXPECT_RC(r, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "EEXIST"));
-    result_free(&r);
+    kvt_cli_free(&r);
 
     /* its user (here an admin too) drops it; then it is gone */
-    r = cli("pool", "drop", name, NULL);
-    EXPECT_RC(r, 0);
-    result_free(&r);
+    r = kvt_cli("pool", "drop", name, NULL);
+    KVT_EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
     ck_assert_uint_eq(listed(other, name), 0);
     kvd_client_destroy(&other);
 }
@@ -348,21 +300,12 @@ START_TEST(test_cli_imported_shared_pool_dies_with_importer)
 END_TEST
 
 /* Run kvdock as user nobody (65534) with setpriv. */
-static result_t cli_as_nobody(const char *socket, const char *a1, const char *a2, const char *a3)
+static kvt_cli_result_t cli_as_nobody(const char *socket, const char *a1, const char *a2,
+                                      const char *a3)
 {
     const char *argv[] = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                          "--", cli_path(), "--socket", socket, a1, a2, a3, NULL};
-    result_t r;
-
-    r.rc = kvt_run(argv, &r.out, &r.err, 20000);
-    return r;
-}
-
-static result_t cli_at(const char *socket, const char *a1, const char *a2, const char *a3,
-                       const char *a4)
-{
-    const char *argv[] = {cli_path(), "--socket", socket, a1, a2, a3, a4, NULL};
-    result_t r;
+                          "--", kvt_cli_path(), "--socket", socket, a1, a2, a3, NULL};
+    kvt_cli_result_t r;
 
     r.rc = kvt_run(argv, &r.out, &r.err, 20000);
     return r;
@@ -383,10 +326,10 @@ START_TEST(test_cli_shared_pool_drop_needs_admin)
     kvd_pool_spec_t spec;
     kvd_pool_info_t info;
     char orphan[64], held[64], own[64];
-    result_t r;
+    kvt_cli_result_t r;
 
     if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0 ||
-        access(cli_path(), R_OK | X_OK) != 0) {
+        access(kvt_cli_path(), R_OK | X_OK) != 0) {
         kvt_skip_case("test_cli_shared_pool_drop_needs_admin",
                       "needs root and /usr/bin/setpriv to run kvdock as a non-admin user "
                       "(every peer of the daemon's own uid is an admin)");
@@ -402,26 +345,21 @@ START_TEST(test_cli_shared_pool_drop_needs_admin)
         /* e.g. the build tree is not readable by nobody */
         kvt_skip_case("test_cli_shared_pool_drop_needs_admin",
                       "kvdock cannot run as nobody here (exit %d: %s)", r.rc, r.err);
-        result_free(&r);
+        kvt_cli_free(&r);
         kvt_daemon_stop(&d, 10000);
         return;
     }
-    result_free(&r);
+    kvt_cli_free(&r);
 
     /* an orphaned shared pool: its creator, kvdock, has exited */
     snprintf(orphan, sizeof(orphan), "orphan-%d", (int)getpid());
-    r = cli_at(d.socket, "pool", "create", orphan, "--shared");
-    EXPECT_RC(r, 2); /* the sizes are required */
-    result_free(&r);
-    {
-        const char *argv[] = {cli_path(), "--socket", d.socket, "pool", "create", orphan,
-                              "--layers", "1", "--slots", "4", "--slot-bytes", "16", "--shared",
-                              NULL};
-
-        r.rc = kvt_run(argv, &r.out, &r.err, 20000);
-        EXPECT_RC(r, 0);
-        result_free(&r);
-    }
+    r = kvt_cli_at(d.socket, "pool", "create", orphan, "--shared", NULL);
+    KVT_EXPECT_RC(r, 2); /* the sizes are required */
+    kvt_cli_free(&r);
+    r = kvt_cli_at(d.socket, "pool", "create", orphan, "--layers", "1", "--slots", "4",
+                   "--slot-bytes", "16", "--shared", NULL);
+    KVT_EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
     /* a shared pool whose creator is still connected */
     ck_assert_int_eq(kvd_client_create(d.socket, "holder", &holder), KVD_OK);
     snprintf(held, sizeof(held), "held-%d", (int)getpid());
@@ -431,46 +369,46 @@ START_TEST(test_cli_shared_pool_drop_needs_admin)
 
     /* nobody sees both (shared), and may drop neither */
     r = cli_as_nobody(d.socket, "pools", "--json", NULL);
-    EXPECT_RC(r, 0);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, orphan));
     ck_assert_ptr_nonnull(strstr(r.out, held));
-    result_free(&r);
+    kvt_cli_free(&r);
     r = cli_as_nobody(d.socket, "pool", "drop", orphan);
-    EXPECT_RC(r, 1);
+    KVT_EXPECT_RC(r, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "EPERM"));
     ck_assert_ptr_nonnull(strstr(r.err, "only that user or an admin"));
-    result_free(&r);
+    kvt_cli_free(&r);
     r = cli_as_nobody(d.socket, "pool", "drop", held);
-    EXPECT_RC(r, 1);
+    KVT_EXPECT_RC(r, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "EPERM"));
-    result_free(&r);
+    kvt_cli_free(&r);
 
     /* a non-admin's own shared pool outlives it too, and its user drops it
      * from a later kvdock */
     snprintf(own, sizeof(own), "nobodys-%d", (int)getpid());
     {
         const char *argv[] = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
-                              "--clear-groups", "--", cli_path(), "--socket", d.socket, "pool",
+                              "--clear-groups", "--", kvt_cli_path(), "--socket", d.socket, "pool",
                               "create", own, "--layers", "1", "--slots", "4", "--slot-bytes", "16",
                               "--shared", NULL};
 
         r.rc = kvt_run(argv, &r.out, &r.err, 20000);
-        EXPECT_RC(r, 0);
-        result_free(&r);
+        KVT_EXPECT_RC(r, 0);
+        kvt_cli_free(&r);
     }
     r = cli_as_nobody(d.socket, "pool", "drop", own);
-    EXPECT_RC(r, 0);
-    result_free(&r);
+    KVT_EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
 
     /* the creator may drop its own while connected; an admin the other */
     KVT_OK(holder, kvd_pool_drop(holder, info.id, NULL));
-    r = cli_at(d.socket, "pool", "drop", orphan, NULL);
-    EXPECT_RC(r, 0);
-    result_free(&r);
-    r = cli_at(d.socket, "pools", "--json", NULL, NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli_at(d.socket, "pool", "drop", orphan, NULL);
+    KVT_EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli_at(d.socket, "pools", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_str_eq(r.out, "{\"pools\":[]}\n");
-    result_free(&r);
+    kvt_cli_free(&r);
     kvd_client_destroy(&holder);
     ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
 }
@@ -483,7 +421,7 @@ START_TEST(test_cli_pools_and_drop)
     kvd_pool_info_t info, list[64];
     size_t n = 0;
     char name[64];
-    result_t r;
+    kvt_cli_result_t r;
 
     snprintf(name, sizeof(name), "cli-held-%d", (int)getpid());
     memset(&spec, 0, sizeof(spec));
@@ -497,8 +435,8 @@ START_TEST(test_cli_pools_and_drop)
     spec.shared = true;
     KVT_OK(holder, kvd_pool_create(holder, &spec, &info));
 
-    r = cli("pools", "--json", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("pools", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
     {
         char *at = strstr(r.out, name);
@@ -512,40 +450,40 @@ START_TEST(test_cli_pools_and_drop)
         ck_assert_ptr_nonnull(strstr(at, "\"kind\":\"host\""));
         ck_assert_ptr_nonnull(strstr(at, "\"shared\":true"));
     }
-    result_free(&r);
+    kvt_cli_free(&r);
 
-    r = cli("pools", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("pools", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "NAME"));
     ck_assert_ptr_nonnull(strstr(r.out, "SLOT_BYTES"));
     ck_assert_ptr_nonnull(strstr(r.out, name));
-    result_free(&r);
+    kvt_cli_free(&r);
 
     /* The same name again: the daemon's EEXIST, with its message. */
-    r = cli("pool", "create", name, "--layers", "1", "--slots", "1", "--slot-bytes", "1",
-            "--shared", NULL);
-    EXPECT_RC(r, 1);
+    r = kvt_cli("pool", "create", name, "--layers", "1", "--slots", "1", "--slot-bytes", "1",
+                "--shared", NULL);
+    KVT_EXPECT_RC(r, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "EEXIST"));
     ck_assert_str_eq(r.out, "");
-    result_free(&r);
+    kvt_cli_free(&r);
 
     /* An admin may drop another client's shared pool. */
-    r = cli("pool", "drop", name, "--json", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("pool", "drop", name, "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
-    result_free(&r);
+    kvt_cli_free(&r);
     KVT_OK(holder, kvd_pool_list(holder, list, 64, &n));
     for (size_t i = 0; i < n && i < 64; i++)
         ck_assert_uint_ne(list[i].id, info.id);
-    r = cli("pools", "--json", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("pools", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_null(strstr(r.out, name));
-    result_free(&r);
+    kvt_cli_free(&r);
 
-    r = cli("pool", "drop", name, NULL);
-    EXPECT_RC(r, 1);
+    r = kvt_cli("pool", "drop", name, NULL);
+    KVT_EXPECT_RC(r, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "ENOENT"));
-    result_free(&r);
+    kvt_cli_free(&r);
     kvd_client_destroy(&holder);
 }
 END_TEST
@@ -556,67 +494,67 @@ START_TEST(test_cli_cache)
      * the kvdock that made it; usage and daemon errors */
     kvd_client_t *c = kvt_connect("cache-cli");
     kvd_cache_info_t info;
-    result_t r;
+    kvt_cli_result_t r;
 
-    r = cli("cache", "create", "cli-prefix", "--layers", "4", "--tokens-per-block", "16",
-            "--token-bytes", "256", "--budget", "4m", "--dtype", "bf16", "--shared", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("cache", "create", "cli-prefix", "--layers", "4", "--tokens-per-block", "16",
+                "--token-bytes", "256", "--budget", "4m", "--dtype", "bf16", "--shared", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "created cache cli-prefix"));
     ck_assert_ptr_nonnull(strstr(r.out, "128 blocks of 32.0 KiB"));
-    result_free(&r);
+    kvt_cli_free(&r);
     KVT_OK(c, kvd_cache_stats(c, 0, "cli-prefix", &info)); /* still there */
     ck_assert_uint_eq(info.layout.num_layers, 4);
     ck_assert_uint_eq(info.block_bytes, 4 * 2 * 16 * 256);
     ck_assert(info.shared);
-    r = cli("cache", "create", "cli-prefix", "--layers", "4", "--tokens-per-block", "16",
-            "--token-bytes", "256", "--budget", "4m", "--dtype", "bf16", "--shared", "--open",
-            "--json", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("cache", "create", "cli-prefix", "--layers", "4", "--tokens-per-block", "16",
+                "--token-bytes", "256", "--budget", "4m", "--dtype", "bf16", "--shared", "--open",
+                "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
-    result_free(&r);
-    r = cli("cache", "ls", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "ls", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "BLOCKS"));
     ck_assert_ptr_nonnull(strstr(r.out, "cli-prefix"));
     ck_assert_ptr_nonnull(strstr(r.out, "4L kv 16x256 B bf16"));
-    result_free(&r);
-    r = cli("--json", "cache", "ls", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("--json", "cache", "ls", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
     ck_assert_ptr_nonnull(strstr(r.out, "\"tokens_per_block\":16"));
-    result_free(&r);
-    r = cli("cache", "stats", "cli-prefix", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "stats", "cli-prefix", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "0 of 128"));
-    result_free(&r);
-    r = cli("cache", "stats", "--id", "999999", "--json", NULL);
-    EXPECT_RC(r, 1);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "stats", "--id", "999999", "--json", NULL);
+    KVT_EXPECT_RC(r, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "ENOENT"));
-    result_free(&r);
-    r = cli("cache", "clear", "cli-prefix", "--json", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "clear", "cli-prefix", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "\"evicted\":0"));
-    result_free(&r);
-    r = cli("cache", "create", "big", "--layers", "1", "--tokens-per-block", "1",
-            "--token-bytes", "1", "--budget", "3g", NULL); /* past the 2 GiB budget */
-    EXPECT_RC(r, 1);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "create", "big", "--layers", "1", "--tokens-per-block", "1",
+                "--token-bytes", "1", "--budget", "3g", NULL); /* past the 2 GiB budget */
+                KVT_EXPECT_RC(r, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "ELIMIT"));
-    result_free(&r);
-    r = cli("cache", "create", "nolayout", "--budget", "1m", NULL);
-    EXPECT_RC(r, 2);
-    result_free(&r);
-    r = cli("cache", "frobnicate", NULL);
-    EXPECT_RC(r, 2);
-    result_free(&r);
-    r = cli("cache", "drop", "cli-prefix", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "create", "nolayout", "--budget", "1m", NULL);
+    KVT_EXPECT_RC(r, 2);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "frobnicate", NULL);
+    KVT_EXPECT_RC(r, 2);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "drop", "cli-prefix", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "dropped cache cli-prefix"));
-    result_free(&r);
+    kvt_cli_free(&r);
     KVT_ERR(c, kvd_cache_stats(c, 0, "cli-prefix", &info), KVD_ENOENT);
-    r = cli("cache", "ls", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("cache", "ls", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_str_eq(r.out, "no caches\n");
-    result_free(&r);
+    kvt_cli_free(&r);
     kvd_client_destroy(&c);
 }
 END_TEST
@@ -632,85 +570,78 @@ static char *line_with(const char *text, const char *needle);
  */
 START_TEST(test_cli_cache_disk_level)
 {
-    char top[] = "/var/tmp/kvd-cli-disk-XXXXXX", dir[64], budget[32];
-    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64m", NULL};
+    char top[64], dir[64];
     kvt_daemon_t d;
-    result_t r;
+    kvt_cli_result_t r;
 
-    r = cli("cache", "create", "cli-disk", "--layers", "2", "--tokens-per-block", "4",
-            "--token-bytes", "32", "--budget", "1m", "--disk-budget", "lots", NULL);
-    EXPECT_RC(r, 2);
+    r = kvt_cli("cache", "create", "cli-disk", "--layers", "2", "--tokens-per-block", "4",
+                "--token-bytes", "32", "--budget", "1m", "--disk-budget", "lots", NULL);
+    KVT_EXPECT_RC(r, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "--disk-budget needs a positive SIZE"));
-    result_free(&r);
-    r = cli("cache", "create", "cli-disk", "--layers", "2", "--tokens-per-block", "4",
-            "--token-bytes", "32", "--budget", "1m", "--disk-budget", "0", NULL);
-    EXPECT_RC(r, 2);
-    result_free(&r);
-    r = cli("cache", "create", "cli-disk", "--layers", "2", "--tokens-per-block", "4",
-            "--token-bytes", "32", "--budget", "1m", "--disk-budget", "1.5m", NULL);
-    EXPECT_RC(r, 1);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "create", "cli-disk", "--layers", "2", "--tokens-per-block", "4",
+                "--token-bytes", "32", "--budget", "1m", "--disk-budget", "0", NULL);
+    KVT_EXPECT_RC(r, 2);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "create", "cli-disk", "--layers", "2", "--tokens-per-block", "4",
+                "--token-bytes", "32", "--budget", "1m", "--disk-budget", "1.5m", NULL);
+    KVT_EXPECT_RC(r, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "ENOTSUP"));
     ck_assert_ptr_nonnull(strstr(r.err, "--cache-dir"));
-    result_free(&r);
-    r = cli("cache", "create", "cli-disk", "--layers", "2", "--tokens-per-block", "4",
-            "--token-bytes", "32", "--budget", "1m", "--json", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "create", "cli-disk", "--layers", "2", "--tokens-per-block", "4",
+                "--token-bytes", "32", "--budget", "1m", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
     ck_assert_ptr_nonnull(strstr(r.out, "\"disk\":null"));
-    result_free(&r);
-    r = cli("cache", "stats", "cli-disk", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "stats", "cli-disk", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "disk         none (no disk budget)"));
-    result_free(&r);
-    r = cli("cache", "ls", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "ls", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "DISK_BLOCKS"));
-    result_free(&r);
-    r = cli("cache", "drop", "cli-disk", NULL);
-    EXPECT_RC(r, 0);
-    result_free(&r);
-    r = cli("status", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "drop", "cli-disk", NULL);
+    KVT_EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("status", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "disk        none (no --cache-dir)"));
-    result_free(&r);
-    r = cli("status", "--json", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("status", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "\"disk\":null"));
-    result_free(&r);
+    kvt_cli_free(&r);
 
-    /* on the machine's disk (not a tmpfs /tmp) */
-    ck_assert_ptr_nonnull(mkdtemp(top));
-    snprintf(dir, sizeof(dir), "%s/cache", top);
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
-    r = cli_at(d.socket, "status", NULL, NULL, NULL);
-    EXPECT_RC(r, 0);
+    kvt_disk_daemon_start(&d, top, dir, "64m");
+    r = kvt_cli_at(d.socket, "status", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "0 B used of a 64.0 MiB budget (0 B given to caches"));
     ck_assert_ptr_nonnull(strstr(r.out, dir));
-    result_free(&r);
-    r = cli_at(d.socket, "status", "--json", NULL, NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli_at(d.socket, "status", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
     ck_assert_ptr_nonnull(strstr(r.out, "\"budget_bytes\":67108864,\"reserved_bytes\":0"));
     ck_assert_ptr_nonnull(strstr(r.out, "\"io_engine\":\""));
-    result_free(&r);
-    {
-        const char *argv[] = {cli_path(), "--socket", d.socket, "cache", "create", "cli-big",
-                              "--layers", "2", "--tokens-per-block", "4", "--token-bytes", "32",
-                              "--budget", "1m", "--disk-budget", budget, NULL};
-        snprintf(budget, sizeof(budget), "65m"); /* past --disk-budget */
-        r.rc = kvt_run(argv, &r.out, &r.err, 20000);
-        EXPECT_RC(r, 1);
-        ck_assert_ptr_nonnull(strstr(r.err, "ELIMIT"));
-        ck_assert_ptr_nonnull(strstr(r.err, "--disk-budget"));
-        result_free(&r);
-        snprintf(budget, sizeof(budget), "1m"); /* a cache with a disk level */
-        r.rc = kvt_run(argv, &r.out, &r.err, 20000);
-        EXPECT_RC(r, 0);
-        ck_assert_ptr_nonnull(strstr(r.out, "; 1.0 MiB on disk (0 blocks there)"));
-        result_free(&r);
-    }
-    r = cli_at(d.socket, "cache", "stats", "cli-big", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli_at(d.socket, "cache", "create", "cli-big", "--layers", "2", "--tokens-per-block",
+                   "4", "--token-bytes", "32", "--budget", "1m", "--disk-budget", "65m",
+                   NULL); /* past --disk-budget */
+    KVT_EXPECT_RC(r, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "ELIMIT"));
+    ck_assert_ptr_nonnull(strstr(r.err, "--disk-budget"));
+    kvt_cli_free(&r);
+    r = kvt_cli_at(d.socket, "cache", "create", "cli-big", "--layers", "2", "--tokens-per-block",
+                   "4", "--token-bytes", "32", "--budget", "1m", "--disk-budget", "1m",
+                   NULL); /* a cache with a disk level */
+    KVT_EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "; 1.0 MiB on disk (0 blocks there)"));
+    kvt_cli_free(&r);
+    r = kvt_cli_at(d.socket, "cache", "stats", "cli-big", NULL);
+    KVT_EXPECT_RC(r, 0);
     {
         char want[128];
         snprintf(want, sizeof(want), "disk blocks  0 (0 B of 1.0 MiB) in %s/u%u-cli-big", dir,
@@ -718,15 +649,15 @@ START_TEST(test_cli_cache_disk_level)
         ck_assert_msg(strstr(r.out, want) != NULL, "no '%s' in:\n%s", want, r.out);
     }
     ck_assert_ptr_nonnull(strstr(r.out, "0 checksum failures, 0 I/O errors"));
-    result_free(&r);
-    r = cli_at(d.socket, "cache", "stats", "cli-big", "--json");
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli_at(d.socket, "cache", "stats", "cli-big", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
     ck_assert_ptr_nonnull(strstr(r.out, "\"disk\":{\"budget_bytes\":1048576,\"blocks\":0,"));
     ck_assert_ptr_nonnull(strstr(r.out, "\"no_space\":0,\"path\":\""));
-    result_free(&r);
-    r = cli_at(d.socket, "cache", "ls", NULL, NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli_at(d.socket, "cache", "ls", NULL);
+    KVT_EXPECT_RC(r, 0);
     {
         char *row = line_with(r.out, "cli-big");
         ck_assert_ptr_nonnull(row);
@@ -734,15 +665,8 @@ START_TEST(test_cli_cache_disk_level)
                       row);
         free(row);
     }
-    result_free(&r);
-    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
-    {
-        const char *rm[] = {"/bin/rm", "-rf", top, NULL};
-        char *o = NULL, *e = NULL;
-        ck_assert_int_eq(kvt_run(rm, &o, &e, 20000), 0);
-        free(o);
-        free(e);
-    }
+    kvt_cli_free(&r);
+    kvt_disk_daemon_stop(&d, top);
 }
 END_TEST
 
@@ -772,12 +696,12 @@ START_TEST(test_cli_cache_used_holds_the_slab)
     const int64_t page = 0;
     kvd_cache_save_t sv;
     char held[32], used[32], *row;
-    result_t r;
+    kvt_cli_result_t r;
 
-    r = cli("cache", "create", "cli-used", "--layers", "4", "--tokens-per-block", "16",
-            "--token-bytes", "256", "--budget", "4m", "--shared", NULL);
-    EXPECT_RC(r, 0);
-    result_free(&r);
+    r = kvt_cli("cache", "create", "cli-used", "--layers", "4", "--tokens-per-block", "16",
+                "--token-bytes", "256", "--budget", "4m", "--shared", NULL);
+    KVT_EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
     KVT_OK(c, kvd_cache_stats(c, 0, "cli-used", &info));
     kvt_pool_make(c, &p, "used", 4, 4 * 16, 256, false, 16);
     memset(key, 7, sizeof(key));
@@ -798,19 +722,19 @@ START_TEST(test_cli_cache_used_holds_the_slab)
                   info.held_bytes);
     snprintf(held, sizeof(held), "%.1f MiB", (double)info.held_bytes / (1 << 20));
     snprintf(used, sizeof(used), "%.1f KiB", (double)info.used_bytes / 1024);
-    r = cli("cache", "ls", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("cache", "ls", NULL);
+    KVT_EXPECT_RC(r, 0);
     row = line_with(r.out, "cli-used");
     ck_assert_ptr_nonnull(row);
     ck_assert_msg(strstr(row, held) != NULL && strstr(row, used) == NULL,
                   "USED is not the %s held (blocks: %s):\n%s", held, used, r.out);
     free(row);
-    result_free(&r);
-    r = cli("cache", "stats", "cli-used", NULL); /* both figures, named */
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "stats", "cli-used", NULL); /* both figures, named */
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "1 of 128 (32.0 KiB of 4.0 MiB)"));
     ck_assert_ptr_nonnull(strstr(r.out, held));
-    result_free(&r);
+    kvt_cli_free(&r);
     kvt_pool_free(c, &p);
     KVT_OK(c, kvd_cache_drop(c, info.id, NULL));
     kvd_client_destroy(&c);
@@ -824,54 +748,54 @@ START_TEST(test_cli_cache_budgets_past_host_budget)
 {
     kvd_client_t *c = kvt_connect("cache-budgets");
     double before;
-    result_t r;
+    kvt_cli_result_t r;
 
-    r = cli("status", "--json", NULL); /* other tests' caches are gone: nothing but a trifle */
-    EXPECT_RC(r, 0);
+    r = kvt_cli("status", "--json", NULL); /* other tests' caches are gone: nothing but a trifle */
+    KVT_EXPECT_RC(r, 0);
     before = json_number(r.out, "cache_budgets");
     ck_assert(before < 64 << 20);
-    result_free(&r);
-    r = cli("cache", "create", "cli-big1", "--layers", "1", "--tokens-per-block", "1",
-            "--token-bytes", "1k", "--budget", "1.5g", NULL);
-    EXPECT_RC(r, 0);
-    result_free(&r);
-    r = cli("status", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "create", "cli-big1", "--layers", "1", "--tokens-per-block", "1",
+                "--token-bytes", "1k", "--budget", "1.5g", NULL);
+    KVT_EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("status", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_null(strstr(r.out, "warning"));
-    result_free(&r);
-    r = cli("status", "--json", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("status", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "\"caches_over_budget\":false"));
     ck_assert(json_number(r.out, "cache_budgets") == before + 1.5 * (1 << 30));
-    result_free(&r);
+    kvt_cli_free(&r);
     ck_assert(!log_has("event=cache_budgets_over"));
 
-    r = cli("cache", "create", "cli-big2", "--layers", "1", "--tokens-per-block", "1",
-            "--token-bytes", "1k", "--budget", "1g", NULL);
-    EXPECT_RC(r, 0); /* allowed: each fits, and neither holds memory yet */
-    result_free(&r);
+    r = kvt_cli("cache", "create", "cli-big2", "--layers", "1", "--tokens-per-block", "1",
+                "--token-bytes", "1k", "--budget", "1g", NULL);
+    KVT_EXPECT_RC(r, 0); /* allowed: each fits, and neither holds memory yet */
+    kvt_cli_free(&r);
     ck_assert(log_has("event=cache_budgets_over cache=cli-big2 budgets=%llu host_budget=%llu",
                       (unsigned long long)before + (5ull << 29), (unsigned long long)(2ull << 30)));
-    r = cli("status", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("status", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(before > 0 ||
                       strstr(r.out, "  warning     the caches' budgets add up to 2.5 GiB, past "
                                     "the host-memory budget: not all can fill\n") != NULL,
                   "no warning:\n%s", r.out);
     ck_assert_ptr_nonnull(strstr(r.out, "  warning     the caches' budgets add up to "));
-    result_free(&r);
-    r = cli("status", "--json", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("status", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
     ck_assert_ptr_nonnull(strstr(r.out, "\"caches_over_budget\":true"));
     ck_assert(json_number(r.out, "cache_budgets") == before + 2.5 * (1 << 30));
-    result_free(&r);
+    kvt_cli_free(&r);
 
     KVT_OK(c, kvd_cache_drop(c, 0, "cli-big2"));
-    r = cli("status", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("status", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_null(strstr(r.out, "warning"));
-    result_free(&r);
+    kvt_cli_free(&r);
     KVT_OK(c, kvd_cache_drop(c, 0, "cli-big1"));
     kvd_client_destroy(&c);
 }
@@ -886,17 +810,17 @@ START_TEST(test_cli_status_metrics_port)
     kvt_daemon_t d;
     char line[1024], want[96];
     unsigned port = 0;
-    result_t r;
+    kvt_cli_result_t r;
     FILE *f;
 
-    r = cli("status", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("status", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_null(strstr(r.out, "metrics"));
-    result_free(&r);
-    r = cli("status", "--json", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("status", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "\"metrics_address\":\"\""));
-    result_free(&r);
+    kvt_cli_free(&r);
 
     ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
     f = fopen(d.log, "r");
@@ -908,75 +832,75 @@ START_TEST(test_cli_status_metrics_port)
     }
     fclose(f);
     ck_assert_uint_ne(port, 0);
-    r = cli_at(d.socket, "status", NULL, NULL, NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli_at(d.socket, "status", NULL);
+    KVT_EXPECT_RC(r, 0);
     snprintf(want, sizeof(want), "  metrics     http://127.0.0.1:%u/metrics\n", port);
     ck_assert_msg(strstr(r.out, want) != NULL, "no '%s' in:\n%s", want, r.out);
-    result_free(&r);
-    r = cli_at(d.socket, "status", "--json", NULL, NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli_at(d.socket, "status", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
     snprintf(want, sizeof(want), "\"metrics_address\":\"127.0.0.1:%u\"", port);
     ck_assert_msg(strstr(r.out, want) != NULL, "no %s in:\n%s", want, r.out);
-    result_free(&r);
+    kvt_cli_free(&r);
     ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
 }
 END_TEST
 
 START_TEST(test_cli_unknown_pool)
 {
-    result_t r = cli("pool", "drop", "no-such-pool-anywhere", NULL);
+    kvt_cli_result_t r = kvt_cli("pool", "drop", "no-such-pool-anywhere", NULL);
 
-    EXPECT_RC(r, 1);
+    KVT_EXPECT_RC(r, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "ENOENT"));
     ck_assert_ptr_nonnull(strstr(r.err, "pool drop"));
     ck_assert_str_eq(r.out, "");
-    result_free(&r);
+    kvt_cli_free(&r);
 }
 END_TEST
 
 START_TEST(test_cli_ping)
 {
-    result_t r = cli("ping", "--count", "5", NULL);
+    kvt_cli_result_t r = kvt_cli("ping", "--count", "5", NULL);
     int lines = 0;
 
-    EXPECT_RC(r, 0);
+    KVT_EXPECT_RC(r, 0);
     for (const char *p = r.out; (p = strstr(p, "time=")) != NULL; p++)
         lines++;
     ck_assert_int_eq(lines, 5);
     ck_assert_ptr_nonnull(strstr(r.out, "min/avg/p50/p99/max"));
-    result_free(&r);
+    kvt_cli_free(&r);
 
-    r = cli("ping", "--count", "20", "--size", "4k", "--json", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("ping", "--count", "20", "--size", "4k", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
     ck_assert_ptr_nonnull(strstr(r.out, "\"count\":20"));
     ck_assert_ptr_nonnull(strstr(r.out, "\"p99_us\":"));
-    result_free(&r);
+    kvt_cli_free(&r);
 
     /* nearest rank: with 3 samples the 99th percentile is the largest */
-    r = cli("ping", "--count", "3", "--json", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("ping", "--count", "3", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(json_number(r.out, "p99_us") == json_number(r.out, "max_us"),
                   "p99 is not the largest of 3:\n%s", r.out);
-    result_free(&r);
+    kvt_cli_free(&r);
 }
 END_TEST
 
 START_TEST(test_cli_stats)
 {
-    result_t r = cli("stats", NULL);
+    kvt_cli_result_t r = kvt_cli("stats", NULL);
 
-    EXPECT_RC(r, 0);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "OP"));
     ck_assert_ptr_nonnull(strstr(r.out, "REQUESTS"));
-    result_free(&r);
-    r = cli("stats", "--json", NULL);
-    EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli("stats", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
     ck_assert_ptr_nonnull(strstr(r.out, "\"ops\":["));
     ck_assert_ptr_nonnull(strstr(r.out, "\"streams\":["));
-    result_free(&r);
+    kvt_cli_free(&r);
 }
 END_TEST
 
@@ -986,19 +910,19 @@ END_TEST
 START_TEST(test_cli_numbers)
 {
     char name[64];
-    result_t r;
+    kvt_cli_result_t r;
 
     snprintf(name, sizeof(name), "cli-num-%d", (int)getpid());
-    r = cli("--json", "pool", "create", name, "--layers", "010", "--slots", "08", "--slot-bytes",
-            "1.5K", "--shared", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("--json", "pool", "create", name, "--layers", "010", "--slots", "08",
+                "--slot-bytes", "1.5K", "--shared", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(json_number(r.out, "num_layers") == 10, "%s", r.out);
     ck_assert_msg(json_number(r.out, "num_slots") == 8, "%s", r.out);
     ck_assert_msg(json_number(r.out, "slot_bytes") == 1536, "%s", r.out);
-    result_free(&r);
-    r = cli("pool", "drop", name, NULL);
-    EXPECT_RC(r, 0);
-    result_free(&r);
+    kvt_cli_free(&r);
+    r = kvt_cli("pool", "drop", name, NULL);
+    KVT_EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
 
     static const char *const bad[][2] = {{"--layers", "0x10"}, {"--slots", "1k"},
                                          {"--slot-bytes", "0.1K"}, {"--slot-bytes", "1.5"},
@@ -1008,10 +932,10 @@ START_TEST(test_cli_numbers)
         for (int k = 0; k < 6; k += 2)
             if (strcmp(v[k], bad[i][0]) == 0)
                 v[k + 1] = bad[i][1];
-        r = cli("pool", "create", name, v[0], v[1], v[2], v[3], v[4], v[5], "--shared", NULL);
+        r = kvt_cli("pool", "create", name, v[0], v[1], v[2], v[3], v[4], v[5], "--shared", NULL);
         ck_assert_msg(r.rc == 2, "%s %s: exit %d\n%s%s", bad[i][0], bad[i][1], r.rc, r.out,
                       r.err);
-        result_free(&r);
+        kvt_cli_free(&r);
     }
 }
 END_TEST
@@ -1021,18 +945,18 @@ END_TEST
 START_TEST(test_cli_utf8_names)
 {
     kvd_client_t *c = NULL;
-    result_t r;
+    kvt_cli_result_t r;
 
     ck_assert_int_eq(kvd_client_create(kvt_d.socket, "bad\xff", &c), KVD_EINVAL);
     ck_assert_ptr_nonnull(strstr(kvd_client_last_error(NULL), "UTF-8"));
     ck_assert_int_eq(kvd_client_create(kvt_d.socket, "over\xc0\xaflong", &c), KVD_EINVAL);
     ck_assert_int_eq(kvd_client_create(kvt_d.socket, "surrogate\xed\xa0\x80", &c), KVD_EINVAL);
     KVT_OK(NULL, kvd_client_create(kvt_d.socket, "w\xc3\xb6rker-\xe2\x9c\x93", &c));
-    r = cli("--json", "status", NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("--json", "status", NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
     ck_assert_ptr_nonnull(strstr(r.out, "\"w\xc3\xb6rker-\xe2\x9c\x93\""));
-    result_free(&r);
+    kvt_cli_free(&r);
     kvd_client_destroy(&c);
 }
 END_TEST
@@ -1055,13 +979,13 @@ START_TEST(test_cli_by_the_book)
     static const char *const cmds[] = {"status", "pools", "pool", "stats", "ping",
                                        "shutdown", "cache", "bench", "top", NULL};
     char name[64], dash[72];
-    result_t r;
+    kvt_cli_result_t r;
 
     for (int i = 0; cmds[i] != NULL; i++) {
-        const char *argv[] = {cli_path(), cmds[i], "--help", NULL};
+        const char *argv[] = {kvt_cli_path(), cmds[i], "--help", NULL};
 
         r.rc = kvt_run(argv, &r.out, &r.err, 10000);
-        EXPECT_RC(r, 0);
+        KVT_EXPECT_RC(r, 0);
         ck_assert_ptr_nonnull(strstr(r.out, "usage: kvdock "));
         within_100(cmds[i], r.out);
         if (strcmp(cmds[i], "pool") == 0) /* --kind is optional */
@@ -1072,62 +996,62 @@ START_TEST(test_cli_by_the_book)
             ck_assert_ptr_nonnull(strstr(r.out, "OWNER is the id of the client connection"));
             ck_assert_ptr_nonnull(strstr(r.out, "orphaned (its maker's connection"));
         }
-        result_free(&r);
+        kvt_cli_free(&r);
     }
     {
-        const char *argv[] = {cli_path(), "--help", NULL};
+        const char *argv[] = {kvt_cli_path(), "--help", NULL};
 
         r.rc = kvt_run(argv, &r.out, &r.err, 10000);
-        EXPECT_RC(r, 0);
+        KVT_EXPECT_RC(r, 0);
         within_100("kvdock --help", r.out);
         /* the command list wraps under its summaries */
         ck_assert_ptr_null(strstr(r.out, "\nor clear"));
         ck_assert_ptr_nonnull(strstr(r.out, "\n            and counters, drop, or clear"));
-        result_free(&r);
+        kvt_cli_free(&r);
     }
-    r = cli("pool", "list", NULL);
-    EXPECT_RC(r, 2);
+    r = kvt_cli("pool", "list", NULL);
+    KVT_EXPECT_RC(r, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "`kvdock pools` lists them"));
-    result_free(&r);
+    kvt_cli_free(&r);
     /* a near miss: refused, with the option meant */
-    r = cli("pool", "create", "x", "--lay", "2", NULL);
-    EXPECT_RC(r, 2);
+    r = kvt_cli("pool", "create", "x", "--lay", "2", NULL);
+    KVT_EXPECT_RC(r, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "did you mean --layers?"));
-    result_free(&r);
-    r = cli("pool", "create", "x", "--slotbytes", "2", NULL);
-    EXPECT_RC(r, 2);
+    kvt_cli_free(&r);
+    r = kvt_cli("pool", "create", "x", "--slotbytes", "2", NULL);
+    KVT_EXPECT_RC(r, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "did you mean --slot-bytes?"));
-    result_free(&r);
-    r = cli("status", "--jsn", NULL);
-    EXPECT_RC(r, 2);
+    kvt_cli_free(&r);
+    r = kvt_cli("status", "--jsn", NULL);
+    KVT_EXPECT_RC(r, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "did you mean --json?"));
-    result_free(&r);
+    kvt_cli_free(&r);
     /* a flag with a value, an option without one */
-    r = cli("pool", "create", "x", "--mla=yes", NULL);
-    EXPECT_RC(r, 2);
+    r = kvt_cli("pool", "create", "x", "--mla=yes", NULL);
+    KVT_EXPECT_RC(r, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "--mla takes no value"));
-    result_free(&r);
-    r = cli("ping", "--count", NULL);
-    EXPECT_RC(r, 2);
+    kvt_cli_free(&r);
+    r = kvt_cli("ping", "--count", NULL);
+    KVT_EXPECT_RC(r, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "--count needs a value"));
-    result_free(&r);
+    kvt_cli_free(&r);
 
     /* --name=value, options after arguments, common options anywhere, and
      * "--": a pool whose name starts with '-' */
     snprintf(name, sizeof(name), "cli-book-%d", (int)getpid());
     snprintf(dash, sizeof(dash), "-%s", name);
-    r = cli("pool", "create", "--layers=1", "--slots", "2", "--slot-bytes=8", "--json", "--shared",
-            "--", dash, NULL);
-    EXPECT_RC(r, 0);
+    r = kvt_cli("pool", "create", "--layers=1", "--slots", "2", "--slot-bytes=8", "--json",
+                "--shared", "--", dash, NULL);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "%s", r.out);
     ck_assert_ptr_nonnull(strstr(r.out, dash));
-    result_free(&r);
-    r = cli("pool", "drop", dash, NULL); /* without "--" it is an option */
-    EXPECT_RC(r, 2);
-    result_free(&r);
-    r = cli("pool", "drop", "--", dash, NULL);
-    EXPECT_RC(r, 0);
-    result_free(&r);
+    kvt_cli_free(&r);
+    r = kvt_cli("pool", "drop", dash, NULL); /* without "--" it is an option */
+    KVT_EXPECT_RC(r, 2);
+    kvt_cli_free(&r);
+    r = kvt_cli("pool", "drop", "--", dash, NULL);
+    KVT_EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
 }
 END_TEST
 
@@ -1147,62 +1071,59 @@ START_TEST(test_cli_usage_errors)
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        result_t r = cli(cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4],
-                         cases[i][5], cases[i][6], cases[i][7], cases[i][8], NULL);
+        kvt_cli_result_t r = kvt_cli(cases[i][0], cases[i][1], cases[i][2], cases[i][3],
+                                     cases[i][4], cases[i][5], cases[i][6], cases[i][7],
+                                     cases[i][8], NULL);
 
         ck_assert_msg(r.rc == 2, "case %zu (%s %s): exit %d, expected 2\nstderr:\n%s", i,
                       cases[i][0], cases[i][1] ? cases[i][1] : "", r.rc, r.err);
         ck_assert_msg(strstr(r.err, "kvdock: ") != NULL, "case %zu: no message", i);
-        result_free(&r);
+        kvt_cli_free(&r);
     }
     {
-        const char *argv[] = {cli_path(), NULL};
-        result_t r;
+        const char *argv[] = {kvt_cli_path(), NULL};
+        kvt_cli_result_t r;
 
         r.rc = kvt_run(argv, &r.out, &r.err, 10000);
-        EXPECT_RC(r, 2);
-        result_free(&r);
+        KVT_EXPECT_RC(r, 2);
+        kvt_cli_free(&r);
     }
 }
 END_TEST
 
 START_TEST(test_cli_no_daemon)
 {
-    const char *argv[] = {cli_path(), "--socket", "/nonexistent/kvdockd.sock", "status", NULL};
-    result_t r;
+    kvt_cli_result_t r = kvt_cli_at("/nonexistent/kvdockd.sock", "status", NULL);
 
-    r.rc = kvt_run(argv, &r.out, &r.err, 10000);
-    EXPECT_RC(r, 1);
+    KVT_EXPECT_RC(r, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "ECONN"));
     ck_assert_ptr_nonnull(strstr(r.err, "/nonexistent/kvdockd.sock"));
-    result_free(&r);
+    kvt_cli_free(&r);
 }
 END_TEST
 
 /* --socket naming a directory: said so */
 START_TEST(test_cli_socket_is_a_directory)
 {
-    const char *argv[] = {cli_path(), "--socket", "/tmp", "status", NULL};
-    result_t r;
+    kvt_cli_result_t r = kvt_cli_at("/tmp", "status", NULL);
 
-    r.rc = kvt_run(argv, &r.out, &r.err, 10000);
-    EXPECT_RC(r, 1);
+    KVT_EXPECT_RC(r, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "/tmp: it is a directory"));
-    result_free(&r);
+    kvt_cli_free(&r);
 }
 END_TEST
 
 START_TEST(test_cli_default_socket_from_env)
 {
-    const char *argv[] = {cli_path(), "ping", NULL};
-    result_t r;
+    const char *argv[] = {kvt_cli_path(), "ping", NULL};
+    kvt_cli_result_t r;
 
     setenv("KVDOCK_SOCKET", kvt_d.socket, 1);
     r.rc = kvt_run(argv, &r.out, &r.err, 10000);
     unsetenv("KVDOCK_SOCKET");
-    EXPECT_RC(r, 0);
+    KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, kvt_d.socket));
-    result_free(&r);
+    kvt_cli_free(&r);
 }
 END_TEST
 

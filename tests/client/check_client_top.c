@@ -20,17 +20,6 @@
 #include <termios.h>
 #include <time.h>
 
-#ifndef KVDOCK_CLI_PATH
-#error "KVDOCK_CLI_PATH must name the kvdock binary"
-#endif
-
-static const char *cli_path(void)
-{
-    const char *p = getenv("KVDOCK_CLI");
-
-    return p != NULL && p[0] != '\0' ? p : KVDOCK_CLI_PATH;
-}
-
 /* Some traffic and a pool to show. */
 static void make_traffic(kvd_client_t *cli)
 {
@@ -47,14 +36,13 @@ static void make_traffic(kvd_client_t *cli)
 START_TEST(test_top_once)
 {
     kvd_client_t *cli = kvt_connect("top-traffic");
-    const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "top", "--once",
-                          "--interval", "0.2", NULL};
-    char *out = NULL, *err = NULL;
-    int rc;
+    kvt_cli_result_t r;
+    const char *out;
 
     make_traffic(cli);
-    rc = kvt_run(argv, &out, &err, 20000);
-    ck_assert_msg(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+    r = kvt_cli("top", "--once", "--interval", "0.2", NULL);
+    KVT_EXPECT_RC(r, 0);
+    out = r.out;
     ck_assert_msg(strchr(out, '\x1b') == NULL, "--once wrote escape sequences:\n%s", out);
     ck_assert_ptr_nonnull(strstr(out, "kvdock top - kvdockd "));
     ck_assert_ptr_nonnull(strstr(out, "backend cpu"));
@@ -85,8 +73,7 @@ START_TEST(test_top_once)
     ck_assert_ptr_nonnull(strstr(out, "top-traffic"));
     ck_assert_ptr_nonnull(strstr(out, "kvdock-top (this top)"));
     ck_assert_ptr_nonnull(strstr(out, "INFLIGHT"));
-    free(out);
-    free(err);
+    kvt_cli_free(&r);
     kvd_client_destroy(&cli);
 }
 END_TEST
@@ -94,19 +81,15 @@ END_TEST
 /* stdout a pipe: plain frames, one after another. */
 START_TEST(test_top_pipe_count)
 {
-    const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "top", "--count", "3",
-                          "--interval", "0.1", NULL};
-    char *out = NULL, *err = NULL, *p;
-    int rc, frames = 0;
+    kvt_cli_result_t r = kvt_cli("top", "--count", "3", "--interval", "0.1", NULL);
+    int frames = 0;
 
-    rc = kvt_run(argv, &out, &err, 20000);
-    ck_assert_msg(rc == 0, "exit %d\n%s\n%s", rc, out, err);
-    ck_assert_ptr_null(strchr(out, '\x1b'));
-    for (p = out; (p = strstr(p, "kvdock top - ")) != NULL; p++)
+    KVT_EXPECT_RC(r, 0);
+    ck_assert_ptr_null(strchr(r.out, '\x1b'));
+    for (const char *p = r.out; (p = strstr(p, "kvdock top - ")) != NULL; p++)
         frames++;
     ck_assert_int_eq(frames, 3);
-    free(out);
-    free(err);
+    kvt_cli_free(&r);
 }
 END_TEST
 
@@ -119,36 +102,30 @@ START_TEST(test_top_usage)
     size_t i;
 
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        const char *argv[8] = {cli_path(), "--socket", kvt_d.socket, "top", bad[i][0], bad[i][1],
-                               NULL, NULL};
-        char *out = NULL, *err = NULL;
-        int rc = kvt_run(argv, &out, &err, 20000);
-        ck_assert_msg(rc == 2, "%s %s: exit %d", bad[i][0], bad[i][1] ? bad[i][1] : "", rc);
-        ck_assert_ptr_nonnull(strstr(err, "usage: kvdock top"));
-        free(out);
-        free(err);
+        kvt_cli_result_t r = kvt_cli("top", bad[i][0], bad[i][1], NULL);
+        ck_assert_msg(r.rc == 2, "%s %s: exit %d", bad[i][0], bad[i][1] ? bad[i][1] : "", r.rc);
+        ck_assert_ptr_nonnull(strstr(r.err, "usage: kvdock top"));
+        kvt_cli_free(&r);
     }
     {
         /* --json: a JSON object per frame, one a line */
-        const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "--json", "top", "--count",
-                              "2", "--interval", "0.1", NULL};
-        char *out = NULL, *err = NULL, *nl;
-        int rc = kvt_run(argv, &out, &err, 20000), lines = 0;
+        kvt_cli_result_t r = kvt_cli("--json", "top", "--count", "2", "--interval", "0.1", NULL);
+        char *nl;
+        int lines = 0;
 
-        ck_assert_msg(rc == 0, "exit %d\n%s", rc, err);
-        ck_assert_ptr_null(strchr(out, '\x1b'));
-        for (char *line = out; (nl = strchr(line, '\n')) != NULL; line = nl + 1) {
+        KVT_EXPECT_RC(r, 0);
+        ck_assert_ptr_null(strchr(r.out, '\x1b'));
+        for (char *line = r.out; (nl = strchr(line, '\n')) != NULL; line = nl + 1) {
             *nl = '\0';
             ck_assert_msg(kvt_json_object_valid(line), "not a JSON object: %s", line);
             ck_assert_ptr_nonnull(strstr(line, "\"streams\":["));
             lines++;
         }
         ck_assert_int_eq(lines, 2);
-        free(out);
-        free(err);
+        kvt_cli_free(&r);
     }
     {
-        const char *argv[] = {cli_path(), "top", "--help", NULL};
+        const char *argv[] = {kvt_cli_path(), "top", "--help", NULL};
         char *out = NULL, *err = NULL;
         ck_assert_int_eq(kvt_run(argv, &out, &err, 20000), 0);
         ck_assert_ptr_nonnull(strstr(out, "--once"));
@@ -157,13 +134,10 @@ START_TEST(test_top_usage)
         free(err);
     }
     {
-        const char *argv[] = {cli_path(), "--socket", "/nonexistent/kvdock.sock", "top",
-                              "--once", NULL};
-        char *out = NULL, *err = NULL;
-        ck_assert_int_eq(kvt_run(argv, &out, &err, 20000), 1);
-        ck_assert_ptr_nonnull(strstr(err, "ECONN"));
-        free(out);
-        free(err);
+        kvt_cli_result_t r = kvt_cli_at("/nonexistent/kvdock.sock", "top", "--once", NULL);
+        KVT_EXPECT_RC(r, 1);
+        ck_assert_ptr_nonnull(strstr(r.err, "ECONN"));
+        kvt_cli_free(&r);
     }
 }
 END_TEST
@@ -189,7 +163,7 @@ static void pty_start_at(pty_run_t *r, const char *socket, unsigned short rows,
     r->pid = forkpty(&r->master, NULL, NULL, &ws);
     ck_assert_int_ge(r->pid, 0);
     if (r->pid == 0) {
-        execl(cli_path(), cli_path(), "--socket", socket, "top", "--interval", "0.2",
+        execl(kvt_cli_path(), kvt_cli_path(), "--socket", socket, "top", "--interval", "0.2",
               (char *)NULL);
         _exit(127);
     }
@@ -357,39 +331,46 @@ static int last_screen(const char *out, char **lines, int cap)
     return n < cap ? n + 1 : cap;
 }
 
-/* At 80x24, with more operations, pools and clients than fit, every
- * section keeps its header and its first rows, says how many it does not
- * show, and the frame fits the screen: the operations give way. */
-START_TEST(test_top_fits_80x24)
+/* More than fit on 80x24, for the daemon at socket: five pools of cli,
+ * each with a ping (and, with more_ops, a pool listing and a status: more
+ * kinds of operation than the screen has room for), and four more
+ * clients in more[]. */
+static void crowd(kvd_client_t *cli, const char *socket, bool more_ops, kvd_client_t *more[4])
 {
-    kvd_client_t *cli = kvt_connect("top-small"), *more[4];
-    pty_run_t r;
-    char *lines[64];
-    const char *want[] = {"pools: host 5", "LAYERS", "top-pool-", "... 3 more pools", "CLIENT",
-                          "(this top)", "more clients", "OP ", "more operations", NULL};
-    size_t mark;
-    int n, found;
-
     for (int i = 0; i < 5; i++) {
         char name[32];
         kvd_pool_spec_t spec = {.name = name, .kind = KVD_MEM_HOST, .num_layers = 2,
                                 .num_slots = 64, .slot_bytes = 128, .shared = false};
         kvd_pool_info_t info;
-        kvd_pool_info_t list[8];
-        size_t count;
-        kvd_daemon_status_t *st = malloc(sizeof(*st));
 
         snprintf(name, sizeof(name), "top-pool-%d", i);
         KVT_OK(cli, kvd_pool_create(cli, &spec, &info));
-        /* traffic on more kinds of operation than the screen has room for */
         KVT_OK(cli, kvd_ping(cli, "x", 1));
-        KVT_OK(cli, kvd_pool_list(cli, list, 8, &count));
-        KVT_OK(cli, kvd_daemon_status(cli, st, NULL, 0));
-        free(st);
+        if (more_ops) {
+            kvd_pool_info_t list[8];
+            size_t count;
+            kvd_daemon_status_t *st = malloc(sizeof(*st));
+
+            ck_assert_ptr_nonnull(st);
+            KVT_OK(cli, kvd_pool_list(cli, list, 8, &count));
+            KVT_OK(cli, kvd_daemon_status(cli, st, NULL, 0));
+            free(st);
+        }
     }
     for (int i = 0; i < 4; i++)
-        more[i] = kvt_connect("top-other");
-    pty_start_size(&r, 24, 80);
+        KVT_OK(NULL, kvd_client_create(socket, "top-other", &more[i]));
+}
+
+/* top on the daemon at socket in an 80x24 pty, stopped by SIGTERM after
+ * its second frame (exit 0): the last frame drawn before the main screen
+ * came back, in lines (malloc'd); their number, at most 24. */
+static int screen_80x24(const char *socket, char **lines, int cap)
+{
+    pty_run_t r;
+    size_t mark;
+    int n;
+
+    pty_start_at(&r, socket, 24, 80);
     ck_assert_msg(pty_read_until(&r, "CLIENT", 0, 10000), "no frame:\n%s", r.out);
     mark = r.len;
     ck_assert_msg(pty_read_until(&r, "CLIENT", mark, 10000), "no second frame");
@@ -397,11 +378,28 @@ START_TEST(test_top_fits_80x24)
     kill(r.pid, SIGTERM);
     pty_read_until(&r, NULL, r.len, 10000);
     ck_assert_int_eq(pty_wait(&r, 10000), 0);
-    /* the last frame drawn before the main screen came back */
     if (strstr(r.out, "\x1b[?1049l") != NULL)
         *strstr(r.out, "\x1b[?1049l") = '\0';
-    n = last_screen(r.out, lines, 64);
+    n = last_screen(r.out, lines, cap);
     ck_assert_msg(n <= 24, "a frame of %d lines on a 24-line screen", n);
+    close(r.master);
+    free(r.out);
+    return n;
+}
+
+/* At 80x24, with more operations, pools and clients than fit, every
+ * section keeps its header and its first rows, says how many it does not
+ * show, and the frame fits the screen: the operations give way. */
+START_TEST(test_top_fits_80x24)
+{
+    kvd_client_t *cli = kvt_connect("top-small"), *more[4];
+    char *lines[64];
+    const char *want[] = {"pools: host 5", "LAYERS", "top-pool-", "... 3 more pools", "CLIENT",
+                          "(this top)", "more clients", "OP ", "more operations", NULL};
+    int n, found;
+
+    crowd(cli, kvt_d.socket, true, more);
+    n = screen_80x24(kvt_d.socket, lines, 64);
     for (int w = 0; want[w] != NULL; w++) {
         found = 0;
         for (int i = 0; i < n && !found; i++)
@@ -422,8 +420,6 @@ START_TEST(test_top_fits_80x24)
                           "client row cut: %s", lines[i]);
         free(lines[i]);
     }
-    close(r.master);
-    free(r.out);
     for (int i = 0; i < 4; i++)
         kvd_client_destroy(&more[i]);
     kvd_client_destroy(&cli);
@@ -435,62 +431,25 @@ END_TEST
  * fit, and the JSON frame carries it; without one, "disk": null. */
 START_TEST(test_top_disk_level)
 {
-    char top[] = "/var/tmp/kvd-top-disk-XXXXXX", dir[64];
-    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64m", NULL};
+    char top[64], dir[64], *lines[64];
     kvd_client_t *cli = NULL, *more[4];
     kvt_daemon_t d;
-    pty_run_t r;
-    char *lines[64], *out = NULL, *err = NULL;
-    size_t mark;
-    int n, found = 0, rc;
+    kvt_cli_result_t r;
+    int n, found = 0;
 
-    {
-        const char *argv[] = {cli_path(), "--socket", kvt_d.socket, "--json", "top", "--count",
-                              "1", NULL};
-        rc = kvt_run(argv, &out, &err, 20000);
-        ck_assert_msg(rc == 0, "exit %d\n%s", rc, err);
-        ck_assert_ptr_nonnull(strstr(out, "\"disk\":null"));
-        free(out);
-        free(err);
-    }
-    ck_assert_ptr_nonnull(mkdtemp(top)); /* the machine's disk, not a tmpfs /tmp */
-    snprintf(dir, sizeof(dir), "%s/cache", top);
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
+    r = kvt_cli("--json", "top", "--count", "1", NULL);
+    KVT_EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"disk\":null"));
+    kvt_cli_free(&r);
+    kvt_disk_daemon_start(&d, top, dir, "64m");
     KVT_OK(NULL, kvd_client_create(d.socket, "top-disk", &cli));
-    for (int i = 0; i < 5; i++) {
-        char name[32];
-        kvd_pool_spec_t spec = {.name = name, .kind = KVD_MEM_HOST, .num_layers = 2,
-                                .num_slots = 64, .slot_bytes = 128, .shared = false};
-        kvd_pool_info_t info;
-
-        snprintf(name, sizeof(name), "top-disk-%d", i);
-        KVT_OK(cli, kvd_pool_create(cli, &spec, &info));
-        KVT_OK(cli, kvd_ping(cli, "x", 1));
-    }
-    for (int i = 0; i < 4; i++)
-        KVT_OK(NULL, kvd_client_create(d.socket, "top-other", &more[i]));
-    {
-        const char *argv[] = {cli_path(), "--socket", d.socket, "--json", "top", "--count", "1",
-                              NULL};
-        rc = kvt_run(argv, &out, &err, 20000);
-        ck_assert_msg(rc == 0, "exit %d\n%s", rc, err);
-        ck_assert_ptr_nonnull(strstr(out, "\"disk\":{\"cache_dir\":"));
-        ck_assert_ptr_nonnull(strstr(out, "\"budget_bytes\":67108864"));
-        free(out);
-        free(err);
-    }
-    pty_start_at(&r, d.socket, 24, 80);
-    ck_assert_msg(pty_read_until(&r, "CLIENT", 0, 10000), "no frame:\n%s", r.out);
-    mark = r.len;
-    ck_assert_msg(pty_read_until(&r, "CLIENT", mark, 10000), "no second frame");
-    pty_read_until(&r, "\x1b[J", r.len, 2000);
-    kill(r.pid, SIGTERM);
-    pty_read_until(&r, NULL, r.len, 10000);
-    ck_assert_int_eq(pty_wait(&r, 10000), 0);
-    if (strstr(r.out, "\x1b[?1049l") != NULL)
-        *strstr(r.out, "\x1b[?1049l") = '\0';
-    n = last_screen(r.out, lines, 64);
-    ck_assert_msg(n <= 24, "a frame of %d lines on a 24-line screen", n);
+    crowd(cli, d.socket, false, more);
+    r = kvt_cli_at(d.socket, "--json", "top", "--count", "1", NULL);
+    KVT_EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"disk\":{\"cache_dir\":"));
+    ck_assert_ptr_nonnull(strstr(r.out, "\"budget_bytes\":67108864"));
+    kvt_cli_free(&r);
+    n = screen_80x24(d.socket, lines, 64);
     for (int i = 0; i < n; i++) {
         if (strncmp(lines[i], "disk: 0 B of 64.0 MiB, ", 23) == 0) {
             found = 1;
@@ -505,18 +464,10 @@ START_TEST(test_top_disk_level)
     }
     for (int i = 0; i < n; i++)
         free(lines[i]);
-    close(r.master);
-    free(r.out);
     for (int i = 0; i < 4; i++)
         kvd_client_destroy(&more[i]);
     kvd_client_destroy(&cli);
-    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
-    {
-        const char *rm[] = {"/bin/rm", "-rf", top, NULL};
-        ck_assert_int_eq(kvt_run(rm, &out, &err, 20000), 0);
-        free(out);
-        free(err);
-    }
+    kvt_disk_daemon_stop(&d, top);
 }
 END_TEST
 

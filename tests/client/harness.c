@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,9 @@
 
 #ifndef KVDOCKD_PATH
 #error "KVDOCKD_PATH must name the kvdockd binary"
+#endif
+#ifndef KVDOCK_CLI_PATH
+#error "KVDOCK_CLI_PATH must name the kvdock binary"
 #endif
 
 kvt_daemon_t kvt_d;
@@ -438,4 +442,68 @@ bool kvt_json_object_valid(const char *s)
         return false;
     p = value(p, 0);
     return p != NULL && *ws(p) == '\0';
+}
+
+const char *kvt_cli_path(void)
+{
+    const char *p = getenv("KVDOCK_CLI");
+
+    return p != NULL && p[0] != '\0' ? p : KVDOCK_CLI_PATH;
+}
+
+static kvt_cli_result_t cli_va(const char *socket, const char *first, va_list ap)
+{
+    const char *argv[32];
+    kvt_cli_result_t r;
+    int n = 0;
+
+    argv[n++] = kvt_cli_path();
+    argv[n++] = "--socket";
+    argv[n++] = socket != NULL ? socket : kvt_d.socket;
+    for (const char *a = first; a != NULL; a = va_arg(ap, const char *)) {
+        ck_assert_int_lt(n, 31);
+        argv[n++] = a;
+    }
+    argv[n] = NULL;
+    r.rc = kvt_run(argv, &r.out, &r.err, 20000);
+    return r;
+}
+
+kvt_cli_result_t kvt_cli_at(const char *socket, const char *first, ...)
+{
+    kvt_cli_result_t r;
+    va_list ap;
+
+    va_start(ap, first);
+    r = cli_va(socket, first, ap);
+    va_end(ap);
+    return r;
+}
+
+void kvt_cli_free(kvt_cli_result_t *r)
+{
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
+void kvt_disk_daemon_start(kvt_daemon_t *d, char *top, char *dir, const char *disk_budget)
+{
+    const char *extra[] = {"--cache-dir", dir, "--disk-budget", disk_budget, NULL};
+
+    snprintf(top, 64, "/var/tmp/kvd-disk-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(top));
+    snprintf(dir, 64, "%s/cache", top);
+    ck_assert_int_eq(kvt_daemon_start(d, "cpu", extra, (int)KVT_MS(10000)), 0);
+}
+
+void kvt_disk_daemon_stop(kvt_daemon_t *d, const char *top)
+{
+    const char *rm[] = {"/bin/rm", "-rf", top, NULL};
+    char *out = NULL, *err = NULL;
+
+    ck_assert_int_eq(kvt_daemon_stop(d, 10000), 0);
+    ck_assert_int_eq(kvt_run(rm, &out, &err, 20000), 0);
+    free(out);
+    free(err);
 }

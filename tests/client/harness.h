@@ -63,4 +63,30 @@ int kvt_run(const char *const *argv, char **out, char **err, int timeout_ms);
 /* True when s is exactly one JSON object (with surrounding whitespace). */
 bool kvt_json_object_valid(const char *s);
 
+/* The kvdock CLI: $KVDOCK_CLI, else the one built with the tests. */
+const char *kvt_cli_path(void);
+
+/* A run of the kvdock CLI: its exit status (kvt_run's) and what it printed
+ * (free with kvt_cli_free). */
+typedef struct kvt_cli_result {
+    int rc;
+    char *out;
+    char *err;
+} kvt_cli_result_t;
+
+/* kvdock --socket socket (NULL: the suite daemon's) and the arguments from
+ * first on (NULL-terminated, at most 28), within 20 s. */
+kvt_cli_result_t kvt_cli_at(const char *socket, const char *first, ...);
+/* The same on the suite daemon. */
+#define kvt_cli(...) kvt_cli_at(NULL, __VA_ARGS__)
+void kvt_cli_free(kvt_cli_result_t *r);
+
+/* A daemon with a disk level: kvt_daemon_start (cpu) with --cache-dir
+ * dir and --disk-budget disk_budget, dir a folder in a fresh directory
+ * top of /var/tmp (the machine's disk, not a tmpfs /tmp).  top and dir
+ * are filled in (at least 64 bytes each). */
+void kvt_disk_daemon_start(kvt_daemon_t *d, char *top, char *dir, const char *disk_budget);
+/* Stop it (exit 0 asserted) and remove top. */
+void kvt_disk_daemon_stop(kvt_daemon_t *d, const char *top);
+
 #endif /* KVDOCK_TEST_CLIENT_HARNESS_H */

@@ -36,6 +36,11 @@
                       kvd_err_name(st_));                                                          \
     } while (0)
 
+/* A kvt_cli_result_t's exit status must be code; says what it printed. */
+#define KVT_EXPECT_RC(r, code)                                                                     \
+    ck_assert_msg((r).rc == (code), "exit %d, expected %d\nstdout:\n%s\nstderr:\n%s", (r).rc,      \
+                  (code), (r).out, (r).err)
+
 /* A daemon-owned pool, exported and mapped here. */
 typedef struct kvt_pool {
     kvd_pool_info_t info;
