@@ -659,6 +659,29 @@ static uint64_t cache_id(int fd)
     return id;
 }
 
+/* A world of blocks: the daemon started on the cache dir, the blocks cache
+ * made by a client "saver" (its id in *cache), and a pool a of pages for
+ * chains [0, chains) of CHAIN blocks, each page holding its block's bytes.
+ * The saver's connection. */
+static int blocks_world(kvdt_daemon_t *d, int chains, uint64_t *cache, pool_view_t *a)
+{
+    Kvdock__Response *r;
+    int fd;
+
+    world_make();
+    start(d);
+    fd = kvdt_client(d, "saver");
+    r = blocks_create(fd, 0);
+    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
+    *cache = r->cache->id;
+    kvdock__response__free_unpacked(r, NULL);
+    pool_open(fd, "src", (uint64_t)chains * CHAIN, a);
+    for (int c = 0; c < chains; c++)
+        for (int i = 0; i < CHAIN; i++)
+            fill_page(a, (uint64_t)c * CHAIN + i, c, i);
+    return fd;
+}
+
 /* Saves in flight (SIGKILL) or answered (SIGTERM), spills beneath them
  * (the host level holds HOST_BLOCKS of NBLK), then a restart: every block
  * a lookup reports loads with its exact bytes. */
@@ -671,17 +694,7 @@ static void blocks_case(int sig, const char *name)
     uint32_t found;
     int fd;
 
-    world_make();
-    start(&d);
-    fd = kvdt_client(&d, "saver");
-    r = blocks_create(fd, 0);
-    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
-    cache = r->cache->id;
-    kvdock__response__free_unpacked(r, NULL);
-    pool_open(fd, "src", NBLK, &a);
-    for (int c = 0; c < CHAINS; c++)
-        for (int i = 0; i < CHAIN; i++)
-            fill_page(&a, (uint64_t)c * CHAIN + i, c, i);
+    fd = blocks_world(&d, CHAINS, &cache, &a);
     if (sig == SIGKILL) {
         /* all sent at once (a save may find every host block held by the
          * saves before it: refused, which is fine here); a few answered,
@@ -896,17 +909,7 @@ static void damaged_case(int sig, enum damage how)
     char path[800], idx[800], line[900];
 
     ck_assert_ptr_nonnull(recs);
-    world_make();
-    start(&d);
-    fd = kvdt_client(&d, "saver");
-    r = blocks_create(fd, 0);
-    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
-    cache = r->cache->id;
-    kvdock__response__free_unpacked(r, NULL);
-    pool_open(fd, "src", NBLK, &a);
-    for (int c = 0; c < CHAINS; c++)
-        for (int i = 0; i < CHAIN; i++)
-            fill_page(&a, (uint64_t)c * CHAIN + i, c, i);
+    fd = blocks_world(&d, CHAINS, &cache, &a);
     for (int c = 0; c < CHAINS; c++) {
         r = save_chain(fd, cache, &a, c, 600 + (uint64_t)c);
         ck_assert_msg(saved_whole(r), "save of chain %d: %u %s", c, r->status, r->message);
@@ -1055,17 +1058,7 @@ START_TEST(test_disk_full)
     uint32_t first;
     int fd;
 
-    world_make();
-    start(&d);
-    fd = kvdt_client(&d, "saver");
-    r = blocks_create(fd, 0);
-    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
-    cache = r->cache->id;
-    kvdock__response__free_unpacked(r, NULL);
-    pool_open(fd, "src", NBLK, &a);
-    for (int c = 0; c < CHAINS; c++)
-        for (int i = 0; i < CHAIN; i++)
-            fill_page(&a, (uint64_t)c * CHAIN + i, c, i);
+    fd = blocks_world(&d, CHAINS, &cache, &a);
     for (int c = 0; c < CHAINS; c++) {
         if (c == CHAINS / 2) { /* the disk is full from here on (the soft limit) */
             ck_assert_int_eq(prlimit(d.pid, RLIMIT_FSIZE, NULL, &before), 0);
@@ -1124,17 +1117,8 @@ START_TEST(test_load_busy)
     uint32_t disk_hits;
     int fd, holder, c;
 
-    world_make();
-    start(&d);
-    fd = kvdt_client(&d, "saver");
-    r = blocks_create(fd, 0);
-    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
-    cache = r->cache->id;
-    kvdock__response__free_unpacked(r, NULL);
-    pool_open(fd, "src", 8 * CHAIN, &a);
+    fd = blocks_world(&d, 8, &cache, &a);
     for (c = 0; c < 8; c++) { /* twice the host level: chains 0-3 end on disk only */
-        for (int i = 0; i < CHAIN; i++)
-            fill_page(&a, (uint64_t)c * CHAIN + i, c, i);
         r = save_chain(fd, cache, &a, c, 500 + (uint64_t)c);
         ck_assert_msg(saved_whole(r), "save of chain %d: %u %s", c, r->status, r->message);
         kvdock__response__free_unpacked(r, NULL);
@@ -1203,17 +1187,7 @@ START_TEST(test_saves_wait_for_writer)
     uint8_t answered[CHAINS] = {0};
     int fd, quitter;
 
-    world_make();
-    start(&d);
-    fd = kvdt_client(&d, "saver");
-    r = blocks_create(fd, 0);
-    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
-    cache = r->cache->id;
-    kvdock__response__free_unpacked(r, NULL);
-    pool_open(fd, "src", NBLK, &a);
-    for (int c = 0; c < CHAINS; c++)
-        for (int i = 0; i < CHAIN; i++)
-            fill_page(&a, (uint64_t)c * CHAIN + i, c, i);
+    fd = blocks_world(&d, CHAINS, &cache, &a);
     quitter = kvdt_client(&d, "quitter");
     pool_open(quitter, "quit", CHAIN, &q);
     for (int i = 0; i < CHAIN; i++)
@@ -1270,17 +1244,8 @@ START_TEST(test_reopen_other_budgets)
     };
     int fd;
 
-    world_make();
-    start(&d);
-    fd = kvdt_client(&d, "saver");
-    r = blocks_create(fd, 0);
-    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
-    cache = r->cache->id;
-    kvdock__response__free_unpacked(r, NULL);
-    pool_open(fd, "src", 8 * CHAIN, &a);
+    fd = blocks_world(&d, 8, &cache, &a);
     for (int c = 0; c < 8; c++) { /* twice the host level: half on disk only */
-        for (int i = 0; i < CHAIN; i++)
-            fill_page(&a, (uint64_t)c * CHAIN + i, c, i);
         r = save_chain(fd, cache, &a, c, 700 + (uint64_t)c);
         ck_assert_msg(saved_whole(r), "save of chain %d: %u %s", c, r->status, r->message);
         kvdock__response__free_unpacked(r, NULL);
