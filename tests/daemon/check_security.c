@@ -49,53 +49,9 @@ static void skip_msg(const char *what)
                   (unsigned)geteuid());
 }
 
-/*
- * Connect to sock as uid/gid nobody: a child drops its identity, connects
- * (SO_PEERCRED is taken at connect time) and hands the connected socket
- * back over a socketpair.  Returns the socket, or -1 with *err = the
- * child's connect errno.
- */
-static int connect_as_groups(const char *sock, uid_t uid, gid_t gid, size_t ngroups,
-                             const gid_t *groups, int *err)
-{
-    int sp[2], fds[4], nfds = 0, status;
-    int32_t cerr = 0;
-    ssize_t n;
-    pid_t pid;
-
-    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
-    pid = fork();
-    if (pid == 0) { /* no Check assertion here (kvdt_child_close_fds) */
-        int fd;
-        kvdt_child_close_fds(sp[1]);
-        if (setgroups(ngroups, groups) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
-            _exit(3);
-        fd = kvdt_connect(sock);
-        cerr = fd < 0 ? errno : 0;
-        if (fd >= 0)
-            (void)kvd__sock_send_all(sp[1], &cerr, sizeof(cerr), &fd, 1);
-        else
-            (void)kvd__sock_send_all(sp[1], &cerr, sizeof(cerr), NULL, 0);
-        _exit(0);
-    }
-    ck_assert_int_ge(pid, 0);
-    close(sp[1]);
-    n = kvd__sock_recv(sp[0], &cerr, sizeof(cerr), fds, &nfds, 4);
-    close(sp[0]);
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child could not become %u",
-                  (unsigned)uid);
-    ck_assert_int_eq(n, (ssize_t)sizeof(cerr));
-    if (err)
-        *err = cerr;
-    if (nfds == 0)
-        return -1;
-    return fds[0];
-}
-
 static int connect_as(const char *sock, uid_t uid, gid_t gid, int *err)
 {
-    return connect_as_groups(sock, uid, gid, 0, NULL, err);
+    return kvdt_connect_as(sock, uid, gid, 0, NULL, err);
 }
 
 static Kvdock__Response *hello_on(int fd, const char *name)
@@ -396,7 +352,7 @@ START_TEST(test_socket_group_admits_members)
         if (i == 0) /* primary group */
             fd = connect_as(sock, NOBODY, NOGROUP, &err);
         else /* a supplementary group; the primary one is another */
-            fd = connect_as_groups(sock, NOBODY, 2, 1, supp, &err);
+            fd = kvdt_connect_as(sock, NOBODY, 2, 1, supp, &err);
         ck_assert_msg(fd >= 0, "case %d: cannot connect: %s", i, strerror(err));
         r = hello_on(fd, "member");
         ck_assert_ptr_nonnull(r);

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -47,6 +48,44 @@ int kvdt_connect(const char *sock)
         return -1;
     }
     return fd;
+}
+
+int kvdt_connect_as(const char *sock, uid_t uid, gid_t gid, size_t ngroups, const gid_t *groups,
+                    int *err)
+{
+    int sp[2], fds[4], nfds = 0, status;
+    int32_t cerr = 0;
+    ssize_t n;
+    pid_t pid;
+
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    pid = fork();
+    if (pid == 0) { /* no Check assertion here (kvdt_child_close_fds) */
+        int fd;
+        kvdt_child_close_fds(sp[1]);
+        if (setgroups(ngroups, groups) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
+            _exit(3);
+        fd = kvdt_connect(sock);
+        cerr = fd < 0 ? errno : 0;
+        if (fd >= 0)
+            (void)kvd__sock_send_all(sp[1], &cerr, sizeof(cerr), &fd, 1);
+        else
+            (void)kvd__sock_send_all(sp[1], &cerr, sizeof(cerr), NULL, 0);
+        _exit(0);
+    }
+    ck_assert_int_ge(pid, 0);
+    close(sp[1]);
+    n = kvd__sock_recv(sp[0], &cerr, sizeof(cerr), fds, &nfds, 4);
+    close(sp[0]);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child could not become %u",
+                  (unsigned)uid);
+    ck_assert_int_eq(n, (ssize_t)sizeof(cerr));
+    if (err)
+        *err = cerr;
+    if (nfds == 0)
+        return -1;
+    return fds[0];
 }
 
 int kvdt_file_has(const char *path, const char *what)

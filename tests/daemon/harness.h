@@ -62,6 +62,12 @@ int kvdt_file_has(const char *path, const char *what);
 void kvdt_child_close_fds(int keep);
 
 int kvdt_connect(const char *sock);
+/* Connect to sock as uid and gid with ngroups supplementary groups (needs
+ * root): a forked child drops its identity, connects (SO_PEERCRED is
+ * taken at connect time) and hands the socket back.  The socket, or -1
+ * with *err (when err is not NULL) the child's connect errno. */
+int kvdt_connect_as(const char *sock, uid_t uid, gid_t gid, size_t ngroups, const gid_t *groups,
+                    int *err);
 
 /* Send one Request frame (descriptors with its first byte). */
 void kvdt_send(int fd, const Kvdock__Request *req, const int *fds, int nfds);
