@@ -222,8 +222,15 @@ static void wait_all_up(node_t *nodes, int n)
 
     for (int i = 0; i < n; i++)
         while (peers_up(&nodes[i], s) < (uint32_t)(n - 1)) {
-            ck_assert_msg(kvt_now_ms() - t0 < MS(15000), "node %d sees %u of %d peers up", i,
-                          peers_up(&nodes[i], s), n - 1);
+            if (kvt_now_ms() - t0 >= MS(15000)) {
+                uint32_t up = peers_up(&nodes[i], s);
+                for (uint32_t k = 0; k < s->cluster.num_peers && k < KVD_CLUSTER_PEERS_MAX; k++)
+                    fprintf(stderr, "node %d: peer %s %s for %" PRIu64 " ms (%s), %" PRIu64
+                            " failures\n", i, s->cluster.peers[k].address,
+                            s->cluster.peers[k].state, s->cluster.peers[k].since_ms,
+                            s->cluster.peers[k].error, s->cluster.peers[k].failures);
+                ck_abort_msg("node %d sees %u of %d peers up", i, up, n - 1);
+            }
             usleep(20000);
         }
     free(s);
