@@ -27,7 +27,7 @@ static void pools_table(const kvd_pool_info_t *p, size_t n)
 {
     kvd__cli_table_t t;
 
-    kvd__cli_table_init(&t, ">ID,NAME,KIND,>LAYERS,>SLOTS,>SLOT_BYTES,LAYOUT,>PAGE,>BYTES,>OWNER,FLAGS");
+    kvd__cli_table_init(&t, ">ID,NAME,KIND,>LAYERS,>SLOTS,>SLOT_BYTES,LAYOUT,>PAGE,>BYTES,>CLIENT,FLAGS");
     for (size_t i = 0; i < n; i++) {
         char id[24], layers[16], slots[24], sb[24], page[16], bytes[32], owner[24], flags[32];
 
@@ -104,9 +104,9 @@ const kvd__cli_cmd_t kvd__cli_cmd_pools = {
     "pools",
     "pools [--json]",
     "List the pools this client may see.",
-    "Columns: OWNER is the id of the client connection that made the pool (the ID of\n"
-    "kvdock status; kept after that connection ends), where a cache's OWNER (kvdock cache\n"
-    "ls) is a user id.  FLAGS: shared (other clients may use it, and it stays after its\n"
+    "Columns: CLIENT is the id of the client connection that made the pool (the ID of\n"
+    "kvdock status; kept after that connection ends); a cache's OWNER (kvdock cache ls)\n"
+    "is a user id.  FLAGS: shared (other clients may use it, and it stays after its\n"
     "maker's connection ends), imported (another process's memory: it goes with its\n"
     "importer), orphaned (its maker's connection has ended: a shared pool stays until\n"
     "`kvdock pool drop`).  A pool that `kvdock pool create` makes is shared, and orphaned\n"

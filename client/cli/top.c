@@ -513,7 +513,7 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
             }
         if (cur->npools > 0) {
             fline(f, STYLE_HEAD, "%3s %-14s %-10s %6s %8s %6s %10s %5s %s", "ID", "NAME", "KIND",
-                  "LAYERS", "SLOTS", "SLOT_B", "BYTES", "OWNER", "FLAGS");
+                  "LAYERS", "SLOTS", "SLOT_B", "BYTES", "CLIENT", "FLAGS");
             left--; /* the header */
             if ((int)shown > left)
                 shown = (size_t)(left > 1 ? left - 1 : 0);
@@ -1016,7 +1016,7 @@ const kvd__cli_cmd_t kvd__cli_cmd_top = {
     "Columns: STREAM per stream class (QUEUED operations queued or running now, BUSY% of\n"
     "the interval with work queued, OPS/S and BYTES/S completed); OP per operation that\n"
     "has had requests (MEAN_US: mean latency over the interval); pools by memory kind and\n"
-    "the largest pools (OWNER: the client connection that made it); clients with their\n"
+    "the largest pools (CLIENT: the client connection that made it); clients with their\n"
     "requests in flight.\n",
     run,
 };

@@ -993,7 +993,7 @@ START_TEST(test_cli_by_the_book)
         if (strcmp(cmds[i], "cache") == 0)
             ck_assert_ptr_nonnull(strstr(r.out, "[--cluster]"));
         if (strcmp(cmds[i], "pools") == 0) { /* what OWNER and the flags mean */
-            ck_assert_ptr_nonnull(strstr(r.out, "OWNER is the id of the client connection"));
+            ck_assert_ptr_nonnull(strstr(r.out, "CLIENT is the id of the client connection"));
             ck_assert_ptr_nonnull(strstr(r.out, "orphaned (its maker's connection"));
         }
         kvt_cli_free(&r);
