@@ -92,6 +92,9 @@ static void zfree(void *p, size_t bytes)
         munmap(p, bytes);
 }
 
+_Static_assert(sizeof(kvd__cblock_t) == 36, "an entry is 36 bytes (cache.h)");
+_Static_assert(sizeof(kvd__cdisk_t) == 16, "a disk part is 16 bytes (cache.h)");
+
 /* ---- the keyed hash ------------------------------------------------------- */
 
 static inline uint64_t mum(uint64_t a, uint64_t b)
@@ -130,24 +133,52 @@ uint64_t kvd__cache_hash(const kvd__cache_store_t *c, const uint8_t *key, size_t
     return key_hash(c->seed, key, klen);
 }
 
-/* Whether entry b holds key (length first; then words, no libc call). */
-static inline int key_equal(const kvd__cblock_t *b, const uint8_t *key, size_t klen)
+/* ---- entries --------------------------------------------------------------- */
+
+#define B(c, id) kvd__cache_block((c), (id))
+
+/* The key of entry id (key_width bytes; its klen of them hold it). */
+static inline uint8_t *key_of(const kvd__cache_store_t *c, uint32_t id)
 {
+    uint32_t pos, k = kvd__cache_chunk_of(id, &pos);
+
+    return c->chunks[k].keys + (size_t)pos * c->key_width;
+}
+
+/* The disk part of entry id (the store has a disk level). */
+static inline kvd__cdisk_t *D(const kvd__cache_store_t *c, uint32_t id)
+{
+    uint32_t pos, k = kvd__cache_chunk_of(id, &pos);
+
+    return &c->chunks[k].disk[pos];
+}
+
+/* Whether entry id holds key (length first; then words, no libc call). */
+static inline int key_equal(const kvd__cache_store_t *c, uint32_t id, const uint8_t *key,
+                            size_t klen)
+{
+    uint32_t pos, k = kvd__cache_chunk_of(id, &pos);
+    const uint8_t *s;
     size_t i;
 
-    if (b->klen != klen)
+    if (c->chunks[k].ents[pos].klen != klen)
         return 0;
+    s = c->chunks[k].keys + (size_t)pos * c->key_width;
     for (i = 0; i + 8 <= klen; i += 8) {
         uint64_t x, y;
-        memcpy(&x, b->key + i, 8);
+        memcpy(&x, s + i, 8);
         memcpy(&y, key + i, 8);
         if (x != y)
             return 0;
     }
-    return i == klen || memcmp(b->key + i, key + i, klen - i) == 0;
+    return i == klen || memcmp(s + i, key + i, klen - i) == 0;
 }
 
-/* ---- entries --------------------------------------------------------------- */
+/* The keyed hash of entry id's key. */
+static inline uint64_t entry_hash(const kvd__cache_store_t *c, uint32_t id)
+{
+    return key_hash(c->seed, key_of(c, id), B(c, id)->klen);
+}
 
 static inline void *slot_bytes(const kvd__cache_store_t *c, uint32_t slot)
 {
@@ -160,8 +191,6 @@ void *kvd__cache_block_bytes(const kvd__cache_store_t *c, uint32_t id)
     return slot_bytes(c, kvd__cache_host_slot(c, id));
 }
 
-#define B(c, id) kvd__cache_block((c), (id))
-
 static uint32_t chunk_len(uint32_t k)
 {
     return k == 0 ? 64 : k <= 10 ? 64u << (k - 1) : 1u << 16;
@@ -173,48 +202,123 @@ static uint32_t chunks_len(uint32_t k)
     return k == 0 ? 0 : k <= 11 ? 64u << (k - 1) : (k - 10) << 16;
 }
 
+/* Frees chunk k's arrays (made at the store's widths now). */
+static void chunk_free(kvd__cache_store_t *c, uint32_t k)
+{
+    kvd__cache_chunk_t *ch = &c->chunks[k];
+    size_t n = chunk_len(k);
+
+    zfree(ch->ents, n * sizeof(kvd__cblock_t));
+    zfree(ch->keys, n * c->key_width);
+    zfree(ch->disk, n * sizeof(kvd__cdisk_t));
+    memset(ch, 0, sizeof(*ch));
+}
+
+/* A new chunk of entries, keys and disk parts, charged as index memory.
+ * KVD_ENOMEM or the budget's status, with why. */
+static kvd_status_t chunk_add(kvd__cache_store_t *c, char *why, size_t why_len)
+{
+    uint32_t k = c->nchunks;
+    size_t n = chunk_len(k);
+    uint64_t bytes = (uint64_t)n * kvd__cache_entry_bytes(c);
+    kvd__cache_chunk_t *m = realloc(c->chunks, (k + 1) * sizeof(*m)), *ch;
+    kvd_status_t st;
+
+    if (m == NULL) {
+        snprintf(why, why_len, "out of memory for the cache's entries");
+        return KVD_ENOMEM;
+    }
+    c->chunks = m;
+    ch = &m[k];
+    memset(ch, 0, sizeof(*ch));
+    /* Entries outlive host slots (a block on disk only keeps one), so they
+     * are charged as they are made, not with the slabs. */
+    if ((st = kvd__hostmem_reserve(c->hostmem, KVD_HM_CACHE_INDEX, bytes, why, why_len)) !=
+        KVD_OK)
+        return st;
+    ch->ents = zalloc(n * sizeof(kvd__cblock_t));
+    ch->keys = c->key_width ? zalloc(n * c->key_width) : NULL;
+    ch->disk = c->disk_parts ? zalloc(n * sizeof(kvd__cdisk_t)) : NULL;
+    if (ch->ents == NULL || (c->key_width && ch->keys == NULL) ||
+        (c->disk_parts && ch->disk == NULL)) {
+        chunk_free(c, k);
+        kvd__hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, bytes);
+        snprintf(why, why_len, "out of memory for the cache's entries");
+        return KVD_ENOMEM;
+    }
+    c->held_bytes += bytes;
+    c->nchunks++;
+    return KVD_OK;
+}
+
+/* Keys of klen bytes fit: the key width grows to klen (rounded up to
+ * KVD_CACHE_KEY_ALIGN), every chunk's keys moving to arrays of that width.
+ * Validate first: on failure (the budget's status, KVD_ENOMEM, with why)
+ * nothing changed. */
+static kvd_status_t keys_fit(kvd__cache_store_t *c, size_t klen, char *why, size_t why_len)
+{
+    uint32_t w = (uint32_t)(klen + KVD_CACHE_KEY_ALIGN - 1) & ~(uint32_t)(KVD_CACHE_KEY_ALIGN - 1);
+    uint32_t old = c->key_width, k;
+    uint64_t extra;
+    uint8_t **n;
+    kvd_status_t st;
+
+    if (w <= old)
+        return KVD_OK;
+    extra = (uint64_t)chunks_len(c->nchunks) * (w - old);
+    if (extra > 0 && (st = kvd__hostmem_reserve(c->hostmem, KVD_HM_CACHE_INDEX, extra, why,
+                                                why_len)) != KVD_OK)
+        return st;
+    n = calloc(c->nchunks ? c->nchunks : 1, sizeof(*n));
+    for (k = 0; n != NULL && k < c->nchunks; k++)
+        if ((n[k] = zalloc((size_t)chunk_len(k) * w)) == NULL)
+            break;
+    if (n == NULL || k < c->nchunks) {
+        while (n != NULL && k-- > 0)
+            zfree(n[k], (size_t)chunk_len(k) * w);
+        free(n);
+        if (extra > 0)
+            kvd__hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, extra);
+        snprintf(why, why_len, "out of memory for the cache's keys");
+        return KVD_ENOMEM;
+    }
+    for (k = 0; k < c->nchunks; k++) {
+        uint8_t *from = c->chunks[k].keys;
+        size_t len = chunk_len(k), i;
+
+        for (i = 0; from != NULL && i < len; i++)
+            memcpy(n[k] + i * w, from + i * old, old);
+        zfree(from, len * old);
+        c->chunks[k].keys = n[k];
+    }
+    free(n);
+    c->key_width = w;
+    c->held_bytes += extra;
+    return KVD_OK;
+}
+
 /* A free entry, zeroed: from the free list, else the next one made (a new
  * chunk when the last is full).  KVD_ENOMEM with why. */
 static kvd_status_t ent_new(kvd__cache_store_t *c, uint32_t *id, char *why, size_t why_len)
 {
     kvd__cblock_t *b;
+    kvd_status_t st;
 
     if (c->ent_free) {
         *id = c->ent_free - 1;
         b = B(c, *id);
-        c->ent_free = b->lru_next;
+        c->ent_free = b->lru.next;
         memset(b, 0, sizeof(*b));
+        if (c->disk_parts)
+            memset(D(c, *id), 0, sizeof(kvd__cdisk_t));
         return KVD_OK;
     }
     if (c->ents_made >= UINT32_MAX - 1) {
         snprintf(why, why_len, "the cache holds as many entries as it can");
         return KVD_ELIMIT;
     }
-    if (c->ents_made == chunks_len(c->nchunks)) {
-        uint32_t k = c->nchunks;
-        uint64_t bytes = (uint64_t)chunk_len(k) * sizeof(kvd__cblock_t);
-        kvd__cblock_t **n = realloc(c->ents, (k + 1) * sizeof(*n));
-        kvd_status_t st;
-
-        if (n == NULL) {
-            snprintf(why, why_len, "out of memory for the cache's entries");
-            return KVD_ENOMEM;
-        }
-        c->ents = n;
-        /* Entries outlive host slots (a block on disk only keeps one), so
-         * they are charged as they are made, not with the slabs. */
-        if ((st = kvd__hostmem_reserve(c->hostmem, KVD_HM_CACHE_INDEX, bytes, why, why_len)) !=
-            KVD_OK)
-            return st;
-        n[k] = zalloc(bytes);
-        if (n[k] == NULL) {
-            kvd__hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, bytes);
-            snprintf(why, why_len, "out of memory for the cache's entries");
-            return KVD_ENOMEM;
-        }
-        c->held_bytes += bytes;
-        c->nchunks++;
-    }
+    if (c->ents_made == chunks_len(c->nchunks) && (st = chunk_add(c, why, why_len)) != KVD_OK)
+        return st;
     *id = c->ents_made++;
     return KVD_OK;
 }
@@ -225,7 +329,9 @@ static void ent_free(kvd__cache_store_t *c, uint32_t id)
     kvd__cblock_t *b = B(c, id);
 
     memset(b, 0, sizeof(*b));
-    b->lru_next = c->ent_free;
+    if (c->disk_parts)
+        memset(D(c, id), 0, sizeof(kvd__cdisk_t));
+    b->lru.next = c->ent_free;
     c->ent_free = id + 1;
 }
 
@@ -254,7 +360,7 @@ static inline uint64_t *slot_at(const kvd__cache_store_t *c, uint64_t h, const u
         uint64_t v = c->table[i];
         if (v == 0)
             return &c->table[i];
-        if (v >> 32 == tag && key_equal(B(c, (uint32_t)v - 1), key, klen))
+        if (v >> 32 == tag && key_equal(c, (uint32_t)v - 1, key, klen))
             return &c->table[i];
     }
 }
@@ -301,10 +407,8 @@ static kvd_status_t table_room(kvd__cache_store_t *c, char *why, size_t why_len)
     }
     for (i = 0; i < size; i++) {
         uint64_t v = c->table[i];
-        if (v != 0) {
-            const kvd__cblock_t *b = B(c, (uint32_t)v - 1);
-            table_put(n, nsize - 1, key_hash(c->seed, b->key, b->klen), (uint32_t)v - 1);
-        }
+        if (v != 0)
+            table_put(n, nsize - 1, entry_hash(c, (uint32_t)v - 1), (uint32_t)v - 1);
     }
     zfree(c->table, size * sizeof(*c->table));
     c->table = n;
@@ -322,14 +426,12 @@ static void table_delete(kvd__cache_store_t *c, uint64_t *slot)
     c->table[i] = 0;
     for (;;) {
         uint64_t v, home;
-        const kvd__cblock_t *b;
 
         j = (j + 1) & mask;
         v = c->table[j];
         if (v == 0)
             return;
-        b = B(c, (uint32_t)v - 1);
-        home = key_hash(c->seed, b->key, b->klen) & mask;
+        home = entry_hash(c, (uint32_t)v - 1) & mask;
         /* the entry at j stays unless its home lies cyclically in (i, j] */
         if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
             c->table[i] = v;
@@ -341,68 +443,87 @@ static void table_delete(kvd__cache_store_t *c, uint64_t *slot)
 
 /* ---- recency ----------------------------------------------------------------- */
 
-static void lru_remove(kvd__cache_store_t *c, uint32_t id)
+/* The store's two lists, one implementation: the recency list (which ==
+ * KVD_CLIST_LRU), linked through the entries, and the host list
+ * (KVD_CLIST_HOST, with a disk level: the blocks whose host copy may go,
+ * the least recently used first; see host_evict_one), linked through the
+ * disk parts.  An entry's lists say which it is on. */
+static inline kvd__clist_t *list_of(kvd__cache_store_t *c, int which)
+{
+    return which == KVD_CLIST_LRU ? &c->lru : &c->hlru;
+}
+
+static inline kvd__clink_t *link_of(const kvd__cache_store_t *c, int which, uint32_t id)
+{
+    return which == KVD_CLIST_LRU ? &B(c, id)->lru : &D(c, id)->hlru;
+}
+
+static void list_remove(kvd__cache_store_t *c, int which, uint32_t id)
 {
     kvd__cblock_t *b = B(c, id);
+    kvd__clist_t *l;
+    kvd__clink_t *e;
 
-    if (!b->in_lru)
+    if (!(b->lists & which))
         return;
-    if (b->lru_prev)
-        B(c, b->lru_prev - 1)->lru_next = b->lru_next;
+    l = list_of(c, which);
+    e = link_of(c, which, id);
+    if (e->prev)
+        link_of(c, which, e->prev - 1)->next = e->next;
     else
-        c->lru_head = b->lru_next;
-    if (b->lru_next)
-        B(c, b->lru_next - 1)->lru_prev = b->lru_prev;
+        l->head = e->next;
+    if (e->next)
+        link_of(c, which, e->next - 1)->prev = e->prev;
     else
-        c->lru_tail = b->lru_prev;
-    b->lru_prev = b->lru_next = 0;
-    b->in_lru = 0;
+        l->tail = e->prev;
+    e->prev = e->next = 0;
+    b->lists &= (uint8_t)~which;
 }
 
 /* As the most recently used (mru), or as the least. */
-static void lru_insert(kvd__cache_store_t *c, uint32_t id, int mru)
+static void list_insert(kvd__cache_store_t *c, int which, uint32_t id, int mru)
 {
-    kvd__cblock_t *b = B(c, id);
+    kvd__clist_t *l = list_of(c, which);
+    kvd__clink_t *e;
 
-    lru_remove(c, id);
+    list_remove(c, which, id);
+    e = link_of(c, which, id);
     if (mru) {
-        b->lru_prev = 0;
-        b->lru_next = c->lru_head;
-        if (c->lru_head)
-            B(c, c->lru_head - 1)->lru_prev = id + 1;
+        e->prev = 0;
+        e->next = l->head;
+        if (l->head)
+            link_of(c, which, l->head - 1)->prev = id + 1;
         else
-            c->lru_tail = id + 1;
-        c->lru_head = id + 1;
+            l->tail = id + 1;
+        l->head = id + 1;
     } else {
-        b->lru_next = 0;
-        b->lru_prev = c->lru_tail;
-        if (c->lru_tail)
-            B(c, c->lru_tail - 1)->lru_next = id + 1;
+        e->next = 0;
+        e->prev = l->tail;
+        if (l->tail)
+            link_of(c, which, l->tail - 1)->next = id + 1;
         else
-            c->lru_head = id + 1;
-        c->lru_tail = id + 1;
+            l->head = id + 1;
+        l->tail = id + 1;
     }
-    b->in_lru = 1;
+    B(c, id)->lists |= (uint8_t)which;
 }
 
-/* The host list (with a disk level): the blocks whose host copy may go,
- * the least recently used first; see host_evict_one. */
+static void lru_remove(kvd__cache_store_t *c, uint32_t id)
+{
+    list_remove(c, KVD_CLIST_LRU, id);
+}
+
 static void hlru_remove(kvd__cache_store_t *c, uint32_t id)
 {
-    kvd__cblock_t *b = B(c, id);
+    list_remove(c, KVD_CLIST_HOST, id);
+}
 
-    if (!(b->dflags & KVD_CBLOCK_IN_HLRU))
-        return;
-    if (b->hlru_prev)
-        B(c, b->hlru_prev - 1)->hlru_next = b->hlru_next;
-    else
-        c->hlru_head = b->hlru_next;
-    if (b->hlru_next)
-        B(c, b->hlru_next - 1)->hlru_prev = b->hlru_prev;
-    else
-        c->hlru_tail = b->hlru_prev;
-    b->hlru_prev = b->hlru_next = 0;
-    b->dflags &= (uint8_t)~KVD_CBLOCK_IN_HLRU;
+/* Whether a block has a record on disk. */
+static inline int on_disk(const kvd__cache_store_t *c, uint32_t id)
+{
+    const kvd__cdisk_t *d = D(c, id);
+
+    return d->dseg != 0 || d->doff != 0;
 }
 
 /* A ready block nothing holds whose host copy is whole and on disk (or
@@ -416,31 +537,9 @@ static void hlru_touch(kvd__cache_store_t *c, uint32_t id)
     hlru_remove(c, id);
     if (b->state != KVD_CBLOCK_READY || b->holds != 0 || b->host == 0 ||
         (b->dflags & (KVD_CBLOCK_FETCHING | KVD_CBLOCK_WRITING)) ||
-        (b->dseg == 0 && b->doff == 0 && !(b->dflags & KVD_CBLOCK_NODISK)))
+        (!on_disk(c, id) && !(b->dflags & KVD_CBLOCK_NODISK)))
         return;
-    b->hlru_prev = 0;
-    b->hlru_next = c->hlru_head;
-    if (c->hlru_head)
-        B(c, c->hlru_head - 1)->hlru_prev = id + 1;
-    else
-        c->hlru_tail = id + 1;
-    c->hlru_head = id + 1;
-    b->dflags |= KVD_CBLOCK_IN_HLRU;
-}
-
-/* A block of host memory only whose children are gone: next to go. */
-static void hlru_tail_insert(kvd__cache_store_t *c, uint32_t id)
-{
-    kvd__cblock_t *b = B(c, id);
-
-    b->hlru_next = 0;
-    b->hlru_prev = c->hlru_tail;
-    if (c->hlru_tail)
-        B(c, c->hlru_tail - 1)->hlru_next = id + 1;
-    else
-        c->hlru_head = id + 1;
-    c->hlru_tail = id + 1;
-    b->dflags |= KVD_CBLOCK_IN_HLRU;
+    list_insert(c, KVD_CLIST_HOST, id, 1);
 }
 
 void kvd__cache_touch(kvd__cache_store_t *c, uint32_t id)
@@ -448,7 +547,7 @@ void kvd__cache_touch(kvd__cache_store_t *c, uint32_t id)
     kvd__cblock_t *b = B(c, id);
 
     if (b->state == KVD_CBLOCK_READY && b->holds == 0) {
-        lru_insert(c, id, 1);
+        list_insert(c, KVD_CLIST_LRU, id, 1);
         hlru_touch(c, id);
     }
 }
@@ -748,8 +847,8 @@ void kvd__cache_store_deinit(kvd__cache_store_t *c)
     zfree(c->table, (c->table_mask + 1) * sizeof(*c->table));
     free(c->free_ids);
     for (s = 0; s < c->nchunks; s++)
-        zfree(c->ents[s], (size_t)chunk_len(s) * sizeof(kvd__cblock_t));
-    free(c->ents);
+        chunk_free(c, s);
+    free(c->chunks);
     memset(c, 0, sizeof(*c));
 }
 
@@ -770,11 +869,12 @@ void kvd__cache_touch_chain(kvd__cache_store_t *c, const uint32_t *ids, uint32_t
         return;
     if (c->disk != NULL) /* the host list: the last first */
         for (i = n; i-- > 0;)
-            if (B(c, ids[i])->dflags & KVD_CBLOCK_IN_HLRU)
+            if (B(c, ids[i])->lists & KVD_CLIST_HOST)
                 hlru_touch(c, ids[i]);
     for (i = 0; i < n; i++) {
         const kvd__cblock_t *b = B(c, ids[i]);
-        if (!b->in_lru || b->holds != 0 || (i + 1 < n && b->lru_next != ids[i + 1] + 1))
+        if (!(b->lists & KVD_CLIST_LRU) || b->holds != 0 ||
+            (i + 1 < n && b->lru.next != ids[i + 1] + 1))
             break;
     }
     if (i < n) { /* one at a time, the last first */
@@ -784,21 +884,21 @@ void kvd__cache_touch_chain(kvd__cache_store_t *c, const uint32_t *ids, uint32_t
     }
     first = ids[0];
     last = ids[n - 1];
-    if (c->lru_head == first + 1)
+    if (c->lru.head == first + 1)
         return;
     f = B(c, first);
     l = B(c, last);
     /* unlink [first, last]: first has a predecessor, since it is not the head */
-    B(c, f->lru_prev - 1)->lru_next = l->lru_next;
-    if (l->lru_next)
-        B(c, l->lru_next - 1)->lru_prev = f->lru_prev;
+    B(c, f->lru.prev - 1)->lru.next = l->lru.next;
+    if (l->lru.next)
+        B(c, l->lru.next - 1)->lru.prev = f->lru.prev;
     else
-        c->lru_tail = f->lru_prev;
+        c->lru.tail = f->lru.prev;
     /* and put it at the head */
-    l->lru_next = c->lru_head;
-    B(c, c->lru_head - 1)->lru_prev = last + 1;
-    f->lru_prev = 0;
-    c->lru_head = first + 1;
+    l->lru.next = c->lru.head;
+    B(c, c->lru.head - 1)->lru.prev = last + 1;
+    f->lru.prev = 0;
+    c->lru.head = first + 1;
 }
 
 /* The block after prev in a chain saved in one go: its entry follows prev's
@@ -814,7 +914,7 @@ static inline uint32_t next_in_chain(const kvd__cache_store_t *c, uint32_t prev,
     if (id >= c->ents_made)
         return KVD_CBLOCK_NONE;
     b = B(c, id);
-    if (b->parent != prev + 1 || b->state != KVD_CBLOCK_READY || !key_equal(b, key, klen))
+    if (b->parent != prev + 1 || b->state != KVD_CBLOCK_READY || !key_equal(c, id, key, klen))
         return KVD_CBLOCK_NONE;
     return id;
 }
@@ -843,8 +943,10 @@ uint32_t kvd__cache_lookup(kvd__cache_store_t *c, const uint8_t *const *keys, co
                 }
                 for (j = 0; j < m; j++) {
                     v = c->table[h[j] & c->table_mask];
-                    if (v != 0 && v >> 32 == h[j] >> 32)
+                    if (v != 0 && v >> 32 == h[j] >> 32) {
                         __builtin_prefetch(B(c, (uint32_t)v - 1));
+                        __builtin_prefetch(key_of(c, (uint32_t)v - 1));
+                    }
                 }
             }
             v = *slot_at(c, h[i - g], keys[i], lens[i]);
@@ -867,7 +969,7 @@ uint32_t kvd__cache_lookup(kvd__cache_store_t *c, const uint8_t *const *keys, co
 
 /* ---- eviction ------------------------------------------------------------------ */
 
-static void disk_forget(kvd__cache_store_t *c, kvd__cblock_t *b);
+static void disk_forget(kvd__cache_store_t *c, uint32_t id);
 static kvd_status_t host_evict_one(kvd__cache_store_t *c);
 static void disk_write(kvd__cache_store_t *c, uint32_t id);
 
@@ -912,7 +1014,7 @@ static void release_block(kvd__cache_store_t *c, uint32_t id)
         lru_remove(c, id);
         hlru_remove(c, id);
         if (b->state != KVD_CBLOCK_DEAD) {
-            table_delete(c, slot_of(c, b->key, b->klen));
+            table_delete(c, slot_of(c, key_of(c, id), b->klen));
             c->indexed--;
         }
         if (b->state == KVD_CBLOCK_READY) {
@@ -923,7 +1025,7 @@ static void release_block(kvd__cache_store_t *c, uint32_t id)
         if (parent)
             child_unlink(c, parent - 1, id);
         host_free(c, b);
-        disk_forget(c, b);
+        disk_forget(c, id);
         ent_free(c, id);
         if (!parent)
             return;
@@ -931,11 +1033,11 @@ static void release_block(kvd__cache_store_t *c, uint32_t id)
         if (p->first_child)
             return;
         if (p->state != KVD_CBLOCK_DEAD || p->holds > 0) {
-            if (evictable(p) && !p->in_lru)
-                lru_insert(c, parent - 1, 0);
+            if (evictable(p) && !(p->lists & KVD_CLIST_LRU))
+                list_insert(c, KVD_CLIST_LRU, parent - 1, 0);
             if (evictable(p) && p->host && (p->dflags & KVD_CBLOCK_NODISK) &&
-                !(p->dflags & KVD_CBLOCK_IN_HLRU))
-                hlru_tail_insert(c, parent - 1); /* host memory only: free to go now */
+                !(p->lists & KVD_CLIST_HOST)) /* host memory only: free to go now */
+                list_insert(c, KVD_CLIST_HOST, parent - 1, 0);
             return;
         }
         id = parent - 1;
@@ -946,8 +1048,8 @@ static void release_block(kvd__cache_store_t *c, uint32_t id)
  * when there is none. */
 static kvd_status_t evict_one(kvd__cache_store_t *c)
 {
-    while (c->lru_tail) {
-        uint32_t id = c->lru_tail - 1;
+    while (c->lru.tail) {
+        uint32_t id = c->lru.tail - 1;
 
         if (!evictable(B(c, id))) {
             lru_remove(c, id); /* back once free to go */
@@ -996,6 +1098,8 @@ kvd_status_t kvd__cache_reserve(kvd__cache_store_t *c, uint32_t parent, const ui
 
     if (klen < 1 || klen > KVD_CACHE_KEY_MAX)
         return KVD_EINVAL;
+    if ((st = keys_fit(c, klen, why, why_len)) != KVD_OK)
+        return st;
     if ((st = table_room(c, why, why_len)) != KVD_OK)
         return st;
     if ((st = take_slot(c, why, why_len)) != KVD_OK)
@@ -1005,7 +1109,7 @@ kvd_status_t kvd__cache_reserve(kvd__cache_store_t *c, uint32_t parent, const ui
     b = B(c, id);
     b->host = c->free_ids[--c->nfree] + 1;
     c->slabs[kvd__cache_slab_of(c, b->host - 1)].used++;
-    memcpy(b->key, key, klen);
+    memcpy(key_of(c, id), key, klen);
     b->klen = (uint8_t)klen;
     b->state = KVD_CBLOCK_FILLING;
     b->holds = 1;
@@ -1045,7 +1149,7 @@ void kvd__cache_abort(kvd__cache_store_t *c, uint32_t id)
         release_block(c, id);
         return;
     }
-    table_delete(c, slot_of(c, b->key, b->klen));
+    table_delete(c, slot_of(c, key_of(c, id), b->klen));
     c->indexed--;
     b->state = KVD_CBLOCK_DEAD;
 }
@@ -1068,7 +1172,7 @@ void kvd__cache_unhold(kvd__cache_store_t *c, uint32_t id)
     if (b->holds > 0)
         return;
     if (b->state == KVD_CBLOCK_READY) {
-        lru_insert(c, id, 1); /* just used */
+        list_insert(c, KVD_CLIST_LRU, id, 1); /* just used */
         hlru_touch(c, id);
     } else if (b->state == KVD_CBLOCK_DEAD && b->first_child == 0)
         release_block(c, id);
@@ -1148,9 +1252,11 @@ uint32_t kvd__cache_clear(kvd__cache_store_t *c)
 
 /* ---- the disk level ---------------------------------------------------------- */
 
-static inline kvd__disk_loc_t loc_of(const kvd__cblock_t *b)
+static inline kvd__disk_loc_t loc_of(const kvd__cache_store_t *c, uint32_t id)
 {
-    return KVD_DISK_LOC(b->dseg, b->doff);
+    const kvd__cdisk_t *d = D(c, id);
+
+    return KVD_DISK_LOC(d->dseg, d->doff);
 }
 
 uint64_t kvd__cache_layout_id(const kvd__block_layout_t *l)
@@ -1173,13 +1279,16 @@ void kvd__cache_layout_text(const kvd__block_layout_t *l, char *out, size_t len)
 
 /* The entry lets go of its record (its entry is going: nothing reads or
  * writes it, it holds nothing). */
-static void disk_forget(kvd__cache_store_t *c, kvd__cblock_t *b)
+static void disk_forget(kvd__cache_store_t *c, uint32_t id)
 {
-    if (b->dseg == 0 && b->doff == 0)
+    kvd__cdisk_t *d;
+
+    if (c->disk == NULL || !on_disk(c, id))
         return;
-    kvd__disk_drop(c->disk->store, loc_of(b));
+    d = D(c, id);
+    kvd__disk_drop(c->disk->store, loc_of(c, id));
     c->disk->records--;
-    b->dseg = b->doff = 0;
+    d->dseg = d->doff = 0;
 }
 
 /* Blocks in host memory only that a search for a record to drop passes
@@ -1191,18 +1300,18 @@ static void disk_forget(kvd__cache_store_t *c, kvd__cblock_t *b)
  * evict_one; blocks in host memory only are passed over, a few at most. */
 static kvd_status_t disk_evict_one(kvd__cache_store_t *c)
 {
-    uint32_t at = c->lru_tail, skipped = 0;
+    uint32_t at = c->lru.tail, skipped = 0;
 
     while (at && skipped < DISK_EVICT_SKIP) {
         uint32_t id = at - 1;
         kvd__cblock_t *b = B(c, id);
 
-        at = b->lru_prev;
+        at = b->lru.prev;
         if (!evictable(b)) {
             lru_remove(c, id); /* back once free to go */
             continue;
         }
-        if (b->dseg == 0 && b->doff == 0) {
+        if (!on_disk(c, id)) {
             skipped++;
             continue;
         }
@@ -1236,8 +1345,8 @@ static void disk_written(void *arg, kvd_status_t st, kvd__disk_loc_t loc)
 
     b->dflags &= (uint8_t)~KVD_CBLOCK_WRITING;
     if (st == KVD_OK) {
-        b->dseg = KVD_DISK_LOC_SEG(loc);
-        b->doff = KVD_DISK_LOC_OFF(loc);
+        D(c, w->id)->dseg = KVD_DISK_LOC_SEG(loc);
+        D(c, w->id)->doff = KVD_DISK_LOC_OFF(loc);
         c->disk->writes++;
     } else {
         c->disk->records--;
@@ -1273,7 +1382,7 @@ static void disk_write(kvd__cache_store_t *c, uint32_t id)
 {
     struct kvd__cache_disk *d = c->disk;
     kvd__cblock_t *b = B(c, id);
-    const kvd__cblock_t *p = b->parent ? B(c, b->parent - 1) : NULL;
+    uint32_t p = b->parent ? b->parent - 1 : KVD_CBLOCK_NONE;
     disk_write_ctx_t *w;
 
     if (!disk_room(c) || (w = malloc(sizeof(*w))) == NULL) {
@@ -1283,7 +1392,9 @@ static void disk_write(kvd__cache_store_t *c, uint32_t id)
     }
     w->c = c;
     w->id = id;
-    if (kvd__disk_append(d->store, b->key, b->klen, p ? p->key : NULL, p ? p->klen : 0,
+    if (kvd__disk_append(d->store, key_of(c, id), b->klen,
+                         p != KVD_CBLOCK_NONE ? key_of(c, p) : NULL,
+                         p != KVD_CBLOCK_NONE ? B(c, p)->klen : 0,
                          kvd__cache_block_bytes(c, id), disk_written, w) != KVD_OK) {
         free(w);
         disk_refused(c, b, "the disk store refused the record (it failed before)");
@@ -1303,14 +1414,14 @@ static void disk_write(kvd__cache_store_t *c, uint32_t id)
  * could not be written and nothing comes after it).  KVD_EBUSY: none. */
 static kvd_status_t host_evict_one(kvd__cache_store_t *c)
 {
-    while (c->hlru_tail) {
-        uint32_t id = c->hlru_tail - 1;
+    while (c->hlru.tail) {
+        uint32_t id = c->hlru.tail - 1;
         kvd__cblock_t *b = B(c, id);
 
         hlru_remove(c, id); /* back when used again */
         if (b->holds != 0 || b->host == 0 || b->state != KVD_CBLOCK_READY)
             continue;
-        if (b->dseg != 0 || b->doff != 0) {
+        if (on_disk(c, id)) {
             host_free(c, b);
             c->disk_only++;
             c->disk->spills++;
@@ -1347,7 +1458,7 @@ static void drop_subtree(kvd__cache_store_t *c, uint32_t root)
             continue;
         lru_remove(c, id);
         hlru_remove(c, id);
-        table_delete(c, slot_of(c, b->key, b->klen));
+        table_delete(c, slot_of(c, key_of(c, id), b->klen));
         c->indexed--;
         if (b->state == KVD_CBLOCK_READY) {
             c->ready--;
@@ -1441,7 +1552,8 @@ kvd_status_t kvd__cache_fetch(kvd__cache_store_t *c, uint32_t id, kvd__cache_fet
     c->slabs[kvd__cache_slab_of(c, b->host - 1)].used++;
     c->disk_only--;
     b->dflags |= KVD_CBLOCK_FETCHING;
-    if (kvd__disk_read(d->store, loc_of(b), b->key, b->klen, kvd__cache_block_bytes(c, id),
+    if (kvd__disk_read(d->store, loc_of(c, id), key_of(c, id), b->klen,
+                       kvd__cache_block_bytes(c, id),
                        fetch_done, f) != KVD_OK) {
         b->dflags &= (uint8_t)~KVD_CBLOCK_FETCHING;
         host_free(c, b);
@@ -1501,16 +1613,17 @@ static int found_record(void *arg, const kvd__disk_found_t *f)
             d->older = m;
             d->older_cap = nc;
         }
-        d->older[d->nolder++] = loc_of(b);
+        d->older[d->nolder++] = loc_of(c, id);
     } else {
-        if (table_room(c, why, sizeof(why)) != KVD_OK || ent_new(c, &id, why, sizeof(why)) !=
-                                                             KVD_OK) {
+        if (keys_fit(c, f->klen, why, sizeof(why)) != KVD_OK ||
+            table_room(c, why, sizeof(why)) != KVD_OK ||
+            ent_new(c, &id, why, sizeof(why)) != KVD_OK) {
             if (d->unindexed++ == 0) /* once: a short budget would refuse them all */
                 kvd_log(KVD_LOG_WARN, "event=cache_disk_record_skipped reason=\"%s\"", why);
             return 0;
         }
         b = B(c, id);
-        memcpy(b->key, f->key, f->klen);
+        memcpy(key_of(c, id), f->key, f->klen);
         b->klen = f->klen;
         b->state = KVD_CBLOCK_READY;
         *slot_of(c, f->key, f->klen) =
@@ -1520,8 +1633,8 @@ static int found_record(void *arg, const kvd__disk_found_t *f)
         c->disk_only++;
         d->records++;
     }
-    b->dseg = KVD_DISK_LOC_SEG(f->loc);
-    b->doff = KVD_DISK_LOC_OFF(f->loc);
+    D(c, id)->dseg = KVD_DISK_LOC_SEG(f->loc);
+    D(c, id)->doff = KVD_DISK_LOC_OFF(f->loc);
     /* its parent's key, resolved once every record is in */
     if (id >= d->poff_len) {
         uint32_t nl = d->poff_len ? d->poff_len : 1024;
@@ -1557,6 +1670,51 @@ oom:
     if (id < d->poff_len)
         d->poff[id] = UINT64_MAX;
     return 1;
+}
+
+/* Every chunk made so far gets its disk parts (charged as index memory):
+ * KVD_OK, or the budget's status or KVD_ENOMEM with why, nothing made. */
+static kvd_status_t disk_parts_make(kvd__cache_store_t *c, char *why, size_t why_len)
+{
+    uint64_t bytes = (uint64_t)chunks_len(c->nchunks) * sizeof(kvd__cdisk_t);
+    uint32_t k;
+    kvd_status_t st;
+
+    if (bytes > 0 &&
+        (st = kvd__hostmem_reserve(c->hostmem, KVD_HM_CACHE_INDEX, bytes, why, why_len)) != KVD_OK)
+        return st;
+    for (k = 0; k < c->nchunks; k++)
+        if ((c->chunks[k].disk = zalloc((size_t)chunk_len(k) * sizeof(kvd__cdisk_t))) == NULL)
+            break;
+    if (k < c->nchunks) {
+        while (k-- > 0) {
+            zfree(c->chunks[k].disk, (size_t)chunk_len(k) * sizeof(kvd__cdisk_t));
+            c->chunks[k].disk = NULL;
+        }
+        kvd__hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, bytes);
+        snprintf(why, why_len, "out of memory for the cache's disk entries");
+        return KVD_ENOMEM;
+    }
+    c->held_bytes += bytes;
+    c->disk_parts = 1;
+    return KVD_OK;
+}
+
+/* The disk parts go again (a disk level that did not open). */
+static void disk_parts_drop(kvd__cache_store_t *c)
+{
+    uint64_t bytes = (uint64_t)chunks_len(c->nchunks) * sizeof(kvd__cdisk_t);
+    uint32_t k;
+
+    if (!c->disk_parts)
+        return;
+    for (k = 0; k < c->nchunks; k++) {
+        zfree(c->chunks[k].disk, (size_t)chunk_len(k) * sizeof(kvd__cdisk_t));
+        c->chunks[k].disk = NULL;
+    }
+    c->disk_parts = 0;
+    c->held_bytes -= bytes;
+    kvd__hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, bytes);
 }
 
 /* Link every block found to its parent; those whose parent never came (or
@@ -1625,11 +1783,11 @@ static void link_found(kvd__cache_store_t *c)
         if (b->state != KVD_CBLOCK_READY)
             continue;
         if (mark[id] == 3) {
-            table_delete(c, slot_of(c, b->key, b->klen));
+            table_delete(c, slot_of(c, key_of(c, id), b->klen));
             c->indexed--;
             c->ready--;
             c->disk_only--;
-            disk_forget(c, b);
+            disk_forget(c, id);
             ent_free(c, id);
             bad++;
         }
@@ -1642,7 +1800,7 @@ static void link_found(kvd__cache_store_t *c)
     /* recency: the order found (the oldest the least recently used) */
     for (id = 0; id < n; id++)
         if (B(c, id)->state == KVD_CBLOCK_READY)
-            lru_insert(c, id, 1);
+            list_insert(c, KVD_CLIST_LRU, id, 1);
     if (bad > 0)
         kvd_log(KVD_LOG_WARN, "event=cache_disk_orphans blocks=%u reason=\"their parent's "
                 "record was not found: dropped with the blocks after them\"", bad);
@@ -1669,6 +1827,10 @@ kvd_status_t kvd__cache_store_open_disk(kvd__cache_store_t *c, const kvd__cache_
     if ((d = calloc(1, sizeof(*d))) == NULL) {
         snprintf(why, why_len, "out of memory");
         return KVD_ENOMEM;
+    }
+    if ((st = disk_parts_make(c, why, why_len)) != KVD_OK) {
+        free(d);
+        return st;
     }
     kvd__cache_layout_text(&c->layout, text, sizeof(text));
     memset(&sc, 0, sizeof(sc));
@@ -1710,7 +1872,7 @@ kvd_status_t kvd__cache_store_open_disk(kvd__cache_store_t *c, const kvd__cache_
         for (id = 0; id < c->ents_made; id++) {
             kvd__cblock_t *b = B(c, id);
             if (b->state == KVD_CBLOCK_READY) {
-                table_delete(c, slot_of(c, b->key, b->klen));
+                table_delete(c, slot_of(c, key_of(c, id), b->klen));
                 ent_free(c, id);
             }
         }
@@ -1721,6 +1883,7 @@ kvd_status_t kvd__cache_store_open_disk(kvd__cache_store_t *c, const kvd__cache_
         free(d->older);
         free(d);
         c->disk = NULL;
+        disk_parts_drop(c);
         return st;
     }
     for (uint64_t i = 0; i < d->nolder; i++)

@@ -43,6 +43,7 @@
 #include "kvdock/status.h"
 
 #define KVD_CACHE_KEY_MAX 64
+#define KVD_CACHE_KEY_ALIGN 8 /* key widths grow in steps of this */
 #define KVD_CBLOCK_NONE UINT32_MAX
 
 /* DEAD: a save that failed left it while others still held it or chained
@@ -68,31 +69,59 @@ typedef struct kvd__block_layout {
 enum {
     KVD_CBLOCK_WRITING = 1,  /* its record is being written (the write holds it) */
     KVD_CBLOCK_FETCHING = 2, /* its host slot is being read into (the read holds it) */
-    KVD_CBLOCK_IN_HLRU = 4,  /* in the host list: its host copy may go */
     KVD_CBLOCK_NODISK = 8,   /* its record could not be written: host memory only */
 };
 
-/* One block's entry: 116 bytes.  Its children (the blocks whose parent it
- * is) form a list through first_child and the siblings' links, so that
- * the subtree under a block is walked in time of its size.  A free entry
- * links to the next free one through lru_next. */
+/* The lists an entry is on (lists). */
+enum {
+    KVD_CLIST_LRU = 1,  /* the recency list: eviction's order */
+    KVD_CLIST_HOST = 2, /* the host list (disk level): its host copy may go */
+};
+
+/* An entry's place in one of the store's lists: id + 1 of its neighbours
+ * towards the most recently used (prev) and the least (next); 0: none. */
+typedef struct kvd__clink {
+    uint32_t prev, next;
+} kvd__clink_t;
+
+/* A list's ends: id + 1 of the most recently used (head) and the least
+ * (tail); 0: empty. */
+typedef struct kvd__clist {
+    uint32_t head, tail;
+} kvd__clist_t;
+
+/*
+ * One block's entry: 36 bytes, with its key and (with a disk level) its
+ * disk part beside it in arrays of their own, so that a block costs the
+ * daemon 36 bytes + the cache's key width (+ 16 with a disk level) + its
+ * table slots (8 to 16 bytes at a load of a quarter to a half) + its free
+ * slot id (4 bytes).  Keys live in per-cache arrays as wide as the longest
+ * key seen (rounded up to 8 bytes): chains of one hash size pay for that
+ * size, not for the longest key allowed.  Its children (the blocks whose
+ * parent it is) form a list through first_child and the siblings' links,
+ * so that the subtree under a block is walked in time of its size.  A
+ * free entry links to the next free one through lru.next.
+ */
 typedef struct kvd__cblock {
     uint32_t parent;   /* id + 1 of the block before it in its chain; 0: none */
-    uint32_t lru_prev; /* id + 1 towards the most recently used; 0: none */
-    uint32_t lru_next; /* id + 1 towards the least recently used */
+    kvd__clink_t lru;  /* the recency list */
     uint32_t first_child;  /* id + 1 of one of its children; 0: none */
     uint32_t next_sibling; /* id + 1 of the parent's next child; 0: none */
     uint32_t prev_sibling; /* id + 1 of the parent's previous child; 0: none */
     uint32_t holds;    /* leases, loads reading it, the save writing it */
     uint32_t host;     /* slot + 1 of its bytes in host memory; 0: none */
-    uint32_t hlru_prev, hlru_next; /* the host list (disk level): id + 1 */
-    uint32_t dseg, doff; /* its record on disk (kvd__disk_loc_t halves); 0, 0: none */
     uint8_t state;     /* enum kvd__cblock_state */
-    uint8_t in_lru;
+    uint8_t lists;     /* KVD_CLIST_LRU ... */
     uint8_t klen;
     uint8_t dflags;    /* KVD_CBLOCK_WRITING ... */
-    uint8_t key[KVD_CACHE_KEY_MAX];
 } kvd__cblock_t;
+
+/* An entry's disk part (made with the disk level): where its record is
+ * and its place in the host list. */
+typedef struct kvd__cdisk {
+    kvd__clink_t hlru;   /* the host list */
+    uint32_t dseg, doff; /* its record on disk (kvd__disk_loc_t halves); 0, 0: none */
+} kvd__cdisk_t;
 
 typedef void (*kvd__cache_mem_done_fn)(void *arg, kvd_status_t st, void *ptr, void *handle);
 
@@ -125,6 +154,15 @@ typedef struct kvd__cache_slab {
     uint32_t used;         /* slots holding a block's bytes */
 } kvd__cache_slab_t;
 
+/* A chunk of entries: the entries, their keys and their disk parts, in
+ * arrays of their own (a key's width changes; a disk part is made only
+ * with a disk level). */
+typedef struct kvd__cache_chunk {
+    kvd__cblock_t *ents;
+    uint8_t *keys;      /* key_width bytes each; NULL while key_width is 0 */
+    kvd__cdisk_t *disk; /* NULL: no disk level */
+} kvd__cache_chunk_t;
+
 typedef struct kvd__cache_counters {
     uint64_t lookups, keys_asked, keys_hit;
     uint64_t saves, stored, skipped, refused;
@@ -144,18 +182,20 @@ typedef struct kvd__cache_store {
     kvd__cache_slab_t *slabs;
     uint32_t *free_ids;    /* free slots in the slabs so far */
     uint32_t nfree;
-    kvd__cblock_t **ents;   /* the entries' chunks (see kvd__cache_block) */
+    kvd__cache_chunk_t *chunks; /* the entries, in chunks (see kvd__cache_chunk_of) */
     uint32_t nchunks;
+    uint32_t key_width;    /* bytes a key takes: the longest seen, rounded up */
+    int disk_parts;        /* the chunks have disk parts (a disk level) */
     uint32_t ents_made;    /* entries [0, ents_made) exist */
     uint32_t ent_free;     /* id + 1 of the first free entry; 0: none */
     uint32_t disk_only;    /* ready blocks with no bytes in host memory */
-    uint32_t hlru_head, hlru_tail; /* the host list: id + 1 */
+    kvd__clist_t hlru;     /* the host list (disk level) */
     struct kvd__cache_disk *disk;   /* NULL: host memory only */
     uint64_t *table;       /* (tag << 32) | (id + 1); 0: empty */
     uint64_t table_mask;
     uint32_t indexed;      /* entries in the table (filling and ready) */
     uint32_t ready;
-    uint32_t lru_head, lru_tail; /* id + 1: most and least recently used */
+    kvd__clist_t lru;      /* the recency list */
     uint64_t seed;
     uint64_t held_bytes;   /* counted in the host-memory budget */
     kvd__hostmem_t *hostmem;
@@ -181,20 +221,37 @@ static inline uint32_t kvd__cache_pos_of(const kvd__cache_store_t *c, uint32_t s
 {
     return slot & ((1u << c->slab_shift) - 1);
 }
-/* The block's entry (on every path of a lookup: inline).  Chunk 0 holds
- * entries [0, 64), chunk k in 1..10 [64 << (k - 1), 64 << k), and from
- * 65536 on each chunk 65536 of them: a small cache's entries take little
- * memory, a large one's grow without moving. */
-static inline kvd__cblock_t *kvd__cache_block(const kvd__cache_store_t *c, uint32_t id)
+/* The chunk of entry id, and its place there.  Chunk 0 holds entries
+ * [0, 64), chunk k in 1..10 [64 << (k - 1), 64 << k), and from 65536 on
+ * each chunk 65536 of them: a small cache's entries take little memory, a
+ * large one's grow without moving. */
+static inline uint32_t kvd__cache_chunk_of(uint32_t id, uint32_t *pos)
 {
     uint32_t k;
 
-    if (id >= (1u << 16))
-        return &c->ents[10 + (id >> 16)][id & 0xffff];
-    if (id < 64)
-        return &c->ents[0][id];
+    if (id >= (1u << 16)) {
+        *pos = id & 0xffff;
+        return 10 + (id >> 16);
+    }
+    if (id < 64) {
+        *pos = id;
+        return 0;
+    }
     k = 32 - (uint32_t)__builtin_clz(id >> 6);
-    return &c->ents[k][id - (64u << (k - 1))];
+    *pos = id - (64u << (k - 1));
+    return k;
+}
+/* The block's entry (on every path of a lookup: inline). */
+static inline kvd__cblock_t *kvd__cache_block(const kvd__cache_store_t *c, uint32_t id)
+{
+    uint32_t pos, k = kvd__cache_chunk_of(id, &pos);
+
+    return &c->chunks[k].ents[pos];
+}
+/* Host memory a block's entry takes: the entry, its key and its disk part. */
+static inline uint64_t kvd__cache_entry_bytes(const kvd__cache_store_t *c)
+{
+    return sizeof(kvd__cblock_t) + c->key_width + (c->disk_parts ? sizeof(kvd__cdisk_t) : 0);
 }
 /* Whether a block's bytes are in host memory now (ready, not being read). */
 static inline int kvd__cache_in_host(const kvd__cache_store_t *c, uint32_t id)

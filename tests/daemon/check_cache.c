@@ -4,7 +4,8 @@
  * inserts and deletions; eviction keeps every chain a prefix and the
  * budget; held blocks and parents stay; failed saves leave nothing;
  * explicit eviction takes a whole subtree or nothing; the next slab is
- * allocated ahead, used when ready, and given back whatever comes first.
+ * allocated ahead, used when ready, and given back whatever comes first;
+ * keys take the width of the longest seen.
  */
 #include <check.h>
 #include <stdio.h>
@@ -199,9 +200,11 @@ START_TEST(test_prefixes_under_pressure)
             kvdt_key_of(k, ch, i);
             ck_assert_int_eq(kvd__cache_find(&c, k, 12) != KVD_CBLOCK_NONE, i < m.len[ch]);
         }
-        /* slabs and free lists of 500 blocks, entries in chunks of 64, 64,
-         * 128 and 256, the table */
-        ck_assert_uint_le(c.held_bytes, 500 * (64 + 4) + 512 * sizeof(kvd__cblock_t) + 8192);
+        /* slabs and free lists of 500 blocks, entries (and their 16-byte
+         * key room for keys of 12) in chunks of 64, 64, 128 and 256, the
+         * table */
+        ck_assert_uint_eq(kvd__cache_entry_bytes(&c), sizeof(kvd__cblock_t) + 16);
+        ck_assert_uint_le(c.held_bytes, 500 * (64 + 4) + 512 * kvd__cache_entry_bytes(&c) + 8192);
         if (round % 100 == 99)
             model_check(&m, &c);
     }
@@ -219,18 +222,18 @@ static void check_lru(const kvd__cache_store_t *c)
 {
     uint32_t n = 0, marked = 0, prev = 0, i;
 
-    for (uint32_t at = c->lru_head; at; at = kvd__cache_block(c, at - 1)->lru_next) {
+    for (uint32_t at = c->lru.head; at; at = kvd__cache_block(c, at - 1)->lru.next) {
         const kvd__cblock_t *b = kvd__cache_block(c, at - 1);
-        ck_assert_uint_eq(b->lru_prev, prev);
-        ck_assert(b->in_lru);
+        ck_assert_uint_eq(b->lru.prev, prev);
+        ck_assert(b->lists & KVD_CLIST_LRU);
         ck_assert_int_eq(b->state, KVD_CBLOCK_READY);
         ck_assert_uint_eq(b->holds, 0);
         prev = at;
         ck_assert_uint_le(++n, c->capacity);
     }
-    ck_assert_uint_eq(c->lru_tail, prev);
+    ck_assert_uint_eq(c->lru.tail, prev);
     for (i = 0; i < c->ents_made; i++)
-        marked += kvd__cache_block(c, i)->in_lru;
+        marked += (kvd__cache_block(c, i)->lists & KVD_CLIST_LRU) != 0;
     ck_assert_uint_eq(marked, n);
 }
 
@@ -268,7 +271,7 @@ START_TEST(test_lookups_touch_chains)
                 ck_assert_int_eq(((uint8_t *)kvd__cache_block_bytes(&c, ids[i]))[7],
                                  (uint8_t)(ch + i));
             if (h > 0) /* its first block is now the most recent */
-                ck_assert_uint_eq(c.lru_head, ids[0] + 1);
+                ck_assert_uint_eq(c.lru.head, ids[0] + 1);
         }
         check_lru(&c);
         ck_assert_uint_eq(c.ready, m.count);
@@ -391,7 +394,7 @@ START_TEST(test_evict_subtree_and_clear)
     ck_assert_uint_eq(c.ready, 0);
     ck_assert_uint_eq(c.nslabs, 0);
     ck_assert_uint_eq(c.nchunks, 1); /* entries stay made (and charged) for reuse */
-    ck_assert_uint_eq(c.held_bytes, 64 * sizeof(uint64_t) + 64 * sizeof(kvd__cblock_t));
+    ck_assert_uint_eq(c.held_bytes, 64 * sizeof(uint64_t) + 64 * kvd__cache_entry_bytes(&c));
     ck_assert_uint_eq(save_chain(&c, 3, 5), 5); /* and it grows again */
     kvd__cache_store_deinit(&c);
     ck_assert_uint_eq(hm.used[KVD_HM_CACHE], 0);
@@ -658,6 +661,74 @@ START_TEST(test_clear_many_slabs)
 }
 END_TEST
 
+START_TEST(test_key_width_grows)
+{
+    /* keys take the width of the longest seen: longer keys widen every
+     * chunk's keys (all still found), shorter ones change nothing, and a
+     * widening the budget refuses leaves the store as it was */
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    uint8_t k[64], parent_key[64];
+    uint32_t ch, id, parent = KVD_CBLOCK_NONE, ev;
+    static const uint32_t lens[] = {40, 64, 1, 33};
+    static const uint32_t widths[] = {40, 64, 64, 64};
+    char why[200];
+
+    make(&c, &hm, 1000);
+    for (ch = 0; ch < 30; ch++) /* 300 entries: chunks of 64, 64, 128 and 256 */
+        ck_assert_uint_eq(save_chain(&c, ch, 10), 10);
+    ck_assert_uint_eq(c.key_width, 16);
+    for (uint32_t j = 0; j < 4; j++) {
+        memset(k, 0xa0 + (int)j, sizeof(k));
+        ck_assert_int_eq(kvd__cache_reserve(&c, parent, k, lens[j], &id, why, sizeof(why)),
+                         KVD_OK);
+        ck_assert_int_eq(kvd__cache_commit(&c, id), 1);
+        ck_assert_uint_eq(c.key_width, widths[j]);
+        ck_assert_uint_eq(c.held_bytes, hm.used[KVD_HM_CACHE] + hm.used[KVD_HM_CACHE_INDEX]);
+        for (ch = 0; ch < 30; ch++)
+            ck_assert_uint_eq(present(&c, ch, 10), 10);
+        parent = id;
+    }
+    /* the chain of four widths, whole, from any of its keys on */
+    for (uint32_t j = 0; j < 4; j++) {
+        const uint8_t *kp[4];
+        size_t kl[4];
+        uint8_t keys[4][64];
+
+        for (uint32_t i = 0; i < 4; i++) {
+            memset(keys[i], 0xa0 + (int)i, 64);
+            kp[i] = keys[i];
+            kl[i] = lens[i];
+        }
+        ck_assert_uint_eq(kvd__cache_lookup(&c, kp + j, kl + j, 4 - j, 0, NULL), 4 - j);
+    }
+    memset(parent_key, 0xa0, sizeof(parent_key));
+    ck_assert_int_eq(kvd__cache_evict_key(&c, parent_key, 40, &ev), KVD_OK);
+    ck_assert_uint_eq(ev, 4);
+    ck_assert_uint_eq(kvd__cache_clear(&c), 300);
+    kvd__cache_store_deinit(&c);
+    ck_assert_uint_eq(kvd__hostmem_left(&hm), 1ull << 30);
+
+    /* 64 blocks of 64 bytes and their room: a budget without room for
+     * 64 entries' keys to widen from 16 to 64 bytes */
+    make_with(&c, &hm, 64, 64 * (64 + 4) + 64 * 8 + 64 * (sizeof(kvd__cblock_t) + 16) + 1024,
+              &kvdt_malloc_mem);
+    ck_assert_uint_eq(save_chain(&c, 1, 10), 10);
+    memset(k, 0xee, sizeof(k));
+    ck_assert_int_eq(kvd__cache_reserve(&c, KVD_CBLOCK_NONE, k, 64, &id, why, sizeof(why)),
+                     KVD_ELIMIT);
+    ck_assert_uint_eq(c.key_width, 16);
+    ck_assert_uint_eq(c.indexed, 10);
+    ck_assert_uint_eq(present(&c, 1, 10), 10);
+    ck_assert_uint_eq(c.held_bytes, hm.used[KVD_HM_CACHE] + hm.used[KVD_HM_CACHE_INDEX]);
+    ck_assert_int_eq(kvd__cache_reserve(&c, KVD_CBLOCK_NONE, k, 16, &id, why, sizeof(why)),
+                     KVD_OK); /* a key of the width there is still fits */
+    kvd__cache_abort(&c, id);
+    kvd__cache_store_deinit(&c);
+    ck_assert_uint_eq(hm.used[KVD_HM_CACHE] + hm.used[KVD_HM_CACHE_INDEX], 0);
+}
+END_TEST
+
 static Suite *cache_suite(void)
 {
     Suite *s = suite_create("cache");
@@ -672,6 +743,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_failed_save_under_another);
     tcase_add_test(tc, test_budget_refused);
     tcase_add_test(tc, test_clear_many_slabs);
+    tcase_add_test(tc, test_key_width_grows);
     tcase_add_test(tc, test_slab_ahead);
     tcase_add_test(tc, test_slab_ahead_outlived);
     suite_add_tcase(s, tc);

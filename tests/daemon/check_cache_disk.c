@@ -168,7 +168,7 @@ START_TEST(test_spill_and_reload)
     ck_assert_uint_le(kvd__cache_host_blocks(&c), 16);
     ck_assert_uint_eq(c.ready, 300);
     /* the entries of blocks on disk only are host memory too: charged */
-    ck_assert_uint_ge(hm.used[KVD_HM_CACHE_INDEX], 300 * sizeof(kvd__cblock_t));
+    ck_assert_uint_ge(hm.used[KVD_HM_CACHE_INDEX], 300 * kvd__cache_entry_bytes(&c));
     /* every chain whole over both levels; the lookup counts disk hits */
     ck_assert_uint_eq(present(&c, 3, 10, ids), 10);
     ck_assert_uint_eq(kvd__cache_disk_hits(&c, ids, 10), 10);
