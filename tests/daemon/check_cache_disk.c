@@ -644,6 +644,56 @@ START_TEST(test_bad_config)
 }
 END_TEST
 
+/* Blocks of keys of width from 12 to 64 bytes across a restart: the
+ * keys found widen the store as they come, and every chain is whole. */
+START_TEST(test_restart_key_widths)
+{
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    uint8_t k[64];
+    uint32_t ch, id, parent = KVD_CBLOCK_NONE, n;
+    static const uint32_t lens[] = {40, 64, 12};
+    char why[200];
+
+    open_with(&c, &hm, 40, 200ull * 256, KVD_OK);
+    for (ch = 0; ch < 3; ch++)
+        ck_assert_uint_eq(save_chain(&c, ch, 10, 0), 10);
+    ck_assert_uint_eq(c.key_width, 16);
+    for (uint32_t j = 0; j < 3; j++) {
+        memset(k, 0x50 + (int)j, sizeof(k));
+        ck_assert_int_eq(kvd__cache_reserve(&c, parent, k, lens[j], &id, why, sizeof(why)),
+                         KVD_OK);
+        memset(kvd__cache_block_bytes(&c, id), 0x50 + (int)j, BLOCK);
+        ck_assert_int_eq(kvd__cache_commit(&c, id), 1);
+        parent = id;
+    }
+    ck_assert_uint_eq(c.key_width, 64);
+    kvd__cache_disk_flush(&c);
+    drain();
+    kvd__cache_store_deinit(&c);
+
+    open_with(&c, &hm, 40, 200ull * 256, KVD_OK);
+    ck_assert_uint_eq(c.ready, 33);
+    ck_assert_uint_eq(c.key_width, 64);
+    for (ch = 0; ch < 3; ch++)
+        check_chain_bytes(&c, ch, 10, 0);
+    for (uint32_t j = 0; j < 3; j++) {
+        uint8_t b[BLOCK];
+
+        memset(k, 0x50 + (int)j, sizeof(k));
+        id = kvd__cache_find(&c, k, lens[j]);
+        ck_assert_uint_ne(id, KVD_CBLOCK_NONE);
+        ck_assert_int_eq(bytes_of(&c, id, b), KVD_OK);
+        ck_assert_uint_eq(b[BLOCK - 1], 0x50 + j);
+    }
+    memset(k, 0x50, sizeof(k)); /* the long chain's parents were linked */
+    ck_assert_int_eq(kvd__cache_evict_key(&c, k, 40, &n), KVD_OK);
+    ck_assert_uint_eq(n, 3);
+    kvd__cache_store_deinit(&c);
+    ck_assert_uint_eq(hm.used[KVD_HM_CACHE] + hm.used[KVD_HM_CACHE_INDEX], 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cache_disk");
@@ -660,6 +710,7 @@ static Suite *suite(void)
     tcase_add_test(t, test_restart_orphans_dropped);
     tcase_add_test(t, test_other_layout_skipped);
     tcase_add_test(t, test_damaged_record_missing);
+    tcase_add_test(t, test_restart_key_widths);
     tcase_add_test(t, test_restart_million_blocks);
     tcase_add_test(t, test_bad_config);
     suite_add_tcase(s, t);
