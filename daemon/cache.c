@@ -153,17 +153,25 @@ static inline kvd__cdisk_t *D(const kvd__cache_store_t *c, uint32_t id)
     return &c->chunks[k].disk[pos];
 }
 
-/* Whether entry id holds key (length first; then words, no libc call). */
-static inline int key_equal(const kvd__cache_store_t *c, uint32_t id, const uint8_t *key,
-                            size_t klen)
+/* Entry id and its key, from one look at its chunk. */
+static inline const kvd__cblock_t *entry_at(const kvd__cache_store_t *c, uint32_t id,
+                                            const uint8_t **key)
 {
     uint32_t pos, k = kvd__cache_chunk_of(id, &pos);
-    const uint8_t *s;
+
+    *key = c->chunks[k].keys + (size_t)pos * c->key_width;
+    return &c->chunks[k].ents[pos];
+}
+
+/* Whether entry b, whose key is s, holds key (length first; then words,
+ * no libc call). */
+static inline int key_equal(const kvd__cblock_t *b, const uint8_t *s, const uint8_t *key,
+                            size_t klen)
+{
     size_t i;
 
-    if (c->chunks[k].ents[pos].klen != klen)
+    if (b->klen != klen)
         return 0;
-    s = c->chunks[k].keys + (size_t)pos * c->key_width;
     for (i = 0; i + 8 <= klen; i += 8) {
         uint64_t x, y;
         memcpy(&x, s + i, 8);
@@ -360,8 +368,13 @@ static inline uint64_t *slot_at(const kvd__cache_store_t *c, uint64_t h, const u
         uint64_t v = c->table[i];
         if (v == 0)
             return &c->table[i];
-        if (v >> 32 == tag && key_equal(c, (uint32_t)v - 1, key, klen))
-            return &c->table[i];
+        if (v >> 32 == tag) {
+            const uint8_t *s;
+            const kvd__cblock_t *b = entry_at(c, (uint32_t)v - 1, &s);
+
+            if (key_equal(b, s, key, klen))
+                return &c->table[i];
+        }
     }
 }
 
@@ -910,11 +923,12 @@ static inline uint32_t next_in_chain(const kvd__cache_store_t *c, uint32_t prev,
 {
     uint32_t id = prev + 1;
     const kvd__cblock_t *b;
+    const uint8_t *s;
 
     if (id >= c->ents_made)
         return KVD_CBLOCK_NONE;
-    b = B(c, id);
-    if (b->parent != prev + 1 || b->state != KVD_CBLOCK_READY || !key_equal(c, id, key, klen))
+    b = entry_at(c, id, &s);
+    if (b->parent != prev + 1 || b->state != KVD_CBLOCK_READY || !key_equal(b, s, key, klen))
         return KVD_CBLOCK_NONE;
     return id;
 }
@@ -944,8 +958,10 @@ uint32_t kvd__cache_lookup(kvd__cache_store_t *c, const uint8_t *const *keys, co
                 for (j = 0; j < m; j++) {
                     v = c->table[h[j] & c->table_mask];
                     if (v != 0 && v >> 32 == h[j] >> 32) {
-                        __builtin_prefetch(B(c, (uint32_t)v - 1));
-                        __builtin_prefetch(key_of(c, (uint32_t)v - 1));
+                        const uint8_t *s;
+
+                        __builtin_prefetch(entry_at(c, (uint32_t)v - 1, &s));
+                        __builtin_prefetch(s);
                     }
                 }
             }
