@@ -22,6 +22,8 @@
  * memory is full. */
 #define WQ_FREE (64u << 10)
 #define MAX_PENDING_FDS (2 * KVD_MAX_FDS_PER_FRAME)
+#define RBUF_ALIGN 4096u
+#define RBUF_ALIGNED_MAX (4 * READ_CHUNK)
 
 static void on_poll(uv_poll_t *h, int status, int events);
 
@@ -422,7 +424,22 @@ static int resize_rbuf(kvd__conn_t *c, size_t cap, char *why, size_t why_len)
     if (charge > c->rcharged &&
         kvd__hostmem_reserve(hm, KVD_HM_SOCKETS, charge - c->rcharged, why, why_len) != KVD_OK)
         return -1;
-    nb = realloc(c->rbuf, cap);
+    /* Up to a few chunks, page-aligned: reads land at a page's start once
+     * the buffer is drained, where the kernel's copy out of the socket
+     * runs at full speed (at some offsets within a page it takes twice as
+     * long, and where a heap block starts would decide it).  Larger ones
+     * grow in place (realloc: no second copy resident while a big frame
+     * arrives). */
+    if (cap <= RBUF_ALIGNED_MAX) {
+        if (posix_memalign((void **)&nb, RBUF_ALIGN, cap) != 0)
+            nb = NULL;
+        else if (c->rbuf != NULL) {
+            memcpy(nb, c->rbuf, c->rlen < cap ? c->rlen : cap);
+            free(c->rbuf);
+        }
+    } else {
+        nb = realloc(c->rbuf, cap);
+    }
     if (nb == NULL) {
         if (charge > c->rcharged)
             kvd__hostmem_release(hm, KVD_HM_SOCKETS, charge - c->rcharged);
