@@ -14,12 +14,22 @@
 #define MAX_GROUPS 128  /* layer events or flags of one load (ops_cache.c checks) */
 #define EARLY_COPIES 2  /* copies of landed blocks in flight at once, at most */
 
-enum { B_ABSENT, B_HELD, B_COPYING };
+/* A block of the plan: not here (or being read), held, its copy
+ * submitted, copied early with its holds let go (its host slot may take
+ * the next block read). */
+enum { B_ABSENT, B_HELD, B_COPYING, B_DONE };
 
 struct load_fetch {
-    kvd__load_t *l;
+    kvd__load_t *l; /* set once its read was asked for: never asked again */
     uint32_t pos;
-}; /* a block of the plan: not here, held, copy submitted */
+};
+
+/* A copy of landed blocks in flight: the places in the plan it moves. */
+struct early_copy {
+    kvd__load_t *l;
+    uint32_t m;
+    uint32_t pos[];
+};
 
 struct kvd__load {
     kvd__server_t *srv;
@@ -49,6 +59,9 @@ struct kvd__load {
     int lease_taken;
     uint32_t *ids;             /* [n] the block of each while held, else NONE */
     uint8_t *state;            /* [n] B_* */
+    uint32_t *heldq;           /* [n] places made B_HELD, in order: [qhead, qtail) not */
+    uint32_t qhead, qtail;     /* submitted in an early copy yet */
+    uint32_t fetch_next;       /* places before it: each read asked for, or not on disk */
     uint32_t copies;           /* copies of landed blocks in flight */
     uint32_t copied;           /* blocks they moved */
     kvd_status_t copy_status;  /* the first one's failure */
@@ -56,6 +69,9 @@ struct kvd__load {
     int ending;                /* kvd__load_end came: ends once copies is 0 */
     int brought;               /* blocks were to be brought (why names what failed) */
     int busy;                  /* a block on disk found no host slot to be read into */
+    char busy_why[200];        /* why not (the cache's words) */
+    int fetching;              /* the reads from disk end the plan (kvd__load_fetch) */
+    uint32_t let_go;           /* blocks copied early, their holds let go */
     struct load_fetch *fetches; /* [n] the reads from disk (kvd__load_fetch) */
     uint32_t reading;          /* of them, in flight */
     char why[200];
@@ -64,8 +80,8 @@ struct kvd__load {
 static uint64_t plan_bytes(uint32_t n, int keys)
 {
     return sizeof(kvd__load_t) +
-           (uint64_t)n * (sizeof(int64_t) + sizeof(uint32_t) + 1 +
-                          (keys ? KVD_CACHE_KEY_MAX + 1 : 0));
+           (uint64_t)n * (sizeof(int64_t) + 2 * sizeof(uint32_t) + 1 +
+                          sizeof(struct load_fetch) + (keys ? KVD_CACHE_KEY_MAX + 1 : 0));
 }
 
 static void load_free(kvd__load_t *l)
@@ -73,12 +89,21 @@ static void load_free(kvd__load_t *l)
     kvd__cache_store_t *c = &l->cache->store;
     int waiting = l->waiting;
     kvd__conn_t *conn = l->conn;
+    uint32_t held = 0;
 
     for (uint32_t i = l->n; i-- > 0;) /* the last first */
-        if (l->ids[i] != KVD_CBLOCK_NONE)
+        if (l->ids[i] != KVD_CBLOCK_NONE) {
             kvd__cache_unhold(c, l->ids[i]);
+            held++;
+        }
     if (l->lease_taken)
         kvd__lease_end(l->cache, l->lease);
+    if (l->fetching) {
+        /* the saves and loads waiting for slots hear of its slots now:
+         * while it read, the slots its copies let go took its next reads */
+        l->cache->loading--;
+        kvd__cache_slots_freed(l->cache, held + l->let_go);
+    }
     for (int i = 0; i < l->nrefs; i++)
         kvd__obj_unref(&l->srv->reg, l->refs[i]);
     kvd__cache_unref(l->cache);
@@ -88,6 +113,7 @@ static void load_free(kvd__load_t *l)
     free(l->klen);
     free(l->ids);
     free(l->state);
+    free(l->heldq);
     free(l->fetches);
     free(l);
     if (waiting)
@@ -118,6 +144,16 @@ static int ready(const kvd__load_t *l, uint32_t id)
     return id != KVD_CBLOCK_NONE && kvd__cache_in_host(&l->cache->store, id);
 }
 
+/* Block i of the plan is id, in host memory: held from now on (what
+ * brings the others cannot evict it), queued for the next early copy. */
+static void hold(kvd__load_t *l, uint32_t i, uint32_t id)
+{
+    kvd__cache_hold(&l->cache->store, id);
+    l->ids[i] = id;
+    l->state[i] = B_HELD;
+    l->heldq[l->qtail++] = i;
+}
+
 kvd_status_t kvd__load_create(kvd__req_t *r, kvd__dataop_t *d, const kvd__load_spec_t *s,
                               kvd__load_t **out)
 {
@@ -133,12 +169,14 @@ kvd_status_t kvd__load_create(kvd__req_t *r, kvd__dataop_t *d, const kvd__load_s
     if (l == NULL || (l->pages = malloc(s->n * sizeof(*l->pages))) == NULL ||
         (l->ids = malloc(s->n * sizeof(*l->ids))) == NULL ||
         (l->state = calloc(s->n, 1)) == NULL ||
+        (l->heldq = malloc(s->n * sizeof(*l->heldq))) == NULL ||
         (s->keys != NULL && ((l->keys = malloc((size_t)s->n * KVD_CACHE_KEY_MAX)) == NULL ||
                              (l->klen = malloc(s->n)) == NULL))) {
         if (l != NULL) {
             free(l->pages);
             free(l->ids);
             free(l->state);
+            free(l->heldq);
             free(l->keys);
             free(l);
         }
@@ -183,11 +221,8 @@ kvd_status_t kvd__load_create(kvd__req_t *r, kvd__dataop_t *d, const kvd__load_s
     for (uint32_t i = 0; i < s->n; i++) {
         uint32_t id = find(l, i);
         l->ids[i] = KVD_CBLOCK_NONE;
-        if (ready(l, id)) {
-            kvd__cache_hold(&s->cache->store, id);
-            l->ids[i] = id;
-            l->state[i] = B_HELD;
-        }
+        if (ready(l, id))
+            hold(l, i, id);
     }
     *out = l;
     return KVD_OK;
@@ -263,18 +298,47 @@ static void copy_finish(kvd__dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep,
 
 static void load_last(kvd__load_t *l);
 static kvd_status_t copy_held(kvd__load_t *l, char *why, size_t why_len);
+static void advance(kvd__load_t *l);
+static void fetched(void *arg, kvd_status_t st);
 
-/* A copy of landed blocks ended (no reply: the plan's last copy has it). */
+/* Block i of the plan is in its page: the plan's hold on it goes, and
+ * the lease's where the plan has taken it, so that its host slot may go
+ * (a block on disk keeps its record: it is a clean copy). */
+static void let_go(kvd__load_t *l, uint32_t i)
+{
+    kvd__cache_store_t *c = &l->cache->store;
+
+    if (l->ids[i] != KVD_CBLOCK_NONE)
+        kvd__cache_unhold(c, l->ids[i]);
+    l->ids[i] = KVD_CBLOCK_NONE;
+    if (l->lease_taken && l->lease->ids[i] != KVD_CBLOCK_NONE) {
+        kvd__cache_unhold(c, l->lease->ids[i]);
+        l->lease->ids[i] = KVD_CBLOCK_NONE;
+    }
+    l->state[i] = B_DONE;
+}
+
+/* A copy of landed blocks ended (no reply: the plan's last copy has it):
+ * its blocks are let go, and the plan goes on. */
 static void copy_ended(void *arg, kvd_status_t st)
 {
-    kvd__load_t *l = arg;
+    struct early_copy *ec = arg;
+    kvd__load_t *l = ec->l;
     char why[200];
 
-    (void)st; /* copy_finish kept it */
+    (void)st; /* copy_finish kept it: the last copy fails with it */
+    for (uint32_t k = 0; k < ec->m; k++)
+        let_go(l, ec->pos[k]);
+    l->let_go += ec->m;
+    free(ec);
     l->copies--;
     if (l->ending) {
         if (l->copies == 0)
             load_last(l);
+        return;
+    }
+    if (l->fetching) {
+        advance(l);
         return;
     }
     if (copy_held(l, why, sizeof(why)) != KVD_OK)
@@ -337,12 +401,14 @@ static uint32_t list_held(const kvd__load_t *l, uint32_t *pos, uint32_t *ids, in
 }
 
 /* Copy the held blocks not copied yet, without events, flags or reply,
- * when fewer than EARLY_COPIES copies are in flight.  Blocks it could not
- * submit stay for the next copy or the last. */
+ * when fewer than EARLY_COPIES copies are in flight; once the copy ends
+ * its blocks are let go (let_go).  Blocks it could not submit stay for
+ * the next copy or the last. */
 static kvd_status_t copy_held(kvd__load_t *l, char *why, size_t why_len)
 {
-    uint32_t *pos, *ids, m = 0, next = 0;
+    uint32_t *ids, m = 0, next = 0;
     int64_t *pages;
+    struct early_copy *ec;
     kvd__slab_plan_t pl;
     kvd__dataop_t *d;
     kvd_status_t st;
@@ -350,18 +416,23 @@ static kvd_status_t copy_held(kvd__load_t *l, char *why, size_t why_len)
     memset(&pl, 0, sizeof(pl));
     if (l->copies >= EARLY_COPIES || l->conn->closing || l->copy_status != KVD_OK)
         return KVD_OK;
-    for (uint32_t i = 0; i < l->n; i++)
-        m += l->state[i] == B_HELD;
-    if (m == 0)
+    if ((m = l->qtail - l->qhead) == 0)
         return KVD_OK;
-    pos = malloc(m * sizeof(*pos));
+    ec = malloc(sizeof(*ec) + m * sizeof(ec->pos[0]));
     ids = malloc(m * sizeof(*ids));
     pages = malloc(m * sizeof(*pages));
     d = copy_new(l);
     st = KVD_ENOMEM;
     snprintf(why, why_len, "out of memory");
-    if (pos != NULL && ids != NULL && pages != NULL && d != NULL) {
-        m = list_held(l, pos, ids, pages);
+    if (ec != NULL && ids != NULL && pages != NULL && d != NULL) {
+        ec->l = l;
+        ec->m = m;
+        for (uint32_t k = 0; k < m; k++) {
+            uint32_t i = l->heldq[l->qhead + k];
+            ec->pos[k] = i;
+            ids[k] = l->ids[i];
+            pages[k] = l->pages[i];
+        }
         st = kvd__slab_plan(d, &l->cache->store, ids, pages, m, &pl, why, why_len);
         if (st == KVD_OK && (st = kvd__dataop_more(d, pl.nslabs)) == KVD_OK) {
             kvd__slab_jobs(d, l->pool, &l->cache->store, &pl, 0, 0,
@@ -369,19 +440,20 @@ static kvd_status_t copy_held(kvd__load_t *l, char *why, size_t why_len)
             d->rows = m;
             d->finish = copy_finish;
             d->silent_done = copy_ended;
-            d->silent_arg = l;
+            d->silent_arg = ec;
             st = kvd__dataop_submit(d, why, why_len);
         }
     }
     if (st == KVD_OK) {
         for (uint32_t k = 0; k < m; k++)
-            l->state[pos[k]] = B_COPYING;
+            l->state[ec->pos[k]] = B_COPYING;
+        l->qhead = l->qtail;
         l->copies++;
     } else {
         kvd__dataop_free(d);
+        free(ec);
     }
     kvd__slab_plan_free(&pl);
-    free(pos);
     free(ids);
     free(pages);
     return st;
@@ -472,7 +544,7 @@ static kvd_status_t copy_last(kvd__load_t *l, char *msg, size_t len)
     d->finish = last_finish;
     if ((st = kvd__dataop_submit(d, msg, len)) != KVD_OK)
         goto fail;
-    if (l->lease != NULL) { /* the load ends the lease: it is the plan's now */
+    if (l->lease != NULL && !l->lease_taken) { /* the load ends the lease: the plan's now */
         kvd__lease_take(l->conn, l->lease->id);
         l->lease_taken = 1;
     }
@@ -520,7 +592,6 @@ void kvd__load_wait(kvd__load_t *l)
 
 void kvd__load_land(kvd__load_t *l, const uint32_t *pos, uint32_t n)
 {
-    kvd__cache_store_t *c = &l->cache->store;
     char why[200];
 
     for (uint32_t k = 0; k < n; k++) {
@@ -530,9 +601,7 @@ void kvd__load_land(kvd__load_t *l, const uint32_t *pos, uint32_t n)
         id = find(l, i);
         if (!ready(l, id))
             continue; /* the last copy names it missing */
-        kvd__cache_hold(c, id);
-        l->ids[i] = id;
-        l->state[i] = B_HELD;
+        hold(l, i, id);
     }
     if (!l->ending && copy_held(l, why, sizeof(why)) != KVD_OK)
         kvd_log(KVD_LOG_DEBUG, "event=load_early_copy_failed client=%" PRIu64 " id=%" PRIu64
@@ -557,6 +626,75 @@ static void load_last(kvd__load_t *l)
     }
 }
 
+/* Read the plan's blocks on disk only that were not asked for yet, into
+ * host slots, while there are slots: the first block that finds none
+ * ends the round (busy), the rest waiting for the slots the plan's own
+ * copies let go. */
+static void fetch_more(kvd__load_t *l)
+{
+    kvd__cache_store_t *c = &l->cache->store;
+    kvd_status_t st;
+    char why[200];
+
+    l->busy = 0;
+    if (l->conn->closing || l->copy_status != KVD_OK)
+        return;
+    for (uint32_t i = l->fetch_next; i < l->n; l->fetch_next = ++i) {
+        uint32_t id;
+        if (l->state[i] != B_ABSENT || (l->fetches != NULL && l->fetches[i].l != NULL) ||
+            (id = find(l, i)) == KVD_CBLOCK_NONE ||
+            kvd__cache_block(c, id)->state != KVD_CBLOCK_READY || kvd__cache_in_host(c, id))
+            continue;
+        if (l->fetches == NULL && (l->fetches = calloc(l->n, sizeof(*l->fetches))) == NULL) {
+            snprintf(l->why, sizeof(l->why), "out of memory");
+            break;
+        }
+        l->fetches[i].l = l; /* asked for: a read refused is not asked again */
+        l->fetches[i].pos = i;
+        st = kvd__cache_fetch(c, id, fetched, &l->fetches[i], why, sizeof(why));
+        if (st == KVD_EBUSY) {
+            l->fetches[i].l = NULL; /* asked again once the plan lets slots go */
+            l->busy = 1;
+            snprintf(l->busy_why, sizeof(l->busy_why), "reading blocks from disk: %.170s", why);
+            break;
+        }
+        if (st != KVD_OK) {
+            if (l->why[0] == '\0')
+                snprintf(l->why, sizeof(l->why), "reading blocks from disk: %.170s", why);
+            continue;
+        }
+        l->reading++;
+    }
+}
+
+/* The plan ends with the blocks it has, where blocks on disk found no
+ * host slot: why says so (missing_named's EBUSY). */
+static void keep_busy_why(kvd__load_t *l)
+{
+    if (l->busy && l->why[0] == '\0')
+        snprintf(l->why, sizeof(l->why), "%s", l->busy_why);
+}
+
+/* A read or an early copy of a plan that reads from disk ended: the
+ * blocks held are copied, the slots let go take the next reads, and once
+ * nothing is left to read (or nothing in flight could free a slot) the
+ * plan ends. */
+static void advance(kvd__load_t *l)
+{
+    char why[200];
+
+    if (l->ending)
+        return;
+    if (copy_held(l, why, sizeof(why)) != KVD_OK)
+        kvd_log(KVD_LOG_DEBUG, "event=load_early_copy_failed client=%" PRIu64 " id=%" PRIu64
+                " reason=\"%s\"", l->conn->id, l->req_id, why);
+    fetch_more(l);
+    if (l->reading > 0 || (l->busy && l->copies > 0))
+        return;
+    keep_busy_why(l);
+    kvd__load_end(l, l->why);
+}
+
 static void fetched(void *arg, kvd_status_t st)
 {
     struct load_fetch *f = arg;
@@ -567,8 +705,8 @@ static void fetched(void *arg, kvd_status_t st)
     else if (l->why[0] == '\0')
         snprintf(l->why, sizeof(l->why), "a block's record on disk failed its checks, or its "
                  "read failed");
-    if (--l->reading == 0)
-        kvd__load_end(l, l->why);
+    l->reading--;
+    advance(l);
 }
 
 uint32_t kvd__load_disk_only(const kvd__load_t *l)
@@ -589,34 +727,30 @@ int kvd__load_busy(const kvd__load_t *l)
 
 uint32_t kvd__load_fetch(kvd__load_t *l)
 {
-    kvd__cache_store_t *c = &l->cache->store;
-    kvd_status_t st;
     char why[200];
 
-    for (uint32_t i = 0; i < l->n; i++) {
-        uint32_t id;
-        if (l->state[i] != B_ABSENT || (id = find(l, i)) == KVD_CBLOCK_NONE ||
-            kvd__cache_block(c, id)->state != KVD_CBLOCK_READY || kvd__cache_in_host(c, id))
-            continue;
-        if (l->fetches == NULL && (l->fetches = calloc(l->n, sizeof(*l->fetches))) == NULL) {
-            snprintf(l->why, sizeof(l->why), "out of memory");
-            break;
-        }
-        l->fetches[i].l = l;
-        l->fetches[i].pos = i;
-        if ((st = kvd__cache_fetch(c, id, fetched, &l->fetches[i], why, sizeof(why))) != KVD_OK) {
-            l->busy |= st == KVD_EBUSY;
-            if (l->why[0] == '\0')
-                snprintf(l->why, sizeof(l->why), "reading blocks from disk: %.170s", why);
-            continue;
-        }
-        l->reading++;
+    fetch_more(l);
+    /* no slot for any read: the plan's own blocks may hold them; copied
+     * first, they make room */
+    if (l->reading == 0 && l->busy && copy_held(l, why, sizeof(why)) != KVD_OK)
+        kvd_log(KVD_LOG_DEBUG, "event=load_early_copy_failed client=%" PRIu64 " id=%" PRIu64
+                " reason=\"%s\"", l->conn->id, l->req_id, why);
+    if (l->reading == 0 && l->copies == 0) {
+        keep_busy_why(l);
+        if (l->why[0] != '\0')
+            l->brought = 1;
+        return 0;
     }
-    if (l->why[0] != '\0')
-        l->brought = 1;
-    if (l->reading > 0)
-        kvd__load_wait(l);
-    return l->reading;
+    l->fetching = 1;
+    l->cache->loading++; /* until the plan goes */
+    if (l->lease != NULL && !l->lease_taken) {
+        /* the plan ends the lease: its holds go block by block as each
+         * is copied, and a release or expiry meanwhile cannot free it */
+        kvd__lease_take(l->conn, l->lease->id);
+        l->lease_taken = 1;
+    }
+    kvd__load_wait(l);
+    return l->reading + l->copies;
 }
 
 void kvd__load_end(kvd__load_t *l, const char *why)

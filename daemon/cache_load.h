@@ -5,9 +5,10 @@
  * decided in a plan of its own (charged to the client as request
  * bookkeeping), holding the objects it names and the blocks already in
  * the tier.  Blocks land in the tier, and kvd__load_land copies landed
- * blocks of the plan into their pages; the plan ends once (kvd__load_run
- * or kvd__load_end): the blocks left are copied with the layer events,
- * the flags and the reply.
+ * blocks of the plan into their pages (letting each go once it is in
+ * its page); the plan ends once (kvd__load_run or kvd__load_end): the
+ * blocks left are copied with the layer events, the flags and the reply,
+ * so that every group's event and flag come after every block's layers.
  *
  * Where blocks come from is not the plan's business: a load of blocks all
  * in the tier runs at once (kvd__load_run); a load that waits for blocks
@@ -51,16 +52,25 @@ void kvd__load_destroy(kvd__load_t **l);
 uint32_t kvd__load_missing(const kvd__load_t *l);
 
 /* Blocks of the plan on disk only now (each needs a host slot to be read
- * into), and whether kvd__load_fetch found no host slot for some. */
+ * into, for a while), and whether kvd__load_fetch found no host slot for
+ * some. */
 uint32_t kvd__load_disk_only(const kvd__load_t *l);
 int kvd__load_busy(const kvd__load_t *l);
 
 /* The plan's blocks on disk only (the cache's disk level) are read into
  * host memory: the plan waits for them as for a pull (kvd__load_wait),
- * each landing as its read ends, and ends once every read has; a block
- * whose record failed its checks is missing, as one no peer holds is.
- * The reads started; 0: none to wait for (why kept where some could not
- * start: kvd__load_run names them). */
+ * each landing as its read ends.  They stream through the host level:
+ * as many are read at once as find a host slot, each is copied into its
+ * page as it lands and then let go (its slot takes the next read; it
+ * stays on disk), so a load may hold more blocks than the host level.
+ * Where no read can start, the plan's blocks already in host memory are
+ * copied and let go first.  The plan ends once every block is read, or
+ * when blocks are left that found no slot and nothing of the plan in
+ * flight could free one (EBUSY, naming them: slots held by leases); a
+ * block whose record failed its checks is missing, as one no peer holds
+ * is.  A plan by lease takes the lease when it waits: the load ends it,
+ * whatever the outcome.  The reads and copies started; 0: none to wait
+ * for (why kept where some could not start: kvd__load_run names them). */
 uint32_t kvd__load_fetch(kvd__load_t *l);
 
 /* End the plan now, in r's handler: every block must be in the tier

@@ -40,6 +40,8 @@ typedef struct kvd__cache {
      * flight hold (park.h); each waiting request holds a reference */
     kvd__waitq_t waiters;
     uint32_t saving;          /* saves in flight (their new blocks hold host slots) */
+    uint32_t loading;         /* loads reading from disk (cache_load.h): their blocks
+                               * hold host slots, let go as they are copied */
     struct kvd__cache *next, *prev;
 } kvd__cache_t;
 
@@ -64,6 +66,9 @@ void kvd__cache_unref(kvd__cache_t *k);
 void kvd__leases_drop(kvd__conn_t *c);
 /* Leases of c past their time end (the server's sweep). */
 void kvd__leases_expire(kvd__conn_t *c, uint64_t now_ns);
+/* n host slots of k were let go (a write, a save or a load from disk
+ * ended): the saves and loads waiting on k hear it. */
+void kvd__cache_slots_freed(kvd__cache_t *k, uint32_t n);
 /* The requests waiting on every cache run again now (the daemon shuts
  * down: they hear so). */
 void kvd__caches_wake_waiting(kvd__server_t *srv);

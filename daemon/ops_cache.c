@@ -56,23 +56,28 @@ static void cache_ref(void *owner, int delta)
         kvd__cache_unref(k);
 }
 
+/* Whether the host slots of k that are held now will free themselves: a
+ * save in flight commits and its blocks are written, a write ends, a load
+ * reading from disk copies its blocks.  (A lease is let go when its
+ * client decides: nothing to wait for.)  self: the save asking, which
+ * counts itself. */
+static int slots_will_free(const kvd__cache_t *k, uint32_t self)
+{
+    return k->store.disk != NULL && (kvd__cache_disk_writing(&k->store) > 0 ||
+                                     k->saving > self || k->loading > 0);
+}
+
+void kvd__cache_slots_freed(kvd__cache_t *k, uint32_t n)
+{
+    kvd__waitq_freed(&k->waiters, n, !slots_will_free(k, 0));
+}
+
 /* A record's write ended: the host slot its block held may be taken, which
  * the saves and loads waiting on the cache need. */
 static void cache_disk_written(void *arg, uint64_t writing)
 {
-    kvd__cache_t *k = arg;
-
-    kvd__waitq_freed(&k->waiters, 1, writing == 0 && k->saving == 0);
-}
-
-/* Whether the host slots of k that are held now will free themselves: a
- * save in flight commits and its blocks are written, a write ends.  (A
- * lease is let go when its client decides: nothing to wait for.)  self:
- * the save asking, which counts itself. */
-static int slots_will_free(const kvd__cache_t *k, uint32_t self)
-{
-    return k->store.disk != NULL &&
-           (kvd__cache_disk_writing(&k->store) > 0 || k->saving > self);
+    (void)writing; /* slots_will_free reads it */
+    kvd__cache_slots_freed(arg, 1);
 }
 
 /* ---- the disk level's directories ------------------------------------------ */
@@ -807,8 +812,9 @@ static uint64_t lease_bytes(uint32_t n)
 
 void kvd__lease_end(kvd__cache_t *k, kvd__lease_t *l)
 {
-    for (uint32_t i = l->n; i-- > 0;) /* the last first */
-        kvd__cache_unhold(&k->store, l->ids[i]);
+    for (uint32_t i = l->n; i-- > 0;) /* the last first; NONE: a load let it go */
+        if (l->ids[i] != KVD_CBLOCK_NONE)
+            kvd__cache_unhold(&k->store, l->ids[i]);
     k->leases--;
     kvd__account_release(l->conn, KVD_HM_LEASES, lease_bytes(l->n));
     free(l->ids);
@@ -1679,8 +1685,7 @@ static void save_finish(kvd__dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep,
     kvd__cache_disk_flush(c); /* the blocks' records go to disk now */
     op->cache->saving--;
     /* its blocks are being written, or free to go where they could not be */
-    kvd__waitq_freed(&op->cache->waiters, 0,
-                     kvd__cache_disk_writing(c) == 0 && op->cache->saving == 0);
+    kvd__cache_slots_freed(op->cache, 0);
     if (st == KVD_OK) {
         c->n.saves++;
         c->n.stored += op->stored;
@@ -1964,6 +1969,10 @@ static kvd_status_t do_load(kvd__req_t *r, kvd__dataop_t *d)
      * load waits behind the requests waiting for them, and waits itself
      * where no read could start while disk writes in flight hold them */
     if (c->disk != NULL && (disk_only = kvd__load_disk_only(plan)) > 0) {
+        /* more than the host level holds are read through it a part at a
+         * time: it waits for no more slots than that */
+        if (disk_only > c->capacity)
+            disk_only = c->capacity;
         if (k->waiters.n > 0 && !r->replayed) {
             kvd__load_destroy(&plan);
             return wait_for_slots(r, k, disk_only, "saves and loads sent before it wait for "

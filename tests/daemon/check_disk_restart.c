@@ -1151,6 +1151,244 @@ START_TEST(test_load_busy)
 }
 END_TEST
 
+/* Loads of more blocks on disk only than the host level holds: chains
+ * [0, BIG_CHAINS) saved, then pushed out of host memory by the rest. */
+#define BIG_CHAINS 16 /* 256 blocks: 4 times HOST_BLOCKS */
+#define BIG (BIG_CHAINS * CHAIN)
+
+/* Send one load of every block of chains [0, BIG_CHAINS) (by key, or
+ * with lease: the lease's) into pages 0..BIG-1 of p, with a layer flag
+ * per layer in buffer buf (no reply read). */
+static void big_load_send(int fd, uint64_t cache, const pool_view_t *p, uint64_t lease,
+                          uint64_t buf, uint32_t flag_value, uint64_t id)
+{
+    static uint8_t keys[BIG][8];
+    static int64_t pages[BIG];
+    Kvdock__Request req;
+    Kvdock__CacheLoad cl = KVDOCK__CACHE_LOAD__INIT;
+    Kvdock__CacheKeys ck;
+    Kvdock__Indices ix = KVDOCK__INDICES__INIT;
+    Kvdock__BufRef flags = KVDOCK__BUF_REF__INIT;
+
+    for (int i = 0; i < BIG; i++) {
+        key_of(i / CHAIN, i % CHAIN, keys[i]);
+        pages[i] = i;
+    }
+    kvdock__cache_keys__init(&ck);
+    ck.blob.data = &keys[0][0];
+    ck.blob.len = sizeof(keys);
+    ck.key_size = 8;
+    ix.values = pages;
+    ix.n_values = BIG;
+    flags.buffer = buf;
+    flags.bytes = LAYERS * sizeof(uint32_t);
+    cl.cache = cache;
+    cl.pool = p->id;
+    if (lease != 0)
+        cl.lease = lease;
+    else
+        cl.keys = &ck;
+    cl.blocks = &ix;
+    cl.layer_flags = &flags;
+    cl.flag_value = flag_value;
+    kvdt_req_init(&req, id);
+    req.op_case = KVDOCK__REQUEST__OP_CACHE_LOAD;
+    req.cache_load = &cl;
+    kvdt_send(fd, &req, NULL, 0);
+}
+
+/* The reply of big_load_send: every block loaded, each page its block's
+ * bytes, each layer's flag written. */
+static void big_load_check(const Kvdock__Response *r, const pool_view_t *p,
+                           const uint32_t *flags, uint32_t flag_value)
+{
+    ck_assert_msg(r->status == 0, "load of %d blocks through a host level of %d: %u %s", BIG,
+                  HOST_BLOCKS, r->status, r->message);
+    ck_assert_uint_eq(r->op->rows, BIG);
+    for (int i = 0; i < BIG; i++)
+        ck_assert_msg(page_is(p, (uint64_t)i, i / CHAIN, i % CHAIN), "page %d: other bytes", i);
+    for (int g = 0; g < LAYERS; g++)
+        ck_assert_uint_eq(flags[g], flag_value);
+}
+
+/* Saves chains [0, n) from pages c * CHAIN of a fresh pool, whole, and
+ * waits until every record is on disk; the pool stays open in *a. */
+static void save_chains(int fd, uint64_t cache, int n, pool_view_t *a)
+{
+    Kvdock__Response *r;
+
+    pool_open(fd, "src", (uint64_t)CHAINS * CHAIN, a);
+    for (int c = 0; c < CHAINS; c++)
+        for (int i = 0; i < CHAIN; i++)
+            fill_page(a, (uint64_t)c * CHAIN + i, c, i);
+    for (int c = 0; c < n; c++) {
+        r = save_chain(fd, cache, a, c, 800 + (uint64_t)c);
+        ck_assert_msg(saved_whole(r), "save of chain %d: %u %s", c, r->status, r->message);
+        kvdock__response__free_unpacked(r, NULL);
+    }
+    wait_on_disk(fd, cache, (uint32_t)n * CHAIN);
+}
+
+/* A load of 4 times the host level's blocks, every one on disk only,
+ * loads byte for byte in one request, its layer flags written: the reads
+ * go through host memory a part at a time.  The blocks stay on disk, and
+ * the same load again loads them again (the host level full of the
+ * plan's own blocks), and so does a load by a lease of them all. */
+START_TEST(test_load_streams)
+{
+    kvdt_daemon_t d;
+    Kvdock__Response *r;
+    pool_view_t a, b;
+    uint64_t cache, buf;
+    uint32_t *flags, disk_hits;
+    void *map;
+    int fd;
+
+    world_make();
+    start(&d);
+    fd = kvdt_client(&d, "loader");
+    r = blocks_create(fd, 0);
+    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
+    cache = r->cache->id;
+    kvdock__response__free_unpacked(r, NULL);
+    save_chains(fd, cache, BIG_CHAINS + HOST_BLOCKS / CHAIN + 1, &a);
+    for (int c = 0; c < BIG_CHAINS; c++) {
+        ck_assert_uint_eq(lookup(fd, cache, c, &disk_hits), CHAIN);
+        ck_assert_msg(disk_hits == CHAIN, "chain %d: %u of %d on disk only", c, disk_hits,
+                      CHAIN);
+    }
+    pool_open(fd, "dst", BIG, &b);
+    buf = kvdt_buffer_map(fd, 4096, &map);
+    flags = map;
+    for (int round = 0; round < 3; round++) {
+        uint64_t lease = 0;
+        if (round == 2) { /* by a lease of them all, taken while most are on disk only */
+            static uint8_t keys[BIG][8];
+            Kvdock__Request req;
+            Kvdock__CacheLookup lk = KVDOCK__CACHE_LOOKUP__INIT;
+            Kvdock__CacheKeys ck;
+            for (int i = 0; i < BIG; i++)
+                key_of(i / CHAIN, i % CHAIN, keys[i]);
+            kvdock__cache_keys__init(&ck);
+            ck.blob.data = &keys[0][0];
+            ck.blob.len = sizeof(keys);
+            ck.key_size = 8;
+            lk.cache = cache;
+            lk.keys = &ck;
+            lk.lease = 1;
+            kvdt_req_init(&req, 910);
+            req.op_case = KVDOCK__REQUEST__OP_CACHE_LOOKUP;
+            req.cache_lookup = &lk;
+            r = kvdt_call(fd, &req);
+            ck_assert_msg(r->status == 0, "lookup: %u %s", r->status, r->message);
+            ck_assert_uint_eq(r->cache_lookup->local_hits, BIG);
+            ck_assert_uint_ge(r->cache_lookup->disk_hits, BIG - HOST_BLOCKS);
+            lease = r->cache_lookup->lease;
+            ck_assert_uint_ne(lease, 0);
+            kvdock__response__free_unpacked(r, NULL);
+        }
+        memset(b.map, 0xA5, b.len); /* poisoned */
+        memset(flags, 0, LAYERS * sizeof(uint32_t));
+        big_load_send(fd, cache, &b, lease, buf, 7 + (uint32_t)round, 900 + (uint64_t)round);
+        r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+        ck_assert_ptr_nonnull(r);
+        big_load_check(r, &b, flags, 7 + (uint32_t)round);
+        kvdock__response__free_unpacked(r, NULL);
+        if (lease != 0) { /* the load ended it */
+            Kvdock__Request req;
+            Kvdock__CacheRelease rl = KVDOCK__CACHE_RELEASE__INIT;
+            rl.lease = lease;
+            kvdt_req_init(&req, 911);
+            req.op_case = KVDOCK__REQUEST__OP_CACHE_RELEASE;
+            req.cache_release = &rl;
+            ck_assert_int_eq(kvdt_status_of(fd, &req), KVD_ENOENT);
+        }
+    }
+    /* still every block in the cache, most on disk only again */
+    for (int c = 0; c < BIG_CHAINS; c++)
+        ck_assert_uint_eq(lookup(fd, cache, c, NULL), CHAIN);
+    munmap(map, 4096);
+    munmap(a.map, a.len);
+    munmap(b.map, b.len);
+    close(fd);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
+    world_remove();
+}
+END_TEST
+
+/* The same load while another client's saves of new chains are in
+ * flight, sent all at once (their writes hold host slots): the load and
+ * every save end whole; meanwhile a third client's lookups report only
+ * blocks that load with their exact bytes. */
+START_TEST(test_load_streams_beside_saves)
+{
+    kvdt_daemon_t d;
+    Kvdock__Response *r;
+    pool_view_t a, b, s;
+    uint64_t cache, buf;
+    uint32_t *flags;
+    const int saved = BIG_CHAINS + HOST_BLOCKS / CHAIN;
+    uint8_t answered[CHAINS] = {0};
+    int fd, saver, looker;
+    void *map;
+
+    world_make();
+    start(&d);
+    fd = kvdt_client(&d, "loader");
+    r = blocks_create(fd, 0);
+    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
+    cache = r->cache->id;
+    kvdock__response__free_unpacked(r, NULL);
+    save_chains(fd, cache, saved, &a);
+    pool_open(fd, "dst", BIG, &b);
+    memset(b.map, 0xA5, b.len);
+    buf = kvdt_buffer_map(fd, 4096, &map);
+    flags = map;
+    memset(flags, 0, LAYERS * sizeof(uint32_t));
+    saver = kvdt_client(&d, "saver");
+    pool_open(saver, "new", (uint64_t)(CHAINS - saved) * CHAIN, &s);
+    for (int c = saved; c < CHAINS; c++)
+        for (int i = 0; i < CHAIN; i++)
+            fill_page(&s, (uint64_t)(c - saved) * CHAIN + i, c, i);
+    /* half the new chains' saves, the load, the other half */
+    for (int c = saved; c < CHAINS; c++) {
+        if (c == saved + (CHAINS - saved) / 2)
+            big_load_send(fd, cache, &b, 0, buf, 11, 950);
+        save_send_at(saver, cache, &s, c, (int64_t)(c - saved) * CHAIN, 300 + (uint64_t)c);
+    }
+    looker = kvdt_client(&d, "looker");
+    (void)verify_range(looker, cache, 0, CHAINS); /* what it reports loads whole */
+    r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->id, 950);
+    big_load_check(r, &b, flags, 11);
+    kvdock__response__free_unpacked(r, NULL);
+    for (int n = saved; n < CHAINS; n++) {
+        uint64_t id;
+        r = kvdt_recv(saver, NULL, NULL, KVDT_TIMEOUT_MS);
+        ck_assert_ptr_nonnull(r);
+        id = r->id;
+        ck_assert_msg(id >= 300 + (uint64_t)saved && id < 300 + CHAINS && !answered[id - 300],
+                      "reply %" PRIu64, id);
+        answered[id - 300] = 1;
+        ck_assert_msg(r->status == 0 && r->op->refused == 0 && r->op->stored == CHAIN,
+                      "save of chain %d beside the load: %u %s", (int)(id - 300), r->status,
+                      r->message);
+        kvdock__response__free_unpacked(r, NULL);
+    }
+    ck_assert_uint_eq(verify_all(looker, cache), NBLK); /* every block, its exact bytes */
+    munmap(map, 4096);
+    munmap(a.map, a.len);
+    munmap(b.map, b.len);
+    munmap(s.map, s.len);
+    close(looker);
+    close(saver);
+    close(fd);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
+    world_remove();
+}
+END_TEST
+
 /* Saves sent all at once outrun the disk writer (the host level holds 4
  * of the 32 chains, and every block it holds is being written): each
  * waits until the writes before it have freed its host slots, and every
@@ -1274,6 +1512,8 @@ static Suite *restart_suite(void)
     tcase_add_test(tc, test_load_busy);
     tcase_add_test(tc, test_saves_wait_for_writer);
     tcase_add_test(tc, test_reopen_other_budgets);
+    tcase_add_test(tc, test_load_streams);
+    tcase_add_test(tc, test_load_streams_beside_saves);
     suite_add_tcase(s, tc);
     return s;
 }
