@@ -45,7 +45,7 @@ struct kvd__cache_disk {
     uint64_t cap;        /* records the budget holds */
     uint64_t records;    /* entries with a record, and writes in flight */
     uint64_t writing;    /* writes in flight (each holds its block's host slot) */
-    void (*written)(void *arg, uint64_t writing);
+    void (*written)(void *arg);
     void *written_arg;
     disk_fetch_t *reads; /* in flight */
     uint64_t hits, spills, promotions, writes, evictions, refused, failed_writes, host_full;
@@ -1373,7 +1373,7 @@ static void disk_written(void *arg, kvd_status_t st, kvd__disk_loc_t loc)
     free(w);
     c->disk->writing--;
     if (c->disk->written != NULL) /* its host slot may go now */
-        c->disk->written(c->disk->written_arg, c->disk->writing);
+        c->disk->written(c->disk->written_arg);
 }
 
 /* A block's record is not written: it stays in host memory only.  The

@@ -321,9 +321,9 @@ typedef struct kvd__cache_disk_config {
     const char *dir;     /* made (0700) and checked by the caller */
     uint64_t budget;     /* bytes of block records on disk at most */
     kvd__disk_io_t *io;   /* the daemon's disk I/O engine */
-    /* Optional: a record's write ended (writing: those still in flight),
-     * so the host slot its block held may be taken now. */
-    void (*written)(void *arg, uint64_t writing);
+    /* Optional: a record's write ended, so the host slot its block held
+     * may be taken now (kvd__cache_disk_writing: those still in flight). */
+    void (*written)(void *arg);
     void *written_arg;
 } kvd__cache_disk_config_t;
 

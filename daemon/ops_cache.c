@@ -74,9 +74,8 @@ void kvd__cache_slots_freed(kvd__cache_t *k, uint32_t n)
 
 /* A record's write ended: the host slot its block held may be taken, which
  * the saves and loads waiting on the cache need. */
-static void cache_disk_written(void *arg, uint64_t writing)
+static void cache_disk_written(void *arg)
 {
-    (void)writing; /* slots_will_free reads it */
     kvd__cache_slots_freed(arg, 1);
 }
 
@@ -1795,7 +1794,7 @@ static kvd_status_t do_save(kvd__req_t *r, kvd__dataop_t *d)
         if (id != KVD_CBLOCK_NONE) {
             kvd__cache_hold(c, id);
             op->skipped++;
-        } else if (k->waiters.n > 0 && !r->replayed) {
+        } else if (k->waiters.head != NULL && !r->replayed) {
             /* the slots freed next are theirs: it waits behind them */
             return wait_for_slots(r, k, op->stored + ks.n - i, "saves sent before it wait for "
                                   "host memory that the disk writes in flight hold");
@@ -1973,7 +1972,7 @@ static kvd_status_t do_load(kvd__req_t *r, kvd__dataop_t *d)
          * time: it waits for no more slots than that */
         if (disk_only > c->capacity)
             disk_only = c->capacity;
-        if (k->waiters.n > 0 && !r->replayed) {
+        if (k->waiters.head != NULL && !r->replayed) {
             kvd__load_destroy(&plan);
             return wait_for_slots(r, k, disk_only, "saves and loads sent before it wait for "
                                   "host memory that the disk writes in flight hold");

@@ -8,7 +8,6 @@
 #include "conn.h"
 #include "dispatch.h"
 #include "hostmem.h"
-#include "log.h"
 #include "server.h"
 
 struct kvd__parked {
@@ -34,12 +33,12 @@ void kvd__waitq_init(kvd__waitq_t *q, kvd__server_t *srv, void (*ref)(void *, in
     q->owner = owner;
 }
 
-/* On the server's list: its head runs again on the loop's next turn (a
- * wake from a completion must not run a handler inside the completion). */
-static void wake(kvd__waitq_t *q)
+void kvd__waitq_wake_all(kvd__waitq_t *q)
 {
     kvd__server_t *srv = q->srv;
 
+    /* on the server's list: its head runs on the loop's next turn (a wake
+     * from a completion must not run a handler inside the completion) */
     if (q->woken || q->head == NULL)
         return;
     q->woken = 1;
@@ -56,7 +55,7 @@ void kvd__waitq_freed(kvd__waitq_t *q, uint32_t n, int idle)
         return;
     q->freed += n;
     if (idle || q->freed >= q->head->need)
-        wake(q);
+        kvd__waitq_wake_all(q);
 }
 
 static void unlink_q(kvd__parked_t *p)
@@ -72,7 +71,6 @@ static void unlink_q(kvd__parked_t *p)
     else
         q->tail = p->prev;
     p->prev = p->next = NULL;
-    q->n--;
     if (q->head == NULL)
         q->freed = 0;
 }
@@ -90,21 +88,25 @@ static void unlink_conn(kvd__parked_t *p)
     p->conn_prev = p->conn_next = NULL;
 }
 
-/* Off both lists, its charge and its hold given back; the connection's
- * operation ends with op_end (not while the caller still runs it). */
-static void parked_free(kvd__parked_t *p, int op_end)
+/* Off both lists, its charge given back. */
+static void parked_detach(kvd__parked_t *p)
+{
+    unlink_q(p);
+    unlink_conn(p);
+    kvd__account_release(p->conn, KVD_HM_REQUESTS, p->held);
+}
+
+/* Detached and done with: its hold on the queue's owner and its operation
+ * on the connection end. */
+static void parked_end(kvd__parked_t *p)
 {
     kvd__waitq_t *q = p->q;
     kvd__conn_t *c = p->conn;
 
-    unlink_q(p);
-    unlink_conn(p);
-    kvd__account_release(c, KVD_HM_REQUESTS, p->held);
     free(p);
     if (q->ref != NULL)
         q->ref(q->owner, -1);
-    if (op_end)
-        kvd__conn_op_end(c);
+    kvd__conn_op_end(c);
 }
 
 kvd_status_t kvd__park(kvd__waitq_t *q, kvd__conn_t *c, const uint8_t *payload, size_t len,
@@ -154,7 +156,6 @@ kvd_status_t kvd__park(kvd__waitq_t *q, kvd__conn_t *c, const uint8_t *payload, 
     if (q->head == p)
         q->freed = 0; /* counted for the head from now */
     q->waited_again |= at_head;
-    q->n++;
     p->conn_next = c->parked;
     if (c->parked)
         c->parked->conn_prev = p;
@@ -171,19 +172,13 @@ kvd_status_t kvd__park(kvd__waitq_t *q, kvd__conn_t *c, const uint8_t *payload, 
 static void run_head(kvd__waitq_t *q)
 {
     kvd__parked_t *p = q->head;
-    kvd__conn_t *c = p->conn;
 
-    unlink_q(p);
-    unlink_conn(p);
-    kvd__account_release(c, KVD_HM_REQUESTS, p->held);
-    kvd__dispatch_replay(c, p->payload, p->len, p->t_start_ns, p->deadline_ns);
-    free(p);
-    if (q->ref != NULL)
-        q->ref(q->owner, -1);
-    kvd__conn_op_end(c);
+    parked_detach(p);
+    kvd__dispatch_replay(p->conn, p->payload, p->len, p->t_start_ns, p->deadline_ns);
+    parked_end(p);
 }
 
-int kvd__park_run_woken(kvd__server_t *srv)
+void kvd__park_run_woken(kvd__server_t *srv)
 {
     kvd__waitq_t *list = srv->woken;
 
@@ -203,23 +198,20 @@ int kvd__park_run_woken(kvd__server_t *srv)
                 break;
         }
         if (q->ref != NULL)
-            q->ref(q->owner, -1); /* wake's: q may be gone now */
+            q->ref(q->owner, -1); /* the wake's: q may be gone now */
     }
-    return srv->woken != NULL;
-}
-
-void kvd__waitq_wake_all(kvd__waitq_t *q)
-{
-    wake(q);
 }
 
 void kvd__park_drop_conn(kvd__conn_t *c)
 {
-    while (c->parked)
-        parked_free(c->parked, 1);
+    while (c->parked) {
+        kvd__parked_t *p = c->parked;
+        parked_detach(p);
+        parked_end(p);
+    }
 }
 
-int kvd__park_expire(kvd__conn_t *c, uint64_t now_ns)
+void kvd__park_expire(kvd__conn_t *c, uint64_t now_ns)
 {
     kvd__parked_t *p = c->parked;
 
@@ -232,9 +224,9 @@ int kvd__park_expire(kvd__conn_t *c, uint64_t now_ns)
                      KVD_PARK_WAIT_MS);
             kvd__reply_deferred(c, p->req_id, p->op_index, p->t_start_ns, KVD_EBUSY, msg, NULL,
                                 0);
-            parked_free(p, 1);
+            parked_detach(p);
+            parked_end(p);
         }
         p = next;
     }
-    return c->parked != NULL;
 }

@@ -34,7 +34,6 @@ typedef struct kvd__parked kvd__parked_t;
 
 typedef struct kvd__waitq {
     kvd__parked_t *head, *tail;
-    uint32_t n;
     uint64_t freed;       /* units freed since the head began to wait */
     /* the owner (a cache) is kept while requests wait on its queue */
     void (*ref)(void *owner, int delta);
@@ -64,13 +63,11 @@ void kvd__waitq_wake_all(kvd__waitq_t *q);
 kvd_status_t kvd__park(kvd__waitq_t *q, kvd__conn_t *c, const uint8_t *payload, size_t len,
                        uint64_t req_id, size_t op_index, uint64_t t_start_ns, uint64_t deadline_ns,
                        uint32_t need, const char *why);
-/* Run the woken queues' heads again (the server's idle turn); 1 while a
- * queue still has a woken head to run. */
-int kvd__park_run_woken(kvd__server_t *srv);
+/* Run the woken queues' heads again (the server's idle turn). */
+void kvd__park_run_woken(kvd__server_t *srv);
 /* The connection goes: its waiting requests go without a reply. */
 void kvd__park_drop_conn(kvd__conn_t *c);
-/* Requests of c waiting past their time are answered EBUSY; 1 while c
- * still has requests waiting. */
-int kvd__park_expire(kvd__conn_t *c, uint64_t now_ns);
+/* Requests of c waiting past their time are answered EBUSY. */
+void kvd__park_expire(kvd__conn_t *c, uint64_t now_ns);
 
 #endif

@@ -582,7 +582,7 @@ static void release_backend(kvd__server_t *srv)
     if (srv->backend == NULL || srv->mem_works > 0) /* the last one's end calls again */
         return;
     srv->releasing_backend = 1; /* what is freed now is freed here: the backend goes next */
-    (void)kvd__park_run_woken(srv); /* queues woken last: their holds on caches go */
+    kvd__park_run_woken(srv); /* queues woken last: their holds on caches go */
     kvd__caches_destroy(srv);
     disk_stop(srv); /* after the caches: their disk levels close on it */
     kvd__registry_deinit(&srv->reg);
@@ -741,7 +741,7 @@ static void idle_cb(uv_idle_t *h)
     kvd__server_t *srv = h->data;
     kvd__conn_t *list;
 
-    (void)kvd__park_run_woken(srv);
+    kvd__park_run_woken(srv);
     list = srv->ready;
     srv->ready = NULL;
     while (list) {
@@ -932,7 +932,7 @@ static void sweep_cb(uv_timer_t *t)
             kvd__leases_expire(c, now);
         kvd__conn_check_deadline(c, now);
         if (c->parked != NULL)
-            (void)kvd__park_expire(c, now);
+            kvd__park_expire(c, now);
         waiting |= !c->closing && (c->deadline_ns != 0 || c->leases != NULL || c->parked != NULL);
     }
     if (!waiting) /* nothing to time: an idle daemon is not woken */
