@@ -16,6 +16,9 @@
  *                issue more descriptors
  *   --pthread    one issuing thread that is not the main thread
  *   --host-random  the host side scattered too, in another random order
+ *   --registered the host side as kvdockd's pools and slabs hold it: memfd
+ *                pages mapped shared and registered with cudaHostRegister
+ *                (portable, mapped) instead of cudaMallocHost memory
  *   --gated      instead: one pass queued behind a host function that
  *                holds the stream until every descriptor is issued, so the
  *                time to issue (CPU) and the time the engines take for the
@@ -23,13 +26,15 @@
  *                the rate
  *
  * Usage: bench_ce --chunk BYTES --dir d2h|h2d [--seconds S] [--total BYTES]
- *                 [--threads N] [--pthread] [--host-random] [--gated]
+ *                 [--threads N] [--pthread] [--host-random] [--registered] [--gated]
  * Prints one JSON object.
  */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,7 +126,7 @@ static void *run_share(void *arg)
     return NULL;
 }
 
-static int gate_open, gate_timed_out;
+static int gate_open, gate_timed_out, host_registered;
 
 /* Holds its stream until the gate opens, or 3 s pass (the issuing call
  * blocked on a full queue: never a hang, and the result says so). */
@@ -160,10 +165,10 @@ static void gated(share_t *s, const char *dir)
     {
         /* a is reached once the gate opens, b once the engines are done */
         double bytes = (double)s->n * (double)s->chunk, engine_s = ms * 1e-3;
-        printf("{\"chunk\":%zu,\"dir\":\"%s\",\"gated\":true,\"descriptors\":%zu,"
+        printf("{\"chunk\":%zu,\"dir\":\"%s\",\"gated\":true,\"registered\":%d,\"descriptors\":%zu,"
                "\"issue_ms\":%.3f,\"issue_us_per_descriptor\":%.3f,\"queued_engine_ms\":%.3f,"
                "\"issue_gbps\":%.2f,\"queued_engine_gbps\":%.2f,\"gate_held_out\":%s}\n",
-               s->chunk, dir, s->n, issue_s * 1e3, issue_s * 1e6 / (double)s->n,
+               s->chunk, dir, host_registered, s->n, issue_s * 1e3, issue_s * 1e6 / (double)s->n,
                engine_s * 1e3, bytes / issue_s / 1e9, bytes / engine_s / 1e9,
                gate_timed_out ? "false" : "true");
     }
@@ -181,7 +186,7 @@ int main(int argc, char **argv)
 {
     size_t chunk = 0, total = (size_t)512 << 20, n, i;
     double seconds = 1.5;
-    int d2h = -1, threads = 1, gate_mode = 0, use_pthread = 0, host_random = 0, t;
+    int d2h = -1, threads = 1, gate_mode = 0, use_pthread = 0, host_random = 0, registered = 0, t;
     char *dev, *host;
     size_t *perm, *hperm;
     void **dsts;
@@ -204,6 +209,10 @@ int main(int argc, char **argv)
         }
         if (strcmp(a, "--host-random") == 0) {
             host_random = 1;
+            continue;
+        }
+        if (strcmp(a, "--registered") == 0) {
+            registered = 1;
             continue;
         }
         if (v == NULL)
@@ -229,7 +238,19 @@ int main(int argc, char **argv)
     total = n * chunk;
     CK(cudaGetDevice(&dev_id));
     CK(cudaMalloc((void **)&dev, 2 * total));
-    CK(cudaMallocHost((void **)&host, total));
+    host_registered = registered;
+    if (registered) {
+        int fd = memfd_create("bench_ce", MFD_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, (off_t)total) != 0 ||
+            (host = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+            perror("bench_ce: memfd");
+            return 1;
+        }
+        close(fd);
+        CK(cudaHostRegister(host, total, cudaHostRegisterPortable | cudaHostRegisterMapped));
+    } else {
+        CK(cudaMallocHost((void **)&host, total));
+    }
     CK(cudaMemset(dev, 0x5a, 2 * total));
     memset(host, 0xa5, total);
     perm = malloc(2 * n * sizeof(*perm));
@@ -297,14 +318,15 @@ int main(int argc, char **argv)
         t0 = sh[t].t0 < t0 ? sh[t].t0 : t0;
         t1 = sh[t].t1 > t1 ? sh[t].t1 : t1;
     }
-    printf("{\"chunk\":%zu,\"dir\":\"%s\",\"threads\":%d,\"pthread\":%d,\"host_random\":%d,\"gbps\":%.2f,\"seconds\":%.3f,"
+    printf("{\"chunk\":%zu,\"dir\":\"%s\",\"threads\":%d,\"pthread\":%d,\"host_random\":%d,\"registered\":%d,\"gbps\":%.2f,\"seconds\":%.3f,"
            "\"issue_frac\":%.3f,\"t0\":%.6f,\"t1\":%.6f}\n",
-           chunk, d2h ? "d2h" : "h2d", threads, use_pthread, host_random, (double)moved / (t1 - t0) / 1e9, t1 - t0,
+           chunk, d2h ? "d2h" : "h2d", threads, use_pthread, host_random, registered, (double)moved / (t1 - t0) / 1e9, t1 - t0,
            issue / (t1 - t0) / threads, t0, t1);
     return 0;
 usage:
     fprintf(stderr, "usage: bench_ce --chunk BYTES (a multiple of 256) --dir d2h|h2d "
-                    "[--seconds S] [--total BYTES] [--threads N (1-%d)] [--pthread] [--gated]\n",
+                    "[--seconds S] [--total BYTES] [--threads N (1-%d)] [--pthread] [--host-random] "
+                    "[--registered] [--gated]\n",
             MAX_THREADS);
     return 2;
 }

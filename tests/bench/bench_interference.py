@@ -41,7 +41,11 @@ contiguous bytes of one layer and K or V) at random, the host pool's
 slots in order (as the yardstick's host side is); its cache is either
 32 layers of K and V in allocations of their own ("layers") or views into
 one allocation ("one"); the daemon moves either as a descriptor a page,
-layer and K/V.  A row's figure is the daemon's rate as a
+layer and K/V.  With --layouts tier-layers or tier-one, the same cache
+moves through a kvdockd cache instead: a pool of it paged by the chunk
+(a block of 32 layers x K, V x the chunk), chains of blocks saved first,
+then loads of them into random pages (host to device only), the cache
+tier's own copy path.  A row's figure is the daemon's rate as a
 fraction of the yardstick's beside the decode step; the decode step's
 slowdown is against decode steps with nothing moving.
 
@@ -75,6 +79,7 @@ REPO = HERE.parents[1]
 
 LAYERS, SLOTS, ROW = 32, 16384, 2048        # the mover's cache: 2 GiB
 REQ_SLOTS, PAGE, INFLIGHT = 512, 16, 4      # 64 MiB a request, 32 KiB chunks
+TIER_BUDGET, TIER_CHAINS = 1 << 30, 8       # the chunks table's tier rows: 512 MiB saved
 CACHE_BUDGET = 4 << 30                      # the mover's cache tier
 DISK_HOST_BUDGET, DISK_BUDGET = 512 << 20, 16 << 30  # the disk condition's cache
 HIDDEN, FFN = 4096, 14336                   # an 8B-shaped MLP
@@ -472,13 +477,15 @@ def decode_worker(conn):
 
 def chunk_mover(conn, layouts):
     """Makes its cache in each layout named; then, for each daemon it is
-    sent to, imports them and moves what it is told."""
+    sent to, imports them and moves what it is told.  The tier-* layouts
+    are the cache of the same name without the prefix, moved through a
+    kvdockd cache instead (loads of blocks saved first)."""
     import torch
     import kvdock
     dev = torch.device("cuda")
     g = torch.Generator().manual_seed(1)
     caches = {}
-    for lay in layouts:
+    for lay in sorted({la[len("tier-"):] if la.startswith("tier-") else la for la in layouts}):
         if lay == "layers":  # each layer's K and V an allocation of its own
             k = [torch.randint(0, 255, (SLOTS, ROW), dtype=torch.uint8, device=dev)
                  for _ in range(LAYERS)]
@@ -514,18 +521,48 @@ def chunk_mover(conn, layouts):
                             bad.append(f"{lay}/{page}")
                             break
             conn.send(bad)
+            tiers = {}  # (layout, page): the pool of that page size, its cache, chains saved
+
+            def tier(lay, page, rows):
+                if (lay, page) not in tiers:
+                    k, v = caches[lay]
+                    tp = cli.import_pool(f"tier-{lay}-{page}", k, v, page_size=page)
+                    tc = cli.create_cache(f"tier-{lay}-{page}", num_layers=LAYERS,
+                                          tokens_per_block=page, token_bytes=ROW,
+                                          budget_bytes=TIER_BUDGET, dtype="u8")
+                    chains = []
+                    # at most half the budget: the cache keeps them all
+                    per_chain = rows * ROW * 2 * LAYERS
+                    for _ in range(max(1, min(TIER_CHAINS, TIER_BUDGET // (2 * per_chain)))):
+                        pages = torch.randperm(SLOTS // page, generator=g)[:rows // page].tolist()
+                        keys = [os.urandom(32) for _ in pages]
+                        if tc.save(tp, keys, blocks=pages).stored != len(keys):
+                            raise SystemExit(f"tier {lay}/{page}: the cache refused blocks")
+                        chains.append(keys)
+                    tiers[(lay, page)] = (tp, tc, chains)
+                return tiers[(lay, page)]
+
             while True:
                 msg = conn.recv()
                 if msg[0] == "done":
                     break
                 _, lay, chunk, d2h = msg
-                gpu = pools[lay]
                 page = chunk // ROW
                 rows = max(REQ_SLOTS, 2 * page)
-                src, dst = (gpu, host) if d2h else (host, gpu)
+                if lay.startswith("tier-"):  # loads of saved chains into random pages
+                    tp, tc, chains = tier(lay[len("tier-"):], page, rows)
+                else:
+                    gpu = pools[lay]
+                    src, dst = (gpu, host) if d2h else (host, gpu)
                 futs, moved, paths, t0, n = [], 0, set(), None, 0
                 while not conn.poll():
                     while len(futs) < INFLIGHT:
+                        if lay.startswith("tier-"):
+                            pages = torch.randperm(SLOTS // page, generator=g)[:rows // page]
+                            futs.append(tc.load_async(tp, chains[n % len(chains)],
+                                                      blocks=pages.tolist()))
+                            n += 1
+                            continue
                         # random pages of the cache, the host pool's slots in order
                         pages = torch.randperm(SLOTS // page, generator=g)[:rows // page]
                         idx = (pages[:, None] * page + torch.arange(page)[None, :]).reshape(-1)
@@ -613,6 +650,9 @@ def chunk_table(args):
                 probes.append(yardstick(c, d, ["--host-random"]))
                 probes.append(yardstick(c, d, ["--pthread"]))
                 probes.append(yardstick(c, d, ["--threads", "2"]))
+                probes.append(yardstick(c, d, ["--registered"]))
+                probes.append(yardstick(c, d, ["--registered", "--gated", "--total",
+                                               str(16384 * c)]))
     base = statistics.median(ctl)
     print(f"yardstick (bench_ce): GB/s alone and beside the decode step "
           f"({base:.3f} ms alone), the step's slowdown beside it, the share of time in the "
@@ -663,12 +703,16 @@ def chunk_table(args):
         for c in c_chunks:
             for d in c_dirs:
                 for lay in c_layouts:
+                    if lay.startswith("tier-") and d != "h2d":
+                        continue  # the tier's rows are its loads
                     alone = move(lay, c, d)
                     bes, dec = beside(lambda: move(lay, c, d))
+                    again = move(lay, c, d)  # alone once more: an order effect shows
                     y = ys[(c, d)]
                     rows.append({
                         "layout": lay, "dir": d, "chunk": c, "paths": bes["paths"],
                         "yardstick_alone": y["alone"], "daemon_alone": alone["gbps"],
+                        "daemon_alone_again": again["gbps"],
                         "alone_frac": alone["gbps"] / y["alone"],
                         "yardstick_beside": y["beside"], "daemon_beside": bes["gbps"],
                         "beside_frac": bes["gbps"] / y["beside"],
@@ -698,16 +742,17 @@ def print_chunk_rows(cfg, bad, base, rows):
     print(f"\nchunks table, kvdockd {cfg or '(defaults)'}: decode step {base:.3f} ms alone; "
           f"GB/s; daemon as a fraction of the yardstick (bench_ce) alone and beside the step"
           + (f"; ROUND TRIP WRONG: {bad}" if bad else "; round trip checked"))
-    print(f"{'layout':7} {'dir':4} {'chunk':>6} {'yard':>6} {'kvd':>6} {'alone':>6} "
-          f"{'yard':>6} {'kvd':>6} {'beside':>7} {'decode':>7} {'(yard)':>7}")
+    print(f"{'layout':11} {'dir':4} {'chunk':>6} {'yard':>6} {'kvd':>6} {'alone':>6} "
+          f"{'yard':>6} {'kvd':>6} {'beside':>7} {'decode':>7} {'(yard)':>7} {'again':>6}")
     for r in rows:
         c = r["chunk"]
         cs = f"{c >> 20}M" if c >= 1 << 20 else f"{c >> 10}K"
         dp = f"{r['decode_pct']:+.1f}%" if r["decode_pct"] is not None else "-"
         yp = f"{r['yardstick_decode_pct']:+.1f}%" if r["yardstick_decode_pct"] is not None else "-"
-        print(f"{r['layout']:7} {r['dir']:4} {cs:>6} {r['yardstick_alone']:6.1f} "
+        print(f"{r['layout']:11} {r['dir']:4} {cs:>6} {r['yardstick_alone']:6.1f} "
               f"{r['daemon_alone']:6.1f} {r['alone_frac']:6.2f} {r['yardstick_beside']:6.1f} "
-              f"{r['daemon_beside']:6.1f} {r['beside_frac']:7.2f} {dp:>7} {yp:>7}", flush=True)
+              f"{r['daemon_beside']:6.1f} {r['beside_frac']:7.2f} {dp:>7} {yp:>7} "
+              f"{r['daemon_alone_again']:6.1f}", flush=True)
 
 
 def main():
@@ -728,7 +773,9 @@ def main():
     ap.add_argument("--chunks", default="16K,32K,64K,2M", help="chunks table: chunk sizes")
     ap.add_argument("--dirs", default="d2h,h2d", help="chunks table: directions")
     ap.add_argument("--layouts", default="layers,one",
-                    help="chunks table: the worker cache's layouts (layers, one)")
+                    help="chunks table: the worker cache's layouts (layers, one; tier-layers, "
+                    "tier-one: the same caches' loads through a kvdockd cache, host to device "
+                    "only)")
     ap.add_argument("--seconds", type=float, default=1.5, help="chunks table: seconds a figure")
     ap.add_argument("--daemon-args", action="append",
                     help="chunks table: a daemon configuration (repeatable)")
