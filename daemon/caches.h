@@ -31,6 +31,8 @@ typedef struct kvd__cache {
     int dropped;      /* out of the list; freed with its last reference */
     uint32_t leases;  /* leases on it now */
     uint64_t fetched, served; /* blocks pulled from peers, and by them */
+    uint64_t peer_hits;       /* keys of lookups found on peers only (store.n.keys_hit
+                               * counts them too: a hit is a key the daemon can serve) */
     /* the disk level (cache_disk.h): its budget (0: none) and directory */
     uint64_t disk_budget;
     char *disk_dir;           /* --cache-dir/DIRNAME, malloc'd; NULL: none */
@@ -80,10 +82,22 @@ void kvd__caches_destroy(kvd__server_t *srv);
 uint64_t kvd__caches_budgets(const kvd__server_t *srv);
 /* The caches' disk budgets added up (within the daemon's --disk-budget). */
 uint64_t kvd__caches_disk_budgets(const kvd__server_t *srv);
+/* A directory of --cache-dir left as it was at start, and why: kept for
+ * the status (and counted in the metrics) until the daemon exits, as the
+ * directory stays until a start that can reopen it. */
+#define KVD_SKIPPED_KEPT 64
+typedef struct kvd__skipped_cache {
+    char dir[256];           /* its name in --cache-dir */
+    char name[KVD_NAME_MAX]; /* the cache's, from its manifest ("" unread) */
+    uint32_t owner_uid;      /* from its manifest (0 unread) */
+    char reason[400];
+} kvd__skipped_cache_t;
+
 /* At start, with --cache-dir: every cache whose directory holds a manifest
  * that can be trusted is made again and its disk level recovered; the
- * others are logged and skipped, never deleted.  Directories of caches
- * dropped before a crash are removed (off the loop). */
+ * others are logged, listed in srv->skipped and left as they are, never
+ * deleted.  Directories of caches dropped before a crash are removed (off
+ * the loop). */
 void kvd__caches_reopen(kvd__server_t *srv);
 /* StatusReply.disk, in r's arena; NULL without --cache-dir (or out of
  * memory). */

@@ -127,8 +127,10 @@ static void sample_d(sbuf_t *b, const char *name, const char *key, const char *v
     X(lookups_total, "counter", "lookups", s->n.lookups)                                        \
     X(requested_tokens_total, "counter", "tokens of the keys lookups asked for",                 \
       s->n.keys_asked * s->layout.tokens_per_block)                                             \
-    X(hit_tokens_total, "counter", "tokens of the keys lookups found",                           \
+    X(hit_tokens_total, "counter", "tokens of the keys lookups found, here or on peers",         \
       s->n.keys_hit * s->layout.tokens_per_block)                                               \
+    X(peer_hit_tokens_total, "counter", "of those, tokens of keys found on peers only",          \
+      k->peer_hits * s->layout.tokens_per_block)                                                \
     X(saves_total, "counter", "saves", s->n.saves)                                              \
     X(stored_blocks_total, "counter", "blocks saves stored", s->n.stored)                       \
     X(dedup_blocks_total, "counter", "blocks saves found there already", s->n.skipped)          \
@@ -211,6 +213,9 @@ static void render_disk(sbuf_t *b, const kvd__server_t *srv)
     sb_printf(b, "kvdock_disk_budget_bytes %" PRIu64 "\n", srv->disk_budget);
     family(b, "kvdock_disk_reserved_bytes", "gauge", "the caches' disk budgets together");
     sb_printf(b, "kvdock_disk_reserved_bytes %" PRIu64 "\n", kvd__caches_disk_budgets(srv));
+    family(b, "kvdock_disk_skipped_caches", "gauge",
+           "directories of cache-dir not reopened at start (kvdock status says why)");
+    sb_printf(b, "kvdock_disk_skipped_caches %" PRIu32 "\n", srv->n_skipped);
     family(b, "kvdock_disk_used_bytes", "gauge", "bytes the caches' records take on disk");
     sb_printf(b, "kvdock_disk_used_bytes %" PRIu64 "\n", used);
     if (kvd__cache_dir_space(srv->opts.cache_dir, &avail, &total, why, sizeof(why)) == 0) {

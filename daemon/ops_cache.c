@@ -283,6 +283,7 @@ static void info_fill(const kvd__cache_t *k, Kvdock__CacheInfo *ci, Kvdock__Cach
     ci->cluster = k->cluster;
     ci->fetched = k->fetched;
     ci->served = k->served;
+    ci->peer_hits = k->peer_hits;
     if (k->disk_dir != NULL) {
         kvd__cache_disk_stats_t ds;
 
@@ -938,6 +939,9 @@ void kvd__caches_destroy(kvd__server_t *srv)
 {
     while (srv->caches)
         cache_drop(srv, srv->caches);
+    free(srv->skipped);
+    srv->skipped = NULL;
+    srv->n_skipped_kept = srv->n_skipped = 0;
 }
 
 /* A directory of --cache-dir this user owns and no one else may write. */
@@ -994,6 +998,35 @@ static const char *reopen_conflict(kvd__server_t *srv, const kvd__manifest_t *m,
     return NULL;
 }
 
+/* Directory dirname of --cache-dir is left as it is, for why; m: its
+ * manifest, when it could be read.  Logged, counted and (the first
+ * KVD_SKIPPED_KEPT) kept for the status. */
+static void reopen_skip(kvd__server_t *srv, const char *path, const char *dirname,
+                        const kvd__manifest_t *m, const char *why)
+{
+    kvd__skipped_cache_t *e;
+
+    if (m != NULL)
+        kvd_log(KVD_LOG_WARN, "event=cache_reopen_skipped dir=%s name=%s uid=%u reason=\"%s\" "
+                "action=\"left as it is\"", path, m->name, m->owner_uid, why);
+    else
+        kvd_log(KVD_LOG_WARN, "event=cache_reopen_skipped dir=%s reason=\"%s\" "
+                "action=\"left as it is\"", path, why);
+    srv->n_skipped++;
+    if (srv->n_skipped_kept >= KVD_SKIPPED_KEPT)
+        return;
+    if (srv->skipped == NULL &&
+        (srv->skipped = calloc(KVD_SKIPPED_KEPT, sizeof(*srv->skipped))) == NULL)
+        return; /* the log has it; the status goes without */
+    e = &srv->skipped[srv->n_skipped_kept++];
+    snprintf(e->dir, sizeof(e->dir), "%s", dirname);
+    if (m != NULL) {
+        snprintf(e->name, sizeof(e->name), "%s", m->name);
+        e->owner_uid = m->owner_uid;
+    }
+    snprintf(e->reason, sizeof(e->reason), "%s", why);
+}
+
 void kvd__caches_reopen(kvd__server_t *srv)
 {
     const char *top = srv->opts.cache_dir;
@@ -1024,8 +1057,7 @@ void kvd__caches_reopen(kvd__server_t *srv)
         if (snprintf(path, sizeof(path), "%s/%s", top, e->d_name) >= (int)sizeof(path))
             continue;
         if (!dir_trusted(dirfd(d), e->d_name, why, sizeof(why))) {
-            kvd_log(KVD_LOG_WARN, "event=cache_reopen_skipped dir=%s reason=\"%s\" "
-                    "action=\"left as it is\"", path, why);
+            reopen_skip(srv, path, e->d_name, NULL, why);
             skipped++;
             continue;
         }
@@ -1036,8 +1068,7 @@ void kvd__caches_reopen(kvd__server_t *srv)
             continue;
         }
         if ((st = kvd__manifest_read(path, e->d_name, &m, why, sizeof(why))) != KVD_OK) {
-            kvd_log(KVD_LOG_WARN, "event=cache_reopen_skipped dir=%s reason=\"%s\" "
-                    "action=\"left as it is\"", path, why);
+            reopen_skip(srv, path, e->d_name, NULL, why);
             skipped++;
             continue;
         }
@@ -1048,8 +1079,7 @@ void kvd__caches_reopen(kvd__server_t *srv)
             k = NULL;
         }
         if (k == NULL) {
-            kvd_log(KVD_LOG_WARN, "event=cache_reopen_skipped dir=%s name=%s uid=%u "
-                    "reason=\"%s\" action=\"left as it is\"", path, m.name, m.owner_uid, why);
+            reopen_skip(srv, path, e->d_name, &m, why);
             skipped++;
             continue;
         }
@@ -1101,6 +1131,24 @@ Kvdock__DiskStatus *kvd__disk_status(kvd__req_t *r)
         ds->fs_free_bytes = avail;
     ds->io_engine = (char *)srv->disk_engine;
     ds->direct = srv->disk_direct;
+    ds->skipped_count = srv->n_skipped;
+    if (srv->n_skipped_kept > 0 &&
+        (ds->skipped = kvd__req_alloc(r, srv->n_skipped_kept * (sizeof(*ds->skipped) +
+                                                                 sizeof(**ds->skipped)))) != NULL) {
+        Kvdock__SkippedCache *sc = (Kvdock__SkippedCache *)(ds->skipped + srv->n_skipped_kept);
+
+        for (uint32_t i = 0; i < srv->n_skipped_kept; i++, sc++) {
+            const kvd__skipped_cache_t *e = &srv->skipped[i];
+
+            kvdock__skipped_cache__init(sc);
+            sc->dir = (char *)e->dir;
+            sc->name = (char *)e->name;
+            sc->owner_uid = e->owner_uid;
+            sc->reason = (char *)e->reason;
+            ds->skipped[i] = sc;
+        }
+        ds->n_skipped = srv->n_skipped_kept;
+    }
     return ds;
 }
 
@@ -1311,7 +1359,8 @@ static kvd_status_t lookup_reply(kvd__server_t *srv, kvd__conn_t *c, kvd__cache_
         rep->hits++;
     k->store.n.lookups++;
     k->store.n.keys_asked += n;
-    k->store.n.keys_hit += hits;
+    k->store.n.keys_hit += rep->hits;
+    k->peer_hits += rep->hits - hits;
     if (cl->lease && hits > 0) {
         uint32_t ms = cl->lease_ms ? cl->lease_ms : (uint32_t)srv->opts.cache_lease_ms;
         kvd__lease_t *l;

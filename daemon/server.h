@@ -99,6 +99,9 @@ typedef struct kvd__server {
     int disk_direct;              /* O_DIRECT taken by cache-dir's file system */
     char disk_direct_why[200];    /* why not */
     uint32_t disk_removals;       /* dropped caches' directories being removed */
+    struct kvd__skipped_cache *skipped; /* directories not reopened at start (caches.h):
+                                         * the first KVD_SKIPPED_KEPT */
+    uint32_t n_skipped_kept, n_skipped; /* kept, and all of them */
     int releasing_backend; /* at the end: memory is freed at once, not on threads */
     int arena_first_busy;  /* a request's arena has arena_first */
     _Alignas(16) uint8_t arena_first[KVD_ARENA_FIRST]; /* its first chunk (account.h) */

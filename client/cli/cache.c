@@ -24,7 +24,8 @@ static int usage(const char *fmt, ...)
     return kvd__cli_usage(CMD, "cache: %s", msg);
 }
 
-/* "12.5%" of hit tokens among those asked for, or "-". */
+/* "12.5%" of hit tokens among those asked for, or "-": a hit is a key the
+ * daemon can serve, from its host memory, its disk or a cluster peer. */
 static void hit_rate(char *buf, size_t cap, const kvd_cache_info_t *c)
 {
     if (c->keys_asked == 0)
@@ -63,11 +64,12 @@ static void cache_json(const kvd_cache_info_t *c)
            ",\"stored\":%" PRIu64 ",\"skipped\":%" PRIu64 ",\"refused\":%" PRIu64
            ",\"loads\":%" PRIu64 ",\"loaded\":%" PRIu64 ",\"evictions\":%" PRIu64
            ",\"leases\":%u,\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64
-           ",\"cluster\":%s,\"fetched\":%" PRIu64 ",\"served\":%" PRIu64,
+           ",\"cluster\":%s,\"fetched\":%" PRIu64 ",\"served\":%" PRIu64
+           ",\"peer_hits\":%" PRIu64,
            c->lookups, c->keys_asked, c->keys_hit, c->keys_hit * c->layout.tokens_per_block,
            c->keys_asked * c->layout.tokens_per_block, c->saves, c->stored, c->skipped,
            c->refused, c->loads, c->loaded, c->evictions, c->leases, c->bytes_in, c->bytes_out,
-           c->cluster ? "true" : "false", c->fetched, c->served);
+           c->cluster ? "true" : "false", c->fetched, c->served, c->peer_hits);
     if (c->disk.enabled) {
         const kvd_cache_disk_level_t *d = &c->disk;
         printf(",\"disk\":{\"budget_bytes\":%" PRIu64 ",\"blocks\":%u,\"used_bytes\":%" PRIu64
@@ -152,9 +154,12 @@ static void cache_text(const kvd_cache_info_t *c)
     printf("  host blocks  %u of %u (%s of %s)\n", c->blocks, c->capacity, a, b);
     kvd__cli_human_bytes(a, sizeof(a), (double)c->held_bytes);
     printf("  host memory  %s held (slabs, entries, index)\n", a);
-    printf("  lookups      %" PRIu64 ": %" PRIu64 " of %" PRIu64 " tokens hit (%s)\n", c->lookups,
+    printf("  lookups      %" PRIu64 ": %" PRIu64 " of %" PRIu64 " tokens hit (%s)", c->lookups,
            c->keys_hit * c->layout.tokens_per_block, c->keys_asked * c->layout.tokens_per_block,
            hit);
+    if (c->cluster)
+        printf(", %" PRIu64 " of them on peers", c->peer_hits * c->layout.tokens_per_block);
+    putchar('\n');
     kvd__cli_human_bytes(a, sizeof(a), (double)c->bytes_in);
     printf("  saves        %" PRIu64 ": %" PRIu64 " blocks stored (%s), %" PRIu64
            " found there, %" PRIu64 " refused\n",

@@ -1,6 +1,7 @@
 /*
  * kvdock status: the daemon (version, backend, device, limits, host
- * memory, copy paths, cluster) and its clients.
+ * memory, disk level and the caches it did not reopen, copy paths,
+ * cluster) and its clients.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -127,9 +128,26 @@ static int run(kvd__cli_ctx_t *o, int argc, char **argv)
             printf(",\"io_engine\":");
             kvd__cli_json_str(s.disk.io_engine);
             printf(",\"direct\":%s,\"budget_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64
-                   ",\"used_bytes\":%" PRIu64 ",\"fs_free_bytes\":%" PRIu64 "}",
+                   ",\"used_bytes\":%" PRIu64 ",\"fs_free_bytes\":%" PRIu64
+                   ",\"skipped_total\":%u,\"skipped\":[",
                    s.disk.direct ? "true" : "false", s.disk.budget_bytes, s.disk.reserved_bytes,
-                   s.disk.used_bytes, s.disk.fs_free_bytes);
+                   s.disk.used_bytes, s.disk.fs_free_bytes, s.disk.num_skipped);
+            for (uint32_t i = 0; i < s.disk.num_skipped && i < KVD_DISK_SKIPPED_MAX; i++) {
+                const kvd_skipped_cache_t *k = &s.disk.skipped[i];
+                printf("%s{\"dir\":", i ? "," : "");
+                kvd__cli_json_str(k->dir);
+                if (k->name[0]) {
+                    printf(",\"name\":");
+                    kvd__cli_json_str(k->name);
+                    printf(",\"owner_uid\":%u", k->owner_uid);
+                } else {
+                    printf(",\"name\":null,\"owner_uid\":null");
+                }
+                printf(",\"reason\":");
+                kvd__cli_json_str(k->reason);
+                printf("}");
+            }
+            printf("]}");
         } else {
             printf(",\"disk\":null");
         }
@@ -242,6 +260,23 @@ static int run(kvd__cli_ctx_t *o, int argc, char **argv)
             }
             kvd__cli_table_print(&t);
         }
+        if (s.disk.num_skipped > 0) {
+            uint32_t n = s.disk.num_skipped;
+            printf("\nskipped     %u director%s of the cache dir not reopened at start: left as "
+                   "%s, not served\n", n, n == 1 ? "y" : "ies", n == 1 ? "it is" : "they are");
+            kvd__cli_table_init(&t, "DIR,CACHE,>OWNER,REASON");
+            for (uint32_t i = 0; i < n && i < KVD_DISK_SKIPPED_MAX; i++) {
+                const kvd_skipped_cache_t *k = &s.disk.skipped[i];
+                char own[16];
+                snprintf(own, sizeof(own), "%u", k->owner_uid);
+                kvd__cli_table_row(&t, k->dir, k->name[0] ? k->name : "-",
+                                   k->name[0] ? own : "-", k->reason);
+            }
+            kvd__cli_table_print(&t);
+            if (n > KVD_DISK_SKIPPED_MAX)
+                printf("... and %u more (the daemon's log names each: "
+                       "event=cache_reopen_skipped)\n", n - KVD_DISK_SKIPPED_MAX);
+        }
         if (s.cluster.enabled) {
             const kvd_cluster_status_t *c = &s.cluster;
             char fb[32], sb[32];
@@ -294,6 +329,8 @@ const kvd__cli_cmd_t kvd__cli_cmd_status = {
     "status",
     "status [--json]",
     "Show the daemon: version, backend, device, limits, host memory, clients.",
-    "",
+    "With --cache-dir, the disk level, and each directory there the daemon did not\n"
+    "reopen at start (damaged, another user's, or a cache past today's options) and\n"
+    "why: it is left as it is and not served until a start that can reopen it.\n",
     run,
 };

@@ -58,6 +58,7 @@ static void info_from_pb(kvd_cache_info_t *d, const Kvdock__CacheInfo *s)
     d->cluster = s->cluster != 0;
     d->fetched = s->fetched;
     d->served = s->served;
+    d->peer_hits = s->peer_hits;
     if (s->disk != NULL) {
         const Kvdock__CacheDiskLevel *k = s->disk;
         kvd_cache_disk_level_t *o = &d->disk;

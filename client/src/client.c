@@ -420,6 +420,16 @@ static kvd_status_t status_finish(kvd_client_t *cli, kvd__pending_t *p)
         o->disk.reserved_bytes = d->reserved_bytes;
         o->disk.used_bytes = d->used_bytes;
         o->disk.fs_free_bytes = d->fs_free_bytes;
+        o->disk.num_skipped = d->skipped_count > d->n_skipped ? d->skipped_count
+                                                                : (uint32_t)d->n_skipped;
+        for (size_t i = 0; i < d->n_skipped && i < KVD_DISK_SKIPPED_MAX; i++) {
+            const Kvdock__SkippedCache *sc = d->skipped[i];
+            kvd_skipped_cache_t *e = &o->disk.skipped[i];
+            kvd__copy_str(e->dir, sizeof(e->dir), sc->dir);
+            kvd__copy_str(e->name, sizeof(e->name), sc->name);
+            e->owner_uid = sc->owner_uid;
+            kvd__copy_str(e->reason, sizeof(e->reason), sc->reason);
+        }
     }
     for (size_t i = 0; i < s->n_client_list && i < p->out.status.cap; i++) {
         const Kvdock__ClientInfo *ci = s->client_list[i];

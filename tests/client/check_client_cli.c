@@ -670,6 +670,95 @@ START_TEST(test_cli_cache_disk_level)
 }
 END_TEST
 
+/*
+ * A daemon started again on its --cache-dir lists, in `kvdock status`
+ * (text and JSON), each directory there it did not reopen and why: a cache
+ * whose disk budget is past today's --disk-budget (its name and owner read
+ * from its manifest) and a directory whose manifest is damaged (neither
+ * known).  The cache that fits is served; a daemon that skipped none lists
+ * none.
+ */
+START_TEST(test_cli_status_skipped_caches)
+{
+    char top[64], dir[64], path[192], want[256], *row;
+    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "16m", NULL};
+    unsigned uid = (unsigned)getuid();
+    kvt_daemon_t d;
+    kvt_cli_result_t r;
+    FILE *f;
+
+    kvt_disk_daemon_start(&d, top, dir, "64m");
+    r = kvt_cli_at(d.socket, "cache", "create", "cli-fits", "--layers", "2", "--tokens-per-block",
+                   "4", "--token-bytes", "32", "--budget", "1m", "--disk-budget", "8m", NULL);
+    KVT_EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli_at(d.socket, "cache", "create", "cli-past", "--layers", "2", "--tokens-per-block",
+                   "4", "--token-bytes", "32", "--budget", "1m", "--disk-budget", "32m", NULL);
+    KVT_EXPECT_RC(r, 0);
+    kvt_cli_free(&r);
+    r = kvt_cli_at(d.socket, "status", NULL);
+    KVT_EXPECT_RC(r, 0);
+    ck_assert_msg(strstr(r.out, "skipped") == NULL, "none skipped yet:\n%s", r.out);
+    kvt_cli_free(&r);
+    r = kvt_cli_at(d.socket, "status", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"skipped_total\":0,\"skipped\":[]}"));
+    kvt_cli_free(&r);
+    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
+
+    snprintf(path, sizeof(path), "%s/u%u-cli-junk", dir, uid);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    snprintf(path, sizeof(path), "%s/u%u-cli-junk/manifest", dir, uid);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("not a manifest\n", f);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
+
+    r = kvt_cli_at(d.socket, "status", NULL);
+    KVT_EXPECT_RC(r, 0);
+    ck_assert_msg(strstr(r.out, "\nskipped     2 directories of the cache dir not reopened at "
+                                "start: left as they are, not served\n") != NULL,
+                  "no skipped caches in:\n%s", r.out);
+    ck_assert_ptr_nonnull(strstr(r.out, "\nDIR "));
+    snprintf(want, sizeof(want), "u%u-cli-past", uid);
+    row = line_with(r.out, want);
+    ck_assert_ptr_nonnull(row);
+    ck_assert_msg(strstr(row, "  cli-past  ") != NULL, "no name: %s", row);
+    snprintf(want, sizeof(want), " %u  its disk budget (33554432) does not fit the daemon's "
+             "(--disk-budget 16777216", uid);
+    ck_assert_msg(strstr(row, want) != NULL, "no '%s' in: %s", want, row);
+    free(row);
+    snprintf(want, sizeof(want), "u%u-cli-junk", uid);
+    row = line_with(r.out, want);
+    ck_assert_ptr_nonnull(row);
+    ck_assert_msg(strstr(row, "cli-junk  -  ") != NULL && strstr(row, " -  damaged manifest: "),
+                  "damaged, its cache and owner unknown: %s", row);
+    free(row);
+    ck_assert_ptr_null(line_with(r.out, "-cli-fits"));
+    kvt_cli_free(&r);
+
+    r = kvt_cli_at(d.socket, "status", "--json", NULL);
+    KVT_EXPECT_RC(r, 0);
+    ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
+    ck_assert_ptr_nonnull(strstr(r.out, "\"skipped_total\":2,\"skipped\":[{\"dir\":\"u"));
+    snprintf(want, sizeof(want), "{\"dir\":\"u%u-cli-past\",\"name\":\"cli-past\",\"owner_uid\":%u,"
+             "\"reason\":\"its disk budget (33554432) does not fit", uid, uid);
+    ck_assert_msg(strstr(r.out, want) != NULL, "no %s in:\n%s", want, r.out);
+    snprintf(want, sizeof(want), "{\"dir\":\"u%u-cli-junk\",\"name\":null,\"owner_uid\":null,"
+             "\"reason\":\"damaged manifest: ", uid);
+    ck_assert_msg(strstr(r.out, want) != NULL, "no %s in:\n%s", want, r.out);
+    kvt_cli_free(&r);
+
+    r = kvt_cli_at(d.socket, "cache", "ls", NULL); /* the one that fits is served */
+    KVT_EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "cli-fits"));
+    ck_assert_ptr_null(strstr(r.out, "cli-past"));
+    kvt_cli_free(&r);
+    kvt_disk_daemon_stop(&d, top);
+}
+END_TEST
+
 /* The line of text holding needle (a copy; NULL when none). */
 static char *line_with(const char *text, const char *needle)
 {
@@ -1146,6 +1235,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_cli_stats);
     tcase_add_test(tc, test_cli_cache);
     tcase_add_test(tc, test_cli_cache_disk_level);
+    tcase_add_test(tc, test_cli_status_skipped_caches);
     tcase_add_test(tc, test_cli_cache_used_holds_the_slab);
     tcase_add_test(tc, test_cli_cache_budgets_past_host_budget);
     tcase_add_test(tc, test_cli_status_metrics_port);

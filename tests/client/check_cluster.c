@@ -421,6 +421,7 @@ START_TEST(test_found_and_pulled)
     uint8_t(*keys)[KEY] = malloc(64 * KEY), (*keys2)[KEY] = malloc(64 * KEY);
     kvd_daemon_status_t *s = malloc(sizeof(*s));
     kvd_cache_lookup_result_t r;
+    kvd_cache_info_t info;
     uint64_t solo;
 
     memset(nodes, 0, sizeof(nodes));
@@ -452,12 +453,31 @@ START_TEST(test_found_and_pulled)
     r = lookup(&nodes[1], keys, 64);
     ck_assert_uint_eq(r.hits, 64);
     ck_assert_uint_eq(r.local_hits, 0);
+    /* a hit is a key B can serve: those on A count, as peer hits */
+    KVT_OK(nodes[1].cli, kvd_cache_stats(nodes[1].cli, nodes[1].cache, NULL, &info));
+    ck_assert_uint_eq(info.keys_asked, 64);
+    ck_assert_uint_eq(info.keys_hit, 64);
+    ck_assert_uint_eq(info.peer_hits, 64);
     poison(&pb);
     KVT_OK(nodes[1].cli, load(&nodes[1], &pb, keys, 64));
     for (uint32_t i = 0; i < 64; i++)
         ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "block %u on B differs from A's", i);
     r = lookup(&nodes[1], keys, 64);
     ck_assert_uint_eq(r.local_hits, 64); /* now in B's own tier */
+    KVT_OK(nodes[1].cli, kvd_cache_stats(nodes[1].cli, nodes[1].cache, NULL, &info));
+    ck_assert_uint_eq(info.keys_hit, 128);
+    ck_assert_uint_eq(info.peer_hits, 64);
+    {
+        /* and `kvdock cache ls` HIT says so: every token asked for was hit */
+        const char *ls[] = {KVDOCK_CLI_PATH, "--socket", nodes[1].d.socket, "cache", "ls", NULL};
+        char *out = NULL, *err = NULL;
+        int rc = kvt_run(ls, &out, &err, 20000);
+
+        ck_assert_msg(rc == 0 && strstr(out, " 100.0% ") != NULL, "kvdock cache ls:\n%s%s",
+                      out, err);
+        free(out);
+        free(err);
+    }
 
     /* a chain split over A (first half) and C (second): B pulls from both */
     chain(keys2, 64, 2);

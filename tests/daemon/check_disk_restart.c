@@ -317,12 +317,13 @@ END_TEST
 
 /* A reopened cache with the budgets of today's options: a disk budget
  * past the new --disk-budget is skipped and kept for a daemon that has
- * room for it (none of its blocks dropped to fit); meanwhile a create of
- * that name is refused, saying why. */
+ * room for it (none of its blocks dropped to fit), the status naming it
+ * and why; meanwhile a create of that name is refused, saying why. */
 START_TEST(test_restart_smaller_budget)
 {
     kvdt_daemon_t d;
     Kvdock__Response *r;
+    Kvdock__StatusReply *s;
     char n[64];
     int fd;
 
@@ -338,6 +339,16 @@ START_TEST(test_restart_smaller_budget)
     ck_assert(kvdt_log_has(&d, "does not fit the daemon's"));
     ck_assert(kvdt_log_has(&d, "caches=0"));
     fd = kvdt_client(&d, "owner-again");
+    s = kvdt_status(fd);
+    snprintf(n, sizeof(n), "u%u-big", (unsigned)geteuid());
+    ck_assert_ptr_nonnull(s->disk);
+    ck_assert_uint_eq(s->disk->skipped_count, 1);
+    ck_assert_uint_eq(s->disk->n_skipped, 1);
+    ck_assert_str_eq(s->disk->skipped[0]->dir, n);
+    ck_assert_str_eq(s->disk->skipped[0]->name, "big");
+    ck_assert_uint_eq(s->disk->skipped[0]->owner_uid, geteuid());
+    ck_assert_ptr_nonnull(strstr(s->disk->skipped[0]->reason, "does not fit the daemon's"));
+    kvdock__status_reply__free_unpacked(s, NULL);
     r = create(fd, "big", 2, 8 * MB, 0, NULL, 0, 1); /* as made: past --disk-budget */
     ck_assert_msg(r->status == KVD_ELIMIT, "%u %s", r->status, r->message);
     kvdock__response__free_unpacked(r, NULL);
@@ -349,8 +360,14 @@ START_TEST(test_restart_smaller_budget)
     ck_assert_int_eq(kvdt_stop(&d), 0);
     snprintf(n, sizeof(n), "u%u-big/manifest", (unsigned)geteuid());
     ck_assert(dir_exists(n));
-    start(&d); /* room again: back */
+    start(&d); /* room again: back, and skipped no more */
     ck_assert(kvdt_log_has(&d, "caches=1"));
+    fd = kvdt_client(&d, "owner-back");
+    s = kvdt_status(fd);
+    ck_assert_uint_eq(s->disk->skipped_count, 0);
+    ck_assert_uint_eq(s->disk->n_skipped, 0);
+    kvdock__status_reply__free_unpacked(s, NULL);
+    close(fd);
     ck_assert_int_eq(kvdt_stop(&d), 0);
     world_remove();
 }

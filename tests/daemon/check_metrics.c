@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <time.h>
@@ -784,8 +785,9 @@ START_TEST(test_http_errors)
 }
 END_TEST
 
-/* The disk level (--cache-dir): the daemon's figures, and each cache's
- * that has one, in families the exposition parser accepts. */
+/* The disk level (--cache-dir): the daemon's figures (a directory there
+ * it could not reopen counted), and each cache's that has one, in
+ * families the exposition parser accepts. */
 START_TEST(test_disk_level)
 {
     char dir[512], cmd[1100];
@@ -798,10 +800,14 @@ START_TEST(test_disk_level)
     int fd;
 
     snprintf(dir, sizeof(dir), "%s/metrics-disk-%d", KVD_TEST_SCRATCH, (int)getpid());
+    snprintf(cmd, sizeof(cmd), "%s/junk", dir);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(mkdir(cmd, 0700), 0); /* no manifest: not reopened, and counted */
     kvdt_start(&D, extra);
     port = logged_port(&D);
     ck_assert_int_gt(port, 0);
     scrape(&E1);
+    ck_assert_double_eq(value_of(&E1, "kvdock_disk_skipped_caches", ""), 1);
     ck_assert_double_eq(value_of(&E1, "kvdock_disk_budget_bytes", ""), 32.0 * 1048576);
     ck_assert_double_eq(value_of(&E1, "kvdock_disk_reserved_bytes", ""), 0);
     ck_assert_double_eq(value_of(&E1, "kvdock_disk_used_bytes", ""), 0);

@@ -61,6 +61,7 @@ int main(void)
     K(CACHE_KEYS_MAX);
     K(CACHE_LAYER_EVENTS_MAX);
     K(BLOCK_HASH_BYTES);
+    K(DISK_SKIPPED_MAX);
     S_BEGIN(kvd_limits_t, "Limits");
     F(kvd_limits_t, max_frame_bytes);
     F(kvd_limits_t, max_inflight);
@@ -127,6 +128,14 @@ int main(void)
     F(kvd_disk_status_t, reserved_bytes);
     F(kvd_disk_status_t, used_bytes);
     F(kvd_disk_status_t, fs_free_bytes);
+    F(kvd_disk_status_t, num_skipped);
+    F(kvd_disk_status_t, skipped);
+    S_END();
+    S_BEGIN(kvd_skipped_cache_t, "SkippedCache");
+    F(kvd_skipped_cache_t, dir);
+    F(kvd_skipped_cache_t, name);
+    F(kvd_skipped_cache_t, owner_uid);
+    F(kvd_skipped_cache_t, reason);
     S_END();
     S_BEGIN(kvd_cluster_status_t, "ClusterStatus");
     F(kvd_cluster_status_t, enabled);
@@ -403,6 +412,7 @@ int main(void)
     F(kvd_cache_info_t, fetched);
     F(kvd_cache_info_t, served);
     F(kvd_cache_info_t, disk);
+    F(kvd_cache_info_t, peer_hits);
     S_END();
     S_BEGIN(kvd_cache_keys_t, "CacheKeys");
     F(kvd_cache_keys_t, keys);

@@ -262,9 +262,13 @@ class CacheTest(unittest.TestCase):
         """With --cache-dir (on the machine's disk, not a tmpfs /tmp): the
         status carries the disk level; a disk budget past --disk-budget is
         ELIMIT; a cache with a disk level shows it (budget, directory,
-        blocks written through), and a lookup counts its disk-only hits."""
+        blocks written through), and a lookup counts its disk-only hits.
+        A directory there the daemon could not reopen is in the status,
+        with the reason."""
         top = tempfile.mkdtemp(prefix="kvd-py-disk-", dir="/var/tmp")
         try:
+            os.mkdir(os.path.join(top, "cache"), 0o700)
+            os.mkdir(os.path.join(top, "cache", "junk"), 0o700)  # no manifest
             d = harness.Daemon("cpu", extra=["--cache-dir", os.path.join(top, "cache"),
                                              "--disk-budget", "64M"])
             try:
@@ -276,6 +280,10 @@ class CacheTest(unittest.TestCase):
                     self.assertEqual((disk["reserved_bytes"], disk["used_bytes"]), (0, 0))
                     self.assertGreater(disk["fs_free_bytes"], 0)
                     self.assertIsInstance(disk["direct"], bool)
+                    self.assertEqual(disk["num_skipped"], 1)
+                    self.assertEqual(disk["skipped"], [{
+                        "dir": "junk", "name": "", "owner_uid": 0,
+                        "reason": "no manifest: No such file or directory"}])
                     self.assertTrue(disk["io_engine"] == "io_uring"
                                     or disk["io_engine"].startswith("threads ("),
                                     disk["io_engine"])

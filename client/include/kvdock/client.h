@@ -64,8 +64,12 @@ extern "C" {
  * 7: the disk level: kvd_cache_spec_t.disk_budget_bytes, kvd_cache_info_t.disk
  *    (kvd_cache_disk_level_t), kvd_cache_lookup_result_t.disk_hits,
  *    kvd_daemon_status_t.disk (kvd_disk_status_t); kvd_cache_info_t,
- *    kvd_cache_spec_t, kvd_cache_lookup_result_t and kvd_daemon_status_t grow. */
-#define KVD_CLIENT_ABI_VERSION 7
+ *    kvd_cache_spec_t, kvd_cache_lookup_result_t and kvd_daemon_status_t grow.
+ * 8: kvd_disk_status_t.skipped and num_skipped (kvd_skipped_cache_t): the
+ *    caches the daemon did not reopen; kvd_cache_info_t.peer_hits, and
+ *    keys_hit counts the keys found on peers too; kvd_disk_status_t,
+ *    kvd_daemon_status_t and kvd_cache_info_t grow. */
+#define KVD_CLIENT_ABI_VERSION 8
 
 /* KVD_CLIENT_ABI_VERSION of the library loaded at run time (a caller built
  * against another header, or a ctypes binding, compares it with its own). */
@@ -242,6 +246,18 @@ typedef struct kvd_cluster_status {
     kvd_cluster_peer_t peers[KVD_CLUSTER_PEERS_MAX];
 } kvd_cluster_status_t;
 
+#define KVD_DISK_SKIPPED_MAX 16 /* skipped caches a status carries */
+
+/* A directory of --cache-dir the daemon left as it was when it started
+ * (damaged, another user's, or a cache that does not fit its options):
+ * not served until a start that can reopen it. */
+typedef struct kvd_skipped_cache {
+    char dir[256];          /* its name in --cache-dir */
+    char name[KVD_NAME_MAX]; /* the cache's, from its manifest ("" unread) */
+    uint32_t owner_uid;     /* from its manifest (0 unread) */
+    char reason[400];       /* why it was not reopened */
+} kvd_skipped_cache_t;
+
 /* The daemon's disk level (kvdockd --cache-dir) as a whole. */
 typedef struct kvd_disk_status {
     bool enabled;           /* the daemon has a --cache-dir; the rest is 0 otherwise */
@@ -252,6 +268,8 @@ typedef struct kvd_disk_status {
     uint64_t reserved_bytes; /* the caches' disk budgets together */
     uint64_t used_bytes;    /* their records now */
     uint64_t fs_free_bytes; /* the file system's free space now */
+    uint32_t num_skipped;   /* directories not reopened at start (may exceed the array) */
+    kvd_skipped_cache_t skipped[KVD_DISK_SKIPPED_MAX];
 } kvd_disk_status_t;
 
 typedef struct kvd_daemon_status {
@@ -733,7 +751,7 @@ typedef struct kvd_cache_info {
     uint32_t num_allow_gids;
     uint64_t lookups;
     uint64_t keys_asked;
-    uint64_t keys_hit;
+    uint64_t keys_hit;   /* found here (host memory or disk) or on cluster peers */
     uint64_t saves;
     uint64_t stored;
     uint64_t skipped;
@@ -748,6 +766,7 @@ typedef struct kvd_cache_info {
     uint64_t fetched;    /* blocks loads pulled from peers */
     uint64_t served;     /* blocks peers pulled from it */
     kvd_cache_disk_level_t disk; /* the level below host memory (disk.enabled) */
+    uint64_t peer_hits;  /* of keys_hit, those found on cluster peers only */
 } kvd_cache_info_t;
 
 /* A chain of count keys: keys[i] of lens[i] bytes each, or (keys NULL) a

@@ -99,7 +99,10 @@ class CacheDiskLevel:
 @dataclass(frozen=True)
 class CacheInfo:
     """A cache's layout, budget, contents and counters; ``disk``: its disk
-    level, None when it has none."""
+    level, None when it has none.  used_bytes: its blocks' bytes in host
+    memory; held_bytes: the host memory it holds for them (slabs, entries,
+    index).  keys_hit: keys of lookups found here (host memory or disk) or
+    on a cluster peer; peer_hits: of those, the ones on peers only."""
 
     id: int
     name: str
@@ -135,6 +138,7 @@ class CacheInfo:
     fetched: int = 0
     served: int = 0
     disk: Optional[CacheDiskLevel] = None
+    peer_hits: int = 0
 
 
 @dataclass(frozen=True)
@@ -188,7 +192,8 @@ def _cache_info(c: C.CacheInfo) -> CacheInfo:
         lookups=c.lookups, keys_asked=c.keys_asked, keys_hit=c.keys_hit, saves=c.saves,
         stored=c.stored, skipped=c.skipped, refused=c.refused, loads=c.loads, loaded=c.loaded,
         evictions=c.evictions, leases=c.leases, bytes_in=c.bytes_in, bytes_out=c.bytes_out,
-        cluster=bool(c.cluster), fetched=c.fetched, served=c.served, disk=_disk_level(c.disk))
+        cluster=bool(c.cluster), fetched=c.fetched, served=c.served, disk=_disk_level(c.disk),
+        peer_hits=c.peer_hits)
 
 
 def _keys(keys: Optional[KeyChain]) -> Tuple[C.CacheKeys, Tuple[Any, ...]]:

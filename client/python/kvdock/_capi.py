@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 #: The ABI this module was written against (KVD_CLIENT_ABI_VERSION).
-CLIENT_ABI_VERSION = 7
+CLIENT_ABI_VERSION = 8
 
 NAME_MAX = 64
 IPC_HANDLE_BYTES = 64
@@ -186,6 +186,18 @@ class ClusterStatus(Structure):
     ]
 
 
+DISK_SKIPPED_MAX = 16
+
+
+class SkippedCache(Structure):
+    _fields_ = [
+        ("dir", c_char * 256),
+        ("name", c_char * NAME_MAX),
+        ("owner_uid", c_uint32),
+        ("reason", c_char * 400),
+    ]
+
+
 class DiskStatus(Structure):
     _fields_ = [
         ("enabled", c_bool),
@@ -196,6 +208,8 @@ class DiskStatus(Structure):
         ("reserved_bytes", c_uint64),
         ("used_bytes", c_uint64),
         ("fs_free_bytes", c_uint64),
+        ("num_skipped", c_uint32),
+        ("skipped", SkippedCache * DISK_SKIPPED_MAX),
     ]
 
 
@@ -533,6 +547,7 @@ class CacheInfo(Structure):
         ("fetched", c_uint64),
         ("served", c_uint64),
         ("disk", CacheDiskLevel),
+        ("peer_hits", c_uint64),
     ]
 
 

@@ -153,7 +153,10 @@ class Client:
         """Daemon status as a dict (clients_list: a list of dicts, at most
         max_clients of them; "cluster" in a cluster only; "disk", the disk
         level's dict of cache_dir, io_engine, direct, budget_bytes,
-        reserved_bytes, used_bytes and fs_free_bytes, with --cache-dir only)."""
+        reserved_bytes, used_bytes, fs_free_bytes, num_skipped and skipped,
+        with --cache-dir only: skipped lists the directories there the daemon
+        did not reopen at start, as dicts of dir, name, owner_uid and reason,
+        the first 16 of num_skipped)."""
         out = C.DaemonStatus()
         ents = (C.ClientEntry * max_clients)()
 
@@ -174,6 +177,8 @@ class Client:
                 dk = _struct_dict(out.disk)
                 del dk["enabled"]
                 dk["direct"] = bool(dk["direct"])
+                dk["skipped"] = [_struct_dict(out.disk.skipped[i]) for i in
+                                 range(min(out.disk.num_skipped, C.DISK_SKIPPED_MAX))]
                 d["disk"] = dk
             else:
                 del d["disk"]
