@@ -102,17 +102,19 @@ static void caches_table(const kvd_cache_info_t *c, size_t n)
 {
     kvd__cli_table_t t;
 
-    kvd__cli_table_init(&t, "ID,NAME,LAYOUT,>BLOCKS,>USED,>BUDGET,>DISK_BLOCKS,>DISK_BUDGET,"
-                            ">HIT,>SAVES,>LOADS,>EVICTED,>LEASES,>OWNER,FLAGS");
+    kvd__cli_table_init(&t, "ID,NAME,LAYOUT,>BLOCKS,>USED,>RESERVED,>BUDGET,>DISK_BLOCKS,"
+                            ">DISK_BUDGET,>HIT,>SAVES,>LOADS,>EVICTED,>LEASES,>OWNER,FLAGS");
     for (size_t i = 0; i < n; i++) {
-        char id[24], lay[64], blocks[24], used[32], budget[32], hit[16], saves[24], loads[24],
-            ev[24], leases[16], owner[16], flags[40], dblocks[24], dbudget[32];
+        char id[24], lay[64], blocks[24], used[32], held[32], budget[32], hit[16], saves[24],
+            loads[24], ev[24], leases[16], owner[16], flags[40], dblocks[24], dbudget[32];
 
         snprintf(id, sizeof(id), "%" PRIu64, c[i].id);
         layout_text(lay, sizeof(lay), &c[i]);
         snprintf(blocks, sizeof(blocks), "%u", c[i].blocks);
-        /* the host memory it holds: its blocks' slabs, entries and index */
-        kvd__cli_human_bytes(used, sizeof(used), (double)c[i].held_bytes);
+        /* what its blocks take; and the host memory it holds for them (their
+         * slabs, a slab at a time, its entries and index) */
+        kvd__cli_human_bytes(used, sizeof(used), (double)c[i].used_bytes);
+        kvd__cli_human_bytes(held, sizeof(held), (double)c[i].held_bytes);
         kvd__cli_human_bytes(budget, sizeof(budget), (double)c[i].budget_bytes);
         /* the disk level: "-" for a cache without one */
         if (c[i].disk.enabled) {
@@ -133,7 +135,7 @@ static void caches_table(const kvd_cache_info_t *c, size_t n)
                  : c[i].num_allow_uids || c[i].num_allow_gids ? "shared,restricted"
                                                               : "shared",
                  c[i].shared && c[i].cluster ? "," : "", c[i].cluster ? "cluster" : "");
-        kvd__cli_table_row(&t, id, c[i].name, lay, blocks, used, budget, dblocks, dbudget,
+        kvd__cli_table_row(&t, id, c[i].name, lay, blocks, used, held, budget, dblocks, dbudget,
                            hit, saves, loads, ev, leases, owner, flags[0] != '\0' ? flags : "-");
     }
     kvd__cli_table_print(&t);
@@ -535,8 +537,10 @@ const kvd__cli_cmd_t kvd__cli_cmd_cache = {
     "                        --cache-dir) rather than being dropped, up to SIZE, and come\n"
     "                        back when the daemon restarts\n"
     "\nA cache belongs to the user that made it (OWNER: its user id) and stays until\n"
-    "dropped.  `cache ls` USED: the host memory it holds now (the slabs its blocks\n"
-    "live in, a slab at a time, and its entries and index); DISK_BLOCKS and\n"
-    "DISK_BUDGET: its disk level (\"-\": none; `cache stats` shows the rest).\n",
+    "dropped.  `cache ls` USED: the bytes of its blocks in host memory; RESERVED: the\n"
+    "host memory it holds for them (slabs, taken a slab at a time, and its entries\n"
+    "and index); DISK_BLOCKS and DISK_BUDGET: its disk level (\"-\": none); HIT: of\n"
+    "the tokens lookups asked for, those found in host memory, on disk or (a\n"
+    "--cluster cache) on a peer: what a load can bring.  `cache stats` shows the rest.\n",
     run,
 };

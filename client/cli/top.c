@@ -228,7 +228,7 @@ static void cache_lines(frame_t *f, const sample_t *cur, const sample_t *prev, d
         uint64_t hits = c->keys_hit - (p ? p->keys_hit : 0);
         char both[80];
 
-        kvd__cli_human_bytes(used, sizeof(used), (double)c->held_bytes); /* as cache ls */
+        kvd__cli_human_bytes(used, sizeof(used), (double)c->used_bytes); /* as cache ls */
         kvd__cli_human_bytes(budget, sizeof(budget), (double)c->budget_bytes);
         snprintf(both, sizeof(both), "%s / %s", used, budget);
         if (p == NULL || dt <= 0) {
