@@ -22,7 +22,7 @@ kvd_status_t kvd__account_charge(kvd__conn_t *c, int kind, uint64_t bytes, char 
     if (bytes > lim || c->held > lim - bytes) {
         srv->hostmem.refused[kind]++;
         snprintf(why, why_len, "%s more of %s would pass this client's limit of %s "
-                 "(max-client-memory; it holds %s of leases and requests)",
+                 "(max-client-memory; it holds %s of leases, requests and key areas)",
                  kvd__fmt_bytes(bytes, a, sizeof(a)), kvd__hostmem_kind_name(kind),
                  kvd__fmt_bytes(lim, b, sizeof(b)), kvd__fmt_bytes(c->held, d, sizeof(d)));
         return KVD_ELIMIT;

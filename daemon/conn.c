@@ -12,6 +12,7 @@
 
 #include "caches.h"
 #include "dispatch.h"
+#include "keyarea.h"
 #include "log.h"
 #include "park.h"
 
@@ -177,6 +178,7 @@ void kvd__conn_close(kvd__conn_t *c, const char *reason)
     kvd__registry_drop_owner(&srv->reg, &c->owner);
     kvd__leases_drop(c);
     kvd__park_drop_conn(c);
+    kvd__key_area_drop(c); /* a waiting request was its last reader */
     maybe_finish(c);
     kvd__server_check_drained(srv);
 }
@@ -676,6 +678,7 @@ kvd_status_t kvd__conn_create(kvd__server_t *srv, int fd, const struct ucred *cr
     }
     c->poll.data = c;
     c->fd = fd;
+    c->karea_fd = -1;
     c->srv = srv;
     c->id = srv->next_client_id++;
     c->pid = cred->pid;

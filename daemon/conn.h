@@ -85,6 +85,10 @@ struct kvd__conn {
     struct kvd__parked *parked; /* its requests waiting (park.h) */
     uint32_t nleases;
     uint64_t held; /* bytes of leases and requests charged to it (account.h) */
+    /* its key area (keyarea.h; NULL: none), charged as socket memory */
+    const uint8_t *karea;
+    uint64_t karea_bytes;
+    int karea_fd;
     kvd__conn_t *next, *prev;
     kvd__conn_t *ready_next;
     int in_ready;

@@ -25,7 +25,7 @@ typedef enum kvd__hostmem_kind {
     KVD_HM_POOLS = 0,    /* daemon-owned host pools */
     KVD_HM_BUFFERS = 1,  /* registered host buffers */
     KVD_HM_STAGING = 2,  /* operand staging (pinned on cuda) */
-    KVD_HM_SOCKETS = 3,  /* receive buffers and write queues */
+    KVD_HM_SOCKETS = 3,  /* receive buffers, write queues and key areas */
     KVD_HM_CACHE = 4,    /* the cache tier's slabs: the blocks' bytes */
     KVD_HM_CACHE_INDEX = 5, /* the cache tier's entries, free lists and tables */
     KVD_HM_LEASES = 6,   /* cache leases clients hold */

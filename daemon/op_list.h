@@ -39,6 +39,7 @@
     X(cache_load, CACHE_LOAD, KVD_OPF_HELLO | KVD_OPF_DATA)                                     \
     X(cache_evict, CACHE_EVICT, KVD_OPF_HELLO)                                                  \
     X(cache_release, CACHE_RELEASE, KVD_OPF_HELLO)                                              \
+    X(cache_key_area, CACHE_KEY_AREA, KVD_OPF_HELLO)                                            \
     X(shutdown, SHUTDOWN, KVD_OPF_HELLO | KVD_OPF_ADMIN)
 
 /*

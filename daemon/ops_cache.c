@@ -26,6 +26,7 @@
 #include "cluster.h"
 #include "conn.h"
 #include "dataop.h"
+#include "keyarea.h"
 #include "log.h"
 
 #define MAX_KEYS 65536
@@ -1199,27 +1200,35 @@ typedef struct keys {
     uint32_t n;
 } keys_t;
 
-/* The chain of a request: 1..MAX_KEYS keys of 1..64 bytes, none twice. */
+/* The chain of a request: 1..MAX_KEYS keys of 1..64 bytes, none twice;
+ * one named in the connection's key area is copied out of it first. */
 static kvd_status_t get_keys(kvd__req_t *r, const Kvdock__CacheKeys *ck, int allow_empty,
                              keys_t *out)
 {
-    size_t n, i;
+    const uint8_t *blob = NULL;
+    size_t n, i, width = 0;
+    kvd_status_t st;
 
     memset(out, 0, sizeof(*out));
-    if (ck == NULL || (ck->n_keys == 0 && ck->blob.len == 0)) {
+    if (ck != NULL && ck->area != NULL) {
+        if ((st = kvd__key_area_read(r, ck, &blob, &n)) != KVD_OK)
+            return st;
+        width = ck->key_size;
+    } else if (ck == NULL || (ck->n_keys == 0 && ck->blob.len == 0)) {
         if (allow_empty)
             return KVD_OK;
         return kvd__req_fail(r, KVD_EINVAL, "keys: the chain is empty");
-    }
-    if (ck->n_keys > 0 && ck->blob.len > 0)
+    } else if (ck->n_keys > 0 && ck->blob.len > 0) {
         return kvd__req_fail(r, KVD_EINVAL, "keys: a list and a blob are exclusive");
-    if (ck->blob.len > 0) {
+    } else if (ck->blob.len > 0) {
         if (ck->key_size < 1 || ck->key_size > KVD_CACHE_KEY_MAX)
             return kvd__req_fail(r, KVD_EINVAL, "keys.key_size %u: keys are 1 to %d bytes",
                                  ck->key_size, KVD_CACHE_KEY_MAX);
         if (ck->blob.len % ck->key_size != 0)
             return kvd__req_fail(r, KVD_ESHAPE, "keys: %zu blob bytes are not whole keys of %u",
                                  ck->blob.len, ck->key_size);
+        blob = ck->blob.data;
+        width = ck->key_size;
         n = ck->blob.len / ck->key_size;
     } else {
         n = ck->n_keys;
@@ -1232,9 +1241,9 @@ static kvd_status_t get_keys(kvd__req_t *r, const Kvdock__CacheKeys *ck, int all
     if (out->k == NULL || out->len == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     for (i = 0; i < n; i++) {
-        if (ck->blob.len > 0) {
-            out->k[i] = ck->blob.data + i * ck->key_size;
-            out->len[i] = ck->key_size;
+        if (blob != NULL) {
+            out->k[i] = blob + i * width;
+            out->len[i] = width;
         } else {
             out->k[i] = ck->keys[i].data;
             out->len[i] = ck->keys[i].len;
@@ -1520,16 +1529,24 @@ static kvd_status_t lookup_ask(kvd__req_t *r, kvd__cache_t *k, const keys_t *ks,
 /* A chain whose first key is not in k, and whose form get_keys would take
  * (else 0, and get_keys says what is wrong): its key count in *n.  Such a
  * lookup is answered from the first key alone, without a table of the
- * rest: a chain that misses at once costs what a one-key lookup does. */
-static int first_key_missing(kvd__cache_t *k, const Kvdock__CacheKeys *ck, uint32_t *n)
+ * rest: a chain that misses at once costs what a one-key lookup does (and
+ * one in c's key area has only its first key read). */
+static int first_key_missing(const kvd__conn_t *c, kvd__cache_t *k, const Kvdock__CacheKeys *ck,
+                             uint32_t *n)
 {
+    uint8_t first[KVD_CACHE_KEY_MAX];
     const uint8_t *key;
     size_t len, i, count;
     uint32_t id;
 
-    if (ck == NULL || (ck->n_keys > 0) == (ck->blob.len > 0))
+    if (ck != NULL && ck->area != NULL) {
+        if (!kvd__key_area_first(c, ck, first, &count))
+            return 0;
+        key = first;
+        len = ck->key_size;
+    } else if (ck == NULL || (ck->n_keys > 0) == (ck->blob.len > 0)) {
         return 0;
-    if (ck->blob.len > 0) {
+    } else if (ck->blob.len > 0) {
         if (ck->key_size < 1 || ck->key_size > KVD_CACHE_KEY_MAX ||
             ck->blob.len % ck->key_size != 0)
             return 0;
@@ -1562,7 +1579,7 @@ kvd_status_t kvd__op_cache_lookup(kvd__req_t *r)
     if ((st = find_cache(r, cl->cache, NULL, 1, &k)) != KVD_OK)
         return st;
     if (!(k->cluster && kvd__cluster_live(r->srv->cluster)) &&
-        first_key_missing(k, cl->keys, &ks.n)) {
+        first_key_missing(r->conn, k, cl->keys, &ks.n)) {
         if (cl->lease && r->conn->nleases >= r->srv->opts.max_leases)
             return kvd__req_fail(r, KVD_ELIMIT, "this client holds %u leases already "
                                  "(max-leases)", r->conn->nleases);

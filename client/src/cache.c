@@ -157,10 +157,15 @@ static kvd_status_t evict_finish(kvd_client_t *cli, kvd__pending_t *p)
 /* ------------------------------------------------------------------------ */
 /* Keys                                                                      */
 
-/* A CacheKeys message over the caller's chain; the list form needs an
- * array of count ProtobufCBinaryData, freed by the caller (*owned). */
+/* A CacheKeys message over the caller's chain: in the key area (ref, which
+ * lives until the request is sent, names it) when the chain goes there,
+ * else in the frame; the list form needs an array of count
+ * ProtobufCBinaryData, freed by the caller (*owned).  Called last before
+ * the request is sent: room taken in the area is given back through the
+ * request's pending entry. */
 static kvd_status_t keys_build(kvd_client_t *cli, const kvd_cache_keys_t *in, Kvdock__CacheKeys *m,
-                               ProtobufCBinaryData **owned, const char *what)
+                               Kvdock__KeyAreaRef *ref, ProtobufCBinaryData **owned,
+                               const char *what)
 {
     kvdock__cache_keys__init(m);
     *owned = NULL;
@@ -175,6 +180,8 @@ static kvd_status_t keys_build(kvd_client_t *cli, const kvd_cache_keys_t *in, Kv
         if (in->key_size < 1 || in->key_size > KVD_CACHE_KEY_MAX)
             return kvd__client_fail(cli, KVD_EINVAL, "%s: key_size %u: keys are 1 to %d bytes",
                                     what, in->key_size, KVD_CACHE_KEY_MAX);
+        if (kvd__key_area_take(cli, in, m, ref))
+            return KVD_OK;
         m->blob.data = (uint8_t *)in->blob;
         m->blob.len = (size_t)in->count * in->key_size;
         m->key_size = in->key_size;
@@ -182,6 +189,8 @@ static kvd_status_t keys_build(kvd_client_t *cli, const kvd_cache_keys_t *in, Kv
     }
     if (in->lens == NULL)
         return kvd__client_fail(cli, KVD_ENULL, "%s: keys without lens", what);
+    if (kvd__key_area_take(cli, in, m, ref))
+        return KVD_OK;
     *owned = malloc(in->count * sizeof(**owned));
     if (*owned == NULL)
         return kvd__client_fail(cli, KVD_ENOMEM, "out of memory");
@@ -347,13 +356,14 @@ static kvd_status_t lookup_go(kvd_client_t *cli, uint64_t cache, const kvd_cache
     Kvdock__Request req = KVDOCK__REQUEST__INIT;
     Kvdock__CacheLookup m = KVDOCK__CACHE_LOOKUP__INIT;
     Kvdock__CacheKeys k;
+    Kvdock__KeyAreaRef ref;
     ProtobufCBinaryData *owned;
     kvd__out_t o;
     kvd_status_t st;
 
     if (cli == NULL || keys == NULL)
         return kvd__client_fail(cli, KVD_ENULL, "client or keys is NULL");
-    if ((st = keys_build(cli, keys, &k, &owned, "lookup keys")) != KVD_OK)
+    if ((st = keys_build(cli, keys, &k, &ref, &owned, "lookup keys")) != KVD_OK)
         return st;
     m.cache = cache;
     m.keys = &k;
@@ -389,13 +399,14 @@ static kvd_status_t evict_go(kvd_client_t *cli, uint64_t cache, const kvd_cache_
     Kvdock__Request req = KVDOCK__REQUEST__INIT;
     Kvdock__CacheEvict m = KVDOCK__CACHE_EVICT__INIT;
     Kvdock__CacheKeys k;
+    Kvdock__KeyAreaRef ref;
     ProtobufCBinaryData *owned;
     kvd__out_t o;
     kvd_status_t st;
 
     if (cli == NULL)
         return kvd__client_fail(cli, KVD_ENULL, "client is NULL");
-    if ((st = keys_build(cli, keys, &k, &owned, "evict keys")) != KVD_OK)
+    if ((st = keys_build(cli, keys, &k, &ref, &owned, "evict keys")) != KVD_OK)
         return st;
     m.cache = cache;
     m.keys = &k;
@@ -458,6 +469,7 @@ static kvd_status_t save_go(kvd_client_t *cli, const kvd_cache_save_t *a, const 
     Kvdock__Request req = KVDOCK__REQUEST__INIT;
     Kvdock__CacheSave m = KVDOCK__CACHE_SAVE__INIT;
     Kvdock__CacheKeys k;
+    Kvdock__KeyAreaRef ref;
     Kvdock__Sync s;
     ProtobufCBinaryData *owned;
     kvd__idx_msg_t blocks;
@@ -469,7 +481,7 @@ static kvd_status_t save_go(kvd_client_t *cli, const kvd_cache_save_t *a, const 
         return kvd__client_fail(cli, KVD_ENULL, "parent is NULL with parent_len %zu",
                                 a->parent_len);
     if ((st = kvd__indices_build(cli, &a->blocks, &blocks, "save blocks")) != KVD_OK ||
-        (st = keys_build(cli, &a->keys, &k, &owned, "save keys")) != KVD_OK)
+        (st = keys_build(cli, &a->keys, &k, &ref, &owned, "save keys")) != KVD_OK)
         return st;
     m.cache = a->cache;
     m.pool = a->pool;
@@ -506,6 +518,7 @@ static kvd_status_t load_go(kvd_client_t *cli, const kvd_cache_load_t *a, const 
     Kvdock__Request req = KVDOCK__REQUEST__INIT;
     Kvdock__CacheLoad m = KVDOCK__CACHE_LOAD__INIT;
     Kvdock__CacheKeys k;
+    Kvdock__KeyAreaRef ref;
     Kvdock__Sync s;
     Kvdock__BufRef flags = KVDOCK__BUF_REF__INIT;
     ProtobufCBinaryData *owned;
@@ -517,7 +530,7 @@ static kvd_status_t load_go(kvd_client_t *cli, const kvd_cache_load_t *a, const 
     if (a->num_layer_events > 0 && a->layer_events == NULL)
         return kvd__client_fail(cli, KVD_ENULL, "layer_events is NULL");
     if ((st = kvd__indices_build(cli, &a->blocks, &blocks, "load blocks")) != KVD_OK ||
-        (st = keys_build(cli, &a->keys, &k, &owned, "load keys")) != KVD_OK)
+        (st = keys_build(cli, &a->keys, &k, &ref, &owned, "load keys")) != KVD_OK)
         return st;
     m.cache = a->cache;
     m.pool = a->pool;

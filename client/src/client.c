@@ -174,6 +174,7 @@ kvd_status_t kvd_client_create(const char *socket_path, const char *client_name,
     c->next_id = 1;
     c->info.device_ordinal = -1;
     kvd__spin_init(&c->spin, (uint64_t)default_spin_us() * 1000);
+    kvd__key_area_init(c);
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->send_mu, NULL);
     /* Timed waits for the reader use CLOCK_MONOTONIC deadlines. */
@@ -211,6 +212,7 @@ void kvd_client_destroy(kvd_client_t **p)
     c = *p;
     *p = NULL;
     kvd__conn_teardown(c);
+    kvd__key_area_teardown(c);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->send_mu);

@@ -169,6 +169,16 @@ typedef struct rx_item {
     int nfds;
 } rx_item_t;
 
+/* The key area's room that p held, given back (mu held): its reply came,
+ * or it never went. */
+static void area_release(kvd_client_t *c, kvd__pending_t *p)
+{
+    if (p->area) {
+        p->area = false;
+        kvd__key_area_put(c);
+    }
+}
+
 /* Hand a decoded reply to its pending entry (mu held); takes ownership. */
 static void deliver(kvd_client_t *c, rx_item_t *it)
 {
@@ -190,6 +200,7 @@ static void deliver(kvd_client_t *c, rx_item_t *it)
     }
     if (c->outstanding > 0)
         c->outstanding--;
+    area_release(c, p);
     if (p->state == KVD__ABANDONED) {
         pending_remove_at(c, at);
         kvdock__response__free_unpacked(it->resp, NULL);
@@ -455,13 +466,20 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
     kvd_status_t st;
     int64_t deadline;
     uint64_t max_frame;
+    bool area = kvd__key_area_named(req);
 
-    if (nfds < 0 || nfds > KVD_MAX_FDS_PER_FRAME)
-        return kvd__client_fail(cli, KVD_EINVAL, "at most %d descriptors per request",
-                                KVD_MAX_FDS_PER_FRAME);
+    if (nfds < 0 || nfds > KVD_MAX_FDS_PER_FRAME) {
+        st = kvd__client_fail(cli, KVD_EINVAL, "at most %d descriptors per request",
+                              KVD_MAX_FDS_PER_FRAME);
+        goto fail;
+    }
     p = calloc(1, sizeof(*p));
-    if (p == NULL)
-        return kvd__client_fail(cli, KVD_ENOMEM, "out of memory");
+    if (p == NULL) {
+        st = kvd__client_fail(cli, KVD_ENOMEM, "out of memory");
+        goto fail;
+    }
+    p->area = area;
+    area = false; /* p holds it now */
     p->op = (int)req->op_case;
     p->finish = finish;
     if (out != NULL)
@@ -555,6 +573,11 @@ kvd_status_t kvd__submit(kvd_client_t *cli, Kvdock__Request *req, const int *fds
 
 fail:
     kvd__frame_gather_free(&frame);
+    if (area || (p != NULL && p->area)) {
+        pthread_mutex_lock(&cli->mu);
+        kvd__key_area_put(cli);
+        pthread_mutex_unlock(&cli->mu);
+    }
     /* The caller keeps what it passed: do not free its ping copy here. */
     free(p);
     return st;
@@ -600,6 +623,7 @@ kvd_status_t kvd__wait(kvd_client_t *cli, uint64_t req_id, int timeout_ms)
             kvd_status_t st = cli->dead_status;
 
             pending_remove_at(cli, at);
+            area_release(cli, p);
             kvd__client_fail(cli, st, "%s", cli->dead_msg);
             pthread_mutex_unlock(&cli->mu);
             kvd__pending_free(p);
@@ -709,6 +733,7 @@ kvd_status_t kvd_client_abandon(kvd_client_t *cli, uint64_t req_id)
     }
     if (p->state == KVD__DONE || cli->dead) {
         pending_remove_at(cli, at);
+        area_release(cli, p);
         pthread_mutex_unlock(&cli->mu);
         kvd__pending_free(p);
         return KVD_OK;

@@ -84,6 +84,10 @@ typedef union kvd__out {
     struct {
         kvd_cache_evict_result_t *out;
     } evict;
+    struct {
+        uint8_t **base;
+        uint64_t *bytes;
+    } area;
 } kvd__out_t;
 
 struct kvd__pending {
@@ -95,6 +99,7 @@ struct kvd__pending {
     Kvdock__Response *resp;         /* once DONE */
     int fds[KVD_MAX_FDS_PER_FRAME]; /* descriptors that came with the reply */
     int nfds;
+    bool area; /* its chain is in the key area until its reply comes */
 };
 
 /* Descriptors that arrived with one recvmsg, and the stream bytes it read
@@ -127,6 +132,14 @@ struct kvd_client {
     size_t npend;
     size_t pend_cap;
     size_t outstanding; /* sent, reply not yet received */
+    /* The key area (keyarea.c): area_state and the room under mu; the
+     * bytes [0, area_top) are held by area_users requests. */
+    int area_state;
+    uint64_t area_want; /* bytes to ask for; 0: never */
+    uint8_t *area;
+    uint64_t area_bytes;
+    uint64_t area_top;
+    uint32_t area_users;
 
     /* Receive state: touched only by the thread that set reading. */
     uint8_t *rx;
@@ -188,6 +201,20 @@ Kvdock__Sync *kvd__sync_build(const kvd_sync_t *in, Kvdock__Sync *s);
 kvd_status_t kvd__op_call(kvd_client_t *cli, Kvdock__Request *req, kvd_op_result_t *out,
                           uint64_t *req_id);
 
+/* The key area (keyarea.c).  init reads $KVDOCK_KEY_AREA (a size, 0:
+ * never use one); teardown unmaps it. */
+void kvd__key_area_init(kvd_client_t *c);
+void kvd__key_area_teardown(kvd_client_t *c);
+/* Write in's chain into the area and name it in m through ref (which must
+ * live until the request is sent): true when it went there, false when it
+ * stays for the frame (too short, mixed widths, no area or no room).  The
+ * room taken is held until kvd__key_area_put, which the request's pending
+ * entry calls (mu held) when its reply comes or it is dropped unsent. */
+bool kvd__key_area_take(kvd_client_t *c, const kvd_cache_keys_t *in, Kvdock__CacheKeys *m,
+                        Kvdock__KeyAreaRef *ref);
+void kvd__key_area_put(kvd_client_t *c);
+/* Whether req names a chain in the key area. */
+bool kvd__key_area_named(const Kvdock__Request *req);
 /* A PoolInfo as the API's struct (pools.c). */
 void kvd__pool_info_from_pb(kvd_pool_info_t *dst, const Kvdock__PoolInfo *src);
 

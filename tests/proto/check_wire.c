@@ -279,6 +279,7 @@ static const struct {
     {"cache_load", KVDOCK__REQUEST__OP_CACHE_LOAD, "cache_load"},
     {"cache_evict", KVDOCK__REQUEST__OP_CACHE_EVICT, "cache_evict"},
     {"cache_release", KVDOCK__REQUEST__OP_CACHE_RELEASE, "cache_release"},
+    {"cache_key_area", KVDOCK__REQUEST__OP_CACHE_KEY_AREA, "cache_key_area"},
     {"shutdown", KVDOCK__REQUEST__OP_SHUTDOWN, "shutdown"},
 };
 #define N_REQUEST_OPS (int)(sizeof(request_ops) / sizeof(request_ops[0]))
@@ -301,6 +302,7 @@ static const struct {
     {"caches", KVDOCK__RESPONSE__RESULT_CACHES},
     {"cache_lookup", KVDOCK__RESPONSE__RESULT_CACHE_LOOKUP},
     {"cache_evict", KVDOCK__RESPONSE__RESULT_CACHE_EVICT},
+    {"cache_key_area", KVDOCK__RESPONSE__RESULT_CACHE_KEY_AREA},
 };
 #define N_RESPONSE_RESULTS (int)(sizeof(response_results) / sizeof(response_results[0]))
 
