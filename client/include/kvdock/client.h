@@ -681,6 +681,12 @@ kvd_status_t kvd_kv_transfer_submit(kvd_client_t *cli, const kvd_kv_transfer_t *
 #define KVD_CACHE_KEY_MAX 64
 #define KVD_CACHE_ALLOW_MAX 16 /* allowed users, and groups, of a cache */
 #define KVD_CACHE_KEYS_MAX 65536 /* keys in one request */
+/* A chain of more than 16 keys of one width goes to the daemon through
+ * memory it shares with the connection (the key area, asked for with the
+ * first such chain), not through the socket; shorter chains, chains of
+ * mixed widths and a daemon without key areas use the frame.  The area's
+ * size is $KVDOCK_KEY_AREA when set (a size, 4K to 4M; 0: never use one),
+ * else 1 MiB. */
 #define KVD_CACHE_LAYER_EVENTS_MAX 128
 
 typedef struct kvd_cache_layout {
