@@ -452,7 +452,8 @@ static void event_ops(void)
 
 /* The cache tier: a cache of the pool's layout (2 layers, pages of 4
  * slots of 32 bytes), a save, a lookup with a lease, loads by keys and by
- * the lease, another lease released, an eviction, figures, a list, a drop
+ * the lease, another lease released, lookups through a key area, an
+ * eviction, figures, a list, a drop
  * (ids as the first session of a fresh daemon gets them). */
 static void cache_ops(void)
 {
@@ -468,6 +469,9 @@ static void cache_ops(void)
     Kvdock__CacheRelease rl = KVDOCK__CACHE_RELEASE__INIT;
     Kvdock__CacheList list = KVDOCK__CACHE_LIST__INIT;
     Kvdock__CacheDrop cd = KVDOCK__CACHE_DROP__INIT;
+    Kvdock__CacheKeyArea ka = KVDOCK__CACHE_KEY_AREA__INIT;
+    Kvdock__CacheKeys akeys = KVDOCK__CACHE_KEYS__INIT;
+    Kvdock__KeyAreaRef ref = KVDOCK__KEY_AREA_REF__INIT;
     Kvdock__Indices pages = KVDOCK__INDICES__INIT, back = KVDOCK__INDICES__INIT;
     static uint8_t blob[3 * 16] = "chain-key-0000aa" "chain-key-0001bb" "chain-key-0002cc";
     int64_t p[3] = {0, 1, 2}, q[3] = {5, 6, 7};
@@ -525,6 +529,23 @@ static void cache_ops(void)
     r.op_case = KVDOCK__REQUEST__OP_CACHE_RELEASE;
     r.cache_release = &rl;
     frame(&r);
+    /* a key area and a lookup naming two keys in it */
+    ka.bytes = 4096;
+    kvdock__request__init(&r);
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_KEY_AREA;
+    r.cache_key_area = &ka;
+    frame(&r);
+    ref.offset = 16;
+    ref.count = 2;
+    akeys.area = &ref;
+    akeys.key_size = 16;
+    lk.keys = &akeys;
+    lk.lease = 0;
+    kvdock__request__init(&r);
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_LOOKUP;
+    r.cache_lookup = &lk;
+    frame(&r);
+    lk.keys = &keys;
     ev.cache = 1;
     ev.keys = &keys;
     kvdock__request__init(&r);
