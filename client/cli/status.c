@@ -261,20 +261,19 @@ static int run(kvd__cli_ctx_t *o, int argc, char **argv)
             kvd__cli_table_print(&t);
         }
         if (s.disk.num_skipped > 0) {
+            /* a line each, the reason whole (a table cell would cut it) */
             uint32_t n = s.disk.num_skipped;
             printf("\nskipped     %u director%s of the cache dir not reopened at start: left as "
                    "%s, not served\n", n, n == 1 ? "y" : "ies", n == 1 ? "it is" : "they are");
-            kvd__cli_table_init(&t, "DIR,CACHE,>OWNER,REASON");
             for (uint32_t i = 0; i < n && i < KVD_DISK_SKIPPED_MAX; i++) {
                 const kvd_skipped_cache_t *k = &s.disk.skipped[i];
-                char own[16];
-                snprintf(own, sizeof(own), "%u", k->owner_uid);
-                kvd__cli_table_row(&t, k->dir, k->name[0] ? k->name : "-",
-                                   k->name[0] ? own : "-", k->reason);
+                printf("  %s", k->dir);
+                if (k->name[0])
+                    printf(" (cache %s, uid %u)", k->name, k->owner_uid);
+                printf(": %s\n", k->reason);
             }
-            kvd__cli_table_print(&t);
             if (n > KVD_DISK_SKIPPED_MAX)
-                printf("... and %u more (the daemon's log names each: "
+                printf("  ... and %u more (the daemon's log names each: "
                        "event=cache_reopen_skipped)\n", n - KVD_DISK_SKIPPED_MAX);
         }
         if (s.cluster.enabled) {
