@@ -1001,7 +1001,8 @@ static const char *reopen_conflict(kvd__server_t *srv, const kvd__manifest_t *m,
 
 /* Directory dirname of --cache-dir is left as it is, for why; m: its
  * manifest, when it could be read.  Logged, counted and (the first
- * KVD_SKIPPED_KEPT) kept for the status. */
+ * KVD_SKIPPED_KEPT) kept for the status, the name's bytes outside
+ * printable ASCII as '?'. */
 static void reopen_skip(kvd__server_t *srv, const char *path, const char *dirname,
                         const kvd__manifest_t *m, const char *why)
 {
@@ -1020,7 +1021,9 @@ static void reopen_skip(kvd__server_t *srv, const char *path, const char *dirnam
         (srv->skipped = calloc(KVD_SKIPPED_KEPT, sizeof(*srv->skipped))) == NULL)
         return; /* the log has it; the status goes without */
     e = &srv->skipped[srv->n_skipped_kept++];
-    snprintf(e->dir, sizeof(e->dir), "%s", dirname);
+    /* any bytes may name a directory; the status carries printable ASCII */
+    for (size_t i = 0; dirname[i] != '\0' && i + 1 < sizeof(e->dir); i++)
+        e->dir[i] = dirname[i] >= 0x20 && dirname[i] < 0x7f ? dirname[i] : '?';
     if (m != NULL) {
         snprintf(e->name, sizeof(e->name), "%s", m->name);
         e->owner_uid = m->owner_uid;

@@ -674,8 +674,9 @@ END_TEST
  * A daemon started again on its --cache-dir lists, in `kvdock status`
  * (text and JSON), each directory there it did not reopen and why: a cache
  * whose disk budget is past today's --disk-budget (its name and owner read
- * from its manifest) and a directory whose manifest is damaged (neither
- * known).  The cache that fits is served; a daemon that skipped none lists
+ * from its manifest), a directory whose manifest is damaged (neither
+ * known) and one named by bytes that are not UTF-8 (shown as '?', the
+ * JSON valid).  The cache that fits is served; a daemon that skipped none lists
  * none.
  */
 START_TEST(test_cli_status_skipped_caches)
@@ -713,11 +714,13 @@ START_TEST(test_cli_status_skipped_caches)
     ck_assert_ptr_nonnull(f);
     fputs("not a manifest\n", f);
     ck_assert_int_eq(fclose(f), 0);
+    snprintf(path, sizeof(path), "%s/x\377y", dir); /* a name not UTF-8, no manifest */
+    ck_assert_int_eq(mkdir(path, 0700), 0);
     ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
 
     r = kvt_cli_at(d.socket, "status", NULL);
     KVT_EXPECT_RC(r, 0);
-    ck_assert_msg(strstr(r.out, "\nskipped     2 directories of the cache dir not reopened at "
+    ck_assert_msg(strstr(r.out, "\nskipped     3 directories of the cache dir not reopened at "
                                 "start: left as they are, not served\n") != NULL,
                   "no skipped caches in:\n%s", r.out);
     snprintf(want, sizeof(want), "\n  u%u-cli-past (cache cli-past, uid %u): its disk budget "
@@ -734,7 +737,9 @@ START_TEST(test_cli_status_skipped_caches)
     r = kvt_cli_at(d.socket, "status", "--json", NULL);
     KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
-    ck_assert_ptr_nonnull(strstr(r.out, "\"skipped_total\":2,\"skipped\":[{\"dir\":\"u"));
+    ck_assert_ptr_nonnull(strstr(r.out, "\"skipped_total\":3,\"skipped\":[{\"dir\":\""));
+    ck_assert_ptr_nonnull(strstr(r.out, "{\"dir\":\"x?y\",\"name\":null,\"owner_uid\":null,"
+                                        "\"reason\":\"no manifest: "));
     snprintf(want, sizeof(want), "{\"dir\":\"u%u-cli-past\",\"name\":\"cli-past\",\"owner_uid\":%u,"
              "\"reason\":\"its disk budget (33554432) does not fit", uid, uid);
     ck_assert_msg(strstr(r.out, want) != NULL, "no %s in:\n%s", want, r.out);
