@@ -469,12 +469,21 @@ START_TEST(test_found_and_pulled)
     ck_assert_uint_eq(info.peer_hits, 64);
     {
         /* and `kvdock cache ls` HIT says so: every token asked for was hit */
-        const char *ls[] = {KVDOCK_CLI_PATH, "--socket", nodes[1].d.socket, "cache", "ls", NULL};
+        const char *ls[] = {KVDOCK_CLI_PATH, "--socket", nodes[1].d.socket, "cache", "ls", NULL,
+                            NULL};
         char *out = NULL, *err = NULL;
         int rc = kvt_run(ls, &out, &err, 20000);
 
         ck_assert_msg(rc == 0 && strstr(out, " 100.0% ") != NULL, "kvdock cache ls:\n%s%s",
                       out, err);
+        free(out);
+        free(err);
+        ls[4] = "stats"; /* and `cache stats` the peers' share */
+        ls[5] = "kv";
+        rc = kvt_run(ls, &out, &err, 20000);
+        ck_assert_msg(rc == 0 && strstr(out, ": 512 of 512 tokens hit (100.0%), 256 of them on "
+                                             "peers\n") != NULL,
+                      "kvdock cache stats:\n%s%s", out, err);
         free(out);
         free(err);
     }
