@@ -1149,7 +1149,10 @@ int kvd__cache_commit(kvd__cache_store_t *c, uint32_t id)
     }
     b->state = KVD_CBLOCK_READY;
     c->ready++;
-    if (c->disk != NULL)
+    if (b->host == 0) /* written early, its host copy gone (kvd__cache_write_early) */
+        c->disk_only++;
+    if (c->disk != NULL && !on_disk(c, id) &&
+        !(b->dflags & (KVD_CBLOCK_WRITING | KVD_CBLOCK_NODISK)))
         disk_write(c, id); /* holds it while its record is written */
     kvd__cache_unhold(c, id);
     return 1;
@@ -1364,6 +1367,8 @@ static void disk_written(void *arg, kvd_status_t st, kvd__disk_loc_t loc)
         D(c, w->id)->dseg = KVD_DISK_LOC_SEG(loc);
         D(c, w->id)->doff = KVD_DISK_LOC_OFF(loc);
         c->disk->writes++;
+        if (b->state == KVD_CBLOCK_FILLING) /* written early: its slot takes the next block */
+            host_free(c, b);
     } else {
         c->disk->records--;
         c->disk->failed_writes++;
@@ -1423,6 +1428,17 @@ static void disk_write(kvd__cache_store_t *c, uint32_t id)
     b->holds++;
     lru_remove(c, id);
     hlru_remove(c, id);
+}
+
+int kvd__cache_write_early(kvd__cache_store_t *c, uint32_t id)
+{
+    kvd__cblock_t *b = B(c, id);
+
+    if (c->disk == NULL || b->state != KVD_CBLOCK_FILLING || b->host == 0 ||
+        (b->dflags & (KVD_CBLOCK_WRITING | KVD_CBLOCK_NODISK)) || on_disk(c, id))
+        return 0;
+    disk_write(c, id);
+    return (b->dflags & KVD_CBLOCK_WRITING) != 0;
 }
 
 /* A host slot is needed: the least recently used block whose host copy

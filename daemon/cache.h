@@ -356,6 +356,15 @@ void kvd__cache_store_disk_stats(const kvd__cache_store_t *c, kvd__cache_disk_st
  * batch is full: after a save's commits. */
 void kvd__cache_disk_flush(kvd__cache_store_t *c);
 
+/* A save larger than the host level: filling block id, its bytes
+ * complete but not committed, is written to disk now, and its host slot
+ * is let go once its record is there (the written hook says so); it stays
+ * invisible until kvd__cache_commit (READY, on disk only) or goes with
+ * kvd__cache_abort (its record dropped).  1: its write is queued; 0: not
+ * (no disk level, the budget full of blocks that cannot go, the store
+ * refused): its bytes stay in host memory. */
+int kvd__cache_write_early(kvd__cache_store_t *c, uint32_t id);
+
 /* Records being written now: each holds its block's host slot until it
  * is on disk. */
 uint64_t kvd__cache_disk_writing(const kvd__cache_store_t *c);

@@ -1718,28 +1718,13 @@ static kvd_status_t get_pages(kvd__req_t *r, kvd__dataop_t *d, const Kvdock__Ind
     return KVD_OK;
 }
 
-/* The operation's bookkeeping goes with its reference on the cache. */
-static void cacheop_free(kvd__dataop_t *d)
+/* A save ends: its new blocks are committed (st KVD_OK) or aborted, the
+ * last first; its reply's counts; op goes. */
+static void save_end(cacheop_t *op, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
 {
-    cacheop_t *op = d->ext;
-
-    kvd__cache_unref(op->cache);
-    kvd__account_release(op->conn, KVD_HM_REQUESTS, op->held);
-    free(op->ids);
-    free(op->is_new);
-    free(op);
-    d->ext = NULL;
-}
-
-static void save_finish(kvd__dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
-{
-    cacheop_t *op = d->ext;
-    kvd__cache_store_t *c;
+    kvd__cache_store_t *c = &op->cache->store;
     uint32_t i;
 
-    if (op == NULL)
-        return;
-    c = &op->cache->store;
     for (i = op->n; i-- > 0;) { /* the last first: parents end up more recent */
         if (op->is_new[i]) {
             if (st != KVD_OK)
@@ -1766,7 +1751,19 @@ static void save_finish(kvd__dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep,
         *bytes = (uint64_t)op->stored * c->block_bytes;
     }
     rep->rows = op->n;
-    cacheop_free(d);
+    kvd__cache_unref(op->cache);
+    kvd__account_release(op->conn, KVD_HM_REQUESTS, op->held);
+    free(op->ids);
+    free(op->is_new);
+    free(op);
+}
+
+static void save_finish(kvd__dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep, uint64_t *bytes)
+{
+    if (d->ext == NULL)
+        return;
+    save_end(d->ext, st, rep, bytes);
+    d->ext = NULL;
 }
 
 /* The operation's bookkeeping, reserved before anything else can fail. */
@@ -1807,6 +1804,347 @@ static kvd_status_t wait_for_slots(kvd__req_t *r, kvd__cache_t *k, uint32_t need
     r->park = &k->waiters;
     r->park_need = need;
     return kvd__req_fail(r, KVD_EBUSY, "cache '%s': %s", k->name, why);
+}
+
+/* ---- a save larger than the host level ------------------------------------------ */
+
+/*
+ * A save into a cache with a disk level that finds no host slot for its
+ * next block, while disk writes in flight hold them, streams through the
+ * host level: the blocks it has reserved are copied, written to disk at
+ * once (still invisible: kvd__cache_write_early), and their host slots
+ * let go as their records land; the save takes slots for its next blocks
+ * as they free, waiting on the cache's queue at its head in between
+ * (park.h: as a plan, no frame kept).  The last part is copied with the
+ * reply, whose finish commits every block at once, the last first: a
+ * lookup sees the whole save or none of it, and a chain's present blocks
+ * stay a prefix over both levels.  A save that fails (its client gone,
+ * its wait past --disk-wait-ms, a copy failed, the cache dropped, the
+ * daemon stopping) aborts every block it made, records included.
+ */
+typedef struct save_stream {
+    kvd__server_t *srv;
+    kvd__conn_t *conn;          /* the reply's, charged with held */
+    uint64_t req_id;
+    size_t op_index;
+    uint64_t t_start_ns;
+    uint64_t held;              /* bytes of this plan (KVD_HM_REQUESTS) */
+    cacheop_t *op;              /* the blocks so far, in chain order (holds the cache) */
+    kvd__pool_t *pool;
+    kvd__obj_t *refs[KVD_DATAOP_MAX_REFS]; /* the pool, events: referenced */
+    int nrefs;
+    /* the request's Sync: each copy's */
+    int sclass, path, reply_at_enqueue;
+    unsigned launch_flags;
+    uint32_t max_blocks;
+    void *wait_event, *record_event;
+    uint32_t first;             /* op->ids place of key 0 (1 after a parent) */
+    uint32_t n;                 /* keys */
+    uint32_t next;              /* keys [next, n) have no block in op yet */
+    uint32_t copied;            /* op->ids[0, copied) are copied (or were there) */
+    uint8_t *keys;              /* [n] of KVD_CACHE_KEY_MAX */
+    uint8_t *klen;              /* [n] */
+    int64_t *pages;             /* [n] the pool's page of each key */
+    uint32_t writes;            /* blocks the last part handed to the writer */
+    uint64_t deadline_ns;       /* of the wait under way (0: a new wait) */
+    int waiting;                /* on the cache's queue (not counted in saving) */
+    char why[200];              /* why the last slot was refused */
+} save_stream_t;
+
+static void stream_go(save_stream_t *s);
+
+static void stream_free(save_stream_t *s)
+{
+    kvd__conn_t *conn = s->conn;
+
+    for (int i = 0; i < s->nrefs; i++)
+        kvd__obj_unref(&s->srv->reg, s->refs[i]);
+    kvd__account_release(conn, KVD_HM_REQUESTS, s->held);
+    free(s->keys);
+    free(s->klen);
+    free(s->pages);
+    free(s);
+    kvd__conn_op_end(conn);
+}
+
+/* The save fails: every block it made goes (records too), the client
+ * hears st and msg (unless it is gone), the plan goes. */
+static void stream_fail(save_stream_t *s, kvd_status_t st, const char *msg)
+{
+    Kvdock__OpReply rep = KVDOCK__OP_REPLY__INIT;
+    uint64_t bytes = 0;
+
+    if (s->waiting) { /* save_end counts it out of the saves in flight */
+        s->waiting = 0;
+        s->op->cache->saving++;
+    }
+    kvd_log(KVD_LOG_DEBUG, "event=cache_save_failed client=%" PRIu64 " id=%" PRIu64
+            " status=%s reason=\"%s\"", s->conn->id, s->req_id, kvd_err_name(st), msg);
+    save_end(s->op, st, &rep, &bytes);
+    if (!s->conn->closing)
+        kvd__reply_deferred(s->conn, s->req_id, s->op_index, s->t_start_ns, st, msg, NULL, 0);
+    stream_free(s);
+}
+
+/* The last copy ended: every block commits (or goes), the reply. */
+static void stream_last_finish(kvd__dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep,
+                               uint64_t *bytes)
+{
+    save_stream_t *s = d->ext;
+
+    if (s == NULL)
+        return;
+    d->ext = NULL;
+    save_end(s->op, st, rep, bytes);
+    stream_free(s);
+}
+
+/* A part's copy ended: its blocks go to disk now (their slots free as
+ * their records land), and the save goes on. */
+static void stream_copied(void *arg, kvd_status_t st)
+{
+    save_stream_t *s = arg;
+    kvd__cache_store_t *c = &s->op->cache->store;
+    char msg[240];
+
+    if (st != KVD_OK) {
+        snprintf(msg, sizeof(msg), "copying blocks from pool '%s' into cache '%s' failed: %s",
+                 s->pool->name, s->op->cache->name, kvd_strerror(st));
+        stream_fail(s, st, msg);
+        return;
+    }
+    s->writes = 0;
+    for (uint32_t i = s->copied; i < s->op->n; i++)
+        if (s->op->is_new[i])
+            s->writes += (uint32_t)kvd__cache_write_early(c, s->op->ids[i]);
+    s->copied = s->op->n;
+    kvd__cache_disk_flush(c);
+    stream_go(s);
+}
+
+/* Copy the new blocks of op->ids[copied..) into the tier: a part on its
+ * own (silent: stream_copied goes on), or the last, with the reply and
+ * the request's record event.  A failure has submitted nothing. */
+static kvd_status_t stream_copy(save_stream_t *s, int last, char *why, size_t why_len)
+{
+    kvd__cache_store_t *c = &s->op->cache->store;
+    uint32_t *ids = malloc(((s->op->n - s->copied) ? s->op->n - s->copied : 1) * sizeof(*ids));
+    int64_t *pages = malloc(((s->op->n - s->copied) ? s->op->n - s->copied : 1) *
+                            sizeof(*pages));
+    kvd__dataop_t *d = kvd__dataop_new(s->srv, s->conn, s->req_id, s->op_index, s->t_start_ns);
+    uint32_t m = 0, next = 0;
+    kvd__slab_plan_t pl;
+    kvd_status_t st = KVD_ENOMEM;
+
+    memset(&pl, 0, sizeof(pl));
+    snprintf(why, why_len, "out of memory");
+    if (ids == NULL || pages == NULL || d == NULL)
+        goto out;
+    for (int i = 0; i < s->nrefs; i++)
+        kvd__hold(d, s->refs[i]);
+    d->job.sclass = s->sclass;
+    d->job.flags = s->launch_flags;
+    d->job.max_blocks = s->max_blocks;
+    d->job.wait_event = s->wait_event;
+    d->path = s->path;
+    for (uint32_t i = s->copied; i < s->op->n; i++)
+        if (s->op->is_new[i]) {
+            ids[m] = s->op->ids[i];
+            pages[m++] = s->pages[i - s->first];
+        }
+    if ((st = kvd__slab_plan(d, c, ids, pages, m, &pl, why, why_len)) != KVD_OK)
+        goto out;
+    if ((st = kvd__dataop_more(d, pl.nslabs ? pl.nslabs : 1)) != KVD_OK) {
+        snprintf(why, why_len, "out of memory");
+        goto out;
+    }
+    if (pl.nslabs == 0)
+        kvd__empty_job(d, &d->job, s->pool, c->layout.tokens_per_block);
+    else
+        kvd__slab_jobs(d, s->pool, c, &pl, 1, 0, c->layout.num_layers, &next);
+    d->rows = m;
+    d->ext = s;
+    if (last) {
+        d->job.record_event = s->record_event;
+        d->reply_at_enqueue = s->reply_at_enqueue;
+        d->finish = stream_last_finish;
+        d->rows = s->op->stored;
+    } else {
+        d->silent_done = stream_copied;
+        d->silent_arg = s;
+    }
+    if ((st = kvd__dataop_submit(d, why, why_len)) == KVD_OK)
+        d = NULL;
+out:
+    if (d != NULL) {
+        d->ext = NULL;
+        kvd__dataop_free(d);
+    }
+    kvd__slab_plan_free(&pl);
+    free(ids);
+    free(pages);
+    return st;
+}
+
+static void stream_resume(void *arg)
+{
+    save_stream_t *s = arg;
+
+    s->waiting = 0;
+    s->op->cache->saving++;
+    stream_go(s);
+}
+
+static void stream_expire(void *arg, const char *msg)
+{
+    stream_fail(arg, KVD_EBUSY, msg);
+}
+
+static void stream_drop(void *arg)
+{
+    stream_fail(arg, KVD_ECONN, "the client went");
+}
+
+static const kvd__park_ops_t stream_ops = {stream_resume, stream_expire, stream_drop};
+
+/* Take blocks for the keys left while host slots are free; then copy
+ * them (a part, or the last with the reply), or wait for slots to free. */
+static void stream_go(save_stream_t *s)
+{
+    cacheop_t *op = s->op;
+    kvd__cache_t *k = op->cache;
+    kvd__cache_store_t *c = &k->store;
+    kvd_status_t refusal = KVD_OK;
+    char why[240], msg[320];
+    uint32_t got = 0, need;
+
+    if (s->conn->closing) {
+        stream_fail(s, KVD_ECONN, "the client went");
+        return;
+    }
+    if (s->srv->shutting_down) {
+        stream_fail(s, KVD_ESHUTDOWN, "the daemon is shutting down");
+        return;
+    }
+    if (k->dropped) {
+        snprintf(msg, sizeof(msg), "cache '%s' was dropped", k->name);
+        stream_fail(s, KVD_ENOENT, msg);
+        return;
+    }
+    while (s->next < s->n) {
+        const uint8_t *key = s->keys + (size_t)s->next * KVD_CACHE_KEY_MAX;
+        uint32_t parent = op->n > 0 ? op->ids[op->n - 1] : KVD_CBLOCK_NONE;
+        uint32_t id = kvd__cache_find(c, key, s->klen[s->next]);
+
+        if (id != KVD_CBLOCK_NONE) { /* saved meanwhile by another */
+            kvd__cache_hold(c, id);
+            op->skipped++;
+        } else if ((refusal = kvd__cache_reserve(c, parent, key, s->klen[s->next], &id,
+                                                 s->why, sizeof(s->why))) == KVD_OK) {
+            op->is_new[op->n] = 1;
+            op->stored++;
+            got++;
+        } else if (refusal == KVD_EBUSY && (got > 0 || slots_will_free(k, 1))) {
+            break; /* the blocks it just took free theirs once copied and written */
+        } else {
+            op->refused = s->n - s->next;
+            kvd_log(KVD_LOG_DEBUG, "event=cache_save_refused cache=%" PRIu64 " blocks=%u "
+                    "reason=\"%s\"", k->id, op->refused, s->why);
+            s->next = s->n;
+            break;
+        }
+        op->ids[op->n++] = id;
+        s->next++;
+        s->deadline_ns = 0; /* it got on: a new wait from here */
+    }
+    if (s->next == s->n || got > 0) {
+        kvd_status_t st = stream_copy(s, s->next == s->n, why, sizeof(why));
+        if (st != KVD_OK) {
+            snprintf(msg, sizeof(msg), "cache '%s': %s", k->name, why);
+            stream_fail(s, st, msg);
+        }
+        return;
+    }
+    /* nothing free: wait at the head of the queue for the writes of its
+     * last part (at least), or for a part of the host level */
+    need = s->n - s->next;
+    if (need > c->capacity / 4)
+        need = c->capacity / 4 ? c->capacity / 4 : 1;
+    if (s->writes > 0 && need > s->writes)
+        need = s->writes;
+    snprintf(msg, sizeof(msg), "cache '%s': %u of %u blocks stored, the rest waiting: %.180s",
+             k->name, op->stored, s->n, s->why);
+    k->saving--; /* a waiting save holds no slot that frees itself */
+    s->waiting = 1;
+    if (kvd__park_plan(&k->waiters, s->conn, &stream_ops, s, s->t_start_ns, &s->deadline_ns,
+                       need, msg) !=
+        KVD_OK)
+        stream_fail(s, KVD_EBUSY, msg);
+}
+
+/* The save of request r into pool p's pages goes on as a plan (op: its
+ * blocks so far, those of the keys before key next; pages[n]: the keys'
+ * pages): its blocks so far are copied, and the rest stream.  KVD_OK: r
+ * is deferred, op the plan's; a failure: r's message set, nothing kept,
+ * op still the caller's. */
+static kvd_status_t stream_start(kvd__req_t *r, kvd__dataop_t *d, kvd__pool_t *p, cacheop_t *op,
+                                 const keys_t *ks, uint32_t next, const int64_t *pages)
+{
+    uint64_t held = sizeof(save_stream_t) + (uint64_t)ks->n * (KVD_CACHE_KEY_MAX + 1 + 8);
+    save_stream_t *s;
+    char why[200];
+    kvd_status_t st;
+
+    if ((st = kvd__account_charge(r->conn, KVD_HM_REQUESTS, held, r->msg, sizeof(r->msg))) !=
+        KVD_OK)
+        return st;
+    if ((s = calloc(1, sizeof(*s))) == NULL ||
+        (s->keys = malloc((size_t)ks->n * KVD_CACHE_KEY_MAX)) == NULL ||
+        (s->klen = malloc(ks->n)) == NULL || (s->pages = malloc(ks->n * sizeof(int64_t))) == NULL) {
+        if (s != NULL) {
+            free(s->keys);
+            free(s->klen);
+            free(s);
+        }
+        kvd__account_release(r->conn, KVD_HM_REQUESTS, held);
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    }
+    s->srv = r->srv;
+    s->conn = r->conn;
+    s->req_id = r->req->id;
+    s->op_index = r->op_index;
+    s->t_start_ns = r->t_start_ns;
+    s->held = held;
+    s->op = op;
+    s->pool = p;
+    for (int i = 0; i < d->nrefs; i++) {
+        kvd__obj_ref(d->refs[i]);
+        s->refs[s->nrefs++] = d->refs[i];
+    }
+    s->sclass = d->job.sclass;
+    s->path = d->path;
+    s->reply_at_enqueue = d->reply_at_enqueue;
+    s->launch_flags = d->job.flags;
+    s->max_blocks = d->job.max_blocks;
+    s->wait_event = d->job.wait_event;
+    s->record_event = d->job.record_event;
+    s->first = op->n - next;
+    s->n = ks->n;
+    s->next = next;
+    for (uint32_t i = 0; i < ks->n; i++) {
+        memcpy(s->keys + (size_t)i * KVD_CACHE_KEY_MAX, ks->k[i], ks->len[i]);
+        s->klen[i] = (uint8_t)ks->len[i];
+    }
+    memcpy(s->pages, pages, ks->n * sizeof(int64_t));
+    kvd__conn_op_begin(r->conn);
+    if ((st = stream_copy(s, 0, why, sizeof(why))) != KVD_OK) {
+        stream_free(s);
+        return kvd__req_fail(r, st, "cache '%s': %s", op->cache->name, why);
+    }
+    d->ext = NULL; /* the plan's now */
+    d->finish = NULL;
+    r->deferred = 1;
+    return KVD_OK;
 }
 
 static kvd_status_t do_save(kvd__req_t *r, kvd__dataop_t *d)
@@ -1865,17 +2203,25 @@ static kvd_status_t do_save(kvd__req_t *r, kvd__dataop_t *d)
             op->skipped++;
         } else if (k->waiters.head != NULL && !r->replayed) {
             /* the slots freed next are theirs: it waits behind them */
-            return wait_for_slots(r, k, op->stored + ks.n - i, "saves sent before it wait for "
-                                  "host memory that the disk writes in flight hold");
+            return wait_for_slots(r, k, ks.n - i < c->capacity ? ks.n - i : c->capacity,
+                                  "saves sent before it wait for host memory that the disk "
+                                  "writes in flight hold");
         } else if ((refusal = kvd__cache_reserve(c, parent, ks.k[i], ks.len[i], &id, why,
                                                  sizeof(why))) == KVD_OK) {
             op->is_new[op->n] = 1;
             op->stored++;
+        } else if (refusal == KVD_EBUSY && op->stored > 0 && c->disk != NULL) {
+            /* With blocks taken, the save streams through the host level
+             * from here (larger than it, or beside others): what it took
+             * is copied, written and let go, and it takes the next slots
+             * as they free */
+            return stream_start(r, d, p, op, &ks, i, pages);
         } else if (refusal == KVD_EBUSY && slots_will_free(k, 1)) {
-            /* the disk writer is behind: what the save has taken goes
-             * back (its finish hook) and it runs again, whole, once the
-             * writes have freed as many slots */
-            return wait_for_slots(r, k, op->stored + ks.n - i, why);
+            uint32_t need = ks.n - i;
+            /* the disk writer is behind: it runs again, whole, once the
+             * writes have freed as many slots (a part of the host level:
+             * it streams then) */
+            return wait_for_slots(r, k, need < c->capacity ? need : c->capacity, why);
         } else {
             op->refused = ks.n - i;
             kvd_log(KVD_LOG_DEBUG, "event=cache_save_refused cache=%" PRIu64 " blocks=%u "

@@ -182,6 +182,10 @@ const kvd__option_def_t kvd__option_table[] = {
      "how the disk level reads and writes: io_uring (one thread driving a ring), threads "
      "(a pool doing pread/pwrite: for sandboxes and tools that do not follow io_uring, such "
      "as valgrind), or auto: io_uring where the kernel allows it, else threads (logged)"},
+    {"disk-wait-ms", KVD_OPT_UINT, OFF(disk_wait_ms), "10000", 1, 600000, NULL,
+     "how long a cache save or load waits at most for host slots that the disk level's writes "
+     "in flight hold: a disk that frees none for this long is stuck, and the request is "
+     "answered EBUSY with the reason, nothing of it stored"},
 };
 const size_t kvd__option_count = sizeof(kvd__option_table) / sizeof(kvd__option_table[0]);
 

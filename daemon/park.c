@@ -1,6 +1,8 @@
 /* Requests that wait: see park.h. */
 #include "park.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +21,8 @@ struct kvd__parked {
     uint32_t need;
     uint64_t held;            /* charged to the connection */
     char why[256];            /* the handler's EBUSY, the reply if it may not wait */
+    const kvd__park_ops_t *ops; /* a plan's (no frame): NULL for a frame */
+    void *arg;
     kvd__parked_t *prev, *next;           /* the queue's */
     kvd__parked_t *conn_prev, *conn_next; /* the connection's */
     size_t len;
@@ -109,36 +113,106 @@ static void parked_end(kvd__parked_t *p)
     kvd__conn_op_end(c);
 }
 
+/* How long a request waits at most (--disk-wait-ms). */
+static uint64_t wait_ns(const kvd__conn_t *c)
+{
+    return c->srv->opts.disk_wait_ms * 1000000ull;
+}
+
+/* A new entry of c holding len bytes of frame, charged to c; NULL with
+ * the status in *st when it may not wait. */
+static kvd__parked_t *parked_new(kvd__conn_t *c, size_t len, kvd_status_t *st)
+{
+    uint64_t held = sizeof(kvd__parked_t) + len;
+    kvd__parked_t *p;
+    char refused[200];
+
+    *st = KVD_ESHUTDOWN;
+    if (c->closing || c->close_after_flush || c->srv->shutting_down)
+        return NULL;
+    *st = KVD_ELIMIT;
+    if (kvd__account_charge(c, KVD_HM_REQUESTS, held, refused, sizeof(refused)) != KVD_OK)
+        return NULL;
+    *st = KVD_ENOMEM;
+    if ((p = malloc(held)) == NULL) {
+        kvd__account_release(c, KVD_HM_REQUESTS, held);
+        return NULL;
+    }
+    memset(p, 0, sizeof(*p));
+    p->conn = c;
+    p->held = held;
+    p->len = len;
+    *st = KVD_OK;
+    return p;
+}
+
+static void parked_link(kvd__waitq_t *q, kvd__parked_t *p, int at_head);
+
 kvd_status_t kvd__park(kvd__waitq_t *q, kvd__conn_t *c, const uint8_t *payload, size_t len,
                        uint64_t req_id, size_t op_index, uint64_t t_start_ns, uint64_t deadline_ns,
                        uint32_t need, const char *why)
 {
-    uint64_t held = sizeof(kvd__parked_t) + len;
     int at_head = deadline_ns != 0;
     kvd__parked_t *p;
-    char refused[200];
+    kvd_status_t st;
 
-    if (c->closing || c->close_after_flush || c->srv->shutting_down)
-        return KVD_ESHUTDOWN;
-    if (kvd__account_charge(c, KVD_HM_REQUESTS, held, refused, sizeof(refused)) != KVD_OK)
-        return KVD_ELIMIT;
-    if ((p = malloc(held)) == NULL) {
-        kvd__account_release(c, KVD_HM_REQUESTS, held);
-        return KVD_ENOMEM;
-    }
-    memset(p, 0, sizeof(*p));
-    p->q = q;
-    p->conn = c;
+    if ((p = parked_new(c, len, &st)) == NULL)
+        return st;
     p->req_id = req_id;
     p->op_index = op_index;
     p->t_start_ns = t_start_ns;
-    p->deadline_ns = at_head ? deadline_ns : kvd__now_ns() + KVD_PARK_WAIT_MS * 1000000ull;
+    p->deadline_ns = at_head ? deadline_ns : kvd__now_ns() + wait_ns(c);
     p->need = need ? need : 1;
-    p->held = held;
     snprintf(p->why, sizeof(p->why), "%s", why);
-    p->len = len;
     memcpy(p->payload, payload, len);
-    if (at_head) { /* it was the head: it keeps its place */
+    parked_link(q, p, at_head);
+    return KVD_OK;
+}
+
+kvd_status_t kvd__park_plan(kvd__waitq_t *q, kvd__conn_t *c, const kvd__park_ops_t *ops,
+                            void *arg, uint64_t t_start_ns, uint64_t *deadline_ns, uint32_t need,
+                            const char *why)
+{
+    kvd__parked_t *p;
+    kvd_status_t st;
+
+    if ((p = parked_new(c, 0, &st)) == NULL)
+        return st;
+    if (*deadline_ns == 0)
+        *deadline_ns = kvd__now_ns() + wait_ns(c);
+    p->deadline_ns = *deadline_ns;
+    p->need = need ? need : 1;
+    p->ops = ops;
+    p->arg = arg;
+    p->t_start_ns = t_start_ns;
+    snprintf(p->why, sizeof(p->why), "%s", why);
+    parked_link(q, p, 2);
+    return KVD_OK;
+}
+
+/* p waits on q from now: at the head (at_head 1: a woken head that waits
+ * again), at the tail (0), or (2: a plan) behind every request that came
+ * before it, ahead of the later ones. */
+static void parked_link(kvd__waitq_t *q, kvd__parked_t *p, int at_head)
+{
+    kvd__conn_t *c = p->conn;
+    kvd__parked_t *after = q->tail;
+
+    p->q = q;
+    if (at_head == 2) {
+        while (after != NULL && after->t_start_ns > p->t_start_ns)
+            after = after->prev;
+        if (after != NULL && after != q->tail) { /* in the middle: after `after` */
+            p->prev = after;
+            p->next = after->next;
+            after->next->prev = p;
+            after->next = p;
+        }
+        at_head = after == NULL;
+    }
+    if (p->prev != NULL) {
+        /* linked above */
+    } else if (at_head) { /* it was the head: it keeps its place */
         p->next = q->head;
         if (q->head)
             q->head->prev = p;
@@ -155,7 +229,7 @@ kvd_status_t kvd__park(kvd__waitq_t *q, kvd__conn_t *c, const uint8_t *payload, 
     }
     if (q->head == p)
         q->freed = 0; /* counted for the head from now */
-    q->waited_again |= at_head;
+    q->waited_again |= q->head == p;
     p->conn_next = c->parked;
     if (c->parked)
         c->parked->conn_prev = p;
@@ -164,7 +238,6 @@ kvd_status_t kvd__park(kvd__waitq_t *q, kvd__conn_t *c, const uint8_t *payload, 
         q->ref(q->owner, +1);
     kvd__conn_op_begin(c);
     kvd__server_sweep_arm(c->srv);
-    return KVD_OK;
 }
 
 /* The head runs again: its frame is handled as if it had just come, with
@@ -174,7 +247,10 @@ static void run_head(kvd__waitq_t *q)
     kvd__parked_t *p = q->head;
 
     parked_detach(p);
-    kvd__dispatch_replay(p->conn, p->payload, p->len, p->t_start_ns, p->deadline_ns);
+    if (p->ops != NULL)
+        p->ops->resume(p->arg);
+    else
+        kvd__dispatch_replay(p->conn, p->payload, p->len, p->t_start_ns, p->deadline_ns);
     parked_end(p);
 }
 
@@ -207,6 +283,8 @@ void kvd__park_drop_conn(kvd__conn_t *c)
     while (c->parked) {
         kvd__parked_t *p = c->parked;
         parked_detach(p);
+        if (p->ops != NULL)
+            p->ops->drop(p->arg);
         parked_end(p);
     }
 }
@@ -220,11 +298,14 @@ void kvd__park_expire(kvd__conn_t *c, uint64_t now_ns)
 
         if (now_ns >= p->deadline_ns) {
             char msg[320];
-            snprintf(msg, sizeof(msg), "%s (waited %u ms for it to free)", p->why,
-                     KVD_PARK_WAIT_MS);
-            kvd__reply_deferred(c, p->req_id, p->op_index, p->t_start_ns, KVD_EBUSY, msg, NULL,
-                                0);
+            snprintf(msg, sizeof(msg), "%s (waited %" PRIu64 " ms, --disk-wait-ms, for it to "
+                     "free)", p->why, c->srv->opts.disk_wait_ms);
             parked_detach(p);
+            if (p->ops != NULL)
+                p->ops->expire(p->arg, msg);
+            else
+                kvd__reply_deferred(c, p->req_id, p->op_index, p->t_start_ns, KVD_EBUSY, msg,
+                                    NULL, 0);
             parked_end(p);
         }
         p = next;

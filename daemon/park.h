@@ -9,7 +9,12 @@
  * has seen that much freed or nothing is left in flight that could free
  * more.  The handler's EBUSY is the reply where the request may not wait:
  * no room for the copy, a run that is already a wait's last chance, or
- * KVD_PARK_WAIT_MS gone by.
+ * --disk-wait-ms gone by.
+ *
+ * A request that has begun its work (a save streaming through the host
+ * level, ops_cache.c) waits as a plan instead: no frame is kept, its
+ * plan is resumed, and it answers for itself when its time is up or its
+ * connection goes.
  *
  * A queue is first come, first served: the head runs again first, and a
  * handler that finds others waiting on its queue waits behind them (it
@@ -27,10 +32,6 @@
 typedef struct kvd__server kvd__server_t;
 typedef struct kvd__conn kvd__conn_t;
 typedef struct kvd__parked kvd__parked_t;
-
-/* How long a request waits at most: a disk that frees nothing for this
- * long is stuck, and the client hears EBUSY with the handler's reason. */
-#define KVD_PARK_WAIT_MS 10000u
 
 typedef struct kvd__waitq {
     kvd__parked_t *head, *tail;
@@ -63,6 +64,26 @@ void kvd__waitq_wake_all(kvd__waitq_t *q);
 kvd_status_t kvd__park(kvd__waitq_t *q, kvd__conn_t *c, const uint8_t *payload, size_t len,
                        uint64_t req_id, size_t op_index, uint64_t t_start_ns, uint64_t deadline_ns,
                        uint32_t need, const char *why);
+/* What a plan that waits does when its turn comes (each called once,
+ * the wait over): resume goes on (and may wait again, at the head);
+ * expire answers KVD_EBUSY with msg (the plan's why, and how long it
+ * waited) and goes; drop goes without a reply (its connection went). */
+typedef struct kvd__park_ops {
+    void (*resume)(void *arg);
+    void (*expire)(void *arg, const char *msg);
+    void (*drop)(void *arg);
+} kvd__park_ops_t;
+
+/* Plan arg of connection c, whose request came at t_start_ns, waits on q
+ * for need units, behind the requests that came before it and ahead of
+ * the later ones (it has begun: it does not go behind them); *deadline_ns:
+ * 0 for a new wait, set to its end here; a woken plan that got nothing
+ * passes its own back.  why: what it waits for, for the EBUSY.  KVD_OK:
+ * it waits (an operation in flight on c); else it may not (the plan ends
+ * as it can). */
+kvd_status_t kvd__park_plan(kvd__waitq_t *q, kvd__conn_t *c, const kvd__park_ops_t *ops,
+                            void *arg, uint64_t t_start_ns, uint64_t *deadline_ns, uint32_t need,
+                            const char *why);
 /* Run the woken queues' heads again (the server's idle turn). */
 void kvd__park_run_woken(kvd__server_t *srv);
 /* The connection goes: its waiting requests go without a reply. */

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1406,6 +1407,178 @@ START_TEST(test_load_streams_beside_saves)
 }
 END_TEST
 
+/* Send one save of BIG blocks, one chain whose key i is that of block i %
+ * CHAIN of chain chain0 + i / CHAIN, from pages 0..BIG-1 of p (no reply
+ * read). */
+static void big_save_send(int fd, uint64_t cache, const pool_view_t *p, int chain0, uint64_t id)
+{
+    static uint8_t keys[BIG][8];
+    static int64_t pages[BIG];
+    Kvdock__Request req;
+    Kvdock__CacheSave cs = KVDOCK__CACHE_SAVE__INIT;
+    Kvdock__CacheKeys ck;
+    Kvdock__Indices ix = KVDOCK__INDICES__INIT;
+
+    for (int i = 0; i < BIG; i++) {
+        key_of(chain0 + i / CHAIN, i % CHAIN, keys[i]);
+        pages[i] = i;
+    }
+    kvdock__cache_keys__init(&ck);
+    ck.blob.data = &keys[0][0];
+    ck.blob.len = sizeof(keys);
+    ck.key_size = 8;
+    ix.values = pages;
+    ix.n_values = BIG;
+    cs.cache = cache;
+    cs.pool = p->id;
+    cs.keys = &ck;
+    cs.blocks = &ix;
+    kvdt_req_init(&req, id);
+    req.op_case = KVDOCK__REQUEST__OP_CACHE_SAVE;
+    req.cache_save = &cs;
+    kvdt_send(fd, &req, NULL, 0);
+}
+
+/* How many of the BIG keys of big_save_send(chain0) a lookup reports, and
+ * of them on disk only. */
+static uint32_t big_lookup(int fd, uint64_t cache, int chain0, uint32_t *disk_hits)
+{
+    static uint8_t keys[BIG][8];
+    Kvdock__Request req;
+    Kvdock__CacheLookup lk = KVDOCK__CACHE_LOOKUP__INIT;
+    Kvdock__CacheKeys ck;
+    Kvdock__Response *r;
+    uint32_t hits;
+
+    for (int i = 0; i < BIG; i++)
+        key_of(chain0 + i / CHAIN, i % CHAIN, keys[i]);
+    kvdock__cache_keys__init(&ck);
+    ck.blob.data = &keys[0][0];
+    ck.blob.len = sizeof(keys);
+    ck.key_size = 8;
+    lk.cache = cache;
+    lk.keys = &ck;
+    kvdt_req_init(&req, 920);
+    req.op_case = KVDOCK__REQUEST__OP_CACHE_LOOKUP;
+    req.cache_lookup = &lk;
+    r = kvdt_call(fd, &req);
+    ck_assert_msg(r->status == 0, "lookup: %u %s", r->status, r->message);
+    hits = r->cache_lookup->local_hits;
+    if (disk_hits != NULL)
+        *disk_hits = r->cache_lookup->disk_hits;
+    kvdock__response__free_unpacked(r, NULL);
+    return hits;
+}
+
+/* Blocks the cache's disk level holds now (records queued or written). */
+static uint32_t disk_blocks(int fd, uint64_t cache)
+{
+    Kvdock__Request req;
+    Kvdock__CacheStats cs = KVDOCK__CACHE_STATS__INIT;
+    Kvdock__Response *r;
+    uint32_t n;
+
+    cs.cache = cache;
+    kvdt_req_init(&req, 71);
+    req.op_case = KVDOCK__REQUEST__OP_CACHE_STATS;
+    req.cache_stats = &cs;
+    r = kvdt_call(fd, &req);
+    ck_assert_uint_eq(r->status, 0);
+    ck_assert_ptr_nonnull(r->cache->disk);
+    n = r->cache->disk->blocks;
+    kvdock__response__free_unpacked(r, NULL);
+    return n;
+}
+
+/* One save of 4 times the host level's blocks streams through it: stored
+ * whole in one request, most of it on disk only, and loaded back byte for
+ * byte.  While it streams, another client's lookups see all of it or
+ * none; a client that leaves in the middle of such a save leaves none of
+ * its blocks, on either level. */
+START_TEST(test_save_streams)
+{
+    kvdt_daemon_t d;
+    Kvdock__Response *r;
+    pool_view_t a, b, q;
+    uint64_t cache, buf;
+    uint32_t *flags, disk_hits, seen;
+    void *map;
+    int fd, looker, quitter;
+
+    world_make();
+    start(&d);
+    fd = kvdt_client(&d, "saver");
+    r = blocks_create(fd, 0);
+    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
+    cache = r->cache->id;
+    kvdock__response__free_unpacked(r, NULL);
+    pool_open(fd, "src", BIG, &a);
+    for (int i = 0; i < BIG; i++)
+        fill_page(&a, (uint64_t)i, i / CHAIN, i % CHAIN);
+    looker = kvdt_client(&d, "looker");
+    big_save_send(fd, cache, &a, 0, 930);
+    for (;;) { /* all or nothing, whenever a lookup comes */
+        seen = big_lookup(looker, cache, 0, NULL);
+        ck_assert_msg(seen == 0 || seen == BIG, "a lookup saw %u of the %d blocks of a save "
+                      "in flight", seen, BIG);
+        if (poll(&(struct pollfd){.fd = fd, .events = POLLIN}, 1, 1) == 1) {
+            r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+            ck_assert_ptr_nonnull(r);
+            break;
+        }
+    }
+    ck_assert_msg(r->status == 0, "save of %d blocks through a host level of %d: %u %s", BIG,
+                  HOST_BLOCKS, r->status, r->message);
+    ck_assert_msg(r->op->stored == BIG && r->op->refused == 0 && r->op->skipped == 0,
+                  "stored %u, refused %u, skipped %u", r->op->stored, r->op->refused,
+                  r->op->skipped);
+    kvdock__response__free_unpacked(r, NULL);
+    ck_assert_uint_eq(big_lookup(looker, cache, 0, &disk_hits), BIG);
+    ck_assert_msg(disk_hits >= BIG - HOST_BLOCKS, "%u of %d on disk only", disk_hits, BIG);
+    pool_open(fd, "dst", BIG, &b);
+    memset(b.map, 0xA5, b.len); /* poisoned */
+    buf = kvdt_buffer_map(fd, 4096, &map);
+    flags = map;
+    memset(flags, 0, LAYERS * sizeof(uint32_t));
+    big_load_send(fd, cache, &b, 0, buf, 5, 931);
+    r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+    ck_assert_ptr_nonnull(r);
+    big_load_check(r, &b, flags, 5);
+    kvdock__response__free_unpacked(r, NULL);
+
+    /* a client leaves while its save streams: once it is gone, none of
+     * its blocks is there, and the disk level holds the first save's */
+    quitter = kvdt_client(&d, "quitter");
+    pool_open(quitter, "quit", BIG, &q);
+    big_save_send(quitter, cache, &q, 200, 932);
+    for (int tries = 0; disk_blocks(fd, cache) < BIG + HOST_BLOCKS; tries++) {
+        ck_assert_msg(tries < KVDT_TIMEOUT_MS, "the second save wrote nothing");
+        usleep(1000);
+    }
+    munmap(q.map, q.len);
+    close(quitter);
+    for (int tries = 0;; tries++) {
+        uint32_t on_disk = disk_blocks(fd, cache);
+        seen = big_lookup(looker, cache, 200, NULL);
+        ck_assert_msg(seen == 0 || seen == BIG, "%u blocks of a save half there", seen);
+        if (on_disk == BIG && seen == 0)
+            break;
+        ck_assert_msg(tries < KVDT_TIMEOUT_MS / 5, "the save of a client gone left %u blocks "
+                      "(%u on disk)", seen, on_disk);
+        usleep(5000);
+    }
+    /* the first save's blocks, all still there */
+    ck_assert_uint_eq(big_lookup(looker, cache, 0, NULL), BIG);
+    munmap(map, 4096);
+    munmap(a.map, a.len);
+    munmap(b.map, b.len);
+    close(looker);
+    close(fd);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
+    world_remove();
+}
+END_TEST
+
 /* Saves sent all at once outrun the disk writer (the host level holds 4
  * of the 32 chains, and every block it holds is being written): each
  * waits until the writes before it have freed its host slots, and every
@@ -1531,6 +1704,7 @@ static Suite *restart_suite(void)
     tcase_add_test(tc, test_reopen_other_budgets);
     tcase_add_test(tc, test_load_streams);
     tcase_add_test(tc, test_load_streams_beside_saves);
+    tcase_add_test(tc, test_save_streams);
     suite_add_tcase(s, tc);
     return s;
 }
