@@ -121,9 +121,14 @@ static void run_sync(kvd__disk_req_t *r)
         r->after(r);
 }
 
+/* The disk threads are named (top, ps -L, /proc/PID/task/TID/comm). */
+#define THREAD_NAME "kvd-disk"
+
 static void *pool_main(void *arg)
 {
     kvd__disk_io_t *io = arg;
+
+    (void)pthread_setname_np(pthread_self(), THREAD_NAME);
 
     for (;;) {
         kvd__disk_req_t *r;
@@ -170,6 +175,8 @@ static void *ring_main(void *arg)
     unsigned inflight = 0;
     int armed = 0, stopping = 0;
     uint64_t efd_val;
+
+    (void)pthread_setname_np(pthread_self(), THREAD_NAME);
 
     for (;;) {
         kvd__disk_req_t *take, *done_head = NULL, *done_tail = NULL, *r;

@@ -10,6 +10,7 @@
  * machine's disk, not tmpfs.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <inttypes.h>
 #include <sys/mman.h>
@@ -852,10 +854,10 @@ static int seg_records(const char *path, rec_at_t *out, int max)
     return n;
 }
 
-/* The cache's stats, until n blocks are on its disk level and n records
+/* The cache's stats, until n blocks are on its disk level and writes records
  * written (blocks counts a record from when it is queued, writes once it
  * is on disk). */
-static void wait_on_disk(int fd, uint64_t cache, uint32_t n)
+static void wait_written(int fd, uint64_t cache, uint32_t n, uint64_t writes)
 {
     Kvdock__Request req;
     Kvdock__CacheStats cs = KVDOCK__CACHE_STATS__INIT;
@@ -874,12 +876,17 @@ static void wait_on_disk(int fd, uint64_t cache, uint32_t n)
         on_disk = r->cache->disk->blocks;
         written = r->cache->disk->writes;
         kvdock__response__free_unpacked(r, NULL);
-        if (on_disk == n && written == n)
+        if (on_disk == n && written == writes)
             return;
         ck_assert_msg(tries < KVDT_TIMEOUT_MS / 5, "%u of %u blocks on disk, %" PRIu64
-                      " records written", on_disk, n, written);
+                      " of %" PRIu64 " records written", on_disk, n, written, writes);
         usleep(5000);
     }
+}
+
+static void wait_on_disk(int fd, uint64_t cache, uint32_t n)
+{
+    wait_written(fd, cache, n, n);
 }
 
 enum damage { FLIPPED, TRUNCATED };
@@ -1579,6 +1586,120 @@ START_TEST(test_save_streams)
 }
 END_TEST
 
+/* The disk threads of daemon pid (named kvd-disk) stop where they are,
+ * as on a disk that has stopped answering: ptrace-interrupted, their
+ * ids in tids (how many).  disk_resume lets them go on. */
+static int disk_stop(pid_t pid, pid_t *tids, int max)
+{
+    char path[64], comm[32];
+    struct dirent *e;
+    DIR *dir;
+    int n = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    ck_assert_ptr_nonnull(dir = opendir(path));
+    while ((e = readdir(dir)) != NULL) {
+        FILE *f;
+        pid_t tid = (pid_t)atoi(e->d_name);
+        int st;
+
+        if (tid <= 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)pid, (int)tid);
+        if ((f = fopen(path, "r")) == NULL)
+            continue;
+        comm[0] = '\0';
+        if (fgets(comm, sizeof(comm), f) == NULL)
+            comm[0] = '\0';
+        fclose(f);
+        if (strncmp(comm, "kvd-disk", 8) != 0)
+            continue;
+        ck_assert_int_lt(n, max);
+        ck_assert_msg(ptrace(PTRACE_SEIZE, tid, NULL, NULL) == 0, "ptrace of the disk thread "
+                      "%d: %s", (int)tid, strerror(errno));
+        ck_assert_int_eq(ptrace(PTRACE_INTERRUPT, tid, NULL, NULL), 0);
+        ck_assert_int_eq(waitpid(tid, &st, __WALL), tid);
+        tids[n++] = tid;
+    }
+    closedir(dir);
+    ck_assert_msg(n > 0, "no kvd-disk thread in daemon %d", (int)pid);
+    return n;
+}
+
+static void disk_resume(const pid_t *tids, int n)
+{
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(ptrace(PTRACE_DETACH, tids[i], NULL, NULL), 0);
+}
+
+/* The disk stops answering (its threads stopped) under saves that fill
+ * the host level, with --disk-wait-ms 300: a save that streams past the
+ * host level and one that finds no slot at all each wait 300 ms and are
+ * answered EBUSY saying why and how long they waited, nothing of either
+ * stored (a lookup finds none of their blocks, then or later).  With the
+ * disk back, the saves before them are whole on disk and load byte for
+ * byte, and the daemon stops clean. */
+START_TEST(test_wait_expires)
+{
+    const char *extra[] = {"--disk-wait-ms", "300", NULL};
+    kvdt_daemon_t d;
+    Kvdock__Response *r;
+    pool_view_t a;
+    uint64_t cache;
+    pid_t tids[64];
+    int fd, nt;
+
+    world_make();
+    start_with(&d, "256M", extra);
+    fd = kvdt_client(&d, "saver");
+    r = blocks_create(fd, 0);
+    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
+    cache = r->cache->id;
+    kvdock__response__free_unpacked(r, NULL);
+    pool_open(fd, "src", BIG, &a);
+    for (int i = 0; i < BIG; i++)
+        fill_page(&a, (uint64_t)i, i / CHAIN, i % CHAIN);
+    nt = disk_stop(d.pid, tids, 64);
+    /* three chains: 48 of the 64 host slots, their writes never end */
+    for (int c = 0; c < 3; c++) {
+        save_send(fd, cache, &a, c, 960 + (uint64_t)c);
+        r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(saved_whole(r), "save of chain %d: %u %s", c, r->status, r->message);
+        kvdock__response__free_unpacked(r, NULL);
+    }
+    /* a save of 256 blocks takes the 16 slots left, then waits */
+    big_save_send(fd, cache, &a, 100, 970);
+    r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->status == KVD_EBUSY && strstr(r->message, "waited 300 ms") != NULL &&
+                  strstr(r->message, "16 of 256 blocks stored, the rest waiting") != NULL,
+                  "a streaming save past its wait: %u %s", r->status, r->message);
+    kvdock__response__free_unpacked(r, NULL);
+    ck_assert_uint_eq(big_lookup(fd, cache, 100, NULL), 0);
+    /* a save that finds no slot at all */
+    save_send(fd, cache, &a, 3, 971);
+    r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->status == KVD_EBUSY && strstr(r->message, "waited 300 ms") != NULL &&
+                  strstr(r->message, "written to disk") != NULL,
+                  "a waiting save past its wait: %u %s", r->status, r->message);
+    kvdock__response__free_unpacked(r, NULL);
+    ck_assert_uint_eq(lookup(fd, cache, 3, NULL), 0);
+    disk_resume(tids, nt);
+    /* the three chains on disk; the streamed save's 16 records, written
+     * once the disk came back, dropped */
+    wait_written(fd, cache, 3 * CHAIN, 4 * CHAIN);
+    ck_assert_uint_eq(big_lookup(fd, cache, 100, NULL), 0);
+    ck_assert_uint_eq(lookup(fd, cache, 3, NULL), 0);
+    ck_assert_uint_eq(verify_range(fd, cache, 0, 3), 3 * CHAIN);
+    munmap(a.map, a.len);
+    close(fd);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
+    world_remove();
+}
+END_TEST
+
 /* Saves sent all at once outrun the disk writer (the host level holds 4
  * of the 32 chains, and every block it holds is being written): each
  * waits until the writes before it have freed its host slots, and every
@@ -1705,6 +1826,7 @@ static Suite *restart_suite(void)
     tcase_add_test(tc, test_load_streams);
     tcase_add_test(tc, test_load_streams_beside_saves);
     tcase_add_test(tc, test_save_streams);
+    tcase_add_test(tc, test_wait_expires);
     suite_add_tcase(s, tc);
     return s;
 }
