@@ -93,7 +93,8 @@ static void zfree(void *p, size_t bytes)
 }
 
 _Static_assert(sizeof(kvd__cblock_t) == 36, "an entry is 36 bytes (cache.h)");
-_Static_assert(sizeof(kvd__cdisk_t) == 16, "a disk part is 16 bytes (cache.h)");
+_Static_assert(sizeof(kvd__cdisk_t) == 8, "a disk part is 8 bytes (cache.h)");
+_Static_assert(sizeof(kvd__chost_t) == 12, "a host slot's list part is 12 bytes (cache.h)");
 
 /* ---- the keyed hash ------------------------------------------------------- */
 
@@ -186,6 +187,23 @@ static inline int key_equal(const kvd__cblock_t *b, const uint8_t *s, const uint
 static inline uint64_t entry_hash(const kvd__cache_store_t *c, uint32_t id)
 {
     return key_hash(c->seed, key_of(c, id), B(c, id)->klen);
+}
+
+/* Host slot slot's part of the host list (the store has a disk level). */
+static inline kvd__chost_t *HS(const kvd__cache_store_t *c, uint32_t slot)
+{
+    return &c->slabs[kvd__cache_slab_of(c, slot)].hs[kvd__cache_pos_of(c, slot)];
+}
+
+/* Block id takes a free host slot (there is one in free_ids). */
+static inline void host_take(kvd__cache_store_t *c, uint32_t id)
+{
+    kvd__cblock_t *b = B(c, id);
+
+    b->host = c->free_ids[--c->nfree] + 1;
+    c->slabs[kvd__cache_slab_of(c, b->host - 1)].used++;
+    if (c->disk_parts)
+        HS(c, b->host - 1)->owner = id;
 }
 
 static inline void *slot_bytes(const kvd__cache_store_t *c, uint32_t slot)
@@ -460,15 +478,22 @@ static void table_delete(kvd__cache_store_t *c, uint64_t *slot)
  * KVD_CLIST_LRU), linked through the entries, and the host list
  * (KVD_CLIST_HOST, with a disk level: the blocks whose host copy may go,
  * the least recently used first; see host_evict_one), linked through the
- * disk parts.  An entry's lists say which it is on. */
+ * host slots' parts (kvd__chost_t).  An entry's lists say which it is on. */
 static inline kvd__clist_t *list_of(kvd__cache_store_t *c, int which)
 {
     return which == KVD_CLIST_LRU ? &c->lru : &c->hlru;
 }
 
-static inline kvd__clink_t *link_of(const kvd__cache_store_t *c, int which, uint32_t id)
+/* A list's node for entry id: the entry (the recency list), or its host
+ * slot (the host list: a block on it keeps its slot until it leaves). */
+static inline uint32_t node_of(const kvd__cache_store_t *c, int which, uint32_t id)
 {
-    return which == KVD_CLIST_LRU ? &B(c, id)->lru : &D(c, id)->hlru;
+    return which == KVD_CLIST_LRU ? id : B(c, id)->host - 1;
+}
+
+static inline kvd__clink_t *link_at(const kvd__cache_store_t *c, int which, uint32_t node)
+{
+    return which == KVD_CLIST_LRU ? &B(c, node)->lru : &HS(c, node)->hlru;
 }
 
 static void list_remove(kvd__cache_store_t *c, int which, uint32_t id)
@@ -480,13 +505,13 @@ static void list_remove(kvd__cache_store_t *c, int which, uint32_t id)
     if (!(b->lists & which))
         return;
     l = list_of(c, which);
-    e = link_of(c, which, id);
+    e = link_at(c, which, node_of(c, which, id));
     if (e->prev)
-        link_of(c, which, e->prev - 1)->next = e->next;
+        link_at(c, which, e->prev - 1)->next = e->next;
     else
         l->head = e->next;
     if (e->next)
-        link_of(c, which, e->next - 1)->prev = e->prev;
+        link_at(c, which, e->next - 1)->prev = e->prev;
     else
         l->tail = e->prev;
     e->prev = e->next = 0;
@@ -498,25 +523,27 @@ static void list_insert(kvd__cache_store_t *c, int which, uint32_t id, int mru)
 {
     kvd__clist_t *l = list_of(c, which);
     kvd__clink_t *e;
+    uint32_t node;
 
     list_remove(c, which, id);
-    e = link_of(c, which, id);
+    node = node_of(c, which, id);
+    e = link_at(c, which, node);
     if (mru) {
         e->prev = 0;
         e->next = l->head;
         if (l->head)
-            link_of(c, which, l->head - 1)->prev = id + 1;
+            link_at(c, which, l->head - 1)->prev = node + 1;
         else
-            l->tail = id + 1;
-        l->head = id + 1;
+            l->tail = node + 1;
+        l->head = node + 1;
     } else {
         e->next = 0;
         e->prev = l->tail;
         if (l->tail)
-            link_of(c, which, l->tail - 1)->next = id + 1;
+            link_at(c, which, l->tail - 1)->next = node + 1;
         else
-            l->head = id + 1;
-        l->tail = id + 1;
+            l->head = node + 1;
+        l->tail = node + 1;
     }
     B(c, id)->lists |= (uint8_t)which;
 }
@@ -709,6 +736,35 @@ static void slab_ahead(kvd__cache_store_t *c)
     }
 }
 
+/* A slab's part of the host list (n slots), charged as index memory;
+ * NULL with why (the budget's refusal, or out of memory). */
+static kvd__chost_t *hs_new(kvd__cache_store_t *c, uint32_t n, char *why, size_t why_len)
+{
+    uint64_t bytes = (uint64_t)n * sizeof(kvd__chost_t);
+    kvd__chost_t *hs;
+
+    if (kvd__hostmem_reserve(c->hostmem, KVD_HM_CACHE_INDEX, bytes, why, why_len) != KVD_OK)
+        return NULL;
+    if ((hs = calloc(n, sizeof(*hs))) == NULL) {
+        kvd__hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, bytes);
+        snprintf(why, why_len, "out of memory for a slab's host list");
+        return NULL;
+    }
+    c->held_bytes += bytes;
+    return hs;
+}
+
+static void hs_free(kvd__cache_store_t *c, kvd__chost_t *hs, uint32_t n)
+{
+    uint64_t bytes = (uint64_t)n * sizeof(kvd__chost_t);
+
+    if (hs == NULL)
+        return;
+    free(hs);
+    c->held_bytes -= bytes;
+    kvd__hostmem_release(c->hostmem, KVD_HM_CACHE_INDEX, bytes);
+}
+
 static kvd_status_t slab_add(kvd__cache_store_t *c, char *why, size_t why_len)
 {
     uint32_t s, n, i;
@@ -717,6 +773,7 @@ static kvd_status_t slab_add(kvd__cache_store_t *c, char *why, size_t why_len)
     kvd__cache_slab_t *sl = NULL;
     struct kvd__cache_ahead *a;
     uint32_t *f;
+    kvd__chost_t *hs = NULL;
     kvd_status_t st;
 
     if ((n = next_slab(c, &s)) == 0) {
@@ -739,11 +796,12 @@ static kvd_status_t slab_add(kvd__cache_store_t *c, char *why, size_t why_len)
     f = realloc(c->free_ids, total * sizeof(*f));
     if (f != NULL)
         c->free_ids = f;
-    if (f == NULL) {
+    if (f == NULL || (c->disk_parts && (hs = hs_new(c, n, why, why_len)) == NULL)) {
         if (a == NULL)
             slab_unreserve(c->hostmem, held, bytes);
-        snprintf(why, why_len, "out of memory for a slab's entries");
-        return KVD_ENOMEM;
+        if (f == NULL)
+            snprintf(why, why_len, "out of memory for a slab's entries");
+        return f == NULL ? KVD_ENOMEM : KVD_ELIMIT;
     }
     if (a != NULL) {
         sl->ptr = a->ptr;
@@ -754,11 +812,13 @@ static kvd_status_t slab_add(kvd__cache_store_t *c, char *why, size_t why_len)
                KVD_OK) {
         sl->ptr = NULL;
         slab_unreserve(c->hostmem, held, bytes);
+        hs_free(c, hs, n);
         return st;
     } else {
         c->held_bytes += held;
     }
     sl->nblocks = n;
+    sl->hs = hs;
     for (i = n; i-- > 0;) /* the lowest first */
         c->free_ids[c->nfree++] = (s << c->slab_shift) | i;
     c->nslabs++;
@@ -776,6 +836,7 @@ static void slab_free(kvd__cache_store_t *c, uint32_t s)
     uint64_t held = slab_held(c, n);
 
     slab_give_back(&c->mem, c->hostmem, sl->handle, held, (uint64_t)n * c->block_bytes);
+    hs_free(c, sl->hs, n);
     memset(sl, 0, sizeof(*sl));
     c->nslabs--;
     c->held_bytes -= held;
@@ -1123,8 +1184,7 @@ kvd_status_t kvd__cache_reserve(kvd__cache_store_t *c, uint32_t parent, const ui
     if ((st = ent_new(c, &id, why, why_len)) != KVD_OK)
         return st;
     b = B(c, id);
-    b->host = c->free_ids[--c->nfree] + 1;
-    c->slabs[kvd__cache_slab_of(c, b->host - 1)].used++;
+    host_take(c, id);
     memcpy(key_of(c, id), key, klen);
     b->klen = (uint8_t)klen;
     b->state = KVD_CBLOCK_FILLING;
@@ -1447,7 +1507,7 @@ int kvd__cache_write_early(kvd__cache_store_t *c, uint32_t id)
 static kvd_status_t host_evict_one(kvd__cache_store_t *c)
 {
     while (c->hlru.tail) {
-        uint32_t id = c->hlru.tail - 1;
+        uint32_t id = HS(c, c->hlru.tail - 1)->owner;
         kvd__cblock_t *b = B(c, id);
 
         hlru_remove(c, id); /* back when used again */
@@ -1580,8 +1640,7 @@ kvd_status_t kvd__cache_fetch(kvd__cache_store_t *c, uint32_t id, kvd__cache_fet
         free(f);
         return st;
     }
-    b->host = c->free_ids[--c->nfree] + 1;
-    c->slabs[kvd__cache_slab_of(c, b->host - 1)].used++;
+    host_take(c, id);
     c->disk_only--;
     b->dflags |= KVD_CBLOCK_FETCHING;
     if (kvd__disk_read(d->store, loc_of(c, id), key_of(c, id), b->klen,
@@ -1706,6 +1765,8 @@ oom:
 
 /* Every chunk made so far gets its disk parts (charged as index memory):
  * KVD_OK, or the budget's status or KVD_ENOMEM with why, nothing made. */
+static void disk_parts_drop(kvd__cache_store_t *c);
+
 static kvd_status_t disk_parts_make(kvd__cache_store_t *c, char *why, size_t why_len)
 {
     uint64_t bytes = (uint64_t)chunks_len(c->nchunks) * sizeof(kvd__cdisk_t);
@@ -1728,6 +1789,17 @@ static kvd_status_t disk_parts_make(kvd__cache_store_t *c, char *why, size_t why
         return KVD_ENOMEM;
     }
     c->held_bytes += bytes;
+    for (k = 0; k < c->nslabs_max; k++) /* slabs made before: their host list parts */
+        if (c->slabs[k].ptr != NULL &&
+            (c->slabs[k].hs = hs_new(c, c->slabs[k].nblocks, why, why_len)) == NULL) {
+            while (k-- > 0) {
+                hs_free(c, c->slabs[k].hs, c->slabs[k].nblocks);
+                c->slabs[k].hs = NULL;
+            }
+            c->disk_parts = 1;
+            disk_parts_drop(c);
+            return KVD_ELIMIT;
+        }
     c->disk_parts = 1;
     return KVD_OK;
 }
@@ -1743,6 +1815,10 @@ static void disk_parts_drop(kvd__cache_store_t *c)
     for (k = 0; k < c->nchunks; k++) {
         zfree(c->chunks[k].disk, (size_t)chunk_len(k) * sizeof(kvd__cdisk_t));
         c->chunks[k].disk = NULL;
+    }
+    for (k = 0; k < c->nslabs_max; k++) {
+        hs_free(c, c->slabs[k].hs, c->slabs[k].nblocks);
+        c->slabs[k].hs = NULL;
     }
     c->disk_parts = 0;
     c->held_bytes -= bytes;

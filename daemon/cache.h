@@ -72,7 +72,8 @@ enum {
     KVD_CBLOCK_NODISK = 8,   /* its record could not be written: host memory only */
 };
 
-/* The lists an entry is on (lists). */
+/* The lists an entry is on (lists); the host list's nodes are host
+ * slots, the recency list's entries. */
 enum {
     KVD_CLIST_LRU = 1,  /* the recency list: eviction's order */
     KVD_CLIST_HOST = 2, /* the host list (disk level): its host copy may go */
@@ -93,9 +94,10 @@ typedef struct kvd__clist {
 /*
  * One block's entry: 36 bytes, with its key and (with a disk level) its
  * disk part beside it in arrays of their own, so that a block costs the
- * daemon 36 bytes + the cache's key width (+ 16 with a disk level) + its
- * table slots (8 to 16 bytes at a load of a quarter to a half) + its free
- * slot id (4 bytes).  Keys live in per-cache arrays as wide as the longest
+ * daemon 36 bytes + the cache's key width (+ 8 with a disk level) + its
+ * table slots (8 to 16 bytes at a load of a quarter to a half); a host
+ * slot costs its free slot id (4 bytes), and with a disk level its part
+ * of the host list (12).  Keys live in per-cache arrays as wide as the longest
  * key seen (rounded up to 8 bytes): chains of one hash size pay for that
  * size, not for the longest key allowed.  Its children (the blocks whose
  * parent it is) form a list through first_child and the siblings' links,
@@ -116,12 +118,19 @@ typedef struct kvd__cblock {
     uint8_t dflags;    /* KVD_CBLOCK_WRITING ... */
 } kvd__cblock_t;
 
-/* An entry's disk part (made with the disk level): where its record is
- * and its place in the host list. */
+/* An entry's disk part (made with the disk level): where its record is. */
 typedef struct kvd__cdisk {
-    kvd__clink_t hlru;   /* the host list */
     uint32_t dseg, doff; /* its record on disk (kvd__disk_loc_t halves); 0, 0: none */
 } kvd__cdisk_t;
+
+/* A host slot's part of the host list (with a disk level): the list
+ * orders host copies, so its links live with the slots, which are far
+ * fewer than the blocks of a cache with a disk level.  The block whose
+ * bytes it holds, and its neighbours' slots + 1 (0: none). */
+typedef struct kvd__chost {
+    uint32_t owner;
+    kvd__clink_t hlru;
+} kvd__chost_t;
 
 typedef void (*kvd__cache_mem_done_fn)(void *arg, kvd_status_t st, void *ptr, void *handle);
 
@@ -152,6 +161,7 @@ typedef struct kvd__cache_slab {
     void *handle;          /* the allocator's */
     uint32_t nblocks;
     uint32_t used;         /* slots holding a block's bytes */
+    kvd__chost_t *hs;      /* [nblocks] with a disk level; else NULL */
 } kvd__cache_slab_t;
 
 /* A chunk of entries: the entries, their keys and their disk parts, in
