@@ -1501,7 +1501,8 @@ static uint32_t disk_blocks(int fd, uint64_t cache)
  * whole in one request, most of it on disk only, and loaded back byte for
  * byte.  While it streams, another client's lookups see all of it or
  * none; a client that leaves in the middle of such a save leaves none of
- * its blocks, on either level. */
+ * its blocks, on either level; into a disk level of twice the host
+ * level, it stores what fits and counts the rest refused. */
 START_TEST(test_save_streams)
 {
     kvdt_daemon_t d;
@@ -1576,6 +1577,41 @@ START_TEST(test_save_streams)
     }
     /* the first save's blocks, all still there */
     ck_assert_uint_eq(big_lookup(looker, cache, 0, NULL), BIG);
+
+    /* a cache whose disk level holds about twice its host level: the
+     * save stores what the two levels can take (the disk's records, and
+     * host slots whose blocks the disk refused), says how many it
+     * refused, and what it stored loads byte for byte */
+    {
+        kvdt_cache_req_t t;
+        uint64_t tight;
+        uint32_t stored, total = 0;
+
+        kvdt_cache_req(&t, 933, "tight", BLOCKS_HOST, 2 * BLOCKS_HOST);
+        t.cl.num_layers = LAYERS;
+        t.cl.tokens_per_block = TPB;
+        t.cl.token_bytes = TOKB;
+        r = kvdt_call(fd, &t.req);
+        ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
+        tight = r->cache->id;
+        kvdock__response__free_unpacked(r, NULL);
+        big_save_send(fd, tight, &a, 0, 934);
+        r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->status == 0, "save past the disk budget: %u %s", r->status,
+                      r->message);
+        stored = r->op->stored;
+        ck_assert_msg(stored > HOST_BLOCKS && stored < BIG && r->op->refused == BIG - stored,
+                      "stored %u, refused %u", stored, r->op->refused);
+        kvdock__response__free_unpacked(r, NULL);
+        ck_assert_uint_eq(big_lookup(looker, tight, 0, NULL), stored);
+        /* the last chains first: their blocks the disk refused are in
+         * host memory only, and reading the first chains back from disk
+         * evicts them (chain tails first) */
+        for (int c = BIG_CHAINS; c-- > 0;)
+            total += verify_range(fd, tight, c, c + 1);
+        ck_assert_uint_eq(total, stored);
+    }
     munmap(map, 4096);
     munmap(a.map, a.len);
     munmap(b.map, b.len);
