@@ -503,8 +503,15 @@ static int run(kvd__cli_ctx_t *o, int argc, char **argv)
         rc = cmd_one(&cli, o, argc, argv);
     else if (o->help)
         rc = kvd__cli_help(CMD);
-    else
-        rc = usage("unknown subcommand '%s' (create, ls, stats, drop or clear)", sub);
+    else {
+        static const char *const subs[] = {"create", "ls", "stats", "drop", "clear", NULL};
+        const char *near = kvd__cli_nearest_word(sub, subs);
+
+        if (near != NULL)
+            rc = usage("unknown subcommand '%s' (did you mean %s?)", sub, near);
+        else
+            rc = usage("unknown subcommand '%s' (create, ls, stats, drop or clear)", sub);
+    }
     kvd_client_destroy(&cli);
     return rc;
 }

@@ -157,8 +157,17 @@ int main(int argc, char **argv)
         return ctx.help ? 0 : KVD_CLI_EXIT_USAGE;
     }
     c = find_cmd(a.val);
-    if (c == NULL)
+    if (c == NULL) {
+        const char *names[NCMDS + 1], *near;
+
+        for (size_t i = 0; i < NCMDS; i++)
+            names[i] = cmds[i]->name;
+        names[NCMDS] = NULL;
+        near = kvd__cli_nearest_word(a.val, names);
+        if (near != NULL)
+            return kvd__cli_usage(NULL, "unknown command '%s' (did you mean %s?)", a.val, near);
         return kvd__cli_usage(NULL, "unknown command '%s'", a.val);
+    }
     /* the command sees argv from its name on */
     return c->run(&ctx, argc - (a.next - 1), argv + (a.next - 1));
 }

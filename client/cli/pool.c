@@ -189,10 +189,18 @@ static int run(kvd__cli_ctx_t *o, int argc, char **argv)
         return create(o, argc, argv);
     if (strcmp(sub, "drop") == 0)
         return drop(o, argc, argv);
-    return o->help ? kvd__cli_help(CMD)
-                   : kvd__cli_usage(CMD, "unknown subcommand '%s' (create or drop%s)", sub,
-                                    strcmp(sub, "list") == 0 || strcmp(sub, "ls") == 0
-                                        ? "; `kvdock pools` lists them" : "");
+    if (o->help)
+        return kvd__cli_help(CMD);
+    {
+        static const char *const subs[] = {"create", "drop", NULL};
+        const char *near = kvd__cli_nearest_word(sub, subs);
+
+        if (near != NULL)
+            return kvd__cli_usage(CMD, "unknown subcommand '%s' (did you mean %s?)", sub, near);
+    }
+    return kvd__cli_usage(CMD, "unknown subcommand '%s' (create or drop%s)", sub,
+                          strcmp(sub, "list") == 0 || strcmp(sub, "ls") == 0
+                              ? "; `kvdock pools` lists them" : "");
 }
 
 const kvd__cli_cmd_t kvd__cli_cmd_pool = {

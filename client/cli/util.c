@@ -312,6 +312,22 @@ static const char *nearest(const kvd__cli_args_t *a, const char *name, size_t n)
     return best;
 }
 
+const char *kvd__cli_nearest_word(const char *given, const char *const *words)
+{
+    size_t n = strlen(given), best_d = n < 6 ? 2 : n / 3 + 1;
+    const char *best = NULL;
+
+    for (; *words != NULL; words++) {
+        size_t d = distance(given, n, *words);
+
+        if (d < best_d) {
+            best_d = d;
+            best = *words;
+        }
+    }
+    return best;
+}
+
 static int take(kvd__cli_args_t *a, const kvd__cli_opt_t *o, const char *inline_val,
                 const char *given)
 {

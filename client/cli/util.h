@@ -71,6 +71,11 @@ typedef struct kvd__cli_cmd {
     int (*run)(kvd__cli_ctx_t *ctx, int argc, char **argv);
 } kvd__cli_cmd_t;
 
+/* The word of words (NULL-terminated) nearest to given, by the rule that
+ * suggests options: at most a third of its length in edits (one below 6
+ * characters); NULL if none is that near. */
+const char *kvd__cli_nearest_word(const char *given, const char *const *words);
+
 /* "kvdock: " the message, then the command's usage, on stderr;
  * KVD_CLI_EXIT_USAGE. */
 int kvd__cli_usage(const kvd__cli_cmd_t *cmd, const char *fmt, ...)

@@ -1143,6 +1143,23 @@ START_TEST(test_cli_by_the_book)
     KVT_EXPECT_RC(r, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "did you mean --json?"));
     kvt_cli_free(&r);
+    /* commands and subcommands the same way; none suggested when far */
+    r = kvt_cli("sttus", NULL);
+    KVT_EXPECT_RC(r, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "unknown command 'sttus' (did you mean status?)"));
+    kvt_cli_free(&r);
+    r = kvt_cli("xyzzy", NULL);
+    KVT_EXPECT_RC(r, 2);
+    ck_assert_ptr_null(strstr(r.err, "did you mean"));
+    kvt_cli_free(&r);
+    r = kvt_cli("pool", "craete", "x", NULL);
+    KVT_EXPECT_RC(r, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "(did you mean create?)"));
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "stat", NULL);
+    KVT_EXPECT_RC(r, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "(did you mean stats?)"));
+    kvt_cli_free(&r);
     /* a flag with a value, an option without one */
     r = kvt_cli("pool", "create", "x", "--mla=yes", NULL);
     KVT_EXPECT_RC(r, 2);
