@@ -14,7 +14,12 @@
  * harness only chooses where writes end: each of the second to fourth
  * frames (as the length headers cut the input) goes with its own sendmsg
  * carrying one sealed memfd of 64 KiB, so pool imports and every
- * descriptor path see a real descriptor.
+ * descriptor path see a real descriptor.  The harness reads the replies
+ * after each frame; a key area the daemon sends (cache_key_area) is
+ * filled with the input itself, repeated, as a client writes chains into
+ * it: an area reference names bytes of the input (a key saved earlier in
+ * the session, or garbage), so lookups, saves, loads and evictions read
+ * keys from the area as from a frame.
  *
  * After the input, the harness closes its end (the daemon sees the client
  * go, as when a process dies), runs the loop until the connection has
@@ -36,6 +41,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -59,6 +65,9 @@ static int expect_ok;
 static unsigned replies;
 static char sock_dir[64];
 static char sock_path[128];
+/* the input being run: what a key area is filled with */
+static const uint8_t *cur_data;
+static size_t cur_size;
 
 static void die(const char *what)
 {
@@ -142,8 +151,36 @@ static void rx_check(rx_t *r)
     r->len -= off;
 }
 
-/* Read what the daemon wrote (descriptors from exports are closed); -1
- * once the daemon has closed its end. */
+/* A descriptor the daemon sent: a key area (a memfd of at most 4 MiB named
+ * kvdock-keys) is filled with the input, repeated; then it is closed. */
+static void take_fd(int fd)
+{
+    char link[64], name[128];
+    ssize_t n;
+    struct stat st;
+    uint8_t *p;
+
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    n = readlink(link, name, sizeof(name) - 1);
+    if (n > 0 && cur_size > 0) {
+        name[n] = '\0';
+        if (strstr(name, "kvdock-keys") != NULL && fstat(fd, &st) == 0 && st.st_size > 0 &&
+            st.st_size <= (4 << 20)) {
+            p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (p == MAP_FAILED)
+                die("mmap of a key area");
+            for (size_t off = 0; off < (size_t)st.st_size; off += cur_size) {
+                size_t k = (size_t)st.st_size - off;
+                memcpy(p + off, cur_data, k < cur_size ? k : cur_size);
+            }
+            munmap(p, (size_t)st.st_size);
+        }
+    }
+    close(fd);
+}
+
+/* Read what the daemon wrote (descriptors it sends are taken by take_fd);
+ * -1 once the daemon has closed its end. */
 static int drain(int fd, rx_t *r)
 {
     for (;;) {
@@ -161,7 +198,7 @@ static int drain(int fd, rx_t *r)
         n = kvd__sock_recv(fd, r->buf + r->len, r->cap - r->len, fds, &nfds,
                            KVD_MAX_FDS_PER_FRAME);
         for (i = 0; i < nfds; i++)
-            close(fds[i]);
+            take_fd(fds[i]);
         if (n == -EAGAIN || n == -EWOULDBLOCK || n == -EINTR)
             return 0;
         if (n <= 0)
@@ -241,6 +278,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rx_t rx = {0};
 
     replies = 0;
+    cur_data = data;
+    cur_size = size;
     if (srv == NULL)
         server_up();
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
@@ -285,6 +324,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             turn(sv[1], 5);
         }
         uv_run(&loop, UV_RUN_NOWAIT);
+        if (off == frame_end && drain(sv[1], &rx) < 0)
+            break; /* the daemon closed the connection */
     }
     if (pending_fd >= 0)
         close(pending_fd);
@@ -323,7 +364,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the same input replays the same way: ids restart */
     srv->reg.next_id = 1;
     srv->next_client_id = 1;
-    if (srv->caches == NULL)
+    if (srv->caches == NULL) { /* and so no lease */
         srv->next_cache_id = 1;
+        srv->next_lease_id = 1;
+    }
     return 0;
 }

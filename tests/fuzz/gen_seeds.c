@@ -450,11 +450,23 @@ static void event_ops(void)
     frame(&r);
 }
 
+/* Where n bytes at p first occur in the session so far (they must). */
+static size_t where(const void *p, size_t n)
+{
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(buf + i, p, n) == 0)
+            return i;
+    fprintf(stderr, "gen_seeds: bytes not in the session\n");
+    exit(1);
+}
+
 /* The cache tier: a cache of the pool's layout (2 layers, pages of 4
  * slots of 32 bytes), a save, a lookup with a lease, loads by keys and by
- * the lease, another lease released, lookups through a key area, an
- * eviction, figures, a list, a drop
- * (ids as the first session of a fresh daemon gets them). */
+ * the lease, another lease released, a key area with a lookup, a load and
+ * an eviction through it, figures, a list, a drop (ids as the first
+ * session of a fresh daemon gets them).  fuzz_frames fills a key area
+ * with the session's own bytes, repeated: the area's chain is the saved
+ * blob, named where it stands in the save's frame. */
 static void cache_ops(void)
 {
     Kvdock__Request r = KVDOCK__REQUEST__INIT;
@@ -529,14 +541,15 @@ static void cache_ops(void)
     r.op_case = KVDOCK__REQUEST__OP_CACHE_RELEASE;
     r.cache_release = &rl;
     frame(&r);
-    /* a key area and a lookup naming two keys in it */
+    /* a key area, and a lookup, a load and an eviction of the saved
+     * chain in it (fuzz_frames fills the area with this session) */
     ka.bytes = 4096;
     kvdock__request__init(&r);
     r.op_case = KVDOCK__REQUEST__OP_CACHE_KEY_AREA;
     r.cache_key_area = &ka;
     frame(&r);
-    ref.offset = 16;
-    ref.count = 2;
+    ref.offset = where(blob, sizeof(blob));
+    ref.count = 3;
     akeys.area = &ref;
     akeys.key_size = 16;
     lk.keys = &akeys;
@@ -545,9 +558,15 @@ static void cache_ops(void)
     r.op_case = KVDOCK__REQUEST__OP_CACHE_LOOKUP;
     r.cache_lookup = &lk;
     frame(&r);
+    ld.keys = &akeys;
+    ld.lease = 0;
+    kvdock__request__init(&r);
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_LOAD;
+    r.cache_load = &ld;
+    frame(&r);
     lk.keys = &keys;
     ev.cache = 1;
-    ev.keys = &keys;
+    ev.keys = &akeys;
     kvdock__request__init(&r);
     r.op_case = KVDOCK__REQUEST__OP_CACHE_EVICT;
     r.cache_evict = &ev;
@@ -565,6 +584,68 @@ static void cache_ops(void)
     kvdock__request__init(&r);
     r.op_case = KVDOCK__REQUEST__OP_CACHE_DROP;
     r.cache_drop = &cd;
+    frame(&r);
+}
+
+/* A key area's bad requests, each refused: a reference before the area,
+ * sizes out of bounds, a second area, references past the end (an offset
+ * near 2^64 among them), a count of 0, a width past 64, more keys than a
+ * chain may have; then a lookup of the area's first bytes (the session's
+ * own), whatever they hold. */
+static void key_area_refs(void)
+{
+    static const struct {
+        uint64_t offset;
+        uint32_t count, key_size;
+    } bad[] = {{4090, 1, 16}, {UINT64_MAX - 8, 1, 16}, {0, 0, 16}, {0, 1, 65},
+               {0, 65537, 1}, {4096, 1, 1}, {0, 257, 16}};
+    static const uint64_t sizes[] = {1, 4095, (4u << 20) + 1, 4096, 4096};
+    Kvdock__Request r = KVDOCK__REQUEST__INIT;
+    Kvdock__CacheCreate cc = KVDOCK__CACHE_CREATE__INIT;
+    Kvdock__CacheLayout cl = KVDOCK__CACHE_LAYOUT__INIT;
+    Kvdock__CacheLookup lk = KVDOCK__CACHE_LOOKUP__INIT;
+    Kvdock__CacheKeyArea ka = KVDOCK__CACHE_KEY_AREA__INIT;
+    Kvdock__CacheKeys akeys = KVDOCK__CACHE_KEYS__INIT;
+    Kvdock__KeyAreaRef ref = KVDOCK__KEY_AREA_REF__INIT;
+
+    cl.num_layers = 2;
+    cl.tokens_per_block = 4;
+    cl.token_bytes = 32;
+    cl.dtype = "bf16";
+    cc.name = "areacache";
+    cc.layout = &cl;
+    cc.budget_bytes = 64 << 10;
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_CREATE;
+    r.cache_create = &cc;
+    frame(&r);
+    akeys.area = &ref;
+    akeys.key_size = 16;
+    ref.count = 1;
+    lk.cache = 1;
+    lk.keys = &akeys;
+    kvdock__request__init(&r);
+    r.op_case = KVDOCK__REQUEST__OP_CACHE_LOOKUP;
+    r.cache_lookup = &lk;
+    frame(&r); /* no area yet */
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        ka.bytes = sizes[i];
+        kvdock__request__init(&r);
+        r.op_case = KVDOCK__REQUEST__OP_CACHE_KEY_AREA;
+        r.cache_key_area = &ka;
+        frame(&r);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ref.offset = bad[i].offset;
+        ref.count = bad[i].count;
+        akeys.key_size = bad[i].key_size;
+        kvdock__request__init(&r);
+        r.op_case = KVDOCK__REQUEST__OP_CACHE_LOOKUP;
+        r.cache_lookup = &lk;
+        frame(&r);
+    }
+    ref.offset = 0;
+    ref.count = 8;
+    akeys.key_size = 8;
     frame(&r);
 }
 
@@ -634,6 +715,7 @@ int main(int argc, char **argv)
     pool_create("b", 2, 16, 32, 1, 0, 0); transfer(1, 2, 1, 0, 0, 0); end("transfer-mla");
     begin(); hello(KVD_PROTOCOL_VERSION); pool_create("c", 2, 64, 32, 0, 4, 0); cache_ops();
     end("cache");
+    begin(); hello(KVD_PROTOCOL_VERSION); key_area_refs(); end("err-key-area-refs");
     begin(); hello(KVD_PROTOCOL_VERSION); shutdown_op(1); end("shutdown");
     begin(); hello(KVD_PROTOCOL_VERSION); pool_create("a", 1, 16384, 256, 0, 0, 0);
     pool_create("b", 1, 16384, 256, 0, 0, 0); transfer(1, 2, 0, 0, 0, 0); shutdown_op(0);
