@@ -79,9 +79,37 @@ void kvd__key_area_drop(kvd__conn_t *c)
     munmap((void *)c->karea, c->karea_bytes);
     close(c->karea_fd);
     kvd__account_release(c, KVD_HM_SOCKETS, c->karea_bytes);
+    c->srv->karea_bytes -= c->karea_bytes;
     c->karea = NULL;
     c->karea_bytes = 0;
     c->karea_fd = -1;
+}
+
+/* The most bytes (whole pages) an area for c may take now, by the rules of
+ * KVD_KEY_AREA_SHARE; when less than KVD_KEY_AREA_MIN, why says which rule
+ * holds it back. */
+static uint64_t area_room(const kvd__conn_t *c, uint64_t page, char *why, size_t len)
+{
+    const kvd__server_t *srv = c->srv;
+    uint64_t share = srv->hostmem.cap[KVD_HM_SOCKETS] / KVD_KEY_AREA_SHARE;
+    uint64_t shared = share > srv->karea_bytes ? share - srv->karea_bytes : 0;
+    uint64_t lim = srv->opts.max_client_memory;
+    uint64_t own = (lim > c->held ? lim - c->held : 0) / 2;
+    uint64_t room = (shared < own ? shared : own) / page * page;
+    char a[32], b[32], d[32];
+
+    if (room >= KVD_KEY_AREA_MIN)
+        return room;
+    if (shared < own)
+        snprintf(why, len, "the key areas of all clients may take %s (a quarter of the socket "
+                 "memory, max-socket-buffer-bytes), %s of it is taken",
+                 kvd__fmt_bytes(share, a, sizeof(a)),
+                 kvd__fmt_bytes(srv->karea_bytes, b, sizeof(b)));
+    else
+        snprintf(why, len, "an area may take half of what this client may still hold: %s of "
+                 "its limit of %s is taken (max-client-memory)",
+                 kvd__fmt_bytes(c->held, a, sizeof(a)), kvd__fmt_bytes(lim, d, sizeof(d)));
+    return room;
 }
 
 kvd_status_t kvd__op_cache_key_area(kvd__req_t *r)
@@ -89,10 +117,10 @@ kvd_status_t kvd__op_cache_key_area(kvd__req_t *r)
     const Kvdock__CacheKeyArea *m = r->req->cache_key_area;
     kvd__conn_t *c = r->conn;
     Kvdock__CacheKeyAreaReply *rep;
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), want, map_bytes;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), want, room, map_bytes;
     void *p;
     int fd;
-    char why[200];
+    char why[240];
     kvd_status_t st;
 
     if (c->karea != NULL)
@@ -103,6 +131,11 @@ kvd_status_t kvd__op_cache_key_area(kvd__req_t *r)
         return kvd__req_fail(r, KVD_EINVAL, "bytes %" PRIu64 ": a key area is %u to %u bytes",
                              m->bytes, KVD_KEY_AREA_MIN, KVD_KEY_AREA_MAX);
     want = (want + page - 1) / page * page;
+    room = area_room(c, page, why, sizeof(why));
+    if (room < KVD_KEY_AREA_MIN)
+        return kvd__req_fail(r, KVD_ELIMIT, "key area: no room for one: %s", why);
+    if (want > room)
+        want = room; /* smaller than asked: the reply names the size */
     if ((rep = kvd__req_alloc(r, sizeof(*rep))) == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     if ((st = kvd__account_charge(c, KVD_HM_SOCKETS, want, why, sizeof(why))) != KVD_OK)
@@ -115,12 +148,14 @@ kvd_status_t kvd__op_cache_key_area(kvd__req_t *r)
     c->karea = p;
     c->karea_bytes = want; /* == map_bytes: want is whole pages */
     c->karea_fd = fd;
+    c->srv->karea_bytes += want;
     kvdock__cache_key_area_reply__init(rep);
     rep->bytes = want;
     r->reply_fds[0] = fd;
     r->n_reply_fds = 1;
     r->resp.result_case = KVDOCK__RESPONSE__RESULT_CACHE_KEY_AREA;
     r->resp.cache_key_area = rep;
-    kvd_log(KVD_LOG_DEBUG, "event=key_area client=%" PRIu64 " bytes=%" PRIu64, c->id, want);
+    kvd_log(KVD_LOG_DEBUG, "event=key_area client=%" PRIu64 " bytes=%" PRIu64 " asked=%" PRIu64,
+            c->id, want, m->bytes);
     return KVD_OK;
 }

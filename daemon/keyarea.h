@@ -22,6 +22,13 @@
 #define KVD_KEY_AREA_MIN (4u << 10)
 #define KVD_KEY_AREA_MAX (4u << 20)
 #define KVD_KEY_AREA_DEFAULT (1u << 20)
+/* Key areas of all connections together take at most 1/SHARE of the
+ * socket memory (--max-socket-buffer-bytes), and one area at most half of
+ * what its client may still hold (--max-client-memory): an area is sized
+ * down to fit both, and refused (ELIMIT) when not KVD_KEY_AREA_MIN fits,
+ * so areas never starve the receive buffers and write queues, nor the
+ * client's own requests. */
+#define KVD_KEY_AREA_SHARE 4
 
 /* The chain ck names in r's connection's area, checked and copied into r's
  * memory: *blob (count keys of ck->key_size bytes, back to back) and

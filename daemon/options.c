@@ -70,9 +70,9 @@ const kvd__option_def_t kvd__option_table[] = {
      "the machine has available (ENOMEM)"},
     {"max-socket-buffer-bytes", KVD_OPT_SIZE, OFF(max_socket_buffer_bytes), "1G", 1 << 20,
      INT64_MAX, NULL,
-     "receive buffers (past each connection's first 64 KiB) and unsent replies of all "
-     "connections together, within the host-memory budget; a connection whose frame does not "
-     "fit is refused (ELIMIT) and closed"},
+     "receive buffers (past each connection's first 64 KiB), unsent replies and key areas of "
+     "all connections together, within the host-memory budget; a connection whose frame does "
+     "not fit is refused (ELIMIT) and closed; key areas take at most a quarter"},
     {"device-memory-margin", KVD_OPT_SIZE, OFF(device_memory_margin), "1G", 0, INT64_MAX, NULL,
      "device memory that device pools leave free for the workers (ENOMEM past it)"},
     {"hello-timeout-ms", KVD_OPT_UINT, OFF(hello_timeout_ms), "5000", 0, 3600000, NULL,

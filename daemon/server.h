@@ -72,6 +72,7 @@ typedef struct kvd__server {
     int activated;         /* the listening socket came from systemd: not ours to unlink */
     kvd__conn_t *conns;     /* open connections */
     uint32_t nconns;
+    uint64_t karea_bytes;   /* the key areas of all connections (keyarea.h) */
     kvd__conn_t *ready;     /* connections with frames left to handle */
     struct kvd__waitq *woken; /* queues of waiting requests to run (park.h) */
     uint64_t next_client_id;

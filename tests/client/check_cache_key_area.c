@@ -11,7 +11,9 @@
  * - saves, loads and evictions through the area
  * - pipelined lookups sharing the area, and chains that do not fit the
  *   room left, go in the frame with the same answers
- * - a daemon that refuses the area (its client limit): the frame, unchanged
+ * - a daemon of a small socket allowance: the first client's area sized
+ *   down to fit, the next one's refused and its chains in the frame,
+ *   unchanged
  */
 #include "testutil.h"
 
@@ -330,23 +332,27 @@ START_TEST(test_pipelined_and_no_room)
 }
 END_TEST
 
-/* A daemon whose client limit cannot hold the area asked for: the chains
- * go in the frame and the answers do not change. */
-START_TEST(test_area_refused)
+/* A daemon of the smallest socket allowance (--max-socket-buffer-bytes
+ * 1M): the first client's area is sized down to the quarter of it that
+ * areas may take, and its chains go through it; the second client's area
+ * is refused (asked once, not again) and its chains go in the frame; the
+ * answers do not change. */
+START_TEST(test_area_sized_and_refused)
 {
-    const char *const extra[] = {"--max-client-memory", "1M", NULL};
+    const char *const extra[] = {"--max-socket-buffer-bytes", "1M", NULL};
     kvt_daemon_t d;
-    kvd_client_t *cli = NULL;
+    kvd_client_t *cli = NULL, *other = NULL;
     kvt_pool_t p;
     kvd_cache_spec_t s;
     kvd_cache_info_t info;
-    uint64_t asks;
+    uint64_t in;
 
     ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
-    setenv("KVDOCK_KEY_AREA", "2M", 1);
-    ck_assert_int_eq(kvd_client_create(d.socket, "refused", &cli), KVD_OK);
-    unsetenv("KVDOCK_KEY_AREA");
+    unsetenv("KVDOCK_KEY_AREA"); /* the default: 1 MiB asked for */
+    ck_assert_int_eq(kvd_client_create(d.socket, "sized", &cli), KVD_OK);
+    ck_assert_int_eq(kvd_client_create(d.socket, "refused", &other), KVD_OK);
     kvd_client_set_timeout(cli, (int)KVT_MS(20000));
+    kvd_client_set_timeout(other, (int)KVT_MS(20000));
     kvt_pool_make(cli, &p, "rpool", LAYERS, CHAIN * TPB, TOKEN_BYTES, false, TPB);
     memset(&s, 0, sizeof(s));
     s.name = "refused";
@@ -355,15 +361,27 @@ START_TEST(test_area_refused)
     s.layout.token_bytes = TOKEN_BYTES;
     snprintf(s.layout.dtype, sizeof(s.layout.dtype), "bf16");
     s.budget_bytes = (uint64_t)CHAIN * BLOCK_BYTES;
+    s.shared = true;
     KVT_OK(cli, kvd_cache_create(cli, &s, &info));
     save_chain(cli, info.id, &p, 4);
+    ck_assert_uint_eq(op_requests(cli, "cache_key_area"), 1);
+
+    /* the first client's chain does not cross the socket */
+    in = bytes_in(cli);
     ck_assert_uint_eq(lookup(cli, info.id, (const uint8_t (*)[KEY])chains[4], CHAIN, false),
                       CHAIN);
-    asks = op_requests(cli, "cache_key_area");
-    ck_assert_uint_eq(asks, 1); /* asked once, refused, not asked again */
-    ck_assert_uint_eq(lookup(cli, info.id, (const uint8_t (*)[KEY])chains[5], CHAIN, true), 0);
-    ck_assert_uint_eq(op_requests(cli, "cache_key_area"), 1);
+    ck_assert_uint_lt(bytes_in(cli) - in, (uint64_t)CHAIN * KEY);
+
+    /* the second's does: its area was refused */
+    in = bytes_in(other);
+    ck_assert_uint_eq(lookup(other, info.id, (const uint8_t (*)[KEY])chains[4], CHAIN, false),
+                      CHAIN);
+    ck_assert_uint_ge(bytes_in(other) - in, (uint64_t)CHAIN * KEY);
+    ck_assert_uint_eq(op_requests(other, "cache_key_area"), 2); /* one each */
+    ck_assert_uint_eq(lookup(other, info.id, (const uint8_t (*)[KEY])chains[5], CHAIN, true), 0);
+    ck_assert_uint_eq(op_requests(other, "cache_key_area"), 2); /* not asked again */
     kvt_pool_free(cli, &p);
+    kvd_client_destroy(&other);
     kvd_client_destroy(&cli);
     ck_assert_int_eq(kvt_daemon_stop(&d, (int)KVT_MS(10000)), 0);
 }
@@ -386,7 +404,7 @@ static Suite *key_area_suite(void)
     tcase_add_test(tc, test_same_answers);
     tcase_add_test(tc, test_load_and_evict);
     tcase_add_test(tc, test_pipelined_and_no_room);
-    tcase_add_test(tc, test_area_refused);
+    tcase_add_test(tc, test_area_sized_and_refused);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -3,7 +3,9 @@
  * area's memfd (its size, its seals), its bounds and charge, and every
  * bad reference to it refused with EINVAL and a reason, the daemon fine
  * after; random references, and a client scribbling over the area while
- * its lookups run, never hurt the daemon.
+ * its lookups run, never hurt the daemon.  A small socket allowance or
+ * client limit sizes the area down, or refuses it, so that it never
+ * starves the receive buffers or the client's requests.
  */
 #include <check.h>
 #include <fcntl.h>
@@ -423,6 +425,116 @@ START_TEST(test_area_changed_while_read)
 }
 END_TEST
 
+/* A ping of bytes bytes of payload on fd: its status (the echo checked). */
+static uint32_t big_ping(int fd, size_t bytes)
+{
+    Kvdock__Request req;
+    Kvdock__Ping pg = KVDOCK__PING__INIT;
+    Kvdock__Response *r;
+    uint8_t *payload = malloc(bytes);
+    uint32_t st;
+
+    ck_assert_ptr_nonnull(payload);
+    memset(payload, 0x5a, bytes);
+    kvdt_req_init(&req, 9);
+    pg.payload.data = payload;
+    pg.payload.len = bytes;
+    req.op_case = KVDOCK__REQUEST__OP_PING;
+    req.ping = &pg;
+    r = kvdt_call(fd, &req);
+    free(payload);
+    if (r == NULL)
+        return UINT32_MAX; /* the daemon closed the connection */
+    st = r->status;
+    if (st == 0)
+        ck_assert_uint_eq(r->pong->payload.len, bytes);
+    kvdock__response__free_unpacked(r, NULL);
+    return st;
+}
+
+/* At the smallest socket allowance (--max-socket-buffer-bytes 1M) the
+ * default area is sized to a quarter of it, the next client's area is
+ * refused (ELIMIT, naming the option) until the first one's connection
+ * closes, and a frame of half the allowance still finds a receive buffer
+ * (an area of the whole allowance would leave it none). */
+START_TEST(test_area_fits_socket_allowance)
+{
+    const char *const extra[] = {"--max-socket-buffer-bytes", "1M", NULL};
+    kvdt_daemon_t d;
+    int a, b, memfd, i;
+    struct stat st;
+    Kvdock__Response *r;
+
+    kvdt_start(&d, extra);
+    a = kvdt_client(&d, "a");
+    b = kvdt_client(&d, "b");
+    r = area_ask(a, 0, &memfd);
+    ck_assert_msg(r->status == 0, "%s", r->message);
+    ck_assert_uint_eq(r->cache_key_area->bytes, 256u << 10);
+    kvdock__response__free_unpacked(r, NULL);
+    ck_assert_int_ge(memfd, 0);
+    ck_assert_int_eq(fstat(memfd, &st), 0);
+    ck_assert_int_eq(st.st_size, 256 << 10);
+    close(memfd);
+
+    r = area_ask(b, 4096, &memfd);
+    ck_assert_uint_eq(r->status, KVD_ELIMIT);
+    ck_assert_int_eq(memfd, -1);
+    ck_assert_msg(strstr(r->message, "max-socket-buffer-bytes") != NULL, "%s", r->message);
+    kvdock__response__free_unpacked(r, NULL);
+
+    ck_assert_uint_eq(big_ping(a, 512u << 10), 0);
+    ck_assert_uint_eq(big_ping(b, 512u << 10), 0);
+
+    /* the share comes back with the connection */
+    close(a);
+    for (i = 0; i < 200; i++) {
+        r = area_ask(b, 0, &memfd);
+        if (r->status == 0)
+            break;
+        ck_assert_uint_eq(r->status, KVD_ELIMIT);
+        kvdock__response__free_unpacked(r, NULL);
+        usleep(10000);
+    }
+    ck_assert_int_lt(i, 200);
+    ck_assert_uint_eq(r->cache_key_area->bytes, 256u << 10);
+    kvdock__response__free_unpacked(r, NULL);
+    close(memfd);
+    close(b);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
+}
+END_TEST
+
+/* A client limit of 1 MiB (--max-client-memory): an area asked for at
+ * 4 MiB takes at most half of what the client may hold, and the client's
+ * requests keep the rest. */
+START_TEST(test_area_fits_client_limit)
+{
+    const char *const extra[] = {"--max-client-memory", "1M", NULL};
+    kvdt_daemon_t d;
+    int fd, memfd;
+    uint64_t bytes;
+    struct stat st;
+    Kvdock__Response *r;
+
+    kvdt_start(&d, extra);
+    fd = kvdt_client(&d, "limited");
+    r = area_ask(fd, 4u << 20, &memfd);
+    ck_assert_msg(r->status == 0, "%s", r->message);
+    bytes = r->cache_key_area->bytes;
+    kvdock__response__free_unpacked(r, NULL);
+    ck_assert_uint_le(bytes, 512u << 10);
+    ck_assert_uint_ge(bytes, 256u << 10);
+    ck_assert_uint_eq(bytes % (uint64_t)sysconf(_SC_PAGESIZE), 0);
+    ck_assert_int_eq(fstat(memfd, &st), 0);
+    ck_assert_uint_eq((uint64_t)st.st_size, bytes);
+    close(memfd);
+    ck_assert_uint_eq(big_ping(fd, 256u << 10), 0);
+    close(fd);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
+}
+END_TEST
+
 static Suite *key_area_suite(void)
 {
     Suite *s = suite_create("key_area");
@@ -433,6 +545,8 @@ static Suite *key_area_suite(void)
     tcase_add_test(tc, test_bad_references);
     tcase_add_test(tc, test_random_references);
     tcase_add_test(tc, test_area_changed_while_read);
+    tcase_add_test(tc, test_area_fits_socket_allowance);
+    tcase_add_test(tc, test_area_fits_client_limit);
     suite_add_tcase(s, tc);
     return s;
 }
