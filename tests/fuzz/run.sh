@@ -3,8 +3,13 @@
 # in its own tree and fuzz the daemon's decode and dispatch path for a
 # bounded time.
 #
-#   tests/fuzz/run.sh [SECONDS] [frames|cluster|cluster-msgs]
+#   tests/fuzz/run.sh [SECONDS] [frames|serial|cluster|cluster-msgs]
 #       (default 60 s of frames; $KVD_FUZZ_DIR, default build-fuzz)
+#
+# serial: fuzz_frames as a client that waits for each reply before its
+# next request (KVD_FUZZ_SERIAL=1), so sessions reach what their earlier
+# requests made: saved chains, and chains named in a key area the harness
+# fills with the input; its corpus grows in $KVD_FUZZ_DIR/corpus-serial.
 #
 # cluster: fuzz_cluster instead, the cluster's front door (framing before
 # and after the proof, decoding, the check of peers' UCX addresses); its
@@ -59,8 +64,8 @@ elif [ "$target" = cluster-msgs ]; then
   fi
   echo "fuzz: fuzz_cluster_msgs ${secs}s, no crash"
   exit 0
-elif [ "$target" != frames ]; then
-  echo "fuzz: no target '$target' (frames, cluster or cluster-msgs)" >&2
+elif [ "$target" != frames ] && [ "$target" != serial ]; then
+  echo "fuzz: no target '$target' (frames, serial, cluster or cluster-msgs)" >&2
   exit 2
 fi
 cmake --build "$dir" -j "$(nproc)" --target fuzz_frames
@@ -83,9 +88,15 @@ echo "fuzz: ${#valid[@]} valid seed sessions, every request answered OK"
 # -malloc_limit_mb: no single allocation past 4 MiB (decoding is measured
 # from the wire first, and its arena is mapped, not malloc'd).
 rc=0
+corpus=$dir/corpus
+if [ "$target" = serial ]; then
+  export KVD_FUZZ_SERIAL=1
+  corpus=$dir/corpus-serial
+  mkdir -p "$corpus"
+fi
 "$bin" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 -malloc_limit_mb=4 -max_len=65536 \
   -print_final_stats=1 \
-  -artifact_prefix="$dir/artifacts/" "$dir/corpus" "$dir/tests/fuzz/seeds" \
+  -artifact_prefix="$dir/artifacts/" "$corpus" "$dir/tests/fuzz/seeds" \
   >"$dir/fuzz.log" 2>&1 || rc=$?
 grep -E '^stat::|^#[0-9]+.*DONE|ERROR|SUMMARY' "$dir/fuzz.log" | tail -n 20 || true
 if [ "$rc" -ne 0 ]; then
@@ -93,4 +104,4 @@ if [ "$rc" -ne 0 ]; then
   tail -n 60 "$dir/fuzz.log" >&2
   exit "$rc"
 fi
-echo "fuzz: ${secs}s, no crash"
+echo "fuzz: ${secs}s ($target), no crash"
