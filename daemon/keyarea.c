@@ -132,8 +132,10 @@ kvd_status_t kvd__op_cache_key_area(kvd__req_t *r)
                              m->bytes, KVD_KEY_AREA_MIN, KVD_KEY_AREA_MAX);
     want = (want + page - 1) / page * page;
     room = area_room(c, page, why, sizeof(why));
-    if (room < KVD_KEY_AREA_MIN)
+    if (room < KVD_KEY_AREA_MIN) {
+        c->srv->hostmem.refused[KVD_HM_SOCKETS]++; /* kvdock status counts it */
         return kvd__req_fail(r, KVD_ELIMIT, "key area: no room for one: %s", why);
+    }
     if (want > room)
         want = room; /* smaller than asked: the reply names the size */
     if ((rep = kvd__req_alloc(r, sizeof(*rep))) == NULL)

@@ -171,17 +171,24 @@ static void expect(int fd, uint64_t cache, uint64_t offset, uint32_t count, uint
     kvdock__response__free_unpacked(r, NULL);
 }
 
-static uint64_t sockets_used(int fd)
+/* The "sockets" kind of the host-memory budget: its use, or (refused) its
+ * reservations refused. */
+static uint64_t sockets_figure(int fd, int refused)
 {
     Kvdock__StatusReply *s = kvdt_status(fd);
-    uint64_t used = 0;
+    uint64_t v = 0;
 
     ck_assert_ptr_nonnull(s->host_memory);
     for (size_t i = 0; i < s->host_memory->n_kinds; i++)
         if (strcmp(s->host_memory->kinds[i]->kind, "sockets") == 0)
-            used = s->host_memory->kinds[i]->used;
+            v = refused ? s->host_memory->kinds[i]->refused : s->host_memory->kinds[i]->used;
     kvdock__status_reply__free_unpacked(s, NULL);
-    return used;
+    return v;
+}
+
+static uint64_t sockets_used(int fd)
+{
+    return sockets_figure(fd, 0);
 }
 
 START_TEST(test_area_made_and_charged)
@@ -462,6 +469,7 @@ START_TEST(test_area_fits_socket_allowance)
     const char *const extra[] = {"--max-socket-buffer-bytes", "1M", NULL};
     kvdt_daemon_t d;
     int a, b, memfd, i;
+    uint64_t refused;
     struct stat st;
     Kvdock__Response *r;
 
@@ -477,11 +485,13 @@ START_TEST(test_area_fits_socket_allowance)
     ck_assert_int_eq(st.st_size, 256 << 10);
     close(memfd);
 
+    refused = sockets_figure(b, 1);
     r = area_ask(b, 4096, &memfd);
     ck_assert_uint_eq(r->status, KVD_ELIMIT);
     ck_assert_int_eq(memfd, -1);
     ck_assert_msg(strstr(r->message, "max-socket-buffer-bytes") != NULL, "%s", r->message);
     kvdock__response__free_unpacked(r, NULL);
+    ck_assert_uint_eq(sockets_figure(b, 1), refused + 1); /* kvdock status shows it */
 
     ck_assert_uint_eq(big_ping(a, 512u << 10), 0);
     ck_assert_uint_eq(big_ping(b, 512u << 10), 0);
