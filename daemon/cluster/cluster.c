@@ -163,7 +163,10 @@ kvd_status_t kvd__cluster_create(kvd__server_t *srv, kvd__cluster_t **out, char 
     up.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
     up.mt_workers_shared = 1; /* the lanes' workers run on threads of their own */
+    /* an endpoint's wireup as it is made, not at its first send: the lanes
+     * wait for it before a pull (lane.h says why) */
     if ((us = ucp_config_read(NULL, NULL, &cfg)) != UCS_OK ||
+        (us = ucp_config_modify(cfg, "RESOLVE_REMOTE_EP_ID", "y")) != UCS_OK ||
         (us = ucp_init(&up, cfg, &cl->ctx)) != UCS_OK) {
         if (cfg)
             ucp_config_release(cfg);

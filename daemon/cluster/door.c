@@ -27,7 +27,10 @@
  * endpoints are made from one side only, one per link and lane: with UCX
  * 1.13 two workers that connected to each other both ways tripped an
  * assertion in the wireup ("got REP message") when one side died
- * mid-pull.  Endpoints close with UCP_EP_CLOSE_MODE_FORCE when their link
+ * mid-pull.  The endpoints of one link's lanes are wired up as they are
+ * made, and no block goes on any of them before all are (lane.h): the
+ * same assertion aborted a fetcher whose reply to a lane's wireup was
+ * still queued when the sender died.  Endpoints close with UCP_EP_CLOSE_MODE_FORCE when their link
  * goes.  UCX's TCP transport still listens on a port of each worker (the
  * README says what to firewall); a block lands only if it carries the
  * random token of a fetch this daemon made (pull.c).
@@ -233,7 +236,8 @@ static int send_lanes(kvd__links_t *ls, kvd__link_t *l)
 
 /* A proven peer's lanes (once, on its connection to us): each address
  * checked before UCX sees it, then an endpoint to each from one of our
- * lanes' tx workers, lane k from our lane k % ours. */
+ * lanes' tx workers, lane k from our lane k % ours, all in one group (no
+ * block goes on any before all are wired up: lane.h). */
 static void take_lanes(kvd__links_t *ls, kvd__link_t *l, const Kvdock__Cluster__Lanes *ln)
 {
     if (l->nlanes > 0 || ln->n_address == 0 || ln->n_address > KVD_LANES_MAX) {
@@ -247,7 +251,8 @@ static void take_lanes(kvd__links_t *ls, kvd__link_t *l, const Kvdock__Cluster__
         }
     for (uint32_t k = 0; k < ln->n_address; k++) {
         kvd__lane_ep_t *lep = kvd__lane_connect(ls->lanes, k, ln->address[k].data,
-                                                ln->address[k].len);
+                                                ln->address[k].len,
+                                                l->nlanes > 0 ? l->lane_ep[0] : NULL);
         if (lep == NULL) {
             kvd__door_refuse(l, "bad lanes: no memory"); /* closes those made so far */
             return;

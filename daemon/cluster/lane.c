@@ -18,7 +18,7 @@
 
 /* Commands past a send or receive, and events: what their nodes say. */
 enum { CMD_RELEASE = 3, CMD_CONNECT, CMD_CLOSE };
-enum { EV_ENDED = 1, EV_ARRIVED, EV_EP_FAILED };
+enum { EV_ENDED = 1, EV_ARRIVED, EV_EP_FAILED, EV_WIRED };
 
 struct kvd__lane {
     kvd__lanes_t *ls;
@@ -32,6 +32,7 @@ struct kvd__lane {
     kvd__queue_t cmds;        /* from the loop */
     uint32_t outstanding;    /* its thread's: sends and receives UCX holds */
     uint32_t closing;        /* its thread's: endpoint closes UCX has not ended */
+    uint32_t wiring;         /* its thread's: endpoint wireups UCX has not ended */
 };
 
 /* A command the lanes make and free (a release, a connect, a close). */
@@ -93,6 +94,8 @@ static kvd__qnode_t *queue_take(kvd__queue_t *q)
     return n;
 }
 
+static void lane_cmd(kvd__lane_t *ln, kvd__lane_node_t *c);
+
 /* ---- events, for the loop ------------------------------------------------------ */
 
 /* Hand an event to the loop: from a lane's thread, or from the loop itself. */
@@ -102,6 +105,21 @@ static void ev_post(kvd__lanes_t *ls, kvd__lane_node_t *ev, int kind)
     (void)queue_push(&ls->events, &ev->q);
     if (atomic_load(&ls->ev_open))
         uv_async_send(&ls->ev_async);
+}
+
+/* The group's sends go to their lanes, in order; later ones go at once. */
+static void group_open(kvd__lane_ep_t *g)
+{
+    kvd__qnode_t *n, *next;
+
+    if (g->open)
+        return;
+    g->open = 1;
+    for (n = g->held, g->held = g->held_tail = NULL; n != NULL; n = next) {
+        kvd__lane_op_t *op = (kvd__lane_op_t *)n; /* cmd, and so its node, is first */
+        next = n->next;
+        lane_cmd(op->lep->lane, &op->cmd);
+    }
 }
 
 /* Run the events queued so far, through the callbacks; how many. */
@@ -123,6 +141,11 @@ static unsigned ev_drain(kvd__lanes_t *ls)
                 ls->up.arrived(ls->up.up, a->lane, a->hdr, a->rndv ? NULL : a->bytes,
                                a->rndv ? a->data : NULL, a->length);
             free(a);
+        } else if (e->kind == EV_WIRED) {
+            kvd__lane_ep_t *g = ((kvd__lane_ep_t *)((char *)e - offsetof(kvd__lane_ep_t, wired)))
+                                    ->group;
+            if (g->wiring > 0 && --g->wiring == 0)
+                group_open(g);
         } else {
             ep_error_t *er = (ep_error_t *)e;
             ls->up.ep_failed(ls->up.up, er->lep, er->status);
@@ -216,6 +239,37 @@ static void on_closed(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
+/* An endpoint's wireup ended: its flush, which waits for the peer's
+ * reply to UCX's wireup request, completed (or failed). */
+static void on_wired(void *request, ucs_status_t status, void *user_data)
+{
+    kvd__lane_ep_t *lep = user_data;
+
+    (void)status; /* a failure is the endpoint's: its error handler says so */
+    lep->lane->wiring--;
+    ucp_request_free(request);
+    ev_post(lep->lane->ls, &lep->wired, EV_WIRED);
+}
+
+/* Wire lep's endpoint up now, not at its first send: UCX sends its wireup
+ * request as the endpoint is made (RESOLVE_REMOTE_EP_ID, set with the
+ * context), and a flush ends once the peer's reply came. */
+static void ep_wire(kvd__lane_t *ln, kvd__lane_ep_t *lep)
+{
+    ucp_request_param_t rp;
+    void *req;
+
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.send = on_wired;
+    rp.user_data = lep;
+    req = ucp_ep_flush_nbx(lep->ep, &rp);
+    if (UCS_PTR_IS_PTR(req))
+        ln->wiring++; /* on_wired ends it */
+    else
+        ev_post(ln->ls, &lep->wired, EV_WIRED);
+}
+
 /* Close a lane's endpoint e forcibly, on the lane's thread (or the loop's
  * once that thread is gone): what it carries ends at once, failed. */
 static void ep_close_now(kvd__lane_t *ln, ucp_ep_h e)
@@ -287,6 +341,9 @@ static void lane_do(kvd__lane_t *ln, kvd__lane_node_t *n)
         if ((st = ucp_ep_create(ln->tx, &pr, &c->lep->ep)) != UCS_OK) {
             c->lep->ep = NULL;
             on_ep_error(c->lep, NULL, st);
+            ev_post(ln->ls, &c->lep->wired, EV_WIRED); /* its sends fail, not wait */
+        } else {
+            ep_wire(ln, c->lep);
         }
         break;
     }
@@ -384,7 +441,16 @@ void kvd__lane_send(kvd__lane_ep_t *lep, kvd__lane_op_t *op, const uint64_t *hdr
     op->hdr = hdr;
     op->buf = (void *)data;
     op->len = len;
-    lane_cmd(lep->lane, &op->cmd);
+    if (lep->group->open) {
+        lane_cmd(lep->lane, &op->cmd);
+    } else { /* until the group is wired up */
+        op->cmd.q.next = NULL;
+        if (lep->group->held_tail != NULL)
+            lep->group->held_tail->next = &op->cmd.q;
+        else
+            lep->group->held = &op->cmd.q;
+        lep->group->held_tail = &op->cmd.q;
+    }
 }
 
 void kvd__lane_recv(kvd__lane_t *ln, kvd__lane_op_t *op, void *rndv, void *buf, size_t len)
@@ -410,7 +476,8 @@ int kvd__lanes_address_ok(const kvd__lanes_t *ls, const uint8_t *addr, size_t le
            kvd__cw_ucx_address_ok(addr, len, (const uint8_t *)own->address, own->address_len);
 }
 
-kvd__lane_ep_t *kvd__lane_connect(kvd__lanes_t *ls, uint32_t k, const uint8_t *addr, size_t len)
+kvd__lane_ep_t *kvd__lane_connect(kvd__lanes_t *ls, uint32_t k, const uint8_t *addr, size_t len,
+                                  kvd__lane_ep_t *group)
 {
     kvd__lane_ep_t *lep = calloc(1, sizeof(*lep));
 
@@ -422,12 +489,15 @@ kvd__lane_ep_t *kvd__lane_connect(kvd__lanes_t *ls, uint32_t k, const uint8_t *a
     lep->lane = ls->lane[k % ls->n];
     lep->all = ls->eps;
     ls->eps = lep;
+    lep->group = group != NULL ? group : lep;
+    lep->group->wiring++;
     lane_cmd_new(lep->lane, CMD_CONNECT, lep, NULL);
     return lep;
 }
 
 void kvd__lane_ep_close(kvd__lane_ep_t *lep)
 {
+    group_open(lep->group); /* what waited goes first, and fails with the close */
     lane_cmd_new(lep->lane, CMD_CLOSE, lep, NULL);
 }
 
@@ -482,7 +552,7 @@ static void lanes_settle(kvd__lanes_t *ls)
                 continue; /* one that failed to start: nothing on it */
             n += lane_run_cmds(ln);
             n += lane_progress(ln);
-            held += ln->outstanding + ln->closing;
+            held += ln->outstanding + ln->closing + ln->wiring;
         }
         n += ev_drain(ls);
         if (n == 0 && held == 0)

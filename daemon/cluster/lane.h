@@ -40,22 +40,34 @@ typedef struct kvd__queue {
     kvd__qnode_t *head, *tail;
 } kvd__queue_t;
 
+/* What a queue holds: a command for a lane, or an event for the loop. */
+typedef struct kvd__lane_node {
+    kvd__qnode_t q;           /* first */
+    int kind;
+} kvd__lane_node_t;
+
 /* An endpoint of a lane's tx worker to a peer's rx worker: made, used and
  * closed by the lane's thread; freed with the lanes (UCX may name it in
- * an error until then). */
+ * an error until then).
+ *
+ * The endpoints made for one peer's lanes form a group, and no block is
+ * sent on any of them until each has finished its wireup (UCX's request
+ * and the peer's reply): UCX 1.13 aborts a peer whose wireup reply is
+ * still queued when we die ("got REP message"), so a pull only starts
+ * once no reply to us is left waiting on the other side. */
 typedef struct kvd__lane_ep {
     ucp_ep_h ep;             /* NULL: not made, or failed to be */
     kvd__lane_t *lane;
     uint8_t *addr;           /* the peer lane's worker address (checked), then
                               * zeros */
     struct kvd__lane_ep *all; /* every lane endpoint, for the lanes to free */
+    kvd__lane_node_t wired;   /* its wireup ended (or failed): an event */
+    /* the loop's */
+    struct kvd__lane_ep *group; /* the group's first (itself, for the first) */
+    uint32_t wiring;         /* on the first: members whose wireup has not ended */
+    int open;                /* on the first: sends go to the lanes at once */
+    kvd__qnode_t *held, *held_tail; /* on the first: sends waiting, in order */
 } kvd__lane_ep_t;
-
-/* What a queue holds: a command for a lane, or an event for the loop. */
-typedef struct kvd__lane_node {
-    kvd__qnode_t q;           /* first */
-    int kind;
-} kvd__lane_node_t;
 
 /* A send or a receive: the caller's record of it holds this, and lives
  * until the lanes hand it back (kvd__lane_up_t.ended). */
@@ -122,9 +134,13 @@ void kvd__lane_release(kvd__lane_t *ln, void *rndv);
 /* Is addr[0..len) a worker address these lanes' UCX may unpack (frames.h)? */
 int kvd__lanes_address_ok(const kvd__lanes_t *ls, const uint8_t *addr, size_t len);
 /* An endpoint from lane k % n to the worker at addr (checked), made on
- * that lane's thread; NULL out of memory. */
-kvd__lane_ep_t *kvd__lane_connect(kvd__lanes_t *ls, uint32_t k, const uint8_t *addr, size_t len);
-/* Close lep forcibly: what it carries ends at once, failed. */
+ * that lane's thread, in group (the first's endpoint; NULL: it starts a
+ * group); NULL out of memory.  Make a group's members in one go, before
+ * the loop runs again: its sends wait until all of them are wired up. */
+kvd__lane_ep_t *kvd__lane_connect(kvd__lanes_t *ls, uint32_t k, const uint8_t *addr, size_t len,
+                                  kvd__lane_ep_t *group);
+/* Close lep forcibly: what it carries ends at once, failed (its group's
+ * waiting sends go to their lanes first, to end the same way). */
 void kvd__lane_ep_close(kvd__lane_ep_t *lep);
 
 /* Lane k's rx address, where peers send what we fetch; lane ln's index. */
