@@ -944,7 +944,7 @@ static void killed_mid_load_once(int kill_fetcher, uint64_t seed)
     if (kill_fetcher) {
         kvt_daemon_kill(&nodes[1].d); /* during the pull of 96 MiB */
         kvd_client_destroy(&nodes[1].cli);
-        nodes[1].d.pid = 0;
+        kvt_daemon_stop(&nodes[1].d, 0); /* its directory */
         kvd_mapping_destroy(&pb.map);
         usleep(200000);
         ck_assert_msg(kill(nodes[0].d.pid, 0) == 0, "A died with its fetcher");
@@ -1003,7 +1003,7 @@ static void killed_mid_load_once(int kill_fetcher, uint64_t seed)
     }
     kvd_client_destroy(&watch);
     kvd_client_destroy(&nodes[0].cli);
-    nodes[0].d.pid = 0;
+    kvt_daemon_stop(&nodes[0].d, 0); /* its directory */
     kvt_pool_free(nodes[1].cli, &pb);
     kvd_mapping_destroy(&pa.map);
     stop_nodes(nodes, 2); /* B exits cleanly: its lanes settled */
