@@ -72,7 +72,7 @@ fi
 fuzz_passed=0
 fuzz_failed=0
 if [ "${KVD_FUZZ_SECONDS:-60}" != 0 ]; then
-  for target in frames cluster cluster-msgs; do
+  for target in frames serial cluster cluster-msgs; do
     t0=$SECONDS
     if ./tests/fuzz/run.sh "${KVD_FUZZ_SECONDS:-60}" "$target"; then
       fuzz_passed=$((fuzz_passed + 1))
