@@ -1228,9 +1228,13 @@ void kvd__cache_abort(kvd__cache_store_t *c, uint32_t id)
         release_block(c, id);
         return;
     }
-    table_delete(c, slot_of(c, key_of(c, id), b->klen));
-    c->indexed--;
-    b->state = KVD_CBLOCK_DEAD;
+    /* a dead block left the index already (drop_subtree): its key's slot
+     * may hold a block saved since */
+    if (b->state != KVD_CBLOCK_DEAD) {
+        table_delete(c, slot_of(c, key_of(c, id), b->klen));
+        c->indexed--;
+        b->state = KVD_CBLOCK_DEAD;
+    }
 }
 
 void kvd__cache_hold(kvd__cache_store_t *c, uint32_t id)

@@ -589,6 +589,48 @@ START_TEST(test_damaged_record_missing)
 }
 END_TEST
 
+START_TEST(test_abort_after_subtree_dropped)
+{
+    /* a filling block under a parent whose read then fails leaves the
+     * index with the parent's subtree; its save's abort, which may come
+     * while another hold (its early write) keeps it, leaves the index as
+     * it is: the same key, saved again since, stays found */
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    uint32_t ids[8], child, again, indexed;
+    uint8_t k[16], b[BLOCK];
+    char why[200];
+
+    write_records(3, 8, -1, BLOCK);
+    damage(1, 4);
+    open_with(&c, &hm, 8, 100ull * 256, KVD_OK);
+    ck_assert_uint_eq(present(&c, 1, 8, ids), 8);
+    memset(k, 0x77, sizeof(k));
+    ck_assert_int_eq(kvd__cache_reserve(&c, ids[4], k, sizeof(k), &child, why, sizeof(why)),
+                     KVD_OK);
+    memset(kvd__cache_block_bytes(&c, child), 0x77, BLOCK);
+    kvd__cache_hold(&c, child); /* as its early write holds it */
+    ck_assert_int_eq(bytes_of(&c, ids[4], b), KVD_EIO);
+    ck_assert_uint_eq(kvd__cache_find(&c, k, sizeof(k)), KVD_CBLOCK_NONE);
+    ck_assert_int_eq(kvd__cache_reserve(&c, ids[3], k, sizeof(k), &again, why, sizeof(why)),
+                     KVD_OK);
+    memset(kvd__cache_block_bytes(&c, again), 0x78, BLOCK);
+    ck_assert_int_eq(kvd__cache_commit(&c, again), 1);
+    indexed = c.indexed;
+    kvd__cache_abort(&c, child); /* the first save ends */
+    ck_assert_uint_eq(c.indexed, indexed);
+    ck_assert_uint_eq(kvd__cache_find(&c, k, sizeof(k)), again);
+    kvd__cache_unhold(&c, child); /* the write ends: the dead block goes */
+    ck_assert_uint_eq(c.indexed, indexed);
+    ck_assert_int_eq(bytes_of(&c, again, b), KVD_OK);
+    ck_assert_uint_eq(b[0], 0x78);
+    kvd__cache_disk_flush(&c);
+    drain();
+    kvd__cache_store_deinit(&c);
+    ck_assert_uint_eq(hm.used[KVD_HM_CACHE] + hm.used[KVD_HM_CACHE_INDEX], 0);
+}
+END_TEST
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -740,6 +782,7 @@ static Suite *suite(void)
     tcase_add_test(t, test_restart_orphans_dropped);
     tcase_add_test(t, test_other_layout_skipped);
     tcase_add_test(t, test_damaged_record_missing);
+    tcase_add_test(t, test_abort_after_subtree_dropped);
     tcase_add_test(t, test_restart_key_widths);
     tcase_add_test(t, test_restart_million_blocks);
     tcase_add_test(t, test_bad_config);
