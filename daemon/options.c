@@ -374,8 +374,11 @@ static kvd_status_t set_def(kvd__options_t *o, const kvd__option_def_t *d, const
             return KVD_OK;
         }
         if (parse_number(value, 0, 1, &sv, &uv) != 0) {
-            kvd__seterr(err, err_len, "%s: '%s' is not a size (" KVD_SIZE_WORDS ") or a "
-                        "percentage (N%%)", d->name, value);
+            if (kvd__size_inexact(value))
+                kvd__seterr(err, err_len, "%s: '%s' " KVD_SIZE_INEXACT, d->name, value);
+            else
+                kvd__seterr(err, err_len, "%s: '%s' is not a size (" KVD_SIZE_WORDS ") or a "
+                            "percentage (N%%)", d->name, value);
             return KVD_EINVAL;
         }
         if (uv < (uint64_t)d->min || uv > (uint64_t)d->max)
@@ -387,6 +390,10 @@ static kvd_status_t set_def(kvd__options_t *o, const kvd__option_def_t *d, const
     case KVD_OPT_UINT:
     case KVD_OPT_SIZE:
         if (parse_number(value, 0, d->type == KVD_OPT_SIZE, &sv, &uv) != 0) {
+            if (d->type == KVD_OPT_SIZE && kvd__size_inexact(value)) {
+                kvd__seterr(err, err_len, "%s: '%s' " KVD_SIZE_INEXACT, d->name, value);
+                return KVD_EINVAL;
+            }
             kvd__seterr(err, err_len, "%s: '%s' is not a %s", d->name, value,
                    d->type == KVD_OPT_SIZE ? "size (" KVD_SIZE_WORDS ")"
                                            : "non-negative whole number (decimal)");

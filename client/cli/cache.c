@@ -289,13 +289,13 @@ static int cmd_create(kvd_client_t **cli, kvd__cli_ctx_t *o, int argc, char **ar
             break;
         case O_TOKEN_BYTES:
             if (!kvd__cli_parse_u64(val, &v, true) || v == 0)
-                return usage("--token-bytes needs a positive SIZE, not '%s'", val);
+                return kvd__cli_bad_size(CMD, "--token-bytes", val, NULL);
             s.layout.token_bytes = v;
             have_tb = true;
             break;
         case O_BUDGET:
             if (!kvd__cli_parse_u64(val, &v, true) || v == 0)
-                return usage("--budget needs a positive SIZE (1.5G, 512MiB), not '%s'", val);
+                return kvd__cli_bad_size(CMD, "--budget", val, "1.5G, 512MiB");
             s.budget_bytes = v;
             have_budget = true;
             break;
@@ -330,8 +330,7 @@ static int cmd_create(kvd_client_t **cli, kvd__cli_ctx_t *o, int argc, char **ar
             break;
         case O_DISK_BUDGET:
             if (!kvd__cli_parse_u64(val, &v, true) || v == 0)
-                return usage("--disk-budget needs a positive SIZE (200g, 512MiB), not '%s'",
-                             val);
+                return kvd__cli_bad_size(CMD, "--disk-budget", val, "200g, 512MiB");
             s.disk_budget_bytes = v;
             break;
         }

@@ -73,7 +73,7 @@ static int create(kvd__cli_ctx_t *o, int argc, char **argv)
             break;
         case O_SLOT_BYTES:
             if (!kvd__cli_parse_u64(val, &v, true) || v == 0)
-                return kvd__cli_usage(CMD, "--slot-bytes needs a positive SIZE, not '%s'", val);
+                return kvd__cli_bad_size(CMD, "--slot-bytes", val, NULL);
             spec.slot_bytes = v;
             have_sb = true;
             break;

@@ -181,6 +181,16 @@ bool kvd__cli_parse_u64(const char *s, uint64_t *out, bool size)
     return (size ? kvd__parse_size(s, out) : kvd__parse_u64(s, out)) == KVD_OK;
 }
 
+int kvd__cli_bad_size(const kvd__cli_cmd_t *cmd, const char *opt, const char *val,
+                      const char *examples)
+{
+    if (kvd__size_inexact(val))
+        return kvd__cli_usage(cmd, "%s: '%s' " KVD_SIZE_INEXACT, opt, val);
+    if (examples != NULL)
+        return kvd__cli_usage(cmd, "%s needs a positive SIZE (%s), not '%s'", opt, examples, val);
+    return kvd__cli_usage(cmd, "%s needs a positive SIZE, not '%s'", opt, val);
+}
+
 int kvd__cli_usage(const kvd__cli_cmd_t *cmd, const char *fmt, ...)
 {
     va_list ap;

@@ -80,6 +80,11 @@ const char *kvd__cli_nearest_word(const char *given, const char *const *words);
  * KVD_CLI_EXIT_USAGE. */
 int kvd__cli_usage(const kvd__cli_cmd_t *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* The usage error for option opt's value val, not a positive SIZE: a
+ * fraction of a byte said as such, else "needs a positive SIZE" and
+ * examples (may be NULL); KVD_CLI_EXIT_USAGE. */
+int kvd__cli_bad_size(const kvd__cli_cmd_t *cmd, const char *opt, const char *val,
+                      const char *examples);
 /* The command's --help on stdout; 0. */
 int kvd__cli_help(const kvd__cli_cmd_t *cmd);
 /* "kvdock: what: ENAME: the daemon's message" on stderr;

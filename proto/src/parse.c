@@ -79,7 +79,9 @@ static const unit_t units[] = {
     {"TB", 0, 4},   {"PB", 0, 5},
 };
 
-kvd_status_t kvd__parse_size(const char *s, uint64_t *out)
+/* kvd__parse_size, and *inexact = 1 where s is a size but for a fraction
+ * of a byte. */
+static kvd_status_t parse_size(const char *s, uint64_t *out, int *inexact)
 {
     const char *p, *unit_s;
     uint64_t whole, frac = 0, frac_den = 1;
@@ -117,11 +119,28 @@ kvd_status_t kvd__parse_size(const char *s, uint64_t *out)
     mul = (unsigned __int128)1 << u->shift;
     for (int i = 0; i < u->decimal; i++)
         mul *= 1000;
-    if (frac_den > 1 && (frac * mul) % frac_den != 0)
+    if (frac_den > 1 && (frac * mul) % frac_den != 0) {
+        *inexact = 1;
         return KVD_EINVAL; /* a fraction of a byte (or a fraction of bytes) */
+    }
     bytes = (unsigned __int128)whole * mul + frac * mul / frac_den;
     if (bytes > UINT64_MAX)
         return KVD_ERANGE;
     *out = (uint64_t)bytes;
     return KVD_OK;
+}
+
+kvd_status_t kvd__parse_size(const char *s, uint64_t *out)
+{
+    int inexact = 0;
+
+    return parse_size(s, out, &inexact);
+}
+
+int kvd__size_inexact(const char *s)
+{
+    uint64_t v;
+    int inexact = 0;
+
+    return s != NULL && parse_size(s, &v, &inexact) == KVD_EINVAL && inexact;
 }

@@ -34,5 +34,10 @@ kvd_status_t kvd__parse_i64(const char *s, int64_t *out);
 /* A SIZE into *out (bytes): KVD_OK, KVD_EINVAL (not a size, or a fraction
  * of a byte) or KVD_ERANGE (past UINT64_MAX). */
 kvd_status_t kvd__parse_size(const char *s, uint64_t *out);
+/* Whether s would be a size but for a fraction of a byte (0.1G): the
+ * refusal then says so. */
+int kvd__size_inexact(const char *s);
+/* What such a refusal says after the value. */
+#define KVD_SIZE_INEXACT "is not a whole number of bytes: give it in a smaller unit (100M, not 0.1G)"
 
 #endif /* KVDOCK_PARSE_H */

@@ -580,6 +580,11 @@ START_TEST(test_cli_cache_disk_level)
     ck_assert_ptr_nonnull(strstr(r.err, "--disk-budget needs a positive SIZE"));
     kvt_cli_free(&r);
     r = kvt_cli("cache", "create", "cli-disk", "--layers", "2", "--tokens-per-block", "4",
+                "--token-bytes", "32", "--budget", "0.1G", NULL);
+    KVT_EXPECT_RC(r, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "--budget: '0.1G' is not a whole number of bytes"));
+    kvt_cli_free(&r);
+    r = kvt_cli("cache", "create", "cli-disk", "--layers", "2", "--tokens-per-block", "4",
                 "--token-bytes", "32", "--budget", "1m", "--disk-budget", "0", NULL);
     KVT_EXPECT_RC(r, 2);
     kvt_cli_free(&r);

@@ -120,6 +120,25 @@ START_TEST(test_bad_values)
 }
 END_TEST
 
+/* A fraction of a byte is said as such, in a size option and in one
+ * that also takes a share of memory. */
+START_TEST(test_inexact_size_said)
+{
+    kvd__options_t o;
+
+    kvd__options_init(&o);
+    ck_assert_int_eq(kvd__options_set(&o, "host-memory-budget", "0.1G", err, sizeof(err)),
+                     KVD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "'0.1G' is not a whole number of bytes"));
+    ck_assert_int_eq(kvd__options_set(&o, "max-frame-bytes", "0.3M", err, sizeof(err)),
+                     KVD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "'0.3M' is not a whole number of bytes"));
+    ck_assert_int_eq(kvd__options_set(&o, "max-frame-bytes", "lots", err, sizeof(err)),
+                     KVD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "is not a size"));
+}
+END_TEST
+
 START_TEST(test_long_string)
 {
     kvd__options_t o;
@@ -434,6 +453,7 @@ static Suite *options_suite(void)
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_set_values);
     tcase_add_loop_test(tc, test_bad_values, 0, sizeof(bad_values) / sizeof(bad_values[0]));
+    tcase_add_test(tc, test_inexact_size_said);
     tcase_add_test(tc, test_long_string);
     tcase_add_test(tc, test_cluster_peers_long);
     tcase_add_test(tc, test_cross_checks);

@@ -89,6 +89,15 @@ START_TEST(test_sizes)
     }
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         ck_assert_msg(kvd__parse_size(bad[i], &v) == KVD_EINVAL, "'%s' accepted", bad[i]);
+    /* a fraction of a byte is refused as such; the other refusals are not */
+    ck_assert(kvd__size_inexact("0.1G"));
+    ck_assert(kvd__size_inexact("0.1K"));
+    ck_assert(kvd__size_inexact("1.5"));
+    ck_assert(!kvd__size_inexact("1.5G"));
+    ck_assert(!kvd__size_inexact("lots"));
+    ck_assert(!kvd__size_inexact(".5G"));
+    ck_assert(!kvd__size_inexact("0.1Q"));
+    ck_assert(!kvd__size_inexact(NULL));
     ck_assert_int_eq(kvd__parse_size("16383P", &v), KVD_OK);
     ck_assert_int_eq(kvd__parse_size("16384P", &v), KVD_ERANGE);
     ck_assert_int_eq(kvd__parse_size("18446744073709551615", &v), KVD_OK);
