@@ -583,9 +583,10 @@ static void create_dir_run(kvd__disk_req_t *r)
     if (mkdir(w->k->disk_dir, 0700) != 0) {
         int e = errno;
         if (e == EEXIST)
-            snprintf(w->why, sizeof(w->why), "the directory %.200s exists already (a dropped "
-                     "cache's, being removed, or one the daemon could not reopen at start: see "
-                     "its log)", w->k->disk_dir);
+            snprintf(w->why, sizeof(w->why), "the directory %.180s exists already (a dropped "
+                     "cache's, being removed, or one the daemon did not reopen at start: "
+                     "`kvdock status` says why; restart with what it needs, or remove the "
+                     "directory to make the cache anew)", w->k->disk_dir);
         else
             snprintf(w->why, sizeof(w->why), "cannot make %.300s: %s", w->k->disk_dir,
                      strerror(e));

@@ -354,8 +354,13 @@ static int cmd_create(kvd_client_t **cli, kvd__cli_ctx_t *o, int argc, char **ar
         kvd__cli_human_bytes(b, sizeof(b), (double)info.budget_bytes);
         kvd__cli_human_bytes(blk, sizeof(blk), (double)info.block_bytes);
         printf("%s cache %s (id %" PRIu64 "): %u blocks of %s in %s%s",
-               s.open_existing ? "ready:" : "created", info.name, info.id, info.capacity, blk, b,
+               s.open_existing ? "open:" : "created", info.name, info.id, info.capacity, blk, b,
                info.shared ? ", shared" : "");
+        if (info.budget_bytes != s.budget_bytes) { /* an existing cache keeps its own */
+            char asked[32];
+            kvd__cli_human_bytes(asked, sizeof(asked), (double)s.budget_bytes);
+            printf(" (its budget, not the %s asked)", asked);
+        }
         if (info.disk.enabled) {
             kvd__cli_human_bytes(b, sizeof(b), (double)info.disk.budget_bytes);
             printf("; %s on disk (%u blocks there)", b, info.disk.blocks);

@@ -119,9 +119,10 @@ static int create(kvd__cli_ctx_t *o, int argc, char **argv)
         char b[32];
 
         kvd__cli_human_bytes(b, sizeof(b), (double)info.bytes);
-        printf("created pool %s (id %" PRIu64 "): %s, %u layers x %" PRIu64 " slots x %" PRIu64
+        printf("created pool %s (id %" PRIu64 "): %s, %u layer%s x %" PRIu64 " slot%s x %" PRIu64
                " bytes, %s, %s\n",
-               info.name, info.id, kvd_mem_kind_name(info.kind), info.num_layers, info.num_slots,
+               info.name, info.id, kvd_mem_kind_name(info.kind), info.num_layers,
+               info.num_layers == 1 ? "" : "s", info.num_slots, info.num_slots == 1 ? "" : "s",
                info.slot_bytes, info.mla ? "mla" : "mha", b);
     }
     kvd_client_destroy(&cli);

@@ -512,6 +512,14 @@ START_TEST(test_cli_cache)
     KVT_EXPECT_RC(r, 0);
     ck_assert_msg(kvt_json_object_valid(r.out), "not one JSON object:\n%s", r.out);
     kvt_cli_free(&r);
+    /* --open of an existing cache with another budget: its own, said so */
+    r = kvt_cli("cache", "create", "cli-prefix", "--layers", "4", "--tokens-per-block", "16",
+                "--token-bytes", "256", "--budget", "8m", "--dtype", "bf16", "--shared", "--open",
+                NULL);
+    KVT_EXPECT_RC(r, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "open: cache cli-prefix"));
+    ck_assert_ptr_nonnull(strstr(r.out, "in 4.0 MiB, shared (its budget, not the 8.0 MiB asked)"));
+    kvt_cli_free(&r);
     r = kvt_cli("cache", "ls", NULL);
     KVT_EXPECT_RC(r, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "BLOCKS"));
