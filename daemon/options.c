@@ -201,6 +201,31 @@ static const kvd__option_def_t *find(const char *name, size_t name_len)
     return NULL;
 }
 
+/* The option nearest to name[0..n), '_' read as '-' (a config file's
+ * habit), if it is at most a third of its length in edits away (one below
+ * 6 characters); NULL if none is that near. */
+static const char *nearest(const char *name, size_t n)
+{
+    char given[40];
+    size_t best_d = n < 6 ? 2 : n / 3 + 1, i;
+    const char *best = NULL;
+
+    if (n >= sizeof(given))
+        return NULL;
+    for (i = 0; i < n; i++)
+        given[i] = name[i] == '_' ? '-' : name[i];
+    given[n] = '\0';
+    for (i = 0; i < kvd__option_count; i++) {
+        size_t d = kvd__edit_distance(given, n, kvd__option_table[i].name);
+
+        if (d < best_d) {
+            best_d = d;
+            best = kvd__option_table[i].name;
+        }
+    }
+    return best;
+}
+
 /* Index of value in "a|b|c", or -1. */
 static int choice_index(const char *choices, const char *value)
 {
@@ -431,7 +456,12 @@ kvd_status_t kvd__options_set(kvd__options_t *o, const char *name, const char *v
         return KVD_ENULL;
     d = find(name, strlen(name));
     if (d == NULL) {
-        kvd__seterr(err, err_len, "unknown option '%s'", name);
+        const char *near = nearest(name, strlen(name));
+
+        if (near != NULL)
+            kvd__seterr(err, err_len, "unknown option '%s' (did you mean %s?)", name, near);
+        else
+            kvd__seterr(err, err_len, "unknown option '%s'", name);
         return KVD_EINVAL;
     }
     return set_def(o, d, value, err, err_len);
@@ -640,7 +670,14 @@ kvd__opts_action_t kvd__options_parse_args(kvd__options_t *o, int argc, char **a
             name_len = eq ? (size_t)(eq - name) : strlen(name);
             d = find(name, name_len);
             if (d == NULL) {
-                kvd__seterr(err, err_len, "unknown option '--%.*s' (see --help)", (int)name_len, name);
+                const char *near = nearest(name, name_len);
+
+                if (near != NULL)
+                    kvd__seterr(err, err_len, "unknown option '--%.*s' (did you mean --%s?)",
+                                (int)name_len, name, near);
+                else
+                    kvd__seterr(err, err_len, "unknown option '--%.*s' (see --help)",
+                                (int)name_len, name);
                 return KVD_OPTS_ERROR;
             }
             if (eq) {

@@ -274,33 +274,6 @@ static const kvd__cli_opt_t *find_short(const kvd__cli_opt_t *t, char c)
     return NULL;
 }
 
-/* The edit distance of a[0..n) and b (99 past 32 characters). */
-static size_t distance(const char *a, size_t n, const char *b)
-{
-    size_t m = strlen(b), row[40], i, j;
-
-    if (n > 32 || m > 32)
-        return 99;
-    for (j = 0; j <= m; j++)
-        row[j] = j;
-    for (i = 1; i <= n; i++) {
-        size_t diag = row[0];
-
-        row[0] = i;
-        for (j = 1; j <= m; j++) {
-            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            diag = up;
-            row[j] = best;
-        }
-    }
-    return row[m];
-}
-
 /* The known option nearest to name[0..n): one that name begins (an
  * abbreviation, which is refused), else the one fewest edits away, if
  * that is at most a third of its length (one edit below 6 characters). */
@@ -312,7 +285,7 @@ static const char *nearest(const kvd__cli_args_t *a, const char *name, size_t n)
 
     for (int k = 0; k < 2; k++)
         for (const kvd__cli_opt_t *t = tables[k]; t != NULL && t->name != NULL; t++) {
-            size_t d = n >= 2 && strncmp(t->name, name, n) == 0 ? 0 : distance(name, n, t->name);
+            size_t d = n >= 2 && strncmp(t->name, name, n) == 0 ? 0 : kvd__edit_distance(name, n, t->name);
 
             if (d < best_d) {
                 best_d = d;
@@ -328,7 +301,7 @@ const char *kvd__cli_nearest_word(const char *given, const char *const *words)
     const char *best = NULL;
 
     for (; *words != NULL; words++) {
-        size_t d = distance(given, n, *words);
+        size_t d = kvd__edit_distance(given, n, *words);
 
         if (d < best_d) {
             best_d = d;

@@ -144,3 +144,29 @@ int kvd__size_inexact(const char *s)
 
     return s != NULL && parse_size(s, &v, &inexact) == KVD_EINVAL && inexact;
 }
+
+size_t kvd__edit_distance(const char *a, size_t n, const char *b)
+{
+    size_t m = strlen(b), row[40], i, j;
+
+    if (n > 32 || m > 32)
+        return 99;
+    for (j = 0; j <= m; j++)
+        row[j] = j;
+    for (i = 1; i <= n; i++) {
+        size_t diag = row[0];
+
+        row[0] = i;
+        for (j = 1; j <= m; j++) {
+            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[m];
+}

@@ -17,6 +17,7 @@
 #ifndef KVDOCK_PARSE_H
 #define KVDOCK_PARSE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kvdock/status.h"
@@ -39,5 +40,9 @@ kvd_status_t kvd__parse_size(const char *s, uint64_t *out);
 int kvd__size_inexact(const char *s);
 /* What such a refusal says after the value. */
 #define KVD_SIZE_INEXACT "is not a whole number of bytes: give it in a smaller unit (100M, not 0.1G)"
+
+/* The edit distance of a[0..n) and b (99 past 32 characters): what names
+ * a near miss for a suggestion. */
+size_t kvd__edit_distance(const char *a, size_t n, const char *b);
 
 #endif /* KVDOCK_PARSE_H */

@@ -249,6 +249,7 @@ static const struct {
 } bad_files[] = {
     {"backend = cpu\nnot a pair\n", ":2:"},
     {"no-such-key = 1\n", "unknown option"},
+    {"cache_dir = /tmp/x\n", "unknown option 'cache_dir' (did you mean cache-dir?)"},
     {"max-inflight = zero\n", ":1:"},
     {"config = /etc/other.conf\n", "config"},
     {"backend = cpu\nmax-frame-bytes = 1\n", ":2:"},
@@ -319,7 +320,13 @@ START_TEST(test_args)
     {
         char *argv[] = {"kvdockd", "--bogus=1", NULL};
         ck_assert_int_eq(kvd__options_parse_args(&o, 2, argv, err, sizeof(err)), KVD_OPTS_ERROR);
-        ck_assert_ptr_nonnull(strstr(err, "unknown option"));
+        ck_assert_ptr_nonnull(strstr(err, "unknown option '--bogus' (see --help)"));
+    }
+    {
+        char *argv[] = {"kvdockd", "--host-memory-budge", "1G", NULL};
+        ck_assert_int_eq(kvd__options_parse_args(&o, 3, argv, err, sizeof(err)), KVD_OPTS_ERROR);
+        ck_assert_ptr_nonnull(
+            strstr(err, "unknown option '--host-memory-budge' (did you mean --host-memory-budget?)"));
     }
     {
         char *argv[] = {"kvdockd", "--config", "/nonexistent.conf", NULL};
