@@ -261,6 +261,11 @@ static kvd_status_t clear_stale(const char *path, char *why, size_t why_len)
 
     if (lstat(path, &st) != 0)
         return KVD_OK; /* nothing there */
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(why, why_len, "%s is a directory: --socket names the socket file itself (such "
+                 "as %s/kvdockd.sock)", path, path);
+        return KVD_EEXIST;
+    }
     if (!S_ISSOCK(st.st_mode)) {
         snprintf(why, why_len, "%s exists and is not a socket", path);
         return KVD_EEXIST;

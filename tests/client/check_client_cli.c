@@ -1257,6 +1257,20 @@ START_TEST(test_cli_socket_is_a_directory)
     KVT_EXPECT_RC(r, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "/tmp: it is a directory"));
     kvt_cli_free(&r);
+    { /* and the daemon, given a directory, names the file it wants */
+        char dir[] = "/tmp/kvdt-sockdir-XXXXXX";
+        const char *argv[] = {kvt_daemon_path(), "--backend", "cpu", "--socket", dir,
+                              "--host-memory-budget", "64M", NULL};
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        r.rc = kvt_run(argv, &r.out, &r.err, 10000);
+        ck_assert_int_ne(r.rc, 0);
+        ck_assert_msg(strstr(r.err, "is a directory: --socket names the socket file itself") !=
+                          NULL,
+                      "%s", r.err);
+        kvt_cli_free(&r);
+        ck_assert_int_eq(rmdir(dir), 0);
+    }
 }
 END_TEST
 
