@@ -60,16 +60,9 @@ static kvd_client_t *connect_with_area(const char *name, const char *area)
 
 static uint64_t cache_make(kvd_client_t *cli, const char *name, uint32_t blocks)
 {
-    kvd_cache_spec_t s;
+    kvd_cache_spec_t s = kvt_cache_spec(name, LAYERS, TPB, TOKEN_BYTES, (uint64_t)blocks * BLOCK_BYTES);
     kvd_cache_info_t info;
 
-    memset(&s, 0, sizeof(s));
-    s.name = name;
-    s.layout.num_layers = LAYERS;
-    s.layout.tokens_per_block = TPB;
-    s.layout.token_bytes = TOKEN_BYTES;
-    snprintf(s.layout.dtype, sizeof(s.layout.dtype), "bf16");
-    s.budget_bytes = (uint64_t)blocks * BLOCK_BYTES;
     KVT_OK(cli, kvd_cache_create(cli, &s, &info));
     return info.id;
 }

@@ -95,16 +95,9 @@ static void pool_make(kvd_client_t *cli, kvt_pool_t *p, uint32_t pages)
 static uint64_t cache_make(kvd_client_t *cli, const char *name, uint32_t blocks, bool shared,
                            kvd_cache_info_t *out)
 {
-    kvd_cache_spec_t s;
+    kvd_cache_spec_t s = kvt_cache_spec(name, LAYERS, TPB, TOKEN_BYTES, (uint64_t)blocks * BLOCK_BYTES);
     kvd_cache_info_t info;
 
-    memset(&s, 0, sizeof(s));
-    s.name = name;
-    s.layout.num_layers = LAYERS;
-    s.layout.tokens_per_block = TPB;
-    s.layout.token_bytes = TOKEN_BYTES;
-    snprintf(s.layout.dtype, sizeof(s.layout.dtype), "bf16");
-    s.budget_bytes = (uint64_t)blocks * BLOCK_BYTES;
     s.shared = shared;
     KVT_OK(cli, kvd_cache_create(cli, &s, &info));
     ck_assert_uint_eq(info.block_bytes, BLOCK_BYTES);

@@ -304,16 +304,9 @@ static void stop_nodes(node_t *nodes, int n)
 
 static uint64_t make_cache(node_t *node, const char *name, uint32_t token_bytes, bool cluster)
 {
-    kvd_cache_spec_t s;
+    kvd_cache_spec_t s = kvt_cache_spec(name, LAYERS, TPB, token_bytes, 96u << 20);
     kvd_cache_info_t info;
 
-    memset(&s, 0, sizeof(s));
-    s.name = name;
-    s.layout.num_layers = LAYERS;
-    s.layout.tokens_per_block = TPB;
-    s.layout.token_bytes = token_bytes;
-    snprintf(s.layout.dtype, sizeof(s.layout.dtype), "bf16");
-    s.budget_bytes = 96u << 20;
     s.cluster = cluster;
     KVT_OK(node->cli, kvd_cache_create(node->cli, &s, &info));
     ck_assert(info.cluster == cluster);

@@ -507,3 +507,18 @@ void kvt_disk_daemon_stop(kvt_daemon_t *d, const char *top)
     free(out);
     free(err);
 }
+
+kvd_cache_spec_t kvt_cache_spec(const char *name, uint32_t layers, uint32_t tokens_per_block,
+                                uint32_t token_bytes, uint64_t budget_bytes)
+{
+    kvd_cache_spec_t s;
+
+    memset(&s, 0, sizeof(s));
+    s.name = name;
+    s.layout.num_layers = layers;
+    s.layout.tokens_per_block = tokens_per_block;
+    s.layout.token_bytes = token_bytes;
+    snprintf(s.layout.dtype, sizeof(s.layout.dtype), "bf16");
+    s.budget_bytes = budget_bytes;
+    return s;
+}

@@ -89,4 +89,9 @@ void kvt_disk_daemon_start(kvt_daemon_t *d, char *top, char *dir, const char *di
 /* Stop it (exit 0 asserted) and remove top. */
 void kvt_disk_daemon_stop(kvt_daemon_t *d, const char *top);
 
+/* A cache spec named name: layers x tokens_per_block tokens of token_bytes
+ * (bf16), budget_bytes; the rest zero (unshared, no cluster, no disk). */
+kvd_cache_spec_t kvt_cache_spec(const char *name, uint32_t layers, uint32_t tokens_per_block,
+                                uint32_t token_bytes, uint64_t budget_bytes);
+
 #endif /* KVDOCK_TEST_CLIENT_HARNESS_H */
