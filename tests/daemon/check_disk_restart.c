@@ -494,22 +494,22 @@ static void chain_keys(int chain, int n, uint8_t keys[][8], Kvdock__CacheKeys *c
     ck->key_size = 8;
 }
 
-/* Send the save of chain c from pages first.. of p (no reply read). */
-static void save_send_at(int fd, uint64_t cache, const pool_view_t *p, int c, int64_t first,
-                         uint64_t id)
+/* Send a save of n blocks, keys[i] (8 bytes each) from page pages[i] of
+ * p (no reply read). */
+static void save_send_keys(int fd, uint64_t cache, const pool_view_t *p, uint8_t keys[][8],
+                           int64_t *pages, int n, uint64_t id)
 {
     Kvdock__Request req;
     Kvdock__CacheSave cs = KVDOCK__CACHE_SAVE__INIT;
     Kvdock__CacheKeys ck;
     Kvdock__Indices ix = KVDOCK__INDICES__INIT;
-    uint8_t keys[CHAIN][8];
-    int64_t pages[CHAIN];
 
-    chain_keys(c, CHAIN, keys, &ck);
-    for (int i = 0; i < CHAIN; i++)
-        pages[i] = first + i;
+    kvdock__cache_keys__init(&ck);
+    ck.blob.data = &keys[0][0];
+    ck.blob.len = (size_t)n * 8;
+    ck.key_size = 8;
     ix.values = pages;
-    ix.n_values = CHAIN;
+    ix.n_values = (size_t)n;
     cs.cache = cache;
     cs.pool = p->id;
     cs.keys = &ck;
@@ -518,6 +518,20 @@ static void save_send_at(int fd, uint64_t cache, const pool_view_t *p, int c, in
     req.op_case = KVDOCK__REQUEST__OP_CACHE_SAVE;
     req.cache_save = &cs;
     kvdt_send(fd, &req, NULL, 0);
+}
+
+/* Send the save of chain c from pages first.. of p (no reply read). */
+static void save_send_at(int fd, uint64_t cache, const pool_view_t *p, int c, int64_t first,
+                         uint64_t id)
+{
+    uint8_t keys[CHAIN][8];
+    int64_t pages[CHAIN];
+
+    for (int i = 0; i < CHAIN; i++) {
+        key_of(c, i, keys[i]);
+        pages[i] = first + i;
+    }
+    save_send_keys(fd, cache, p, keys, pages, CHAIN, id);
 }
 
 /* Send the save of chain c from pages c * CHAIN.. of p (no reply read). */
@@ -1426,29 +1440,12 @@ static void big_save_send(int fd, uint64_t cache, const pool_view_t *p, int chai
 {
     static uint8_t keys[BIG][8];
     static int64_t pages[BIG];
-    Kvdock__Request req;
-    Kvdock__CacheSave cs = KVDOCK__CACHE_SAVE__INIT;
-    Kvdock__CacheKeys ck;
-    Kvdock__Indices ix = KVDOCK__INDICES__INIT;
 
     for (int i = 0; i < BIG; i++) {
         key_of(chain0 + i / CHAIN, i % CHAIN, keys[i]);
         pages[i] = i;
     }
-    kvdock__cache_keys__init(&ck);
-    ck.blob.data = &keys[0][0];
-    ck.blob.len = sizeof(keys);
-    ck.key_size = 8;
-    ix.values = pages;
-    ix.n_values = BIG;
-    cs.cache = cache;
-    cs.pool = p->id;
-    cs.keys = &ck;
-    cs.blocks = &ix;
-    kvdt_req_init(&req, id);
-    req.op_case = KVDOCK__REQUEST__OP_CACHE_SAVE;
-    req.cache_save = &cs;
-    kvdt_send(fd, &req, NULL, 0);
+    save_send_keys(fd, cache, p, keys, pages, BIG, id);
 }
 
 /* How many of the BIG keys of big_save_send(chain0) a lookup reports, and
