@@ -32,12 +32,7 @@ struct early_copy {
 };
 
 struct kvd__load {
-    kvd__server_t *srv;
-    kvd__conn_t *conn;          /* the reply's, charged with held */
-    uint64_t req_id;
-    size_t op_index;
-    uint64_t t_start_ns;
-    uint64_t held;             /* bytes of this plan (KVD_HM_REQUESTS) */
+    kvd__origin_t origin;       /* held: bytes of this plan */
     kvd__cache_t *cache;        /* referenced */
     kvd__pool_t *pool;
     kvd__obj_t *refs[KVD_DATAOP_MAX_REFS]; /* the pool, buffers, events: referenced */
@@ -65,7 +60,7 @@ struct kvd__load {
     uint32_t copies;           /* copies of landed blocks in flight */
     uint32_t copied;           /* blocks they moved */
     kvd_status_t copy_status;  /* the first one's failure */
-    int waiting;               /* kvd__load_wait: an operation in flight on conn */
+    int waiting;               /* kvd__load_wait: an operation in flight on its connection */
     int ending;                /* kvd__load_end came: ends once copies is 0 */
     int brought;               /* blocks were to be brought (why names what failed) */
     int busy;                  /* a block on disk found no host slot to be read into */
@@ -88,7 +83,7 @@ static void load_free(kvd__load_t *l)
 {
     kvd__cache_store_t *c = &l->cache->store;
     int waiting = l->waiting;
-    kvd__conn_t *conn = l->conn;
+    kvd__conn_t *conn = l->origin.conn;
     uint32_t held = 0;
 
     for (uint32_t i = l->n; i-- > 0;) /* the last first */
@@ -105,9 +100,9 @@ static void load_free(kvd__load_t *l)
         kvd__cache_slots_freed(l->cache, held + l->let_go);
     }
     for (int i = 0; i < l->nrefs; i++)
-        kvd__obj_unref(&l->srv->reg, l->refs[i]);
+        kvd__obj_unref(&l->origin.srv->reg, l->refs[i]);
     kvd__cache_unref(l->cache);
-    kvd__account_release(l->conn, KVD_HM_REQUESTS, l->held);
+    kvd__account_release(l->origin.conn, KVD_HM_REQUESTS, l->origin.held);
     free(l->pages);
     free(l->keys);
     free(l->klen);
@@ -183,12 +178,8 @@ kvd_status_t kvd__load_create(kvd__req_t *r, kvd__dataop_t *d, const kvd__load_s
         kvd__account_release(r->conn, KVD_HM_REQUESTS, held);
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     }
-    l->srv = r->srv;
-    l->conn = r->conn;
-    l->req_id = r->req->id;
-    l->op_index = r->op_index;
-    l->t_start_ns = r->t_start_ns;
-    l->held = held;
+    l->origin = kvd__origin_of(r);
+    l->origin.held = held;
     l->cache = s->cache;
     s->cache->refs++;
     l->pool = s->pool;
@@ -343,7 +334,7 @@ static void copy_ended(void *arg, kvd_status_t st)
     }
     if (copy_held(l, why, sizeof(why)) != KVD_OK)
         kvd_log(KVD_LOG_DEBUG, "event=load_early_copy_failed client=%" PRIu64 " id=%" PRIu64
-                " reason=\"%s\"", l->conn->id, l->req_id, why);
+                " reason=\"%s\"", l->origin.conn->id, l->origin.req_id, why);
 }
 
 /* The last copy ends: the load's counters, its reply's rows and bytes;
@@ -370,7 +361,7 @@ static void last_finish(kvd__dataop_t *d, kvd_status_t st, Kvdock__OpReply *rep,
 /* A dataop for a copy of the plan, its operands held and its Sync set. */
 static kvd__dataop_t *copy_new(kvd__load_t *l)
 {
-    kvd__dataop_t *d = kvd__dataop_new(l->srv, l->conn, l->req_id, l->op_index, l->t_start_ns);
+    kvd__dataop_t *d = kvd__dataop_new(&l->origin);
 
     if (d == NULL)
         return NULL;
@@ -414,7 +405,7 @@ static kvd_status_t copy_held(kvd__load_t *l, char *why, size_t why_len)
     kvd_status_t st;
 
     memset(&pl, 0, sizeof(pl));
-    if (l->copies >= EARLY_COPIES || l->conn->closing || l->copy_status != KVD_OK)
+    if (l->copies >= EARLY_COPIES || l->origin.conn->closing || l->copy_status != KVD_OK)
         return KVD_OK;
     if ((m = l->qtail - l->qhead) == 0)
         return KVD_OK;
@@ -473,7 +464,7 @@ static kvd_status_t copy_last(kvd__load_t *l, char *msg, size_t len)
     kvd_status_t st;
 
     memset(&pl, 0, sizeof(pl));
-    if (l->srv->shutting_down > 1) {
+    if (l->origin.srv->shutting_down > 1) {
         snprintf(msg, len, "the daemon is shutting down");
         return KVD_ESHUTDOWN;
     }
@@ -545,7 +536,7 @@ static kvd_status_t copy_last(kvd__load_t *l, char *msg, size_t len)
     if ((st = kvd__dataop_submit(d, msg, len)) != KVD_OK)
         goto fail;
     if (l->lease != NULL && !l->lease_taken) { /* the load ends the lease: the plan's now */
-        kvd__lease_take(l->conn, l->lease->id);
+        kvd__lease_take(l->origin.conn, l->lease->id);
         l->lease_taken = 1;
     }
     for (uint32_t k = 0; k < m; k++)
@@ -587,7 +578,7 @@ void kvd__load_wait(kvd__load_t *l)
 {
     l->waiting = 1;
     l->brought = 1;
-    kvd__conn_op_begin(l->conn);
+    kvd__conn_op_begin(l->origin.conn);
 }
 
 void kvd__load_land(kvd__load_t *l, const uint32_t *pos, uint32_t n)
@@ -605,7 +596,7 @@ void kvd__load_land(kvd__load_t *l, const uint32_t *pos, uint32_t n)
     }
     if (!l->ending && copy_held(l, why, sizeof(why)) != KVD_OK)
         kvd_log(KVD_LOG_DEBUG, "event=load_early_copy_failed client=%" PRIu64 " id=%" PRIu64
-                " reason=\"%s\"", l->conn->id, l->req_id, why);
+                " reason=\"%s\"", l->origin.conn->id, l->origin.req_id, why);
 }
 
 /* Every copy of landed blocks ended and nothing more will land: the last
@@ -615,13 +606,13 @@ static void load_last(kvd__load_t *l)
     char msg[256];
     kvd_status_t st;
 
-    if (l->conn->closing) { /* nobody to copy for */
+    if (l->origin.conn->closing) { /* nobody to copy for */
         load_free(l);
         return;
     }
     st = copy_last(l, msg, sizeof(msg));
     if (st != KVD_OK) {
-        kvd__reply_deferred(l->conn, l->req_id, l->op_index, l->t_start_ns, st, msg, NULL, 0);
+        kvd__reply_deferred(&l->origin, st, msg, NULL, 0);
         load_free(l);
     }
 }
@@ -637,7 +628,7 @@ static void fetch_more(kvd__load_t *l)
     char why[200];
 
     l->busy = 0;
-    if (l->conn->closing || l->copy_status != KVD_OK)
+    if (l->origin.conn->closing || l->copy_status != KVD_OK)
         return;
     for (uint32_t i = l->fetch_next; i < l->n; l->fetch_next = ++i) {
         uint32_t id;
@@ -687,7 +678,7 @@ static void advance(kvd__load_t *l)
         return;
     if (copy_held(l, why, sizeof(why)) != KVD_OK)
         kvd_log(KVD_LOG_DEBUG, "event=load_early_copy_failed client=%" PRIu64 " id=%" PRIu64
-                " reason=\"%s\"", l->conn->id, l->req_id, why);
+                " reason=\"%s\"", l->origin.conn->id, l->origin.req_id, why);
     fetch_more(l);
     if (l->reading > 0 || (l->busy && l->copies > 0))
         return;
@@ -734,7 +725,7 @@ uint32_t kvd__load_fetch(kvd__load_t *l)
      * first, they make room */
     if (l->reading == 0 && l->busy && copy_held(l, why, sizeof(why)) != KVD_OK)
         kvd_log(KVD_LOG_DEBUG, "event=load_early_copy_failed client=%" PRIu64 " id=%" PRIu64
-                " reason=\"%s\"", l->conn->id, l->req_id, why);
+                " reason=\"%s\"", l->origin.conn->id, l->origin.req_id, why);
     if (l->reading == 0 && l->copies == 0) {
         keep_busy_why(l);
         if (l->why[0] != '\0')
@@ -746,7 +737,7 @@ uint32_t kvd__load_fetch(kvd__load_t *l)
     if (l->lease != NULL && !l->lease_taken) {
         /* the plan ends the lease: its holds go block by block as each
          * is copied, and a release or expiry meanwhile cannot free it */
-        kvd__lease_take(l->conn, l->lease->id);
+        kvd__lease_take(l->origin.conn, l->lease->id);
         l->lease_taken = 1;
     }
     kvd__load_wait(l);

@@ -10,29 +10,25 @@
 
 static void dataop_destroy(kvd__dataop_t *d)
 {
-    kvd__backend_t *be = d->srv->backend;
+    kvd__backend_t *be = d->origin.srv->backend;
     int i;
 
     for (i = 0; i < d->nrefs; i++)
-        kvd__obj_unref(&d->srv->reg, d->refs[i]);
+        kvd__obj_unref(&d->origin.srv->reg, d->refs[i]);
     for (i = 0; i < d->nstaging; i++)
         be->staging_free(be, d->staging[i], d->staging_bytes[i]);
     free(d->more);
     free(d);
 }
 
-kvd__dataop_t *kvd__dataop_new(kvd__server_t *srv, kvd__conn_t *c, uint64_t req_id,
-                               size_t op_index, uint64_t t_start_ns)
+kvd__dataop_t *kvd__dataop_new(const kvd__origin_t *o)
 {
     kvd__dataop_t *d = calloc(1, sizeof(*d));
 
     if (d == NULL)
         return NULL;
-    d->srv = srv;
-    d->conn = c;
-    d->req_id = req_id;
-    d->op_index = op_index;
-    d->t_start_ns = t_start_ns;
+    d->origin = *o;
+    d->origin.held = 0;
     d->njobs = 1;
     return d;
 }
@@ -83,7 +79,7 @@ void *kvd__stage(kvd__req_t *r, kvd__dataop_t *d, const void *src, size_t n)
 
 void *kvd__dataop_stage(kvd__dataop_t *d, const void *src, size_t n, char *why, size_t why_len)
 {
-    kvd__backend_t *be = d->srv->backend;
+    kvd__backend_t *be = d->origin.srv->backend;
     char bwhy[200] = "";
     void *p = NULL;
 
@@ -441,7 +437,7 @@ static void send_op_reply(kvd__dataop_t *d, kvd_status_t st, const char *msg, in
             d->silent_done(d->silent_arg, st);
         return;
     }
-    kvd__reply_deferred(d->conn, d->req_id, d->op_index, d->t_start_ns, st, msg, &op, bytes);
+    kvd__reply_deferred(&d->origin, st, msg, &op, bytes);
 }
 
 /* A job's work is on the device, its events recorded: once every job's is,
@@ -460,7 +456,7 @@ static void job_issued(kvd__job_t *job)
 static void job_done(kvd__job_t *job)
 {
     kvd__dataop_t *d = job->owner;
-    kvd__conn_t *c = d->conn;
+    kvd__conn_t *c = d->origin.conn;
 
     d->skipped_oob += job->skipped_oob;
     if (job->status != KVD_OK && d->status == KVD_OK) {
@@ -469,7 +465,7 @@ static void job_done(kvd__job_t *job)
     }
     if (--d->pending > 0)
         return;
-    kvd__stats_stream_leave(&d->srv->stats, d->job.sclass, written_bytes(d, d->status),
+    kvd__stats_stream_leave(&d->origin.srv->stats, d->job.sclass, written_bytes(d, d->status),
                             d->path == KVD_PATH_COPY_ENGINE, kvd__now_ns());
     if (!d->replied) {
         send_op_reply(d, d->status, d->detail, 0);
@@ -481,7 +477,7 @@ static void job_done(kvd__job_t *job)
             d->finish(d, d->status, &op, &bytes);
         if (d->status != KVD_OK)
             kvd_log(KVD_LOG_WARN, "event=op_failed_after_reply client=%" PRIu64 " id=%" PRIu64
-                    " status=%s detail=\"%s\"", c->id, d->req_id, kvd_err_name(d->status),
+                    " status=%s detail=\"%s\"", c->id, d->origin.req_id, kvd_err_name(d->status),
                     d->detail);
     }
     dataop_destroy(d);
@@ -490,7 +486,7 @@ static void job_done(kvd__job_t *job)
 
 kvd_status_t kvd__dataop_submit(kvd__dataop_t *d, char *why, size_t why_len)
 {
-    kvd__backend_t *be = d->srv->backend;
+    kvd__backend_t *be = d->origin.srv->backend;
     kvd_status_t st = KVD_OK;
     uint32_t i;
 
@@ -527,8 +523,8 @@ kvd_status_t kvd__dataop_submit(kvd__dataop_t *d, char *why, size_t why_len)
                  d->njobs, kvd_strerror(st));
     }
     d->submitted = 1;
-    kvd__conn_op_begin(d->conn);
-    kvd__stats_stream_enter(&d->srv->stats, d->job.sclass, kvd__now_ns());
+    kvd__conn_op_begin(d->origin.conn);
+    kvd__stats_stream_enter(&d->origin.srv->stats, d->job.sclass, kvd__now_ns());
     if (d->reply_at_enqueue && d->to_issue == 0) {
         d->replied = 1;
         send_op_reply(d, KVD_OK, NULL, 1);
@@ -602,7 +598,8 @@ void kvd__fill_side(const kvd__pool_t *p, uint32_t begin, int copy_engine, kvd_k
 
 kvd_status_t kvd__dataop_run(kvd__req_t *r, kvd_status_t (*fn)(kvd__req_t *, kvd__dataop_t *))
 {
-    kvd__dataop_t *d = kvd__dataop_new(r->srv, r->conn, r->req->id, r->op_index, r->t_start_ns);
+    kvd__origin_t origin = kvd__origin_of(r);
+    kvd__dataop_t *d = kvd__dataop_new(&origin);
     kvd_status_t st;
 
     if (d == NULL)

@@ -27,11 +27,7 @@ struct kvd__dataop {
     kvd_status_t status; /* the first failure of its jobs */
     char detail[160];
     unsigned long long skipped_oob; /* summed over the jobs */
-    kvd__server_t *srv;
-    kvd__conn_t *conn;
-    uint64_t req_id;
-    size_t op_index;
-    uint64_t t_start_ns;
+    kvd__origin_t origin; /* the reply's (held 0) */
     int reply_at_enqueue;
     int replied;
     uint32_t to_issue;   /* jobs whose work another thread has yet to enqueue */
@@ -78,11 +74,10 @@ typedef struct kvd__idx {
 kvd_status_t kvd__dataop_run(kvd__req_t *r, kvd_status_t (*fn)(kvd__req_t *, kvd__dataop_t *));
 
 /* A dataop outside any handler, for work decided earlier and submitted
- * now (a load plan's copies, cache_load.h): its reply goes to request
- * req_id of c, counted in row op_index from t_start_ns.  NULL out of
- * memory.  One never submitted goes with kvd__dataop_free. */
-kvd__dataop_t *kvd__dataop_new(kvd__server_t *srv, kvd__conn_t *c, uint64_t req_id,
-                               size_t op_index, uint64_t t_start_ns);
+ * now (a load plan's copies, cache_load.h): its reply goes to o's request
+ * (o's held is not this dataop's).  NULL out of memory.  One never
+ * submitted goes with kvd__dataop_free. */
+kvd__dataop_t *kvd__dataop_new(const kvd__origin_t *o);
 void kvd__dataop_free(kvd__dataop_t *d);
 
 /* Jobs beyond the first: d->more[0..n-2], cleared (KVD_ENOMEM if none). */

@@ -84,10 +84,17 @@ static void send_and_count(kvd__conn_t *c, Kvdock__Response *resp, size_t op_ind
     kvd__stats_op(&srv->stats, op_index, (int)resp->status, bytes, kvd__now_ns() - t_start_ns);
 }
 
-void kvd__reply_deferred_response(kvd__conn_t *c, Kvdock__Response *resp, size_t op_index,
-                                  uint64_t t_start_ns)
+kvd__origin_t kvd__origin_of(const kvd__req_t *r)
 {
-    send_and_count(c, resp, op_index, t_start_ns, 0, NULL, 0);
+    kvd__origin_t o = {r->srv, r->conn, r->req->id, r->op_index, r->t_start_ns, 0};
+
+    return o;
+}
+
+void kvd__reply_deferred_response(const kvd__origin_t *o, Kvdock__Response *resp)
+{
+    resp->id = o->req_id;
+    send_and_count(o->conn, resp, o->op_index, o->t_start_ns, 0, NULL, 0);
 }
 
 void kvd__reply_error(kvd__conn_t *c, uint64_t id, kvd_status_t st, const char *msg)
@@ -101,12 +108,12 @@ void kvd__reply_error(kvd__conn_t *c, uint64_t id, kvd_status_t st, const char *
     kvd__stats_op(&c->srv->stats, kvd__op_count, (int)st, 0, 0);
 }
 
-void kvd__reply_deferred(kvd__conn_t *c, uint64_t id, size_t op_index, uint64_t t_start_ns,
-                         kvd_status_t st, const char *msg, Kvdock__OpReply *op, uint64_t bytes)
+void kvd__reply_deferred(const kvd__origin_t *o, kvd_status_t st, const char *msg,
+                         Kvdock__OpReply *op, uint64_t bytes)
 {
     Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
 
-    resp.id = id;
+    resp.id = o->req_id;
     resp.status = (uint32_t)st;
     if (st != KVD_OK) {
         resp.message = (char *)(msg && msg[0] ? msg : kvd_strerror(st));
@@ -114,7 +121,7 @@ void kvd__reply_deferred(kvd__conn_t *c, uint64_t id, size_t op_index, uint64_t 
         resp.result_case = KVDOCK__RESPONSE__RESULT_OP;
         resp.op = op;
     }
-    send_and_count(c, &resp, op_index, t_start_ns, bytes, NULL, 0);
+    send_and_count(o->conn, &resp, o->op_index, o->t_start_ns, bytes, NULL, 0);
 }
 
 /* Sync carries something (a client may send an empty one anywhere). */
@@ -238,11 +245,14 @@ static int handle_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int 
             st = arena.refusal;
             snprintf(r.msg, sizeof(r.msg), "%s", arena.why);
         }
-        if (st == KVD_EBUSY && r.park != NULL &&
-            kvd__park(r.park, c, payload, len, req->id, r.op_index, t_start_ns,
-                      replay_deadline_ns, r.park_need, r.msg) == KVD_OK) {
-            st = KVD_OK; /* it waits: the reply comes when it runs again */
-            r.deferred = 1;
+        if (st == KVD_EBUSY && r.park != NULL) {
+            kvd__origin_t o = kvd__origin_of(&r);
+
+            if (kvd__park(r.park, &o, payload, len, replay_deadline_ns, r.park_need, r.msg) ==
+                KVD_OK) {
+                st = KVD_OK; /* it waits: the reply comes when it runs again */
+                r.deferred = 1;
+            }
         }
     }
 

@@ -56,6 +56,24 @@ struct kvd__req {
                               * reply is packed */
 };
 
+/* Where a deferred reply goes: request req_id of conn (on srv), counted
+ * in row op_index of the stats from t_start_ns.  What answers a request
+ * later (work off the loop, a plan, a wait) keeps one, taken from the
+ * request with kvd__origin_of, and replies through it.  held: the bytes
+ * that work charged to conn's client as request bookkeeping
+ * (KVD_HM_REQUESTS), released by whoever set it; 0 where none. */
+typedef struct kvd__origin {
+    kvd__server_t *srv;
+    kvd__conn_t *conn;
+    uint64_t req_id;
+    size_t op_index;
+    uint64_t t_start_ns;
+    uint64_t held;
+} kvd__origin_t;
+
+/* The origin of request r (held 0). */
+kvd__origin_t kvd__origin_of(const kvd__req_t *r);
+
 /* The table. */
 extern const kvd__op_def_t kvd__op_table[];
 extern const size_t kvd__op_count; /* stats row kvd__op_count is "unknown" */
@@ -76,14 +94,14 @@ void kvd__dispatch_replay(kvd__conn_t *c, const uint8_t *payload, size_t len, ui
 /* Answer a frame that cannot be handled (ETOOBIG, EPROTO): request id 0. */
 void kvd__reply_error(kvd__conn_t *c, uint64_t id, kvd_status_t st, const char *msg);
 
-/* Reply for a deferred request (data operations). */
-void kvd__reply_deferred(kvd__conn_t *c, uint64_t id, size_t op_index, uint64_t t_start_ns,
-                         kvd_status_t st, const char *msg, Kvdock__OpReply *op, uint64_t bytes);
+/* Reply to the deferred request of o: st (msg, or the status's words),
+ * or op's result; bytes counted as moved. */
+void kvd__reply_deferred(const kvd__origin_t *o, kvd_status_t st, const char *msg,
+                         Kvdock__OpReply *op, uint64_t bytes);
 
-/* Reply for a deferred request with a whole response (its id, status and
- * result set by the caller). */
-void kvd__reply_deferred_response(kvd__conn_t *c, Kvdock__Response *resp, size_t op_index,
-                                  uint64_t t_start_ns);
+/* Reply to the deferred request of o with a whole response (its status
+ * and result set by the caller; its id set here). */
+void kvd__reply_deferred_response(const kvd__origin_t *o, Kvdock__Response *resp);
 
 /* Set the error message of r; returns st (for `return kvd__req_fail(r, ...)`). */
 kvd_status_t kvd__req_fail(kvd__req_t *r, kvd_status_t st, const char *fmt, ...)

@@ -564,11 +564,8 @@ static kvd_status_t cache_open_disk(kvd__server_t *srv, kvd__cache_t *k, char *w
  */
 typedef struct create_work {
     kvd__disk_req_t r;
-    kvd__server_t *srv;
-    kvd__conn_t *conn;
-    uint64_t id;
-    size_t op_index;
-    uint64_t t_start_ns, loop_ns;
+    kvd__origin_t origin;
+    uint64_t loop_ns;
     kvd__cache_t *k;
     kvd__manifest_t m;
     kvd_status_t st;
@@ -633,7 +630,7 @@ static void log_create(const kvd__conn_t *c, const kvd__cache_t *k, uint64_t loo
 static void create_dir_done(kvd__disk_req_t *r)
 {
     create_work_t *w = r->arg;
-    kvd__server_t *srv = w->srv;
+    kvd__server_t *srv = w->origin.srv;
     kvd__cache_t *k = w->k;
     Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
     Kvdock__CacheInfo ci;
@@ -644,23 +641,23 @@ static void create_dir_done(kvd__disk_req_t *r)
     opening_remove(srv, k);
     if (w->st == KVD_OK && (w->st = cache_open_disk(srv, k, w->why, sizeof(w->why))) != KVD_OK)
         kvd__cache_dir_discard(srv, k->disk_dir); /* made here: nothing of a client's in it */
-    resp.id = w->id;
     if (w->st != KVD_OK) {
         resp.status = (uint32_t)w->st;
         resp.message = w->why;
         kvd_log(KVD_LOG_WARN, "event=cache_create_failed client=%" PRIu64 " name=%s "
-                "status=%s reason=\"%s\"", w->conn->id, k->name, kvd_err_name(w->st), w->why);
+                "status=%s reason=\"%s\"", w->origin.conn->id, k->name, kvd_err_name(w->st),
+                w->why);
         cache_free_new(k);
     } else {
         cache_link(srv, k);
         w->loop_ns += kvd__now_ns() - t0;
-        log_create(w->conn, k, w->loop_ns, w->t_start_ns);
+        log_create(w->origin.conn, k, w->loop_ns, w->origin.t_start_ns);
         info_fill(k, &ci, &cl, &cd);
         resp.result_case = KVDOCK__RESPONSE__RESULT_CACHE;
         resp.cache = &ci;
     }
-    kvd__reply_deferred_response(w->conn, &resp, w->op_index, w->t_start_ns);
-    kvd__conn_op_end(w->conn);
+    kvd__reply_deferred_response(&w->origin, &resp);
+    kvd__conn_op_end(w->origin.conn);
     free(w);
 }
 
@@ -759,11 +756,7 @@ kvd_status_t kvd__op_cache_create(kvd__req_t *r)
             cache_free_new(k);
             return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
         }
-        w->srv = srv;
-        w->conn = c;
-        w->id = r->req->id;
-        w->op_index = r->op_index;
-        w->t_start_ns = r->t_start_ns;
+        w->origin = kvd__origin_of(r);
         w->k = k;
         w->m = m;
         w->r.op = KVD_DISK_OP_CALL;
@@ -922,6 +915,7 @@ void kvd__caches_wake_waiting(kvd__server_t *srv)
 kvd_status_t kvd__op_cache_drop(kvd__req_t *r)
 {
     const Kvdock__CacheDrop *cd = r->req->cache_drop;
+    kvd__origin_t origin = kvd__origin_of(r);
     kvd__cache_t *k = NULL;
     kvd_status_t st = find_cache(r, cd->cache, cd->name, 0, &k);
 
@@ -930,7 +924,7 @@ kvd_status_t kvd__op_cache_drop(kvd__req_t *r)
     kvd_log(KVD_LOG_INFO, "event=cache_drop client=%" PRIu64 " cache=%" PRIu64 " name=%s "
             "blocks=%u", r->conn->id, k->id, k->name, k->store.ready);
     /* the reply waits for the slabs to be unmapped, where they go now */
-    kvd__server_drop_wait_begin(r->srv, r->conn, r->req->id, r->op_index, r->t_start_ns);
+    kvd__server_drop_wait_begin(&origin);
     k->remove_dir = 1; /* its blocks on disk go with it, once nothing uses it */
     cache_drop(r->srv, k);
     r->deferred = kvd__server_drop_wait_end(r->srv);
@@ -1412,12 +1406,7 @@ static kvd_status_t lookup_reply(kvd__server_t *srv, kvd__conn_t *c, kvd__cache_
 /* A lookup waiting for the peers: what its answer needs, in memory of its
  * own (charged to its client as request bookkeeping). */
 typedef struct lookup_wait {
-    kvd__server_t *srv;
-    kvd__conn_t *conn;
-    uint64_t req_id;
-    size_t op_index;
-    uint64_t t_start_ns;
-    uint64_t held;
+    kvd__origin_t origin;    /* held: this wait's bytes */
     kvd__cache_t *cache;     /* referenced */
     Kvdock__CacheLookup cl; /* its lease and lease_ms */
     uint32_t n, first;      /* the peers were asked about keys [first, n) */
@@ -1433,7 +1422,7 @@ static void lookup_answered(void *arg, const uint8_t *present, const char *why,
                             const char *waited_for)
 {
     lookup_wait_t *w = arg;
-    kvd__conn_t *c = w->conn;
+    kvd__conn_t *c = w->origin.conn;
     Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
     Kvdock__CacheLookupReply rep = KVDOCK__CACHE_LOOKUP_REPLY__INIT;
     char msg[256] = "";
@@ -1443,9 +1432,8 @@ static void lookup_answered(void *arg, const uint8_t *present, const char *why,
     if (!c->closing) {
         st = lookup_hits(w->cache, w->keys, w->lens, w->n, w->ids, &hits, msg, sizeof(msg));
         if (st == KVD_OK)
-            st = lookup_reply(w->srv, c, w->cache, &w->cl, w->ids, hits, w->n, w->first,
+            st = lookup_reply(w->origin.srv, c, w->cache, &w->cl, w->ids, hits, w->n, w->first,
                               present, &rep, msg, sizeof(msg));
-        resp.id = w->req_id;
         resp.status = (uint32_t)st;
         if (st != KVD_OK) {
             resp.message = msg;
@@ -1455,12 +1443,13 @@ static void lookup_answered(void *arg, const uint8_t *present, const char *why,
             resp.cache_lookup = &rep;
             if (waited_for[0] != '\0')
                 kvd_log(KVD_LOG_INFO, "event=cluster_lookup_waited client=%" PRIu64 " id=%"
-                        PRIu64 " peers=%s reason=\"%s\"", c->id, w->req_id, waited_for, why);
+                        PRIu64 " peers=%s reason=\"%s\"", c->id, w->origin.req_id, waited_for,
+                        why);
         }
-        kvd__reply_deferred_response(c, &resp, w->op_index, w->t_start_ns);
+        kvd__reply_deferred_response(&w->origin, &resp);
     }
     kvd__cache_unref(w->cache);
-    kvd__account_release(c, KVD_HM_REQUESTS, w->held);
+    kvd__account_release(c, KVD_HM_REQUESTS, w->origin.held);
     free(w);
     kvd__conn_op_end(c);
 }
@@ -1499,12 +1488,8 @@ static kvd_status_t lookup_ask(kvd__req_t *r, kvd__cache_t *k, const keys_t *ks,
         w->lens[i] = ks->len[i];
         at += ks->len[i];
     }
-    w->srv = r->srv;
-    w->conn = r->conn;
-    w->req_id = r->req->id;
-    w->op_index = r->op_index;
-    w->t_start_ns = r->t_start_ns;
-    w->held = held;
+    w->origin = kvd__origin_of(r);
+    w->origin.held = held;
     w->cache = k;
     w->cl = *r->req->cache_lookup;
     w->cl.keys = NULL;
@@ -1824,12 +1809,7 @@ static kvd_status_t wait_for_slots(kvd__req_t *r, kvd__cache_t *k, uint32_t need
  * daemon stopping) aborts every block it made, records included.
  */
 typedef struct save_stream {
-    kvd__server_t *srv;
-    kvd__conn_t *conn;          /* the reply's, charged with held */
-    uint64_t req_id;
-    size_t op_index;
-    uint64_t t_start_ns;
-    uint64_t held;              /* bytes of this plan (KVD_HM_REQUESTS) */
+    kvd__origin_t origin;       /* held: bytes of this plan */
     cacheop_t *op;              /* the blocks so far, in chain order (holds the cache) */
     kvd__pool_t *pool;
     kvd__obj_t *refs[KVD_DATAOP_MAX_REFS]; /* the pool, events: referenced */
@@ -1856,11 +1836,11 @@ static void stream_go(save_stream_t *s);
 
 static void stream_free(save_stream_t *s)
 {
-    kvd__conn_t *conn = s->conn;
+    kvd__conn_t *conn = s->origin.conn;
 
     for (int i = 0; i < s->nrefs; i++)
-        kvd__obj_unref(&s->srv->reg, s->refs[i]);
-    kvd__account_release(conn, KVD_HM_REQUESTS, s->held);
+        kvd__obj_unref(&s->origin.srv->reg, s->refs[i]);
+    kvd__account_release(conn, KVD_HM_REQUESTS, s->origin.held);
     free(s->keys);
     free(s->klen);
     free(s->pages);
@@ -1880,10 +1860,11 @@ static void stream_fail(save_stream_t *s, kvd_status_t st, const char *msg)
         s->op->cache->saving++;
     }
     kvd_log(KVD_LOG_DEBUG, "event=cache_save_failed client=%" PRIu64 " id=%" PRIu64
-            " status=%s reason=\"%s\"", s->conn->id, s->req_id, kvd_err_name(st), msg);
+            " status=%s reason=\"%s\"", s->origin.conn->id, s->origin.req_id, kvd_err_name(st),
+            msg);
     save_end(s->op, st, &rep, &bytes);
-    if (!s->conn->closing)
-        kvd__reply_deferred(s->conn, s->req_id, s->op_index, s->t_start_ns, st, msg, NULL, 0);
+    if (!s->origin.conn->closing)
+        kvd__reply_deferred(&s->origin, st, msg, NULL, 0);
     stream_free(s);
 }
 
@@ -1932,7 +1913,7 @@ static kvd_status_t stream_copy(save_stream_t *s, int last, char *why, size_t wh
     uint32_t *ids = malloc(((s->op->n - s->copied) ? s->op->n - s->copied : 1) * sizeof(*ids));
     int64_t *pages = malloc(((s->op->n - s->copied) ? s->op->n - s->copied : 1) *
                             sizeof(*pages));
-    kvd__dataop_t *d = kvd__dataop_new(s->srv, s->conn, s->req_id, s->op_index, s->t_start_ns);
+    kvd__dataop_t *d = kvd__dataop_new(&s->origin);
     uint32_t m = 0, next = 0;
     kvd__slab_plan_t pl;
     kvd_status_t st = KVD_ENOMEM;
@@ -2019,11 +2000,11 @@ static void stream_go(save_stream_t *s)
     char why[240], msg[320];
     uint32_t got = 0, need;
 
-    if (s->conn->closing) {
+    if (s->origin.conn->closing) {
         stream_fail(s, KVD_ECONN, "the client went");
         return;
     }
-    if (s->srv->shutting_down) {
+    if (s->origin.srv->shutting_down) {
         stream_fail(s, KVD_ESHUTDOWN, "the daemon is shutting down");
         return;
     }
@@ -2077,8 +2058,7 @@ static void stream_go(save_stream_t *s)
              k->name, op->stored, s->n, s->why);
     k->saving--; /* a waiting save holds no slot that frees itself */
     s->waiting = 1;
-    if (kvd__park_plan(&k->waiters, s->conn, &stream_ops, s, s->t_start_ns, &s->deadline_ns,
-                       need, msg) !=
+    if (kvd__park_plan(&k->waiters, &s->origin, &stream_ops, s, &s->deadline_ns, need, msg) !=
         KVD_OK)
         stream_fail(s, KVD_EBUSY, msg);
 }
@@ -2110,12 +2090,8 @@ static kvd_status_t stream_start(kvd__req_t *r, kvd__dataop_t *d, kvd__pool_t *p
         kvd__account_release(r->conn, KVD_HM_REQUESTS, held);
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     }
-    s->srv = r->srv;
-    s->conn = r->conn;
-    s->req_id = r->req->id;
-    s->op_index = r->op_index;
-    s->t_start_ns = r->t_start_ns;
-    s->held = held;
+    s->origin = kvd__origin_of(r);
+    s->origin.held = held;
     s->op = op;
     s->pool = p;
     for (int i = 0; i < d->nrefs; i++) {

@@ -142,13 +142,9 @@ static kvd_status_t register_pool(kvd__req_t *r, kvd__pool_t *p)
  * goes once it is ready. */
 typedef struct pool_work {
     uv_work_t w;
-    kvd__server_t *srv;
-    kvd__conn_t *conn;
+    kvd__origin_t origin;
     kvd__pool_t *p;     /* holds a reference */
     kvd__mem_t *mem;
-    uint64_t req_id;
-    size_t op_index;
-    uint64_t t_start_ns;
     kvd_status_t st;
     char why[160];
 } pool_work_t;
@@ -156,7 +152,7 @@ typedef struct pool_work {
 static void pool_work_run(uv_work_t *w)
 {
     pool_work_t *pw = w->data;
-    kvd__backend_t *be = pw->srv->backend;
+    kvd__backend_t *be = pw->origin.srv->backend;
 
     pw->st = be->mem_create(be, KVD_MEM_HOST, pw->p->bytes, pw->p->name, &pw->mem, pw->why,
                             sizeof(pw->why));
@@ -165,7 +161,7 @@ static void pool_work_run(uv_work_t *w)
 static void pool_work_end(uv_work_t *w, int status)
 {
     pool_work_t *pw = w->data;
-    kvd__server_t *srv = pw->srv;
+    kvd__server_t *srv = pw->origin.srv;
     kvd__pool_t *p = pw->p;
     Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
     Kvdock__PoolInfo pi;
@@ -177,7 +173,6 @@ static void pool_work_end(uv_work_t *w, int status)
     }
     p->mem = pw->mem; /* freed with the pool if it was dropped meanwhile */
     p->creating = 0;
-    resp.id = pw->req_id;
     if (pw->st == KVD_OK && p->obj.owner == NULL) {
         pw->st = KVD_ECONN; /* its client went: nobody reads the reply */
         snprintf(pw->why, sizeof(pw->why), "dropped while it was being made");
@@ -192,11 +187,11 @@ static void pool_work_end(uv_work_t *w, int status)
         fill_info(p, &pi);
         resp.result_case = KVDOCK__RESPONSE__RESULT_POOL;
         resp.pool = &pi;
-        log_pool(pw->conn, p);
+        log_pool(pw->origin.conn, p);
     }
-    kvd__reply_deferred_response(pw->conn, &resp, pw->op_index, pw->t_start_ns);
+    kvd__reply_deferred_response(&pw->origin, &resp);
     kvd__obj_unref(&srv->reg, &p->obj);
-    kvd__conn_op_end(pw->conn);
+    kvd__conn_op_end(pw->origin.conn);
     free(pw);
     kvd__server_mem_work_done(srv);
 }
@@ -218,12 +213,8 @@ static kvd_status_t pool_create_later(kvd__req_t *r, kvd__pool_t *p)
     }
     kvd__obj_ref(&p->obj);
     pw->w.data = pw;
-    pw->srv = srv;
-    pw->conn = r->conn;
+    pw->origin = kvd__origin_of(r);
     pw->p = p;
-    pw->req_id = r->req->id;
-    pw->op_index = r->op_index;
-    pw->t_start_ns = r->t_start_ns;
     if (uv_queue_work(srv->loop, &pw->w, pool_work_run, pool_work_end) != 0) {
         kvd__registry_drop(&srv->reg, &p->obj); /* frees it, and its reservation */
         kvd__obj_unref(&srv->reg, &p->obj);
@@ -512,6 +503,7 @@ kvd_status_t kvd__op_pool_import(kvd__req_t *r)
 kvd_status_t kvd__op_pool_drop(kvd__req_t *r)
 {
     const Kvdock__PoolDrop *pd = r->req->pool_drop;
+    kvd__origin_t origin = kvd__origin_of(r);
     kvd__pool_t *p = NULL;
     kvd_status_t st;
 
@@ -527,7 +519,7 @@ kvd_status_t kvd__op_pool_drop(kvd__req_t *r)
     }
     kvd_log(KVD_LOG_INFO, "event=pool_drop client=%" PRIu64 " pool=%" PRIu64 " name=%s refs=%u",
             r->conn->id, p->obj.id, p->name, p->obj.refs);
-    kvd__server_drop_wait_begin(r->srv, r->conn, r->req->id, r->op_index, r->t_start_ns);
+    kvd__server_drop_wait_begin(&origin);
     kvd__registry_drop(&r->srv->reg, &p->obj);
     r->deferred = kvd__server_drop_wait_end(r->srv);
     return KVD_OK;

@@ -260,8 +260,9 @@ kvd_status_t kvd__op_shutdown(kvd__req_t *r)
 {
     /* the reply goes out first: the drain answers everything else */
     kvd__conn_t *c = r->conn;
+    kvd__origin_t origin = kvd__origin_of(r);
 
-    kvd__reply_deferred(c, r->req->id, r->op_index, r->t_start_ns, KVD_OK, NULL, NULL, 0);
+    kvd__reply_deferred(&origin, KVD_OK, NULL, NULL, 0);
     r->deferred = 1; /* answered above */
     kvd_log(KVD_LOG_INFO, "event=shutdown_request client=%" PRIu64 " drain=%d", c->id,
             r->req->shutdown->drain);

@@ -14,12 +14,9 @@
 
 struct kvd__parked {
     kvd__waitq_t *q;
-    kvd__conn_t *conn;
-    uint64_t req_id;
-    size_t op_index;
-    uint64_t t_start_ns, deadline_ns;
+    kvd__origin_t origin;     /* held: this entry's charge */
+    uint64_t deadline_ns;
     uint32_t need;
-    uint64_t held;            /* charged to the connection */
     char why[256];            /* the handler's EBUSY, the reply if it may not wait */
     const kvd__park_ops_t *ops; /* a plan's (no frame): NULL for a frame */
     void *arg;
@@ -81,7 +78,7 @@ static void unlink_q(kvd__parked_t *p)
 
 static void unlink_conn(kvd__parked_t *p)
 {
-    kvd__conn_t *c = p->conn;
+    kvd__conn_t *c = p->origin.conn;
 
     if (p->conn_prev)
         p->conn_prev->conn_next = p->conn_next;
@@ -97,7 +94,7 @@ static void parked_detach(kvd__parked_t *p)
 {
     unlink_q(p);
     unlink_conn(p);
-    kvd__account_release(p->conn, KVD_HM_REQUESTS, p->held);
+    kvd__account_release(p->origin.conn, KVD_HM_REQUESTS, p->origin.held);
 }
 
 /* Detached and done with: its hold on the queue's owner and its operation
@@ -105,7 +102,7 @@ static void parked_detach(kvd__parked_t *p)
 static void parked_end(kvd__parked_t *p)
 {
     kvd__waitq_t *q = p->q;
-    kvd__conn_t *c = p->conn;
+    kvd__conn_t *c = p->origin.conn;
 
     free(p);
     if (q->ref != NULL)
@@ -119,10 +116,11 @@ static uint64_t wait_ns(const kvd__conn_t *c)
     return c->srv->opts.disk_wait_ms * 1000000ull;
 }
 
-/* A new entry of c holding len bytes of frame, charged to c; NULL with
- * the status in *st when it may not wait. */
-static kvd__parked_t *parked_new(kvd__conn_t *c, size_t len, kvd_status_t *st)
+/* A new entry for the request of o holding len bytes of frame, charged
+ * to its connection; NULL with the status in *st when it may not wait. */
+static kvd__parked_t *parked_new(const kvd__origin_t *o, size_t len, kvd_status_t *st)
 {
+    kvd__conn_t *c = o->conn;
     uint64_t held = sizeof(kvd__parked_t) + len;
     kvd__parked_t *p;
     char refused[200];
@@ -139,8 +137,8 @@ static kvd__parked_t *parked_new(kvd__conn_t *c, size_t len, kvd_status_t *st)
         return NULL;
     }
     memset(p, 0, sizeof(*p));
-    p->conn = c;
-    p->held = held;
+    p->origin = *o;
+    p->origin.held = held;
     p->len = len;
     *st = KVD_OK;
     return p;
@@ -148,20 +146,16 @@ static kvd__parked_t *parked_new(kvd__conn_t *c, size_t len, kvd_status_t *st)
 
 static void parked_link(kvd__waitq_t *q, kvd__parked_t *p, int at_head);
 
-kvd_status_t kvd__park(kvd__waitq_t *q, kvd__conn_t *c, const uint8_t *payload, size_t len,
-                       uint64_t req_id, size_t op_index, uint64_t t_start_ns, uint64_t deadline_ns,
-                       uint32_t need, const char *why)
+kvd_status_t kvd__park(kvd__waitq_t *q, const kvd__origin_t *o, const uint8_t *payload,
+                       size_t len, uint64_t deadline_ns, uint32_t need, const char *why)
 {
     int at_head = deadline_ns != 0;
     kvd__parked_t *p;
     kvd_status_t st;
 
-    if ((p = parked_new(c, len, &st)) == NULL)
+    if ((p = parked_new(o, len, &st)) == NULL)
         return st;
-    p->req_id = req_id;
-    p->op_index = op_index;
-    p->t_start_ns = t_start_ns;
-    p->deadline_ns = at_head ? deadline_ns : kvd__now_ns() + wait_ns(c);
+    p->deadline_ns = at_head ? deadline_ns : kvd__now_ns() + wait_ns(o->conn);
     p->need = need ? need : 1;
     snprintf(p->why, sizeof(p->why), "%s", why);
     memcpy(p->payload, payload, len);
@@ -169,22 +163,20 @@ kvd_status_t kvd__park(kvd__waitq_t *q, kvd__conn_t *c, const uint8_t *payload, 
     return KVD_OK;
 }
 
-kvd_status_t kvd__park_plan(kvd__waitq_t *q, kvd__conn_t *c, const kvd__park_ops_t *ops,
-                            void *arg, uint64_t t_start_ns, uint64_t *deadline_ns, uint32_t need,
-                            const char *why)
+kvd_status_t kvd__park_plan(kvd__waitq_t *q, const kvd__origin_t *o, const kvd__park_ops_t *ops,
+                            void *arg, uint64_t *deadline_ns, uint32_t need, const char *why)
 {
     kvd__parked_t *p;
     kvd_status_t st;
 
-    if ((p = parked_new(c, 0, &st)) == NULL)
+    if ((p = parked_new(o, 0, &st)) == NULL)
         return st;
     if (*deadline_ns == 0)
-        *deadline_ns = kvd__now_ns() + wait_ns(c);
+        *deadline_ns = kvd__now_ns() + wait_ns(o->conn);
     p->deadline_ns = *deadline_ns;
     p->need = need ? need : 1;
     p->ops = ops;
     p->arg = arg;
-    p->t_start_ns = t_start_ns;
     snprintf(p->why, sizeof(p->why), "%s", why);
     parked_link(q, p, 2);
     return KVD_OK;
@@ -195,12 +187,12 @@ kvd_status_t kvd__park_plan(kvd__waitq_t *q, kvd__conn_t *c, const kvd__park_ops
  * before it, ahead of the later ones. */
 static void parked_link(kvd__waitq_t *q, kvd__parked_t *p, int at_head)
 {
-    kvd__conn_t *c = p->conn;
+    kvd__conn_t *c = p->origin.conn;
     kvd__parked_t *after = q->tail;
 
     p->q = q;
     if (at_head == 2) {
-        while (after != NULL && after->t_start_ns > p->t_start_ns)
+        while (after != NULL && after->origin.t_start_ns > p->origin.t_start_ns)
             after = after->prev;
         if (after != NULL && after != q->tail) { /* in the middle: after `after` */
             p->prev = after;
@@ -250,7 +242,8 @@ static void run_head(kvd__waitq_t *q)
     if (p->ops != NULL)
         p->ops->resume(p->arg);
     else
-        kvd__dispatch_replay(p->conn, p->payload, p->len, p->t_start_ns, p->deadline_ns);
+        kvd__dispatch_replay(p->origin.conn, p->payload, p->len, p->origin.t_start_ns,
+                             p->deadline_ns);
     parked_end(p);
 }
 
@@ -304,8 +297,7 @@ void kvd__park_expire(kvd__conn_t *c, uint64_t now_ns)
             if (p->ops != NULL)
                 p->ops->expire(p->arg, msg);
             else
-                kvd__reply_deferred(c, p->req_id, p->op_index, p->t_start_ns, KVD_EBUSY, msg,
-                                    NULL, 0);
+                kvd__reply_deferred(&p->origin, KVD_EBUSY, msg, NULL, 0);
             parked_end(p);
         }
         p = next;

@@ -32,6 +32,7 @@
 typedef struct kvd__server kvd__server_t;
 typedef struct kvd__conn kvd__conn_t;
 typedef struct kvd__parked kvd__parked_t;
+typedef struct kvd__origin kvd__origin_t; /* dispatch.h */
 
 typedef struct kvd__waitq {
     kvd__parked_t *head, *tail;
@@ -56,14 +57,13 @@ void kvd__waitq_freed(kvd__waitq_t *q, uint32_t n, int idle);
  * owner is dropped, the daemon shuts down). */
 void kvd__waitq_wake_all(kvd__waitq_t *q);
 
-/* Dispatch's side.  Keep the frame payload[0..len) of request req_id
- * (handled in op_index from t_start_ns; why: the handler's EBUSY message)
- * on q, needing need units.  deadline_ns: 0 for a first wait, at the
- * tail; a woken head's own, which waits again at the head.  KVD_OK: it
- * waits (no reply now); else it may not wait (the caller answers EBUSY). */
-kvd_status_t kvd__park(kvd__waitq_t *q, kvd__conn_t *c, const uint8_t *payload, size_t len,
-                       uint64_t req_id, size_t op_index, uint64_t t_start_ns, uint64_t deadline_ns,
-                       uint32_t need, const char *why);
+/* Dispatch's side.  Keep the frame payload[0..len) of the request of o
+ * (why: the handler's EBUSY message) on q, needing need units.
+ * deadline_ns: 0 for a first wait, at the tail; a woken head's own, which
+ * waits again at the head.  KVD_OK: it waits (no reply now); else it may
+ * not wait (the caller answers EBUSY). */
+kvd_status_t kvd__park(kvd__waitq_t *q, const kvd__origin_t *o, const uint8_t *payload,
+                       size_t len, uint64_t deadline_ns, uint32_t need, const char *why);
 /* What a plan that waits does when its turn comes (each called once,
  * the wait over): resume goes on (and may wait again, at the head);
  * expire answers KVD_EBUSY with msg (the plan's why, and how long it
@@ -74,16 +74,15 @@ typedef struct kvd__park_ops {
     void (*drop)(void *arg);
 } kvd__park_ops_t;
 
-/* Plan arg of connection c, whose request came at t_start_ns, waits on q
- * for need units, behind the requests that came before it and ahead of
- * the later ones (it has begun: it does not go behind them); *deadline_ns:
- * 0 for a new wait, set to its end here; a woken plan that got nothing
- * passes its own back.  why: what it waits for, for the EBUSY.  KVD_OK:
- * it waits (an operation in flight on c); else it may not (the plan ends
- * as it can). */
-kvd_status_t kvd__park_plan(kvd__waitq_t *q, kvd__conn_t *c, const kvd__park_ops_t *ops,
-                            void *arg, uint64_t t_start_ns, uint64_t *deadline_ns, uint32_t need,
-                            const char *why);
+/* Plan arg, which answers the request of o (come at o->t_start_ns), waits
+ * on q for need units, behind the requests that came before it and ahead
+ * of the later ones (it has begun: it does not go behind them);
+ * *deadline_ns: 0 for a new wait, set to its end here; a woken plan that
+ * got nothing passes its own back.  why: what it waits for, for the
+ * EBUSY.  KVD_OK: it waits (an operation in flight on o->conn); else it
+ * may not (the plan ends as it can). */
+kvd_status_t kvd__park_plan(kvd__waitq_t *q, const kvd__origin_t *o, const kvd__park_ops_t *ops,
+                            void *arg, uint64_t *deadline_ns, uint32_t need, const char *why);
 /* Run the woken queues' heads again (the server's idle turn). */
 void kvd__park_run_woken(kvd__server_t *srv);
 /* The connection goes: its waiting requests go without a reply. */

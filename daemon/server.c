@@ -379,6 +379,13 @@ static void backend_gone_cb(void *arg)
     srv->backend = NULL;
 }
 
+/* A drop whose reply waits for the host memory it releases: the
+ * releases it starts share it, and the last to end replies. */
+struct kvd__release_waiter {
+    kvd__origin_t origin;
+    uint32_t pending; /* releases still running */
+};
+
 /* A dropped pool's or buffer's host memory, unmapped (and unpinned) on
  * the thread pool: half a GiB takes tens of ms, which on the loop every
  * client would wait for.  The budget counts it until it is gone. */
@@ -391,14 +398,13 @@ typedef struct host_release_work {
     kvd__release_waiter_t *waiter; /* NULL: none */
 } host_release_work_t;
 
-void kvd__server_drop_wait_begin(kvd__server_t *srv, kvd__conn_t *c, uint64_t id, size_t op_index,
-                                 uint64_t t_start_ns)
+void kvd__server_drop_wait_begin(const kvd__origin_t *o)
 {
     kvd__release_waiter_t *w = calloc(1, sizeof(*w));
 
     if (w != NULL) /* else the drop answers at once */
-        *w = (kvd__release_waiter_t){c, id, op_index, t_start_ns, 0};
-    srv->release_waiter = w;
+        w->origin = *o;
+    o->srv->release_waiter = w;
 }
 
 int kvd__server_drop_wait_end(kvd__server_t *srv)
@@ -410,7 +416,7 @@ int kvd__server_drop_wait_end(kvd__server_t *srv)
     if (w != NULL && !taken)
         free(w);
     else if (taken)
-        kvd__conn_op_begin(w->conn);
+        kvd__conn_op_begin(w->origin.conn);
     return taken;
 }
 
@@ -433,9 +439,8 @@ static void host_release_end(uv_work_t *w, int status)
         Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
         kvd__release_waiter_t *rw = hw->waiter;
 
-        resp.id = rw->id;
-        kvd__reply_deferred_response(rw->conn, &resp, rw->op_index, rw->t_start_ns);
-        kvd__conn_op_end(rw->conn);
+        kvd__reply_deferred_response(&rw->origin, &resp);
+        kvd__conn_op_end(rw->origin.conn);
         free(rw);
     }
     free(hw);

@@ -24,16 +24,9 @@
 #define KVD_DAEMON_VERSION KVD_VERSION /* the project's (CMakeLists.txt) */
 
 typedef struct kvd__conn kvd__conn_t;
-
-/* A drop whose reply waits for the host memory it releases: the
- * releases it starts share it, and the last to end replies. */
-typedef struct kvd__release_waiter {
-    kvd__conn_t *conn; /* NULL: none */
-    uint64_t id;
-    size_t op_index;
-    uint64_t t_start_ns;
-    uint32_t pending; /* releases still running */
-} kvd__release_waiter_t;
+typedef struct kvd__origin kvd__origin_t; /* dispatch.h */
+/* A drop whose reply waits for the host memory it releases (server.c). */
+typedef struct kvd__release_waiter kvd__release_waiter_t;
 
 typedef struct kvd__server {
     uv_loop_t *loop;
@@ -150,12 +143,11 @@ void kvd__server_mem_work_done(kvd__server_t *srv);
  * budget's kind back (at the very end: here and now). */
 void kvd__server_host_release(kvd__server_t *srv, kvd__mem_t *mem, int kind, uint64_t bytes);
 
-/* A drop request about to release an object: when that releases host
- * memory off the loop, the reply to (c, id) waits until the memory is gone
- * (so that the client's next request finds the budget free again) and this
- * returns 1 after kvd__server_drop_wait_end; else 0 and the caller replies. */
-void kvd__server_drop_wait_begin(kvd__server_t *srv, kvd__conn_t *c, uint64_t id, size_t op_index,
-                                 uint64_t t_start_ns);
+/* A drop request (of o) about to release an object: when that releases
+ * host memory off the loop, the reply to o waits until the memory is gone
+ * (so that the client's next request finds the budget free again) and
+ * kvd__server_drop_wait_end returns 1; else 0 and the caller replies. */
+void kvd__server_drop_wait_begin(const kvd__origin_t *o);
 int kvd__server_drop_wait_end(kvd__server_t *srv);
 
 /* Peer permission from the config: may connect (fd the peer's socket, for
