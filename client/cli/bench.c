@@ -715,7 +715,7 @@ static int run(kvd__cli_ctx_t *ctx, int argc, char **argv)
         case KVD_CLI_BAD:
             return usage("%s", a.err);
         case KVD_CLI_ARG:
-            return usage("bench: unexpected argument '%s'", val);
+            return usage("unexpected argument '%s'", val);
         case O_ITERATIONS:
             if (!parse_count(val, &v, 1, 100000000))
                 return usage("--iterations needs a count from 1 to 100000000");

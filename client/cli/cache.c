@@ -3,7 +3,6 @@
  * stats, drop, clear).
  */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,18 +10,7 @@
 #include "commands.h"
 
 #define CMD (&kvd__cli_cmd_cache)
-
-static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage(const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return kvd__cli_usage(CMD, "cache: %s", msg);
-}
+#define usage(...) kvd__cli_usage(CMD, __VA_ARGS__)
 
 /* "12.5%" of hit tokens among those asked for, or "-": a hit is a key the
  * daemon can serve, from its host memory, its disk or a cluster peer. */

@@ -1202,6 +1202,9 @@ START_TEST(test_cli_by_the_book)
 }
 END_TEST
 
+/* Usage errors exit 2 with "kvdock: " and the message, then the
+ * command's usage: the message names no command of its own (the usage
+ * line below does), whichever command and check refused. */
 START_TEST(test_cli_usage_errors)
 {
     const char *const cases[][10] = {
@@ -1215,16 +1218,33 @@ START_TEST(test_cli_usage_errors)
         {"ping", "--count", "-3", NULL},
         {"status", "extra", NULL},
         {"pools", "--bogus", NULL},
+        {"cache", "frob", NULL},
+        {"cache", "create", NULL},
+        {"cache", "create", "x", "--layers", "zero", NULL},
+        {"cache", "create", "x", "--budget", "0", NULL},
+        {"cache", "drop", NULL},
+        {"cache", "ls", "extra", NULL},
+        {"bench", "extra", NULL},
+        {"bench", "--iterations", "0", NULL},
+        {"top", "extra", NULL},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         kvt_cli_result_t r = kvt_cli(cases[i][0], cases[i][1], cases[i][2], cases[i][3],
                                      cases[i][4], cases[i][5], cases[i][6], cases[i][7],
                                      cases[i][8], NULL);
+        char own[32];
 
         ck_assert_msg(r.rc == 2, "case %zu (%s %s): exit %d, expected 2\nstderr:\n%s", i,
                       cases[i][0], cases[i][1] ? cases[i][1] : "", r.rc, r.err);
-        ck_assert_msg(strstr(r.err, "kvdock: ") != NULL, "case %zu: no message", i);
+        ck_assert_msg(strncmp(r.err, "kvdock: ", 8) == 0, "case %zu: no message:\n%s", i,
+                      r.err);
+        snprintf(own, sizeof(own), "%s: ", cases[i][0]);
+        ck_assert_msg(strncmp(r.err + 8, own, strlen(own)) != 0,
+                      "case %zu: the message names its command:\n%s", i, r.err);
+        ck_assert_msg(strstr(r.err, "\nusage: kvdock ") != NULL ||
+                          strstr(r.err, "\nrun 'kvdock --help'") != NULL,
+                      "case %zu: no usage:\n%s", i, r.err);
         kvt_cli_free(&r);
     }
     {
