@@ -512,7 +512,7 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
                 order[k - 1] = t;
             }
         if (cur->npools > 0) {
-            fline(f, STYLE_HEAD, "%3s %-14s %-10s %6s %8s %6s %10s %5s %s", "ID", "NAME", "KIND",
+            fline(f, STYLE_HEAD, "%3s %-14s %-10s %6s %7s %6s %10s %6s %s", "ID", "NAME", "KIND",
                   "LAYERS", "SLOTS", "SLOT_B", "BYTES", "CLIENT", "FLAGS");
             left--; /* the header */
             if ((int)shown > left)
@@ -520,8 +520,8 @@ static void build_frame(frame_t *f, kvd_client_t *cli, const sample_t *cur, cons
             for (j = 0; j < shown; j++) {
                 const kvd_pool_info_t *p = &cur->pools[order[j]];
                 kvd__cli_human_bytes(a, sizeof(a), (double)p->bytes);
-                fline(f, STYLE_PLAIN, "%3" PRIu64 " %-14.14s %-10s %6u %8" PRIu64 " %6" PRIu64
-                      " %10s %5" PRIu64 " %s%s%s%s", p->id, p->name, kvd_mem_kind_name(p->kind),
+                fline(f, STYLE_PLAIN, "%3" PRIu64 " %-14.14s %-10s %6u %7" PRIu64 " %6" PRIu64
+                      " %10s %6" PRIu64 " %s%s%s%s", p->id, p->name, kvd_mem_kind_name(p->kind),
                       p->num_layers, p->num_slots, p->slot_bytes, a, p->owner,
                       p->mla ? "mla" : "mha", p->shared ? ",shared" : "",
                       p->imported ? ",imported" : "", p->page_size > 1 ? ",paged" : "");

@@ -33,6 +33,48 @@ static void make_traffic(kvd_client_t *cli)
         KVT_OK(cli, kvd_ping(cli, "x", 1));
 }
 
+/* The line of text holding needle (NULL if none), its length in *len. */
+static const char *line_of(const char *text, const char *needle, size_t *len)
+{
+    const char *p = strstr(text, needle);
+
+    if (p == NULL)
+        return NULL;
+    p += *p == '\n'; /* a needle that starts a line */
+    while (p > text && p[-1] != '\n')
+        p--;
+    *len = strcspn(p, "\n");
+    return p;
+}
+
+/* In text, the row holding row_word lies under the header holding
+ * head_word: each header's value starts where the header starts (left
+ * aligned) or ends where it ends (right aligned). */
+static void columns_under(const char *text, const char *head_word, const char *row_word)
+{
+    size_t hn = 0, rn = 0;
+    const char *h = line_of(text, head_word, &hn), *row = line_of(text, row_word, &rn);
+
+    ck_assert_msg(h != NULL && row != NULL, "no '%s' header or '%s' row:\n%s", head_word,
+                  row_word, text);
+    for (size_t i = 0; i < hn;) {
+        size_t s, e;
+        int left, right;
+
+        while (i < hn && h[i] == ' ')
+            i++;
+        if (i == hn)
+            break;
+        for (s = i; i < hn && h[i] != ' '; i++)
+            ;
+        e = i;
+        left = s < rn && row[s] != ' ' && (s == 0 || row[s - 1] == ' ');
+        right = e <= rn && row[e - 1] != ' ' && (e == rn || row[e] == ' ');
+        ck_assert_msg(left || right, "column %.*s is not under its header:\n%.*s\n%.*s",
+                      (int)(e - s), h + s, (int)hn, h, (int)rn, row);
+    }
+}
+
 START_TEST(test_top_once)
 {
     kvd_client_t *cli = kvt_connect("top-traffic");
@@ -69,6 +111,11 @@ START_TEST(test_top_once)
     /* pool occupancy */
     ck_assert_ptr_nonnull(strstr(out, "pools: host 1 (32.0 KiB)"));
     ck_assert_ptr_nonnull(strstr(out, "top-pool"));
+    /* every table's values under their headers */
+    columns_under(out, "BUSY%", "\nreload ");
+    columns_under(out, "REQ/S", "\nping ");
+    columns_under(out, "SLOT_B", "top-pool");
+    columns_under(out, "INFLIGHT", "top-traffic");
     /* clients, this one marked */
     ck_assert_ptr_nonnull(strstr(out, "top-traffic"));
     ck_assert_ptr_nonnull(strstr(out, "kvdock-top (this top)"));
