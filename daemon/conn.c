@@ -294,9 +294,10 @@ kvd_status_t kvd__conn_send(kvd__conn_t *c, const ProtobufCMessage *msg, const i
     for (i = 0; i < nfds; i++) {
         w->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
         if (w->fds[i] < 0) {
+            int e = errno;
             w->nfds = i;
             free_wbuf(c, w);
-            return KVD_EIO;
+            return e == EMFILE || e == ENFILE ? KVD_ELIMIT : KVD_EIO;
         }
     }
     w->nfds = nfds;

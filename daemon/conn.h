@@ -115,7 +115,8 @@ void kvd__conn_close(kvd__conn_t *c, const char *reason);
 void kvd__conn_close_after_flush(kvd__conn_t *c, const char *reason);
 
 /* Queue msg as a frame, with descriptors (duplicated; the caller keeps its
- * own).  Dropped silently when the connection is closing. */
+ * own).  Dropped silently when the connection is closing.  KVD_ELIMIT: no
+ * descriptor left for a duplicate; then nothing is queued. */
 kvd_status_t kvd__conn_send(kvd__conn_t *c, const ProtobufCMessage *msg, const int *fds, int nfds);
 
 /* Write what the queue holds, as far as the socket takes it; the rest

@@ -67,21 +67,28 @@ kvd_status_t kvd__req_drop_obj(kvd__req_t *r, uint64_t id, kvd__obj_type_t type,
     return KVD_OK;
 }
 
-static void send_and_count(kvd__conn_t *c, Kvdock__Response *resp, size_t op_index,
-                           uint64_t t_start_ns, uint64_t bytes, const int *fds, int nfds)
+/* Send resp (with fds) and count it; 0 when it could not be queued and a
+ * smaller error reply went instead. */
+static int send_and_count(kvd__conn_t *c, Kvdock__Response *resp, size_t op_index,
+                          uint64_t t_start_ns, uint64_t bytes, const int *fds, int nfds)
 {
     kvd__server_t *srv = c->srv;
+    kvd_status_t st = kvd__conn_send(c, &resp->base, fds, nfds);
 
-    if (kvd__conn_send(c, &resp->base, fds, nfds) != KVD_OK && resp->status == KVD_OK) {
-        /* the reply did not fit in memory: say so in a smaller one */
+    if (st != KVD_OK && resp->status == KVD_OK) {
+        /* the reply did not fit in memory, or its descriptor found no
+         * number: say so in a smaller one */
         Kvdock__Response err = KVDOCK__RESPONSE__INIT;
         err.id = resp->id;
-        err.status = KVD_ENOMEM;
-        err.message = (char *)"reply could not be built";
+        err.status = st == KVD_ELIMIT ? KVD_ELIMIT : KVD_ENOMEM;
+        err.message = st == KVD_ELIMIT ? (char *)"no file descriptor left to pass the reply's "
+                                                 "descriptor (the daemon's RLIMIT_NOFILE)"
+                                       : (char *)"reply could not be built";
         (void)kvd__conn_send(c, &err.base, NULL, 0);
-        resp->status = KVD_ENOMEM;
+        resp->status = err.status;
     }
     kvd__stats_op(&srv->stats, op_index, (int)resp->status, bytes, kvd__now_ns() - t_start_ns);
+    return st == KVD_OK;
 }
 
 kvd__origin_t kvd__origin_of(const kvd__req_t *r)
@@ -275,8 +282,10 @@ static int handle_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int 
                         kvd_err_name(st), kvd__log_quote(r.msg, q, sizeof(q)));
             }
         }
-        send_and_count(c, &r.resp, r.op_index, r.t_start_ns, 0, r.reply_fds,
-                       r.n_reply_fds);
+        if (!send_and_count(c, &r.resp, r.op_index, r.t_start_ns, 0, r.reply_fds,
+                            r.n_reply_fds) &&
+            st == KVD_OK && r.unsent != NULL)
+            r.unsent(c);
     }
     kvd__arena_deinit(&arena); /* the request and every allocation of its handler */
     if (r.close_after)

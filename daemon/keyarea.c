@@ -155,6 +155,7 @@ kvd_status_t kvd__op_cache_key_area(kvd__req_t *r)
     rep->bytes = want;
     r->reply_fds[0] = fd;
     r->n_reply_fds = 1;
+    r->unsent = kvd__key_area_drop; /* a client that never got it may ask again */
     r->resp.result_case = KVDOCK__RESPONSE__RESULT_CACHE_KEY_AREA;
     r->resp.cache_key_area = rep;
     kvd_log(KVD_LOG_DEBUG, "event=key_area client=%" PRIu64 " bytes=%" PRIu64 " asked=%" PRIu64,

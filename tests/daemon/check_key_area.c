@@ -8,6 +8,8 @@
  * starves the receive buffers or the client's requests.
  */
 #include <check.h>
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -256,6 +259,84 @@ START_TEST(test_area_made_and_charged)
     close(other);
     ck_assert_int_eq(kvdt_stop(&d), 0);
     (void)bytes;
+}
+END_TEST
+
+/* The two lowest descriptor numbers pid has free. */
+static void free_fds(pid_t pid, int *f0, int *f1)
+{
+    char path[64];
+    static unsigned char used[65536];
+    struct dirent *e;
+    DIR *dir;
+    int n = 0;
+
+    memset(used, 0, sizeof(used));
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    dir = opendir(path);
+    ck_assert_ptr_nonnull(dir);
+    while ((e = readdir(dir)) != NULL) {
+        long v = e->d_name[0] >= '0' && e->d_name[0] <= '9' ? strtol(e->d_name, NULL, 10) : -1;
+        if (v >= 0 && v < (long)sizeof(used))
+            used[v] = 1;
+    }
+    closedir(dir);
+    for (int i = 0; i < (int)sizeof(used) && n < 2; i++)
+        if (!used[i])
+            *(n++ == 0 ? f0 : f1) = i;
+    ck_assert_int_eq(n, 2);
+}
+
+/* An area whose reply cannot carry its descriptor: the daemon's
+ * descriptor limit lowered (prlimit) so that the memfd takes the last
+ * number it may use and the send path's dup of it fails.  The ask fails
+ * saying why, the area is released (the "sockets" figure back where it
+ * was), and once the limit is back the same connection's next ask gets an
+ * area, not EEXIST. */
+START_TEST(test_area_reply_unsent)
+{
+    kvdt_daemon_t d;
+    int fd, other, memfd, f0 = -1, f1 = -1, i;
+    uint64_t base;
+    struct rlimit before, low;
+    Kvdock__Response *r;
+
+    kvdt_start(&d, NULL);
+    fd = kvdt_client(&d, "area");
+    other = kvdt_client(&d, "watcher");
+    ck_assert(kvdt_ping_ok(fd));
+    base = sockets_used(other);
+
+    ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, NULL, &before), 0);
+    free_fds(d.pid, &f0, &f1);
+    low = before;
+    low.rlim_cur = (rlim_t)f1; /* the memfd gets f0; a dup would need f1 */
+    ck_assert_msg(prlimit(d.pid, RLIMIT_NOFILE, &low, NULL) == 0, "prlimit: %s",
+                  strerror(errno));
+    r = area_ask(fd, 0, &memfd);
+    ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, &before, NULL), 0);
+    ck_assert_msg(r->status == KVD_ELIMIT, "status %u (%s), expected ELIMIT", r->status,
+                  r->message);
+    ck_assert_msg(strstr(r->message, "descriptor") != NULL, "%s", r->message);
+    ck_assert_int_eq(memfd, -1);
+    ck_assert_int_ne(r->result_case, KVDOCK__RESPONSE__RESULT_CACHE_KEY_AREA);
+    kvdock__response__free_unpacked(r, NULL);
+    for (i = 0; i < 200 && sockets_used(other) != base; i++)
+        usleep(10000);
+    ck_assert_uint_eq(sockets_used(other), base);
+
+    /* the limit back: the same connection gets its area */
+    r = area_ask(fd, 0, &memfd);
+    ck_assert_msg(r->status == 0, "second ask: status %u (%s)", r->status, r->message);
+    ck_assert_uint_eq(r->cache_key_area->bytes, AREA_DEFAULT);
+    kvdock__response__free_unpacked(r, NULL);
+    ck_assert_int_ge(memfd, 0);
+    close(memfd);
+    ck_assert_uint_ge(sockets_used(other), base + AREA_DEFAULT);
+    ck_assert(kvdt_ping_ok(fd));
+    close(fd);
+    close(other);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
 }
 END_TEST
 
@@ -552,6 +633,7 @@ static Suite *key_area_suite(void)
 
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_area_made_and_charged);
+    tcase_add_test(tc, test_area_reply_unsent);
     tcase_add_test(tc, test_bad_references);
     tcase_add_test(tc, test_random_references);
     tcase_add_test(tc, test_area_changed_while_read);
