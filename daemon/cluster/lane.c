@@ -122,6 +122,35 @@ static void group_open(kvd__lane_ep_t *g)
     }
 }
 
+/* On the loop: a send that never reaches UCX ends, failed as one on an
+ * endpoint that is gone does, handed back through the events. */
+static void send_fail(kvd__lane_op_t *op)
+{
+    op->status = UCS_ERR_NOT_CONNECTED;
+    op->length = 0;
+    ev_post(op->lane->ls, &op->ev, EV_ENDED);
+}
+
+/* The sends lep's group holds for lep end failed, in order; the others
+ * wait on. */
+static void group_fail(kvd__lane_ep_t *lep)
+{
+    kvd__lane_ep_t *g = lep->group;
+    kvd__qnode_t **pp = &g->held, *n;
+
+    g->held_tail = NULL;
+    while ((n = *pp) != NULL) {
+        kvd__lane_op_t *op = (kvd__lane_op_t *)n; /* cmd, and so its node, is first */
+        if (op->lep == lep) {
+            *pp = n->next;
+            send_fail(op);
+        } else {
+            g->held_tail = n;
+            pp = &n->next;
+        }
+    }
+}
+
 /* Run the events queued so far, through the callbacks; how many. */
 static unsigned ev_drain(kvd__lanes_t *ls)
 {
@@ -441,7 +470,9 @@ void kvd__lane_send(kvd__lane_ep_t *lep, kvd__lane_op_t *op, const uint64_t *hdr
     op->hdr = hdr;
     op->buf = (void *)data;
     op->len = len;
-    if (lep->group->open) {
+    if (lep->closed) {
+        send_fail(op);
+    } else if (lep->group->open) {
         lane_cmd(lep->lane, &op->cmd);
     } else { /* until the group is wired up */
         op->cmd.q.next = NULL;
@@ -497,7 +528,12 @@ kvd__lane_ep_t *kvd__lane_connect(kvd__lanes_t *ls, uint32_t k, const uint8_t *a
 
 void kvd__lane_ep_close(kvd__lane_ep_t *lep)
 {
-    group_open(lep->group); /* what waited goes first, and fails with the close */
+    if (lep->closed)
+        return;
+    lep->closed = 1;
+    /* what waits for the group's wireup never goes to UCX: lep may be
+     * wiring up still, and its close would be all that ends such a send */
+    group_fail(lep);
     lane_cmd_new(lep->lane, CMD_CLOSE, lep, NULL);
 }
 

@@ -67,6 +67,7 @@ typedef struct kvd__lane_ep {
     uint32_t wiring;         /* on the first: members whose wireup has not ended */
     int open;                /* on the first: sends go to the lanes at once */
     kvd__qnode_t *held, *held_tail; /* on the first: sends waiting, in order */
+    int closed;              /* kvd__lane_ep_close was called: sends fail at once */
 } kvd__lane_ep_t;
 
 /* A send or a receive: the caller's record of it holds this, and lives
@@ -123,7 +124,8 @@ void kvd__lanes_close(kvd__lanes_t *ls);
 /* After the loop: the workers and endpoints go. */
 void kvd__lanes_free(kvd__lanes_t *ls);
 
-/* Send len bytes of data with header hdr to the peer's lane lep. */
+/* Send len bytes of data with header hdr to the peer's lane lep (once
+ * lep is closed, it ends failed, handed back through the events). */
 void kvd__lane_send(kvd__lane_ep_t *lep, kvd__lane_op_t *op, const uint64_t *hdr,
                     const void *data, size_t len);
 /* Receive the rendezvous rndv that came on ln into buf[0..len). */
@@ -139,8 +141,9 @@ int kvd__lanes_address_ok(const kvd__lanes_t *ls, const uint8_t *addr, size_t le
  * the loop runs again: its sends wait until all of them are wired up. */
 kvd__lane_ep_t *kvd__lane_connect(kvd__lanes_t *ls, uint32_t k, const uint8_t *addr, size_t len,
                                   kvd__lane_ep_t *group);
-/* Close lep forcibly: what it carries ends at once, failed (its group's
- * waiting sends go to their lanes first, to end the same way). */
+/* Close lep forcibly: what it carries ends at once, failed, and so do the
+ * sends its group held for it (they never reach UCX: lep may not be wired
+ * up), and any sent on it later. */
 void kvd__lane_ep_close(kvd__lane_ep_t *lep);
 
 /* Lane k's rx address, where peers send what we fetch; lane ln's index. */

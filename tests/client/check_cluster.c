@@ -32,6 +32,9 @@
  *   answered and nothing it did not ask for is sent
  * - a pull with either side killed mid-way, in a loop (UCX's wireup once
  *   asserted there)
+ * - a fetch whose blocks wait for the fetcher's lanes to be wired up,
+ *   when the fetcher goes and when the daemon stops: the blocks let go,
+ *   none sent, the daemon serving and then exiting clean
  */
 #include "testutil.h"
 #include "rawpeer.h"
@@ -1939,6 +1942,108 @@ static int64_t metric(const char *m, const char *name)
     return p != NULL ? strtoll(p + strlen(want), NULL, 10) : -1;
 }
 
+/* A fetch from a peer whose lanes never finish their wireup: its blocks
+ * wait on A (held: no block goes on a lane before all the peer's lanes
+ * are wired up), and hold their cache blocks meanwhile.  The peer goes
+ * away (its connection closed), and later a second such peer's blocks
+ * are still waiting when A is stopped.  Each time the waiting sends must
+ * end, failed, without reaching UCX: their cache blocks let go (an
+ * eviction of all then finds none busy), none counted served, A alive
+ * and serving its real peer, and A's exit clean (the sanitizer tree: no
+ * leak) and prompt. */
+START_TEST(test_held_sends_on_close)
+{
+    node_t nodes[2];
+    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT, *r;
+    Kvdock__Cluster__Fetch f = KVDOCK__CLUSTER__FETCH__INIT;
+    Kvdock__Cluster__CacheRef ref = kv_ref("kv");
+    uint8_t(*keys)[KEY] = malloc(8 * KEY);
+    ProtobufCBinaryData kb[8];
+    kvd_daemon_status_t *s = malloc(sizeof(*s));
+    kvd_cache_evict_result_t ev;
+    kvd_cache_keys_t all = keys_of(keys, 0, 8);
+    uint64_t served0;
+    int64_t t0;
+    kvt_pool_t pa;
+    rawpeer_t *rp;
+    int st = -1;
+
+    memset(nodes, 0, sizeof(nodes));
+    plan_nodes(nodes, 2);
+    nodes[0].lanes = 3; /* the peer's 4 lanes on 3 of A's: two share one */
+    for (int i = 0; i < 2; i++)
+        start_node(&nodes[i], secret_path);
+    wait_all_up(nodes, 2);
+    for (int i = 0; i < 2; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 1024, true);
+    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, 8 * TPB, 1024, false, TPB);
+    chain(keys, 8, 61);
+    for (int i = 0; i < 8; i++)
+        kb[i] = (ProtobufCBinaryData){KEY, keys[i]};
+    f.cache = &ref;
+    f.n_keys = 8;
+    f.keys = kb;
+    f.token = 0x5eed;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_FETCH;
+    m.fetch = &f;
+
+    for (int round = 0; round < 2; round++) {
+        save(&nodes[0], &pa, keys, 0, 8, true);
+        KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
+        served0 = s->cluster.blocks_served;
+        rp = peer_to(&nodes[0]);
+        ck_assert_msg(rawpeer_auth(rp, SECRET) == 0, "the secret's proof was not welcomed");
+        ck_assert_int_eq(rawpeer_offer_mute_lanes(rp, 4), 0);
+        expect_answers(rp); /* its lanes taken */
+        f.id = 100 + (uint64_t)round;
+        r = exchange(rp, &m, KVDOCK__CLUSTER__MSG__M_FETCH_DONE);
+        ck_assert_uint_eq(r->fetch_done->sent, 8);
+        kvdock__cluster__msg__free_unpacked(r, NULL);
+        /* the 8 wait for the wireup, holding their blocks */
+        usleep((useconds_t)MS(300) * 1000);
+        KVT_OK(nodes[0].cli, kvd_cache_evict(nodes[0].cli, nodes[0].cache, &all, false, &ev));
+        ck_assert_msg(ev.busy == 8, "%u blocks busy while the sends wait, %u evicted", ev.busy,
+                      ev.evicted);
+        if (round == 1)
+            break; /* A stops with them waiting */
+        rawpeer_hangup(rp);
+        for (t0 = kvt_now_ms();; usleep(20000)) {
+            KVT_OK(nodes[0].cli, kvd_cache_evict(nodes[0].cli, nodes[0].cache, &all, false, &ev));
+            if (ev.busy == 0)
+                break;
+            ck_assert_msg(kvt_now_ms() - t0 < MS(5000), "%u blocks still held 5 s after the "
+                          "peer went", ev.busy);
+        }
+        ck_assert_msg(kill(nodes[0].d.pid, 0) == 0, "A died as the waiting sends ended");
+        KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
+        ck_assert_uint_eq(s->cluster.blocks_served, served0); /* none went */
+        rawpeer_free(rp);
+        expect_cluster_works(&nodes[0], &nodes[1], 62);
+    }
+
+    /* A stopped with a peer's sends waiting: they end, failed, and A exits
+     * clean, without waiting out the lanes' 2 s settle */
+    kvt_pool_free(nodes[0].cli, &pa);
+    kvd_client_destroy(&nodes[0].cli);
+    kill(nodes[0].d.pid, SIGTERM);
+    for (t0 = kvt_now_ms(); kvt_now_ms() - t0 < MS(10000); usleep(10000))
+        if (waitpid(nodes[0].d.pid, &st, WNOHANG) == nodes[0].d.pid)
+            break;
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+        kvt_daemon_dump_log(&nodes[0].d);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "A exited with status %d", st);
+    ck_assert_msg(kvt_now_ms() - t0 < MS(1500), "A took %lld ms to stop with 8 sends waiting "
+                  "(its lanes wait up to 2 s for what UCX holds)",
+                  (long long)(kvt_now_ms() - t0));
+    nodes[0].d.pid = -1;
+    kvt_daemon_stop(&nodes[0].d, 1000);
+    rawpeer_free(rp);
+    stop_nodes(nodes, 2);
+    free(keys);
+    free(s);
+}
+END_TEST
+
 /* Block messages on a daemon's lanes that no fetch of it asked for: one
  * for a fetch never sent (eager and by rendezvous), one without a
  * block's header.  Sent by a peer that proved the secret and got the
@@ -2430,6 +2535,7 @@ int main(void)
     ADD(tc, test_allow_from);
     ADD(tc, test_ucx_ports);
     ADD(tc, test_stray_blocks);
+    ADD(tc, test_held_sends_on_close);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -490,6 +490,62 @@ int rawpeer_lanes(const rawpeer_t *rp)
     return rp->nlanes;
 }
 
+/* rawpeer's UCX context and worker, made at the first call; 0 or -1. */
+static int ucx_make(rawpeer_t *rp)
+{
+    ucp_params_t p;
+    ucp_worker_params_t wp;
+
+    if (rp->worker != NULL)
+        return 0;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_PARAM_FIELD_FEATURES;
+    p.features = UCP_FEATURE_AM;
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    if (rp->ctx == NULL && ucp_init(&p, NULL, &rp->ctx) != UCS_OK) {
+        rp->ctx = NULL;
+        return -1;
+    }
+    if (ucp_worker_create(rp->ctx, &wp, &rp->worker) != UCS_OK) {
+        rp->worker = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int rawpeer_offer_mute_lanes(rawpeer_t *rp, int n)
+{
+    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
+    Kvdock__Cluster__Lanes ln = KVDOCK__CLUSTER__LANES__INIT;
+    ProtobufCBinaryData addr[8];
+    ucp_address_t *a;
+    size_t len;
+    int rc;
+
+    if (n < 1 || n > 8 || ucx_make(rp) != 0 ||
+        ucp_worker_get_address(rp->worker, &a, &len) != UCS_OK)
+        return -1;
+    for (int k = 0; k < n; k++)
+        addr[k] = (ProtobufCBinaryData){len, (uint8_t *)a};
+    ln.n_address = (size_t)n;
+    ln.address = addr;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_LANES;
+    m.lanes = &ln;
+    rc = rawpeer_send_msg(rp, &m);
+    ucp_worker_release_address(rp->worker, a);
+    return rc;
+}
+
+void rawpeer_hangup(rawpeer_t *rp)
+{
+    if (rp->fd >= 0)
+        close(rp->fd);
+    rp->fd = -1;
+    rp->closed = 1;
+}
+
 int rawpeer_send_block(rawpeer_t *rp, int k, const void *hdr, size_t hdr_len,
                        const void *data, size_t len, int timeout_ms)
 {
@@ -498,22 +554,8 @@ int rawpeer_send_block(rawpeer_t *rp, int k, const void *hdr, size_t hdr_len,
     ucs_status_t st = UCS_OK;
     int64_t end = now_ms() + timeout_ms;
 
-    if (k < 0 || k >= rp->nlanes)
+    if (k < 0 || k >= rp->nlanes || ucx_make(rp) != 0)
         return -1;
-    if (rp->ctx == NULL) {
-        ucp_params_t p;
-        ucp_worker_params_t wp;
-        memset(&p, 0, sizeof(p));
-        p.field_mask = UCP_PARAM_FIELD_FEATURES;
-        p.features = UCP_FEATURE_AM;
-        memset(&wp, 0, sizeof(wp));
-        wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-        wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-        if (ucp_init(&p, NULL, &rp->ctx) != UCS_OK)
-            return -1;
-        if (ucp_worker_create(rp->ctx, &wp, &rp->worker) != UCS_OK)
-            return -1;
-    }
     if (rp->ep[k] == NULL) {
         ucp_ep_params_t ep;
         memset(&ep, 0, sizeof(ep));

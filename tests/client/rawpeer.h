@@ -81,6 +81,16 @@ int rawpeer_lanes(const rawpeer_t *rp);
 int rawpeer_send_block(rawpeer_t *rp, int k, const void *hdr, size_t hdr_len,
                        const void *data, size_t len, int timeout_ms);
 
+/* As a peer that connected to the daemon and proved the secret: send
+ * Lanes naming n lanes (1 to 8), each the address of one UCX worker of
+ * rawpeer's own that is never progressed (rawpeer_send_block's, which
+ * then must not be used): the endpoints the daemon makes to them never
+ * finish their wireup.  0, or -1. */
+int rawpeer_offer_mute_lanes(rawpeer_t *rp, int n);
+/* Close the connection to the daemon as a peer that goes away does (the
+ * UCX worker stays until rawpeer_free). */
+void rawpeer_hangup(rawpeer_t *rp);
+
 /* Read (and keep) whatever comes for ms. */
 void rawpeer_progress(rawpeer_t *rp, int ms);
 
