@@ -38,7 +38,7 @@ struct kvd__load {
     kvd__obj_t *refs[KVD_DATAOP_MAX_REFS]; /* the pool, buffers, events: referenced */
     int nrefs;
     /* the request's Sync: each copy's */
-    int sclass, path, reply_at_enqueue;
+    int sclass, path, split_layers, reply_at_enqueue;
     unsigned launch_flags;
     uint32_t max_blocks;
     void *wait_event, *record_event;
@@ -189,6 +189,7 @@ kvd_status_t kvd__load_create(kvd__req_t *r, kvd__dataop_t *d, const kvd__load_s
     }
     l->sclass = d->job.sclass;
     l->path = d->path;
+    l->split_layers = d->split_layers;
     l->reply_at_enqueue = d->reply_at_enqueue;
     l->launch_flags = d->job.flags;
     l->max_blocks = d->job.max_blocks;
@@ -372,6 +373,7 @@ static kvd__dataop_t *copy_new(kvd__load_t *l)
     d->job.max_blocks = l->max_blocks;
     d->job.wait_event = l->wait_event;
     d->path = l->path;
+    d->split_layers = l->split_layers;
     d->ext = l;
     return d;
 }

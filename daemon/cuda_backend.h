@@ -175,8 +175,12 @@ void kvd__cuda_staging_release(cuda_backend_t *cb);
 kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd__job_t *job);
 void kvd__cuda_copy_stop(cuda_backend_t *cb);
 /* The launch flags of a copy-engine transfer: one call a run for small
- * host-to-device runs under --copy-issue each. */
-uint32_t kvd__cuda_copy_flags(const cuda_backend_t *cb, const kvd_transfer_args_t *a);
+ * host-to-device runs under --copy-issue each; 2D copies over the layers
+ * for small host-to-device runs where asked holds
+ * KVD_LAUNCH_TABLES_ONE_ALLOCATION (the job's flags: both sides' layers
+ * lie in one allocation each). */
+uint32_t kvd__cuda_copy_flags(const cuda_backend_t *cb, const kvd_transfer_args_t *a,
+                              uint32_t asked);
 /* cuda_work.c: a finished job to the loop (done list and wake-up); the
  * job's layer and record events recorded on s. */
 void kvd__cuda_push_done(cuda_backend_t *cb, kvd__job_t *job);

@@ -340,41 +340,27 @@ static int on_host(const kvd_kv_side_t *s)
     return at.type == cudaMemoryTypeHost || at.type == cudaMemoryTypeUnregistered;
 }
 
-uint32_t kvd__cuda_copy_flags(const cuda_backend_t *cb, const kvd_transfer_args_t *a)
-{
-    if (cb->ce_h2d_each && on_host(&a->src) && !on_host(&a->dst))
-        return KVD_LAUNCH_COPY_ENGINE | KVD_LAUNCH_COPY_EACH;
-    return KVD_LAUNCH_COPY_ENGINE;
-}
-
-static int64_t index_at(const void *p, int is64, int64_t i)
-{
-    return is64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
-}
-
-/* Whether a host-to-device transfer's runs (rows consecutive on both
- * sides, where rows lie packed) average under SPLIT_H2D_RUN_BYTES.  The
- * copy engines' indices are host-readable (kvd__choose_path). */
+/* Whether a host-to-device transfer's runs average under
+ * SPLIT_H2D_RUN_BYTES.  The copy engines' indices are host-readable
+ * (kvd__choose_path). */
 static int small_h2d_runs(const kvd_transfer_args_t *a)
 {
-    int is64 = a->idx_dtype == KVD_DTYPE_I64;
-    int packed = a->src.slot_stride == (int64_t)a->row_bytes &&
-                 a->dst.slot_stride == (int64_t)a->row_bytes;
-    int64_t runs = 0, i;
+    return on_host(&a->src) && !on_host(&a->dst) && kvd__runs_under(a, SPLIT_H2D_RUN_BYTES);
+}
 
-    if (!on_host(&a->src) || on_host(&a->dst))
-        return 0;
-    if (!packed)
-        return (uint64_t)a->row_bytes < SPLIT_H2D_RUN_BYTES;
-    for (i = 0; i < a->count; i++) {
-        int64_t d = index_at(a->dst_idx, is64, i);
-        int64_t sx = a->src_idx ? index_at(a->src_idx, is64, i) : i;
+uint32_t kvd__cuda_copy_flags(const cuda_backend_t *cb, const kvd_transfer_args_t *a,
+                              uint32_t asked)
+{
+    uint32_t f = KVD_LAUNCH_COPY_ENGINE;
 
-        if (i == 0 || d != index_at(a->dst_idx, is64, i - 1) + 1 ||
-            sx != (a->src_idx ? index_at(a->src_idx, is64, i - 1) : i - 1) + 1)
-            runs++;
-    }
-    return runs > 0 && (uint64_t)a->count * a->row_bytes < (uint64_t)runs * SPLIT_H2D_RUN_BYTES;
+    if (cb->ce_h2d_each && on_host(&a->src) && !on_host(&a->dst))
+        f |= KVD_LAUNCH_COPY_EACH;
+    /* 2D copies over the layers only for small host-to-device runs: there
+     * they beat a descriptor a layer, alone and beside compute; for larger
+     * runs, and device to host, batches are faster */
+    if ((asked & KVD_LAUNCH_TABLES_ONE_ALLOCATION) && small_h2d_runs(a))
+        f |= KVD_LAUNCH_TABLES_ONE_ALLOCATION;
+    return f;
 }
 
 kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd__job_t *job)
@@ -396,7 +382,7 @@ kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd__job_t *job)
         return KVD_ENOMEM;
     g->cb = cb;
     g->job = job;
-    g->flags = kvd__cuda_copy_flags(cb, a);
+    g->flags = kvd__cuda_copy_flags(cb, a, job->flags);
     g->nparts = n;
     g->to_issue = n;
     per = (rows + n - 1) / n;
