@@ -285,7 +285,7 @@ static int handle_frame(kvd__conn_t *c, const uint8_t *payload, size_t len, int 
         if (!send_and_count(c, &r.resp, r.op_index, r.t_start_ns, 0, r.reply_fds,
                             r.n_reply_fds) &&
             st == KVD_OK && r.unsent != NULL)
-            r.unsent(c);
+            r.unsent(&r);
     }
     kvd__arena_deinit(&arena); /* the request and every allocation of its handler */
     if (r.close_after)

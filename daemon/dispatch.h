@@ -51,9 +51,11 @@ struct kvd__req {
     int replayed;
     int reply_fds[2];      /* descriptors to send with the reply (not owned) */
     int n_reply_fds;
-    /* undoes what a successful handler gave the connection for its reply,
-     * when that reply cannot be sent (an error reply goes instead) */
-    void (*unsent)(kvd__conn_t *c);
+    /* undoes what a successful handler made for its reply (an area, a
+     * buffer) when that reply cannot be sent: an error reply goes instead,
+     * and the client never learns of it.  Called with the request and its
+     * reply still whole. */
+    void (*unsent)(struct kvd__req *r);
     int close_after;       /* close the connection once the reply is out */
     struct kvd__arena *arena; /* the request's memory (account.h), gone once the
                               * reply is packed */

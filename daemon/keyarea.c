@@ -112,6 +112,11 @@ static uint64_t area_room(const kvd__conn_t *c, uint64_t page, char *why, size_t
     return room;
 }
 
+static void area_unsent(kvd__req_t *r)
+{
+    kvd__key_area_drop(r->conn);
+}
+
 kvd_status_t kvd__op_cache_key_area(kvd__req_t *r)
 {
     const Kvdock__CacheKeyArea *m = r->req->cache_key_area;
@@ -155,7 +160,7 @@ kvd_status_t kvd__op_cache_key_area(kvd__req_t *r)
     rep->bytes = want;
     r->reply_fds[0] = fd;
     r->n_reply_fds = 1;
-    r->unsent = kvd__key_area_drop; /* a client that never got it may ask again */
+    r->unsent = area_unsent; /* a client that never got it may ask again */
     r->resp.result_case = KVDOCK__RESPONSE__RESULT_CACHE_KEY_AREA;
     r->resp.cache_key_area = rep;
     kvd_log(KVD_LOG_DEBUG, "event=key_area client=%" PRIu64 " bytes=%" PRIu64 " asked=%" PRIu64,

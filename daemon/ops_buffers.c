@@ -6,6 +6,17 @@
 #include "dispatch.h"
 #include "log.h"
 
+/* A buffer whose reply could not be sent: the client was told the
+ * register failed and never learned the id, so the buffer goes now rather
+ * than stay charged to it until it closes. */
+static void buffer_unsent(kvd__req_t *r)
+{
+    kvd__obj_t *o = kvd__registry_get(&r->srv->reg, r->resp.buffer->id, KVD_OBJ_BUFFER);
+
+    if (o != NULL)
+        kvd__registry_drop(&r->srv->reg, o);
+}
+
 kvd_status_t kvd__op_buffer_register(kvd__req_t *r)
 {
     const Kvdock__BufferRegister *br = r->req->buffer_register;
@@ -77,6 +88,7 @@ kvd_status_t kvd__op_buffer_register(kvd__req_t *r)
         r->reply_fds[0] = b->mem->fd;
         r->n_reply_fds = 1;
     }
+    r->unsent = buffer_unsent;
     r->resp.result_case = KVDOCK__RESPONSE__RESULT_BUFFER;
     r->resp.buffer = bi;
     kvd_log(KVD_LOG_DEBUG, "event=buffer_register client=%" PRIu64 " buffer=%" PRIu64

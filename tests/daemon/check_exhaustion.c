@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -215,6 +216,47 @@ START_TEST(test_budget)
     ck_assert_uint_ne(expect_pool(y, "c", 1, 1536, 8192, KVD_OK, NULL, NULL), 0);
     ck_assert_int_eq(status_of_buffer(y, 16 * MiB), KVD_OK);
     (void)b;
+    close(c);
+    close(y);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
+    kvdt_set_limits(0, 0);
+}
+END_TEST
+
+/* A buffer whose reply cannot carry its descriptor: the daemon's
+ * descriptor limit lowered (prlimit) so that the buffer's memfd takes the
+ * last number it may use and the send path's dup of it fails.  The
+ * register is ELIMIT, and the buffer, whose id the client never learned,
+ * is gone at once: its host memory is back, and under --max-buffers 1 the
+ * same client's next register succeeds. */
+START_TEST(test_buffer_reply_unsent)
+{
+    const char *args[] = {"--host-memory-budget", "64M", "--max-buffers", "1", NULL};
+    kvdt_daemon_t d;
+    struct rlimit before, low;
+    int c, y, f0 = -1, f1 = -1, st, i;
+
+    kvdt_set_limits(0, 256 * MiB);
+    kvdt_start(&d, args);
+    c = kvdt_client(&d, "buffers");
+    y = kvdt_client(&d, "watcher");
+    ck_assert_uint_eq(host_used(y, "buffers"), 0);
+
+    ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, NULL, &before), 0);
+    kvdt_free_fds(d.pid, &f0, &f1);
+    low = before;
+    low.rlim_cur = (rlim_t)f1; /* the memfd gets f0; a dup would need f1 */
+    ck_assert_msg(prlimit(d.pid, RLIMIT_NOFILE, &low, NULL) == 0, "prlimit: %s", strerror(errno));
+    st = status_of_buffer(c, 16 * MiB);
+    ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, &before, NULL), 0);
+    ck_assert_msg(st == KVD_ELIMIT, "status %s, expected ELIMIT", kvd_err_name(st));
+    for (i = 0; i < 200 && host_used(y, "buffers") != 0; i++)
+        usleep(10000);
+    ck_assert_uint_eq(host_used(y, "buffers"), 0);
+
+    ck_assert_int_eq(status_of_buffer(c, 16 * MiB), KVD_OK);
+    ck_assert_uint_eq(host_used(y, "buffers"), 16 * MiB);
+    ck_assert(kvdt_ping_ok(c));
     close(c);
     close(y);
     ck_assert_int_eq(kvdt_stop(&d), 0);
@@ -603,6 +645,7 @@ static Suite *exhaustion_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_budget);
     tcase_add_test(tc, test_budget_past_machine);
+    tcase_add_test(tc, test_buffer_reply_unsent);
     tcase_add_test(tc, test_descriptors);
     tcase_add_test(tc, test_half_sent_frames);
     tcase_add_test(tc, test_steady_client_survives);

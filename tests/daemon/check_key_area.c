@@ -8,7 +8,6 @@
  * starves the receive buffers or the client's requests.
  */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -263,30 +262,6 @@ START_TEST(test_area_made_and_charged)
 END_TEST
 
 /* The two lowest descriptor numbers pid has free. */
-static void free_fds(pid_t pid, int *f0, int *f1)
-{
-    char path[64];
-    static unsigned char used[65536];
-    struct dirent *e;
-    DIR *dir;
-    int n = 0;
-
-    memset(used, 0, sizeof(used));
-    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-    dir = opendir(path);
-    ck_assert_ptr_nonnull(dir);
-    while ((e = readdir(dir)) != NULL) {
-        long v = e->d_name[0] >= '0' && e->d_name[0] <= '9' ? strtol(e->d_name, NULL, 10) : -1;
-        if (v >= 0 && v < (long)sizeof(used))
-            used[v] = 1;
-    }
-    closedir(dir);
-    for (int i = 0; i < (int)sizeof(used) && n < 2; i++)
-        if (!used[i])
-            *(n++ == 0 ? f0 : f1) = i;
-    ck_assert_int_eq(n, 2);
-}
-
 /* An area whose reply cannot carry its descriptor: the daemon's
  * descriptor limit lowered (prlimit) so that the memfd takes the last
  * number it may use and the send path's dup of it fails.  The ask fails
@@ -308,7 +283,7 @@ START_TEST(test_area_reply_unsent)
     base = sockets_used(other);
 
     ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, NULL, &before), 0);
-    free_fds(d.pid, &f0, &f1);
+    kvdt_free_fds(d.pid, &f0, &f1);
     low = before;
     low.rlim_cur = (rlim_t)f1; /* the memfd gets f0; a dup would need f1 */
     ck_assert_msg(prlimit(d.pid, RLIMIT_NOFILE, &low, NULL) == 0, "prlimit: %s",

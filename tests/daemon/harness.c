@@ -156,6 +156,30 @@ void kvdt_child_close_fds(int keep)
 
 static rlim_t child_nofile, child_fsize;
 
+void kvdt_free_fds(pid_t pid, int *f0, int *f1)
+{
+    char path[64];
+    static unsigned char used[65536];
+    struct dirent *e;
+    DIR *dir;
+    int n = 0;
+
+    memset(used, 0, sizeof(used));
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    dir = opendir(path);
+    ck_assert_ptr_nonnull(dir);
+    while ((e = readdir(dir)) != NULL) {
+        long v = e->d_name[0] >= '0' && e->d_name[0] <= '9' ? strtol(e->d_name, NULL, 10) : -1;
+        if (v >= 0 && v < (long)sizeof(used))
+            used[v] = 1;
+    }
+    closedir(dir);
+    for (int i = 0; i < (int)sizeof(used) && n < 2; i++)
+        if (!used[i])
+            *(n++ == 0 ? f0 : f1) = i;
+    ck_assert_int_eq(n, 2);
+}
+
 void kvdt_set_limits(uint64_t nofile, uint64_t fsize)
 {
     child_nofile = (rlim_t)nofile;

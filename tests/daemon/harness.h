@@ -23,6 +23,9 @@
  * daemons started from now on.  RLIMIT_FSIZE makes a memfd larger than it
  * fail, so a test of a huge reservation cannot reserve it by accident. */
 void kvdt_set_limits(uint64_t nofile, uint64_t fsize);
+/* The two lowest descriptor numbers process pid has free: lowering its
+ * RLIMIT_NOFILE (prlimit) to *f1 leaves it exactly one, *f0. */
+void kvdt_free_fds(pid_t pid, int *f0, int *f1);
 
 typedef struct kvdt_daemon {
     pid_t pid;
