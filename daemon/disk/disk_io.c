@@ -168,6 +168,34 @@ static void prep(struct io_uring_sqe *sqe, kvd__disk_req_t *r)
     io_uring_sqe_set_data(sqe, r);
 }
 
+/* Hand waiting requests to the ring while it has room; how many went. */
+static unsigned ring_fill(kvd__disk_io_t *io, kvd__disk_req_t **wait_head,
+                          kvd__disk_req_t **wait_tail, unsigned inflight)
+{
+    unsigned n = 0;
+
+    while (*wait_head && inflight + n < io->depth) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
+        kvd__disk_req_t *r;
+
+        if (sqe == NULL)
+            break;
+        r = *wait_head;
+        *wait_head = r->next;
+        if (*wait_head == NULL)
+            *wait_tail = NULL;
+        prep(sqe, r);
+        n++;
+    }
+    return n;
+}
+
+/* The ring's thread.  Its CPU work (a write's before: copying blocks into
+ * the batch and summing them; a read's after: checking and copying out)
+ * is done between submissions, never ahead of them: each request goes to
+ * the drive as soon as it is ready, and completed reads are checked only
+ * after the waiting requests have gone, so the drive is not left idle
+ * while one thread works through a queue of them. */
 static void *ring_main(void *arg)
 {
     kvd__disk_io_t *io = arg;
@@ -180,8 +208,9 @@ static void *ring_main(void *arg)
 
     for (;;) {
         kvd__disk_req_t *take, *done_head = NULL, *done_tail = NULL, *r;
+        kvd__disk_req_t *moved_head = NULL, *moved_tail = NULL; /* their after() to run */
         struct io_uring_cqe *cqe;
-        unsigned head, seen = 0;
+        unsigned head, seen = 0, n;
 
         pthread_mutex_lock(&io->mu);
         take = io->todo_head;
@@ -202,18 +231,12 @@ static void *ring_main(void *arg)
                 continue;
             }
             list_push(&wait_head, &wait_tail, r);
+            if (take != NULL && (n = ring_fill(io, &wait_head, &wait_tail, inflight)) > 0) {
+                inflight += n;
+                (void)io_uring_submit(&io->ring); /* moving while the next is made */
+            }
         }
-        while (wait_head && inflight < io->depth) {
-            struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
-            if (sqe == NULL)
-                break;
-            r = wait_head;
-            wait_head = r->next;
-            if (wait_head == NULL)
-                wait_tail = NULL;
-            prep(sqe, r);
-            inflight++;
-        }
+        inflight += ring_fill(io, &wait_head, &wait_tail, inflight);
         if (!armed && !stopping) {
             struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
             if (sqe) {
@@ -254,11 +277,21 @@ static void *ring_main(void *arg)
                 continue;
             }
             r->res = (int64_t)r->len;
+            list_push(&moved_head, &moved_tail, r);
+        }
+        io_uring_cq_advance(&io->ring, seen);
+        /* the drive's next work first, then the checks of what came */
+        if ((n = ring_fill(io, &wait_head, &wait_tail, inflight)) > 0) {
+            inflight += n;
+            (void)io_uring_submit(&io->ring);
+        }
+        while (moved_head) {
+            r = moved_head;
+            moved_head = r->next;
             if (r->after)
                 r->after(r);
             list_push(&done_head, &done_tail, r);
         }
-        io_uring_cq_advance(&io->ring, seen);
         finish_list(io, done_head, done_tail);
         /* a stop: wake the eventfd read so that it ends */
     }
