@@ -567,16 +567,21 @@ static int saved_whole(const Kvdock__Response *r)
     return r->status == 0 && r->op->refused == 0 && r->op->stored + r->op->skipped == CHAIN;
 }
 
-static uint32_t lookup(int fd, uint64_t cache, int c, uint32_t *disk_hits)
+/* How many of the n keys (8 bytes each) a lookup reports, and of them on
+ * disk only. */
+static uint32_t lookup_keys(int fd, uint64_t cache, uint8_t keys[][8], int n,
+                            uint32_t *disk_hits)
 {
     Kvdock__Request req;
     Kvdock__CacheLookup lk = KVDOCK__CACHE_LOOKUP__INIT;
     Kvdock__CacheKeys ck;
     Kvdock__Response *r;
-    uint8_t keys[CHAIN][8];
     uint32_t hits;
 
-    chain_keys(c, CHAIN, keys, &ck);
+    kvdock__cache_keys__init(&ck);
+    ck.blob.data = &keys[0][0];
+    ck.blob.len = (size_t)n * 8;
+    ck.key_size = 8;
     lk.cache = cache;
     lk.keys = &ck;
     kvdt_req_init(&req, 40);
@@ -589,6 +594,15 @@ static uint32_t lookup(int fd, uint64_t cache, int c, uint32_t *disk_hits)
         *disk_hits = r->cache_lookup->disk_hits;
     kvdock__response__free_unpacked(r, NULL);
     return hits;
+}
+
+static uint32_t lookup(int fd, uint64_t cache, int c, uint32_t *disk_hits)
+{
+    uint8_t keys[CHAIN][8];
+
+    for (int i = 0; i < CHAIN; i++)
+        key_of(c, i, keys[i]);
+    return lookup_keys(fd, cache, keys, CHAIN, disk_hits);
 }
 
 /* Load the first n blocks of chain c into pages 0..n-1 of p. */
@@ -1453,30 +1467,10 @@ static void big_save_send(int fd, uint64_t cache, const pool_view_t *p, int chai
 static uint32_t big_lookup(int fd, uint64_t cache, int chain0, uint32_t *disk_hits)
 {
     static uint8_t keys[BIG][8];
-    Kvdock__Request req;
-    Kvdock__CacheLookup lk = KVDOCK__CACHE_LOOKUP__INIT;
-    Kvdock__CacheKeys ck;
-    Kvdock__Response *r;
-    uint32_t hits;
 
     for (int i = 0; i < BIG; i++)
         key_of(chain0 + i / CHAIN, i % CHAIN, keys[i]);
-    kvdock__cache_keys__init(&ck);
-    ck.blob.data = &keys[0][0];
-    ck.blob.len = sizeof(keys);
-    ck.key_size = 8;
-    lk.cache = cache;
-    lk.keys = &ck;
-    kvdt_req_init(&req, 920);
-    req.op_case = KVDOCK__REQUEST__OP_CACHE_LOOKUP;
-    req.cache_lookup = &lk;
-    r = kvdt_call(fd, &req);
-    ck_assert_msg(r->status == 0, "lookup: %u %s", r->status, r->message);
-    hits = r->cache_lookup->local_hits;
-    if (disk_hits != NULL)
-        *disk_hits = r->cache_lookup->disk_hits;
-    kvdock__response__free_unpacked(r, NULL);
-    return hits;
+    return lookup_keys(fd, cache, keys, BIG, disk_hits);
 }
 
 /* Blocks the cache's disk level holds now (records queued or written). */
