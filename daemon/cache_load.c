@@ -35,13 +35,7 @@ struct kvd__load {
     kvd__origin_t origin;       /* held: bytes of this plan */
     kvd__cache_t *cache;        /* referenced */
     kvd__pool_t *pool;
-    kvd__obj_t *refs[KVD_DATAOP_MAX_REFS]; /* the pool, buffers, events: referenced */
-    int nrefs;
-    /* the request's Sync: each copy's */
-    int sclass, path, split_layers, reply_at_enqueue;
-    unsigned launch_flags;
-    uint32_t max_blocks;
-    void *wait_event, *record_event;
+    kvd__dataop_sync_t sync;    /* each copy's: the pool, buffers, events */
     void *levs[MAX_GROUPS];
     uint32_t nevents;
     uint32_t *flags;
@@ -99,8 +93,7 @@ static void load_free(kvd__load_t *l)
         l->cache->loading--;
         kvd__cache_slots_freed(l->cache, held + l->let_go);
     }
-    for (int i = 0; i < l->nrefs; i++)
-        kvd__obj_unref(&l->origin.srv->reg, l->refs[i]);
+    kvd__dataop_sync_release(&l->sync, &l->origin.srv->reg);
     kvd__cache_unref(l->cache);
     kvd__account_release(l->origin.conn, KVD_HM_REQUESTS, l->origin.held);
     free(l->pages);
@@ -183,18 +176,7 @@ kvd_status_t kvd__load_create(kvd__req_t *r, kvd__dataop_t *d, const kvd__load_s
     l->cache = s->cache;
     s->cache->refs++;
     l->pool = s->pool;
-    for (int i = 0; i < d->nrefs; i++) {
-        kvd__obj_ref(d->refs[i]);
-        l->refs[l->nrefs++] = d->refs[i];
-    }
-    l->sclass = d->job.sclass;
-    l->path = d->path;
-    l->split_layers = d->split_layers;
-    l->reply_at_enqueue = d->reply_at_enqueue;
-    l->launch_flags = d->job.flags;
-    l->max_blocks = d->job.max_blocks;
-    l->wait_event = d->job.wait_event;
-    l->record_event = d->job.record_event;
+    kvd__dataop_sync_keep(&l->sync, d);
     l->nevents = s->nevents;
     for (uint32_t g = 0; g < s->nevents; g++)
         l->levs[g] = s->levs[g];
@@ -366,14 +348,7 @@ static kvd__dataop_t *copy_new(kvd__load_t *l)
 
     if (d == NULL)
         return NULL;
-    for (int i = 0; i < l->nrefs; i++)
-        kvd__hold(d, l->refs[i]);
-    d->job.sclass = l->sclass;
-    d->job.flags = l->launch_flags;
-    d->job.max_blocks = l->max_blocks;
-    d->job.wait_event = l->wait_event;
-    d->path = l->path;
-    d->split_layers = l->split_layers;
+    kvd__dataop_sync_apply(&l->sync, d);
     d->ext = l;
     return d;
 }
@@ -505,8 +480,8 @@ static kvd_status_t copy_last(kvd__load_t *l, char *msg, size_t len)
         goto fail;
     }
     m = list_held(l, pos, ids, pages);
-    d->job.record_event = l->record_event;
-    d->reply_at_enqueue = l->reply_at_enqueue;
+    d->job.record_event = l->sync.record_event;
+    d->reply_at_enqueue = l->sync.reply_at_enqueue;
     /* layer groups as even as they come: group g is layers [g L / G, (g + 1) L / G) */
     groups = l->nevents ? l->nevents : l->nflags ? l->nflags : 1;
     if ((st = kvd__slab_plan(d, c, ids, pages, m, &pl, msg, len)) != KVD_OK)

@@ -72,6 +72,42 @@ void kvd__hold(kvd__dataop_t *d, kvd__obj_t *o)
     d->refs[d->nrefs++] = o;
 }
 
+void kvd__dataop_sync_keep(kvd__dataop_sync_t *k, const kvd__dataop_t *d)
+{
+    k->nrefs = 0;
+    for (int i = 0; i < d->nrefs; i++) {
+        kvd__obj_ref(d->refs[i]);
+        k->refs[k->nrefs++] = d->refs[i];
+    }
+    k->sclass = d->job.sclass;
+    k->path = d->path;
+    k->split_layers = d->split_layers;
+    k->reply_at_enqueue = d->reply_at_enqueue;
+    k->launch_flags = d->job.flags;
+    k->max_blocks = d->job.max_blocks;
+    k->wait_event = d->job.wait_event;
+    k->record_event = d->job.record_event;
+}
+
+void kvd__dataop_sync_apply(const kvd__dataop_sync_t *k, kvd__dataop_t *d)
+{
+    for (int i = 0; i < k->nrefs; i++)
+        kvd__hold(d, k->refs[i]);
+    d->job.sclass = k->sclass;
+    d->job.flags = k->launch_flags;
+    d->job.max_blocks = k->max_blocks;
+    d->job.wait_event = k->wait_event;
+    d->path = k->path;
+    d->split_layers = k->split_layers;
+}
+
+void kvd__dataop_sync_release(kvd__dataop_sync_t *k, kvd__registry_t *reg)
+{
+    for (int i = 0; i < k->nrefs; i++)
+        kvd__obj_unref(reg, k->refs[i]);
+    k->nrefs = 0;
+}
+
 void *kvd__stage(kvd__req_t *r, kvd__dataop_t *d, const void *src, size_t n)
 {
     return kvd__dataop_stage(d, src, n, r->msg, sizeof(r->msg));

@@ -90,6 +90,26 @@ kvd__job_t *kvd__dataop_job(kvd__dataop_t *d, uint32_t i);
 
 /* Hold a reference on o until d is freed (at most KVD_DATAOP_MAX_REFS). */
 void kvd__hold(kvd__dataop_t *d, kvd__obj_t *o);
+
+/* What a request's later copies take from its first dataop, kept by a plan
+ * that outlives it (a streaming save, a load plan): the objects it
+ * references and its Sync (stream class, path, launch settings, events). */
+typedef struct kvd__dataop_sync {
+    kvd__obj_t *refs[KVD_DATAOP_MAX_REFS]; /* referenced while kept */
+    int nrefs;
+    int sclass, path, split_layers, reply_at_enqueue;
+    uint32_t launch_flags, max_blocks;
+    void *wait_event, *record_event;
+} kvd__dataop_sync_t;
+
+/* Keep d's objects (referenced) and Sync in k. */
+void kvd__dataop_sync_keep(kvd__dataop_sync_t *k, const kvd__dataop_t *d);
+/* Give d, a later copy of the request, k's objects (held) and Sync; the
+ * record event and reply_at_enqueue are the last copy's, set by the
+ * caller. */
+void kvd__dataop_sync_apply(const kvd__dataop_sync_t *k, kvd__dataop_t *d);
+/* Let go of k's objects. */
+void kvd__dataop_sync_release(kvd__dataop_sync_t *k, kvd__registry_t *reg);
 /* A staging copy of n bytes from src (NULL: left uninitialised), freed with
  * d; NULL when refused, r's message set and the status in d->stage_status. */
 void *kvd__stage(kvd__req_t *r, kvd__dataop_t *d, const void *src, size_t n);

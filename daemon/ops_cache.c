@@ -1812,13 +1812,7 @@ typedef struct save_stream {
     kvd__origin_t origin;       /* held: bytes of this plan */
     cacheop_t *op;              /* the blocks so far, in chain order (holds the cache) */
     kvd__pool_t *pool;
-    kvd__obj_t *refs[KVD_DATAOP_MAX_REFS]; /* the pool, events: referenced */
-    int nrefs;
-    /* the request's Sync: each copy's */
-    int sclass, path, reply_at_enqueue;
-    unsigned launch_flags;
-    uint32_t max_blocks;
-    void *wait_event, *record_event;
+    kvd__dataop_sync_t sync;    /* each copy's: the pool, events */
     uint32_t first;             /* op->ids place of key 0 (1 after a parent) */
     uint32_t n;                 /* keys */
     uint32_t next;              /* keys [next, n) have no block in op yet */
@@ -1838,8 +1832,7 @@ static void stream_free(save_stream_t *s)
 {
     kvd__conn_t *conn = s->origin.conn;
 
-    for (int i = 0; i < s->nrefs; i++)
-        kvd__obj_unref(&s->origin.srv->reg, s->refs[i]);
+    kvd__dataop_sync_release(&s->sync, &s->origin.srv->reg);
     kvd__account_release(conn, KVD_HM_REQUESTS, s->origin.held);
     free(s->keys);
     free(s->klen);
@@ -1922,13 +1915,7 @@ static kvd_status_t stream_copy(save_stream_t *s, int last, char *why, size_t wh
     snprintf(why, why_len, "out of memory");
     if (ids == NULL || pages == NULL || d == NULL)
         goto out;
-    for (int i = 0; i < s->nrefs; i++)
-        kvd__hold(d, s->refs[i]);
-    d->job.sclass = s->sclass;
-    d->job.flags = s->launch_flags;
-    d->job.max_blocks = s->max_blocks;
-    d->job.wait_event = s->wait_event;
-    d->path = s->path;
+    kvd__dataop_sync_apply(&s->sync, d);
     for (uint32_t i = s->copied; i < s->op->n; i++)
         if (s->op->is_new[i]) {
             ids[m] = s->op->ids[i];
@@ -1947,8 +1934,8 @@ static kvd_status_t stream_copy(save_stream_t *s, int last, char *why, size_t wh
     d->rows = m;
     d->ext = s;
     if (last) {
-        d->job.record_event = s->record_event;
-        d->reply_at_enqueue = s->reply_at_enqueue;
+        d->job.record_event = s->sync.record_event;
+        d->reply_at_enqueue = s->sync.reply_at_enqueue;
         d->finish = stream_last_finish;
         d->rows = s->op->stored;
     } else {
@@ -2094,17 +2081,7 @@ static kvd_status_t stream_start(kvd__req_t *r, kvd__dataop_t *d, kvd__pool_t *p
     s->origin.held = held;
     s->op = op;
     s->pool = p;
-    for (int i = 0; i < d->nrefs; i++) {
-        kvd__obj_ref(d->refs[i]);
-        s->refs[s->nrefs++] = d->refs[i];
-    }
-    s->sclass = d->job.sclass;
-    s->path = d->path;
-    s->reply_at_enqueue = d->reply_at_enqueue;
-    s->launch_flags = d->job.flags;
-    s->max_blocks = d->job.max_blocks;
-    s->wait_event = d->job.wait_event;
-    s->record_event = d->job.record_event;
+    kvd__dataop_sync_keep(&s->sync, d);
     s->first = op->n - next;
     s->n = ks->n;
     s->next = next;
