@@ -19,6 +19,13 @@
  *   --registered the host side as kvdockd's pools and slabs hold it: memfd
  *                pages mapped shared and registered with cudaHostRegister
  *                (portable, mapped) instead of cudaMallocHost memory
+ *   --imported   the device side as a worker's cache reaches kvdockd:
+ *                allocated by another process (a child of this one) and
+ *                opened here through CUDA IPC
+ *   --allocs N   the device side as N allocations of equal size (1-64; a
+ *                cache of per-layer allocations), the chunks scattered over
+ *                all of them
+ *   --each       one cudaMemcpyAsync a chunk instead of batches
  *   --gated      instead: one pass queued behind a host function that
  *                holds the stream until every descriptor is issued, so the
  *                time to issue (CPU) and the time the engines take for the
@@ -26,7 +33,8 @@
  *                the rate
  *
  * Usage: bench_ce --chunk BYTES --dir d2h|h2d [--seconds S] [--total BYTES]
- *                 [--threads N] [--pthread] [--host-random] [--registered] [--gated]
+ *                 [--threads N] [--pthread] [--host-random] [--registered]
+ *                 [--imported] [--allocs N] [--each] [--gated]
  * Prints one JSON object.
  */
 #define _GNU_SOURCE
@@ -43,6 +51,7 @@
 
 #define BATCH 16384
 #define MAX_THREADS 8
+#define MAX_ALLOCS 64
 
 #define CK(x)                                                                              \
     do {                                                                                   \
@@ -73,11 +82,18 @@ typedef struct share {
     double t0, t1;    /* the timed window */
 } share_t;
 
+static int issue_each;
+
 static void issue_pass(share_t *s)
 {
     struct cudaMemcpyAttributes attr;
     size_t idx = 0;
 
+    if (issue_each) {
+        for (size_t i = 0; i < s->n; i++)
+            CK(cudaMemcpyAsync(s->dsts[i], s->srcs[i], s->sizes[i], cudaMemcpyDefault, s->stream));
+        return;
+    }
     memset(&attr, 0, sizeof(attr));
     attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
     attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
@@ -174,6 +190,54 @@ static void gated(share_t *s, const char *dir)
     }
 }
 
+/* --imported: a child process allocates the device side and hands its
+ * IPC handles over a pipe, then holds the memory until the parent closes
+ * the other pipe (at its exit). Forked before this process touches CUDA. */
+static int import_device(char **parts, int allocs, size_t part_bytes)
+{
+    int up[2], down[2];
+    pid_t pid;
+    cudaIpcMemHandle_t h[MAX_ALLOCS];
+
+    if (pipe(up) != 0 || pipe(down) != 0)
+        return -1;
+    pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        char c;
+        close(up[0]);
+        close(down[1]);
+        for (int a = 0; a < allocs; a++) {
+            void *p;
+            CK(cudaMalloc(&p, part_bytes));
+            CK(cudaMemset(p, 0x5a, part_bytes));
+            CK(cudaIpcGetMemHandle(&h[a], p));
+        }
+        CK(cudaDeviceSynchronize());
+        if (write(up[1], h, sizeof(h[0]) * (size_t)allocs) != (ssize_t)(sizeof(h[0]) * (size_t)allocs))
+            _exit(1);
+        while (read(down[0], &c, 1) > 0)
+            ;
+        _exit(0);
+    }
+    close(up[1]);
+    close(down[0]); /* down[1] stays open until this process exits */
+    {
+        size_t want = sizeof(h[0]) * (size_t)allocs, got = 0;
+        while (got < want) {
+            ssize_t r = read(up[0], (char *)h + got, want - got);
+            if (r <= 0)
+                return -1;
+            got += (size_t)r;
+        }
+    }
+    close(up[0]);
+    for (int a = 0; a < allocs; a++)
+        CK(cudaIpcOpenMemHandle((void **)&parts[a], h[a], cudaIpcMemLazyEnablePeerAccess));
+    return 0;
+}
+
 static uint64_t next_rand(uint64_t *x)
 {
     *x ^= *x << 13;
@@ -187,7 +251,9 @@ int main(int argc, char **argv)
     size_t chunk = 0, total = (size_t)512 << 20, n, i;
     double seconds = 1.5;
     int d2h = -1, threads = 1, gate_mode = 0, use_pthread = 0, host_random = 0, registered = 0, t;
-    char *dev, *host;
+    int imported = 0, allocs = 1;
+    char *parts[MAX_ALLOCS], *host;
+    size_t part_chunks;
     size_t *perm, *hperm;
     void **dsts;
     const void **srcs;
@@ -215,6 +281,14 @@ int main(int argc, char **argv)
             registered = 1;
             continue;
         }
+        if (strcmp(a, "--imported") == 0) {
+            imported = 1;
+            continue;
+        }
+        if (strcmp(a, "--each") == 0) {
+            issue_each = 1;
+            continue;
+        }
         if (v == NULL)
             goto usage;
         i++;
@@ -226,18 +300,32 @@ int main(int argc, char **argv)
             seconds = strtod(v, NULL);
         else if (strcmp(a, "--threads") == 0)
             threads = atoi(v);
+        else if (strcmp(a, "--allocs") == 0)
+            allocs = atoi(v);
         else if (strcmp(a, "--dir") == 0 && (strcmp(v, "d2h") == 0 || strcmp(v, "h2d") == 0))
             d2h = strcmp(v, "d2h") == 0;
         else
             goto usage;
     }
     if (chunk == 0 || d2h < 0 || threads < 1 || threads > MAX_THREADS || seconds <= 0 ||
-        total < chunk * (size_t)threads || chunk % 256 != 0)
+        total < chunk * (size_t)threads || chunk % 256 != 0 || allocs < 1 || allocs > MAX_ALLOCS ||
+        (gate_mode && issue_each))
         goto usage;
     n = total / chunk;
+    /* the device side: 2n chunks' room, in allocs equal parts */
+    part_chunks = (2 * n + (size_t)allocs - 1) / (size_t)allocs;
     total = n * chunk;
+    if (imported) {
+        if (import_device(parts, allocs, part_chunks * chunk) != 0) {
+            perror("bench_ce: exporting process");
+            return 1;
+        }
+    }
     CK(cudaGetDevice(&dev_id));
-    CK(cudaMalloc((void **)&dev, 2 * total));
+    for (t = 0; t < allocs && !imported; t++) {
+        CK(cudaMalloc((void **)&parts[t], part_chunks * chunk));
+        CK(cudaMemset(parts[t], 0x5a, part_chunks * chunk));
+    }
     host_registered = registered;
     if (registered) {
         int fd = memfd_create("bench_ce", MFD_CLOEXEC);
@@ -251,7 +339,6 @@ int main(int argc, char **argv)
     } else {
         CK(cudaMallocHost((void **)&host, total));
     }
-    CK(cudaMemset(dev, 0x5a, 2 * total));
     memset(host, 0xa5, total);
     perm = malloc(2 * n * sizeof(*perm));
     hperm = malloc(n * sizeof(*hperm));
@@ -277,7 +364,8 @@ int main(int argc, char **argv)
         hperm[j] = x;
     }
     for (i = 0; i < n; i++) {
-        char *d = dev + perm[i] * chunk, *h = host + hperm[i] * chunk;
+        char *d = parts[perm[i] / part_chunks] + (perm[i] % part_chunks) * chunk;
+        char *h = host + hperm[i] * chunk;
         dsts[i] = d2h ? (void *)h : (void *)d;
         srcs[i] = d2h ? (const void *)d : (const void *)h;
         sizes[i] = chunk;
@@ -318,15 +406,17 @@ int main(int argc, char **argv)
         t0 = sh[t].t0 < t0 ? sh[t].t0 : t0;
         t1 = sh[t].t1 > t1 ? sh[t].t1 : t1;
     }
-    printf("{\"chunk\":%zu,\"dir\":\"%s\",\"threads\":%d,\"pthread\":%d,\"host_random\":%d,\"registered\":%d,\"gbps\":%.2f,\"seconds\":%.3f,"
+    printf("{\"chunk\":%zu,\"dir\":\"%s\",\"threads\":%d,\"pthread\":%d,\"host_random\":%d,\"registered\":%d,"
+           "\"imported\":%d,\"allocs\":%d,\"each\":%d,\"gbps\":%.2f,\"seconds\":%.3f,"
            "\"issue_frac\":%.3f,\"t0\":%.6f,\"t1\":%.6f}\n",
-           chunk, d2h ? "d2h" : "h2d", threads, use_pthread, host_random, registered, (double)moved / (t1 - t0) / 1e9, t1 - t0,
+           chunk, d2h ? "d2h" : "h2d", threads, use_pthread, host_random, registered, imported, allocs,
+           issue_each, (double)moved / (t1 - t0) / 1e9, t1 - t0,
            issue / (t1 - t0) / threads, t0, t1);
     return 0;
 usage:
     fprintf(stderr, "usage: bench_ce --chunk BYTES (a multiple of 256) --dir d2h|h2d "
                     "[--seconds S] [--total BYTES] [--threads N (1-%d)] [--pthread] [--host-random] "
-                    "[--registered] [--gated]\n",
-            MAX_THREADS);
+                    "[--registered] [--imported] [--allocs N (1-%d)] [--each] [--gated]\n",
+            MAX_THREADS, MAX_ALLOCS);
     return 2;
 }

@@ -637,7 +637,7 @@ def chunk_table(args):
 
     # the yardstick and the decode controls, per chunk and direction
     ys, ctl = {}, []
-    probes = []
+    probes, variants = [], []
     for c in chunks:
         for d in dirs:
             ctl.append(control())
@@ -645,6 +645,12 @@ def chunk_table(args):
             y_bes, y_dec = beside(lambda: yardstick(c, d))
             ys[(c, d)] = {"alone": y_alone["gbps"], "beside": y_bes["gbps"], "decode_ms": y_dec,
                           "issue_frac": y_alone["issue_frac"]}
+            for va in args.yard_variant or []:
+                extra = va.split()
+                v_alone = yardstick(c, d, extra)
+                v_bes, v_dec = beside(lambda: yardstick(c, d, extra))
+                variants.append({"args": va, "chunk": c, "dir": d, "alone": v_alone["gbps"],
+                                 "beside": v_bes["gbps"], "decode_ms": v_dec})
             if c == 16 << 10 and args.probes:
                 probes.append(yardstick(c, d, ["--gated", "--total", str(16384 * c)]))
                 probes.append(yardstick(c, d, ["--host-random"]))
@@ -661,11 +667,15 @@ def chunk_table(args):
         dp = f"{100 * (v['decode_ms'] / base - 1):+.1f}%" if v["decode_ms"] else "-"
         print(f"  {c >> 10:>5}K {d}  {v['alone']:6.1f} {v['beside']:6.1f} {dp:>7} "
               f"issue {v['issue_frac']:.2f}", flush=True)
+    for v in variants:
+        dp = f"{100 * (v['decode_ms'] / base - 1):+.1f}%" if v["decode_ms"] else "-"
+        print(f"  {v['chunk'] >> 10:>5}K {v['dir']}  {v['alone']:6.1f} {v['beside']:6.1f} "
+              f"{dp:>7}  bench_ce {v['args']}", flush=True)
     for pr in probes:
         print("probe", json.dumps(pr), flush=True)
 
     result = {"decode_ms_control": base, "controls": ctl, "yardstick": [
-        dict(chunk=c, dir=d, **v) for (c, d), v in ys.items()], "probes": probes, "configs": []}
+        dict(chunk=c, dir=d, **v) for (c, d), v in ys.items()], "probes": probes, "variants": variants, "configs": []}
     tmp = tempfile.mkdtemp(prefix="kvdock-chunks-")
     for ci, cfg in enumerate(configs):
         words = cfg.split()
@@ -779,6 +789,10 @@ def main():
     ap.add_argument("--seconds", type=float, default=1.5, help="chunks table: seconds a figure")
     ap.add_argument("--daemon-args", action="append",
                     help="chunks table: a daemon configuration (repeatable)")
+    ap.add_argument("--yard-variant", action="append",
+                    help="chunks table: bench_ce with these arguments too (repeatable, e.g. "
+                    "\"--imported --allocs 64\"), alone and beside the step, each chunk and "
+                    "direction")
     ap.add_argument("--probes", action="store_true",
                     help="chunks table, at 16 KiB: bench_ce gated (16,384 descriptors), with "
                     "the host side scattered, from a thread not the main one, from 2 threads")
