@@ -20,6 +20,11 @@
 #define TABLE_MIN 64
 /* Keys a lookup hashes and prefetches at once. */
 #define LOOKUP_GROUP 32
+/* How many entries ahead a lookup's run prefetches (their entries and
+ * keys): far enough to cover a miss to memory at a few ns a key. */
+#ifndef RUN_AHEAD
+#define RUN_AHEAD 16
+#endif
 
 /* ---- the disk level's state (see the disk level below) ---------------------- */
 
@@ -930,34 +935,12 @@ void kvd__cache_store_deinit(kvd__cache_store_t *c)
 
 /* ---- lookups ------------------------------------------------------------------- */
 
-/* Touch the blocks of a chain, ids[0] its first: the first becomes the
- * most recently used, then the others in order.  A chain used before as a
- * whole already lies in that order in the list: then it moves as one
- * piece, whatever its length. */
-void kvd__cache_touch_chain(kvd__cache_store_t *c, const uint32_t *ids, uint32_t n)
+/* Move the chain first..last, linked in that order in the recency list
+ * (first's next is the block after it, and so on), to its head. */
+static void lru_move_piece(kvd__cache_store_t *c, uint32_t first, uint32_t last)
 {
-    uint32_t i, first, last;
     kvd__cblock_t *f, *l;
 
-    if (n == 0)
-        return;
-    if (c->disk != NULL) /* the host list: the last first */
-        for (i = n; i-- > 0;)
-            if (B(c, ids[i])->lists & KVD_CLIST_HOST)
-                hlru_touch(c, ids[i]);
-    for (i = 0; i < n; i++) {
-        const kvd__cblock_t *b = B(c, ids[i]);
-        if (!(b->lists & KVD_CLIST_LRU) || b->holds != 0 ||
-            (i + 1 < n && b->lru.next != ids[i + 1] + 1))
-            break;
-    }
-    if (i < n) { /* one at a time, the last first */
-        for (i = n; i-- > 0;)
-            kvd__cache_touch(c, ids[i]);
-        return;
-    }
-    first = ids[0];
-    last = ids[n - 1];
     if (c->lru.head == first + 1)
         return;
     f = B(c, first);
@@ -975,67 +958,176 @@ void kvd__cache_touch_chain(kvd__cache_store_t *c, const uint32_t *ids, uint32_t
     c->lru.head = first + 1;
 }
 
-/* The block after prev in a chain saved in one go: its entry follows prev's
- * (a save takes ids in order while free ones come in order), so a chain's
- * lookup walks its entries in memory order.  KVD_CBLOCK_NONE when that
- * block is not key's child of prev. */
-static inline uint32_t next_in_chain(const kvd__cache_store_t *c, uint32_t prev,
-                                     const uint8_t *key, size_t klen)
+/* The host list's part of touching a chain: the last first. */
+static void hlru_touch_chain(kvd__cache_store_t *c, const uint32_t *ids, uint32_t first,
+                             uint32_t n)
 {
-    uint32_t id = prev + 1;
-    const kvd__cblock_t *b;
-    const uint8_t *s;
+    uint32_t i, id;
 
-    if (id >= c->ents_made)
-        return KVD_CBLOCK_NONE;
-    b = entry_at(c, id, &s);
-    if (b->parent != prev + 1 || b->state != KVD_CBLOCK_READY || !key_equal(b, s, key, klen))
-        return KVD_CBLOCK_NONE;
-    return id;
+    for (i = n; i-- > 0;) {
+        id = ids != NULL ? ids[i] : first + i;
+        if (B(c, id)->lists & KVD_CLIST_HOST)
+            hlru_touch(c, id);
+    }
+}
+
+/* Touch the blocks of a chain, ids[0] its first: the first becomes the
+ * most recently used, then the others in order.  A chain used before as a
+ * whole already lies in that order in the list: then it moves as one
+ * piece, whatever its length. */
+void kvd__cache_touch_chain(kvd__cache_store_t *c, const uint32_t *ids, uint32_t n)
+{
+    uint32_t i;
+
+    if (n == 0)
+        return;
+    if (c->disk != NULL)
+        hlru_touch_chain(c, ids, 0, n);
+    for (i = 0; i < n; i++) {
+        const kvd__cblock_t *b = B(c, ids[i]);
+        if (!(b->lists & KVD_CLIST_LRU) || b->holds != 0 ||
+            (i + 1 < n && b->lru.next != ids[i + 1] + 1))
+            break;
+    }
+    if (i < n) { /* one at a time, the last first */
+        for (i = n; i-- > 0;)
+            kvd__cache_touch(c, ids[i]);
+        return;
+    }
+    lru_move_piece(c, ids[0], ids[n - 1]);
+}
+
+void kvd__cache_touch_run(kvd__cache_store_t *c, uint32_t first, uint32_t n)
+{
+    if (n == 0)
+        return;
+    if (c->disk != NULL)
+        hlru_touch_chain(c, NULL, first, n);
+    lru_move_piece(c, first, first + n - 1);
+}
+
+/* Key i of a lookup's chain: blob's ith of width bytes, or keys[i]. */
+#define KEY_AT(i) (blob != NULL ? blob + (size_t)(i) * width : keys[i])
+#define LEN_AT(i) (blob != NULL ? width : lens[i])
+
+/* Whether entry b (not held, on the recency list) may move with a piece. */
+static inline int movable(const kvd__cblock_t *b)
+{
+    return (b->lists & KVD_CLIST_LRU) && b->holds == 0;
+}
+
+/*
+ * A lookup's walk, for keys as a blob of one width or as a list: a
+ * chain saved in one go lies in consecutive entries (a save takes ids in
+ * order while free ones come in order), so after a hit the next key is
+ * first compared with the next entry, and a run of such hits walks the
+ * entries and their keys in memory order, a chunk at a time, prefetching
+ * ahead: one line of entries and of keys per few keys, no table.  A key
+ * that breaks the run goes through the table, a group of keys at a time
+ * hashed together and their slots and entries prefetched, so that their
+ * misses overlap.  *linked: the hits are consecutive ids lying in that
+ * order in the recency list, none held (kvd__cache_touch_run moves them).
+ */
+static inline __attribute__((always_inline)) uint32_t
+lookup_walk(const kvd__cache_store_t *c, const uint8_t *blob, size_t width,
+            const uint8_t *const *keys, const size_t *lens, uint32_t n, uint32_t *ids,
+            int *linked)
+{
+    uint32_t i = 0, j, g = 0, m = 0, prev = KVD_CBLOCK_NONE, kw = c->key_width;
+    uint64_t h[LOOKUP_GROUP];
+    int lk = 1, next_ok = 1;
+
+    while (i < n) {
+        uint32_t id;
+        uint64_t v;
+        const kvd__cblock_t *b;
+
+        /* the run after prev, a chunk at a time */
+        for (id = prev + 1; prev != KVD_CBLOCK_NONE && i < n && id < c->ents_made;) {
+            uint32_t pos, k = kvd__cache_chunk_of(id, &pos), lim = chunk_len(k) - pos;
+            const uint8_t *s = c->chunks[k].keys + (size_t)pos * kw;
+
+            b = &c->chunks[k].ents[pos];
+            if (lim > c->ents_made - id)
+                lim = c->ents_made - id;
+            if (lim > n - i)
+                lim = n - i;
+            for (j = 0; j < lim; j++, b++, s += kw) {
+                __builtin_prefetch(b + RUN_AHEAD);
+                __builtin_prefetch(s + RUN_AHEAD * (size_t)kw);
+                if (b->parent != id + j || b->state != KVD_CBLOCK_READY ||
+                    !key_equal(b, s, KEY_AT(i), LEN_AT(i)))
+                    break;
+                lk &= next_ok & movable(b);
+                next_ok = b->lru.next == id + j + 2;
+                if (ids != NULL)
+                    ids[i] = id + j;
+                i++;
+            }
+            prev = id + j - 1;
+            if (j < lim)
+                break;
+            id += lim;
+        }
+        if (i >= n)
+            break;
+        /* through the table, a group of keys at a time: their slots'
+         * misses, then their entries', overlap */
+        if (i >= g + m) {
+            g = i;
+            m = n - i < LOOKUP_GROUP ? n - i : LOOKUP_GROUP;
+            for (j = 0; j < m; j++) {
+                h[j] = key_hash(c->seed, KEY_AT(g + j), LEN_AT(g + j));
+                __builtin_prefetch(&c->table[h[j] & c->table_mask]);
+            }
+            for (j = 0; j < m; j++) {
+                v = c->table[h[j] & c->table_mask];
+                if (v != 0 && v >> 32 == h[j] >> 32) {
+                    const uint8_t *s;
+
+                    __builtin_prefetch(entry_at(c, (uint32_t)v - 1, &s));
+                    __builtin_prefetch(s);
+                }
+            }
+        }
+        v = *slot_at(c, h[i - g], KEY_AT(i), LEN_AT(i));
+        if (v == 0)
+            break;
+        id = (uint32_t)v - 1;
+        b = B(c, id);
+        if (b->state != KVD_CBLOCK_READY)
+            break;
+        /* a hit off the run: linked only as the chain's first; the run
+         * that may follow starts its lines coming now */
+        if (id + 1 < c->ents_made) {
+            uint32_t pos, k = kvd__cache_chunk_of(id + 1, &pos);
+            const uint8_t *e = (const uint8_t *)&c->chunks[k].ents[pos];
+            const uint8_t *s = c->chunks[k].keys + (size_t)pos * kw;
+
+            for (j = 0; j < RUN_AHEAD * sizeof(*b); j += 64)
+                __builtin_prefetch(e + j);
+            for (j = 0; j < RUN_AHEAD * kw; j += 64)
+                __builtin_prefetch(s + j);
+        }
+        lk &= (i == 0) & movable(b);
+        next_ok = b->lru.next == id + 2;
+        if (ids != NULL)
+            ids[i] = id;
+        prev = id;
+        i++;
+    }
+    if (linked != NULL)
+        *linked = lk;
+    return i;
 }
 
 uint32_t kvd__cache_lookup(kvd__cache_store_t *c, const uint8_t *const *keys, const size_t *lens,
                            uint32_t n, int touch, uint32_t *ids)
 {
-    uint32_t i, j, g = 0, m = 0, hit = 0, prev = KVD_CBLOCK_NONE;
-    uint64_t h[LOOKUP_GROUP];
+    const uint8_t *blob = NULL;
+    size_t width = 0;
+    uint32_t i, hit = lookup_walk(c, blob, width, keys, lens, n, ids, NULL);
 
-    for (i = 0; i < n; i++) {
-        uint32_t id = KVD_CBLOCK_NONE;
-        uint64_t v;
-
-        if (prev != KVD_CBLOCK_NONE)
-            id = next_in_chain(c, prev, keys[i], lens[i]);
-        if (id == KVD_CBLOCK_NONE) {
-            /* through the table, a group of keys at a time: their slots'
-             * misses, then their entries', overlap */
-            if (i >= g + m) {
-                g = i;
-                m = n - i < LOOKUP_GROUP ? n - i : LOOKUP_GROUP;
-                for (j = 0; j < m; j++) {
-                    h[j] = key_hash(c->seed, keys[g + j], lens[g + j]);
-                    __builtin_prefetch(&c->table[h[j] & c->table_mask]);
-                }
-                for (j = 0; j < m; j++) {
-                    v = c->table[h[j] & c->table_mask];
-                    if (v != 0 && v >> 32 == h[j] >> 32) {
-                        const uint8_t *s;
-
-                        __builtin_prefetch(entry_at(c, (uint32_t)v - 1, &s));
-                        __builtin_prefetch(s);
-                    }
-                }
-            }
-            v = *slot_at(c, h[i - g], keys[i], lens[i]);
-            if (v == 0 || B(c, (uint32_t)v - 1)->state != KVD_CBLOCK_READY)
-                break;
-            id = (uint32_t)v - 1;
-        }
-        if (ids != NULL)
-            ids[i] = id;
-        prev = id;
-        hit++;
-    }
     if (touch && ids != NULL)
         kvd__cache_touch_chain(c, ids, hit);
     else if (touch) /* the last first: parents stay more recent than children */
@@ -1043,6 +1135,15 @@ uint32_t kvd__cache_lookup(kvd__cache_store_t *c, const uint8_t *const *keys, co
             kvd__cache_touch(c, kvd__cache_find(c, keys[i], lens[i]));
     return hit;
 }
+
+uint32_t kvd__cache_lookup_blob(const kvd__cache_store_t *c, const uint8_t *blob, size_t width,
+                                uint32_t n, uint32_t *ids, int *linked)
+{
+    return lookup_walk(c, blob, width, NULL, NULL, n, ids, linked);
+}
+
+#undef KEY_AT
+#undef LEN_AT
 
 /* ---- eviction ------------------------------------------------------------------ */
 

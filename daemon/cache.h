@@ -286,6 +286,14 @@ uint32_t kvd__cache_find(const kvd__cache_store_t *c, const uint8_t *key, size_t
  * (ids may be NULL).  Touches them when touch is set. */
 uint32_t kvd__cache_lookup(kvd__cache_store_t *c, const uint8_t *const *keys, const size_t *lens,
                            uint32_t n, int touch, uint32_t *ids);
+/* The same for n keys of width bytes each, back to back in blob, without
+ * touching: ids[i] the blocks found (ids may be NULL), and *linked (may
+ * be NULL) set when they are consecutive ids that lie in that order in
+ * the recency list, none held: a chain saved and used as a whole, which
+ * kvd__cache_touch_run touches as one piece (and in which no block is
+ * named twice). */
+uint32_t kvd__cache_lookup_blob(const kvd__cache_store_t *c, const uint8_t *blob, size_t width,
+                                uint32_t n, uint32_t *ids, int *linked);
 
 /* A new block for key after parent (KVD_CBLOCK_NONE: a chain's first),
  * FILLING and held by the save: a free block, a new slab, or an evicted
@@ -311,6 +319,10 @@ void kvd__cache_unhold(kvd__cache_store_t *c, uint32_t id);
 /* Touch the ready blocks ids[0..n) of a chain, ids[0] its first, as a
  * lookup that found them does. */
 void kvd__cache_touch_chain(kvd__cache_store_t *c, const uint32_t *ids, uint32_t n);
+/* The same for the chain of blocks first .. first + n - 1, which a lookup
+ * found linked (kvd__cache_lookup_blob): in time independent of n without
+ * a disk level. */
+void kvd__cache_touch_run(kvd__cache_store_t *c, uint32_t first, uint32_t n);
 /* Refresh a ready block's recency (a skipped save, a lookup). */
 void kvd__cache_touch(kvd__cache_store_t *c, uint32_t id);
 

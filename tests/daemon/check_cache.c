@@ -11,6 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cache_harness.h"
 
@@ -278,6 +282,181 @@ START_TEST(test_lookups_touch_chains)
     }
     model_check(&m, &c);
     model_free(&m);
+    kvd__cache_store_deinit(&c);
+}
+END_TEST
+
+/* Whether ids[0..n) are consecutive blocks lying in that order in the
+ * recency list, none held: what kvd__cache_lookup_blob reports as linked,
+ * read from the store's links. */
+static int linked_in_store(kvd__cache_store_t *c, const uint32_t *ids, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        const kvd__cblock_t *b = kvd__cache_block(c, ids[i]);
+
+        if ((i > 0 && ids[i] != ids[i - 1] + 1) || !(b->lists & KVD_CLIST_LRU) || b->holds != 0 ||
+            (i + 1 < n && b->lru.next != ids[i + 1] + 1))
+            return 0;
+    }
+    return 1;
+}
+
+START_TEST(test_lookup_blob)
+{
+    /* a lookup of keys back to back finds what one of a list finds, says
+     * linked exactly when the hits lie as one piece in the recency list,
+     * and touching them as a run does what touching the chain does; over
+     * chains saved whole, in prefixes and after evictions (runs broken
+     * and across the entries' chunks), with the model's saves and touches */
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    enum { CHAINS = 16, LEN = 100, CAP = 700 };
+    static uint8_t blob[LEN * 12];
+    uint8_t keys[LEN][12];
+    const uint8_t *kp[LEN];
+    size_t kl[LEN];
+    uint32_t ids[LEN], ids2[LEN], step, nlinked = 0, nbroken = 0;
+    unsigned seed = 17;
+    model_t m;
+
+    make(&c, &hm, CAP);
+    model_init(&m, CHAINS, LEN, CAP);
+    for (step = 0; step < 1500; step++) {
+        uint32_t ch = (uint32_t)(rand_r(&seed) % CHAINS), n = 1 + (uint32_t)(rand_r(&seed) % LEN);
+        uint32_t h, h2;
+        int linked = -1;
+
+        if (rand_r(&seed) % 3 == 0) {
+            ck_assert_uint_eq(save_chain(&c, ch, n), model_save(&m, ch, n));
+            continue;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            kvdt_key_of(keys[i], ch, i);
+            memcpy(blob + i * 12, keys[i], 12);
+            kp[i] = keys[i];
+            kl[i] = 12;
+        }
+        h = kvd__cache_lookup(&c, kp, kl, n, 0, ids);
+        h2 = kvd__cache_lookup_blob(&c, blob, 12, n, ids2, &linked);
+        ck_assert_uint_eq(h2, h);
+        ck_assert_uint_eq(kvd__cache_lookup_blob(&c, blob, 12, n, NULL, NULL), h);
+        ck_assert(memcmp(ids2, ids, h * sizeof(*ids)) == 0);
+        ck_assert_int_eq(linked, linked_in_store(&c, ids, h));
+        ck_assert_uint_eq(h, model_lookup(&m, ch, n, 1));
+        if (linked) {
+            nlinked += h > 1;
+            kvd__cache_touch_run(&c, ids[0], h);
+        } else {
+            nbroken++;
+            kvd__cache_touch_chain(&c, ids, h);
+        }
+        if (h > 0) {
+            ck_assert_uint_eq(c.lru.head, ids[0] + 1);
+            /* a chain just touched as a whole is linked */
+            ck_assert_uint_eq(kvd__cache_lookup_blob(&c, blob, 12, n, ids2, &linked), h);
+            ck_assert_int_eq(linked, linked_in_store(&c, ids, h));
+        }
+        if (step % 16 == 0) /* it asserts per entry: not at every step */
+            check_lru(&c);
+    }
+    check_lru(&c);
+    ck_assert_uint_gt(nlinked, 30); /* both ways were taken */
+    ck_assert_uint_gt(nbroken, 30);
+    model_check(&m, &c);
+    model_free(&m);
+    kvd__cache_store_deinit(&c);
+}
+END_TEST
+
+START_TEST(test_lookup_blob_held)
+{
+    /* a held block in a chain's hits makes it not linked (touching moves
+     * no held block); a key of another width, or one that differs, ends
+     * the hits */
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    uint8_t blob[10 * 12];
+    uint32_t ids[10];
+    int linked = -1;
+
+    make(&c, &hm, 64);
+    ck_assert_uint_eq(save_chain(&c, 3, 10), 10);
+    for (uint32_t i = 0; i < 10; i++)
+        kvdt_key_of(blob + i * 12, 3, i);
+    ck_assert_uint_eq(kvd__cache_lookup_blob(&c, blob, 12, 10, ids, &linked), 10);
+    kvd__cache_touch_chain(&c, ids, 10);
+    ck_assert_uint_eq(kvd__cache_lookup_blob(&c, blob, 12, 10, ids, &linked), 10);
+    ck_assert_int_eq(linked, 1);
+    kvd__cache_hold(&c, ids[6]);
+    ck_assert_uint_eq(kvd__cache_lookup_blob(&c, blob, 12, 10, ids, &linked), 10);
+    ck_assert_int_eq(linked, 0);
+    ck_assert_uint_eq(kvd__cache_lookup_blob(&c, blob, 12, 6, ids, &linked), 6);
+    ck_assert_int_eq(linked, 1);
+    kvd__cache_unhold(&c, ids[6]);
+    blob[7 * 12 + 11] ^= 1;
+    ck_assert_uint_eq(kvd__cache_lookup_blob(&c, blob, 12, 10, ids, &linked), 7);
+    ck_assert_uint_eq(kvd__cache_lookup_blob(&c, blob, 6, 20, ids, &linked), 0);
+    kvd__cache_store_deinit(&c);
+}
+END_TEST
+
+START_TEST(test_lookup_blob_changing)
+{
+    /* keys in memory another process changes while they are read (a
+     * client's key area): every answer is one some keys could give (a
+     * prefix of hits, each a ready block), and the store stays whole
+     * through the touches that follow */
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    enum { N = 200 };
+    uint8_t *blob = mmap(NULL, N * 12, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    uint32_t ids[N], full = 0, part = 0, bad = 0;
+    pid_t child;
+    int linked;
+
+    ck_assert_ptr_ne(blob, MAP_FAILED);
+    make(&c, &hm, 256);
+    ck_assert_uint_eq(save_chain(&c, 4, N), N);
+    for (uint32_t i = 0; i < N; i++)
+        kvdt_key_of(blob + i * 12, 4, i);
+    child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) { /* flips bytes of keys, each back again soon */
+        volatile uint8_t *v = blob;
+        unsigned seed = 3;
+
+        for (;;) {
+            uint32_t at = (uint32_t)(rand_r(&seed) % (N * 12));
+            v[at] ^= 0x40;
+            for (volatile int spin = 0; spin < 2000; spin++)
+                ;
+            v[at] ^= 0x40;
+            for (volatile int spin = 0; spin < 2000; spin++)
+                ;
+        }
+    }
+    /* until both kinds of answer have come, the child running alongside */
+    for (int round = 0; round < 5000 || ((full == 0 || part == 0) && round < 2000000); round++) {
+        uint32_t h = kvd__cache_lookup_blob(&c, blob, 12, N, ids, &linked);
+
+        bad += h > N;
+        for (uint32_t i = 0; i < h && i < N; i++) /* a flip may name another key */
+            bad += ids[i] >= c.ents_made ||
+                   kvd__cache_block(&c, ids[i])->state != KVD_CBLOCK_READY;
+        if (linked)
+            kvd__cache_touch_run(&c, h ? ids[0] : 0, h);
+        else
+            kvd__cache_touch_chain(&c, ids, h);
+        full += h == N;
+        part += h < N;
+    }
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    ck_assert_uint_eq(bad, 0);
+    check_lru(&c);
+    ck_assert_uint_gt(full, 0);
+    ck_assert_uint_gt(part, 0);
+    munmap(blob, N * 12);
     kvd__cache_store_deinit(&c);
 }
 END_TEST
@@ -738,6 +917,9 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_prefixes_under_pressure);
     tcase_add_test(tc, test_index_model);
     tcase_add_test(tc, test_lookups_touch_chains);
+    tcase_add_test(tc, test_lookup_blob);
+    tcase_add_test(tc, test_lookup_blob_held);
+    tcase_add_test(tc, test_lookup_blob_changing);
     tcase_add_test(tc, test_holds_and_full);
     tcase_add_test(tc, test_evict_subtree_and_clear);
     tcase_add_test(tc, test_failed_save_under_another);
