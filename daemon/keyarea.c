@@ -60,6 +60,19 @@ kvd_status_t kvd__key_area_read(kvd__req_t *r, const Kvdock__CacheKeys *ck,
     return KVD_OK;
 }
 
+kvd_status_t kvd__key_area_view(kvd__req_t *r, const Kvdock__CacheKeys *ck,
+                                const uint8_t **keys, size_t *count)
+{
+    char why[160];
+    const char *bad = bad_ref(r->conn, ck, why, sizeof(why));
+
+    if (bad != NULL)
+        return kvd__req_fail(r, KVD_EINVAL, "keys.area: %s", bad);
+    *keys = r->conn->karea + ck->area->offset;
+    *count = ck->area->count;
+    return KVD_OK;
+}
+
 int kvd__key_area_first(const kvd__conn_t *c, const Kvdock__CacheKeys *ck, uint8_t *key,
                         size_t *count)
 {

@@ -7,7 +7,9 @@
  * The area is the client's to change at any time: the daemon reads a
  * chain only while it handles the request that names it, checks the
  * reference against the area's size before touching it, and copies the
- * keys into the request's own memory before using them, so a client that
+ * keys into the request's own memory before using them (or, for a
+ * lookup, hands them to code that only hashes and compares each key's
+ * bytes, whose answer is then all a change can alter), so a client that
  * writes concurrently changes only its own answer.  Loop thread only.
  */
 #ifndef KVD_DAEMON_KEYAREA_H
@@ -36,6 +38,13 @@
  * 64, a count of 0, a range past the area's end; r's message set). */
 kvd_status_t kvd__key_area_read(kvd__req_t *r, const Kvdock__CacheKeys *ck,
                                 const uint8_t **blob, size_t *count);
+
+/* The chain ck names in r's connection's area, checked as by
+ * kvd__key_area_read but not copied: *keys points into the area, which
+ * the client may change while it is read, so it is for readers whose
+ * every outcome is safe with any bytes (kvd__cache_lookup_blob's). */
+kvd_status_t kvd__key_area_view(kvd__req_t *r, const Kvdock__CacheKeys *ck,
+                                const uint8_t **keys, size_t *count);
 
 /* The first key of the chain ck names in c's area, copied into key (64
  * bytes), and the chain's count: 1 when the reference is good (what

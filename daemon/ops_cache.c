@@ -1192,16 +1192,42 @@ kvd_status_t kvd__op_cache_stats(kvd__req_t *r)
 
 /* ---- keys -------------------------------------------------------------------- */
 
+/* A request's chain: n keys of width bytes back to back in blob (a blob or
+ * the key area), or each with its own length in k and len (a list); a
+ * blob's k and len are made only where asked for (keys_list). */
 typedef struct keys {
     const uint8_t **k;
     size_t *len;
     uint32_t n;
+    const uint8_t *blob;
+    size_t width;
 } keys_t;
 
-/* The chain of a request: 1..MAX_KEYS keys of 1..64 bytes, none twice;
- * one named in the connection's key area is copied out of it first. */
-static kvd_status_t get_keys(kvd__req_t *r, const Kvdock__CacheKeys *ck, int allow_empty,
-                             keys_t *out)
+/* ks->k and ks->len of a chain in a blob. */
+static kvd_status_t keys_list(kvd__req_t *r, keys_t *ks)
+{
+    uint32_t i;
+
+    if (ks->blob == NULL || ks->k != NULL)
+        return KVD_OK;
+    ks->k = kvd__req_alloc(r, ks->n * sizeof(*ks->k));
+    ks->len = kvd__req_alloc(r, ks->n * sizeof(*ks->len));
+    if (ks->k == NULL || ks->len == NULL)
+        return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
+    for (i = 0; i < ks->n; i++) {
+        ks->k[i] = ks->blob + (size_t)i * ks->width;
+        ks->len[i] = ks->width;
+    }
+    return KVD_OK;
+}
+
+/* The chain of a request, checked: 1..MAX_KEYS keys of 1..64 bytes (none
+ * twice is the caller's to check); one named in the connection's key
+ * area is copied out of it first, unless in_place: then the blob is the
+ * area itself, for kvd__cache_lookup_blob alone (keyarea.h).  A list's k
+ * and len are made; a blob's are not (keys_list). */
+static kvd_status_t get_keys_form(kvd__req_t *r, const Kvdock__CacheKeys *ck, int allow_empty,
+                                  int in_place, keys_t *out)
 {
     const uint8_t *blob = NULL;
     size_t n, i, width = 0;
@@ -1209,7 +1235,8 @@ static kvd_status_t get_keys(kvd__req_t *r, const Kvdock__CacheKeys *ck, int all
 
     memset(out, 0, sizeof(*out));
     if (ck != NULL && ck->area != NULL) {
-        if ((st = kvd__key_area_read(r, ck, &blob, &n)) != KVD_OK)
+        st = in_place ? kvd__key_area_view(r, ck, &blob, &n) : kvd__key_area_read(r, ck, &blob, &n);
+        if (st != KVD_OK)
             return st;
         width = ck->key_size;
     } else if (ck == NULL || (ck->n_keys == 0 && ck->blob.len == 0)) {
@@ -1234,24 +1261,33 @@ static kvd_status_t get_keys(kvd__req_t *r, const Kvdock__CacheKeys *ck, int all
     if (n > MAX_KEYS)
         return kvd__req_fail(r, KVD_ELIMIT, "keys: %zu keys, at most %d in one request", n,
                              MAX_KEYS);
+    out->n = (uint32_t)n;
+    if (blob != NULL) {
+        out->blob = blob;
+        out->width = width;
+        return KVD_OK;
+    }
     out->k = kvd__req_alloc(r, n * sizeof(*out->k));
     out->len = kvd__req_alloc(r, n * sizeof(*out->len));
     if (out->k == NULL || out->len == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     for (i = 0; i < n; i++) {
-        if (blob != NULL) {
-            out->k[i] = blob + i * width;
-            out->len[i] = width;
-        } else {
-            out->k[i] = ck->keys[i].data;
-            out->len[i] = ck->keys[i].len;
-            if (out->len[i] < 1 || out->len[i] > KVD_CACHE_KEY_MAX)
-                return kvd__req_fail(r, KVD_EINVAL, "keys[%zu] is %zu bytes: keys are 1 to %d",
-                                     i, out->len[i], KVD_CACHE_KEY_MAX);
-        }
+        out->k[i] = ck->keys[i].data;
+        out->len[i] = ck->keys[i].len;
+        if (out->len[i] < 1 || out->len[i] > KVD_CACHE_KEY_MAX)
+            return kvd__req_fail(r, KVD_EINVAL, "keys[%zu] is %zu bytes: keys are 1 to %d", i,
+                                 out->len[i], KVD_CACHE_KEY_MAX);
     }
-    out->n = (uint32_t)n;
     return KVD_OK;
+}
+
+/* The chain of a request (get_keys_form), with its k and len made. */
+static kvd_status_t get_keys(kvd__req_t *r, const Kvdock__CacheKeys *ck, int allow_empty,
+                             keys_t *out)
+{
+    kvd_status_t st = get_keys_form(r, ck, allow_empty, 0, out);
+
+    return st != KVD_OK ? st : keys_list(r, out);
 }
 
 /* A key named twice in one chain is refused.  The probe table hashes with
@@ -1328,15 +1364,22 @@ static kvd_status_t repeated_hit(const uint32_t *ids, uint32_t n, char *msg, siz
     return st;
 }
 
-/* The leading keys of a chain in k (their blocks in ids, the count in
+/* The leading keys of chain ks in k (their blocks in ids, the count in
  * *hits), made the most recent. */
-static kvd_status_t lookup_hits(kvd__cache_t *k, const uint8_t *const *keys, const size_t *lens,
-                                uint32_t n, uint32_t *ids, uint32_t *hits, char *msg,
-                                size_t len)
+static kvd_status_t lookup_hits(kvd__cache_t *k, const keys_t *ks, uint32_t *ids, uint32_t *hits,
+                                char *msg, size_t len)
 {
     kvd_status_t st;
+    int linked = 0;
 
-    *hits = kvd__cache_lookup(&k->store, keys, lens, n, 0, ids);
+    if (ks->blob != NULL)
+        *hits = kvd__cache_lookup_blob(&k->store, ks->blob, ks->width, ks->n, ids, &linked);
+    else
+        *hits = kvd__cache_lookup(&k->store, ks->k, ks->len, ks->n, 0, ids);
+    if (linked) { /* one run of blocks: none twice */
+        kvd__cache_touch_run(&k->store, ids[0], *hits);
+        return KVD_OK;
+    }
     if ((st = repeated_hit(ids, *hits, msg, len)) != KVD_OK)
         return st;
     kvd__cache_touch_chain(&k->store, ids, *hits);
@@ -1430,7 +1473,9 @@ static void lookup_answered(void *arg, const uint8_t *present, const char *why,
     kvd_status_t st;
 
     if (!c->closing) {
-        st = lookup_hits(w->cache, w->keys, w->lens, w->n, w->ids, &hits, msg, sizeof(msg));
+        keys_t ks = {w->keys, w->lens, w->n, NULL, 0};
+
+        st = lookup_hits(w->cache, &ks, w->ids, &hits, msg, sizeof(msg));
         if (st == KVD_OK)
             st = lookup_reply(w->origin.srv, c, w->cache, &w->cl, w->ids, hits, w->n, w->first,
                               present, &rep, msg, sizeof(msg));
@@ -1564,11 +1609,12 @@ kvd_status_t kvd__op_cache_lookup(kvd__req_t *r)
     keys_t ks;
     uint32_t *ids = NULL, hits;
     kvd_status_t st;
+    int peers;
 
     if ((st = find_cache(r, cl->cache, NULL, 1, &k)) != KVD_OK)
         return st;
-    if (!(k->cluster && kvd__cluster_live(r->srv->cluster)) &&
-        first_key_missing(r->conn, k, cl->keys, &ks.n)) {
+    peers = k->cluster && kvd__cluster_live(r->srv->cluster);
+    if (!peers && first_key_missing(r->conn, k, cl->keys, &ks.n)) {
         if (cl->lease && r->conn->nleases >= r->srv->opts.max_leases)
             return kvd__req_fail(r, KVD_ELIMIT, "this client holds %u leases already "
                                  "(max-leases)", r->conn->nleases);
@@ -1582,7 +1628,8 @@ kvd_status_t kvd__op_cache_lookup(kvd__req_t *r)
         r->resp.cache_lookup = rep;
         return KVD_OK;
     }
-    if ((st = get_keys(r, cl->keys, 0, &ks)) != KVD_OK)
+    /* the keys are read in place unless the peers may be asked about them */
+    if ((st = get_keys_form(r, cl->keys, 0, !peers, &ks)) != KVD_OK)
         return st;
     if (cl->lease && r->conn->nleases >= r->srv->opts.max_leases)
         return kvd__req_fail(r, KVD_ELIMIT, "this client holds %u leases already (max-leases)",
@@ -1592,11 +1639,12 @@ kvd_status_t kvd__op_cache_lookup(kvd__req_t *r)
     if (rep == NULL || ids == NULL)
         return kvd__req_fail(r, KVD_ENOMEM, "out of memory");
     kvdock__cache_lookup_reply__init(rep);
-    if ((st = lookup_hits(k, ks.k, ks.len, ks.n, ids, &hits, r->msg, sizeof(r->msg))) != KVD_OK)
+    if ((st = lookup_hits(k, &ks, ids, &hits, r->msg, sizeof(r->msg))) != KVD_OK)
         return st;
-    if (hits < ks.n && k->cluster && kvd__cluster_live(r->srv->cluster)) {
+    if (hits < ks.n && peers) {
         /* ask the peers about the rest */
-        if ((st = lookup_ask(r, k, &ks, hits)) != KVD_ENOENT)
+        if ((st = keys_list(r, &ks)) != KVD_OK ||
+            (st = lookup_ask(r, k, &ks, hits)) != KVD_ENOENT)
             return st;
     }
     if ((st = lookup_reply(r->srv, r->conn, k, cl, ids, hits, ks.n, 0, NULL, rep, r->msg,
