@@ -122,11 +122,12 @@ static void group_open(kvd__lane_ep_t *g)
     }
 }
 
-/* On the loop: a send that never reaches UCX ends, failed as one on an
- * endpoint that is gone does, handed back through the events. */
-static void send_fail(kvd__lane_op_t *op)
+/* On the loop: a send that never reaches UCX ends with status (failed as
+ * one on an endpoint that is gone, or that could not be wired up, does),
+ * handed back through the events. */
+static void send_fail(kvd__lane_op_t *op, ucs_status_t status)
 {
-    op->status = UCS_ERR_NOT_CONNECTED;
+    op->status = status;
     op->length = 0;
     ev_post(op->lane->ls, &op->ev, EV_ENDED);
 }
@@ -143,12 +144,36 @@ static void group_fail(kvd__lane_ep_t *lep)
         kvd__lane_op_t *op = (kvd__lane_op_t *)n; /* cmd, and so its node, is first */
         if (op->lep == lep) {
             *pp = n->next;
-            send_fail(op);
+            send_fail(op, UCS_ERR_NOT_CONNECTED);
         } else {
             g->held_tail = n;
             pp = &n->next;
         }
     }
+}
+
+/* lep's wireup failed (status): its group never opens.  Every send the
+ * group holds ends failed with status, in order, and so does every later
+ * one (kvd__lane_send): none reaches UCX, not even on the members whose
+ * wireup ended well, since the lanes of a peer go together.  Then the
+ * endpoint is reported failed, as its error handler would (UCX need not
+ * call that for a wireup that failed). */
+static void group_wire_failed(kvd__lanes_t *ls, kvd__lane_ep_t *lep, ucs_status_t status)
+{
+    kvd__lane_ep_t *g = lep->group;
+    kvd__qnode_t *n, *next;
+    unsigned held = 0;
+
+    if (g->failed != UCS_OK)
+        return;
+    g->failed = status;
+    for (n = g->held, g->held = g->held_tail = NULL; n != NULL; n = next, held++) {
+        next = n->next;
+        send_fail((kvd__lane_op_t *)n, status); /* cmd, and so its node, is first */
+    }
+    kvd_log(KVD_LOG_WARN, "event=cluster_lane_wireup_failed status=\"%s\" sends_failed=%u",
+            ucs_status_string(status), held);
+    ls->up.ep_failed(ls->up.up, lep, status);
 }
 
 /* Run the events queued so far, through the callbacks; how many. */
@@ -171,9 +196,12 @@ static unsigned ev_drain(kvd__lanes_t *ls)
                                a->rndv ? a->data : NULL, a->length);
             free(a);
         } else if (e->kind == EV_WIRED) {
-            kvd__lane_ep_t *g = ((kvd__lane_ep_t *)((char *)e - offsetof(kvd__lane_ep_t, wired)))
-                                    ->group;
-            if (g->wiring > 0 && --g->wiring == 0)
+            kvd__lane_ep_t *lep = (kvd__lane_ep_t *)((char *)e - offsetof(kvd__lane_ep_t, wired));
+            kvd__lane_ep_t *g = lep->group;
+            /* a closed one's sends ended at its close; the others wait on */
+            if (lep->wire_status != UCS_OK && !lep->closed)
+                group_wire_failed(ls, lep, lep->wire_status);
+            if (g->wiring > 0 && --g->wiring == 0 && g->failed == UCS_OK)
                 group_open(g);
         } else {
             ep_error_t *er = (ep_error_t *)e;
@@ -274,7 +302,7 @@ static void on_wired(void *request, ucs_status_t status, void *user_data)
 {
     kvd__lane_ep_t *lep = user_data;
 
-    (void)status; /* a failure is the endpoint's: its error handler says so */
+    lep->wire_status = status; /* the loop reads it after the event */
     lep->lane->wiring--;
     ucp_request_free(request);
     ev_post(lep->lane->ls, &lep->wired, EV_WIRED);
@@ -293,10 +321,12 @@ static void ep_wire(kvd__lane_t *ln, kvd__lane_ep_t *lep)
     rp.cb.send = on_wired;
     rp.user_data = lep;
     req = ucp_ep_flush_nbx(lep->ep, &rp);
-    if (UCS_PTR_IS_PTR(req))
+    if (UCS_PTR_IS_PTR(req)) {
         ln->wiring++; /* on_wired ends it */
-    else
+    } else {
+        lep->wire_status = UCS_PTR_STATUS(req); /* UCS_OK for NULL */
         ev_post(ln->ls, &lep->wired, EV_WIRED);
+    }
 }
 
 /* Close a lane's endpoint e forcibly, on the lane's thread (or the loop's
@@ -370,6 +400,7 @@ static void lane_do(kvd__lane_t *ln, kvd__lane_node_t *n)
         if ((st = ucp_ep_create(ln->tx, &pr, &c->lep->ep)) != UCS_OK) {
             c->lep->ep = NULL;
             on_ep_error(c->lep, NULL, st);
+            c->lep->wire_status = st;
             ev_post(ln->ls, &c->lep->wired, EV_WIRED); /* its sends fail, not wait */
         } else {
             ep_wire(ln, c->lep);
@@ -471,7 +502,9 @@ void kvd__lane_send(kvd__lane_ep_t *lep, kvd__lane_op_t *op, const uint64_t *hdr
     op->buf = (void *)data;
     op->len = len;
     if (lep->closed) {
-        send_fail(op);
+        send_fail(op, UCS_ERR_NOT_CONNECTED);
+    } else if (lep->group->failed != UCS_OK) {
+        send_fail(op, lep->group->failed);
     } else if (lep->group->open) {
         lane_cmd(lep->lane, &op->cmd);
     } else { /* until the group is wired up */

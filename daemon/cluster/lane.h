@@ -68,6 +68,9 @@ typedef struct kvd__lane_ep {
     int open;                /* on the first: sends go to the lanes at once */
     kvd__qnode_t *held, *held_tail; /* on the first: sends waiting, in order */
     int closed;              /* kvd__lane_ep_close was called: sends fail at once */
+    ucs_status_t wire_status; /* how its wireup ended (set before its wired event) */
+    ucs_status_t failed;     /* on the first: a member's wireup failed so (UCS_OK:
+                              * none): its sends fail at once, with this */
 } kvd__lane_ep_t;
 
 /* A send or a receive: the caller's record of it holds this, and lives
@@ -125,7 +128,8 @@ void kvd__lanes_close(kvd__lanes_t *ls);
 void kvd__lanes_free(kvd__lanes_t *ls);
 
 /* Send len bytes of data with header hdr to the peer's lane lep (once
- * lep is closed, it ends failed, handed back through the events). */
+ * lep is closed, or once a wireup of its group failed, it ends failed,
+ * handed back through the events). */
 void kvd__lane_send(kvd__lane_ep_t *lep, kvd__lane_op_t *op, const uint64_t *hdr,
                     const void *data, size_t len);
 /* Receive the rendezvous rndv that came on ln into buf[0..len). */
@@ -138,7 +142,10 @@ int kvd__lanes_address_ok(const kvd__lanes_t *ls, const uint8_t *addr, size_t le
 /* An endpoint from lane k % n to the worker at addr (checked), made on
  * that lane's thread, in group (the first's endpoint; NULL: it starts a
  * group); NULL out of memory.  Make a group's members in one go, before
- * the loop runs again: its sends wait until all of them are wired up. */
+ * the loop runs again: its sends wait until all of them are wired up.
+ * If one's wireup fails, the group never opens: the sends it holds end
+ * failed with that wireup's status, as do later ones, and the endpoint is
+ * reported failed (kvd__lane_up_t.ep_failed). */
 kvd__lane_ep_t *kvd__lane_connect(kvd__lanes_t *ls, uint32_t k, const uint8_t *addr, size_t len,
                                   kvd__lane_ep_t *group);
 /* Close lep forcibly: what it carries ends at once, failed, and so do the

@@ -35,6 +35,9 @@
  * - a fetch whose blocks wait for the fetcher's lanes to be wired up,
  *   when the fetcher goes and when the daemon stops: the blocks let go,
  *   none sent, the daemon serving and then exiting clean
+ * - a fetch whose blocks wait for a wireup that then fails on one lane:
+ *   none sent on the lanes that wired up, the blocks let go, the link
+ *   dropped
  */
 #include "testutil.h"
 #include "rawpeer.h"
@@ -2044,6 +2047,93 @@ START_TEST(test_held_sends_on_close)
 }
 END_TEST
 
+/* A fetch from a peer one of whose lanes vanishes while the fetch's
+ * blocks wait for the wireup: the peer's even lanes are a UCX worker it
+ * runs (their wireup ends), its odd ones a worker it then destroys (their
+ * wireup fails).  The group never opens: every waiting send ends failed,
+ * none reaching UCX, not even those for the lanes that did wire up, so
+ * none is served or lands; their cache blocks are let go, A drops the
+ * link, and A lives and serves its real peer. */
+START_TEST(test_held_sends_on_failed_wireup)
+{
+    node_t nodes[2];
+    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT, *r;
+    Kvdock__Cluster__Fetch f = KVDOCK__CLUSTER__FETCH__INIT;
+    Kvdock__Cluster__CacheRef ref = kv_ref("kv");
+    uint8_t(*keys)[KEY] = malloc(8 * KEY);
+    ProtobufCBinaryData kb[8];
+    kvd_daemon_status_t *s = malloc(sizeof(*s));
+    kvd_cache_evict_result_t ev;
+    kvd_cache_keys_t all = keys_of(keys, 0, 8);
+    uint64_t served0;
+    int64_t t0;
+    kvt_pool_t pa;
+    rawpeer_t *rp;
+
+    memset(nodes, 0, sizeof(nodes));
+    plan_nodes(nodes, 2);
+    nodes[0].lanes = 2;
+    for (int i = 0; i < 2; i++)
+        start_node(&nodes[i], secret_path);
+    wait_all_up(nodes, 2);
+    for (int i = 0; i < 2; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 1024, true);
+    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, 8 * TPB, 1024, false, TPB);
+    chain(keys, 8, 63);
+    for (int i = 0; i < 8; i++)
+        kb[i] = (ProtobufCBinaryData){KEY, keys[i]};
+    save(&nodes[0], &pa, keys, 0, 8, true);
+    KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
+    served0 = s->cluster.blocks_served;
+
+    rp = peer_to(&nodes[0]);
+    ck_assert_msg(rawpeer_auth(rp, SECRET) == 0, "the secret's proof was not welcomed");
+    ck_assert_int_eq(rawpeer_offer_split_lanes(rp, 2), 0);
+    expect_answers(rp); /* its lanes taken */
+    f.cache = &ref;
+    f.n_keys = 8;
+    f.keys = kb;
+    f.token = 0x5eed;
+    f.id = 300;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_FETCH;
+    m.fetch = &f;
+    r = exchange(rp, &m, KVDOCK__CLUSTER__MSG__M_FETCH_DONE);
+    ck_assert_uint_eq(r->fetch_done->sent, 8);
+    kvdock__cluster__msg__free_unpacked(r, NULL);
+    /* lane 0 wires up; lane 1 cannot: the 8 wait, holding their blocks */
+    rawpeer_lanes_progress(rp, (int)MS(300));
+    KVT_OK(nodes[0].cli, kvd_cache_evict(nodes[0].cli, nodes[0].cache, &all, false, &ev));
+    ck_assert_msg(ev.busy == 8, "%u blocks busy while the sends wait, %u evicted", ev.busy,
+                  ev.evicted);
+    rawpeer_lanes_vanish(rp);
+    for (t0 = kvt_now_ms();;) {
+        rawpeer_lanes_progress(rp, 20); /* what comes to lane 0 would land */
+        KVT_OK(nodes[0].cli, kvd_cache_evict(nodes[0].cli, nodes[0].cache, &all, false, &ev));
+        if (ev.busy == 0)
+            break;
+        ck_assert_msg(kvt_now_ms() - t0 < MS(5000), "%u blocks still held 5 s after a lane's "
+                      "wireup failed", ev.busy);
+    }
+    /* A drops the peer whose lane failed (it may connect again) */
+    ck_assert_msg(rawpeer_wait_closed(rp, (int)MS(5000), NULL, 0) == 1,
+                  "A kept the link whose lane's wireup failed");
+    rawpeer_lanes_progress(rp, (int)MS(200));
+    ck_assert_msg(kill(nodes[0].d.pid, 0) == 0, "A died as the wireup failed");
+    KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
+    if (s->cluster.blocks_served != served0 || rawpeer_lanes_landed(rp) != 0)
+        kvt_daemon_dump_log(&nodes[0].d);
+    ck_assert_msg(s->cluster.blocks_served == served0, "%llu blocks served after the group's "
+                  "wireup failed", (unsigned long long)(s->cluster.blocks_served - served0));
+    ck_assert_int_eq(rawpeer_lanes_landed(rp), 0);
+    rawpeer_free(rp);
+    expect_cluster_works(&nodes[0], &nodes[1], 64);
+    kvt_pool_free(nodes[0].cli, &pa);
+    stop_nodes(nodes, 2);
+    free(keys);
+    free(s);
+}
+END_TEST
+
 /* Block messages on a daemon's lanes that no fetch of it asked for: one
  * for a fetch never sent (eager and by rendezvous), one without a
  * block's header.  Sent by a peer that proved the secret and got the
@@ -2536,6 +2626,7 @@ int main(void)
     ADD(tc, test_ucx_ports);
     ADD(tc, test_stray_blocks);
     ADD(tc, test_held_sends_on_close);
+    ADD(tc, test_held_sends_on_failed_wireup);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

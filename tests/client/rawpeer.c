@@ -40,6 +40,8 @@ struct rawpeer {
     ucp_context_h ctx;           /* rawpeer_send_block's, made at its first call */
     ucp_worker_h worker;
     ucp_ep_h ep[8];
+    ucp_worker_h gone;           /* rawpeer_offer_split_lanes' second worker */
+    int landed;                  /* block messages that came to worker */
 };
 
 static int64_t now_ms(void)
@@ -97,6 +99,8 @@ void rawpeer_free(rawpeer_t *rp)
         }
         free(rp->lane[k]);
     }
+    if (rp->gone != NULL)
+        ucp_worker_destroy(rp->gone);
     if (rp->worker != NULL)
         ucp_worker_destroy(rp->worker);
     if (rp->ctx != NULL)
@@ -536,6 +540,88 @@ int rawpeer_offer_mute_lanes(rawpeer_t *rp, int n)
     rc = rawpeer_send_msg(rp, &m);
     ucp_worker_release_address(rp->worker, a);
     return rc;
+}
+
+static ucs_status_t on_block(void *arg, const void *hdr, size_t hdr_len, void *data,
+                             size_t len, const ucp_am_recv_param_t *param)
+{
+    rawpeer_t *rp = arg;
+
+    (void)hdr;
+    (void)hdr_len;
+    (void)data;
+    (void)len;
+    (void)param;
+    rp->landed++;
+    return UCS_OK; /* dropped (a rendezvous too: its data never fetched) */
+}
+
+int rawpeer_offer_split_lanes(rawpeer_t *rp, int n)
+{
+    Kvdock__Cluster__Msg m = KVDOCK__CLUSTER__MSG__INIT;
+    Kvdock__Cluster__Lanes ln = KVDOCK__CLUSTER__LANES__INIT;
+    ProtobufCBinaryData addr[8];
+    ucp_worker_params_t wp;
+    ucp_address_t *a = NULL, *b = NULL;
+    size_t alen, blen;
+    int rc = -1;
+
+    if (n < 2 || n > 8 || rp->gone != NULL || ucx_make(rp) != 0)
+        return -1;
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    if (ucp_worker_create(rp->ctx, &wp, &rp->gone) != UCS_OK) {
+        rp->gone = NULL;
+        return -1;
+    }
+    ucp_am_handler_param_t hp;
+
+    memset(&hp, 0, sizeof(hp));
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = 2;
+    hp.cb = on_block;
+    hp.arg = rp;
+    if (ucp_worker_set_am_recv_handler(rp->worker, &hp) != UCS_OK ||
+        ucp_worker_get_address(rp->worker, &a, &alen) != UCS_OK ||
+        ucp_worker_get_address(rp->gone, &b, &blen) != UCS_OK)
+        goto out;
+    for (int k = 0; k < n; k++)
+        addr[k] = k % 2 == 0 ? (ProtobufCBinaryData){alen, (uint8_t *)a}
+                             : (ProtobufCBinaryData){blen, (uint8_t *)b};
+    ln.n_address = (size_t)n;
+    ln.address = addr;
+    m.m_case = KVDOCK__CLUSTER__MSG__M_LANES;
+    m.lanes = &ln;
+    rc = rawpeer_send_msg(rp, &m);
+out:
+    if (a != NULL)
+        ucp_worker_release_address(rp->worker, a);
+    if (b != NULL)
+        ucp_worker_release_address(rp->gone, b);
+    return rc;
+}
+
+void rawpeer_lanes_progress(rawpeer_t *rp, int ms)
+{
+    int64_t end = now_ms() + ms;
+
+    while (rp->worker != NULL && now_ms() < end)
+        if (ucp_worker_progress(rp->worker) == 0)
+            usleep(1000);
+}
+
+int rawpeer_lanes_landed(const rawpeer_t *rp)
+{
+    return rp->landed;
+}
+
+void rawpeer_lanes_vanish(rawpeer_t *rp)
+{
+    if (rp->gone != NULL)
+        ucp_worker_destroy(rp->gone);
+    rp->gone = NULL;
 }
 
 void rawpeer_hangup(rawpeer_t *rp)

@@ -87,6 +87,17 @@ int rawpeer_send_block(rawpeer_t *rp, int k, const void *hdr, size_t hdr_len,
  * then must not be used): the endpoints the daemon makes to them never
  * finish their wireup.  0, or -1. */
 int rawpeer_offer_mute_lanes(rawpeer_t *rp, int n);
+/* As rawpeer_offer_mute_lanes, but n lanes (2 to 8) split between two
+ * UCX workers: the even ones rawpeer_send_block's worker, which answers
+ * their wireup while rawpeer_lanes_progress runs it, the odd ones a
+ * second worker that is never progressed and that rawpeer_lanes_vanish
+ * destroys (its sockets close: the daemon's wireup to them fails).  0, or
+ * -1.  Block messages that come to the first worker are counted
+ * (rawpeer_lanes_landed) and dropped. */
+int rawpeer_offer_split_lanes(rawpeer_t *rp, int n);
+void rawpeer_lanes_progress(rawpeer_t *rp, int ms);
+int rawpeer_lanes_landed(const rawpeer_t *rp);
+void rawpeer_lanes_vanish(rawpeer_t *rp);
 /* Close the connection to the daemon as a peer that goes away does (the
  * UCX worker stays until rawpeer_free). */
 void rawpeer_hangup(rawpeer_t *rp);
