@@ -88,7 +88,7 @@ typedef struct dir_removal {
     char path[PATH_MAX];
 } dir_removal_t;
 
-static void dir_removal_run(kvd__disk_req_t *r)
+static void dir_removal_run(kvd__disk_req_t *r, unsigned part)
 {
     dir_removal_t *d = r->arg;
 
@@ -145,7 +145,7 @@ void kvd__cache_dir_discard(kvd__server_t *srv, const char *path)
     if (srv->disk_io != NULL) {
         kvd__disk_io_submit(srv->disk_io, &d->r);
     } else {
-        dir_removal_run(&d->r);
+        dir_removal_run(&d->r, 0);
         dir_removal_done(&d->r);
     }
 }
@@ -572,7 +572,7 @@ typedef struct create_work {
     char why[400];
 } create_work_t;
 
-static void create_dir_run(kvd__disk_req_t *r)
+static void create_dir_run(kvd__disk_req_t *r, unsigned part)
 {
     create_work_t *w = r->arg;
     char reason[300];

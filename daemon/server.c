@@ -571,9 +571,10 @@ static kvd_status_t disk_start(kvd__server_t *srv, char *why, size_t why_len)
     srv->disk_direct = kvd__disk_probe_direct(dir, srv->disk_direct_why,
                                               sizeof(srv->disk_direct_why));
     kvd_log(KVD_LOG_INFO, "event=disk_level dir=%s created=%d budget=%" PRIu64 " fs_free=%" PRIu64
-            " fs_total=%" PRIu64 " held=%" PRIu64 " io_engine=\"%s\" depth=%u direct=%d", dir,
-            created, srv->disk_budget, avail, total, held, srv->disk_engine,
-            kvd__disk_io_depth(srv->disk_io), srv->disk_direct);
+            " fs_total=%" PRIu64 " held=%" PRIu64 " io_engine=\"%s\" depth=%u cpu_threads=%u "
+            "direct=%d", dir, created, srv->disk_budget, avail, total, held, srv->disk_engine,
+            kvd__disk_io_depth(srv->disk_io), kvd__disk_io_cpu_threads(srv->disk_io),
+            srv->disk_direct);
     if (!srv->disk_direct)
         kvd_log(KVD_LOG_WARN, "event=disk_direct_refused dir=%s reason=\"%s\" action=\"writes "
                 "go through the page cache\"", dir, srv->disk_direct_why);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <liburing.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,10 @@
 #include <unistd.h>
 
 #define POOL_THREADS_MAX 64
+/* prep threads (io_uring) when the configuration leaves it to the cores */
+#define PREP_THREADS_AUTO_MAX 8
+
+enum { STAGE_BEFORE = 0, STAGE_AFTER = 1 };
 
 struct kvd__disk_io {
     int uring; /* the engine: io_uring, else the pool */
@@ -23,8 +28,11 @@ struct kvd__disk_io {
     pthread_mutex_t mu;
     pthread_cond_t todo_cv; /* the pool: requests queued, or stop */
     pthread_cond_t done_cv; /* kvd__disk_io_wait */
+    pthread_cond_t prep_cv; /* the prep threads: parts queued, or stop */
     kvd__disk_req_t *todo_head, *todo_tail;
     kvd__disk_req_t *done_head, *done_tail;
+    kvd__disk_req_t *prep_head, *prep_tail;   /* parts of before or after to run */
+    kvd__disk_req_t *ready_head, *ready_tail; /* prepared: for the ring */
     uint64_t pending; /* submitted, done not run yet (caller's thread) */
     int stop;
 
@@ -32,6 +40,8 @@ struct kvd__disk_io {
     struct io_uring ring;
     int efd;
     pthread_t ring_thread;
+    pthread_t prep[POOL_THREADS_MAX];
+    unsigned nprep;
     /* the pool */
     pthread_t threads[POOL_THREADS_MAX];
     unsigned nthreads;
@@ -89,9 +99,12 @@ static void finish_list(kvd__disk_io_t *io, kvd__disk_req_t *head, kvd__disk_req
 /* The whole operation with pread/pwrite, short transfers continued. */
 static void run_sync(kvd__disk_req_t *r)
 {
+    unsigned i, parts = r->parts ? r->parts : 1;
+
     r->res = 0;
     if (r->before) {
-        r->before(r);
+        for (i = 0; i < parts; i++)
+            r->before(r, i);
         if (r->res < 0)
             return;
     }
@@ -118,7 +131,8 @@ static void run_sync(kvd__disk_req_t *r)
     }
     r->res = (int64_t)r->len;
     if (r->after)
-        r->after(r);
+        for (i = 0; i < parts; i++)
+            r->after(r, i);
 }
 
 /* The disk threads are named (top, ps -L, /proc/PID/task/TID/comm). */
@@ -156,6 +170,100 @@ static void *pool_main(void *arg)
 /* user_data of the eventfd's read: no request */
 #define EFD_TAG 1ull
 
+static void ring_wake(kvd__disk_io_t *io)
+{
+    uint64_t one = 1;
+
+    (void)!write(io->efd, &one, sizeof(one));
+}
+
+/* The prep threads run requests' before and after work, part by part:
+ * a request's parts are handed to whichever threads are free, in order,
+ * and the thread that ends its last part sends it on: to the ring once
+ * before has ended, to the caller once after has. */
+
+/* Queue a list of requests (their stage set) for the prep threads. */
+static void prep_queue(kvd__disk_io_t *io, kvd__disk_req_t *head, kvd__disk_req_t *tail)
+{
+    kvd__disk_req_t *r;
+
+    if (head == NULL)
+        return;
+    for (r = head; r != NULL; r = r->next) {
+        r->part_next = 0;
+        r->part_left = r->parts ? r->parts : 1;
+    }
+    pthread_mutex_lock(&io->mu);
+    if (io->prep_tail)
+        io->prep_tail->next = head;
+    else
+        io->prep_head = head;
+    io->prep_tail = tail;
+    pthread_cond_broadcast(&io->prep_cv);
+    pthread_mutex_unlock(&io->mu);
+}
+
+/* Every part of r's stage has ended: where it goes next. */
+static void prep_ended(kvd__disk_io_t *io, kvd__disk_req_t *r)
+{
+    r->next = NULL;
+    if (r->stage == STAGE_BEFORE && r->res >= 0 && r->op != KVD_DISK_OP_CALL) {
+        if (r->len > 0) { /* prepared: to the ring */
+            pthread_mutex_lock(&io->mu);
+            list_push(&io->ready_head, &io->ready_tail, r);
+            pthread_mutex_unlock(&io->mu);
+            ring_wake(io);
+            return;
+        }
+        if (r->after) { /* nothing to move: after at once */
+            r->stage = STAGE_AFTER;
+            prep_queue(io, r, r);
+            return;
+        }
+    }
+    finish_list(io, r, r);
+}
+
+static void *prep_main(void *arg)
+{
+    kvd__disk_io_t *io = arg;
+
+    (void)pthread_setname_np(pthread_self(), THREAD_NAME);
+    pthread_mutex_lock(&io->mu);
+    for (;;) {
+        kvd__disk_req_t *r = io->prep_head;
+        unsigned part;
+        int last;
+
+        if (r == NULL) {
+            if (io->stop)
+                break;
+            pthread_cond_wait(&io->prep_cv, &io->mu);
+            continue;
+        }
+        part = r->part_next++;
+        if (r->part_next == (r->parts ? r->parts : 1)) { /* its last part handed out */
+            io->prep_head = r->next;
+            if (io->prep_head == NULL)
+                io->prep_tail = NULL;
+        }
+        pthread_mutex_unlock(&io->mu);
+        if (r->stage == STAGE_BEFORE)
+            r->before(r, part);
+        else
+            r->after(r, part);
+        pthread_mutex_lock(&io->mu);
+        last = --r->part_left == 0;
+        if (last) {
+            pthread_mutex_unlock(&io->mu);
+            prep_ended(io, r);
+            pthread_mutex_lock(&io->mu);
+        }
+    }
+    pthread_mutex_unlock(&io->mu);
+    return NULL;
+}
+
 static void prep(struct io_uring_sqe *sqe, kvd__disk_req_t *r)
 {
     char *p = (char *)r->buf + r->moved;
@@ -190,12 +298,12 @@ static unsigned ring_fill(kvd__disk_io_t *io, kvd__disk_req_t **wait_head,
     return n;
 }
 
-/* The ring's thread.  Its CPU work (a write's before: copying blocks into
- * the batch and summing them; a read's after: checking and copying out)
- * is done between submissions, never ahead of them: each request goes to
- * the drive as soon as it is ready, and completed reads are checked only
- * after the waiting requests have gone, so the drive is not left idle
- * while one thread works through a queue of them. */
+/* The ring's thread: it submits and reaps, and does no CPU work on the
+ * blocks (that would leave the drive idle while one thread works through
+ * a queue of it).  A request with work before its operation goes to the
+ * prep threads first and comes back prepared (the ready list, with a
+ * wake on the eventfd); a completed one with work after goes to them
+ * again, and they hand it to the caller. */
 static void *ring_main(void *arg)
 {
     kvd__disk_io_t *io = arg;
@@ -207,35 +315,41 @@ static void *ring_main(void *arg)
     (void)pthread_setname_np(pthread_self(), THREAD_NAME);
 
     for (;;) {
-        kvd__disk_req_t *take, *done_head = NULL, *done_tail = NULL, *r;
-        kvd__disk_req_t *moved_head = NULL, *moved_tail = NULL; /* their after() to run */
+        kvd__disk_req_t *take, *ready, *r;
+        kvd__disk_req_t *prep_head = NULL, *prep_tail = NULL, *done_head = NULL, *done_tail = NULL;
         struct io_uring_cqe *cqe;
         unsigned head, seen = 0, n;
 
         pthread_mutex_lock(&io->mu);
         take = io->todo_head;
         io->todo_head = io->todo_tail = NULL;
+        ready = io->ready_head;
+        io->ready_head = io->ready_tail = NULL;
         stopping = io->stop;
         pthread_mutex_unlock(&io->mu);
+        while (ready) {
+            r = ready;
+            ready = r->next;
+            list_push(&wait_head, &wait_tail, r);
+        }
         while (take) {
             r = take;
             take = r->next;
             r->res = 0;
             r->moved = 0;
-            if (r->before)
-                r->before(r);
-            if (r->res < 0 || r->op == KVD_DISK_OP_CALL || r->len == 0) {
-                if (r->res == 0 && r->op != KVD_DISK_OP_CALL && r->after)
-                    r->after(r);
+            if (r->before) {
+                r->stage = STAGE_BEFORE;
+                list_push(&prep_head, &prep_tail, r);
+            } else if (r->op != KVD_DISK_OP_CALL && r->len > 0) {
+                list_push(&wait_head, &wait_tail, r);
+            } else if (r->op != KVD_DISK_OP_CALL && r->after) {
+                r->stage = STAGE_AFTER;
+                list_push(&prep_head, &prep_tail, r);
+            } else {
                 list_push(&done_head, &done_tail, r);
-                continue;
-            }
-            list_push(&wait_head, &wait_tail, r);
-            if (take != NULL && (n = ring_fill(io, &wait_head, &wait_tail, inflight)) > 0) {
-                inflight += n;
-                (void)io_uring_submit(&io->ring); /* moving while the next is made */
             }
         }
+        prep_queue(io, prep_head, prep_tail);
         inflight += ring_fill(io, &wait_head, &wait_tail, inflight);
         if (!armed && !stopping) {
             struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
@@ -246,12 +360,12 @@ static void *ring_main(void *arg)
             }
         }
         finish_list(io, done_head, done_tail);
-        done_head = done_tail = NULL;
         if (stopping && !armed && inflight == 0 && wait_head == NULL)
             return NULL;
         if (io_uring_submit_and_wait(&io->ring, 1) < 0 && errno != EINTR) {
             /* the ring is unusable: nothing more to do than wait */
         }
+        prep_head = prep_tail = done_head = done_tail = NULL;
         io_uring_for_each_cqe(&io->ring, head, cqe)
         {
             seen++;
@@ -277,27 +391,41 @@ static void *ring_main(void *arg)
                 continue;
             }
             r->res = (int64_t)r->len;
-            list_push(&moved_head, &moved_tail, r);
+            if (r->after) {
+                r->stage = STAGE_AFTER;
+                list_push(&prep_head, &prep_tail, r);
+            } else {
+                list_push(&done_head, &done_tail, r);
+            }
         }
         io_uring_cq_advance(&io->ring, seen);
-        /* the drive's next work first, then the checks of what came */
         if ((n = ring_fill(io, &wait_head, &wait_tail, inflight)) > 0) {
             inflight += n;
             (void)io_uring_submit(&io->ring);
         }
-        while (moved_head) {
-            r = moved_head;
-            moved_head = r->next;
-            if (r->after)
-                r->after(r);
-            list_push(&done_head, &done_tail, r);
-        }
+        prep_queue(io, prep_head, prep_tail);
         finish_list(io, done_head, done_tail);
         /* a stop: wake the eventfd read so that it ends */
     }
 }
 
 /* ---- the interface ---------------------------------------------------- */
+
+/* The cores this process may run on, at most PREP_THREADS_AUTO_MAX. */
+static unsigned cores_available(void)
+{
+    cpu_set_t set;
+    long n;
+
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        n = CPU_COUNT(&set);
+    else
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        n = 1;
+    return n > PREP_THREADS_AUTO_MAX ? PREP_THREADS_AUTO_MAX : (unsigned)n;
+}
 
 kvd_status_t kvd__disk_io_create(kvd__disk_io_t **out, const kvd__disk_io_config_t *cfg, char *why,
                                  size_t why_len)
@@ -322,6 +450,7 @@ kvd_status_t kvd__disk_io_create(kvd__disk_io_t **out, const kvd__disk_io_config
     pthread_mutex_init(&io->mu, NULL);
     pthread_cond_init(&io->todo_cv, NULL);
     pthread_cond_init(&io->done_cv, NULL);
+    pthread_cond_init(&io->prep_cv, NULL);
     if (!cfg->force_threads) {
         io->efd = eventfd(0, EFD_CLOEXEC);
         rc = io->efd < 0 ? -errno : io_uring_queue_init(io->depth + 1, &io->ring, 0);
@@ -330,7 +459,19 @@ kvd_status_t kvd__disk_io_create(kvd__disk_io_t **out, const kvd__disk_io_config
             rc = -rc;
         }
         if (rc == 0) {
+            unsigned want = cfg->prep_threads ? cfg->prep_threads : cores_available();
             io->uring = 1;
+            if (want > POOL_THREADS_MAX)
+                want = POOL_THREADS_MAX;
+            for (i = 0; i < want; i++) {
+                if ((rc = pthread_create(&io->prep[i], NULL, prep_main, io)) != 0) {
+                    kvd__disk_io_destroy(&io);
+                    snprintf(why, why_len, "cannot start the disk prep threads: %s",
+                             strerror(rc));
+                    return KVD_ENOMEM;
+                }
+                io->nprep++;
+            }
             *out = io;
             return KVD_OK;
         }
@@ -441,10 +582,13 @@ void kvd__disk_io_destroy(kvd__disk_io_t **iop)
     pthread_mutex_lock(&io->mu);
     io->stop = 1;
     pthread_cond_broadcast(&io->todo_cv);
+    pthread_cond_broadcast(&io->prep_cv);
     pthread_mutex_unlock(&io->mu);
     if (io->uring) {
         (void)!write(io->efd, &one, sizeof(one)); /* ends the armed read */
         pthread_join(io->ring_thread, NULL);
+        for (i = 0; i < io->nprep; i++)
+            pthread_join(io->prep[i], NULL);
         io_uring_queue_exit(&io->ring);
         close(io->efd);
     }
@@ -453,6 +597,7 @@ void kvd__disk_io_destroy(kvd__disk_io_t **iop)
     pthread_mutex_destroy(&io->mu);
     pthread_cond_destroy(&io->todo_cv);
     pthread_cond_destroy(&io->done_cv);
+    pthread_cond_destroy(&io->prep_cv);
     free(io);
 }
 
@@ -464,4 +609,9 @@ const char *kvd__disk_io_engine(const kvd__disk_io_t *io)
 unsigned kvd__disk_io_depth(const kvd__disk_io_t *io)
 {
     return io->uring ? io->depth : io->nthreads;
+}
+
+unsigned kvd__disk_io_cpu_threads(const kvd__disk_io_t *io)
+{
+    return io->uring ? io->nprep : io->nthreads;
 }

@@ -20,6 +20,11 @@
 #define WRITES_DEFAULT 8u
 /* Read buffers kept for reuse. */
 #define BOUNCE_KEEP 64u
+/* A write batch is prepared (its records copied and summed) in up to this
+ * many parts of whole records, run at once on the engine's prep threads
+ * (as many as it starts by itself at most): one large batch is not left
+ * to one thread. */
+#define PREP_PARTS 8u
 /* The scan of a segment without its index reads this much at a time. */
 #define SCAN_CHUNK (8u << 20)
 
@@ -59,8 +64,12 @@ typedef struct batch {
     uint64_t off;  /* in the segment, aligned */
     uint32_t used; /* bytes of records */
     uint32_t n, cap_n;
+    uint32_t per_part; /* records in one part of its preparation */
     prec_t *recs;
-    struct batch *next; /* queued */
+    struct batch *next;  /* queued */
+    struct batch *onext; /* sent, in the order appended */
+    int finished;        /* its write ended (or its segment failed): st */
+    kvd_status_t st;
 } batch_t;
 
 struct kvd__disk_store {
@@ -78,6 +87,10 @@ struct kvd__disk_store {
     seg_t *cur, *spare;
     batch_t *filling;
     batch_t *queued_head, *queued_tail;
+    /* batches sent (or failed), oldest first: their appends complete in
+     * this order, whatever order their writes end in */
+    batch_t *order_head, *order_tail;
+    int completing;
     uint32_t writes_in_flight;
     void **wbufs; /* free write buffers */
     uint32_t nwbufs, wbufs_made;
@@ -339,7 +352,8 @@ static seg_job_t *seg_job_end(kvd__disk_req_t *r)
 }
 
 /* A segment job's call on the I/O thread: before on it, done back here. */
-static void seg_job_submit(seg_job_t *j, seg_t *counted, void (*before)(kvd__disk_req_t *),
+static void seg_job_submit(seg_job_t *j, seg_t *counted,
+                           void (*before)(kvd__disk_req_t *, unsigned),
                            void (*done)(kvd__disk_req_t *))
 {
     j->req.op = KVD_DISK_OP_CALL;
@@ -349,7 +363,7 @@ static void seg_job_submit(seg_job_t *j, seg_t *counted, void (*before)(kvd__dis
     job_submit(j->s, counted, &j->req);
 }
 
-static void create_before(kvd__disk_req_t *r)
+static void create_before(kvd__disk_req_t *r, unsigned part)
 {
     seg_job_t *j = r->arg;
     kvd__disk_store_t *s = j->s;
@@ -485,7 +499,7 @@ static int idx_write(const char *path, const char *tmp, uint32_t seg_no, uint64_
     return -e;
 }
 
-static void idx_before(kvd__disk_req_t *r)
+static void idx_before(kvd__disk_req_t *r, unsigned part)
 {
     seg_job_t *j = r->arg;
     kvd__disk_store_t *s = j->s;
@@ -512,7 +526,7 @@ static void idx_done(kvd__disk_req_t *r)
     seg_maybe_finish(s, g);
 }
 
-static void delete_before(kvd__disk_req_t *r)
+static void delete_before(kvd__disk_req_t *r, unsigned part)
 {
     seg_job_t *j = r->arg;
 
@@ -579,14 +593,21 @@ static void seg_maybe_finish(kvd__disk_store_t *s, seg_t *g)
 
 /* ---- writes ---------------------------------------------------------------------------- */
 
-static void batch_before(kvd__disk_req_t *r)
+/* One part of a batch's records (b->per_part of them) into its buffer,
+ * summed; the last part also zeroes the buffer's tail.  The parts run at
+ * once on the engine's prep threads, each on its own records. */
+static void batch_before(kvd__disk_req_t *r, unsigned part)
 {
     batch_t *b = r->arg;
     kvd__disk_store_t *s = b->s;
     char *buf = r->buf;
-    uint32_t i;
+    uint32_t i = part * b->per_part, end = i + b->per_part;
 
-    for (i = 0; i < b->n; i++) {
+    if (end >= b->n) {
+        end = b->n;
+        memset(buf + b->used, 0, r->len - b->used);
+    }
+    for (; i < end; i++) {
         prec_t *p = &b->recs[i];
         char *at = buf + p->rel;
         p->hdr.hcrc = kvd__disk_crc32c(0, &p->hdr, offsetof(kvd__disk_rec_hdr_t, hcrc));
@@ -596,7 +617,6 @@ static void batch_before(kvd__disk_req_t *r)
         memset(at + KVD_DISK_REC_HDR + s->cfg.block_bytes, 0,
                s->rec_bytes - KVD_DISK_REC_HDR - s->cfg.block_bytes);
     }
-    memset(buf + b->used, 0, r->len - b->used);
 }
 
 static void batch_free(batch_t *b)
@@ -605,16 +625,81 @@ static void batch_free(batch_t *b)
     free(b);
 }
 
+/* A batch's appends complete: its records indexed, their callbacks run.
+ * In the order the batches were appended (batch_ended), so that appends
+ * complete in the order made: the cache's recency follows it. */
+static void batch_complete(kvd__disk_store_t *s, batch_t *b)
+{
+    seg_t *g = b->seg;
+    uint32_t i;
+
+    g->writing--;
+    if (b->st == KVD_OK)
+        for (i = 0; i < b->n; i++) {
+            prec_t *p = &b->recs[i];
+            if (body_add(g, (uint32_t)(b->off + p->rel), p->hdr.seq, p->hdr.key, p->hdr.klen,
+                         p->hdr.parent, p->hdr.plen) != 0) {
+                p->rel = UINT32_MAX; /* cannot be indexed: reported as failed below */
+                continue;
+            }
+            g->live++;
+            s->st.records++;
+            s->st.live_bytes += s->rec_bytes;
+            s->st.appends++;
+            s->st.append_bytes += s->cfg.block_bytes;
+        }
+    for (i = 0; i < b->n; i++) {
+        prec_t *p = &b->recs[i];
+        if (b->st != KVD_OK)
+            p->cb(p->arg, b->st, 0);
+        else if (p->rel == UINT32_MAX)
+            p->cb(p->arg, KVD_ENOMEM, 0);
+        else
+            p->cb(p->arg, KVD_OK, KVD_DISK_LOC(g->no, b->off + p->rel));
+    }
+    batch_free(b);
+    seg_maybe_finish(s, g);
+}
+
+/* b has ended with st: complete every batch at the head of the order
+ * that has (an append's callback may end more, even this one's: once). */
+static void batch_ended(kvd__disk_store_t *s, batch_t *b, kvd_status_t st)
+{
+    b->finished = 1;
+    b->st = st;
+    if (s->completing)
+        return; /* the loop below, further up the stack, takes it */
+    s->completing = 1;
+    while (s->order_head != NULL && s->order_head->finished) {
+        batch_t *h = s->order_head;
+        s->order_head = h->onext;
+        if (s->order_head == NULL)
+            s->order_tail = NULL;
+        batch_complete(s, h);
+    }
+    s->completing = 0;
+}
+
+/* b goes to the end of the order (sent, or failed before it could be). */
+static void batch_order(kvd__disk_store_t *s, batch_t *b)
+{
+    b->onext = NULL;
+    b->finished = 0;
+    if (s->order_tail)
+        s->order_tail->onext = b;
+    else
+        s->order_head = b;
+    s->order_tail = b;
+}
+
 static void batch_done(kvd__disk_req_t *r)
 {
     batch_t *b = r->arg;
     kvd__disk_store_t *s = b->s;
     seg_t *g = b->seg;
     kvd_status_t st = KVD_OK;
-    uint32_t i;
 
     job_end(s, g);
-    g->writing--;
     s->writes_in_flight--;
     wbuf_put(s, r->buf);
     if (r->res < 0) {
@@ -632,35 +717,12 @@ static void batch_done(kvd__disk_req_t *r)
     } else {
         s->st.writes++;
         s->st.write_bytes += r->len;
-        for (i = 0; i < b->n; i++) {
-            prec_t *p = &b->recs[i];
-            if (body_add(g, (uint32_t)(b->off + p->rel), p->hdr.seq, p->hdr.key, p->hdr.klen,
-                         p->hdr.parent, p->hdr.plen) != 0) {
-                p->rel = UINT32_MAX; /* cannot be indexed: reported as failed below */
-                continue;
-            }
-            g->live++;
-            s->st.records++;
-            s->st.live_bytes += s->rec_bytes;
-            s->st.appends++;
-            s->st.append_bytes += s->cfg.block_bytes;
-        }
     }
     seg_submit_ready(s);
-    for (i = 0; i < b->n; i++) {
-        prec_t *p = &b->recs[i];
-        if (st != KVD_OK)
-            p->cb(p->arg, st, 0);
-        else if (p->rel == UINT32_MAX)
-            p->cb(p->arg, KVD_ENOMEM, 0);
-        else
-            p->cb(p->arg, KVD_OK, KVD_DISK_LOC(g->no, b->off + p->rel));
-    }
-    batch_free(b);
-    seg_maybe_finish(s, g);
+    batch_ended(s, b, st);
 }
 
-static void nomem_before(kvd__disk_req_t *r)
+static void nomem_before(kvd__disk_req_t *r, unsigned part)
 {
     r->res = -ENOMEM;
 }
@@ -675,8 +737,13 @@ static void batch_send(kvd__disk_store_t *s, batch_t *b)
     b->req.before = batch_before;
     b->req.done = batch_done;
     b->req.arg = b;
-    if (b->req.buf == NULL) /* no memory for the buffer: the batch fails */
+    b->per_part = (b->n + PREP_PARTS - 1) / PREP_PARTS;
+    b->req.parts = (b->n + b->per_part - 1) / b->per_part;
+    if (b->req.buf == NULL) { /* no memory for the buffer: the batch fails */
         b->req.before = nomem_before;
+        b->req.parts = 1;
+    }
+    batch_order(s, b);
     s->writes_in_flight++;
     job_submit(s, b->seg, &b->req);
 }
@@ -701,23 +768,18 @@ static void seg_submit_ready(kvd__disk_store_t *s)
             batch_send(s, b);
             continue;
         }
-        /* the segment could not be made: the batch fails */
+        /* the segment could not be made: the batch fails, in its turn */
         {
             kvd_status_t st = b->seg->err == ENOSPC || b->seg->err == EFBIG ||
                                       b->seg->err == EDQUOT
                                   ? KVD_ELIMIT
                                   : KVD_EIO;
-            uint32_t i;
-            seg_t *g = b->seg;
             if (st == KVD_ELIMIT)
                 s->st.no_space += b->n;
             else
                 s->st.io_errors++;
-            g->writing--;
-            for (i = 0; i < b->n; i++)
-                b->recs[i].cb(b->recs[i].arg, st, 0);
-            batch_free(b);
-            seg_maybe_finish(s, g);
+            batch_order(s, b);
+            batch_ended(s, b, st);
         }
     }
 }
@@ -859,7 +921,7 @@ typedef struct rd {
     const char *bad; /* what failed the checks */
 } rd_t;
 
-static void read_after(kvd__disk_req_t *r)
+static void read_after(kvd__disk_req_t *r, unsigned part)
 {
     rd_t *d = r->arg;
     kvd__disk_store_t *s = d->s;
@@ -960,7 +1022,7 @@ typedef struct drop_job {
     uint64_t rec_bytes;
 } drop_job_t;
 
-static void drop_before(kvd__disk_req_t *r)
+static void drop_before(kvd__disk_req_t *r, unsigned part)
 {
     drop_job_t *j = r->arg;
     uint64_t a = ALIGN_UP((uint64_t)j->off, KVD_DISK_ALIGN);

@@ -11,7 +11,9 @@
  * Writes: records are packed into the open segment in order and written
  * in batches of write_bytes (aligned, O_DIRECT where the file system takes
  * it), up to max_writes batches in flight; a batch goes when full or at
- * kvd__disk_store_flush.  An append completes once its batch is on disk.
+ * kvd__disk_store_flush.  An append completes once its batch is on disk,
+ * and appends complete in the order made, whatever order their batches'
+ * writes end in (the cache's recency follows it).
  * Reads: the aligned range around one record, checked (magic, layout,
  * key, parent, length, CRC-32C) before its data is copied out; a record
  * that fails is counted, logged and reported as KVD_EIO, never served.

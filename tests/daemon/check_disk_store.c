@@ -96,6 +96,7 @@ static void fill(uint8_t *p, uint32_t i, uint64_t n)
 static kvd__disk_loc_t locs[NMAX];
 static kvd_status_t ast[NMAX];
 static int adone, rdone;
+static int aorder[NMAX]; /* appends completed before record i's */
 static kvd_status_t rst[NMAX];
 static uint8_t found_seen[NMAX];
 static uint32_t nfound;
@@ -107,6 +108,7 @@ static void on_append(void *arg, kvd_status_t st, kvd__disk_loc_t loc)
     uint32_t i = (uint32_t)(uintptr_t)arg;
     ast[i] = st;
     locs[i] = loc;
+    aorder[i] = adone;
     adone++;
 }
 
@@ -315,10 +317,11 @@ END_TEST
 static pthread_t main_thread;
 static int off_loop, dones;
 
-static void on_thread_check(kvd__disk_req_t *r)
+static void on_thread_check(kvd__disk_req_t *r, unsigned part)
 {
     (void)r;
-    off_loop += !pthread_equal(pthread_self(), main_thread);
+    if (!pthread_equal(pthread_self(), main_thread))
+        __atomic_add_fetch(&off_loop, 1, __ATOMIC_RELAXED); /* threads may run it at once */
 }
 
 static void count_done(kvd__disk_req_t *r)
@@ -377,6 +380,123 @@ END_TEST
 START_TEST(engine_threads)
 {
     engine_alone(1);
+}
+END_TEST
+
+/* A request's parts: each runs once, off the caller's thread, several at
+ * once on io_uring's prep threads; the write goes to the disk only once
+ * every part of before has ended (the file holds what each part wrote),
+ * after's parts see the whole read, and done runs only once every part of
+ * after has ended. */
+#define PARTS 8
+#define PART_BYTES 512
+static int part_runs[2][PARTS], part_bad, running, most_running, runs_at_done;
+
+static void part_work(kvd__disk_req_t *r, unsigned part, int stage)
+{
+    int now = __atomic_add_fetch(&running, 1, __ATOMIC_SEQ_CST);
+    int m = __atomic_load_n(&most_running, __ATOMIC_SEQ_CST);
+    const uint8_t *p = (const uint8_t *)r->buf + part * PART_BYTES;
+
+    while (now > m && !__atomic_compare_exchange_n(&most_running, &m, now, 0, __ATOMIC_SEQ_CST,
+                                                    __ATOMIC_SEQ_CST))
+        ;
+    if (pthread_equal(pthread_self(), main_thread) || part >= PARTS)
+        __atomic_add_fetch(&part_bad, 1, __ATOMIC_SEQ_CST);
+    usleep(20000); /* long enough that free threads take the other parts */
+    if (stage == 0)
+        memset((uint8_t *)r->buf + part * PART_BYTES, 'a' + (int)part, PART_BYTES);
+    else if (r->op == KVD_DISK_OP_READ)
+        for (unsigned j = 0; j < PART_BYTES; j++)
+            if (p[j] != 'a' + part)
+                __atomic_add_fetch(&part_bad, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&part_runs[stage][part], 1, __ATOMIC_SEQ_CST);
+    __atomic_sub_fetch(&running, 1, __ATOMIC_SEQ_CST);
+}
+
+static void part_before(kvd__disk_req_t *r, unsigned part)
+{
+    part_work(r, part, 0);
+}
+
+static void part_after(kvd__disk_req_t *r, unsigned part)
+{
+    part_work(r, part, 1);
+}
+
+static void parts_done(kvd__disk_req_t *r)
+{
+    (void)r;
+    for (int i = 0; i < PARTS; i++)
+        runs_at_done += __atomic_load_n(&part_runs[1][i], __ATOMIC_SEQ_CST);
+    dones++;
+}
+
+static void engine_parts(int threads)
+{
+    kvd__disk_io_config_t c = {.queue_depth = 16, .threads = 3, .prep_threads = 4,
+                               .force_threads = threads};
+    kvd__disk_io_t *io;
+    kvd__disk_req_t w, rd;
+    char path[600], why[200];
+    uint8_t buf[PARTS * PART_BYTES], back[PARTS * PART_BYTES], want[PARTS * PART_BYTES];
+    int fd, i;
+
+    scratch();
+    ck_assert_int_eq(kvd__disk_io_create(&io, &c, why, sizeof(why)), KVD_OK);
+    ck_assert_uint_eq(kvd__disk_io_cpu_threads(io),
+                      strcmp(kvd__disk_io_engine(io), "io_uring") == 0 ? 4 : 3);
+    main_thread = pthread_self();
+    memset(part_runs, 0, sizeof(part_runs));
+    part_bad = running = most_running = runs_at_done = dones = 0;
+    snprintf(path, sizeof(path), "%s/f", dir);
+    fd = open(path, O_RDWR | O_CREAT, 0600);
+    ck_assert_int_ge(fd, 0);
+    memset(buf, 0, sizeof(buf));
+    w = (kvd__disk_req_t){.op = KVD_DISK_OP_WRITE, .fd = fd, .buf = buf, .len = sizeof(buf),
+                          .before = part_before, .after = part_after, .parts = PARTS,
+                          .done = parts_done};
+    kvd__disk_io_submit(io, &w);
+    while (dones < 1)
+        kvd__disk_io_wait(io, 10000);
+    ck_assert_int_eq(w.res, (int64_t)sizeof(buf));
+    ck_assert_int_eq(runs_at_done, PARTS);
+    for (i = 0; i < PARTS; i++)
+        memset(want + i * PART_BYTES, 'a' + i, PART_BYTES);
+    ck_assert_int_eq(pread(fd, back, sizeof(back), 0), (ssize_t)sizeof(back));
+    ck_assert_mem_eq(back, want, sizeof(want));
+    memset(back, 0, sizeof(back));
+    rd = (kvd__disk_req_t){.op = KVD_DISK_OP_READ, .fd = fd, .buf = back, .len = sizeof(back),
+                           .after = part_after, .parts = PARTS, .done = parts_done};
+    kvd__disk_io_submit(io, &rd);
+    while (dones < 2)
+        kvd__disk_io_wait(io, 10000);
+    ck_assert_int_eq(rd.res, (int64_t)sizeof(back));
+    ck_assert_int_eq(runs_at_done, PARTS + 2 * PARTS);
+    for (i = 0; i < PARTS; i++) {
+        ck_assert_int_eq(part_runs[0][i], 1);
+        ck_assert_int_eq(part_runs[1][i], 2);
+    }
+    ck_assert_int_eq(part_bad, 0);
+    /* the pool runs a request's parts in turn; the prep threads at once */
+    if (threads)
+        ck_assert_int_eq(most_running, 1);
+    else
+        ck_assert_int_ge(most_running, 2);
+    kvd__disk_io_destroy(&io);
+    close(fd);
+    scratch_rm();
+}
+
+START_TEST(engine_parts_uring)
+{
+    engine_parts(0);
+}
+END_TEST
+
+START_TEST(engine_parts_threads)
+{
+    engine_parts(1);
 }
 END_TEST
 
@@ -560,6 +680,103 @@ START_TEST(flipped_byte)
     kvd__disk_io_destroy(&io);
     free(data);
     scratch_rm();
+}
+END_TEST
+
+/* Many records prepared over several prep threads (batches of about 200
+ * records, each split into parts): every record completes and lands in
+ * the order appended and reads back byte for byte with every read in flight at
+ * once; a flipped byte in any part of a batch (a part's first record, its
+ * last, a header, a record's last byte) is still caught, the others
+ * served; a reopen finds them all, oldest first. */
+static void many_records(unsigned prep_threads)
+{
+    int threads = getenv("KVD_TEST_DISK_THREADS") != NULL;
+    kvd__disk_io_config_t ic = {.queue_depth = 16, .threads = 3, .prep_threads = prep_threads,
+                                .force_threads = threads};
+    kvd__disk_io_t *io;
+    kvd__disk_store_t *s;
+    kvd__disk_store_config_t c = config(9, BLOCK);
+    kvd__disk_store_stats_t st;
+    const uint32_t n = 3000, victims[] = {0, 26, 27, 1000, 1998, n - 1};
+    const off_t where[] = {KVD_DISK_REC_HDR, KVD_DISK_REC_HDR + BLOCK - 1, 40,
+                           KVD_DISK_REC_HDR + 333, 8, KVD_DISK_REC_HDR + 1};
+    uint8_t *data = malloc((uint64_t)n * BLOCK), *got = malloc((uint64_t)n * BLOCK), k[32];
+    char why[200], name[64];
+    uint32_t i, v, bad;
+
+    ck_assert_ptr_nonnull(data);
+    ck_assert_ptr_nonnull(got);
+    scratch();
+    ck_assert_int_eq(kvd__disk_io_create(&io, &ic, why, sizeof(why)), KVD_OK);
+    if (!threads)
+        ck_assert_uint_eq(kvd__disk_io_cpu_threads(io), prep_threads);
+    c.write_bytes = 256 << 10;
+    c.segment_bytes = 1 << 20;
+    s = open_store(io, &c);
+    append_all(io, s, data, n, BLOCK);
+    for (i = 0; i < n; i++) {
+        ck_assert_int_eq(ast[i], KVD_OK);
+        /* completed in the order appended, whichever batch's write ended
+         * first (the cache's recency follows it) */
+        ck_assert_int_eq(aorder[i], (int)i);
+        if (i > 0) /* placed in that order: later segment, or later in it */
+            ck_assert_uint_gt(locs[i], locs[i - 1]);
+    }
+    read_all(io, s, 0, n, BLOCK);
+    kvd__disk_store_stats(s, &st);
+    ck_assert_uint_eq(st.appends, n);
+    ck_assert_uint_eq(st.checksum_failures, 0);
+    ck_assert_uint_ge(st.segments, 3);
+    kvd__disk_store_close(&s);
+    for (v = 0; v < sizeof(victims) / sizeof(victims[0]); v++) {
+        snprintf(name, sizeof(name), "seg-%08u.kvd", KVD_DISK_LOC_SEG(locs[victims[v]]));
+        flip_byte(name, (off_t)KVD_DISK_LOC_OFF(locs[victims[v]]) + where[v]);
+    }
+    s = open_store(io, &c);
+    ck_assert_uint_eq(nfound, n); /* from the indexes: found, refused when read */
+    ck_assert(seq_ordered);
+    memset(got, 0xee, (uint64_t)n * BLOCK);
+    rdone = 0;
+    for (i = 0; i < n; i++) {
+        key_of(k, i);
+        ck_assert_int_eq(kvd__disk_read(s, locs[i], k, 32, got + (uint64_t)i * BLOCK, on_read,
+                                        (void *)(uintptr_t)i),
+                         KVD_OK);
+    }
+    while (rdone < (int)n)
+        kvd__disk_io_wait(io, 10000);
+    for (i = 0, bad = 0; i < n; i++) {
+        int victim = 0;
+        for (v = 0; v < sizeof(victims) / sizeof(victims[0]); v++)
+            victim |= victims[v] == i;
+        if (victim) {
+            ck_assert_int_eq(rst[i], KVD_EIO);
+            bad++;
+            continue;
+        }
+        ck_assert_int_eq(rst[i], KVD_OK);
+        fill(data, i, BLOCK);
+        ck_assert_mem_eq(got + (uint64_t)i * BLOCK, data, BLOCK);
+    }
+    kvd__disk_store_stats(s, &st);
+    ck_assert_uint_eq(st.checksum_failures, bad);
+    kvd__disk_store_close(&s);
+    kvd__disk_io_destroy(&io);
+    free(data);
+    free(got);
+    scratch_rm();
+}
+
+START_TEST(many_records_one_prep_thread)
+{
+    many_records(1);
+}
+END_TEST
+
+START_TEST(many_records_four_prep_threads)
+{
+    many_records(4);
 }
 END_TEST
 
@@ -838,6 +1055,8 @@ static Suite *suite(void)
     CASE(s, crc32c_values);
     CASE(s, engine_uring);
     CASE(s, engine_threads);
+    CASE(s, engine_parts_uring);
+    CASE(s, engine_parts_threads);
     CASE(s, uring_direct);
     CASE(s, threads_direct);
     CASE(s, threads_buffered);
@@ -845,6 +1064,8 @@ static Suite *suite(void)
     CASE(s, drops_survive_reopen);
     CASE(s, killed_then_rebuilt);
     CASE(s, flipped_byte);
+    CASE(s, many_records_one_prep_thread);
+    CASE(s, many_records_four_prep_threads);
     CASE(s, truncated_segment);
     CASE(s, untrusted_files);
     CASE(s, file_system_full);
