@@ -3,7 +3,7 @@
  * directory.  bench_disk.sh runs it beside fio on the same directory.
  *
  *   bench_disk DIR [--block BYTES] [--bytes TOTAL] [--depth N]
- *              [--write-bytes BYTES] [--writes N] [--threads]
+ *              [--write-bytes BYTES] [--writes N] [--threads] [--prep-threads N]
  *
  * Spill: TOTAL bytes of blocks appended as chains of 64 (what eviction
  * spills), every record in flight that the store queues, timed from the
@@ -12,7 +12,9 @@
  * out as a load does.  Rates count the blocks' bytes; one line each:
  *   spill_MBps=... load_MBps=... load_iops=... record_bytes=... read_bytes=...
  * read_bytes is the aligned range one read moves (what fio's randread
- * should be run at).
+ * should be run at).  --threads: the pread/pwrite pool instead of
+ * io_uring; --prep-threads: io_uring's threads for the copies and
+ * checksums (default: one per core, at most 8).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -71,7 +73,7 @@ int main(int argc, char **argv)
 {
     const char *dir = NULL;
     uint64_t block = 2u << 20, total = 1ull << 30, n, i, inflight_max;
-    unsigned depth = 32, writes = 8, threads = 0;
+    unsigned depth = 32, writes = 8, threads = 0, prep_threads = 0;
     uint32_t write_bytes = 8u << 20;
     kvd__disk_io_t *io;
     kvd__disk_store_t *s;
@@ -97,11 +99,14 @@ int main(int argc, char **argv)
             writes = (unsigned)atoi(argv[++a]);
         else if (!strcmp(argv[a], "--threads"))
             threads = 1;
+        else if (!strcmp(argv[a], "--prep-threads") && a + 1 < argc && atoi(argv[a + 1]) > 0)
+            prep_threads = (unsigned)atoi(argv[++a]);
         else if (argv[a][0] != '-' && dir == NULL)
             dir = argv[a];
         else {
             fprintf(stderr, "usage: bench_disk DIR [--block B] [--bytes B] [--depth N] "
-                            "[--write-bytes B] [--writes N] [--threads]\n");
+                            "[--write-bytes B] [--writes N] [--threads] "
+                            "[--prep-threads N]\n");
             return 2;
         }
     }
@@ -112,6 +117,7 @@ int main(int argc, char **argv)
     ic.queue_depth = depth > writes ? depth : writes;
     ic.threads = depth;
     ic.force_threads = (int)threads;
+    ic.prep_threads = prep_threads;
     if (kvd__disk_io_create(&io, &ic, why, sizeof(why)) != KVD_OK) {
         fprintf(stderr, "bench_disk: %s\n", why);
         return 1;
@@ -191,9 +197,9 @@ int main(int argc, char **argv)
         kvd__disk_io_wait(io, 1000);
     load_s = now_s() - t0;
     kvd__disk_store_stats(s, &st);
-    printf("engine=%s direct=%d block=%llu records=%llu record_bytes=%llu read_bytes=%llu "
-           "write_bytes=%u writes=%u depth=%u\n",
-           kvd__disk_io_engine(io), st.direct, (unsigned long long)block, (unsigned long long)n,
+    printf("engine=%s cpu_threads=%u direct=%d block=%llu records=%llu record_bytes=%llu "
+           "read_bytes=%llu write_bytes=%u writes=%u depth=%u\n",
+           kvd__disk_io_engine(io), kvd__disk_io_cpu_threads(io), st.direct, (unsigned long long)block, (unsigned long long)n,
            (unsigned long long)kvd__disk_store_rec_bytes(s),
            (unsigned long long)((kvd__disk_store_rec_bytes(s) + 4095) / 4096 * 4096 + 4096),
            write_bytes, writes, depth);
