@@ -11,6 +11,10 @@
  * random order, DEPTH reads in flight, each checked (CRC-32C) and copied
  * out as a load does.  Rates count the blocks' bytes; one line each:
  *   spill_MBps=... load_MBps=... load_iops=... record_bytes=... read_bytes=...
+ * and the cores busy in each phase: this process's (its threads' CPU time
+ * over the phase's time) and the machine's (/proc/stat), so that a run can
+ * tell a store bound by its own threads from a machine out of cores (a
+ * drive in RAM spends CPU on its own copies).
  * read_bytes is the aligned range one read moves (what fio's randread
  * should be run at).  --threads: the pread/pwrite pool instead of
  * io_uring; --prep-threads: io_uring's threads for the copies and
@@ -20,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +36,43 @@ static double now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* CPU seconds of this process, and busy and total seconds of the machine. */
+typedef struct cpu_mark {
+    double t, self, busy, all;
+} cpu_mark_t;
+
+static cpu_mark_t cpu_mark(void)
+{
+    cpu_mark_t m = {now_s(), 0, 0, 0};
+    struct rusage ru;
+    unsigned long long v[8] = {0};
+    FILE *f;
+
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        m.self = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+                 (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+    if ((f = fopen("/proc/stat", "r")) != NULL) {
+        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]) == 8) {
+            double hz = (double)sysconf(_SC_CLK_TCK);
+            m.all = (double)(v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7]) / hz;
+            m.busy = m.all - (double)(v[3] + v[4]) / hz; /* less idle and iowait */
+        }
+        fclose(f);
+    }
+    return m;
+}
+
+/* Cores busy between a and b: this process's, the machine's. */
+static void cpu_cores(cpu_mark_t a, cpu_mark_t b, double *self, double *machine)
+{
+    double wall = b.t - a.t, all = b.all - a.all;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+    *self = wall > 0 ? (b.self - a.self) / wall : 0;
+    *machine = all > 0 ? (b.busy - a.busy) / all * (double)(n > 0 ? n : 1) : 0;
 }
 
 static uint64_t parse_size(const char *s)
@@ -83,7 +125,8 @@ int main(int argc, char **argv)
     uint8_t *src, *dst, k[32], p[32];
     uint64_t *order;
     char why[300];
-    double t0, spill_s, load_s;
+    double t0, spill_s, load_s, spill_self, spill_machine, load_self, load_machine;
+    cpu_mark_t c0, c1;
     int a;
 
     for (a = 1; a < argc; a++) {
@@ -148,6 +191,7 @@ int main(int argc, char **argv)
         src[i] = (uint8_t)(i * 31 + (i >> 12));
     /* as many appends queued as the store writes at once, and one batch more */
     inflight_max = ((uint64_t)write_bytes * (writes + 1)) / block + 1;
+    c0 = cpu_mark();
     t0 = now_s();
     for (i = 0; i < n; i++) {
         key_of(k, i);
@@ -165,6 +209,8 @@ int main(int argc, char **argv)
     while (done < n)
         kvd__disk_io_wait(io, 1000);
     spill_s = now_s() - t0;
+    c1 = cpu_mark();
+    cpu_cores(c0, c1, &spill_self, &spill_machine);
     if (failed) {
         fprintf(stderr, "bench_disk: %llu appends failed\n", (unsigned long long)failed);
         return 1;
@@ -182,6 +228,7 @@ int main(int argc, char **argv)
         order[j] = t;
     }
     done = failed = 0;
+    c0 = cpu_mark();
     t0 = now_s();
     for (i = 0; i < n; i++) {
         while (i - done >= depth)
@@ -196,6 +243,8 @@ int main(int argc, char **argv)
     while (done < n)
         kvd__disk_io_wait(io, 1000);
     load_s = now_s() - t0;
+    c1 = cpu_mark();
+    cpu_cores(c0, c1, &load_self, &load_machine);
     kvd__disk_store_stats(s, &st);
     printf("engine=%s cpu_threads=%u direct=%d block=%llu records=%llu record_bytes=%llu "
            "read_bytes=%llu write_bytes=%u writes=%u depth=%u\n",
@@ -203,6 +252,8 @@ int main(int argc, char **argv)
            (unsigned long long)kvd__disk_store_rec_bytes(s),
            (unsigned long long)((kvd__disk_store_rec_bytes(s) + 4095) / 4096 * 4096 + 4096),
            write_bytes, writes, depth);
+    printf("cores spill_self=%.2f spill_machine=%.2f load_self=%.2f load_machine=%.2f of %ld\n",
+           spill_self, spill_machine, load_self, load_machine, sysconf(_SC_NPROCESSORS_ONLN));
     printf("spill_MBps=%.0f load_MBps=%.0f load_iops=%.0f failed_reads=%llu\n",
            (double)n * block / spill_s / 1e6, (double)n * block / load_s / 1e6,
            (double)n / load_s, (unsigned long long)failed);

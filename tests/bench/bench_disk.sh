@@ -13,7 +13,8 @@
 # the cache directory will use (not tmpfs: O_DIRECT); its files are removed.
 # Without fio (the GPU machine), disk_probe (built beside bench_disk) runs
 # the same two jobs and the lines say so (BENCH_DISK_TOOL=disk_probe: also
-# where fio is there, to compare the two).
+# where fio is there, to compare the two).  BENCH_DISK_ARGS goes to the
+# store's run (for instance "--prep-threads 1").
 set -euo pipefail
 build=${1:?usage: bench_disk.sh BUILD DIR [BLOCK] [BYTES] [DEPTH]}
 dir=${2:?usage: bench_disk.sh BUILD DIR [BLOCK] [BYTES] [DEPTH]}
@@ -53,7 +54,8 @@ else
   fio_r="$(sed -n 's/.*read_MBps=\([0-9]*\).*/\1/p' <<<"$p") $(sed -n 's/.*read_iops=\([0-9]*\).*/\1/p' <<<"$p")"
 fi
 rm -rf "${work:?}"/*
-out=$("$bench" "$work" --block "$block" --bytes "$bytes" --depth "$depth")
+# shellcheck disable=SC2086 # words: bench_disk's options
+out=$("$bench" "$work" --block "$block" --bytes "$bytes" --depth "$depth" ${BENCH_DISK_ARGS:-})
 echo "$out"
 spill=$(sed -n 's/.*spill_MBps=\([0-9]*\).*/\1/p' <<<"$out")
 load=$(sed -n 's/.*load_MBps=\([0-9]*\).*/\1/p' <<<"$out")
