@@ -186,12 +186,14 @@ static void ring_wake(kvd__disk_io_t *io)
 static void prep_queue(kvd__disk_io_t *io, kvd__disk_req_t *head, kvd__disk_req_t *tail)
 {
     kvd__disk_req_t *r;
+    uint64_t parts = 0;
 
     if (head == NULL)
         return;
     for (r = head; r != NULL; r = r->next) {
         r->part_next = 0;
         r->part_left = r->parts ? r->parts : 1;
+        parts += r->part_left;
     }
     pthread_mutex_lock(&io->mu);
     if (io->prep_tail)
@@ -199,7 +201,12 @@ static void prep_queue(kvd__disk_io_t *io, kvd__disk_req_t *head, kvd__disk_req_
     else
         io->prep_head = head;
     io->prep_tail = tail;
-    pthread_cond_broadcast(&io->prep_cv);
+    /* as many threads woken as there are parts to take */
+    if (parts >= io->nprep)
+        pthread_cond_broadcast(&io->prep_cv);
+    else
+        while (parts-- > 0)
+            pthread_cond_signal(&io->prep_cv);
     pthread_mutex_unlock(&io->mu);
 }
 
