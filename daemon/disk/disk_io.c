@@ -18,6 +18,11 @@
 #define PREP_THREADS_AUTO_MAX 8
 
 enum { STAGE_BEFORE = 0, STAGE_AFTER = 1 };
+/* A prep thread hands the requests it ended to the caller as soon as it
+ * finds nothing more queued, or at this many (or bytes) while it goes on:
+ * a done waits at most for a few small requests' work. */
+#define DONE_BATCH 8u
+#define DONE_BATCH_BYTES (1u << 20)
 
 struct kvd__disk_io {
     int uring; /* the engine: io_uring, else the pool */
@@ -210,8 +215,9 @@ static void prep_queue(kvd__disk_io_t *io, kvd__disk_req_t *head, kvd__disk_req_
     pthread_mutex_unlock(&io->mu);
 }
 
-/* Every part of r's stage has ended: where it goes next. */
-static void prep_ended(kvd__disk_io_t *io, kvd__disk_req_t *r)
+/* Every part of r's stage has ended: where it goes next.  1: to the
+ * caller (the prep thread hands it over with others). */
+static int prep_ended(kvd__disk_io_t *io, kvd__disk_req_t *r)
 {
     r->next = NULL;
     if (r->stage == STAGE_BEFORE && r->res >= 0 && r->op != KVD_DISK_OP_CALL) {
@@ -220,20 +226,23 @@ static void prep_ended(kvd__disk_io_t *io, kvd__disk_req_t *r)
             list_push(&io->ready_head, &io->ready_tail, r);
             pthread_mutex_unlock(&io->mu);
             ring_wake(io);
-            return;
+            return 0;
         }
         if (r->after) { /* nothing to move: after at once */
             r->stage = STAGE_AFTER;
             prep_queue(io, r, r);
-            return;
+            return 0;
         }
     }
-    finish_list(io, r, r);
+    return 1;
 }
 
 static void *prep_main(void *arg)
 {
     kvd__disk_io_t *io = arg;
+    kvd__disk_req_t *done_head = NULL, *done_tail = NULL; /* ended, for the caller */
+    unsigned ndone = 0;
+    size_t done_bytes = 0;
 
     (void)pthread_setname_np(pthread_self(), THREAD_NAME);
     pthread_mutex_lock(&io->mu);
@@ -242,6 +251,18 @@ static void *prep_main(void *arg)
         unsigned part;
         int last;
 
+        /* ended requests go to the caller together (one wake for several
+         * small reads), at once when nothing more is queued */
+        if (done_head != NULL &&
+            (r == NULL || ndone >= DONE_BATCH || done_bytes >= DONE_BATCH_BYTES)) {
+            pthread_mutex_unlock(&io->mu);
+            finish_list(io, done_head, done_tail);
+            done_head = done_tail = NULL;
+            ndone = 0;
+            done_bytes = 0;
+            pthread_mutex_lock(&io->mu);
+            continue;
+        }
         if (r == NULL) {
             if (io->stop)
                 break;
@@ -263,7 +284,11 @@ static void *prep_main(void *arg)
         last = --r->part_left == 0;
         if (last) {
             pthread_mutex_unlock(&io->mu);
-            prep_ended(io, r);
+            if (prep_ended(io, r)) {
+                list_push(&done_head, &done_tail, r);
+                ndone++;
+                done_bytes += r->len;
+            }
             pthread_mutex_lock(&io->mu);
         }
     }
