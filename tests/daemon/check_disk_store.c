@@ -434,16 +434,18 @@ static void parts_done(kvd__disk_req_t *r)
 
 static void engine_parts(int threads)
 {
-    kvd__disk_io_config_t c = {.queue_depth = 16, .threads = 3, .prep_threads = 4,
-                               .force_threads = threads};
+    kvd__disk_io_config_t c = {.queue_depth = 16, .threads = 3, .prep_threads = 4};
     kvd__disk_io_t *io;
     kvd__disk_req_t w, rd;
     char path[600], why[200];
     uint8_t buf[PARTS * PART_BYTES], back[PARTS * PART_BYTES], want[PARTS * PART_BYTES];
     int fd, i;
 
+    threads = threads || getenv("KVD_TEST_DISK_THREADS") != NULL; /* as io_make */
+    c.force_threads = threads;
     scratch();
     ck_assert_int_eq(kvd__disk_io_create(&io, &c, why, sizeof(why)), KVD_OK);
+    ck_assert_str_eq(kvd__disk_io_engine(io), threads ? "threads" : "io_uring");
     ck_assert_uint_eq(kvd__disk_io_cpu_threads(io),
                       strcmp(kvd__disk_io_engine(io), "io_uring") == 0 ? 4 : 3);
     main_thread = pthread_self();
