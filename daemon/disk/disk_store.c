@@ -629,9 +629,9 @@ static void batch_before(kvd__disk_req_t *r, unsigned part)
     for (; i < end; i++) {
         prec_t *p = &b->recs[i];
         char *at = buf + p->rel;
+        /* hcrc: the header before it; crc: the same bytes, then the data */
         p->hdr.hcrc = kvd__disk_crc32c(0, &p->hdr, offsetof(kvd__disk_rec_hdr_t, hcrc));
-        p->hdr.crc = copy_sum(kvd__disk_crc32c(0, &p->hdr, offsetof(kvd__disk_rec_hdr_t, hcrc)),
-                              at + KVD_DISK_REC_HDR, p->src, s->cfg.block_bytes);
+        p->hdr.crc = copy_sum(p->hdr.hcrc, at + KVD_DISK_REC_HDR, p->src, s->cfg.block_bytes);
         memcpy(at, &p->hdr, KVD_DISK_REC_HDR);
         memset(at + KVD_DISK_REC_HDR + s->cfg.block_bytes, 0,
                s->rec_bytes - KVD_DISK_REC_HDR - s->cfg.block_bytes);
