@@ -90,8 +90,9 @@ struct kvd__disk_store {
     seg_t *cur, *spare;
     batch_t *filling;
     batch_t *queued_head, *queued_tail;
-    /* batches sent (or failed), oldest first: their appends complete in
-     * this order, whatever order their writes end in */
+    /* batches closed, oldest first: their appends complete in this order,
+     * whatever order their writes end in (a batch whose segment is still
+     * being made waits while a later segment's go) */
     batch_t *order_head, *order_tail;
     int completing;
     uint32_t writes_in_flight;
@@ -699,7 +700,7 @@ static void batch_ended(kvd__disk_store_t *s, batch_t *b, kvd_status_t st)
     s->completing = 0;
 }
 
-/* b goes to the end of the order (sent, or failed before it could be). */
+/* b, just closed, goes to the end of the order. */
 static void batch_order(kvd__disk_store_t *s, batch_t *b)
 {
     b->onext = NULL;
@@ -762,7 +763,6 @@ static void batch_send(kvd__disk_store_t *s, batch_t *b)
         b->req.before = nomem_before;
         b->req.parts = 1;
     }
-    batch_order(s, b);
     s->writes_in_flight++;
     job_submit(s, b->seg, &b->req);
 }
@@ -797,7 +797,6 @@ static void seg_submit_ready(kvd__disk_store_t *s)
                 s->st.no_space += b->n;
             else
                 s->st.io_errors++;
-            batch_order(s, b);
             batch_ended(s, b, st);
         }
     }
@@ -821,6 +820,7 @@ static void batch_close(kvd__disk_store_t *s)
     else
         s->queued_head = b;
     s->queued_tail = b;
+    batch_order(s, b); /* closed in the order appended; sent as its segment allows */
     seg_submit_ready(s);
 }
 
