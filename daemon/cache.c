@@ -22,9 +22,7 @@
 #define LOOKUP_GROUP 32
 /* How many entries ahead a lookup's run prefetches (their entries and
  * keys): far enough to cover a miss to memory at a few ns a key. */
-#ifndef RUN_AHEAD
 #define RUN_AHEAD 16
-#endif
 
 /* ---- the disk level's state (see the disk level below) ---------------------- */
 
@@ -35,7 +33,7 @@ typedef struct disk_fetch {
     kvd__cache_fetch_cb cb;
     void *arg;
     struct disk_fetch *waiters; /* later asks for the same block */
-    struct disk_fetch *next;    /* in the store's list of reads, or of waiters */
+    struct disk_fetch *next;    /* in its read's list of waiters */
 } disk_fetch_t;
 
 typedef struct disk_write_ctx {
@@ -52,7 +50,12 @@ struct kvd__cache_disk {
     uint64_t writing;    /* writes in flight (each holds its block's host slot) */
     void (*written)(void *arg);
     void *written_arg;
-    disk_fetch_t *reads; /* in flight */
+    /* reads in flight by block id: open addressing, linear probing, at
+     * most half full (a load may have tens of thousands in flight, and
+     * each completion and each later ask for the same block finds its
+     * read here, never by a walk) */
+    disk_fetch_t **reads;
+    uint32_t reads_mask, nreads;
     uint64_t hits, spills, promotions, writes, evictions, refused, failed_writes, host_full;
     /* at open only: each entry's parent key (poff[id] into pkeys; 0: none) */
     uint8_t *pkeys;
@@ -1674,16 +1677,83 @@ static void drop_subtree(kvd__cache_store_t *c, uint32_t root)
     free(all);
 }
 
+static inline uint32_t read_slot(const struct kvd__cache_disk *d, uint32_t id)
+{
+    return (uint32_t)(((uint64_t)id * 0x9e3779b97f4a7c15ull) >> 32) & d->reads_mask;
+}
+
+/* The read in flight of block id, or NULL. */
+static disk_fetch_t *read_find(const struct kvd__cache_disk *d, uint32_t id)
+{
+    uint32_t i;
+
+    if (d->reads == NULL)
+        return NULL;
+    for (i = read_slot(d, id); d->reads[i] != NULL; i = (i + 1) & d->reads_mask)
+        if (d->reads[i]->id == id)
+            return d->reads[i];
+    return NULL;
+}
+
+static void read_put_slot(struct kvd__cache_disk *d, disk_fetch_t *f)
+{
+    uint32_t i = read_slot(d, f->id);
+
+    while (d->reads[i] != NULL)
+        i = (i + 1) & d->reads_mask;
+    d->reads[i] = f;
+}
+
+/* Lists f (its block has no read in flight); -1 when out of memory. */
+static int read_add(struct kvd__cache_disk *d, disk_fetch_t *f)
+{
+    if (d->reads == NULL || 2 * (d->nreads + 1) > d->reads_mask + 1) {
+        uint32_t cap = d->reads == NULL ? 64 : 2 * (d->reads_mask + 1);
+        uint32_t old_len = d->reads == NULL ? 0 : d->reads_mask + 1, i;
+        disk_fetch_t **old = d->reads, **t = calloc(cap, sizeof(*t));
+
+        if (t == NULL)
+            return -1;
+        d->reads = t;
+        d->reads_mask = cap - 1;
+        for (i = 0; i < old_len; i++)
+            if (old[i] != NULL)
+                read_put_slot(d, old[i]);
+        free(old);
+    }
+    read_put_slot(d, f);
+    d->nreads++;
+    return 0;
+}
+
+/* Unlists f: the entries after it in its probe run move back over the
+ * gap, so that every lookup still finds its read. */
+static void read_del(struct kvd__cache_disk *d, const disk_fetch_t *f)
+{
+    uint32_t i = read_slot(d, f->id), j, home;
+
+    while (d->reads[i] != f)
+        i = (i + 1) & d->reads_mask;
+    for (j = (i + 1) & d->reads_mask; d->reads[j] != NULL; j = (j + 1) & d->reads_mask) {
+        home = read_slot(d, d->reads[j]->id);
+        /* j's entry may fill the gap at i unless its home lies in (i, j] */
+        if (((j - home) & d->reads_mask) >= ((j - i) & d->reads_mask)) {
+            d->reads[i] = d->reads[j];
+            i = j;
+        }
+    }
+    d->reads[i] = NULL;
+    d->nreads--;
+}
+
 static void fetch_done(void *arg, kvd_status_t st)
 {
-    disk_fetch_t *f = arg, **pp, *w;
+    disk_fetch_t *f = arg, *w;
     kvd__cache_store_t *c = f->c;
     struct kvd__cache_disk *d = c->disk;
     kvd__cblock_t *b = B(c, f->id);
 
-    for (pp = &d->reads; *pp != f; pp = &(*pp)->next)
-        ;
-    *pp = f->next;
+    read_del(d, f);
     b->dflags &= (uint8_t)~KVD_CBLOCK_FETCHING;
     if (st == KVD_OK && b->state == KVD_CBLOCK_READY) {
         d->promotions++;
@@ -1727,9 +1797,8 @@ kvd_status_t kvd__cache_fetch(kvd__cache_store_t *c, uint32_t id, kvd__cache_fet
     f->cb = cb;
     f->arg = arg;
     if (b->dflags & KVD_CBLOCK_FETCHING) { /* wait for the read under way */
-        for (g = d->reads; g != NULL && g->id != id; g = g->next)
-            ;
-        if (g == NULL) { /* cannot be: a fetching block has its read listed */
+        /* a fetching block has its read listed: never NULL */
+        if ((g = read_find(d, id)) == NULL) {
             free(f);
             snprintf(why, why_len, "the block's read was lost");
             return KVD_EIO;
@@ -1745,6 +1814,12 @@ kvd_status_t kvd__cache_fetch(kvd__cache_store_t *c, uint32_t id, kvd__cache_fet
         free(f);
         return st;
     }
+    if (read_add(d, f) != 0) {
+        kvd__cache_unhold(c, id);
+        free(f);
+        snprintf(why, why_len, "out of memory");
+        return KVD_ENOMEM;
+    }
     host_take(c, id);
     c->disk_only--;
     b->dflags |= KVD_CBLOCK_FETCHING;
@@ -1752,6 +1827,7 @@ kvd_status_t kvd__cache_fetch(kvd__cache_store_t *c, uint32_t id, kvd__cache_fet
                        kvd__cache_block_bytes(c, id),
                        fetch_done, f) != KVD_OK) {
         b->dflags &= (uint8_t)~KVD_CBLOCK_FETCHING;
+        read_del(d, f);
         host_free(c, b);
         c->disk_only++;
         kvd__cache_unhold(c, id);
@@ -1759,8 +1835,6 @@ kvd_status_t kvd__cache_fetch(kvd__cache_store_t *c, uint32_t id, kvd__cache_fet
         snprintf(why, why_len, "the disk store refused the read");
         return KVD_EIO;
     }
-    f->next = d->reads;
-    d->reads = f;
     return KVD_OK;
 }
 
@@ -2133,6 +2207,7 @@ static void disk_close(kvd__cache_store_t *c)
     kvd__disk_store_flush(d->store);
     kvd__disk_store_close(&d->store);
     c->disk = NULL;
+    free(d->reads);
     free(d);
 }
 

@@ -188,6 +188,64 @@ START_TEST(test_spill_and_reload)
 }
 END_TEST
 
+static int fetch_failed;
+
+static void on_fetch_count(void *arg, kvd_status_t st)
+{
+    (void)arg;
+    fetch_seen++;
+    fetch_failed += st != KVD_OK;
+}
+
+START_TEST(test_many_reads_in_flight)
+{
+    /* a thousand reads in flight at once, each asked for twice (the
+     * second waits on the first's read): every ask is answered once, the
+     * bytes come back, and nothing stays held */
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    kvd__cache_disk_stats_t ds;
+    uint32_t ids[30][100], ch, i, n = 0;
+    uint8_t b[BLOCK];
+    char why[200];
+
+    open_with(&c, &hm, 1100, 6000ull * 256, KVD_OK);
+    for (ch = 0; ch < 30; ch++)
+        ck_assert_uint_eq(save_chain(&c, ch, 100, 0), 100);
+    for (ch = 0; ch < 30; ch++)
+        ck_assert_uint_eq(present(&c, ch, 100, ids[ch]), 100);
+    fetch_seen = fetch_failed = 0;
+    for (int round = 0; round < 2; round++)
+        for (ch = 0, n = 0; ch < 30 && n < 1000; ch++) {
+            for (i = 0; i < 100 && n < 1000; i++) {
+                if (round == 0 && kvd__cache_in_host(&c, ids[ch][i]))
+                    continue;
+                if (round == 1 && !(kvd__cache_block(&c, ids[ch][i])->dflags & KVD_CBLOCK_FETCHING))
+                    continue;
+                ck_assert_int_eq(kvd__cache_fetch(&c, ids[ch][i], on_fetch_count, NULL, why,
+                                                  sizeof(why)),
+                                 KVD_OK);
+                n++;
+            }
+        }
+    ck_assert_uint_eq(n, 1000);
+    ck_assert_int_eq(fetch_seen, 0);
+    drain();
+    ck_assert_int_eq(fetch_seen, 2000);
+    ck_assert_int_eq(fetch_failed, 0);
+    kvd__cache_store_disk_stats(&c, &ds);
+    ck_assert_uint_eq(ds.promotions, 1000);
+    for (ch = 0; ch < 30; ch++)
+        for (i = 0; i < 100; i++) {
+            ck_assert_uint_eq(kvd__cache_block(&c, ids[ch][i])->holds, 0);
+            ck_assert_int_eq(bytes_of(&c, ids[ch][i], b), KVD_OK);
+            for (uint32_t j = 0; j < BLOCK; j++)
+                ck_assert_uint_eq(b[j], byte_of(ch, i, 0, j));
+        }
+    kvd__cache_store_deinit(&c);
+}
+END_TEST
+
 START_TEST(test_dedup_evict_clear)
 {
     kvd__cache_store_t c;
@@ -774,6 +832,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_spill_and_reload);
+    tcase_add_test(t, test_many_reads_in_flight);
     tcase_add_test(t, test_dedup_evict_clear);
     tcase_add_test(t, test_held_disk_blocks_stay);
     tcase_add_test(t, test_disk_full_saves_go_on);
