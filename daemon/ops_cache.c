@@ -1377,7 +1377,8 @@ static kvd_status_t lookup_hits(kvd__cache_t *k, const keys_t *ks, uint32_t *ids
     else
         *hits = kvd__cache_lookup(&k->store, ks->k, ks->len, ks->n, 0, ids);
     if (linked) { /* one run of blocks: none twice */
-        kvd__cache_touch_run(&k->store, ids[0], *hits);
+        if (*hits > 0)
+            kvd__cache_touch_run(&k->store, ids[0], *hits);
         return KVD_OK;
     }
     if ((st = repeated_hit(ids, *hits, msg, len)) != KVD_OK)
