@@ -182,6 +182,11 @@ const kvd__option_def_t kvd__option_table[] = {
      "how the disk level reads and writes: io_uring (one thread driving a ring), threads "
      "(a pool doing pread/pwrite: for sandboxes and tools that do not follow io_uring, such "
      "as valgrind), or auto: io_uring where the kernel allows it, else threads (logged)"},
+    {"disk-threads", KVD_OPT_UINT, OFF(disk_threads), "0", 0, 64, NULL,
+     "threads doing the disk level's CPU work (copying blocks into and out of their records, "
+     "checksums) and, with disk-io threads, its reads and writes: 0 is one per core this "
+     "process may run on, at most 8 (4 with disk-io threads); fewer leave cores to the "
+     "engines beside the daemon, more serve a drive faster than 8 cores can check"},
     {"disk-wait-ms", KVD_OPT_UINT, OFF(disk_wait_ms), "10000", 1, 600000, NULL,
      "how long a cache save or load waits at most for host slots that the disk level's writes "
      "in flight hold: a disk that frees none for this long is stuck, and the request is "

@@ -107,6 +107,7 @@ typedef struct kvd__options {
     char cache_dir[KVD_OPT_STR_MAX]; /* the disk level's directory; "" = no disk level */
     kvd__memsize_t disk_budget;      /* bytes, or a share of the space free at start */
     int disk_io;                    /* enum kvd__disk_io_choice */
+    uint64_t disk_threads;          /* the disk engine's CPU threads; 0: one per core, <= 8 */
     uint64_t disk_wait_ms;          /* a request's wait for host slots the disk writes hold */
 } kvd__options_t;
 

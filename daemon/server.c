@@ -554,6 +554,8 @@ static kvd_status_t disk_start(kvd__server_t *srv, char *why, size_t why_len)
     cfg.notify = disk_notify;
     cfg.notify_arg = srv;
     cfg.force_threads = srv->opts.disk_io == KVD_DISK_IO_THREADS;
+    cfg.prep_threads = (unsigned)srv->opts.disk_threads;
+    cfg.threads = (unsigned)srv->opts.disk_threads;
     if ((st = kvd__disk_io_create(&srv->disk_io, &cfg, engine_why, sizeof(engine_why))) != KVD_OK) {
         snprintf(why, why_len, "the disk I/O engine: %s", engine_why);
         return st;

@@ -173,6 +173,25 @@ START_TEST(test_disk_io_threads)
 }
 END_TEST
 
+/* --disk-threads: the engine runs that many threads for its CPU work,
+ * and the log says so; past the bound the start is refused. */
+START_TEST(test_disk_threads)
+{
+    char dir[600];
+    const char *extra[] = {"--disk-threads", "3", NULL};
+    kvdt_daemon_t d;
+    int fd;
+
+    scratch_make("dthreads");
+    path_in(dir, sizeof(dir), "cd");
+    fd = kvdt_disk_start(&d, NULL, dir, "64M", extra, "status");
+    ck_assert_msg(kvdt_log_has(&d, "cpu_threads=3 "), "the log names 3 disk threads");
+    close(fd);
+    ck_assert_int_eq(kvdt_stop(&d), 0);
+    kvdt_scratch_remove(scratch);
+}
+END_TEST
+
 /* ---- a cache's disk budget ------------------------------------------------------ */
 
 static Kvdock__Response *create(int fd, const char *name, uint64_t budget, uint64_t disk,
@@ -676,6 +695,7 @@ static Suite *disk_daemon_suite(void)
     tcase_add_test(start, test_start_other_user);
     tcase_add_test(start, test_start_made);
     tcase_add_test(start, test_disk_io_threads);
+    tcase_add_test(start, test_disk_threads);
     suite_add_tcase(s, start);
     tcase_set_timeout(caches, KVT_MS(60000) / 1000.0);
     tcase_add_test(caches, test_create_without_cache_dir);

@@ -107,6 +107,7 @@ static const struct {
     {"device", "x", KVD_EINVAL},
     {"reload-priority", "17", KVD_ERANGE},
     {"offload-blocks", "1.5", KVD_EINVAL},
+    {"disk-threads", "65", KVD_ERANGE},
 };
 
 START_TEST(test_bad_values)
