@@ -18,8 +18,11 @@
 #define SEG_DEFAULT (256ull << 20)
 #define WRITE_DEFAULT (8u << 20)
 #define WRITES_DEFAULT 8u
-/* Read buffers kept for reuse. */
-#define BOUNCE_KEEP 64u
+/* Reads that hold a bounce buffer at once, at least (twice the engine's
+ * depth where that is more): a read past them waits in the store for one
+ * to end and takes its buffer.  So a load of many blocks reuses a few
+ * buffers, never maps (and faults in, zeroed) a buffer per block. */
+#define READS_MIN 64u
 /* A write batch is prepared (its records copied and summed) in up to this
  * many parts of whole records, run at once on the engine's prep threads
  * (as many as it starts by itself at most): one large batch is not left
@@ -98,9 +101,12 @@ struct kvd__disk_store {
     uint32_t writes_in_flight;
     void **wbufs; /* free write buffers */
     uint32_t nwbufs, wbufs_made;
-    void **rbufs;
+    void **rbufs; /* free read buffers */
     uint32_t nrbufs;
     size_t rbuf_bytes;
+    uint32_t reads_max; /* reads holding a buffer at most */
+    uint32_t reads_out; /* reads holding a buffer */
+    struct rd *rwait_head, *rwait_tail; /* reads waiting for one, in order */
     uint64_t jobs; /* requests in flight */
     kvd__disk_store_stats_t st;
 };
@@ -295,17 +301,18 @@ static void wbuf_put(kvd__disk_store_t *s, void *b)
 
 static void *rbuf_get(kvd__disk_store_t *s)
 {
+    void *b;
+
     if (s->nrbufs > 0)
         return s->rbufs[--s->nrbufs];
-    return kvd__disk_alloc_aligned(s->rbuf_bytes);
+    if ((b = kvd__disk_alloc_aligned(s->rbuf_bytes)) != NULL)
+        s->st.read_buffers++;
+    return b;
 }
 
 static void rbuf_put(kvd__disk_store_t *s, void *b)
 {
-    if (s->nrbufs < BOUNCE_KEEP)
-        s->rbufs[s->nrbufs++] = b;
-    else
-        kvd__disk_free_aligned(b, s->rbuf_bytes);
+    s->rbufs[s->nrbufs++] = b; /* never more than reads_max */
 }
 
 /* ---- segments: creation, sealing, deletion (on the I/O threads) ----------------------------- */
@@ -938,6 +945,7 @@ typedef struct rd {
     kvd__disk_read_cb cb;
     void *arg;
     const char *bad; /* what failed the checks */
+    struct rd *next; /* waiting for a buffer */
 } rd_t;
 
 static void read_after(kvd__disk_req_t *r, unsigned part)
@@ -967,7 +975,17 @@ static void read_done(kvd__disk_req_t *r)
     char path[PATH_MAX];
 
     job_end(s, g);
-    rbuf_put(s, r->buf);
+    if (s->rwait_head != NULL) { /* the next read waiting takes the buffer, and goes first */
+        rd_t *w = s->rwait_head;
+
+        if ((s->rwait_head = w->next) == NULL)
+            s->rwait_tail = NULL;
+        w->req.buf = r->buf;
+        kvd__disk_io_submit(s->io, &w->req); /* counted when made */
+    } else {
+        rbuf_put(s, r->buf);
+        s->reads_out--;
+    }
     if (r->res < 0) {
         s->st.io_errors++;
         st = KVD_EIO;
@@ -1006,10 +1024,12 @@ kvd_status_t kvd__disk_read(kvd__disk_store_t *s, kvd__disk_loc_t loc, const uin
     if ((d = calloc(1, sizeof(*d))) == NULL)
         return KVD_ENOMEM;
     start = ALIGN_DOWN(off, KVD_DISK_ALIGN);
-    d->req.buf = rbuf_get(s);
-    if (d->req.buf == NULL) {
-        free(d);
-        return KVD_ENOMEM;
+    if (s->reads_out < s->reads_max) {
+        if ((d->req.buf = rbuf_get(s)) == NULL) {
+            free(d);
+            return KVD_ENOMEM;
+        }
+        s->reads_out++;
     }
     d->s = s;
     d->g = g;
@@ -1026,7 +1046,19 @@ kvd_status_t kvd__disk_read(kvd__disk_store_t *s, kvd__disk_loc_t loc, const uin
     d->req.after = read_after;
     d->req.done = read_done;
     d->req.arg = d;
-    job_submit(s, g, &d->req);
+    if (d->req.buf != NULL) {
+        job_submit(s, g, &d->req);
+        return KVD_OK;
+    }
+    /* counted now (close waits for it, its segment stays), sent by the
+     * read_done that hands it a buffer */
+    s->jobs++;
+    g->jobs++;
+    if (s->rwait_tail != NULL)
+        s->rwait_tail->next = d;
+    else
+        s->rwait_head = d;
+    s->rwait_tail = d;
     return KVD_OK;
 }
 
@@ -1579,8 +1611,11 @@ kvd_status_t kvd__disk_store_open(kvd__disk_store_t **out, const kvd__disk_store
     if (s->cfg.max_writes == 0)
         s->cfg.max_writes = WRITES_DEFAULT;
     s->rbuf_bytes = ALIGN_UP(s->rec_bytes, KVD_DISK_ALIGN) + KVD_DISK_ALIGN;
+    s->reads_max = 2 * kvd__disk_io_depth(io);
+    if (s->reads_max < READS_MIN)
+        s->reads_max = READS_MIN;
     s->wbufs = calloc(s->cfg.max_writes, sizeof(*s->wbufs));
-    s->rbufs = calloc(BOUNCE_KEEP, sizeof(*s->rbufs));
+    s->rbufs = calloc(s->reads_max, sizeof(*s->rbufs));
     s->direct = !cfg->buffered;
     s->st.direct = s->direct;
     s->next_no = 1;

@@ -68,6 +68,7 @@ typedef struct kvd__disk_store_stats {
     uint64_t segments;
     uint64_t appends, append_bytes, writes, write_bytes;
     uint64_t reads, read_bytes;
+    uint64_t read_buffers;    /* bounce buffers made: at most the reads let in flight */
     uint64_t drops;
     uint64_t checksum_failures;
     uint64_t io_errors;

@@ -250,7 +250,7 @@ static void round_trip(int threads, int buffered)
     kvd__disk_io_t *io;
     kvd__disk_store_t *s;
     kvd__disk_store_config_t c;
-    kvd__disk_store_stats_t st;
+    kvd__disk_store_stats_t st, rb;
     uint32_t n = 600; /* about 3 segments */
     uint8_t *data = malloc((uint64_t)n * BLOCK);
 
@@ -268,6 +268,15 @@ static void round_trip(int threads, int buffered)
     ck_assert_uint_eq(st.records, n);
     ck_assert_uint_eq(st.appends, n);
     ck_assert_uint_eq(st.reads, n);
+    /* 600 reads at once hold at most 64 bounce buffers (the rest wait for
+     * one), and a second round reuses them: a load never maps a buffer per
+     * block */
+    ck_assert_uint_gt(st.read_buffers, 0);
+    ck_assert_uint_le(st.read_buffers, 64);
+    read_all(io, s, 0, n, BLOCK);
+    kvd__disk_store_stats(s, &rb);
+    ck_assert_uint_eq(rb.reads, 2 * n);
+    ck_assert_uint_eq(rb.read_buffers, st.read_buffers);
     ck_assert_uint_eq(st.checksum_failures, 0);
     ck_assert_uint_eq(st.io_errors, 0);
     ck_assert_int_eq(st.direct, !buffered);
