@@ -26,7 +26,8 @@
  *
  * --pool device (the default with a cuda daemon and a CUDA build) imports
  * a device KV cache this process allocates, as a worker does; --pool host
- * makes a host pool (any backend).  The cache and pool are dropped at the
+ * makes a host pool (any backend) and writes it whole first, as a worker
+ * writes its KV before a save.  The cache and pool are dropped at the
  * end.  One line each, or one JSON object with --json.
  */
 #define _GNU_SOURCE
@@ -87,6 +88,7 @@ typedef struct pool {
     char *dev;  /* device: the allocation this process imported */
     char *host; /* pinned (device) or plain host memory for the copy beside */
     char *host2;
+    kvd_mapping_t *map; /* host: the pool, mapped here */
 } pool_t;
 
 static int pool_make(kvd_client_t *cli, const opts_t *o, bool device, pool_t *p)
@@ -110,6 +112,11 @@ static int pool_make(kvd_client_t *cli, const opts_t *o, bool device, pool_t *p)
         s.page_size = o->tokens;
         if ((st = kvd_pool_create(cli, &s, &p->info)) != KVD_OK)
             return fail(cli, st, "pool create");
+        /* a worker writes its KV before a save reads it: the pool's pages
+         * are there, not faulted in by the daemon's first copy */
+        if ((st = kvd_pool_export(cli, p->info.id, NULL, 0, &p->map)) != KVD_OK)
+            return fail(cli, st, "pool export");
+        memset(p->map->base, 0x3c, p->map->bytes);
         p->host = malloc(bytes);
         p->host2 = malloc(bytes);
         if (p->host == NULL || p->host2 == NULL)
@@ -139,6 +146,7 @@ static int pool_make(kvd_client_t *cli, const opts_t *o, bool device, pool_t *p)
 
 static void pool_free(kvd_client_t *cli, pool_t *p)
 {
+    kvd_mapping_destroy(&p->map);
     (void)kvd_pool_drop(cli, p->info.id, NULL);
 #ifdef KVD_HAVE_CUDA
     if (p->dev != NULL) {
