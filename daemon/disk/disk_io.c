@@ -72,14 +72,27 @@ void kvd__disk_free_aligned(void *p, size_t bytes)
 
 /* ---- completions ------------------------------------------------------- */
 
+/* Append the list first..last (linked through next, last's next NULL). */
+static void list_append(kvd__disk_req_t **head, kvd__disk_req_t **tail, kvd__disk_req_t *first,
+                        kvd__disk_req_t *last)
+{
+    if (*tail)
+        (*tail)->next = first;
+    else
+        *head = first;
+    *tail = last;
+}
+
 static void list_push(kvd__disk_req_t **head, kvd__disk_req_t **tail, kvd__disk_req_t *r)
 {
     r->next = NULL;
-    if (*tail)
-        (*tail)->next = r;
-    else
-        *head = r;
-    *tail = r;
+    list_append(head, tail, r, r);
+}
+
+/* The parts a request's before and after work come in. */
+static inline unsigned parts_of(const kvd__disk_req_t *r)
+{
+    return r->parts ? r->parts : 1;
 }
 
 /* Hand a list of finished requests to the caller's thread. */
@@ -88,11 +101,7 @@ static void finish_list(kvd__disk_io_t *io, kvd__disk_req_t *head, kvd__disk_req
     if (head == NULL)
         return;
     pthread_mutex_lock(&io->mu);
-    if (io->done_tail)
-        io->done_tail->next = head;
-    else
-        io->done_head = head;
-    io->done_tail = tail;
+    list_append(&io->done_head, &io->done_tail, head, tail);
     pthread_cond_broadcast(&io->done_cv);
     pthread_mutex_unlock(&io->mu);
     if (io->notify)
@@ -104,7 +113,7 @@ static void finish_list(kvd__disk_io_t *io, kvd__disk_req_t *head, kvd__disk_req
 /* The whole operation with pread/pwrite, short transfers continued. */
 static void run_sync(kvd__disk_req_t *r)
 {
-    unsigned i, parts = r->parts ? r->parts : 1;
+    unsigned i, parts = parts_of(r);
 
     r->res = 0;
     if (r->before) {
@@ -197,15 +206,11 @@ static void prep_queue(kvd__disk_io_t *io, kvd__disk_req_t *head, kvd__disk_req_
         return;
     for (r = head; r != NULL; r = r->next) {
         r->part_next = 0;
-        r->part_left = r->parts ? r->parts : 1;
+        r->part_left = parts_of(r);
         parts += r->part_left;
     }
     pthread_mutex_lock(&io->mu);
-    if (io->prep_tail)
-        io->prep_tail->next = head;
-    else
-        io->prep_head = head;
-    io->prep_tail = tail;
+    list_append(&io->prep_head, &io->prep_tail, head, tail);
     /* as many threads woken as there are parts to take */
     if (parts >= io->nprep)
         pthread_cond_broadcast(&io->prep_cv);
@@ -270,7 +275,7 @@ static void *prep_main(void *arg)
             continue;
         }
         part = r->part_next++;
-        if (r->part_next == (r->parts ? r->parts : 1)) { /* its last part handed out */
+        if (r->part_next == parts_of(r)) { /* its last part handed out */
             io->prep_head = r->next;
             if (io->prep_head == NULL)
                 io->prep_tail = NULL;
@@ -347,7 +352,7 @@ static void *ring_main(void *arg)
     (void)pthread_setname_np(pthread_self(), THREAD_NAME);
 
     for (;;) {
-        kvd__disk_req_t *take, *ready, *r;
+        kvd__disk_req_t *take, *r;
         kvd__disk_req_t *prep_head = NULL, *prep_tail = NULL, *done_head = NULL, *done_tail = NULL;
         struct io_uring_cqe *cqe;
         unsigned head, seen = 0, n;
@@ -355,15 +360,11 @@ static void *ring_main(void *arg)
         pthread_mutex_lock(&io->mu);
         take = io->todo_head;
         io->todo_head = io->todo_tail = NULL;
-        ready = io->ready_head;
+        if (io->ready_head != NULL) /* prepared: after those waiting */
+            list_append(&wait_head, &wait_tail, io->ready_head, io->ready_tail);
         io->ready_head = io->ready_tail = NULL;
         stopping = io->stop;
         pthread_mutex_unlock(&io->mu);
-        while (ready) {
-            r = ready;
-            ready = r->next;
-            list_push(&wait_head, &wait_tail, r);
-        }
         while (take) {
             r = take;
             take = r->next;
@@ -530,8 +531,6 @@ kvd_status_t kvd__disk_io_create(kvd__disk_io_t **out, const kvd__disk_io_config
 
 void kvd__disk_io_submit(kvd__disk_io_t *io, kvd__disk_req_t *r)
 {
-    uint64_t one = 1;
-
     r->res = 0;
     r->moved = 0;
     pthread_mutex_lock(&io->mu);
@@ -541,7 +540,7 @@ void kvd__disk_io_submit(kvd__disk_io_t *io, kvd__disk_req_t *r)
         pthread_cond_signal(&io->todo_cv);
     pthread_mutex_unlock(&io->mu);
     if (io->uring)
-        (void)!write(io->efd, &one, sizeof(one));
+        ring_wake(io);
 }
 
 unsigned kvd__disk_io_poll(kvd__disk_io_t *io)
@@ -604,7 +603,6 @@ void kvd__disk_io_destroy(kvd__disk_io_t **iop)
 {
     kvd__disk_io_t *io = *iop;
     unsigned i;
-    uint64_t one = 1;
 
     if (io == NULL)
         return;
@@ -617,7 +615,7 @@ void kvd__disk_io_destroy(kvd__disk_io_t **iop)
     pthread_cond_broadcast(&io->prep_cv);
     pthread_mutex_unlock(&io->mu);
     if (io->uring) {
-        (void)!write(io->efd, &one, sizeof(one)); /* ends the armed read */
+        ring_wake(io); /* ends the armed read */
         pthread_join(io->ring_thread, NULL);
         for (i = 0; i < io->nprep; i++)
             pthread_join(io->prep[i], NULL);

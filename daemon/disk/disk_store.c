@@ -338,11 +338,17 @@ static void seg_maybe_finish(kvd__disk_store_t *s, seg_t *g);
 /* Every request the store submits counts in s->jobs (close waits for
  * none) and, while it uses a segment's descriptors, in g->jobs (the
  * segment is deleted only at none); job_end undoes job_submit's counts. */
-static void job_submit(kvd__disk_store_t *s, seg_t *g, kvd__disk_req_t *req)
+/* A request in flight from now: close waits for it, its segment stays. */
+static void job_begin(kvd__disk_store_t *s, seg_t *g)
 {
     s->jobs++;
     if (g != NULL)
         g->jobs++;
+}
+
+static void job_submit(kvd__disk_store_t *s, seg_t *g, kvd__disk_req_t *req)
+{
+    job_begin(s, g);
     kvd__disk_io_submit(s->io, req);
 }
 
@@ -719,6 +725,19 @@ static void batch_order(kvd__disk_store_t *s, batch_t *b)
     s->order_tail = b;
 }
 
+/* A batch that could not be written (errno e) fails its records: no
+ * room is ELIMIT (the caller keeps them in host memory), else EIO; the
+ * stats count it. */
+static kvd_status_t batch_failed(kvd__disk_store_t *s, const batch_t *b, int e)
+{
+    if (e == ENOSPC || e == EFBIG || e == EDQUOT) {
+        s->st.no_space += b->n;
+        return KVD_ELIMIT;
+    }
+    s->st.io_errors++;
+    return KVD_EIO;
+}
+
 static void batch_done(kvd__disk_req_t *r)
 {
     batch_t *b = r->arg;
@@ -731,13 +750,7 @@ static void batch_done(kvd__disk_req_t *r)
     wbuf_put(s, r->buf);
     if (r->res < 0) {
         int e = (int)-r->res;
-        if (e == ENOSPC || e == EFBIG || e == EDQUOT) {
-            s->st.no_space += b->n;
-            st = KVD_ELIMIT;
-        } else {
-            s->st.io_errors++;
-            st = KVD_EIO;
-        }
+        st = batch_failed(s, b, e);
         kvd_log(KVD_LOG_ERROR,
                 "event=disk_write_failed dir=%s seg=%u off=%" PRIu64 " records=%u error=\"%s\"",
                 s->dir, g->no, b->off, b->n, strerror(e));
@@ -795,17 +808,7 @@ static void seg_submit_ready(kvd__disk_store_t *s)
             continue;
         }
         /* the segment could not be made: the batch fails, in its turn */
-        {
-            kvd_status_t st = b->seg->err == ENOSPC || b->seg->err == EFBIG ||
-                                      b->seg->err == EDQUOT
-                                  ? KVD_ELIMIT
-                                  : KVD_EIO;
-            if (st == KVD_ELIMIT)
-                s->st.no_space += b->n;
-            else
-                s->st.io_errors++;
-            batch_ended(s, b, st);
-        }
+        batch_ended(s, b, batch_failed(s, b, b->seg->err));
     }
 }
 
@@ -1050,10 +1053,8 @@ kvd_status_t kvd__disk_read(kvd__disk_store_t *s, kvd__disk_loc_t loc, const uin
         job_submit(s, g, &d->req);
         return KVD_OK;
     }
-    /* counted now (close waits for it, its segment stays), sent by the
-     * read_done that hands it a buffer */
-    s->jobs++;
-    g->jobs++;
+    /* counted now, sent by the read_done that hands it a buffer */
+    job_begin(s, g);
     if (s->rwait_tail != NULL)
         s->rwait_tail->next = d;
     else
