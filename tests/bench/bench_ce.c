@@ -263,30 +263,21 @@ int main(int argc, char **argv)
     uint64_t rng = 42, moved = 0;
     double issue = 0, t0 = 1e300, t1 = 0;
 
+    const struct {
+        const char *name;
+        int *on;
+    } flags[] = {{"--gated", &gate_mode},         {"--pthread", &use_pthread},
+                 {"--host-random", &host_random}, {"--registered", &registered},
+                 {"--imported", &imported},       {"--each", &issue_each}};
+
     for (i = 1; i < (size_t)argc; i++) {
         const char *a = argv[i], *v = i + 1 < (size_t)argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--gated") == 0) {
-            gate_mode = 1;
-            continue;
-        }
-        if (strcmp(a, "--pthread") == 0) {
-            use_pthread = 1;
-            continue;
-        }
-        if (strcmp(a, "--host-random") == 0) {
-            host_random = 1;
-            continue;
-        }
-        if (strcmp(a, "--registered") == 0) {
-            registered = 1;
-            continue;
-        }
-        if (strcmp(a, "--imported") == 0) {
-            imported = 1;
-            continue;
-        }
-        if (strcmp(a, "--each") == 0) {
-            issue_each = 1;
+        size_t f;
+
+        for (f = 0; f < sizeof(flags) / sizeof(flags[0]) && strcmp(a, flags[f].name) != 0; f++)
+            ;
+        if (f < sizeof(flags) / sizeof(flags[0])) {
+            *flags[f].on = 1;
             continue;
         }
         if (v == NULL)
