@@ -1945,6 +1945,37 @@ static int64_t metric(const char *m, const char *name)
     return p != NULL ? strtoll(p + strlen(want), NULL, 10) : -1;
 }
 
+/* Nodes A and B up with a cache "kv" each, A with lanes lanes and a pool
+ * pa of 1,024 pages: the start of the tests of a raw peer's fetches. */
+static void start_fetch_pair(node_t nodes[2], int lanes, kvt_pool_t *pa)
+{
+    memset(nodes, 0, 2 * sizeof(*nodes));
+    plan_nodes(nodes, 2);
+    nodes[0].lanes = lanes;
+    for (int i = 0; i < 2; i++)
+        start_node(&nodes[i], secret_path);
+    wait_all_up(nodes, 2);
+    for (int i = 0; i < 2; i++)
+        nodes[i].cache = make_cache(&nodes[i], "kv", 1024, true);
+    kvt_pool_make(nodes[0].cli, pa, "pa", LAYERS, 8 * TPB, 1024, false, TPB);
+}
+
+/* m: a fetch f of cache ref's n keys (kb[i] naming keys[i]), id left to
+ * the caller. */
+static void fetch_msg(Kvdock__Cluster__Msg *m, Kvdock__Cluster__Fetch *f,
+                      Kvdock__Cluster__CacheRef *ref, ProtobufCBinaryData *kb,
+                      uint8_t (*keys)[KEY], size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        kb[i] = (ProtobufCBinaryData){KEY, keys[i]};
+    f->cache = ref;
+    f->n_keys = n;
+    f->keys = kb;
+    f->token = 0x5eed;
+    m->m_case = KVDOCK__CLUSTER__MSG__M_FETCH;
+    m->fetch = f;
+}
+
 /* A fetch from a peer whose lanes never finish their wireup: its blocks
  * wait on A (held: no block goes on a lane before all the peer's lanes
  * are wired up), and hold their cache blocks meanwhile.  The peer goes
@@ -1971,24 +2002,9 @@ START_TEST(test_held_sends_on_close)
     rawpeer_t *rp;
     int st = -1;
 
-    memset(nodes, 0, sizeof(nodes));
-    plan_nodes(nodes, 2);
-    nodes[0].lanes = 3; /* the peer's 4 lanes on 3 of A's: two share one */
-    for (int i = 0; i < 2; i++)
-        start_node(&nodes[i], secret_path);
-    wait_all_up(nodes, 2);
-    for (int i = 0; i < 2; i++)
-        nodes[i].cache = make_cache(&nodes[i], "kv", 1024, true);
-    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, 8 * TPB, 1024, false, TPB);
+    start_fetch_pair(nodes, 3, &pa); /* the peer's 4 lanes on 3 of A's: two share one */
     chain(keys, 8, 61);
-    for (int i = 0; i < 8; i++)
-        kb[i] = (ProtobufCBinaryData){KEY, keys[i]};
-    f.cache = &ref;
-    f.n_keys = 8;
-    f.keys = kb;
-    f.token = 0x5eed;
-    m.m_case = KVDOCK__CLUSTER__MSG__M_FETCH;
-    m.fetch = &f;
+    fetch_msg(&m, &f, &ref, kb, keys, 8);
 
     for (int round = 0; round < 2; round++) {
         save(&nodes[0], &pa, keys, 0, 8, true);
@@ -2070,18 +2086,9 @@ START_TEST(test_held_sends_on_failed_wireup)
     kvt_pool_t pa;
     rawpeer_t *rp;
 
-    memset(nodes, 0, sizeof(nodes));
-    plan_nodes(nodes, 2);
-    nodes[0].lanes = 2;
-    for (int i = 0; i < 2; i++)
-        start_node(&nodes[i], secret_path);
-    wait_all_up(nodes, 2);
-    for (int i = 0; i < 2; i++)
-        nodes[i].cache = make_cache(&nodes[i], "kv", 1024, true);
-    kvt_pool_make(nodes[0].cli, &pa, "pa", LAYERS, 8 * TPB, 1024, false, TPB);
+    start_fetch_pair(nodes, 2, &pa);
     chain(keys, 8, 63);
-    for (int i = 0; i < 8; i++)
-        kb[i] = (ProtobufCBinaryData){KEY, keys[i]};
+    fetch_msg(&m, &f, &ref, kb, keys, 8);
     save(&nodes[0], &pa, keys, 0, 8, true);
     KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
     served0 = s->cluster.blocks_served;
@@ -2090,13 +2097,7 @@ START_TEST(test_held_sends_on_failed_wireup)
     ck_assert_msg(rawpeer_auth(rp, SECRET) == 0, "the secret's proof was not welcomed");
     ck_assert_int_eq(rawpeer_offer_split_lanes(rp, 2), 0);
     expect_answers(rp); /* its lanes taken */
-    f.cache = &ref;
-    f.n_keys = 8;
-    f.keys = kb;
-    f.token = 0x5eed;
     f.id = 300;
-    m.m_case = KVDOCK__CLUSTER__MSG__M_FETCH;
-    m.fetch = &f;
     r = exchange(rp, &m, KVDOCK__CLUSTER__MSG__M_FETCH_DONE);
     ck_assert_uint_eq(r->fetch_done->sent, 8);
     kvdock__cluster__msg__free_unpacked(r, NULL);
