@@ -692,56 +692,73 @@ static void ahead_done(void *arg, kvd_status_t st, void *ptr, void *handle)
 {
     struct kvd__cache_ahead *a = arg;
     kvd__cache_store_t *c = a->c;
+    uint32_t n = st == KVD_OK ? a->nblocks : 0;
 
     if (c == NULL || st != KVD_OK) {
         if (st == KVD_OK)
             a->mem.free(a->mem.ctx, handle);
         slab_unreserve(a->hm, a->held, a->data);
-        if (c != NULL) { /* it failed: the next slab is made when needed */
+        if (c != NULL) { /* it failed: the next reserve that needs it hears so */
             c->held_bytes -= a->held;
             c->ahead = NULL;
+            c->ahead_failed = st;
+            snprintf(c->ahead_why, sizeof(c->ahead_why), "the cache's next slab of %llu "
+                     "bytes could not be made (%s)", (unsigned long long)a->data,
+                     kvd_strerror(st));
         }
         free(a);
-        return;
+    } else {
+        a->ready = 1;
+        a->ptr = ptr;
+        a->handle = handle;
+        if (c->nslabs == c->nslabs_max) /* the cache grew to its budget meanwhile */
+            ahead_drop(c);
     }
-    a->ready = 1;
-    a->ptr = ptr;
-    a->handle = handle;
-    if (c->nslabs == c->nslabs_max) /* the cache grew to its budget meanwhile */
-        ahead_drop(c);
+    if (c != NULL && c->grown != NULL)
+        c->grown(c->grown_arg, n);
 }
 
-/* Start allocating the slab after the ones there, where the budget has
- * room for it now. */
-static void slab_ahead(kvd__cache_store_t *c)
+/* Start allocating the slab after the ones there: KVD_OK where one is on
+ * its way (or there already), else why not (the budget has no room for
+ * it now, or it could not be started). */
+static kvd_status_t slab_ahead(kvd__cache_store_t *c, char *why, size_t why_len)
 {
     struct kvd__cache_ahead *a;
     uint32_t s, n;
-    char why[160];
+    kvd_status_t st;
 
-    if (c->mem.alloc_ahead == NULL || c->ahead != NULL || (n = next_slab(c, &s)) == 0)
-        return;
-    a = calloc(1, sizeof(*a));
-    if (a == NULL)
-        return;
+    if (c->ahead != NULL)
+        return KVD_OK;
+    if ((n = next_slab(c, &s)) == 0) {
+        snprintf(why, why_len, "the cache holds its budget's %u blocks", c->capacity);
+        return KVD_ELIMIT;
+    }
+    if ((a = calloc(1, sizeof(*a))) == NULL) {
+        snprintf(why, why_len, "out of memory");
+        return KVD_ENOMEM;
+    }
     a->c = c;
     a->hm = c->hostmem;
     a->mem = c->mem;
     a->nblocks = n;
     a->held = slab_held(c, n);
     a->data = (uint64_t)n * c->block_bytes;
-    if (slab_reserve(c->hostmem, a->held, a->data, why, sizeof(why)) != KVD_OK) {
+    if ((st = slab_reserve(c->hostmem, a->held, a->data, why, why_len)) != KVD_OK) {
         free(a);
-        return;
+        return st;
     }
     c->ahead = a;
     c->held_bytes += a->held;
-    if (c->mem.alloc_ahead(c->mem.ctx, (uint64_t)n * c->block_bytes, ahead_done, a) != KVD_OK) {
+    if ((st = c->mem.alloc_ahead(c->mem.ctx, a->data, ahead_done, a)) != KVD_OK) {
         c->ahead = NULL;
         c->held_bytes -= a->held;
         slab_unreserve(c->hostmem, a->held, a->data);
         free(a);
+        snprintf(why, why_len, "the cache's next slab could not be started (%s)",
+                 kvd_strerror(st));
+        return st;
     }
+    return KVD_OK;
 }
 
 /* A slab's part of the host list (n slots), charged as index memory;
@@ -791,6 +808,18 @@ static kvd_status_t slab_add(kvd__cache_store_t *c, char *why, size_t why_len)
     if (c->ahead != NULL && c->ahead->ready && c->ahead->nblocks != n)
         ahead_drop(c); /* made for a slab of another size */
     a = c->ahead != NULL && c->ahead->ready ? c->ahead : NULL;
+    if (a == NULL && c->mem.alloc_ahead != NULL) {
+        /* made off this thread; the caller waits for it (grown) */
+        if ((st = c->ahead_failed) != KVD_OK) { /* said once, then tried again */
+            c->ahead_failed = KVD_OK;
+            snprintf(why, why_len, "%s", c->ahead_why);
+            return st;
+        }
+        if ((st = slab_ahead(c, why, why_len)) != KVD_OK)
+            return st;
+        snprintf(why, why_len, "the cache's next slab of host memory is being made");
+        return KVD_EBUSY;
+    }
     sl = &c->slabs[s];
     bytes = (uint64_t)n * c->block_bytes;
     held = slab_held(c, n);
@@ -832,8 +861,8 @@ static kvd_status_t slab_add(kvd__cache_store_t *c, char *why, size_t why_len)
     c->nslabs++;
     if (c->nslabs == c->nslabs_max)
         ahead_drop(c); /* one still allocating is of no use now */
-    else
-        slab_ahead(c);
+    else if (c->mem.alloc_ahead != NULL)
+        (void)slab_ahead(c, why, why_len); /* none where the budget has no room now */
     return KVD_OK;
 }
 
@@ -1253,6 +1282,8 @@ static kvd_status_t take_slot(kvd__cache_store_t *c, char *why, size_t why_len)
 
     if (c->nfree > 0 || (st = slab_add(c, why, why_len)) == KVD_OK)
         return KVD_OK;
+    if (kvd__cache_growing(c)) /* under its budget: it grows rather than evicts */
+        return KVD_EBUSY;
     if ((c->disk != NULL ? host_evict_one(c) : evict_one(c)) == KVD_OK)
         return KVD_OK;
     if (c->nslabs == 0) /* no room for a first slab: the host-memory budget's why */
@@ -1836,6 +1867,19 @@ kvd_status_t kvd__cache_fetch(kvd__cache_store_t *c, uint32_t id, kvd__cache_fet
         return KVD_EIO;
     }
     return KVD_OK;
+}
+
+void kvd__cache_grow(kvd__cache_store_t *c)
+{
+    char why[160];
+
+    if (c->mem.alloc_ahead != NULL && c->nfree == 0)
+        (void)slab_ahead(c, why, sizeof(why));
+}
+
+int kvd__cache_growing(const kvd__cache_store_t *c)
+{
+    return c->ahead != NULL && !c->ahead->ready;
 }
 
 uint64_t kvd__cache_disk_writing(const kvd__cache_store_t *c)

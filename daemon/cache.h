@@ -142,9 +142,12 @@ typedef struct kvd__cache_mem {
                           size_t why_len);
     void (*free)(void *ctx, void *handle);
     /* Optional: the same allocation off the caller's thread, done called
-     * later on the caller's thread (KVD_OK: started).  The store keeps the
-     * next slab allocated ahead with it: pinning a GiB takes long enough
-     * to stall every client of the thread that waits for it. */
+     * later on the caller's thread (KVD_OK: started).  Where set, the store
+     * never allocates on the caller's thread: pinning a GiB takes long
+     * enough to stall every client of the thread that waits for it.  It
+     * keeps the next slab allocated ahead, and a reserve that needs a slab
+     * not there yet answers KVD_EBUSY while one is made
+     * (kvd__cache_growing); the grown hook says when it came. */
     kvd_status_t (*alloc_ahead)(void *ctx, uint64_t bytes, kvd__cache_mem_done_fn done,
                                 void *arg);
     /* Optional: free off the caller's thread (unmapping a GiB stalls the
@@ -211,6 +214,13 @@ typedef struct kvd__cache_store {
     kvd__hostmem_t *hostmem;
     kvd__cache_mem_t mem;
     struct kvd__cache_ahead *ahead; /* the next slab, allocating or ready; NULL: none */
+    kvd_status_t ahead_failed; /* the last slab made ahead failed: said once */
+    char ahead_why[160];
+    /* Optional: a slab made ahead is ready with nblocks slots (0: it
+     * failed), so a reserve that answered KVD_EBUSY for want of it may run
+     * again. */
+    void (*grown)(void *arg, uint32_t nblocks);
+    void *grown_arg;
     kvd__cache_counters_t n;
 } kvd__cache_store_t;
 
@@ -297,9 +307,10 @@ uint32_t kvd__cache_lookup_blob(const kvd__cache_store_t *c, const uint8_t *blob
 
 /* A new block for key after parent (KVD_CBLOCK_NONE: a chain's first),
  * FILLING and held by the save: a free block, a new slab, or an evicted
- * one.  KVD_EBUSY when nothing can be evicted (every block held or named
- * as a parent), or the status of the slab refused when the cache holds
- * none yet (the host-memory budget's ELIMIT, ENOMEM), with why. */
+ * one.  KVD_EBUSY when the next slab is being made (kvd__cache_growing)
+ * or nothing can be evicted (every block held or named as a parent), or
+ * the status of the slab refused when the cache holds none yet (the
+ * host-memory budget's ELIMIT, ENOMEM), with why. */
 kvd_status_t kvd__cache_reserve(kvd__cache_store_t *c, uint32_t parent, const uint8_t *key,
                                 size_t klen, uint32_t *id, char *why, size_t why_len);
 /* The save's bytes are complete: the block becomes READY and visible
@@ -390,6 +401,17 @@ int kvd__cache_write_early(kvd__cache_store_t *c, uint32_t id);
 /* Records being written now: each holds its block's host slot until it
  * is on disk. */
 uint64_t kvd__cache_disk_writing(const kvd__cache_store_t *c);
+
+/* Start making the next slab off the caller's thread now (where the store
+ * has alloc_ahead, none is on its way, and the budget has room), rather
+ * than when a reserve first needs it: a cluster cache's blocks come from
+ * its peers, whose pulls do not wait. */
+void kvd__cache_grow(kvd__cache_store_t *c);
+
+/* A slab is being made off the caller's thread (kvd__cache_mem_t's
+ * alloc_ahead): a reserve refused with KVD_EBUSY now finds room once the
+ * grown hook has run. */
+int kvd__cache_growing(const kvd__cache_store_t *c);
 
 /* Of the ready blocks ids[0..n), how many are on disk only; counted as
  * the disk level's hits. */

@@ -57,20 +57,28 @@ static void cache_ref(void *owner, int delta)
         kvd__cache_unref(k);
 }
 
-/* Whether the host slots of k that are held now will free themselves: a
- * save in flight commits and its blocks are written, a write ends, a load
- * reading from disk copies its blocks.  (A lease is let go when its
- * client decides: nothing to wait for.)  self: the save asking, which
- * counts itself. */
+/* Whether k will have host slots it lacks now without anyone asking: its
+ * next slab is being made, or (a disk level) a save in flight commits and
+ * its blocks are written, a write ends, a load reading from disk copies
+ * its blocks.  (A lease is let go when its client decides: nothing to
+ * wait for.)  self: the save asking, which counts itself. */
 static int slots_will_free(const kvd__cache_t *k, uint32_t self)
 {
-    return k->store.disk != NULL && (kvd__cache_disk_writing(&k->store) > 0 ||
-                                     k->saving > self || k->loading > 0);
+    return kvd__cache_growing(&k->store) ||
+           (k->store.disk != NULL && (kvd__cache_disk_writing(&k->store) > 0 ||
+                                      k->saving > self || k->loading > 0));
 }
 
 void kvd__cache_slots_freed(kvd__cache_t *k, uint32_t n)
 {
     kvd__waitq_freed(&k->waiters, n, !slots_will_free(k, 0));
+}
+
+/* The cache's next slab came (n slots; 0: it failed): the requests waiting
+ * for host slots run again. */
+static void cache_grown(void *arg, uint32_t n)
+{
+    kvd__cache_slots_freed(arg, n);
 }
 
 /* A record's write ended: the host slot its block held may be taken, which
@@ -514,6 +522,10 @@ static kvd_status_t cache_new(kvd__server_t *srv, const kvd__manifest_t *m, kvd_
     k->srv = srv;
     k->refs = 1;
     kvd__waitq_init(&k->waiters, srv, cache_ref, k);
+    k->store.grown = cache_grown;
+    k->store.grown_arg = k;
+    if (k->cluster)
+        kvd__cache_grow(&k->store);
     *out = k;
     return KVD_OK;
 }
@@ -1676,6 +1688,8 @@ kvd_status_t kvd__op_cache_evict(kvd__req_t *r)
     kvdock__cache_evict_reply__init(rep);
     if (ce->all) {
         rep->evicted = kvd__cache_clear(&k->store);
+        /* a slab on its way is dropped too: those waiting for it hear */
+        kvd__cache_slots_freed(k, rep->evicted);
     } else {
         for (uint32_t i = 0; i < ks.n; i++) {
             uint32_t n = 0;
@@ -2410,8 +2424,16 @@ static kvd_status_t do_load(kvd__req_t *r, kvd__dataop_t *d)
     if (lease == NULL && k->cluster && kvd__load_missing(plan) > 0 &&
         kvd__cluster_live(r->srv->cluster)) {
         kvd__cluster_ask_t ask;
+        uint32_t missing = kvd__load_missing(plan);
         char why[200];
 
+        /* pulls take host slots and do not wait: where the slab they need
+         * is still being made, the load waits for it first */
+        if (kvd__cache_growing(c) && c->nfree < missing) {
+            kvd__load_destroy(&plan);
+            return wait_for_slots(r, k, missing < c->capacity ? missing : c->capacity,
+                                  "the cache's next slab of host memory is being made");
+        }
         memset(&ask, 0, sizeof(ask));
         ask.cache = k;
         ask.keys = ks.k;

@@ -188,9 +188,10 @@ const kvd__option_def_t kvd__option_table[] = {
      "process may run on, at most 8 (4 with disk-io threads); fewer leave cores to the "
      "engines beside the daemon, more serve a drive faster than 8 cores can check"},
     {"disk-wait-ms", KVD_OPT_UINT, OFF(disk_wait_ms), "10000", 1, 600000, NULL,
-     "how long a cache save or load waits at most for host slots that the disk level's writes "
-     "in flight hold: a disk that frees none for this long is stuck, and the request is "
-     "answered EBUSY with the reason, nothing of it stored"},
+     "how long a cache save or load waits at most for host slots: those the disk level's "
+     "writes in flight hold, or the cache's next slab while it is made; what frees none for "
+     "this long is stuck, and the request is answered EBUSY with the reason, nothing of it "
+     "stored"},
 };
 const size_t kvd__option_count = sizeof(kvd__option_table) / sizeof(kvd__option_table[0]);
 

@@ -716,6 +716,35 @@ static void fill_to(kvd__cache_store_t *c, uint32_t ch, uint32_t *next, uint32_t
     }
 }
 
+/* The store's grown hook: how often, and the slots of the last. */
+static int grown_calls;
+static uint32_t grown_n;
+
+static void count_grown(void *arg, uint32_t n)
+{
+    (void)arg;
+    grown_calls++;
+    grown_n = n;
+}
+
+static kvd_status_t reserve_one(kvd__cache_store_t *c, uint32_t ch, uint32_t i, char *why,
+                                size_t why_len)
+{
+    uint8_t k[12];
+    uint32_t id;
+
+    kvdt_key_of(k, ch, i);
+    return kvd__cache_reserve(c, KVD_CBLOCK_NONE, k, 12, &id, why, why_len);
+}
+
+static void make_ahead(kvd__cache_store_t *c, kvd__hostmem_t *hm, uint32_t cap, uint64_t hm_budget)
+{
+    memset(&ahead, 0, sizeof(ahead));
+    sync_allocs = grown_calls = 0;
+    make_with(c, hm, cap, hm_budget, &MEM_AHEAD);
+    c->grown = count_grown;
+}
+
 START_TEST(test_slab_ahead)
 {
     /* 64-byte blocks: slabs of 65,536 (4 MiB), three whole and one of 1,000 */
@@ -723,33 +752,50 @@ START_TEST(test_slab_ahead)
     kvd__cache_store_t c;
     kvd__hostmem_t hm;
     uint32_t next = 0;
-    uint64_t after_first;
+    uint64_t before;
+    char why[200];
 
-    memset(&ahead, 0, sizeof(ahead));
-    sync_allocs = 0;
-    make_with(&c, &hm, cap, 1ull << 30, &MEM_AHEAD);
+    make_ahead(&c, &hm, cap, 1ull << 30);
     ck_assert_uint_eq(c.nslabs_max, 4);
     ck_assert_int_eq(ahead.n, 0); /* nothing until the first save */
-    fill_to(&c, 0, &next, 1);
-    ck_assert_int_eq(sync_allocs, 1); /* the first slab: at once */
-    ck_assert_int_eq(ahead.n, 1);     /* the second: ahead, counted from the start */
+    /* the first slab is made off the caller's thread: the reserve waits */
+    ck_assert_int_eq(reserve_one(&c, 0, 0, why, sizeof(why)), KVD_EBUSY);
+    ck_assert_ptr_nonnull(strstr(why, "being made"));
+    ck_assert(kvd__cache_growing(&c));
+    ck_assert_int_eq(reserve_one(&c, 0, 0, why, sizeof(why)), KVD_EBUSY);
+    ck_assert_int_eq(ahead.n, 1); /* one on its way: not asked twice */
     ck_assert_uint_eq(ahead.bytes[0], (uint64_t)per * 64);
-    after_first = kvd__hostmem_left(&hm);
+    before = kvd__hostmem_left(&hm);
     end_ahead(0, KVD_OK);
-    ck_assert_uint_eq(kvd__hostmem_left(&hm), after_first); /* reserved before it came */
-    fill_to(&c, 0, &next, per + 1); /* into the second slab: the one ahead */
-    ck_assert_int_eq(sync_allocs, 1);
+    ck_assert_int_eq(grown_calls, 1);
+    ck_assert_uint_eq(grown_n, per);
+    ck_assert(!kvd__cache_growing(&c));
+    ck_assert_uint_eq(kvd__hostmem_left(&hm), before); /* reserved before it came */
+    fill_to(&c, 0, &next, 1);
+    ck_assert_uint_eq(c.nslabs, 1);
+    ck_assert_int_eq(ahead.n, 2); /* the second: ahead at once */
+    fill_to(&c, 0, &next, per);
+    /* the cache fills faster than the next slab comes: it waits for it
+     * rather than evict under its budget */
+    ck_assert_int_eq(reserve_one(&c, 0, next, why, sizeof(why)), KVD_EBUSY);
+    ck_assert_uint_eq(c.n.evictions, 0);
+    end_ahead(1, KVD_OK);
+    fill_to(&c, 0, &next, per + 1);
     ck_assert_uint_eq(c.nslabs, 2);
-    ck_assert_int_eq(ahead.n, 2); /* and the third asked for at once */
-    fill_to(&c, 0, &next, 2 * per + 1); /* before it came: made at once */
-    ck_assert_int_eq(sync_allocs, 2);
-    ck_assert_int_eq(ahead.n, 2); /* one is on the way already */
-    end_ahead(1, KVD_OK); /* a whole slab, but the last is of 1,000 blocks */
+    ck_assert_int_eq(ahead.n, 3);
+    end_ahead(2, KVD_OK);
+    fill_to(&c, 0, &next, 2 * per + 1);
+    ck_assert_int_eq(ahead.n, 4); /* the last, of 1,000 blocks */
+    ck_assert_uint_eq(ahead.bytes[3], 1000ull * 64);
+    end_ahead(3, KVD_OK);
     fill_to(&c, 0, &next, cap);
-    ck_assert_int_eq(sync_allocs, 3); /* so it was given back and the last made */
     ck_assert_uint_eq(c.nslabs, 4);
-    ck_assert_int_eq(ahead.n, 2); /* none past the budget */
+    ck_assert_int_eq(ahead.n, 4); /* none past the budget */
     ck_assert_ptr_null(c.ahead);
+    /* full: the least recently used block goes, nothing waits */
+    fill_to(&c, 1, &(uint32_t){0}, 1);
+    ck_assert_uint_eq(c.n.evictions, 1);
+    ck_assert_int_eq(sync_allocs, 0); /* never on the caller's thread */
     kvd__cache_store_deinit(&c);
     ck_assert_uint_eq(kvd__hostmem_left(&hm), 1ull << 30); /* every byte back */
 }
@@ -764,55 +810,75 @@ START_TEST(test_slab_ahead_outlived)
     kvd__hostmem_t hm;
     uint32_t next = 0;
     uint64_t before;
+    char why[200];
 
-    memset(&ahead, 0, sizeof(ahead));
-    sync_allocs = 0;
-    make_with(&c, &hm, cap, 1ull << 30, &MEM_AHEAD);
-    fill_to(&c, 0, &next, 1);
-    ck_assert_int_eq(ahead.n, 1);
+    make_ahead(&c, &hm, cap, 1ull << 30);
+    ck_assert_int_eq(reserve_one(&c, 0, 0, why, sizeof(why)), KVD_EBUSY);
     kvd__cache_store_deinit(&c);
     ck_assert_uint_lt(kvd__hostmem_left(&hm), 1ull << 30); /* still reserved: it may come */
     end_ahead(0, KVD_OK); /* freed as it comes (ASan and valgrind see a leak) */
     ck_assert_uint_eq(kvd__hostmem_left(&hm), 1ull << 30);
+    ck_assert_int_eq(grown_calls, 0); /* nobody left to tell */
 
-    /* a failed allocation ahead: the next slab is made when needed */
-    make_with(&c, &hm, cap, 1ull << 30, &MEM_AHEAD);
-    next = 0;
-    fill_to(&c, 0, &next, 1);
+    /* a failed allocation ahead: the next reserve hears why, once; the one
+     * after it starts another */
+    make_ahead(&c, &hm, cap, 1ull << 30);
     before = c.held_bytes;
-    ck_assert_int_eq(ahead.n, 2);
-    end_ahead(1, KVD_ENOMEM);
+    ck_assert_int_eq(reserve_one(&c, 0, 0, why, sizeof(why)), KVD_EBUSY);
+    ck_assert_uint_gt(c.held_bytes, before);
+    end_ahead(0, KVD_ENOMEM);
+    ck_assert_int_eq(grown_calls, 1);
+    ck_assert_uint_eq(grown_n, 0);
     ck_assert_ptr_null(c.ahead);
-    ck_assert_uint_lt(c.held_bytes, before);
-    fill_to(&c, 0, &next, 65537);
-    ck_assert_int_eq(sync_allocs, 3);
+    ck_assert_uint_eq(c.held_bytes, before);
+    ck_assert_int_eq(reserve_one(&c, 0, 0, why, sizeof(why)), KVD_ENOMEM);
+    ck_assert_ptr_nonnull(strstr(why, "could not be made"));
+    ck_assert_int_eq(reserve_one(&c, 0, 0, why, sizeof(why)), KVD_EBUSY);
+    ck_assert_int_eq(ahead.n, 2);
+    end_ahead(1, KVD_OK);
+    fill_to(&c, 0, &next, 1);
     ck_assert_int_eq(ahead.n, 3); /* and the one after it ahead again */
     end_ahead(2, KVD_OK);
     ck_assert_ptr_nonnull(c.ahead);
     /* clearing gives the memory back, the slab ahead too */
-    ck_assert_uint_eq(kvd__cache_clear(&c), 65537);
+    ck_assert_uint_eq(kvd__cache_clear(&c), 1);
     ck_assert_uint_eq(c.nslabs, 0);
     ck_assert_ptr_null(c.ahead);
     kvd__cache_store_deinit(&c);
     ck_assert_uint_eq(kvd__hostmem_left(&hm), 1ull << 30);
 
     /* a budget with room for one slab only: none is started ahead */
-    make_with(&c, &hm, cap, 65536ull * (64 + 4) + (2u << 20), &MEM_AHEAD);
+    make_ahead(&c, &hm, cap, 65536ull * (64 + 4) + (2u << 20));
     next = 0;
+    ck_assert_int_eq(reserve_one(&c, 0, 0, why, sizeof(why)), KVD_EBUSY);
+    end_ahead(0, KVD_OK);
     fill_to(&c, 0, &next, 1);
-    ck_assert_int_eq(ahead.n, 3);
+    ck_assert_int_eq(ahead.n, 1);
     ck_assert_ptr_null(c.ahead);
     kvd__cache_store_deinit(&c);
 
-    /* one refused at its start (a daemon shutting down): none held, and the
-     * cache still grows when it must */
-    make_with(&c, &hm, cap, 1ull << 30, &MEM_AHEAD);
-    ahead.refuse = KVD_ESHUTDOWN;
+    /* growing asked for ahead of need (a cluster cache), then a slab ready
+     * for the first reserve */
+    make_ahead(&c, &hm, cap, 1ull << 30);
+    kvd__cache_grow(&c);
+    ck_assert(kvd__cache_growing(&c));
+    end_ahead(0, KVD_OK);
     next = 0;
-    fill_to(&c, 0, &next, 65537);
-    ck_assert_int_eq(ahead.n, 3);
+    fill_to(&c, 0, &next, 1);
+    kvd__cache_grow(&c); /* free slots there: nothing more */
+    ck_assert_int_eq(ahead.n, 2); /* the first, and the second after it */
+    kvd__cache_store_deinit(&c);
+    end_ahead(1, KVD_OK);
+    ck_assert_uint_eq(kvd__hostmem_left(&hm), 1ull << 30);
+
+    /* one refused at its start (a daemon shutting down): nothing held, and
+     * the reserve says why */
+    make_ahead(&c, &hm, cap, 1ull << 30);
+    ahead.refuse = KVD_ESHUTDOWN;
+    ck_assert_int_eq(reserve_one(&c, 0, 0, why, sizeof(why)), KVD_ESHUTDOWN);
+    ck_assert_ptr_nonnull(strstr(why, "could not be started"));
     ck_assert_ptr_null(c.ahead);
-    ck_assert_uint_eq(c.nslabs, 2);
+    ck_assert_uint_eq(c.nslabs, 0);
     kvd__cache_store_deinit(&c);
     ck_assert_uint_eq(kvd__hostmem_left(&hm), 1ull << 30);
     ahead.refuse = KVD_OK;
