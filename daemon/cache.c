@@ -526,34 +526,33 @@ static void list_remove(kvd__cache_store_t *c, int which, uint32_t id)
     b->lists &= (uint8_t)~which;
 }
 
+/* Entry id, off list which, goes right behind node after - 1 there (the
+ * less recently used of the two), or at its head where after is 0. */
+static void list_link(kvd__cache_store_t *c, int which, uint32_t id, uint32_t after)
+{
+    kvd__clist_t *l = list_of(c, which);
+    uint32_t node = node_of(c, which, id);
+    kvd__clink_t *e = link_at(c, which, node);
+
+    e->prev = after;
+    e->next = after ? link_at(c, which, after - 1)->next : l->head;
+    if (e->next)
+        link_at(c, which, e->next - 1)->prev = node + 1;
+    else
+        l->tail = node + 1;
+    if (after)
+        link_at(c, which, after - 1)->next = node + 1;
+    else
+        l->head = node + 1;
+    B(c, id)->lists |= (uint8_t)which;
+    c->n.relinks++;
+}
+
 /* As the most recently used (mru), or as the least. */
 static void list_insert(kvd__cache_store_t *c, int which, uint32_t id, int mru)
 {
-    kvd__clist_t *l = list_of(c, which);
-    kvd__clink_t *e;
-    uint32_t node;
-
     list_remove(c, which, id);
-    node = node_of(c, which, id);
-    e = link_at(c, which, node);
-    if (mru) {
-        e->prev = 0;
-        e->next = l->head;
-        if (l->head)
-            link_at(c, which, l->head - 1)->prev = node + 1;
-        else
-            l->tail = node + 1;
-        l->head = node + 1;
-    } else {
-        e->next = 0;
-        e->prev = l->tail;
-        if (l->tail)
-            link_at(c, which, l->tail - 1)->next = node + 1;
-        else
-            l->head = node + 1;
-        l->tail = node + 1;
-    }
-    B(c, id)->lists |= (uint8_t)which;
+    list_link(c, which, id, mru ? 0 : list_of(c, which)->tail);
 }
 
 static void lru_remove(kvd__cache_store_t *c, uint32_t id)
@@ -988,6 +987,7 @@ static void lru_move_piece(kvd__cache_store_t *c, uint32_t first, uint32_t last)
     B(c, c->lru.head - 1)->lru.prev = last + 1;
     f->lru.prev = 0;
     c->lru.head = first + 1;
+    c->n.relinks++;
 }
 
 /* The host list's part of touching a chain: the last first. */
@@ -1006,26 +1006,26 @@ static void hlru_touch_chain(kvd__cache_store_t *c, const uint32_t *ids, uint32_
 /* Touch the blocks of a chain, ids[0] its first: the first becomes the
  * most recently used, then the others in order.  A chain used before as a
  * whole already lies in that order in the list: then it moves as one
- * piece, whatever its length. */
+ * piece, whatever its length.  Each block moves once on each list. */
 void kvd__cache_touch_chain(kvd__cache_store_t *c, const uint32_t *ids, uint32_t n)
 {
     uint32_t i;
 
     if (n == 0)
         return;
-    if (c->disk != NULL)
-        hlru_touch_chain(c, ids, 0, n);
     for (i = 0; i < n; i++) {
         const kvd__cblock_t *b = B(c, ids[i]);
         if (!(b->lists & KVD_CLIST_LRU) || b->holds != 0 ||
             (i + 1 < n && b->lru.next != ids[i + 1] + 1))
             break;
     }
-    if (i < n) { /* one at a time, the last first */
+    if (i < n) { /* one at a time, the last first: both lists */
         for (i = n; i-- > 0;)
             kvd__cache_touch(c, ids[i]);
         return;
     }
+    if (c->disk != NULL)
+        hlru_touch_chain(c, ids, 0, n);
     lru_move_piece(c, ids[0], ids[n - 1]);
 }
 

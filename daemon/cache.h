@@ -182,6 +182,9 @@ typedef struct kvd__cache_counters {
     uint64_t loads, loaded;
     uint64_t evictions;
     uint64_t bytes_in, bytes_out;
+    /* entries linked into the recency or host list, a piece moved at once
+     * counting one: the work of keeping recency (the suites read it) */
+    uint64_t relinks;
 } kvd__cache_counters_t;
 
 typedef struct kvd__cache_store {

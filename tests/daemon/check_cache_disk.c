@@ -7,7 +7,8 @@
  * both budgets (against a plain model); held blocks stay; dedup, evict
  * and clear cover both levels; a restart finds every whole block, drops
  * orphans and older copies, and a million blocks serve lookups within 3 s;
- * a record that fails its checks is missing with every block after it.
+ * a record that fails its checks is missing with every block after it; a
+ * touch moves each block once on each list.
  */
 #include <check.h>
 #include <fcntl.h>
@@ -184,6 +185,82 @@ START_TEST(test_spill_and_reload)
     ck_assert_uint_eq(present(&c, 29, 10, ids), 10);
     ck_assert(kvd__cache_in_host(&c, ids[9]));
     ck_assert_uint_eq(ds.blocks, 300);
+    kvd__cache_store_deinit(&c);
+}
+END_TEST
+
+/* The blocks on list which (KVD_CLIST_LRU or KVD_CLIST_HOST), the most
+ * recently used first; how many. */
+static uint32_t list_ids(const kvd__cache_store_t *c, int which, uint32_t *out, uint32_t max)
+{
+    uint32_t n = 0, at = which == KVD_CLIST_LRU ? c->lru.head : c->hlru.head;
+
+    while (at != 0) {
+        ck_assert_uint_lt(n, max);
+        if (which == KVD_CLIST_LRU) {
+            out[n++] = at - 1;
+            at = kvd__cache_block(c, at - 1)->lru.next;
+        } else {
+            const kvd__chost_t *h =
+                &c->slabs[kvd__cache_slab_of(c, at - 1)].hs[kvd__cache_pos_of(c, at - 1)];
+            out[n++] = h->owner;
+            at = h->hlru.next;
+        }
+    }
+    return n;
+}
+
+/* List which begins with the n blocks of ids, in that order. */
+static void check_list_starts(const kvd__cache_store_t *c, int which, const uint32_t *ids,
+                              uint32_t n)
+{
+    uint32_t got[256], m = list_ids(c, which, got, 256);
+
+    ck_assert_uint_ge(m, n);
+    for (uint32_t i = 0; i < n; i++)
+        ck_assert_msg(got[i] == ids[i], "list %d: place %u holds block %u, not %u", which, i,
+                      got[i], ids[i]);
+}
+
+/* Every block on the recency list lies behind its parent, where its
+ * parent is on it: parents at least as recent as their children. */
+static void check_parents_first(const kvd__cache_store_t *c)
+{
+    uint32_t ids[256], n = list_ids(c, KVD_CLIST_LRU, ids, 256);
+
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t p = kvd__cache_block(c, ids[i])->parent;
+        for (uint32_t j = i + 1; p != 0 && j < n; j++)
+            ck_assert_msg(ids[j] != p - 1, "block %u is more recent than its parent %u", ids[i],
+                          p - 1);
+    }
+}
+
+START_TEST(test_touch_moves_once)
+{
+    /* a chain's touch that cannot move it as one piece moves each block
+     * once on each list (the recency list and the host list) */
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    uint32_t ids[8];
+    uint64_t before;
+
+    open_with(&c, &hm, 64, 640ull * 256, KVD_OK);
+    ck_assert_uint_eq(save_chain(&c, 1, 8, 0), 8);
+    ck_assert_uint_eq(save_chain(&c, 2, 4, 0), 4);
+    ck_assert_uint_eq(present(&c, 1, 8, ids), 8);
+    kvd__cache_touch(&c, ids[5]); /* the chain is not one piece now */
+    before = c.n.relinks;
+    kvd__cache_touch_chain(&c, ids, 8);
+    ck_assert_uint_eq(c.n.relinks - before, 8 + 8);
+    check_list_starts(&c, KVD_CLIST_LRU, ids, 8);
+    check_list_starts(&c, KVD_CLIST_HOST, ids, 8);
+    check_parents_first(&c);
+    /* one piece again: one step on the recency list */
+    ck_assert_uint_eq(save_chain(&c, 3, 4, 0), 4);
+    before = c.n.relinks;
+    kvd__cache_touch_chain(&c, ids, 8);
+    ck_assert_uint_eq(c.n.relinks - before, 1 + 8);
     kvd__cache_store_deinit(&c);
 }
 END_TEST
@@ -832,6 +909,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_spill_and_reload);
+    tcase_add_test(t, test_touch_moves_once);
     tcase_add_test(t, test_many_reads_in_flight);
     tcase_add_test(t, test_dedup_evict_clear);
     tcase_add_test(t, test_held_disk_blocks_stay);
