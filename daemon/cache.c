@@ -573,20 +573,45 @@ static inline int on_disk(const kvd__cache_store_t *c, uint32_t id)
     return d->dseg != 0 || d->doff != 0;
 }
 
-/* A ready block nothing holds whose host copy is whole and on disk (or
- * could not be written) joins the host list as the most recently used. */
+/* Whether block id belongs on the host list: ready, nothing holds it,
+ * its host copy whole and on disk (or its record could not be written). */
+static inline int host_listable(const kvd__cache_store_t *c, uint32_t id)
+{
+    const kvd__cblock_t *b = B(c, id);
+
+    return b->state == KVD_CBLOCK_READY && b->holds == 0 && b->host != 0 &&
+           !(b->dflags & (KVD_CBLOCK_FETCHING | KVD_CBLOCK_WRITING)) &&
+           (on_disk(c, id) || (b->dflags & KVD_CBLOCK_NODISK));
+}
+
+/* A block that belongs on the host list joins it as the most recently
+ * used; another leaves it. */
 static void hlru_touch(kvd__cache_store_t *c, uint32_t id)
 {
-    kvd__cblock_t *b = B(c, id);
-
     if (c->disk == NULL)
         return;
     hlru_remove(c, id);
-    if (b->state != KVD_CBLOCK_READY || b->holds != 0 || b->host == 0 ||
-        (b->dflags & (KVD_CBLOCK_FETCHING | KVD_CBLOCK_WRITING)) ||
-        (!on_disk(c, id) && !(b->dflags & KVD_CBLOCK_NODISK)))
+    if (host_listable(c, id))
+        list_link(c, KVD_CLIST_HOST, id, 0);
+}
+
+/* A block on the recency list that belongs on the host list joins it in
+ * the recency list's order: right behind its more recent neighbour there,
+ * else right before its less recent one, where that one is on the host
+ * list; else as the most recently used. */
+static void hlru_place(kvd__cache_store_t *c, uint32_t id)
+{
+    const kvd__cblock_t *b = B(c, id);
+    uint32_t after = 0;
+
+    hlru_remove(c, id);
+    if (!host_listable(c, id))
         return;
-    list_insert(c, KVD_CLIST_HOST, id, 1);
+    if (b->lru.prev && (B(c, b->lru.prev - 1)->lists & KVD_CLIST_HOST))
+        after = B(c, b->lru.prev - 1)->host; /* its slot + 1: its node + 1 */
+    else if (b->lru.next && (B(c, b->lru.next - 1)->lists & KVD_CLIST_HOST))
+        after = HS(c, B(c, b->lru.next - 1)->host - 1)->hlru.prev;
+    list_link(c, KVD_CLIST_HOST, id, after);
 }
 
 void kvd__cache_touch(kvd__cache_store_t *c, uint32_t id)
@@ -1387,12 +1412,15 @@ void kvd__cache_unhold(kvd__cache_store_t *c, uint32_t id)
 
     if (b->holds > 0)
         b->holds--;
-    if (b->holds > 0)
+    /* held by its record's write alone, a block is used and listed now
+     * (a save's commit): the write is no use of it, and its end leaves it
+     * where it is on the recency list (disk_written) */
+    if (b->holds > ((b->dflags & KVD_CBLOCK_WRITING) != 0))
         return;
     if (b->state == KVD_CBLOCK_READY) {
         list_insert(c, KVD_CLIST_LRU, id, 1); /* just used */
         hlru_touch(c, id);
-    } else if (b->state == KVD_CBLOCK_DEAD && b->first_child == 0)
+    } else if (b->state == KVD_CBLOCK_DEAD && b->holds == 0 && b->first_child == 0)
         release_block(c, id);
 }
 
@@ -1573,7 +1601,15 @@ static void disk_written(void *arg, kvd_status_t st, kvd__disk_loc_t loc)
         c->disk->failed_writes++;
         b->dflags |= KVD_CBLOCK_NODISK;
     }
-    kvd__cache_unhold(c, w->id);
+    if (b->state == KVD_CBLOCK_READY && b->holds == 1 && (b->lists & KVD_CLIST_LRU)) {
+        /* on the recency list where its last use put it (its commit, as a
+         * save leaves a chain: in chain order, whatever order its records
+         * land in); the host list takes it in that order */
+        b->holds = 0;
+        hlru_place(c, w->id);
+    } else {
+        kvd__cache_unhold(c, w->id); /* eviction met it meanwhile: back as just used */
+    }
     free(w);
     c->disk->writing--;
     if (c->disk->written != NULL) /* its host slot may go now */

@@ -52,6 +52,15 @@ static void teardown(void)
     ck_assert_int_eq(system(cmd), 0);
 }
 
+/* The directory's files go (the directory stays). */
+static void empty_dir(void)
+{
+    char cmd[600];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'/*", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
 /* Until every request submitted so far is done. */
 static void drain(void)
 {
@@ -235,6 +244,111 @@ static void check_parents_first(const kvd__cache_store_t *c)
                           p - 1);
     }
 }
+
+/* Chain ch's keys [0, n) saved as a save larger than the host level
+ * streams them (ops_cache.c): every block reserved and filled, and the
+ * records of [0, early) written before the save commits, of which those
+ * of [0, landed) land while the blocks still fill (their host slots let
+ * go); then the commits, the last first, the records of the others
+ * written, and every write in flight lands.  Their ids in ids. */
+static void save_streamed(kvd__cache_store_t *c, uint32_t ch, uint32_t n, uint32_t landed,
+                          uint32_t early, uint32_t *ids)
+{
+    uint32_t i, gen = 0, parent = KVD_CBLOCK_NONE;
+    uint8_t k[KVDT_KEY];
+    char why[200];
+
+    for (i = 0; i < n; i++) {
+        kvdt_key_of(k, ch, i);
+        ck_assert_int_eq(kvd__cache_reserve(c, parent, k, KVDT_KEY, &ids[i], why, sizeof(why)),
+                         KVD_OK);
+        fill_gen(kvd__cache_block_bytes(c, ids[i]), ch, i, &gen);
+        parent = ids[i];
+    }
+    for (i = 0; i < landed; i++)
+        ck_assert_int_eq(kvd__cache_write_early(c, ids[i]), 1);
+    kvd__cache_disk_flush(c);
+    drain();
+    for (i = landed; i < early; i++)
+        ck_assert_int_eq(kvd__cache_write_early(c, ids[i]), 1);
+    kvd__cache_disk_flush(c);
+    for (i = n; i-- > 0;)
+        ck_assert(kvd__cache_commit(c, ids[i]));
+    kvd__cache_disk_flush(c);
+    drain();
+    for (i = 0; i < n; i++)
+        ck_assert_int_eq(kvd__cache_in_host(c, ids[i]), i >= landed);
+}
+
+START_TEST(test_streamed_chain_in_order)
+{
+    /* a chain saved through the host level, its records landing after
+     * its save committed it (the writes held its blocks then), lies in
+     * chain order on both lists, as a save leaves a chain: parents before
+     * their children, its hits one run that a lookup's touch moves in one
+     * step.  Records landing before the commit, after it, and both. */
+    static const uint32_t cases[][2] = {{0, 5}, {3, 6}, {0, 8}, {2, 2}};
+
+    for (uint32_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
+        kvd__cache_store_t c;
+        kvd__hostmem_t hm;
+        uint32_t ids[8], got[8], landed = cases[t][0], early = cases[t][1];
+        uint8_t blob[8 * KVDT_KEY];
+        uint64_t before;
+        int linked = 0;
+
+        open_with(&c, &hm, 64, 640ull * 256, KVD_OK);
+        ck_assert_uint_eq(save_chain(&c, 1, 4, 0), 4);
+        save_streamed(&c, 2, 8, landed, early, ids);
+        check_list_starts(&c, KVD_CLIST_LRU, ids, 8);
+        check_list_starts(&c, KVD_CLIST_HOST, ids + landed, 8 - landed);
+        check_parents_first(&c);
+        ck_assert_uint_eq(save_chain(&c, 3, 4, 0), 4); /* the chain is not the most recent */
+        for (uint32_t i = 0; i < 8; i++)
+            kvdt_key_of(blob + i * KVDT_KEY, 2, i);
+        ck_assert_uint_eq(kvd__cache_lookup_blob(&c, blob, KVDT_KEY, 8, got, &linked), 8);
+        ck_assert_mem_eq(got, ids, sizeof(ids));
+        ck_assert_msg(linked, "case %u: the hits are not one run of the recency list", t);
+        /* a touch: one step on the recency list, each host copy once */
+        before = c.n.relinks;
+        kvd__cache_touch_chain(&c, ids, 8);
+        ck_assert_uint_eq(c.n.relinks - before, 1 + (8 - landed));
+        check_list_starts(&c, KVD_CLIST_LRU, ids, 8);
+        check_list_starts(&c, KVD_CLIST_HOST, ids + landed, 8 - landed);
+        check_chain_bytes(&c, 2, 8, 0);
+        kvd__cache_store_deinit(&c);
+        empty_dir(); /* the next case starts without these records */
+    }
+}
+END_TEST
+
+START_TEST(test_extended_chain_in_order)
+{
+    /* a save that extends a chain present (a conversation's next turn)
+     * leaves it in chain order over its old blocks and its new ones,
+     * whose records land after the save let the old ones go: a lookup's
+     * touch moves it in one step */
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    uint32_t ids[12];
+    uint64_t before;
+
+    open_with(&c, &hm, 64, 640ull * 256, KVD_OK);
+    ck_assert_uint_eq(save_chain(&c, 1, 5, 0), 5);
+    ck_assert_uint_eq(save_chain(&c, 2, 4, 0), 4);
+    ck_assert_uint_eq(save_chain(&c, 1, 12, 0), 7);
+    ck_assert_uint_eq(present(&c, 1, 12, ids), 12);
+    check_list_starts(&c, KVD_CLIST_LRU, ids, 12);
+    check_list_starts(&c, KVD_CLIST_HOST, ids, 12);
+    check_parents_first(&c);
+    ck_assert_uint_eq(save_chain(&c, 3, 4, 0), 4);
+    before = c.n.relinks;
+    kvd__cache_touch_chain(&c, ids, 12);
+    ck_assert_uint_eq(c.n.relinks - before, 1 + 12);
+    check_list_starts(&c, KVD_CLIST_LRU, ids, 12);
+    kvd__cache_store_deinit(&c);
+}
+END_TEST
 
 START_TEST(test_touch_moves_once)
 {
@@ -909,6 +1023,8 @@ static Suite *suite(void)
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_spill_and_reload);
+    tcase_add_test(t, test_streamed_chain_in_order);
+    tcase_add_test(t, test_extended_chain_in_order);
     tcase_add_test(t, test_touch_moves_once);
     tcase_add_test(t, test_many_reads_in_flight);
     tcase_add_test(t, test_dedup_evict_clear);
