@@ -416,6 +416,12 @@ uint32_t kvd__cache_find(const kvd__cache_store_t *c, const uint8_t *key, size_t
     return v ? (uint32_t)v - 1 : KVD_CBLOCK_NONE;
 }
 
+const uint8_t *kvd__cache_key(const kvd__cache_store_t *c, uint32_t id, size_t *klen)
+{
+    *klen = B(c, id)->klen;
+    return key_of(c, id);
+}
+
 static void table_put(uint64_t *table, uint64_t mask, uint64_t h, uint32_t id)
 {
     uint64_t i;

@@ -295,6 +295,8 @@ void *kvd__cache_block_bytes(const kvd__cache_store_t *c, uint32_t id);
 uint64_t kvd__cache_hash(const kvd__cache_store_t *c, const uint8_t *key, size_t klen);
 /* The block of key (filling or ready), or KVD_CBLOCK_NONE. */
 uint32_t kvd__cache_find(const kvd__cache_store_t *c, const uint8_t *key, size_t klen);
+/* Block id's key, its length in *klen. */
+const uint8_t *kvd__cache_key(const kvd__cache_store_t *c, uint32_t id, size_t *klen);
 /* How many of the n keys, from the first, are ready; ids[i] their blocks
  * (ids may be NULL).  Touches them when touch is set. */
 uint32_t kvd__cache_lookup(kvd__cache_store_t *c, const uint8_t *const *keys, const size_t *lens,

@@ -42,7 +42,10 @@ struct kvd__load {
     uint32_t nflags, flag_value;
     uint32_t n;
     int64_t *pages;            /* [n] */
-    uint8_t *keys;             /* [n] of KVD_CACHE_KEY_MAX, NULL for a lease */
+    /* [n] of KVD_CACHE_KEY_MAX: the request's keys, or a lease's blocks'
+     * where the cache has a disk level (load_free finds again by them the
+     * blocks it let go early); else NULL */
+    uint8_t *keys;
     uint8_t *klen;
     kvd__lease_t *lease;        /* the client's until the load runs, then the plan's */
     int lease_taken;
@@ -73,20 +76,34 @@ static uint64_t plan_bytes(uint32_t n, int keys)
                           sizeof(struct load_fetch) + (keys ? KVD_CACHE_KEY_MAX + 1 : 0));
 }
 
+/* The plan goes.  Its blocks go back to the recency and host lists as
+ * one chain, the last first, so that the first is the most recent, as a
+ * lookup's touch leaves a chain: those it holds are let go, the lease's
+ * holds first so that each block's last hold goes in that pass; and where
+ * it let blocks go early (each as its copy ended: in the order the reads
+ * and copies ended), those are touched again in their places, found by
+ * their keys (an id let go may name another block by now).  So the next
+ * lookup of the chain finds it one piece. */
 static void load_free(kvd__load_t *l)
 {
     kvd__cache_store_t *c = &l->cache->store;
     int waiting = l->waiting;
     kvd__conn_t *conn = l->origin.conn;
-    uint32_t held = 0;
+    uint32_t held = 0, id;
 
-    for (uint32_t i = l->n; i-- > 0;) /* the last first */
+    if (l->lease_taken)
+        kvd__lease_end(l->cache, l->lease);
+    for (uint32_t i = l->n; i-- > 0;) {
         if (l->ids[i] != KVD_CBLOCK_NONE) {
             kvd__cache_unhold(c, l->ids[i]);
             held++;
+        } else if (l->let_go > 0 && l->state[i] == B_DONE && l->keys != NULL &&
+                   l->klen[i] > 0 &&
+                   (id = kvd__cache_find(c, l->keys + (size_t)i * KVD_CACHE_KEY_MAX,
+                                         l->klen[i])) != KVD_CBLOCK_NONE) {
+            kvd__cache_touch(c, id);
         }
-    if (l->lease_taken)
-        kvd__lease_end(l->cache, l->lease);
+    }
     if (l->fetching) {
         /* the saves and loads waiting for slots hear of its slots now:
          * while it read, the slots its copies let go took its next reads */
@@ -145,7 +162,10 @@ static void hold(kvd__load_t *l, uint32_t i, uint32_t id)
 kvd_status_t kvd__load_create(kvd__req_t *r, kvd__dataop_t *d, const kvd__load_spec_t *s,
                               kvd__load_t **out)
 {
-    uint64_t held = plan_bytes(s->n, s->keys != NULL);
+    /* a lease's plan may read from disk, and let blocks go early, only
+     * where the cache has a disk level: then it keeps their keys */
+    int keys = s->keys != NULL || (s->lease != NULL && s->cache->store.disk != NULL);
+    uint64_t held = plan_bytes(s->n, keys);
     kvd__load_t *l;
     kvd_status_t st;
 
@@ -158,8 +178,8 @@ kvd_status_t kvd__load_create(kvd__req_t *r, kvd__dataop_t *d, const kvd__load_s
         (l->ids = malloc(s->n * sizeof(*l->ids))) == NULL ||
         (l->state = calloc(s->n, 1)) == NULL ||
         (l->heldq = malloc(s->n * sizeof(*l->heldq))) == NULL ||
-        (s->keys != NULL && ((l->keys = malloc((size_t)s->n * KVD_CACHE_KEY_MAX)) == NULL ||
-                             (l->klen = malloc(s->n)) == NULL))) {
+        (keys && ((l->keys = malloc((size_t)s->n * KVD_CACHE_KEY_MAX)) == NULL ||
+                  (l->klen = malloc(s->n)) == NULL))) {
         if (l != NULL) {
             free(l->pages);
             free(l->ids);
@@ -189,6 +209,15 @@ kvd_status_t kvd__load_create(kvd__req_t *r, kvd__dataop_t *d, const kvd__load_s
     for (uint32_t i = 0; i < s->n && s->keys != NULL; i++) {
         memcpy(l->keys + (size_t)i * KVD_CACHE_KEY_MAX, s->keys[i], s->lens[i]);
         l->klen[i] = (uint8_t)s->lens[i];
+    }
+    for (uint32_t i = 0; i < s->n && s->keys == NULL && keys; i++) { /* the lease holds them */
+        size_t len = 0;
+        const uint8_t *k = s->lease->ids[i] != KVD_CBLOCK_NONE
+                               ? kvd__cache_key(&s->cache->store, s->lease->ids[i], &len)
+                               : NULL;
+        if (len > 0)
+            memcpy(l->keys + (size_t)i * KVD_CACHE_KEY_MAX, k, len);
+        l->klen[i] = (uint8_t)len;
     }
     /* the blocks here now are held from now on: what brings the others
      * cannot evict them */

@@ -69,8 +69,10 @@ int kvd__load_busy(const kvd__load_t *l);
  * flight could free one (EBUSY, naming them: slots held by leases); a
  * block whose record failed its checks is missing, as one no peer holds
  * is.  A plan by lease takes the lease when it waits: the load ends it,
- * whatever the outcome.  The reads and copies started; 0: none to wait
- * for (why kept where some could not start: kvd__load_run names them). */
+ * whatever the outcome.  When the plan ends its chain lies in chain order
+ * on the cache's lists, whatever order its blocks were let go in.  The
+ * reads and copies started; 0: none to wait for (why kept where some
+ * could not start: kvd__load_run names them). */
 uint32_t kvd__load_fetch(kvd__load_t *l);
 
 /* End the plan now, in r's handler: every block must be in the tier

@@ -463,6 +463,127 @@ START_TEST(test_disk_level_fields)
 }
 END_TEST
 
+/* Save keys [0, n) of c, sent again while the disk is behind (EBUSY),
+ * then wait until the disk level holds disk_blocks records. */
+static void save_written(kvd_client_t *cli, uint64_t cache, const kvt_pool_t *p, const chain_t *c,
+                         uint32_t n, uint32_t disk_blocks)
+{
+    kvd_cache_info_t s;
+
+    for (int64_t t0 = kvt_now_ms();; usleep(1000)) {
+        kvd_status_t sv = save(cli, cache, p, c, 0, n, 0, NULL);
+        if (sv == KVD_OK)
+            break;
+        ck_assert_msg(sv == KVD_EBUSY && kvt_now_ms() - t0 < KVT_MS(20000), "save: %s: %s",
+                      kvd_err_name(sv), kvd_client_last_error(cli));
+    }
+    for (int64_t t0 = kvt_now_ms();; usleep(2000)) { /* written through, in the background */
+        KVT_OK(cli, kvd_cache_stats(cli, cache, NULL, &s));
+        if (s.disk.blocks == disk_blocks || kvt_now_ms() - t0 > KVT_MS(20000))
+            break;
+    }
+    ck_assert_uint_eq(s.disk.blocks, disk_blocks);
+}
+
+/* Of keys [0, n) of c, how many a lookup finds on disk only (all n must
+ * be found); with lease, a lease on them taken (*lease). */
+static uint32_t disk_hits(kvd_client_t *cli, uint64_t cache, const chain_t *c, uint32_t n,
+                          uint64_t *lease)
+{
+    kvd_cache_keys_t k = keys_of(c, 0, n);
+    kvd_cache_lookup_result_t r;
+
+    KVT_OK(cli, kvd_cache_lookup(cli, cache, &k, lease != NULL, 0, &r));
+    ck_assert_uint_eq(r.hits, n);
+    if (lease != NULL)
+        *lease = r.lease;
+    return r.disk_hits;
+}
+
+/*
+ * A chain read back from disk lies in chain order (issue 43), its first
+ * block the most recent, as a save or a lookup leaves a chain, whatever
+ * order its reads and copies ended in: the load lets its blocks go as
+ * each copy ends, and lists them again as one chain when it ends.  Shown
+ * through the host list, which gives up host copies from its least
+ * recently used end: a save after the load takes the host copies of the
+ * chain's last blocks, and its first blocks stay in host memory (a lookup
+ * of them counts no disk hit).  By keys, and by a lease.
+ */
+START_TEST(test_reload_in_chain_order)
+{
+    char top[] = "/var/tmp/kvd-cache-reload-XXXXXX", dir[64];
+    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64m", NULL};
+    kvd_client_t *cli;
+    kvd_cache_info_t info;
+    kvd_cache_spec_t s;
+    kvd_cache_load_t ld;
+    kvt_pool_t p;
+    chain_t *c = calloc(5, sizeof(*c));
+    uint64_t rng = 43, lease = 0;
+    int64_t pages[8];
+    kvt_daemon_t d;
+
+    ck_assert_ptr_nonnull(c);
+    ck_assert_ptr_nonnull(mkdtemp(top)); /* on the machine's disk (not a tmpfs /tmp) */
+    snprintf(dir, sizeof(dir), "%s/cache", top);
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
+    KVT_OK(NULL, kvd_client_create(d.socket, "cache-reload", &cli));
+    s = kvt_cache_spec("reload", LAYERS, TPB, TOKEN_BYTES, 8 * BLOCK_BYTES); /* 8 host slots */
+    s.disk_budget_bytes = 1 << 20;
+    KVT_OK(cli, kvd_cache_create(cli, &s, &info));
+    ck_assert_uint_eq(info.capacity, 8);
+    pool_make(cli, &p, 16);
+    for (uint32_t ch = 0; ch < 5; ch++)
+        chain_make(c + ch, ch == 0 ? 8 : ch % 2 ? 8 : 4, NULL, 0, &rng);
+    /* a on disk only: b's blocks took its host copies */
+    save_written(cli, info.id, &p, &c[0], 8, 8);
+    save_written(cli, info.id, &p, &c[1], 8, 16);
+    ck_assert_uint_eq(disk_hits(cli, info.id, &c[0], 8, NULL), 8);
+    /* read back into b's host slots: host memory holds a alone */
+    load_check(cli, info.id, &p, &c[0], 8, 8);
+    /* 4 host copies go: a's last 4, not its first */
+    save_written(cli, info.id, &p, &c[2], 4, 20);
+    ck_assert_uint_eq(disk_hits(cli, info.id, &c[0], 4, NULL), 0);
+    ck_assert_uint_eq(disk_hits(cli, info.id, &c[0], 8, NULL), 4);
+
+    /* again by a lease: a on disk only, leased, loaded by the lease */
+    save_written(cli, info.id, &p, &c[3], 8, 28);
+    ck_assert_uint_eq(disk_hits(cli, info.id, &c[0], 8, &lease), 8);
+    ck_assert_uint_ne(lease, 0);
+    memset(&ld, 0, sizeof(ld));
+    for (uint32_t i = 0; i < 8; i++) {
+        pages[i] = 8 + i;
+        page_poison(&p, 8 + i);
+    }
+    ld.cache = info.id;
+    ld.pool = p.info.id;
+    ld.lease = lease;
+    ld.blocks.values = pages;
+    ld.blocks.count = 8;
+    KVT_OK(cli, kvd_cache_load(cli, &ld, NULL, NULL));
+    for (uint32_t i = 0; i < 8; i++)
+        ck_assert_msg(kvt_page_holds(&p, 8 + i, c[0].keys[i]), "block %u came back wrong", i);
+    ck_assert_uint_eq(stats(cli, info.id).leases, 0);
+    save_written(cli, info.id, &p, &c[4], 4, 32);
+    ck_assert_uint_eq(disk_hits(cli, info.id, &c[0], 4, NULL), 0);
+    ck_assert_uint_eq(disk_hits(cli, info.id, &c[0], 8, NULL), 4);
+
+    kvt_pool_free(cli, &p);
+    KVT_OK(cli, kvd_cache_drop(cli, info.id, NULL));
+    kvd_client_destroy(&cli);
+    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
+    {
+        const char *rm[] = {"/bin/rm", "-rf", top, NULL};
+        char *o = NULL, *e = NULL;
+        ck_assert_int_eq(kvt_run(rm, &o, &e, 20000), 0);
+        free(o);
+        free(e);
+    }
+    free(c);
+}
+END_TEST
+
 /* ---- save, lookup, load --------------------------------------------------------- */
 
 START_TEST(test_save_lookup_load)
@@ -1549,6 +1670,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_create_and_manage);
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_disk_level_fields);
+    tcase_add_test(tc, test_reload_in_chain_order);
     tcase_add_test(tc, test_save_lookup_load);
     tcase_add_test(tc, test_lookup_first_missing);
     tcase_add_test(tc, test_mla_and_key_forms);
