@@ -620,11 +620,18 @@ static void hlru_place(kvd__cache_store_t *c, uint32_t id)
     list_link(c, KVD_CLIST_HOST, id, after);
 }
 
+/* Nothing holds b but its record's write, which is no use of it: it may
+ * move on the recency list (kvd__cache_unhold listed it). */
+static inline int unheld(const kvd__cblock_t *b)
+{
+    return b->holds == ((b->dflags & KVD_CBLOCK_WRITING) != 0);
+}
+
 void kvd__cache_touch(kvd__cache_store_t *c, uint32_t id)
 {
     kvd__cblock_t *b = B(c, id);
 
-    if (b->state == KVD_CBLOCK_READY && b->holds == 0) {
+    if (b->state == KVD_CBLOCK_READY && unheld(b)) {
         list_insert(c, KVD_CLIST_LRU, id, 1);
         hlru_touch(c, id);
     }
@@ -643,6 +650,7 @@ struct kvd__cache_ahead {
     uint64_t data; /* of held, the blocks' bytes (the rest: their entries) */
     uint32_t nblocks;
     int ready;
+    int needed; /* a request waits for it: a failure is said to the next */
     void *ptr, *handle;
 };
 
@@ -725,16 +733,19 @@ static void ahead_done(void *arg, kvd_status_t st, void *ptr, void *handle)
     uint32_t n = st == KVD_OK ? a->nblocks : 0;
 
     if (c == NULL || st != KVD_OK) {
-        if (st == KVD_OK)
-            a->mem.free(a->mem.ctx, handle);
-        slab_unreserve(a->hm, a->held, a->data);
-        if (c != NULL) { /* it failed: the next reserve that needs it hears so */
+        if (st == KVD_OK) /* let go of meanwhile: freed as a slab is */
+            slab_give_back(&a->mem, a->hm, handle, a->held, a->data);
+        else
+            slab_unreserve(a->hm, a->held, a->data);
+        if (c != NULL) {
             c->held_bytes -= a->held;
             c->ahead = NULL;
-            c->ahead_failed = st;
-            snprintf(c->ahead_why, sizeof(c->ahead_why), "the cache's next slab of %llu "
-                     "bytes could not be made (%s)", (unsigned long long)a->data,
-                     kvd_strerror(st));
+            if (a->needed) { /* the request that waits for it hears why */
+                c->ahead_failed = st;
+                snprintf(c->ahead_why, sizeof(c->ahead_why), "the cache's next slab of %llu "
+                         "bytes could not be made (%s)", (unsigned long long)a->data,
+                         kvd_strerror(st));
+            }
         }
         free(a);
     } else {
@@ -847,6 +858,7 @@ static kvd_status_t slab_add(kvd__cache_store_t *c, char *why, size_t why_len)
         }
         if ((st = slab_ahead(c, why, why_len)) != KVD_OK)
             return st;
+        c->ahead->needed = 1;
         snprintf(why, why_len, "the cache's next slab of host memory is being made");
         return KVD_EBUSY;
     }
@@ -1046,7 +1058,7 @@ void kvd__cache_touch_chain(kvd__cache_store_t *c, const uint32_t *ids, uint32_t
         return;
     for (i = 0; i < n; i++) {
         const kvd__cblock_t *b = B(c, ids[i]);
-        if (!(b->lists & KVD_CLIST_LRU) || b->holds != 0 ||
+        if (!(b->lists & KVD_CLIST_LRU) || !unheld(b) ||
             (i + 1 < n && b->lru.next != ids[i + 1] + 1))
             break;
     }
@@ -1076,7 +1088,7 @@ void kvd__cache_touch_run(kvd__cache_store_t *c, uint32_t first, uint32_t n)
 /* Whether entry b (not held, on the recency list) may move with a piece. */
 static inline int movable(const kvd__cblock_t *b)
 {
-    return (b->lists & KVD_CLIST_LRU) && b->holds == 0;
+    return (b->lists & KVD_CLIST_LRU) && unheld(b);
 }
 
 /*
@@ -1313,8 +1325,10 @@ static kvd_status_t take_slot(kvd__cache_store_t *c, char *why, size_t why_len)
 
     if (c->nfree > 0 || (st = slab_add(c, why, why_len)) == KVD_OK)
         return KVD_OK;
-    if (kvd__cache_growing(c)) /* under its budget: it grows rather than evicts */
-        return KVD_EBUSY;
+    /* under its budget it grows rather than lose a block; a host copy
+     * already on disk loses nothing (kvd__cache_prepare waits instead) */
+    if (kvd__cache_growing(c))
+        return c->disk != NULL && host_evict_one(c) == KVD_OK ? KVD_OK : KVD_EBUSY;
     if ((c->disk != NULL ? host_evict_one(c) : evict_one(c)) == KVD_OK)
         return KVD_OK;
     if (c->nslabs == 0) /* no room for a first slab: the host-memory budget's why */
@@ -1498,7 +1512,10 @@ uint32_t kvd__cache_clear(kvd__cache_store_t *c)
         if (c->slabs[kvd__cache_slab_of(c, c->free_ids[i])].ptr != NULL)
             c->free_ids[k++] = c->free_ids[i];
     c->nfree = k;
-    ahead_drop(c); /* the cache gives its memory back: none kept ahead */
+    /* the cache gives its memory back, but for a slab on its way: a
+     * request may wait for it */
+    if (c->ahead != NULL && c->ahead->ready)
+        ahead_drop(c);
     return n;
 }
 
@@ -1917,6 +1934,38 @@ void kvd__cache_grow(kvd__cache_store_t *c)
 
     if (c->mem.alloc_ahead != NULL && c->nfree == 0)
         (void)slab_ahead(c, why, sizeof(why));
+}
+
+kvd_status_t kvd__cache_prepare(kvd__cache_store_t *c, uint32_t need, char *why, size_t why_len)
+{
+    char ignored[160];
+
+    if (c->mem.alloc_ahead == NULL)
+        return KVD_OK; /* slabs are made when a reserve needs them */
+    if (need > c->capacity)
+        need = c->capacity;
+    while (c->nfree < need) {
+        kvd_status_t st = c->ahead_failed;
+
+        if (st != KVD_OK) { /* the slab it waited for failed */
+            c->ahead_failed = KVD_OK;
+            snprintf(why, why_len, "%s", c->ahead_why);
+            return st;
+        }
+        if (c->ahead != NULL && c->ahead->ready) {
+            if ((st = slab_add(c, why, why_len)) == KVD_EBUSY)
+                return st; /* it was of another size: the right one is on its way */
+            if (st != KVD_OK)
+                return KVD_OK; /* the reserves evict, or say why */
+            continue;
+        }
+        if (c->ahead == NULL && slab_ahead(c, ignored, sizeof(ignored)) != KVD_OK)
+            return KVD_OK; /* at its budget, or the daemon's is full: reserves evict */
+        c->ahead->needed = 1;
+        snprintf(why, why_len, "the cache's next slab of host memory is being made");
+        return KVD_EBUSY;
+    }
+    return KVD_OK;
 }
 
 int kvd__cache_growing(const kvd__cache_store_t *c)

@@ -413,6 +413,16 @@ uint64_t kvd__cache_disk_writing(const kvd__cache_store_t *c);
  * its peers, whose pulls do not wait. */
 void kvd__cache_grow(kvd__cache_store_t *c);
 
+/* Room for need new blocks without evicting (at most the capacity):
+ * where the free slots fall short and the cache is under its budget, the
+ * slab made ahead is added and the next one started.  KVD_EBUSY (why)
+ * while a slab it needs is on its way: the caller waits for the grown
+ * hook, then asks again; the failure of the slab it waited for, once
+ * (why); else KVD_OK, the reserves evicting for what is still short.
+ * For requests that reserve many blocks at once, and pulls that cannot
+ * wait in the middle. */
+kvd_status_t kvd__cache_prepare(kvd__cache_store_t *c, uint32_t need, char *why, size_t why_len);
+
 /* A slab is being made off the caller's thread (kvd__cache_mem_t's
  * alloc_ahead): a reserve refused with KVD_EBUSY now finds room once the
  * grown hook has run. */

@@ -2202,6 +2202,19 @@ static kvd_status_t do_save(kvd__req_t *r, kvd__dataop_t *d)
                             1)) != KVD_OK ||
         (st = kvd__choose_path(r, d, p->kind, KVD_MEM_HOST, 0, 0)) != KVD_OK)
         return st;
+    /* a save that reaches into slabs not made yet waits for them here,
+     * before it takes a block, rather than at each slab it crosses */
+    if (c->nfree < ks.n && c->nslabs < c->nslabs_max &&
+        (k->waiters.head == NULL || r->replayed)) {
+        uint32_t fresh = 0;
+
+        for (i = 0; i < ks.n; i++)
+            fresh += kvd__cache_find(c, ks.k[i], ks.len[i]) == KVD_CBLOCK_NONE;
+        if ((st = kvd__cache_prepare(c, fresh, why, sizeof(why))) == KVD_EBUSY)
+            return wait_for_slots(r, k, fresh < c->capacity ? fresh : c->capacity, why);
+        if (st != KVD_OK)
+            return kvd__req_fail(r, st, "cache '%s': %s", k->name, why);
+    }
     if ((st = cacheop_new(r, d, k, ks.n + (parent != KVD_CBLOCK_NONE), save_finish)) != KVD_OK)
         return st;
     op = d->ext;
@@ -2221,8 +2234,7 @@ static kvd_status_t do_save(kvd__req_t *r, kvd__dataop_t *d)
         } else if (k->waiters.head != NULL && !r->replayed) {
             /* the slots freed next are theirs: it waits behind them */
             return wait_for_slots(r, k, ks.n - i < c->capacity ? ks.n - i : c->capacity,
-                                  "saves sent before it wait for host memory that the disk "
-                                  "writes in flight hold");
+                                  "saves sent before it wait for host slots");
         } else if ((refusal = kvd__cache_reserve(c, parent, ks.k[i], ks.len[i], &id, why,
                                                  sizeof(why))) == KVD_OK) {
             op->is_new[op->n] = 1;
@@ -2400,6 +2412,8 @@ static kvd_status_t do_load(kvd__req_t *r, kvd__dataop_t *d)
      * load waits behind the requests waiting for them, and waits itself
      * where no read could start while disk writes in flight hold them */
     if (c->disk != NULL && (disk_only = kvd__load_disk_only(plan)) > 0) {
+        char why[200];
+
         /* more than the host level holds are read through it a part at a
          * time: it waits for no more slots than that */
         if (disk_only > c->capacity)
@@ -2407,7 +2421,13 @@ static kvd_status_t do_load(kvd__req_t *r, kvd__dataop_t *d)
         if (k->waiters.head != NULL && !r->replayed) {
             kvd__load_destroy(&plan);
             return wait_for_slots(r, k, disk_only, "saves and loads sent before it wait for "
-                                  "host memory that the disk writes in flight hold");
+                                  "host slots");
+        }
+        if ((st = kvd__cache_prepare(c, disk_only, why, sizeof(why))) != KVD_OK) {
+            kvd__load_destroy(&plan);
+            if (st == KVD_EBUSY) /* reads take host slots: its slabs first */
+                return wait_for_slots(r, k, disk_only, why);
+            return kvd__req_fail(r, st, "cache '%s': %s", k->name, why);
         }
         if (kvd__load_fetch(plan) > 0) {
             r->deferred = 1;
@@ -2427,12 +2447,14 @@ static kvd_status_t do_load(kvd__req_t *r, kvd__dataop_t *d)
         uint32_t missing = kvd__load_missing(plan);
         char why[200];
 
-        /* pulls take host slots and do not wait: where the slab they need
-         * is still being made, the load waits for it first */
-        if (kvd__cache_growing(c) && c->nfree < missing) {
+        /* pulls take host slots and cannot wait in the middle: the load
+         * waits first for the slabs they need */
+        if ((st = kvd__cache_prepare(c, missing, why, sizeof(why))) != KVD_OK) {
             kvd__load_destroy(&plan);
-            return wait_for_slots(r, k, missing < c->capacity ? missing : c->capacity,
-                                  "the cache's next slab of host memory is being made");
+            if (st == KVD_EBUSY)
+                return wait_for_slots(r, k, missing < c->capacity ? missing : c->capacity,
+                                      why);
+            return kvd__req_fail(r, st, "cache '%s': %s", k->name, why);
         }
         memset(&ask, 0, sizeof(ask));
         ask.cache = k;

@@ -722,6 +722,39 @@ START_TEST(test_cache_slab_off_loop)
 }
 END_TEST
 
+/* Saves that each reach past the slabs made so far (8-byte blocks: slabs
+ * of 65,536) wait for the next slab and store every block, the first save
+ * into the new cache included. */
+START_TEST(test_save_across_slabs)
+{
+    const char *extra[] = {"--host-memory-budget", "256M", NULL};
+    const uint32_t big = 65536;
+    kvt_daemon_t d;
+    kvd_client_t *cli;
+    kvt_pool_t p;
+    kvd_cache_lookup_result_t res;
+    uint64_t cache, *keys;
+
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
+    KVT_OK(NULL, kvd_client_create(d.socket, "across", &cli));
+    cache = cache_make(cli, "across", 3 * big);
+    kvt_pool_make(cli, &p, "ap", 1, big, BLOCK, true, 1);
+    save_chain(cli, cache, p.info.id, 1, 1000, 0); /* stored: every one */
+    save_chain(cli, cache, p.info.id, 1001, big, 1000);
+    save_chain(cli, cache, p.info.id, 1001 + big, big, 1000 + big);
+    for (uint32_t part = 0; part < 2; part++) {
+        keys = key_range(1001 + (uint64_t)part * big, big);
+        KVT_OK(cli, lookup(cli, cache, keys, big, false, &res));
+        ck_assert_uint_eq(res.hits, big);
+        free(keys);
+    }
+    ck_assert_uint_ge(host_kind(cli, "cache"), 3ull * big * BLOCK);
+    kvt_pool_free(cli, &p);
+    kvd_client_destroy(&cli);
+    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 /* A lookup that finds a block twice in its chain is refused. */
 START_TEST(test_lookup_repeated_key)
 {
@@ -1048,6 +1081,7 @@ static Suite *budget_suite(void)
     tcase_add_test(tc, test_evict_cost);
     tcase_add_test(tc, test_pools_off_loop);
     tcase_add_test(tc, test_cache_slab_off_loop);
+    tcase_add_test(tc, test_save_across_slabs);
     tcase_add_test(tc, test_lookup_repeated_key);
     tcase_add_test(tc, test_cache_supplementary_groups);
     tcase_add_test(tc, test_accounting_under_load);

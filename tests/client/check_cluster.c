@@ -489,6 +489,18 @@ START_TEST(test_found_and_pulled)
         free(out);
         free(err);
     }
+    {
+        /* B's tier cleared gives its slab back: the next load pulls again,
+         * once the slab the pulls need is made (pulls cannot wait) */
+        kvd_cache_evict_result_t ev;
+
+        KVT_OK(nodes[1].cli, kvd_cache_evict(nodes[1].cli, nodes[1].cache, NULL, true, &ev));
+        ck_assert_uint_eq(ev.evicted, 64);
+        poison(&pb);
+        KVT_OK(nodes[1].cli, load(&nodes[1], &pb, keys, 64));
+        for (uint32_t i = 0; i < 64; i++)
+            ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "block %u pulled again differs", i);
+    }
 
     /* a chain split over A (first half) and C (second): B pulls from both */
     chain(keys2, 64, 2);
@@ -501,7 +513,7 @@ START_TEST(test_found_and_pulled)
     for (uint32_t i = 0; i < 64; i++)
         ck_assert_msg(kvt_page_holds(&pb, i, keys2[i]), "block %u of the split chain differs", i);
     KVT_OK(nodes[1].cli, kvd_daemon_status(nodes[1].cli, s, NULL, 0));
-    ck_assert_uint_eq(s->cluster.blocks_fetched, 128);
+    ck_assert_uint_eq(s->cluster.blocks_fetched, 192);
     KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
     ck_assert_uint_ge(s->cluster.blocks_served, 64);
     ck_assert_uint_eq(s->cluster.inbound, 2);

@@ -885,6 +885,77 @@ START_TEST(test_slab_ahead_outlived)
 }
 END_TEST
 
+START_TEST(test_slab_prepare)
+{
+    /* room made for a request's blocks before it takes one: slabs added
+     * as they come, the next started, up to the budget */
+    const uint32_t per = 65536, cap = 3 * per + 1000;
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    uint32_t next = 0;
+    char why[200];
+
+    make_ahead(&c, &hm, cap, 1ull << 30);
+    ck_assert_int_eq(kvd__cache_prepare(&c, 70000, why, sizeof(why)), KVD_EBUSY);
+    ck_assert_ptr_nonnull(strstr(why, "being made"));
+    end_ahead(0, KVD_OK);
+    ck_assert_int_eq(kvd__cache_prepare(&c, 70000, why, sizeof(why)), KVD_EBUSY);
+    ck_assert_uint_eq(c.nslabs, 1); /* the first added, the second on its way */
+    ck_assert_int_eq(ahead.n, 2);
+    end_ahead(1, KVD_OK);
+    ck_assert_int_eq(kvd__cache_prepare(&c, 70000, why, sizeof(why)), KVD_OK);
+    ck_assert_uint_eq(c.nslabs, 2);
+    ck_assert_uint_ge(c.nfree, 70000);
+    fill_to(&c, 0, &next, 70000); /* no reserve waits */
+    /* more than the budget holds: what it can, then OK (reserves evict) */
+    ck_assert_int_eq(kvd__cache_prepare(&c, 2 * cap, why, sizeof(why)), KVD_EBUSY);
+    end_ahead(2, KVD_OK);
+    ck_assert_int_eq(kvd__cache_prepare(&c, 2 * cap, why, sizeof(why)), KVD_EBUSY);
+    end_ahead(3, KVD_OK);
+    ck_assert_int_eq(kvd__cache_prepare(&c, 2 * cap, why, sizeof(why)), KVD_OK);
+    ck_assert_uint_eq(c.nslabs, 4);
+    ck_assert_int_eq(ahead.n, 4);
+    ck_assert_int_eq(sync_allocs, 0);
+    kvd__cache_store_deinit(&c);
+    ck_assert_uint_eq(kvd__hostmem_left(&hm), 1ull << 30);
+
+    /* the slab it waited for failed: said once, then tried again */
+    make_ahead(&c, &hm, cap, 1ull << 30);
+    ck_assert_int_eq(kvd__cache_prepare(&c, 10, why, sizeof(why)), KVD_EBUSY);
+    end_ahead(0, KVD_ENOMEM);
+    ck_assert_int_eq(kvd__cache_prepare(&c, 10, why, sizeof(why)), KVD_ENOMEM);
+    ck_assert_ptr_nonnull(strstr(why, "could not be made"));
+    ck_assert_int_eq(kvd__cache_prepare(&c, 10, why, sizeof(why)), KVD_EBUSY);
+    end_ahead(1, KVD_OK);
+    ck_assert_int_eq(kvd__cache_prepare(&c, 10, why, sizeof(why)), KVD_OK);
+    /* one started ahead of need that fails is said to nobody */
+    ck_assert_int_eq(ahead.n, 3);
+    end_ahead(2, KVD_ENOMEM);
+    ck_assert_int_eq(c.ahead_failed, KVD_OK);
+    kvd__cache_store_deinit(&c);
+
+    /* a clear keeps the slab on its way (a request waits for it) and
+     * gives back the rest */
+    make_ahead(&c, &hm, cap, 1ull << 30);
+    next = 0;
+    ck_assert_int_eq(kvd__cache_prepare(&c, 1, why, sizeof(why)), KVD_EBUSY);
+    end_ahead(0, KVD_OK);
+    fill_to(&c, 0, &next, 1);
+    ck_assert(kvd__cache_growing(&c)); /* the second */
+    ck_assert_uint_eq(kvd__cache_clear(&c), 1);
+    ck_assert_uint_eq(c.nslabs, 0);
+    ck_assert(kvd__cache_growing(&c));
+    end_ahead(1, KVD_OK);
+    next = 0;
+    fill_to(&c, 0, &next, 1); /* into it */
+    ck_assert_uint_eq(c.nslabs, 1);
+    ck_assert_int_eq(sync_allocs, 0);
+    kvd__cache_store_deinit(&c);
+    end_ahead(2, KVD_OK);
+    ck_assert_uint_eq(kvd__hostmem_left(&hm), 1ull << 30);
+}
+END_TEST
+
 START_TEST(test_clear_many_slabs)
 {
     /* clearing frees every block of every slab at once: the free list has
@@ -994,6 +1065,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, test_key_width_grows);
     tcase_add_test(tc, test_slab_ahead);
     tcase_add_test(tc, test_slab_ahead_outlived);
+    tcase_add_test(tc, test_slab_prepare);
     suite_add_tcase(s, tc);
     return s;
 }
