@@ -20,8 +20,10 @@
  * end in its stream's order, so its completion thread takes them in turn.
  *
  * A host-to-device transfer whose runs average under 32 KiB goes in one
- * part: threads issuing small host-to-device runs at once lowered the
- * rate and slowed compute beside them (tests/bench/RESULTS.md).
+ * part, on the class's first worker whatever the transfers before it:
+ * two streams of small host-to-device runs in flight at once slow a
+ * decode step beside them by a fifth, one stream by a twentieth
+ * (tests/bench/RESULTS.md).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +53,7 @@ struct ce_group {
     kvd__job_t *job;
     uint32_t flags;       /* of its launches: the copy engines, maybe one call a run */
     int nparts;
+    int one_stream; /* small host-to-device runs: always the first worker */
     int to_issue; /* atomic: parts not yet issued */
     cudaEvent_t end;      /* recorded after every part (for the job after it) */
     cudaEvent_t wait_end; /* the end of the job before it, or NULL */
@@ -151,11 +154,12 @@ static void group_done(ce_group_t *g)
 /* Queue g's parts on its class's workers (under cb->ce_mu). */
 static void dispatch(cuda_backend_t *cb, ce_group_t *g)
 {
-    int sc = g->job->sclass, first = cb->ce_next[sc], i;
+    int sc = g->job->sclass, first = g->one_stream ? 0 : cb->ce_next[sc], i;
     ce_worker_t *ws = cb->ce[sc];
 
     /* spread over the workers, starting where the last job stopped */
-    cb->ce_next[sc] = (first + g->nparts) % cb->ce_threads;
+    if (!g->one_stream)
+        cb->ce_next[sc] = (first + g->nparts) % cb->ce_threads;
     for (i = 0; i < g->nparts; i++) {
         ce_worker_t *w = &ws[(first + i) % cb->ce_threads];
         ce_part_t *p = &g->parts[i];
@@ -368,18 +372,20 @@ kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd__job_t *job)
     const kvd_transfer_args_t *a = &job->a.transfer;
     size_t esize = a->idx_dtype == KVD_DTYPE_I64 ? 8 : 4;
     int64_t rows = a->count, per;
-    int n, i;
+    int n, i, small;
     ce_group_t *g;
     kvd_status_t st;
 
     if ((st = workers_of(cb, job->sclass, job->detail, sizeof(job->detail))) != KVD_OK)
         return st;
+    small = small_h2d_runs(a);
     n = rows / MIN_PART_ROWS < cb->ce_threads ? (int)(rows / MIN_PART_ROWS) : cb->ce_threads;
-    if (n < 1 || (n > 1 && small_h2d_runs(a)))
+    if (n < 1 || small)
         n = 1;
     g = calloc(1, sizeof(*g) + (size_t)n * sizeof(ce_part_t));
     if (g == NULL)
         return KVD_ENOMEM;
+    g->one_stream = small;
     g->cb = cb;
     g->job = job;
     g->flags = kvd__cuda_copy_flags(cb, a, job->flags);
