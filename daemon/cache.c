@@ -601,23 +601,34 @@ static void hlru_touch(kvd__cache_store_t *c, uint32_t id)
         list_link(c, KVD_CLIST_HOST, id, 0);
 }
 
+/* How far hlru_place looks along the recency list for a neighbour on the
+ * host list: a chain's records land in bursts, a few blocks at a time. */
+#define PLACE_STEPS 32
+
+/* Where block b goes on the host list to keep the recency list's order
+ * (list_link's after): right behind the nearest more recent block there,
+ * else right before the nearest less recent one, each looked for a few
+ * steps away; else at the head. */
+static uint32_t host_place(const kvd__cache_store_t *c, const kvd__cblock_t *b)
+{
+    uint32_t k, e;
+
+    for (k = 0, e = b->lru.prev; e && k < PLACE_STEPS; k++, e = B(c, e - 1)->lru.prev)
+        if (B(c, e - 1)->lists & KVD_CLIST_HOST)
+            return B(c, e - 1)->host; /* its slot + 1: its node + 1 */
+    for (k = 0, e = b->lru.next; e && k < PLACE_STEPS; k++, e = B(c, e - 1)->lru.next)
+        if (B(c, e - 1)->lists & KVD_CLIST_HOST)
+            return HS(c, B(c, e - 1)->host - 1)->hlru.prev;
+    return 0;
+}
+
 /* A block on the recency list that belongs on the host list joins it in
- * the recency list's order: right behind its more recent neighbour there,
- * else right before its less recent one, where that one is on the host
- * list; else as the most recently used. */
+ * the recency list's order (host_place). */
 static void hlru_place(kvd__cache_store_t *c, uint32_t id)
 {
-    const kvd__cblock_t *b = B(c, id);
-    uint32_t after = 0;
-
     hlru_remove(c, id);
-    if (!host_listable(c, id))
-        return;
-    if (b->lru.prev && (B(c, b->lru.prev - 1)->lists & KVD_CLIST_HOST))
-        after = B(c, b->lru.prev - 1)->host; /* its slot + 1: its node + 1 */
-    else if (b->lru.next && (B(c, b->lru.next - 1)->lists & KVD_CLIST_HOST))
-        after = HS(c, B(c, b->lru.next - 1)->host - 1)->hlru.prev;
-    list_link(c, KVD_CLIST_HOST, id, after);
+    if (host_listable(c, id))
+        list_link(c, KVD_CLIST_HOST, id, host_place(c, B(c, id)));
 }
 
 /* Nothing holds b but its record's write, which is no use of it: it may

@@ -379,6 +379,33 @@ START_TEST(test_touch_moves_once)
 }
 END_TEST
 
+START_TEST(test_touch_while_writing)
+{
+    /* a chain used while its records are still being written: the use
+     * counts (the write is no use of it), so once they land the chain is
+     * the most recent, in chain order */
+    kvd__cache_store_t c;
+    kvd__hostmem_t hm;
+    uint32_t ids[6], gen = 0;
+
+    open_with(&c, &hm, 64, 640ull * 256, KVD_OK);
+    ck_assert_uint_eq(kvdt_save_chain(&c, 1, 6, fill_gen, &gen, 1), 6);
+    kvd__cache_disk_flush(&c);
+    ck_assert_uint_eq(kvdt_save_chain(&c, 2, 4, fill_gen, &gen, 1), 4);
+    kvd__cache_disk_flush(&c);
+    ck_assert_uint_gt(kvd__cache_disk_writing(&c), 0);
+    ck_assert_uint_eq(present(&c, 1, 6, ids), 6);
+    kvd__cache_touch_chain(&c, ids, 6);
+    check_list_starts(&c, KVD_CLIST_LRU, ids, 6);
+    drain();
+    ck_assert_uint_eq(kvd__cache_disk_writing(&c), 0);
+    check_list_starts(&c, KVD_CLIST_LRU, ids, 6);
+    check_list_starts(&c, KVD_CLIST_HOST, ids, 6);
+    check_parents_first(&c);
+    kvd__cache_store_deinit(&c);
+}
+END_TEST
+
 static int fetch_failed;
 
 static void on_fetch_count(void *arg, kvd_status_t st)
@@ -1026,6 +1053,7 @@ static Suite *suite(void)
     tcase_add_test(t, test_streamed_chain_in_order);
     tcase_add_test(t, test_extended_chain_in_order);
     tcase_add_test(t, test_touch_moves_once);
+    tcase_add_test(t, test_touch_while_writing);
     tcase_add_test(t, test_many_reads_in_flight);
     tcase_add_test(t, test_dedup_evict_clear);
     tcase_add_test(t, test_held_disk_blocks_stay);
