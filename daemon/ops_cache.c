@@ -75,10 +75,13 @@ void kvd__cache_slots_freed(kvd__cache_t *k, uint32_t n)
 }
 
 /* The cache's next slab came (n slots; 0: it failed): the requests waiting
- * for host slots run again. */
+ * for host slots run again, whatever they need (one that needs more adds
+ * this slab and starts the next). */
 static void cache_grown(void *arg, uint32_t n)
 {
-    kvd__cache_slots_freed(arg, n);
+    kvd__cache_t *k = arg;
+
+    kvd__waitq_freed(&k->waiters, n, 1);
 }
 
 /* A record's write ended: the host slot its block held may be taken, which
