@@ -1949,8 +1949,6 @@ void kvd__cache_grow(kvd__cache_store_t *c)
 
 kvd_status_t kvd__cache_prepare(kvd__cache_store_t *c, uint32_t need, char *why, size_t why_len)
 {
-    char ignored[160];
-
     if (c->mem.alloc_ahead == NULL)
         return KVD_OK; /* slabs are made when a reserve needs them */
     if (need > c->capacity)
@@ -1963,18 +1961,10 @@ kvd_status_t kvd__cache_prepare(kvd__cache_store_t *c, uint32_t need, char *why,
             snprintf(why, why_len, "%s", c->ahead_why);
             return st;
         }
-        if (c->ahead != NULL && c->ahead->ready) {
-            if ((st = slab_add(c, why, why_len)) == KVD_EBUSY)
-                return st; /* it was of another size: the right one is on its way */
-            if (st != KVD_OK)
-                return KVD_OK; /* the reserves evict, or say why */
-            continue;
-        }
-        if (c->ahead == NULL && slab_ahead(c, ignored, sizeof(ignored)) != KVD_OK)
+        if ((st = slab_add(c, why, why_len)) == KVD_EBUSY)
+            return st; /* one on its way */
+        if (st != KVD_OK)
             return KVD_OK; /* at its budget, or the daemon's is full: reserves evict */
-        c->ahead->needed = 1;
-        snprintf(why, why_len, "the cache's next slab of host memory is being made");
-        return KVD_EBUSY;
     }
     return KVD_OK;
 }

@@ -512,8 +512,7 @@ static uint32_t disk_hits(kvd_client_t *cli, uint64_t cache, const chain_t *c, u
  */
 START_TEST(test_reload_in_chain_order)
 {
-    char top[] = "/var/tmp/kvd-cache-reload-XXXXXX", dir[64];
-    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64m", NULL};
+    char top[64], dir[64];
     kvd_client_t *cli;
     kvd_cache_info_t info;
     kvd_cache_spec_t s;
@@ -525,9 +524,7 @@ START_TEST(test_reload_in_chain_order)
     kvt_daemon_t d;
 
     ck_assert_ptr_nonnull(c);
-    ck_assert_ptr_nonnull(mkdtemp(top)); /* on the machine's disk (not a tmpfs /tmp) */
-    snprintf(dir, sizeof(dir), "%s/cache", top);
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
+    kvt_disk_daemon_start(&d, top, dir, "64m");
     KVT_OK(NULL, kvd_client_create(d.socket, "cache-reload", &cli));
     s = kvt_cache_spec("reload", LAYERS, TPB, TOKEN_BYTES, 8 * BLOCK_BYTES); /* 8 host slots */
     s.disk_budget_bytes = 1 << 20;
@@ -572,14 +569,7 @@ START_TEST(test_reload_in_chain_order)
     kvt_pool_free(cli, &p);
     KVT_OK(cli, kvd_cache_drop(cli, info.id, NULL));
     kvd_client_destroy(&cli);
-    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
-    {
-        const char *rm[] = {"/bin/rm", "-rf", top, NULL};
-        char *o = NULL, *e = NULL;
-        ck_assert_int_eq(kvt_run(rm, &o, &e, 20000), 0);
-        free(o);
-        free(e);
-    }
+    kvt_disk_daemon_stop(&d, top);
     free(c);
 }
 END_TEST
