@@ -162,10 +162,12 @@ kvd_status_t kvd__memfd_create(const char *label, uint64_t bytes, int *fd, void 
 kvd_status_t kvd__memfd_map(int fd, uint64_t bytes, void **ptr, uint64_t *map_bytes, char *why,
                             size_t why_len);
 
-/* Whether transfer a's runs average under bytes: rows consecutive on both
- * sides form one run where each side's rows lie packed (slot stride the
- * row); otherwise each row is a run.  The indices must be host-readable. */
-int kvd__runs_under(const kvd_transfer_args_t *a, uint64_t bytes);
+/* How many of transfer a's pairs from pair `from` on make at most max_runs
+ * runs, whole runs only (at least one pair while any is left): pairs
+ * consecutive on both sides form one run where each side's rows lie packed
+ * (slot stride the row); otherwise each pair is a run.  The indices must
+ * be host-readable. */
+int64_t kvd__rows_of_runs(const kvd_transfer_args_t *a, int64_t from, int64_t max_runs);
 
 /* Run job's kernel (cuda: on launch's stream; else the CPU reference),
  * adding the indices it skipped as out of range to *oob. */

@@ -42,6 +42,7 @@ typedef CUresult (*pfn_granularity_t)(size_t *, const CUmemAllocationProp *,
                                       CUmemAllocationGranularity_flags);
 typedef CUresult (*pfn_addr_range_t)(CUdeviceptr *, size_t *, CUdeviceptr);
 typedef CUresult (*pfn_write_value32_t)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+typedef CUresult (*pfn_wait_value32_t)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
 typedef struct driver_api {
     pfn_mem_create_t mem_create;
@@ -56,6 +57,7 @@ typedef struct driver_api {
     pfn_granularity_t granularity;
     pfn_addr_range_t addr_range;
     pfn_write_value32_t write_value32; /* cache loads' layer flags */
+    pfn_wait_value32_t wait_value32;   /* copy workers' gates (cuda_copy.c) */
     int vmm; /* every VMM entry point was found */
 } driver_api_t;
 
@@ -174,13 +176,9 @@ void kvd__cuda_staging_release(cuda_backend_t *cb);
  * the workers. */
 kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd__job_t *job);
 void kvd__cuda_copy_stop(cuda_backend_t *cb);
-/* The launch flags of a copy-engine transfer: one call a run for small
- * host-to-device runs under --copy-issue each; 2D copies over the layers
- * for small host-to-device runs where asked holds
- * KVD_LAUNCH_TABLES_ONE_ALLOCATION (the job's flags: both sides' layers
- * lie in one allocation each). */
-uint32_t kvd__cuda_copy_flags(const cuda_backend_t *cb, const kvd_transfer_args_t *a,
-                              uint32_t asked);
+/* The launch flags a copy-engine transfer adds to its job's: one call a
+ * run for small host-to-device runs under --copy-issue each. */
+uint32_t kvd__cuda_copy_flags(const cuda_backend_t *cb, const kvd_transfer_args_t *a);
 /* cuda_work.c: a finished job to the loop (done list and wake-up); the
  * job's layer and record events recorded on s. */
 void kvd__cuda_push_done(cuda_backend_t *cb, kvd__job_t *job);

@@ -19,11 +19,18 @@
  * next copies until the CUDA callback thread had run it.  A worker's jobs
  * end in its stream's order, so its completion thread takes them in turn.
  *
- * A host-to-device transfer whose runs average under 32 KiB goes in one
- * part, on the class's first worker whatever the transfers before it:
- * two streams of small host-to-device runs in flight at once slow a
- * decode step beside them by a fifth, one stream by a twentieth
- * (tests/bench/RESULTS.md).
+ * A part is issued in slices of at most GATE_DESCRIPTORS copies, each
+ * behind a gate: the stream first waits for a word in pinned host memory
+ * (cuStreamWaitValue32), and the worker opens it once the slice is
+ * issued.  Handing copies to a stream the GPU has drained costs the
+ * issuing thread several times more per copy than handing them to one
+ * with work queued (the driver submits each to the idle engine at once),
+ * and a worker alone on an idle GPU keeps its stream drained: the engines
+ * finish each small copy before the next is handed over.  Behind the
+ * gate the slice queues whole, and the slice after it is issued while the
+ * engines move this one.  Slices bound what waits behind a gate well
+ * under what a stream holds before issuing blocks, which behind a closed
+ * gate would never end.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +41,8 @@
 
 /* Rows below which a transfer is not split. */
 #define MIN_PART_ROWS 256
-/* Host-to-device runs that average fewer bytes go in one part. */
-#define SPLIT_H2D_RUN_BYTES (32u << 10)
+/* Copies (runs x layers x K and V) a gated slice holds at most. */
+#define GATE_DESCRIPTORS 4096
 
 typedef struct ce_group ce_group_t;
 
@@ -53,7 +60,6 @@ struct ce_group {
     kvd__job_t *job;
     uint32_t flags;       /* of its launches: the copy engines, maybe one call a run */
     int nparts;
-    int one_stream; /* small host-to-device runs: always the first worker */
     int to_issue; /* atomic: parts not yet issued */
     cudaEvent_t end;      /* recorded after every part (for the job after it) */
     cudaEvent_t wait_end; /* the end of the job before it, or NULL */
@@ -79,6 +85,11 @@ typedef struct ce_worker {
     pthread_cond_t reap_cv;
     ce_group_t *reap_head, *reap_tail; /* under cb->ce_mu */
     int reap_stop;                     /* its worker has ended (under cb->ce_mu) */
+    /* its stream's gate: pinned, device-mapped; slice n waits for >= n
+     * (NULL: slices are not gated) */
+    uint32_t *gate;
+    CUdeviceptr gate_dev;
+    uint32_t gate_seq;
 } ce_worker_t;
 
 /* An event for a part, from the free list that group_done refills (it may
@@ -154,12 +165,11 @@ static void group_done(ce_group_t *g)
 /* Queue g's parts on its class's workers (under cb->ce_mu). */
 static void dispatch(cuda_backend_t *cb, ce_group_t *g)
 {
-    int sc = g->job->sclass, first = g->one_stream ? 0 : cb->ce_next[sc], i;
+    int sc = g->job->sclass, first = cb->ce_next[sc], i;
     ce_worker_t *ws = cb->ce[sc];
 
     /* spread over the workers, starting where the last job stopped */
-    if (!g->one_stream)
-        cb->ce_next[sc] = (first + g->nparts) % cb->ce_threads;
+    cb->ce_next[sc] = (first + g->nparts) % cb->ce_threads;
     for (i = 0; i < g->nparts; i++) {
         ce_worker_t *w = &ws[(first + i) % cb->ce_threads];
         ce_part_t *p = &g->parts[i];
@@ -172,6 +182,48 @@ static void dispatch(cuda_backend_t *cb, ce_group_t *g)
         w->tail = p;
         pthread_cond_signal(&w->cv);
     }
+}
+
+/* Issue part p's copies on w's stream, in gated slices (see the top). */
+static kvd_status_t issue_copies(ce_worker_t *w, ce_part_t *p, uint32_t flags, char *why,
+                                 size_t why_len)
+{
+    const kvd_transfer_args_t *a = &p->a;
+    size_t esize = a->idx_dtype == KVD_DTYPE_I64 ? 8 : 4;
+    int bufs = a->src.v != NULL || a->src.v_layers != NULL ? 2 : 1;
+    int64_t per_run = a->num_layers * bufs, max_runs, at = 0;
+    kvd_launch_t launch = {w->stream, 0, flags};
+    kvd_status_t st = KVD_OK;
+
+    if (w->gate == NULL) {
+        if ((st = kvd_cuda_kv_transfer(a, &launch)) != KVD_OK)
+            snprintf(why, why_len, "%s", kvd_last_error_detail());
+        return st;
+    }
+    max_runs = GATE_DESCRIPTORS / per_run > 0 ? GATE_DESCRIPTORS / per_run : 1;
+    while (st == KVD_OK && at < a->count) {
+        kvd_transfer_args_t slice = *a;
+        int64_t rows = kvd__rows_of_runs(a, at, max_runs);
+        uint32_t seq = ++w->gate_seq;
+        CUresult r;
+
+        slice.src_idx = a->src_idx ? (const char *)a->src_idx + (size_t)at * esize : NULL;
+        slice.dst_idx = (const char *)a->dst_idx + (size_t)at * esize;
+        slice.count = rows;
+        at += rows;
+        r = w->cb->drv.wait_value32((CUstream)w->stream, w->gate_dev, seq,
+                                    CU_STREAM_WAIT_VALUE_GEQ);
+        if (r != CUDA_SUCCESS) {
+            st = KVD_ECUDA;
+            snprintf(why, why_len, "cuStreamWaitValue32 before a copy slice: CUresult %d",
+                     (int)r);
+        } else if ((st = kvd_cuda_kv_transfer(&slice, &launch)) != KVD_OK) {
+            snprintf(why, why_len, "%s", kvd_last_error_detail());
+        }
+        /* open whatever happened: nothing may stay behind a closed gate */
+        __atomic_store_n(w->gate, seq, __ATOMIC_RELEASE);
+    }
+    return st;
 }
 
 /* Issue one part on w's stream; the last part issued joins the others. */
@@ -191,11 +243,11 @@ static void issue(ce_worker_t *w, ce_part_t *p)
         char why[160];
         group_fail(g, kvd__cuda_fail(e, "cudaStreamWaitEvent", why, sizeof(why)), why);
     } else {
-        kvd_launch_t launch = {w->stream, 0, g->flags};
-        kvd_status_t st = kvd_cuda_kv_transfer(&p->a, &launch);
+        char why[sizeof(g->detail)];
+        kvd_status_t st = issue_copies(w, p, g->flags, why, sizeof(why));
 
         if (st != KVD_OK)
-            group_fail(g, st, kvd_last_error_detail());
+            group_fail(g, st, why);
         else if (cudaEventRecord(p->done, w->stream) == cudaSuccess)
             p->recorded = 1;
         else
@@ -298,6 +350,33 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* w's gate, where the driver has stream memory operations; without one
+ * its slices go ungated. */
+static void gate_init(cuda_backend_t *cb, ce_worker_t *w)
+{
+    void *dev = NULL;
+
+    if (cb->drv.wait_value32 == NULL ||
+        cudaHostAlloc((void **)&w->gate, sizeof(*w->gate),
+                      cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        w->gate = NULL;
+        kvd_log(KVD_LOG_WARN, "event=copy_gate_unavailable reason=\"%s\"",
+                cb->drv.wait_value32 == NULL ? "no cuStreamWaitValue32"
+                                             : "cudaHostAlloc of the gate failed");
+        return;
+    }
+    if (cudaHostGetDevicePointer(&dev, w->gate, 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cudaFreeHost(w->gate);
+        w->gate = NULL;
+        kvd_log(KVD_LOG_WARN, "event=copy_gate_unavailable reason=\"no device address\"");
+        return;
+    }
+    *w->gate = 0;
+    w->gate_dev = (CUdeviceptr)(uintptr_t)dev;
+}
+
 /* The class's workers, started at its first copy-engine transfer. */
 static kvd_status_t workers_of(cuda_backend_t *cb, int sclass, char *why, size_t why_len)
 {
@@ -316,6 +395,8 @@ static kvd_status_t workers_of(cuda_backend_t *cb, int sclass, char *why, size_t
         w->cb = cb;
         pthread_cond_init(&w->cv, NULL);
         pthread_cond_init(&w->reap_cv, NULL);
+        if (e == cudaSuccess)
+            gate_init(cb, w);
         /* the completion thread first: a worker hands every job to it */
         if (e == cudaSuccess && pthread_create(&w->reaper, NULL, reaper_main, w) == 0)
             w->reaper_started = 1;
@@ -344,26 +425,12 @@ static int on_host(const kvd_kv_side_t *s)
     return at.type == cudaMemoryTypeHost || at.type == cudaMemoryTypeUnregistered;
 }
 
-/* Whether a host-to-device transfer's runs average under
- * SPLIT_H2D_RUN_BYTES.  The copy engines' indices are host-readable
- * (kvd__choose_path). */
-static int small_h2d_runs(const kvd_transfer_args_t *a)
-{
-    return on_host(&a->src) && !on_host(&a->dst) && kvd__runs_under(a, SPLIT_H2D_RUN_BYTES);
-}
-
-uint32_t kvd__cuda_copy_flags(const cuda_backend_t *cb, const kvd_transfer_args_t *a,
-                              uint32_t asked)
+uint32_t kvd__cuda_copy_flags(const cuda_backend_t *cb, const kvd_transfer_args_t *a)
 {
     uint32_t f = KVD_LAUNCH_COPY_ENGINE;
 
     if (cb->ce_h2d_each && on_host(&a->src) && !on_host(&a->dst))
         f |= KVD_LAUNCH_COPY_EACH;
-    /* 2D copies over the layers only for small host-to-device runs: there
-     * they beat a descriptor a layer, alone and beside compute; for larger
-     * runs, and device to host, batches are faster */
-    if ((asked & KVD_LAUNCH_TABLES_ONE_ALLOCATION) && small_h2d_runs(a))
-        f |= KVD_LAUNCH_TABLES_ONE_ALLOCATION;
     return f;
 }
 
@@ -372,23 +439,21 @@ kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd__job_t *job)
     const kvd_transfer_args_t *a = &job->a.transfer;
     size_t esize = a->idx_dtype == KVD_DTYPE_I64 ? 8 : 4;
     int64_t rows = a->count, per;
-    int n, i, small;
+    int n, i;
     ce_group_t *g;
     kvd_status_t st;
 
     if ((st = workers_of(cb, job->sclass, job->detail, sizeof(job->detail))) != KVD_OK)
         return st;
-    small = small_h2d_runs(a);
     n = rows / MIN_PART_ROWS < cb->ce_threads ? (int)(rows / MIN_PART_ROWS) : cb->ce_threads;
-    if (n < 1 || small)
+    if (n < 1)
         n = 1;
     g = calloc(1, sizeof(*g) + (size_t)n * sizeof(ce_part_t));
     if (g == NULL)
         return KVD_ENOMEM;
-    g->one_stream = small;
     g->cb = cb;
     g->job = job;
-    g->flags = kvd__cuda_copy_flags(cb, a, job->flags);
+    g->flags = job->flags | kvd__cuda_copy_flags(cb, a);
     g->nparts = n;
     g->to_issue = n;
     per = (rows + n - 1) / n;
@@ -466,6 +531,8 @@ void kvd__cuda_copy_stop(cuda_backend_t *cb)
                 pthread_join(ws[i].reaper, NULL);
             if (ws[i].stream != NULL)
                 cudaStreamDestroy(ws[i].stream);
+            if (ws[i].gate != NULL)
+                cudaFreeHost(ws[i].gate);
             pthread_cond_destroy(&ws[i].cv);
             pthread_cond_destroy(&ws[i].reap_cv);
         }

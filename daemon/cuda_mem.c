@@ -57,6 +57,7 @@ void kvd__cuda_load_driver(driver_api_t *d)
     d->granularity = (pfn_granularity_t)entry("cuMemGetAllocationGranularity");
     d->addr_range = (pfn_addr_range_t)entry("cuMemGetAddressRange");
     d->write_value32 = (pfn_write_value32_t)entry("cuStreamWriteValue32");
+    d->wait_value32 = (pfn_wait_value32_t)entry("cuStreamWaitValue32");
     d->vmm = d->mem_create && d->mem_release && d->addr_reserve && d->addr_free && d->mem_map &&
              d->mem_unmap && d->set_access && d->export_handle && d->import_handle &&
              d->granularity;

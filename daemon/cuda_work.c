@@ -278,8 +278,7 @@ static kvd_status_t cuda_submit(kvd__backend_t *be, kvd__job_t *job)
     launch.max_blocks = job->max_blocks ? job->max_blocks : be->blocks[job->sclass];
     launch.flags = job->flags;
     if ((job->flags & KVD_LAUNCH_COPY_ENGINE) && job->kind == KVD_JOB_TRANSFER)
-        launch.flags = (job->flags & ~(uint32_t)KVD_LAUNCH_TABLES_ONE_ALLOCATION) |
-                       kvd__cuda_copy_flags(cb, &job->a.transfer, job->flags);
+        launch.flags = job->flags | kvd__cuda_copy_flags(cb, &job->a.transfer);
     st = kvd__job_run(job, 1, job->oob, &launch);
     if (st != KVD_OK) {
         snprintf(job->detail, sizeof(job->detail), "%s", kvd_last_error_detail());

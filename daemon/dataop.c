@@ -81,7 +81,6 @@ void kvd__dataop_sync_keep(kvd__dataop_sync_t *k, const kvd__dataop_t *d)
     }
     k->sclass = d->job.sclass;
     k->path = d->path;
-    k->split_layers = d->split_layers;
     k->reply_at_enqueue = d->reply_at_enqueue;
     k->launch_flags = d->job.flags;
     k->max_blocks = d->job.max_blocks;
@@ -98,7 +97,6 @@ void kvd__dataop_sync_apply(const kvd__dataop_sync_t *k, kvd__dataop_t *d)
     d->job.max_blocks = k->max_blocks;
     d->job.wait_event = k->wait_event;
     d->path = k->path;
-    d->split_layers = k->split_layers;
 }
 
 void kvd__dataop_sync_release(kvd__dataop_sync_t *k, kvd__registry_t *reg)
@@ -149,8 +147,6 @@ kvd_status_t kvd__get_pool(kvd__req_t *r, kvd__dataop_t *d, uint64_t id, const c
                          id);
     kvd__hold(d, o);
     *out = (kvd__pool_t *)o;
-    if (!kvd__pool_one_allocation(*out))
-        d->split_layers = 1;
     return KVD_OK;
 }
 
@@ -532,7 +528,6 @@ kvd_status_t kvd__dataop_submit(kvd__dataop_t *d, char *why, size_t why_len)
         kvd__dataop_job(d, d->njobs - 1)->record_event = d->job.record_event;
         d->job.record_event = NULL;
     }
-    d->job.flags = kvd__dataop_launch_flags(d);
     for (i = 0; i < d->njobs; i++) {
         kvd__job_t *job = kvd__dataop_job(d, i);
 
@@ -612,27 +607,6 @@ int kvd__rows_extent(uint64_t n, uint64_t stride, uint64_t last, uint64_t *out)
         return -1;
     *out = v;
     return 0;
-}
-
-int kvd__pool_one_allocation(const kvd__pool_t *p)
-{
-    return !p->imported || p->n_regions <= 1;
-}
-
-/* A copy-engine transfer whose pools each hold their layers in one
- * allocation (the cache tier's slabs always do) may move a run over every
- * layer as one 2D copy.  The backend takes that only for small
- * host-to-device runs, where one call for all layers beat a descriptor a
- * layer alone and beside compute; elsewhere batches shared the copy
- * engines better (docs/design/host-device-paths.md).  The kernel checks
- * that the layers are evenly spaced before it does. */
-uint32_t kvd__dataop_launch_flags(const kvd__dataop_t *d)
-{
-    uint32_t f = d->job.flags;
-
-    if (!d->split_layers && (f & KVD_LAUNCH_COPY_ENGINE))
-        f |= KVD_LAUNCH_TABLES_ONE_ALLOCATION;
-    return f;
 }
 
 /* An imported pool's layers are scattered: the kernels read their addresses

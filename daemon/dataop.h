@@ -41,8 +41,6 @@ struct kvd__dataop {
     uint64_t row_bytes;  /* bytes written per row */
     kvd_status_t stage_status; /* why the last kvd__stage failed */
     int path;            /* kvd_copy_path_t: asked for, then the one run */
-    int split_layers;    /* a pool of it may hold its layers in more than one
-                          * allocation (kvd__pool_one_allocation) */
     /* Run on the loop thread once every job is done (st: their outcome),
      * before the reply; it may fill the reply's cache fields and set
      * *bytes (the bytes moved; by default the rows' bytes).  Also run,
@@ -97,7 +95,7 @@ void kvd__hold(kvd__dataop_t *d, kvd__obj_t *o);
 typedef struct kvd__dataop_sync {
     kvd__obj_t *refs[KVD_DATAOP_MAX_REFS]; /* referenced while kept */
     int nrefs;
-    int sclass, path, split_layers, reply_at_enqueue;
+    int sclass, path, reply_at_enqueue;
     uint32_t launch_flags, max_blocks;
     void *wait_event, *record_event;
 } kvd__dataop_sync_t;
@@ -158,17 +156,5 @@ void kvd__fill_side(const kvd__pool_t *p, uint32_t begin, int copy_engine, kvd_k
 
 /* (n - 1) * stride + last, or 0 for n == 0; -1 on overflow. */
 int kvd__rows_extent(uint64_t n, uint64_t stride, uint64_t last, uint64_t *out);
-
-/* Whether every layer of pool p lies in one allocation: a pool the daemon
- * made, or one imported from a single region (an allocation shared
- * whole).  An import of several regions may place its layers in
- * separate allocations, which one 2D copy may not span. */
-int kvd__pool_one_allocation(const kvd__pool_t *p);
-/* The launch flags d's jobs run with: its own, plus
- * KVD_LAUNCH_TABLES_ONE_ALLOCATION for a copy-engine transfer whose pools
- * each hold their layers in one allocation (the cache tier's slabs
- * always do).  The flag allows 2D copies over the layers; the backend
- * takes them only for runs where they are faster (kvd__runs_under). */
-uint32_t kvd__dataop_launch_flags(const kvd__dataop_t *d);
 
 #endif

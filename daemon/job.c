@@ -64,23 +64,22 @@ static int64_t index_at(const void *p, int is64, int64_t i)
     return is64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
 }
 
-int kvd__runs_under(const kvd_transfer_args_t *a, uint64_t bytes)
+int64_t kvd__rows_of_runs(const kvd_transfer_args_t *a, int64_t from, int64_t max_runs)
 {
     int is64 = a->idx_dtype == KVD_DTYPE_I64;
     int packed = a->src.slot_stride == a->row_bytes && a->dst.slot_stride == a->row_bytes;
     int64_t runs = 0, i;
 
-    if (a->count <= 0 || a->row_bytes <= 0)
-        return 0;
-    if (!packed)
-        return (uint64_t)a->row_bytes < bytes;
-    for (i = 0; i < a->count; i++) {
+    for (i = from; i < a->count; i++) {
         int64_t dx = index_at(a->dst_idx, is64, i);
         int64_t sx = a->src_idx ? index_at(a->src_idx, is64, i) : i;
 
-        if (i == 0 || dx != index_at(a->dst_idx, is64, i - 1) + 1 ||
-            sx != (a->src_idx ? index_at(a->src_idx, is64, i - 1) : i - 1) + 1)
+        if (i == from || !packed || dx != index_at(a->dst_idx, is64, i - 1) + 1 ||
+            sx != (a->src_idx ? index_at(a->src_idx, is64, i - 1) : i - 1) + 1) {
+            if (runs == max_runs)
+                break;
             runs++;
+        }
     }
-    return (uint64_t)a->count * (uint64_t)a->row_bytes < (uint64_t)runs * bytes;
+    return i - from;
 }

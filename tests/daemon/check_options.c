@@ -457,40 +457,17 @@ START_TEST(test_default_path)
 }
 END_TEST
 
-/* Which copies may go as one 2D copy over the layers: those on the copy
- * engines whose pools each hold their layers in one allocation (known from
- * the pools, never from a refused copy); and which transfers' runs the
- * backend counts as small. */
-START_TEST(test_copy_route)
+/* How a copy-engine transfer is cut into gated slices: whole runs (rows
+ * consecutive on both sides where both lie packed), at most so many. */
+START_TEST(test_copy_slices)
 {
-    static kvd__dataop_t d; /* large */
-    kvd__pool_t made, one, split;
     kvd_transfer_args_t a;
     int64_t dst[16], src[16];
     int32_t dst32[16];
     int i;
 
-    memset(&made, 0, sizeof(made));
-    one = split = made;
-    one.imported = split.imported = 1;
-    one.n_regions = 1;   /* views into one allocation, shared whole */
-    split.n_regions = 64; /* a region per layer and K/V */
-    ck_assert_int_eq(kvd__pool_one_allocation(&made), 1);
-    ck_assert_int_eq(kvd__pool_one_allocation(&one), 1);
-    ck_assert_int_eq(kvd__pool_one_allocation(&split), 0);
-
-    memset(&d, 0, sizeof(d));
-    d.job.flags = KVD_LAUNCH_COPY_ENGINE;
-    ck_assert_uint_eq(kvd__dataop_launch_flags(&d),
-                      KVD_LAUNCH_COPY_ENGINE | KVD_LAUNCH_TABLES_ONE_ALLOCATION);
-    d.split_layers = 1;
-    ck_assert_uint_eq(kvd__dataop_launch_flags(&d), KVD_LAUNCH_COPY_ENGINE);
-    d.split_layers = 0;
-    d.job.flags = 0; /* on kernels */
-    ck_assert_uint_eq(kvd__dataop_launch_flags(&d), 0);
-
-    /* rows of 2 KiB packed on both sides: 16 consecutive are one run of
-     * 32 KiB; broken after 8 on the destination, two runs of 16 KiB */
+    /* rows of 2 KiB packed on both sides: 16 consecutive are one run; broken
+     * after 8 on the destination, two runs */
     memset(&a, 0, sizeof(a));
     a.row_bytes = 2048;
     a.src.slot_stride = a.dst.slot_stride = 2048;
@@ -501,33 +478,33 @@ START_TEST(test_copy_route)
         dst[i] = 40 + i;
         dst32[i] = 40 + i;
     }
-    ck_assert_int_eq(kvd__runs_under(&a, 32u << 10), 0);
-    ck_assert_int_eq(kvd__runs_under(&a, (32u << 10) + 1), 1);
+    ck_assert_int_eq(kvd__rows_of_runs(&a, 0, 1), 16);
+    ck_assert_int_eq(kvd__rows_of_runs(&a, 5, 1), 11);
     for (i = 8; i < 16; i++) {
         dst[i] = 100 + i;
         dst32[i] = 100 + i;
     }
-    ck_assert_int_eq(kvd__runs_under(&a, 32u << 10), 1);
-    ck_assert_int_eq(kvd__runs_under(&a, 16u << 10), 0);
+    ck_assert_int_eq(kvd__rows_of_runs(&a, 0, 1), 8);
+    ck_assert_int_eq(kvd__rows_of_runs(&a, 0, 2), 16);
+    ck_assert_int_eq(kvd__rows_of_runs(&a, 8, 1), 8);
+    ck_assert_int_eq(kvd__rows_of_runs(&a, 16, 1), 0);
     a.idx_dtype = KVD_DTYPE_I32;
     a.dst_idx = dst32;
-    ck_assert_int_eq(kvd__runs_under(&a, 32u << 10), 1);
-    /* a source index that breaks every pair: 2 KiB runs */
+    ck_assert_int_eq(kvd__rows_of_runs(&a, 0, 1), 8);
+    /* a source index that breaks every pair: a run a row */
     a.idx_dtype = KVD_DTYPE_I64;
     a.dst_idx = dst;
     for (i = 0; i < 16; i++)
         src[i] = 2 * i;
     a.src_idx = src;
-    ck_assert_int_eq(kvd__runs_under(&a, 4u << 10), 1);
+    ck_assert_int_eq(kvd__rows_of_runs(&a, 0, 3), 3);
     /* a side not packed (a slab's rows a block apart): each row a run */
     a.src_idx = NULL;
     a.src.slot_stride = 1 << 20;
-    a.row_bytes = 16 << 10;
-    ck_assert_int_eq(kvd__runs_under(&a, 32u << 10), 1);
-    a.row_bytes = 32 << 10;
-    ck_assert_int_eq(kvd__runs_under(&a, 32u << 10), 0);
+    ck_assert_int_eq(kvd__rows_of_runs(&a, 0, 5), 5);
+    ck_assert_int_eq(kvd__rows_of_runs(&a, 14, 5), 2);
     a.count = 0;
-    ck_assert_int_eq(kvd__runs_under(&a, 1ull << 40), 0);
+    ck_assert_int_eq(kvd__rows_of_runs(&a, 0, 5), 0);
 }
 END_TEST
 
@@ -549,7 +526,7 @@ static Suite *options_suite(void)
     tcase_add_test(tc, test_help_lists_every_option);
     tcase_add_test(tc, test_example_config);
     tcase_add_test(tc, test_default_path);
-    tcase_add_test(tc, test_copy_route);
+    tcase_add_test(tc, test_copy_slices);
     suite_add_tcase(s, tc);
     return s;
 }
