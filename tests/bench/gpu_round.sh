@@ -52,7 +52,8 @@
 #   disklevel the cache tier's disk level: the drive's own sequential write
 #             and random read (disk_probe: io_uring, O_DIRECT, fio's two
 #             jobs of bench_disk.sh, for a machine without fio) on a
-#             directory of $DISK_DIR (default /var/tmp), then a cuda daemon
+#             directory of $DISK_DIR (default /var/tmp), before and after
+#             the daemon (the yardstick: their mean); the daemon, a cuda one
 #             with --cache-dir there: 1,024 blocks of 2 MiB spilled and
 #             loaded from disk into an imported device pool
 #             (bench_disk_load), beside the host-to-device copy of the same
@@ -375,7 +376,7 @@ stage_reqpath() {
 # daemon then uses (in the same run), and a load from disk into a worker's
 # imported device pool beside the host-to-device copy of the same bytes.
 stage_disklevel() {
-    local rc=0 dir sock pid shape read_bs probe
+    local rc=0 dir sock pid shape read_bs probe probe2
     dir=$(mktemp -d "${DISK_DIR:-/var/tmp}/kvdock-disklevel-XXXXXX") || return 1
     chmod 700 "$dir"
     sock="$dir/kvdockd.sock"
@@ -399,17 +400,26 @@ stage_disklevel() {
         >"$OUT/disklevel.json" || rc=1
     cat "$OUT/disklevel.json"
     kill "$pid"; wait "$pid"
+    rm -rf "$dir/cache"
+    # the drive again: its rate moves by a fifth from one minute to the
+    # next, so the yardstick is the mean of the probes before and after
+    probe2=$("$BUILD/tests/bench/disk_probe" "$dir" --bytes "${DISKLEVEL_BYTES:-2g}" \
+        --read-bs "${read_bs:-2101248}" --read-depth 32) || rc=1
+    echo "disk_probe after: $probe2"
     rm -rf "$dir"
     [ "$rc" = 0 ] || return "$rc"
-    python3 - "$probe" "$OUT/disklevel.json" <<'PY'
+    python3 - "$probe" "$probe2" "$OUT/disklevel.json" <<'PY'
 import json, re, sys
-probe = dict(re.findall(r"(\w+)=([\d.]+)", sys.argv[1]))
-r = json.load(open(sys.argv[2]))
-read, write = float(probe["read_MBps"]) / 1e3, float(probe["write_MBps"]) / 1e3
+probes = [dict(re.findall(r"(\w+)=([\d.]+)", a)) for a in sys.argv[1:3]]
+probe = probes[0]
+r = json.load(open(sys.argv[3]))
+read = sum(float(p["read_MBps"]) for p in probes) / 2e3
+write = sum(float(p["write_MBps"]) for p in probes) / 2e3
 h2d, load = r["copy_GBps"], r["load_GBps"]
 bound = min(read, h2d)  # the two overlapped
-print(f"drive: write {write:.2f} GB/s, random read {read:.2f} GB/s "
-      f"({probe['read_bs']} B, depth {probe['read_depth']}); {r['copy']} copy {h2d:.2f} GB/s")
+print(f"drive (mean of the probes before and after): write {write:.2f} GB/s, random read "
+      f"{read:.2f} GB/s ({probe['read_bs']} B, depth {probe['read_depth']}); {r['copy']} copy "
+      f"{h2d:.2f} GB/s")
 print(f"spill {r['spill_MBps'] / 1e3:.2f} GB/s = {100 * r['spill_MBps'] / 1e3 / write:.0f}% of the "
       f"drive's write")
 print(f"disk load {load:.2f} GB/s = {100 * load / bound:.0f}% of min(read, copy) = {bound:.2f} GB/s, "
