@@ -168,6 +168,8 @@ kvd_status_t kvd__memfd_map(int fd, uint64_t bytes, void **ptr, uint64_t *map_by
  * (slot stride the row); otherwise each pair is a run.  The indices must
  * be host-readable. */
 int64_t kvd__rows_of_runs(const kvd_transfer_args_t *a, int64_t from, int64_t max_runs);
+/* How many runs transfer a's pairs make (as kvd__rows_of_runs counts). */
+int64_t kvd__transfer_runs(const kvd_transfer_args_t *a);
 
 /* Run job's kernel (cuda: on launch's stream; else the CPU reference),
  * adding the indices it skipped as out of range to *oob. */

@@ -6,9 +6,10 @@
  * once its stream holds enough queued work: a stream waiting on a
  * client's event would block whoever calls it.  So the loop thread never
  * issues copy-engine work.  Each stream class has --copy-threads workers,
- * each with a stream of its own at the class's priority; a transfer is
- * split by rows into a part per worker (issuing threads raise the rate of
- * descriptors for small runs, up to a few: --copy-threads), every part
+ * each with a stream of its own at the class's priority; a transfer with
+ * copies enough is split by rows into a part per worker (issuing threads
+ * raise the rate of descriptors for small runs, up to a few:
+ * --copy-threads), every part
  * waits on the request's wait event, and the worker that issues the last
  * part joins the others through their events, records the request's
  * record event and the job's end, and hands the job to its completion
@@ -39,8 +40,9 @@
 #include "cuda_backend.h"
 #include "log.h"
 
-/* Rows below which a transfer is not split. */
-#define MIN_PART_ROWS 256
+/* Copies (runs x layers x K and V) a part takes at least: a transfer
+ * with fewer is not split over the workers. */
+#define MIN_PART_COPIES 1024
 /* Copies (runs x layers x K and V) a gated slice holds at most. */
 #define GATE_DESCRIPTORS 4096
 
@@ -438,15 +440,20 @@ kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd__job_t *job)
 {
     const kvd_transfer_args_t *a = &job->a.transfer;
     size_t esize = a->idx_dtype == KVD_DTYPE_I64 ? 8 : 4;
-    int64_t rows = a->count, per;
+    int bufs = a->src.v != NULL || a->src.v_layers != NULL ? 2 : 1;
+    int64_t rows = a->count, per, copies;
     int n, i;
     ce_group_t *g;
     kvd_status_t st;
 
     if ((st = workers_of(cb, job->sclass, job->detail, sizeof(job->detail))) != KVD_OK)
         return st;
-    n = rows / MIN_PART_ROWS < cb->ce_threads ? (int)(rows / MIN_PART_ROWS) : cb->ce_threads;
-    if (n < 1)
+    /* split by the copies to issue, not the rows: a row of the cache tier
+     * is a block, dozens of copies */
+    copies = kvd__transfer_runs(a) * a->num_layers * bufs;
+    n = copies / MIN_PART_COPIES < cb->ce_threads ? (int)(copies / MIN_PART_COPIES)
+                                                  : cb->ce_threads;
+    if (n < 1 || rows < n)
         n = 1;
     g = calloc(1, sizeof(*g) + (size_t)n * sizeof(ce_part_t));
     if (g == NULL)

@@ -64,6 +64,14 @@ static int64_t index_at(const void *p, int is64, int64_t i)
     return is64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
 }
 
+/* Whether pair i of a starts a run after pair i - 1 (see kvd__rows_of_runs). */
+static int run_breaks(const kvd_transfer_args_t *a, int is64, int packed, int64_t i)
+{
+    return !packed || index_at(a->dst_idx, is64, i) != index_at(a->dst_idx, is64, i - 1) + 1 ||
+           (a->src_idx != NULL &&
+            index_at(a->src_idx, is64, i) != index_at(a->src_idx, is64, i - 1) + 1);
+}
+
 int64_t kvd__rows_of_runs(const kvd_transfer_args_t *a, int64_t from, int64_t max_runs)
 {
     int is64 = a->idx_dtype == KVD_DTYPE_I64;
@@ -71,15 +79,22 @@ int64_t kvd__rows_of_runs(const kvd_transfer_args_t *a, int64_t from, int64_t ma
     int64_t runs = 0, i;
 
     for (i = from; i < a->count; i++) {
-        int64_t dx = index_at(a->dst_idx, is64, i);
-        int64_t sx = a->src_idx ? index_at(a->src_idx, is64, i) : i;
-
-        if (i == from || !packed || dx != index_at(a->dst_idx, is64, i - 1) + 1 ||
-            sx != (a->src_idx ? index_at(a->src_idx, is64, i - 1) : i - 1) + 1) {
+        if (i == from || run_breaks(a, is64, packed, i)) {
             if (runs == max_runs)
                 break;
             runs++;
         }
     }
     return i - from;
+}
+
+int64_t kvd__transfer_runs(const kvd_transfer_args_t *a)
+{
+    int is64 = a->idx_dtype == KVD_DTYPE_I64;
+    int packed = a->src.slot_stride == a->row_bytes && a->dst.slot_stride == a->row_bytes;
+    int64_t runs = a->count > 0;
+
+    for (int64_t i = 1; i < a->count; i++)
+        runs += run_breaks(a, is64, packed, i);
+    return runs;
 }

@@ -457,8 +457,9 @@ START_TEST(test_default_path)
 }
 END_TEST
 
-/* How a copy-engine transfer is cut into gated slices: whole runs (rows
- * consecutive on both sides where both lie packed), at most so many. */
+/* How a copy-engine transfer is cut into gated slices and counted for its
+ * parts: whole runs (rows consecutive on both sides where both lie
+ * packed), at most so many a slice. */
 START_TEST(test_copy_slices)
 {
     kvd_transfer_args_t a;
@@ -480,12 +481,14 @@ START_TEST(test_copy_slices)
     }
     ck_assert_int_eq(kvd__rows_of_runs(&a, 0, 1), 16);
     ck_assert_int_eq(kvd__rows_of_runs(&a, 5, 1), 11);
+    ck_assert_int_eq(kvd__transfer_runs(&a), 1);
     for (i = 8; i < 16; i++) {
         dst[i] = 100 + i;
         dst32[i] = 100 + i;
     }
     ck_assert_int_eq(kvd__rows_of_runs(&a, 0, 1), 8);
     ck_assert_int_eq(kvd__rows_of_runs(&a, 0, 2), 16);
+    ck_assert_int_eq(kvd__transfer_runs(&a), 2);
     ck_assert_int_eq(kvd__rows_of_runs(&a, 8, 1), 8);
     ck_assert_int_eq(kvd__rows_of_runs(&a, 16, 1), 0);
     a.idx_dtype = KVD_DTYPE_I32;
@@ -498,13 +501,16 @@ START_TEST(test_copy_slices)
         src[i] = 2 * i;
     a.src_idx = src;
     ck_assert_int_eq(kvd__rows_of_runs(&a, 0, 3), 3);
+    ck_assert_int_eq(kvd__transfer_runs(&a), 16);
     /* a side not packed (a slab's rows a block apart): each row a run */
     a.src_idx = NULL;
     a.src.slot_stride = 1 << 20;
     ck_assert_int_eq(kvd__rows_of_runs(&a, 0, 5), 5);
     ck_assert_int_eq(kvd__rows_of_runs(&a, 14, 5), 2);
+    ck_assert_int_eq(kvd__transfer_runs(&a), 16);
     a.count = 0;
     ck_assert_int_eq(kvd__rows_of_runs(&a, 0, 5), 0);
+    ck_assert_int_eq(kvd__transfer_runs(&a), 0);
 }
 END_TEST
 
