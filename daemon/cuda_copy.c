@@ -92,6 +92,7 @@ typedef struct ce_worker {
     uint32_t *gate;
     CUdeviceptr gate_dev;
     uint32_t gate_seq;
+    int gate_off; /* the driver refused a wait on it: no more slices */
 } ce_worker_t;
 
 /* An event for a part, from the free list that group_done refills (it may
@@ -197,33 +198,39 @@ static kvd_status_t issue_copies(ce_worker_t *w, ce_part_t *p, uint32_t flags, c
     kvd_launch_t launch = {w->stream, 0, flags};
     kvd_status_t st = KVD_OK;
 
-    if (w->gate == NULL) {
+    if (a->src_idx == NULL) { /* pairs numbered from 0: not cut */
         if ((st = kvd_cuda_kv_transfer(a, &launch)) != KVD_OK)
             snprintf(why, why_len, "%s", kvd_last_error_detail());
         return st;
     }
     max_runs = GATE_DESCRIPTORS / per_run > 0 ? GATE_DESCRIPTORS / per_run : 1;
     while (st == KVD_OK && at < a->count) {
-        kvd_transfer_args_t slice = *a;
-        int64_t rows = kvd__rows_of_runs(a, at, max_runs);
-        uint32_t seq = ++w->gate_seq;
-        CUresult r;
+        kvd_transfer_args_t rest = *a;
+        int gated = 0;
 
-        slice.src_idx = a->src_idx ? (const char *)a->src_idx + (size_t)at * esize : NULL;
-        slice.dst_idx = (const char *)a->dst_idx + (size_t)at * esize;
-        slice.count = rows;
-        at += rows;
-        r = w->cb->drv.wait_value32((CUstream)w->stream, w->gate_dev, seq,
-                                    CU_STREAM_WAIT_VALUE_GEQ);
-        if (r != CUDA_SUCCESS) {
-            st = KVD_ECUDA;
-            snprintf(why, why_len, "cuStreamWaitValue32 before a copy slice: CUresult %d",
-                     (int)r);
-        } else if ((st = kvd_cuda_kv_transfer(&slice, &launch)) != KVD_OK) {
-            snprintf(why, why_len, "%s", kvd_last_error_detail());
+        rest.src_idx = (const char *)a->src_idx + (size_t)at * esize;
+        rest.dst_idx = (const char *)a->dst_idx + (size_t)at * esize;
+        rest.count = a->count - at;
+        if (w->gate != NULL && !w->gate_off) {
+            CUresult r = w->cb->drv.wait_value32((CUstream)w->stream, w->gate_dev,
+                                                 w->gate_seq + 1, CU_STREAM_WAIT_VALUE_GEQ);
+            if (r == CUDA_SUCCESS) {
+                gated = 1;
+                w->gate_seq++;
+                rest.count = kvd__rows_of_runs(a, at, max_runs);
+            } else { /* a driver without stream memory operations */
+                w->gate_off = 1;
+                kvd_log(KVD_LOG_WARN, "event=copy_gate_unavailable reason=\"cuStreamWaitValue32: "
+                                      "CUresult %d\"",
+                        (int)r);
+            }
         }
+        if ((st = kvd_cuda_kv_transfer(&rest, &launch)) != KVD_OK)
+            snprintf(why, why_len, "%s", kvd_last_error_detail());
+        at += rest.count;
         /* open whatever happened: nothing may stay behind a closed gate */
-        __atomic_store_n(w->gate, seq, __ATOMIC_RELEASE);
+        if (gated)
+            __atomic_store_n(w->gate, w->gate_seq, __ATOMIC_RELEASE);
     }
     return st;
 }
@@ -453,7 +460,7 @@ kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd__job_t *job)
     copies = kvd__transfer_runs(a) * a->num_layers * bufs;
     n = copies / MIN_PART_COPIES < cb->ce_threads ? (int)(copies / MIN_PART_COPIES)
                                                   : cb->ce_threads;
-    if (n < 1 || rows < n)
+    if (n < 1 || rows < n || a->src_idx == NULL)
         n = 1;
     g = calloc(1, sizeof(*g) + (size_t)n * sizeof(ce_part_t));
     if (g == NULL)
