@@ -11,6 +11,7 @@
  * hand), so that no library between the test and the daemon can refuse or
  * reshape them first.
  */
+#define _GNU_SOURCE /* prlimit */
 #include "testutil.h"
 #include "kvt_skip.h"
 
@@ -19,6 +20,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <grp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -295,10 +297,12 @@ static uint64_t cache_make(kvd_client_t *cli, const char *name, uint32_t blocks)
 }
 
 /* Keys base .. base + n - 1 as 8-byte keys, saved as one chain from pages
- * 0 .. n - 1 (after parent, when not 0). */
-static void save_chain(kvd_client_t *cli, uint64_t cache, uint64_t pool, uint64_t base,
-                       uint32_t n, uint64_t parent)
+ * 0 .. n - 1 (after parent, when not 0): the save's status, every block
+ * stored where it is KVD_OK. */
+static kvd_status_t save_chain_st(kvd_client_t *cli, uint64_t cache, uint64_t pool,
+                                  uint64_t base, uint32_t n, uint64_t parent)
 {
+    kvd_status_t st;
     uint64_t *keys = malloc(n * sizeof(*keys));
     int64_t *pages = malloc(n * sizeof(*pages));
     kvd_cache_save_t a;
@@ -321,10 +325,18 @@ static void save_chain(kvd_client_t *cli, uint64_t cache, uint64_t pool, uint64_
         a.parent = &parent;
         a.parent_len = 8;
     }
-    KVT_OK(cli, kvd_cache_save(cli, &a, NULL, &res));
-    ck_assert_uint_eq(res.stored, n);
+    st = kvd_cache_save(cli, &a, NULL, &res);
+    if (st == KVD_OK)
+        ck_assert_uint_eq(res.stored, n);
     free(keys);
     free(pages);
+    return st;
+}
+
+static void save_chain(kvd_client_t *cli, uint64_t cache, uint64_t pool, uint64_t base,
+                       uint32_t n, uint64_t parent)
+{
+    KVT_OK(cli, save_chain_st(cli, cache, pool, base, n, parent));
 }
 
 static kvd_status_t lookup(kvd_client_t *cli, uint64_t cache, const uint64_t *keys, uint32_t n,
@@ -719,6 +731,55 @@ START_TEST(test_cache_slab_off_loop)
 }
 END_TEST
 
+/* A slab the operating system refuses (the daemon's address space capped
+ * under it with RLIMIT_AS): the save that waited for it is answered
+ * ENOMEM with the reason, once; the daemon stays up and its budget gets
+ * the slab's bytes back; once the cap is lifted the next save makes the
+ * slab and stores every block. */
+START_TEST(test_cache_slab_refused)
+{
+    const char *extra[] = {"--host-memory-budget", "1G", NULL};
+    const uint32_t block = 8192, blocks = 65536; /* a first slab of 512 MiB */
+    struct rlimit before, capped;
+    kvt_daemon_t d;
+    kvd_client_t *cli;
+    kvt_pool_t p;
+    uint64_t small, big, cache_before;
+    kvd_status_t st;
+
+    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
+    KVT_OK(NULL, kvd_client_create(d.socket, "refused", &cli));
+    kvt_pool_make(cli, &p, "rp", 1, 2, block, true, 1);
+    /* a first slab made on the thread pool: its threads are there before
+     * the cap (a thread the cap refused would end the daemon) */
+    small = cache_make_of(cli, "small", 16, block);
+    save_chain(cli, small, p.info.id, 1, 2, 0);
+    cache_before = host_kind(cli, "cache");
+    big = cache_make_of(cli, "big", blocks, block);
+    ck_assert_int_eq(prlimit(d.pid, RLIMIT_AS, NULL, &before), 0);
+    capped = before;
+    capped.rlim_cur = proc_kb(d.pid, "VmSize:") + (128u << 20);
+    ck_assert_int_eq(prlimit(d.pid, RLIMIT_AS, &capped, NULL), 0);
+    st = save_chain_st(cli, big, p.info.id, 100, 2, 0);
+    ck_assert_msg(st == KVD_ENOMEM, "save under the cap: %s: %s", kvd_err_name(st),
+                  kvd_client_last_error(cli));
+    ck_assert_ptr_nonnull(strstr(kvd_client_last_error(cli), "could not be made"));
+    ck_assert_uint_eq(host_kind(cli, "cache"), cache_before);
+    KVT_OK(cli, kvd_ping(cli, NULL, 0));
+    /* the small cache still serves */
+    save_chain(cli, small, p.info.id, 3, 2, 2);
+    ck_assert_int_eq(prlimit(d.pid, RLIMIT_AS, &before, NULL), 0);
+    save_chain(cli, big, p.info.id, 100, 2, 0);
+    ck_assert_uint_ge(host_kind(cli, "cache"), cache_before + (uint64_t)blocks * block);
+    KVT_OK(cli, kvd_cache_drop(cli, big, NULL));
+    KVT_OK(cli, kvd_cache_drop(cli, small, NULL));
+    ck_assert_uint_eq(host_kind(cli, "cache"), 0);
+    kvt_pool_free(cli, &p);
+    kvd_client_destroy(&cli);
+    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
+}
+END_TEST
+
 /* Saves that each reach past the slabs made so far (8-byte blocks: slabs
  * of 65,536) wait for the next slab and store every block, the first save
  * into the new cache included. */
@@ -1079,6 +1140,7 @@ static Suite *budget_suite(void)
     tcase_add_test(tc, test_pools_off_loop);
     tcase_add_test(tc, test_cache_slab_off_loop);
     tcase_add_test(tc, test_save_across_slabs);
+    tcase_add_test(tc, test_cache_slab_refused);
     tcase_add_test(tc, test_lookup_repeated_key);
     tcase_add_test(tc, test_cache_supplementary_groups);
     tcase_add_test(tc, test_accounting_under_load);

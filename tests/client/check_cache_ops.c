@@ -340,8 +340,7 @@ END_TEST
  */
 START_TEST(test_disk_level_fields)
 {
-    char top[] = "/var/tmp/kvd-cache-disk-XXXXXX", dir[64];
-    const char *extra[] = {"--cache-dir", dir, "--disk-budget", "64m", NULL};
+    char top[64], dir[64];
     kvd_client_t *cli = kvt_connect("cache-disk");
     kvd_daemon_status_t *st = calloc(1, sizeof(*st));
     kvd_cache_info_t info, again;
@@ -383,9 +382,7 @@ START_TEST(test_disk_level_fields)
     kvd_client_destroy(&cli);
 
     /* on the machine's disk (not a tmpfs /tmp) */
-    ck_assert_ptr_nonnull(mkdtemp(top));
-    snprintf(dir, sizeof(dir), "%s/cache", top);
-    ck_assert_int_eq(kvt_daemon_start(&d, "cpu", extra, (int)KVT_MS(10000)), 0);
+    kvt_disk_daemon_start(&d, top, dir, "64m");
     KVT_OK(NULL, kvd_client_create(d.socket, "cache-disk-dir", &cli));
     KVT_OK(cli, kvd_daemon_status(cli, st, NULL, 0));
     ck_assert(st->disk.enabled);
@@ -450,14 +447,7 @@ START_TEST(test_disk_level_fields)
     kvt_pool_free(cli, &p);
     KVT_OK(cli, kvd_cache_drop(cli, info.id, NULL));
     kvd_client_destroy(&cli);
-    ck_assert_int_eq(kvt_daemon_stop(&d, 10000), 0);
-    {
-        const char *rm[] = {"/bin/rm", "-rf", top, NULL};
-        char *o = NULL, *e = NULL;
-        ck_assert_int_eq(kvt_run(rm, &o, &e, 20000), 0);
-        free(o);
-        free(e);
-    }
+    kvt_disk_daemon_stop(&d, top);
     free(c);
     free(st);
 }
