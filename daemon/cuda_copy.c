@@ -9,11 +9,11 @@
  * each with a stream of its own at the class's priority; a transfer with
  * copies enough is split by rows into a part per worker (issuing threads
  * raise the rate of descriptors for small runs, up to a few:
- * --copy-threads), every part
- * waits on the request's wait event, and the worker that issues the last
- * part joins the others through their events, records the request's
- * record event and the job's end, and hands the job to its completion
- * thread, which waits for that end and hands the job back to the loop.
+ * --copy-threads), every part waits on the request's wait event, and the
+ * worker that issues the last part joins the others through their events,
+ * records the request's record event and the job's end, and hands the job
+ * to its completion thread, which waits for that end and hands the job
+ * back to the loop.
  *
  * The completion thread waits on the event off the stream: a host
  * function on the stream (cudaLaunchHostFunc) would hold the stream's
@@ -467,7 +467,7 @@ kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd__job_t *job)
         return KVD_ENOMEM;
     g->cb = cb;
     g->job = job;
-    g->flags = job->flags | kvd__cuda_copy_flags(cb, a);
+    g->flags = kvd__cuda_copy_flags(cb, a);
     g->nparts = n;
     g->to_issue = n;
     per = (rows + n - 1) / n;
