@@ -162,6 +162,97 @@ static void round_trip(int kind, int path)
     close(fd);
 }
 
+/* A transfer of more copies than a gated slice holds (the copy workers
+ * issue at most 4,096 copies behind each gate: daemon/cuda_copy.c): 1,024
+ * rows of 32 layers, K and V, host to device in a random order (every row
+ * its own run: 65,536 copies over two workers) and back in pages of 8
+ * consecutive rows; every byte against the CPU reference. */
+START_TEST(test_device_many_slices)
+{
+    enum { L = 32, SLOTS = 1024, ROW = 64 };
+    int fd = kvdt_client(&D, "gpu");
+    Kvdock__Response *r = create_kind(fd, "dev", KVDOCK__MEM_KIND__MEM_DEVICE, L, SLOTS, ROW);
+    uint64_t dev, h1, h2;
+    Kvdock__PoolInfo *i1, *i2;
+    size_t l1, l2;
+    uint8_t *m1, *m2, *tmp, *expect;
+    int64_t *s1 = malloc(SLOTS * sizeof(int64_t)), *d1 = malloc(SLOTS * sizeof(int64_t));
+    int64_t *s2 = malloc(SLOTS * sizeof(int64_t)), *d2 = malloc(SLOTS * sizeof(int64_t));
+    uint32_t seed = 99;
+    kvd_transfer_args_t x;
+
+    ck_assert_msg(r->status == 0, "create: %s", r->message);
+    dev = r->pool->id;
+    kvdock__response__free_unpacked(r, NULL);
+    for (int64_t i = 0; i < SLOTS; i++) {
+        s1[i] = i;
+        d1[i] = i;
+    }
+    for (int64_t i = SLOTS - 1; i > 0; i--) { /* both orders shuffled */
+        int64_t j, t;
+        seed = seed * 1664525u + 1013904223u;
+        j = (int64_t)(seed >> 8) % (i + 1);
+        t = s1[i], s1[i] = s1[j], s1[j] = t;
+        seed = seed * 1664525u + 1013904223u;
+        j = (int64_t)(seed >> 8) % (i + 1);
+        t = d1[i], d1[i] = d1[j], d1[j] = t;
+    }
+    for (int64_t i = 0; i < SLOTS; i++) { /* pages of 8, the pages reversed */
+        s2[i] = (SLOTS / 8 - 1 - i / 8) * 8 + i % 8;
+        d2[i] = i;
+    }
+    h1 = kvdt_pool_create(fd, "h1", L, SLOTS, ROW, 0);
+    h2 = kvdt_pool_create(fd, "h2", L, SLOTS, ROW, 0);
+    m1 = kvdt_pool_map(fd, h1, &i1, &l1);
+    m2 = kvdt_pool_map(fd, h2, &i2, &l2);
+    fill_random(m1, i1->bytes, 11);
+    memset(m2, 0xee, i2->bytes);
+    transfer(fd, h1, dev, s1, d1, SLOTS, 1, KVD_PATH_DEFAULT, KVD_PATH_COPY_ENGINE);
+    transfer(fd, dev, h2, s2, d2, SLOTS, 1, KVD_PATH_DEFAULT, KVD_PATH_COPY_ENGINE);
+
+    tmp = calloc(1, i1->bytes);
+    expect = malloc(i2->bytes);
+    ck_assert_ptr_nonnull(tmp);
+    ck_assert_ptr_nonnull(expect);
+    memset(expect, 0xee, i2->bytes);
+    memset(&x, 0, sizeof(x));
+    x.src.k = m1;
+    x.src.v = m1 + i1->v_offset;
+    x.src.layer_stride = (int64_t)i1->layer_stride;
+    x.src.slot_stride = ROW;
+    x.src.num_slots = SLOTS;
+    x.dst = x.src;
+    x.dst.k = tmp;
+    x.dst.v = tmp + i1->v_offset;
+    x.num_layers = L;
+    x.src_idx = s1;
+    x.dst_idx = d1;
+    x.idx_dtype = KVD_DTYPE_I64;
+    x.count = SLOTS;
+    x.row_bytes = ROW;
+    ck_assert_int_eq(kvd_cpu_kv_transfer(&x, NULL), KVD_OK);
+    x.src.k = tmp;
+    x.src.v = tmp + i1->v_offset;
+    x.dst.k = expect;
+    x.dst.v = expect + i2->v_offset;
+    x.src_idx = s2;
+    x.dst_idx = d2;
+    ck_assert_int_eq(kvd_cpu_kv_transfer(&x, NULL), KVD_OK);
+    ck_assert_mem_eq(m2, expect, i2->bytes);
+    free(tmp);
+    free(expect);
+    free(s1);
+    free(d1);
+    free(s2);
+    free(d2);
+    munmap(m1, l1);
+    munmap(m2, l2);
+    kvdock__pool_info__free_unpacked(i1, NULL);
+    kvdock__pool_info__free_unpacked(i2, NULL);
+    close(fd);
+}
+END_TEST
+
 START_TEST(test_device_round_trip)
 {
     round_trip(KVDOCK__MEM_KIND__MEM_DEVICE, KVD_PATH_DEFAULT);
@@ -521,6 +612,7 @@ static Suite *gpu_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_device_round_trip);
     tcase_add_test(tc, test_device_round_trip_copy_engine);
+    tcase_add_test(tc, test_device_many_slices);
     tcase_add_test(tc, test_device_round_trip_kernel);
     tcase_add_test(tc, test_vmm_round_trip);
     tcase_add_test(tc, test_device_export_ipc);
