@@ -187,14 +187,19 @@ static void dispatch(cuda_backend_t *cb, ce_group_t *g)
     }
 }
 
+/* The copies a run of a's rows takes: one a layer, K and V (MLA: one). */
+static int64_t copies_per_run(const kvd_transfer_args_t *a)
+{
+    return a->num_layers * (a->src.v != NULL || a->src.v_layers != NULL ? 2 : 1);
+}
+
 /* Issue part p's copies on w's stream, in gated slices (see the top). */
 static kvd_status_t issue_copies(ce_worker_t *w, ce_part_t *p, uint32_t flags, char *why,
                                  size_t why_len)
 {
     const kvd_transfer_args_t *a = &p->a;
     size_t esize = a->idx_dtype == KVD_DTYPE_I64 ? 8 : 4;
-    int bufs = a->src.v != NULL || a->src.v_layers != NULL ? 2 : 1;
-    int64_t per_run = a->num_layers * bufs, max_runs, at = 0;
+    int64_t per_run = copies_per_run(a), max_runs, at = 0;
     kvd_launch_t launch = {w->stream, 0, flags};
     kvd_status_t st = KVD_OK;
 
@@ -447,7 +452,6 @@ kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd__job_t *job)
 {
     const kvd_transfer_args_t *a = &job->a.transfer;
     size_t esize = a->idx_dtype == KVD_DTYPE_I64 ? 8 : 4;
-    int bufs = a->src.v != NULL || a->src.v_layers != NULL ? 2 : 1;
     int64_t rows = a->count, per, copies;
     int n, i;
     ce_group_t *g;
@@ -457,7 +461,7 @@ kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd__job_t *job)
         return st;
     /* split by the copies to issue, not the rows: a row of the cache tier
      * is a block, dozens of copies */
-    copies = kvd__transfer_runs(a) * a->num_layers * bufs;
+    copies = kvd__transfer_runs(a) * copies_per_run(a);
     n = copies / MIN_PART_COPIES < cb->ce_threads ? (int)(copies / MIN_PART_COPIES)
                                                   : cb->ce_threads;
     if (n < 1 || rows < n || a->src_idx == NULL)

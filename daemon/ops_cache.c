@@ -1858,6 +1858,24 @@ static kvd_status_t wait_for_slots(kvd__req_t *r, kvd__cache_t *k, uint32_t need
     return kvd__req_fail(r, KVD_EBUSY, "cache '%s': %s", k->name, why);
 }
 
+/* Room for need new blocks before a request takes any (kvd__cache_prepare,
+ * at most the host level): KVD_OK to go on; else the request's answer:
+ * it waits on k's queue for the slab on its way, or hears why the slab it
+ * waited for could not be made. */
+static kvd_status_t prepare_slots(kvd__req_t *r, kvd__cache_t *k, uint32_t need)
+{
+    char why[200];
+    kvd_status_t st;
+
+    if (need > k->store.capacity)
+        need = k->store.capacity;
+    if ((st = kvd__cache_prepare(&k->store, need, why, sizeof(why))) == KVD_OK)
+        return KVD_OK;
+    if (st == KVD_EBUSY)
+        return wait_for_slots(r, k, need, why);
+    return kvd__req_fail(r, st, "cache '%s': %s", k->name, why);
+}
+
 /* ---- a save larger than the host level ------------------------------------------ */
 
 /*
@@ -2213,10 +2231,8 @@ static kvd_status_t do_save(kvd__req_t *r, kvd__dataop_t *d)
 
         for (i = 0; i < ks.n; i++)
             fresh += kvd__cache_find(c, ks.k[i], ks.len[i]) == KVD_CBLOCK_NONE;
-        if ((st = kvd__cache_prepare(c, fresh, why, sizeof(why))) == KVD_EBUSY)
-            return wait_for_slots(r, k, fresh < c->capacity ? fresh : c->capacity, why);
-        if (st != KVD_OK)
-            return kvd__req_fail(r, st, "cache '%s': %s", k->name, why);
+        if ((st = prepare_slots(r, k, fresh)) != KVD_OK)
+            return st;
     }
     if ((st = cacheop_new(r, d, k, ks.n + (parent != KVD_CBLOCK_NONE), save_finish)) != KVD_OK)
         return st;
@@ -2415,8 +2431,6 @@ static kvd_status_t do_load(kvd__req_t *r, kvd__dataop_t *d)
      * load waits behind the requests waiting for them, and waits itself
      * where no read could start while disk writes in flight hold them */
     if (c->disk != NULL && (disk_only = kvd__load_disk_only(plan)) > 0) {
-        char why[200];
-
         /* more than the host level holds are read through it a part at a
          * time: it waits for no more slots than that */
         if (disk_only > c->capacity)
@@ -2426,11 +2440,9 @@ static kvd_status_t do_load(kvd__req_t *r, kvd__dataop_t *d)
             return wait_for_slots(r, k, disk_only, "saves and loads sent before it wait for "
                                   "host slots");
         }
-        if ((st = kvd__cache_prepare(c, disk_only, why, sizeof(why))) != KVD_OK) {
+        if ((st = prepare_slots(r, k, disk_only)) != KVD_OK) { /* reads take host slots */
             kvd__load_destroy(&plan);
-            if (st == KVD_EBUSY) /* reads take host slots: its slabs first */
-                return wait_for_slots(r, k, disk_only, why);
-            return kvd__req_fail(r, st, "cache '%s': %s", k->name, why);
+            return st;
         }
         if (kvd__load_fetch(plan) > 0) {
             r->deferred = 1;
@@ -2452,12 +2464,9 @@ static kvd_status_t do_load(kvd__req_t *r, kvd__dataop_t *d)
 
         /* pulls take host slots and cannot wait in the middle: the load
          * waits first for the slabs they need */
-        if ((st = kvd__cache_prepare(c, missing, why, sizeof(why))) != KVD_OK) {
+        if ((st = prepare_slots(r, k, missing)) != KVD_OK) {
             kvd__load_destroy(&plan);
-            if (st == KVD_EBUSY)
-                return wait_for_slots(r, k, missing < c->capacity ? missing : c->capacity,
-                                      why);
-            return kvd__req_fail(r, st, "cache '%s': %s", k->name, why);
+            return st;
         }
         memset(&ask, 0, sizeof(ask));
         ask.cache = k;

@@ -95,6 +95,51 @@ static Kvdock__OpReply transfer(int fd, uint64_t src, uint64_t dst, int64_t *si,
     return out;
 }
 
+/* m2 (host pool 2, filled with 0xee first) after pairs s1 -> d1 from host
+ * pool 1 (m1) into a device pool that started zeroed, then s2 -> d2 from
+ * it into pool 2: the same transfers on host copies by the CPU reference,
+ * every byte compared.  Both host pools and the device pool have one
+ * shape. */
+static void check_two_transfers(const uint8_t *m1, const Kvdock__PoolInfo *i1,
+                                const uint8_t *m2, const Kvdock__PoolInfo *i2, int64_t layers,
+                                int64_t slots, int64_t row, int64_t *s1, int64_t *d1,
+                                int64_t n1, int64_t *s2, int64_t *d2, int64_t n2)
+{
+    uint8_t *tmp = calloc(1, i1->bytes), *expect = malloc(i2->bytes);
+    kvd_transfer_args_t x;
+
+    ck_assert_ptr_nonnull(tmp);
+    ck_assert_ptr_nonnull(expect);
+    memset(expect, 0xee, i2->bytes);
+    memset(&x, 0, sizeof(x));
+    x.src.k = (void *)m1;
+    x.src.v = (void *)(m1 + i1->v_offset);
+    x.src.layer_stride = (int64_t)i1->layer_stride;
+    x.src.slot_stride = row;
+    x.src.num_slots = slots;
+    x.dst = x.src;
+    x.dst.k = tmp;
+    x.dst.v = tmp + i1->v_offset;
+    x.num_layers = layers;
+    x.src_idx = s1;
+    x.dst_idx = d1;
+    x.idx_dtype = KVD_DTYPE_I64;
+    x.count = n1;
+    x.row_bytes = row;
+    ck_assert_int_eq(kvd_cpu_kv_transfer(&x, NULL), KVD_OK);
+    x.src.k = tmp;
+    x.src.v = tmp + i1->v_offset;
+    x.dst.k = expect;
+    x.dst.v = expect + i2->v_offset;
+    x.src_idx = s2;
+    x.dst_idx = d2;
+    x.count = n2;
+    ck_assert_int_eq(kvd_cpu_kv_transfer(&x, NULL), KVD_OK);
+    ck_assert_mem_eq(m2, expect, i2->bytes);
+    free(tmp);
+    free(expect);
+}
+
 /* host -> device -> host through the daemon, against the CPU reference,
  * asking for path; the copy engines by default between host and device */
 static void round_trip(int kind, int path)
@@ -104,11 +149,9 @@ static void round_trip(int kind, int path)
     uint64_t dev, h1, h2;
     Kvdock__PoolInfo *i1, *i2;
     size_t l1, l2;
-    uint8_t *m1, *m2, *expect;
+    uint8_t *m1, *m2;
     int64_t s1[] = {0, 3, 63, -1, 17}, d1[] = {5, 6, 7, 8, 60};
     int64_t s2[] = {5, 6, 7, 60, 9}, d2[] = {1, 2, 3, 4, 5};
-    kvd_transfer_args_t x;
-    uint8_t *tmp;
 
     ck_assert_msg(r->status == 0, "create: %s", r->message);
     dev = r->pool->id;
@@ -124,37 +167,8 @@ static void round_trip(int kind, int path)
     transfer(fd, dev, h2, s2, d2, 5, 1, path,
              path == KVD_PATH_DEFAULT ? KVD_PATH_COPY_ENGINE : path);
 
-    /* expected: the same two transfers on host copies (the device pool
-     * starts zeroed) */
-    tmp = calloc(1, i1->bytes);
-    expect = malloc(i2->bytes);
-    memset(expect, 0xee, i2->bytes);
-    memset(&x, 0, sizeof(x));
-    x.src.k = m1;
-    x.src.v = m1 + i1->v_offset;
-    x.src.layer_stride = (int64_t)i1->layer_stride;
-    x.src.slot_stride = 96;
-    x.src.num_slots = 64;
-    x.dst = x.src;
-    x.dst.k = tmp;
-    x.dst.v = tmp + i1->v_offset;
-    x.num_layers = 2;
-    x.src_idx = s1;
-    x.dst_idx = d1;
-    x.idx_dtype = KVD_DTYPE_I64;
-    x.count = 5;
-    x.row_bytes = 96;
-    ck_assert_int_eq(kvd_cpu_kv_transfer(&x, NULL), KVD_OK);
-    x.src.k = tmp;
-    x.src.v = tmp + i1->v_offset;
-    x.dst.k = expect;
-    x.dst.v = expect + i2->v_offset;
-    x.src_idx = s2;
-    x.dst_idx = d2;
-    ck_assert_int_eq(kvd_cpu_kv_transfer(&x, NULL), KVD_OK);
-    ck_assert_mem_eq(m2, expect, i2->bytes);
-    free(tmp);
-    free(expect);
+    /* the device pool starts zeroed */
+    check_two_transfers(m1, i1, m2, i2, 2, 64, 96, s1, d1, 5, s2, d2, 5);
     munmap(m1, l1);
     munmap(m2, l2);
     kvdock__pool_info__free_unpacked(i1, NULL);
@@ -175,11 +189,10 @@ START_TEST(test_device_many_slices)
     uint64_t dev, h1, h2;
     Kvdock__PoolInfo *i1, *i2;
     size_t l1, l2;
-    uint8_t *m1, *m2, *tmp, *expect;
+    uint8_t *m1, *m2;
     int64_t *s1 = malloc(SLOTS * sizeof(int64_t)), *d1 = malloc(SLOTS * sizeof(int64_t));
     int64_t *s2 = malloc(SLOTS * sizeof(int64_t)), *d2 = malloc(SLOTS * sizeof(int64_t));
     uint32_t seed = 99;
-    kvd_transfer_args_t x;
 
     ck_assert_msg(r->status == 0, "create: %s", r->message);
     dev = r->pool->id;
@@ -210,37 +223,7 @@ START_TEST(test_device_many_slices)
     transfer(fd, h1, dev, s1, d1, SLOTS, 1, KVD_PATH_DEFAULT, KVD_PATH_COPY_ENGINE);
     transfer(fd, dev, h2, s2, d2, SLOTS, 1, KVD_PATH_DEFAULT, KVD_PATH_COPY_ENGINE);
 
-    tmp = calloc(1, i1->bytes);
-    expect = malloc(i2->bytes);
-    ck_assert_ptr_nonnull(tmp);
-    ck_assert_ptr_nonnull(expect);
-    memset(expect, 0xee, i2->bytes);
-    memset(&x, 0, sizeof(x));
-    x.src.k = m1;
-    x.src.v = m1 + i1->v_offset;
-    x.src.layer_stride = (int64_t)i1->layer_stride;
-    x.src.slot_stride = ROW;
-    x.src.num_slots = SLOTS;
-    x.dst = x.src;
-    x.dst.k = tmp;
-    x.dst.v = tmp + i1->v_offset;
-    x.num_layers = L;
-    x.src_idx = s1;
-    x.dst_idx = d1;
-    x.idx_dtype = KVD_DTYPE_I64;
-    x.count = SLOTS;
-    x.row_bytes = ROW;
-    ck_assert_int_eq(kvd_cpu_kv_transfer(&x, NULL), KVD_OK);
-    x.src.k = tmp;
-    x.src.v = tmp + i1->v_offset;
-    x.dst.k = expect;
-    x.dst.v = expect + i2->v_offset;
-    x.src_idx = s2;
-    x.dst_idx = d2;
-    ck_assert_int_eq(kvd_cpu_kv_transfer(&x, NULL), KVD_OK);
-    ck_assert_mem_eq(m2, expect, i2->bytes);
-    free(tmp);
-    free(expect);
+    check_two_transfers(m1, i1, m2, i2, L, SLOTS, ROW, s1, d1, SLOTS, s2, d2, SLOTS);
     free(s1);
     free(d1);
     free(s2);
