@@ -21,7 +21,8 @@
  * --daemon-pid PID adds to each row the CPU time kvdockd's loop thread (its
  * main thread) spent per kvdock request over that row's runs (connecting
  * and creating pools included), from /proc/PID/task/PID/schedstat: what
- * bounds one loop thread's requests a second.
+ * bounds one loop thread's requests a second; and the CPU time of all its
+ * threads per request ("daemon": the loop, I/O threads, backend workers).
  *
  * The raw server runs in a child process forked before any thread starts.
  * Its messages have the sizes of kvdock's frames (the request and reply
@@ -32,6 +33,7 @@
  * with; the client's spin is libkvdock's default ($KVDOCK_SPIN_US).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -555,9 +557,10 @@ static int parse_list(const char *s, uint32_t *v, int max)
     return n;
 }
 
-/* us of the loop thread's CPU per request; < 0: its CPU time could not be read */
+/* us of the loop thread's and of all the daemon's threads' CPU per
+ * request; < 0: its CPU time could not be read */
 static void line(const char *name, const char *fig, const fig_t *raw, const fig_t *kv,
-                 double loop_us)
+                 double loop_us, double all_us)
 {
     printf("%-34s %-7s raw %10.0f req/s p50 %7.1f p99 %8.1f | kvdock %10.0f req/s p50 %7.1f "
            "p99 %8.1f | kvdock/raw %.2f",
@@ -565,6 +568,8 @@ static void line(const char *name, const char *fig, const fig_t *raw, const fig_
            raw->rps > 0 ? kv->rps / raw->rps : 0);
     if (loop_us >= 0)
         printf(" | loop %.2f us/req", loop_us);
+    if (all_us >= 0)
+        printf(" | daemon %.2f us/req", all_us);
     printf("\n");
     fflush(stdout);
 }
@@ -584,6 +589,36 @@ static double thread_cpu_ns(long pid)
     ok = fscanf(f, "%llu", &ns) == 1;
     fclose(f);
     return ok ? (double)ns : -1;
+}
+
+/* ns all threads of process pid have run (threads that ended are not
+ * counted), or -1 when it cannot be read. */
+static double process_cpu_ns(long pid)
+{
+    char path[64];
+    double sum = 0;
+    struct dirent *e;
+    DIR *d;
+
+    snprintf(path, sizeof(path), "/proc/%ld/task", pid);
+    if ((d = opendir(path)) == NULL)
+        return -1;
+    while ((e = readdir(d)) != NULL) {
+        unsigned long long ns = 0;
+        char p2[96];
+        FILE *f;
+
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(p2, sizeof(p2), "/proc/%ld/task/%.20s/schedstat", pid, e->d_name);
+        if ((f = fopen(p2, "r")) == NULL)
+            continue;
+        if (fscanf(f, "%llu", &ns) == 1)
+            sum += (double)ns;
+        fclose(f);
+    }
+    closedir(d);
+    return sum;
 }
 
 int main(int argc, char **argv)
@@ -647,7 +682,7 @@ int main(int argc, char **argv)
             fig_t raw[MAX_ROUNDS], kv[MAX_ROUNDS], mr, mk;
             char name[64];
             uint32_t n = clients[k];
-            double loop_ns = 0, loop_us = -1;
+            double loop_ns = 0, loop_us = -1, all_ns = 0, all_us = -1;
             uint64_t loop_reqs = 0;
 
             if (ci == 1 && n != 1)
@@ -666,18 +701,23 @@ int main(int argc, char **argv)
                 r.kind = K_KVDOCK;
                 if (rc == 0 && strcmp(only, "raw") != 0) {
                     double c0 = daemon_pid > 0 ? thread_cpu_ns(daemon_pid) : -1, c1;
+                    double a0 = daemon_pid > 0 ? process_cpu_ns(daemon_pid) : -1, a1;
 
                     if (run_once(&r, &kv[j]) != 0)
                         rc = 1;
                     c1 = c0 >= 0 ? thread_cpu_ns(daemon_pid) : -1;
-                    if (c0 >= 0 && c1 >= c0) {
+                    a1 = a0 >= 0 ? process_cpu_ns(daemon_pid) : -1;
+                    if (c0 >= 0 && c1 >= c0 && a0 >= 0 && a1 >= a0) {
                         loop_ns += c1 - c0;
+                        all_ns += a1 - a0;
                         loop_reqs += r.requests;
                     }
                 }
             }
-            if (loop_reqs > 0)
+            if (loop_reqs > 0) {
                 loop_us = loop_ns / 1e3 / (double)loop_reqs;
+                all_us = all_ns / 1e3 / (double)loop_reqs;
+            }
             if (rc != 0)
                 break;
             median_fig(raw, rounds, &mr);
@@ -686,7 +726,7 @@ int main(int argc, char **argv)
                      mode == C_PIPELINED ? ", window" : "");
             if (mode == C_PIPELINED)
                 snprintf(name + strlen(name), sizeof(name) - strlen(name), " %u", window);
-            line(name, ci == 2 ? "xfer" : "ping", &mr, &mk, loop_us);
+            line(name, ci == 2 ? "xfer" : "ping", &mr, &mk, loop_us, all_us);
         }
     }
     raw_stop();
