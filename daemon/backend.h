@@ -145,6 +145,9 @@ struct kvd__backend {
     /* Stops the workers (the caller has waited for pending() == 0), closes
      * the uv handles; cb runs once they are closed and the backend freed. */
     void (*destroy)(kvd__backend_t *be, void (*cb)(void *arg), void *arg);
+    /* Ready a thread other than the loop's to make requests of it (an I/O
+     * thread: the device current); NULL where nothing is needed. */
+    void (*bind_thread)(kvd__backend_t *be);
 };
 
 kvd_status_t kvd__backend_cpu_create(uv_loop_t *loop, const kvd__options_t *opts,

@@ -73,6 +73,11 @@ static void idle_closed_cb(uv_handle_t *h)
     uv_close((uv_handle_t *)&cb->async, async_closed_cb);
 }
 
+static void cuda_bind_thread(kvd__backend_t *be)
+{
+    (void)cudaSetDevice(((cuda_backend_t *)be)->dev);
+}
+
 static void cuda_destroy(kvd__backend_t *be, void (*fn)(void *arg), void *arg)
 {
     cuda_backend_t *cb = (cuda_backend_t *)be;
@@ -192,6 +197,7 @@ kvd_status_t kvd__backend_cuda_create(uv_loop_t *loop, const kvd__options_t *opt
     kvd__cuda_mem_ops(&cb->be);
     kvd__cuda_work_ops(&cb->be);
     cb->be.destroy = cuda_destroy;
+    cb->be.bind_thread = cuda_bind_thread;
     if (uv_async_init(loop, &cb->async, kvd__cuda_async_cb) != 0) {
         snprintf(why, why_len, "uv_async_init failed");
         st = KVD_EINTERNAL;

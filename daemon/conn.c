@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "keyarea.h"
 #include "log.h"
 #include "park.h"
+#include "shard.h"
 
 /* Every connection may hold one read chunk without counting it: a client
  * can always be read and answered, whatever the others hold. */
@@ -25,8 +27,6 @@
 #define MAX_PENDING_FDS (2 * KVD_MAX_FDS_PER_FRAME)
 #define RBUF_ALIGN 4096u
 #define RBUF_ALIGNED_MAX (4 * READ_CHUNK)
-
-static void on_poll(uv_poll_t *h, int status, int events);
 
 /* Stop reading this client: too much in flight, or its unread replies pile
  * up (past its own limit, or past a little while socket memory is full). */
@@ -62,9 +62,12 @@ static void update_deadline(kvd__conn_t *c)
     }
 }
 
-/* Give back the read buffer and what it counted. */
+/* Give back the read buffer and what it counted (not while its I/O
+ * thread reads into it: that thread gives it back after). */
 static void free_rbuf(kvd__conn_t *c)
 {
+    if (c->reading)
+        return;
     kvd__hostmem_release(&c->srv->hostmem, KVD_HM_SOCKETS, c->rcharged);
     c->rcharged = 0;
     free(c->rbuf);
@@ -74,21 +77,18 @@ static void free_rbuf(kvd__conn_t *c)
 
 static void update_poll(kvd__conn_t *c)
 {
-    int ev = 0;
+    uint32_t ev = 0;
 
     if (c->closing)
         return;
     if (!c->close_after_flush && !paused(c))
-        ev |= UV_READABLE;
-    if (c->wq != NULL && !c->flush_queued)
-        ev |= UV_WRITABLE; /* a flush found the socket full */
+        ev |= EPOLLIN;
+    if (c->wq != NULL && !c->flush_queued && !c->writing)
+        ev |= EPOLLOUT; /* a flush found the socket full */
     update_deadline(c);
-    if (ev == c->poll_events)
+    if (ev == c->poll_events && (ev == 0 || c->watched))
         return;
-    if (ev != 0)
-        uv_poll_start(&c->poll, ev, on_poll);
-    else
-        uv_poll_stop(&c->poll);
+    kvd__shard_watch(c, ev);
     c->poll_events = ev;
 }
 
@@ -107,20 +107,11 @@ static int has_frame(const kvd__conn_t *c)
                             &plen) != KVD__PARSE_NEED_MORE;
 }
 
-static void close_cb(uv_handle_t *h)
-{
-    kvd__conn_t *c = h->data;
-
-    kvd__server_conn_gone(c->srv, c);
-    close(c->fd);
-    free(c);
-}
-
 static void maybe_finish(kvd__conn_t *c)
 {
     if (c->closing && c->inflight == 0 && !c->handle_closing) {
         c->handle_closing = 1;
-        uv_close((uv_handle_t *)&c->poll, close_cb);
+        kvd__shard_bury(c);
     }
 }
 
@@ -148,6 +139,21 @@ static void free_wbuf(kvd__conn_t *c, kvd__wbuf_t *w)
     free(w);
 }
 
+/* Give back the queued replies (not while its I/O thread writes them:
+ * that thread gives them back after). */
+static void free_wq(kvd__conn_t *c)
+{
+    if (c->writing)
+        return;
+    while (c->wq) {
+        kvd__wbuf_t *w = c->wq;
+        c->wq = w->next;
+        free_wbuf(c, w);
+    }
+    c->wq_tail = NULL;
+    c->wq_bytes = 0;
+}
+
 void kvd__conn_close(kvd__conn_t *c, const char *reason)
 {
     kvd__server_t *srv = c->srv;
@@ -159,17 +165,10 @@ void kvd__conn_close(kvd__conn_t *c, const char *reason)
             "event=conn_close client=%" PRIu64 " pid=%d reason=\"%s\" inflight=%u pools=%u "
             "buffers=%u",
             c->id, (int)c->pid, reason, c->inflight, c->owner.pools, c->owner.buffers);
-    if (c->poll_events != 0)
-        uv_poll_stop(&c->poll);
+    kvd__shard_watch(c, 0);
     c->poll_events = 0;
     shutdown(c->fd, SHUT_RDWR); /* the peer sees the end now */
-    while (c->wq) {
-        kvd__wbuf_t *w = c->wq;
-        c->wq = w->next;
-        free_wbuf(c, w);
-    }
-    c->wq_tail = NULL;
-    c->wq_bytes = 0;
+    free_wq(c);
     c->deadline_ns = 0;
     free_fdgroups(c);
     free_rbuf(c);
@@ -212,8 +211,10 @@ void kvd__conn_close_after_flush(kvd__conn_t *c, const char *reason)
 void kvd__conn_flush(kvd__conn_t *c)
 {
     int was_paused = paused(c);
+    int unlocked = kvd__shard_own_unlocked(c);
 
-    if (c->closing)
+    /* its I/O thread is writing: it writes what was queued meanwhile too */
+    if (c->closing || c->writing)
         return;
     while (c->wq != NULL) {
         struct iovec iov[FLUSH_IOV];
@@ -233,7 +234,19 @@ void kvd__conn_flush(kvd__conn_t *c)
                 break;
         }
         w = c->wq;
-        n = kvd__sock_sendmsg(c->fd, iov, niov, w->fds, w->nfds, MSG_DONTWAIT);
+        if (unlocked) {
+            c->writing = 1;
+            kvd__server_let_go(c->srv);
+            n = kvd__sock_sendmsg(c->fd, iov, niov, w->fds, w->nfds, MSG_DONTWAIT);
+            kvd__server_take(c->srv);
+            c->writing = 0;
+            if (c->closing) { /* closed meanwhile: what it left is ours */
+                free_wq(c);
+                return;
+            }
+        } else {
+            n = kvd__sock_sendmsg(c->fd, iov, niov, w->fds, w->nfds, MSG_DONTWAIT);
+        }
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -269,7 +282,7 @@ void kvd__conn_flush(kvd__conn_t *c)
         return;
     update_poll(c);
     if (was_paused && !paused(c) && has_frame(c))
-        kvd__server_kick(c->srv, c);
+        kvd__shard_kick(c);
 }
 
 kvd_status_t kvd__conn_send(kvd__conn_t *c, const ProtobufCMessage *msg, const int *fds, int nfds)
@@ -312,7 +325,7 @@ kvd_status_t kvd__conn_send(kvd__conn_t *c, const ProtobufCMessage *msg, const i
      * kvd__server_want_flush); a queue that was blocked waits for the
      * socket instead */
     if (c->wq == w)
-        kvd__server_want_flush(c->srv, c);
+        kvd__shard_want_flush(c);
     return KVD_OK;
 }
 
@@ -336,7 +349,7 @@ void kvd__conn_op_end(kvd__conn_t *c)
     } else {
         update_poll(c);
         if (was_paused && !paused(c) && has_frame(c))
-            kvd__server_kick(c->srv, c);
+            kvd__shard_kick(c);
     }
     kvd__server_check_drained(c->srv);
 }
@@ -544,7 +557,25 @@ static void read_and_process(kvd__conn_t *c)
             return;
         }
         room = c->rcap - c->rlen;
-        n = kvd__sock_recv(c->fd, c->rbuf + c->rlen, room, fds, &nfds, KVD_MAX_FDS_PER_FRAME);
+        if (kvd__shard_own_unlocked(c)) {
+            c->reading = 1;
+            kvd__server_let_go(c->srv);
+            n = kvd__sock_recv(c->fd, c->rbuf + c->rlen, room, fds, &nfds,
+                               KVD_MAX_FDS_PER_FRAME);
+            kvd__server_take(c->srv);
+            c->reading = 0;
+            if (c->closing || c->close_after_flush) { /* meanwhile: nothing more is read */
+                int i;
+
+                for (i = 0; i < nfds; i++)
+                    close(fds[i]);
+                free_rbuf(c);
+                return;
+            }
+        } else {
+            n = kvd__sock_recv(c->fd, c->rbuf + c->rlen, room, fds, &nfds,
+                               KVD_MAX_FDS_PER_FRAME);
+        }
         if (n == -EAGAIN || n == -EWOULDBLOCK)
             break;
         if (n == 0) {
@@ -591,7 +622,7 @@ static void read_and_process(kvd__conn_t *c)
     }
     if (!c->closing) {
         if (has_frame(c) && !paused(c))
-            kvd__server_kick(c->srv, c);
+            kvd__shard_kick(c);
         else
             shrink_buffer(c);
         update_deadline(c);
@@ -605,7 +636,7 @@ void kvd__conn_process(kvd__conn_t *c)
     if (c->closing || c->close_after_flush)
         return;
     if (process_frames(c, &handled) > 0 && !c->closing && has_frame(c) && !paused(c))
-        kvd__server_kick(c->srv, c);
+        kvd__shard_kick(c);
     update_deadline(c);
 }
 
@@ -637,22 +668,19 @@ void kvd__conn_check_deadline(kvd__conn_t *c, uint64_t now_ns)
     kvd__conn_close(c, c->deadline_hello ? "hello timeout" : "frame timeout");
 }
 
-static void on_poll(uv_poll_t *h, int status, int events)
+void kvd__conn_event(kvd__conn_t *c, uint32_t events)
 {
-    kvd__conn_t *c = h->data;
-
     if (c->closing)
         return;
-    if (status < 0) {
-        kvd__conn_close(c, uv_strerror(status));
-        return;
-    }
-    if (events & UV_WRITABLE) {
+    /* an error or hang-up: the read or write that follows says which */
+    if (events & (EPOLLERR | EPOLLHUP))
+        events |= c->poll_events;
+    if (events & EPOLLOUT) {
         kvd__conn_flush(c);
         if (c->closing)
             return;
     }
-    if (events & UV_READABLE)
+    if ((events & EPOLLIN) && (c->poll_events & EPOLLIN))
         read_and_process(c);
 }
 
@@ -673,12 +701,16 @@ kvd_status_t kvd__conn_create(kvd__server_t *srv, int fd, const struct ucred *cr
 
     if (c == NULL)
         return KVD_ENOMEM;
-    if (uv_poll_init(srv->loop, &c->poll, fd) != 0) {
-        free(c);
-        return KVD_EIO;
-    }
-    c->poll.data = c;
     c->fd = fd;
+    c->shard = kvd__shard_pick(srv);
+    if (!c->shard->threaded) {
+        if (uv_poll_init(srv->loop, &c->poll, fd) != 0) {
+            free(c);
+            return KVD_EIO;
+        }
+        c->poll.data = c;
+    }
+    c->shard->nconns++;
     c->karea_fd = -1;
     c->srv = srv;
     c->id = srv->next_client_id++;

@@ -1,11 +1,11 @@
 /*
- * One client connection: a uv_poll_t on the socket; reads with
- * kvd__sock_recv so SCM_RIGHTS descriptors arrive with their frame; a
- * write queue written by the server at the end of each loop phase (so the
- * replies of one round leave in one sendmsg), and when the socket is
- * writable again after it was full.  The connection is
- * freed only in its close callback, which runs once it is closing and no
- * request of it is in flight.
+ * One client connection: its socket in a shard's epoll set (shard.h);
+ * reads with kvd__sock_recv so SCM_RIGHTS descriptors arrive with their
+ * frame; a write queue written at the end of each loop phase or I/O
+ * thread round (so the replies of one round leave in one sendmsg), and
+ * when the socket is writable again after it was full.  The connection is
+ * freed only by its shard, once it is closing and no request of it is in
+ * flight.
  */
 #ifndef KVD_DAEMON_CONN_H
 #define KVD_DAEMON_CONN_H
@@ -40,9 +40,10 @@ typedef struct kvd__wbuf {
 } kvd__wbuf_t;
 
 struct kvd__conn {
-    uv_poll_t poll;
+    uv_poll_t poll; /* shard 0's: the loop watches the socket */
     int fd;
     kvd__server_t *srv;
+    struct kvd__shard *shard; /* whose epoll set has its socket */
     uint64_t id;
     pid_t pid;
     uid_t uid;
@@ -58,8 +59,12 @@ struct kvd__conn {
     int closing;           /* no more I/O; waits for its in-flight work */
     int close_after_flush; /* stop reading; close once the replies are out */
     const char *close_reason; /* with close_after_flush: for the log */
-    int handle_closing;    /* uv_close called */
-    int poll_events;       /* what the poll handle waits for now */
+    int handle_closing;    /* handed to its shard to be freed */
+    uint32_t poll_events;  /* what its shard waits for now (EPOLLIN, EPOLLOUT) */
+    int watched;           /* in its shard's epoll set */
+    /* its I/O thread is in recvmsg into rbuf / sendmsg from wq without
+     * the lock: no other thread frees or writes them meanwhile */
+    int reading, writing;
     /* read side */
     uint8_t *rbuf;
     size_t rcap;
@@ -92,8 +97,9 @@ struct kvd__conn {
     kvd__conn_t *next, *prev;
     kvd__conn_t *ready_next;
     int in_ready;
-    kvd__conn_t *flush_next; /* on the server's list of queues to write */
+    kvd__conn_t *flush_next; /* on a thread's list of queues to write */
     int flush_queued;
+    kvd__conn_t *grave_next; /* on its I/O thread's list of connections to free */
 };
 
 struct ucred;
@@ -129,6 +135,8 @@ void kvd__conn_op_end(kvd__conn_t *c);
 
 /* Handle buffered frames (up to the per-event cap). */
 void kvd__conn_process(kvd__conn_t *c);
+/* Its socket is ready (epoll's events): write, read and handle frames. */
+void kvd__conn_event(kvd__conn_t *c, uint32_t events);
 
 /* The hello was accepted: the hello deadline no longer applies. */
 void kvd__conn_hello_done(kvd__conn_t *c);

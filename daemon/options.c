@@ -136,6 +136,11 @@ const kvd__option_def_t kvd__option_table[] = {
      "to this many microseconds, so a client's next request is taken without a wake-up from "
      "sleep; only while fewer clients are busy than cores and no thread waits for a core, the "
      "window adapting to the gaps between requests (none when idle); 0: sleep at once"},
+    {"io-threads", KVD_OPT_UINT, OFF(io_threads), "0", 0, 64, NULL,
+     "threads that read clients' requests, serve them and write the replies, each for a "
+     "share of the connections, so that many clients' system calls run on several cores; "
+     "requests are still served one at a time (under one lock), in the order each client "
+     "sent them; 0: the event loop's thread serves every connection (best on a few cores)"},
     {"metrics", KVD_OPT_STR, OFF(metrics), "", 0, 0, NULL,
      "serve Prometheus metrics over HTTP at [HOST:]PORT (GET /metrics); a bare PORT listens on "
      "127.0.0.1, 0 picks a free port (kvdock status names it); empty: off"},

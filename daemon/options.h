@@ -95,6 +95,7 @@ typedef struct kvd__options {
     uint64_t copy_threads;          /* copy-engine issuing threads per stream class */
     int copy_issue;                 /* enum kvd__copy_issue */
     uint64_t busy_poll_us;          /* poll without sleeping this long after activity */
+    uint64_t io_threads;            /* threads that read and answer clients (0: the loop) */
     char metrics[KVD_OPT_STR_MAX];  /* Prometheus endpoint [HOST:]PORT; "" = off */
     int metrics_allow_remote;       /* 1: a non-loopback metrics address is allowed */
     char cluster_listen[KVD_OPT_STR_MAX];  /* HOST:PORT; "" = no cluster */

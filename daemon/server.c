@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <libgen.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 #include "log.h"
 #include "park.h"
 #include "metrics.h"
+#include "shard.h"
 #include "systemd.h"
 
 #define ACCEPTS_PER_EVENT 64
@@ -80,6 +82,12 @@ int kvd__server_peer_admin(const kvd__server_t *srv, uid_t uid)
 }
 
 /* Best effort: one error frame to a peer we will not serve, then close. */
+/* The calling thread is an I/O thread (shard.h), not the loop's. */
+static int on_io_thread(void)
+{
+    return kvd__shard_self != NULL && kvd__shard_self->threaded;
+}
+
 static void refuse(int fd, kvd_status_t st, const char *msg)
 {
     Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
@@ -587,6 +595,15 @@ static kvd_status_t disk_start(kvd__server_t *srv, char *why, size_t why_len)
     return KVD_OK;
 }
 
+static void close_handle(kvd__server_t *srv, uv_handle_t *h)
+{
+    if (!uv_is_closing(h)) {
+        h->data = srv;
+        srv->handles_open++;
+        uv_close(h, handle_closed_cb);
+    }
+}
+
 /* At the end: shared pools outlive their creators, so they are released
  * here, while the backend that made their memory still exists; then the
  * backend goes. */
@@ -595,20 +612,12 @@ static void release_backend(kvd__server_t *srv)
     if (srv->backend == NULL || srv->mem_works > 0) /* the last one's end calls again */
         return;
     srv->releasing_backend = 1; /* what is freed now is freed here: the backend goes next */
+    close_handle(srv, (uv_handle_t *)&srv->loop_wake);
     kvd__park_run_woken(srv); /* queues woken last: their holds on caches go */
     kvd__caches_destroy(srv);
     disk_stop(srv); /* after the caches: their disk levels close on it */
     kvd__registry_deinit(&srv->reg);
     srv->backend->destroy(srv->backend, backend_gone_cb, srv);
-}
-
-static void close_handle(kvd__server_t *srv, uv_handle_t *h)
-{
-    if (!uv_is_closing(h)) {
-        h->data = srv;
-        srv->handles_open++;
-        uv_close(h, handle_closed_cb);
-    }
 }
 
 static void stop_listening(kvd__server_t *srv)
@@ -678,6 +687,11 @@ void kvd__server_check_drained(kvd__server_t *srv)
 
     if (srv->shutting_down != 1)
         return;
+    if (on_io_thread()) { /* the end runs on the loop's thread */
+        srv->drain_pending = 1;
+        kvd__server_wake_loop(srv);
+        return;
+    }
     if (srv->inflight > 0)
         return;
     now = kvd__now_ns();
@@ -752,19 +766,10 @@ static void signal_cb(uv_signal_t *h, int signum)
 static void idle_cb(uv_idle_t *h)
 {
     kvd__server_t *srv = h->data;
-    kvd__conn_t *list;
 
     kvd__park_run_woken(srv);
-    list = srv->ready;
-    srv->ready = NULL;
-    while (list) {
-        kvd__conn_t *c = list;
-        list = c->ready_next;
-        c->ready_next = NULL;
-        c->in_ready = 0;
-        kvd__conn_process(c);
-    }
-    if (srv->ready == NULL && srv->woken == NULL)
+    kvd__shard_run_ready(&srv->shards[0]);
+    if (srv->shards[0].ready == NULL && srv->woken == NULL)
         uv_idle_stop(&srv->idle);
 }
 
@@ -826,7 +831,9 @@ void kvd__server_activity(kvd__server_t *srv)
     uint64_t now;
     int polling;
 
-    if (srv->opts.busy_poll_us == 0 || srv->shutting_down == 2)
+    /* I/O threads wait in epoll_wait; a loop that polled would only
+     * contend for the lock they serve requests under */
+    if (srv->opts.busy_poll_us == 0 || srv->shutting_down == 2 || srv->nio > 0)
         return;
     now = kvd__now_ns();
     polling = uv_is_active((uv_handle_t *)&srv->spin);
@@ -846,18 +853,9 @@ void kvd__server_activity(kvd__server_t *srv)
 
 static void flush_all(kvd__server_t *srv)
 {
-    kvd__conn_t *list = srv->to_flush;
-
-    srv->to_flush = NULL;
     uv_prepare_stop(&srv->flush_prepare);
     uv_check_stop(&srv->flush_check);
-    while (list) {
-        kvd__conn_t *c = list;
-        list = c->flush_next;
-        c->flush_next = NULL;
-        c->flush_queued = 0;
-        kvd__conn_flush(c);
-    }
+    kvd__shard_flush_all(&srv->shards[0]);
 }
 
 static void flush_prepare_cb(uv_prepare_t *h)
@@ -874,49 +872,81 @@ static void flush_check_cb(uv_check_t *h)
  * timers leave in the prepare phase, before the loop may sleep in poll;
  * those made by I/O callbacks (reads, wake-ups) leave in the check phase
  * right after them. */
-void kvd__server_want_flush(kvd__server_t *srv, kvd__conn_t *c)
+void kvd__server_flush_soon(kvd__server_t *srv)
 {
-    if (c->flush_queued || srv->shutting_down == 2)
-        return;
-    c->flush_queued = 1;
-    c->flush_next = srv->to_flush;
-    srv->to_flush = c;
-    if (!uv_is_active((uv_handle_t *)&srv->flush_prepare)) {
+    if (srv->shutting_down != 2 && !uv_is_active((uv_handle_t *)&srv->flush_prepare)) {
         uv_prepare_start(&srv->flush_prepare, flush_prepare_cb);
         uv_check_start(&srv->flush_check, flush_check_cb);
     }
 }
 
-void kvd__server_kick(kvd__server_t *srv, kvd__conn_t *c)
+/* ---- I/O threads: the loop's side of the lock (shard.h) ------------------ */
+
+void kvd__server_wake_loop(kvd__server_t *srv)
 {
-    if (c->in_ready || srv->shutting_down == 2)
+    if (!uv_is_closing((uv_handle_t *)&srv->loop_wake))
+        uv_async_send(&srv->loop_wake);
+}
+
+static void loop_wake_cb(uv_async_t *h)
+{
+    kvd__server_t *srv = h->data;
+
+    if (srv->drain_pending) {
+        srv->drain_pending = 0;
+        kvd__server_check_drained(srv);
+    }
+    if (srv->release_pending) {
+        srv->release_pending = 0;
+        release_backend(srv);
+    }
+}
+
+void kvd__server_take(kvd__server_t *srv)
+{
+    if (srv->nio > 0)
+        pthread_mutex_lock(&srv->mu);
+}
+
+void kvd__server_let_go(kvd__server_t *srv)
+{
+    if (srv->nio == 0)
         return;
-    c->in_ready = 1;
-    c->ready_next = srv->ready;
-    srv->ready = c;
-    uv_idle_start(&srv->idle, idle_cb);
+    /* the loop sleeps in poll for loop_timeout, computed from its handles
+     * when it let go: what this thread started since (a timer, an idle
+     * handle, a handle to close) may want it sooner */
+    if (srv->loop_asleep) {
+        int t = uv_backend_timeout(srv->loop);
+
+        if (t >= 0 && (srv->loop_timeout < 0 || t < srv->loop_timeout)) {
+            srv->loop_asleep = 0;
+            kvd__server_wake_loop(srv);
+        }
+    }
+    pthread_mutex_unlock(&srv->mu);
+}
+
+/* With I/O threads the loop runs its callbacks under the lock and waits
+ * for events without it (libuv's loop embedded: its backend descriptor
+ * polled here). */
+static void run_locked(kvd__server_t *srv)
+{
+    struct pollfd p = {.fd = uv_backend_fd(srv->loop), .events = POLLIN, .revents = 0};
+
+    pthread_mutex_lock(&srv->mu);
+    while (uv_run(srv->loop, UV_RUN_NOWAIT) != 0) {
+        srv->loop_timeout = uv_backend_timeout(srv->loop);
+        srv->loop_asleep = 1;
+        pthread_mutex_unlock(&srv->mu);
+        (void)poll(&p, 1, srv->loop_timeout);
+        pthread_mutex_lock(&srv->mu);
+        srv->loop_asleep = 0;
+    }
+    pthread_mutex_unlock(&srv->mu);
 }
 
 void kvd__server_conn_gone(kvd__server_t *srv, kvd__conn_t *c)
 {
-    kvd__conn_t **pp;
-
-    if (c->in_ready) {
-        for (pp = &srv->ready; *pp; pp = &(*pp)->ready_next) {
-            if (*pp == c) {
-                *pp = c->ready_next;
-                break;
-            }
-        }
-    }
-    if (c->flush_queued) {
-        for (pp = &srv->to_flush; *pp; pp = &(*pp)->flush_next) {
-            if (*pp == c) {
-                *pp = c->flush_next;
-                break;
-            }
-        }
-    }
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -925,8 +955,14 @@ void kvd__server_conn_gone(kvd__server_t *srv, kvd__conn_t *c)
         c->next->prev = c->prev;
     srv->nconns--;
     if (srv->shutting_down == 2 && srv->conns == NULL && srv->backend != NULL &&
-        srv->backend->pending(srv->backend) == 0)
-        release_backend(srv);
+        srv->backend->pending(srv->backend) == 0) {
+        if (on_io_thread()) {
+            srv->release_pending = 1; /* the loop's thread ends what it began */
+            kvd__server_wake_loop(srv);
+        } else {
+            release_backend(srv);
+        }
+    }
 }
 
 /* ---- deadlines ---------------------------------------------------------- */
@@ -1035,6 +1071,14 @@ kvd_status_t kvd__server_create(uv_loop_t *loop, const kvd__options_t *opts, kvd
     srv->listen_fd = -1;
     srv->spare_fd = -1;
     srv->uid = getuid();
+    srv->nio = (unsigned)opts->io_threads;
+    pthread_mutex_init(&srv->mu, NULL);
+    if (srv->nio > 0 && srv->opts.cuda_completion == KVD_COMPLETION_LOOP) {
+        /* a loop that polled the streams would hold the lock the I/O
+         * threads serve requests under, over and over */
+        srv->opts.cuda_completion = KVD_COMPLETION_POLL;
+        kvd_log(KVD_LOG_INFO, "event=cuda_completion choice=poll reason=\"io-threads\"");
+    }
     srv->next_client_id = 1;
     srv->next_cache_id = 1;
     srv->next_lease_id = 1;
@@ -1063,6 +1107,10 @@ kvd_status_t kvd__server_create(uv_loop_t *loop, const kvd__options_t *opts, kvd
         goto fail_backend;
     if (srv->opts.cluster_listen[0] != '\0' &&
         (st = kvd__cluster_create(srv, &srv->cluster, why, why_len)) != KVD_OK)
+        goto fail_backend;
+    uv_async_init(loop, &srv->loop_wake, loop_wake_cb);
+    srv->loop_wake.data = srv;
+    if ((st = kvd__shards_init(srv, why, why_len)) != KVD_OK)
         goto fail_backend;
     /* before the socket listens: a SIGTERM from a peer that saw it must
      * find the handler, not the default action */
@@ -1115,6 +1163,8 @@ fail_backend:
         uv_close((uv_handle_t *)&srv->sig_term, NULL);
         uv_close((uv_handle_t *)&srv->sig_int, NULL);
     }
+    if (srv->loop_wake.loop != NULL)
+        uv_close((uv_handle_t *)&srv->loop_wake, NULL);
     kvd__metrics_close(srv->metrics);
     kvd__cluster_close(srv->cluster);
     kvd__registry_deinit(&srv->reg);
@@ -1122,6 +1172,7 @@ fail_backend:
     uv_run(loop, UV_RUN_NOWAIT); /* let the backend's handles close */
     kvd__metrics_destroy(&srv->metrics);
     kvd__cluster_destroy(&srv->cluster);
+    kvd__shards_deinit(srv);
 fail:
     kvd__disk_io_destroy(&srv->disk_io);
     if (srv->disk_async_open) {
@@ -1160,7 +1211,20 @@ int kvd__server_run(kvd__server_t *srv)
         uv_timer_start(&srv->watchdog, watchdog_cb, wd / 2000, wd / 2000);
         kvd_log(KVD_LOG_INFO, "event=watchdog interval_us=%" PRIu64, wd);
     }
-    uv_run(srv->loop, UV_RUN_DEFAULT);
+    kvd__shard_self = &srv->shards[0];
+    {
+        char why[200];
+
+        if (kvd__shards_start(srv, why, sizeof(why)) != KVD_OK) {
+            kvd_log(KVD_LOG_ERROR, "event=io_threads_failed reason=\"%s\"", why);
+            kvd__server_begin_shutdown(srv, 1, why);
+        }
+    }
+    if (srv->nio > 0)
+        run_locked(srv);
+    else
+        uv_run(srv->loop, UV_RUN_DEFAULT);
+    kvd__shards_stop(srv);
     return 0;
 }
 
@@ -1175,6 +1239,8 @@ void kvd__server_destroy(kvd__server_t **sp)
     kvd__disk_io_destroy(&srv->disk_io); /* gone already after a shutdown */
     kvd__registry_deinit(&srv->reg);
     kvd__stats_deinit(&srv->stats);
+    kvd__shards_deinit(srv);
+    pthread_mutex_destroy(&srv->mu);
     free(srv);
     *sp = NULL;
 }

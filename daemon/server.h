@@ -6,6 +6,7 @@
 #ifndef KVD_DAEMON_SERVER_H
 #define KVD_DAEMON_SERVER_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -31,6 +32,16 @@ typedef struct kvd__release_waiter kvd__release_waiter_t;
 typedef struct kvd__server {
     uv_loop_t *loop;
     kvd__options_t opts;
+    /* the daemon's state, with --io-threads (shard.h); unused without */
+    pthread_mutex_t mu;
+    unsigned nio;                /* I/O threads */
+    unsigned next_shard;
+    struct kvd__shard *shards;   /* [0]: the loop thread's; [1..nio]: the I/O threads' */
+    uv_async_t loop_wake;        /* another thread changed what the loop waits for */
+    int loop_asleep;             /* the loop waits in poll without the lock... */
+    int loop_timeout;            /* ...this long (ms; -1: until woken) */
+    int release_pending;         /* the last connection went on an I/O thread */
+    int drain_pending;           /* a drain's end to check, seen on an I/O thread */
     char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     int listen_fd;
     int listening;
@@ -41,7 +52,6 @@ typedef struct kvd__server {
     uv_idle_t spin;        /* busy-poll window: keeps the loop from sleeping */
     uv_prepare_t flush_prepare; /* write queued replies before the loop polls... */
     uv_check_t flush_check;     /* ...and after the I/O callbacks of a poll */
-    kvd__conn_t *to_flush;  /* connections with replies queued since */
     uint64_t spin_until_ns;
     kvd__spin_t poll_window; /* how long the loop polls after activity (proto/src/spin.h) */
     uint64_t last_activity_ns; /* the last request read or reply queued */
@@ -66,7 +76,6 @@ typedef struct kvd__server {
     kvd__conn_t *conns;     /* open connections */
     uint32_t nconns;
     uint64_t karea_bytes;   /* the key areas of all connections (keyarea.h) */
-    kvd__conn_t *ready;     /* connections with frames left to handle */
     struct kvd__waitq *woken; /* queues of waiting requests to run (park.h) */
     uint64_t next_client_id;
     struct kvd__cache *caches; /* the cache tier's caches (caches.h) */
@@ -112,15 +121,22 @@ void kvd__server_destroy(kvd__server_t **srv);
 /* Stop accepting, answer what is pending, then stop the loop.  drain:
  * let queued work finish (else it is cancelled with ESHUTDOWN). */
 void kvd__server_begin_shutdown(kvd__server_t *srv, int drain, const char *why);
-/* conn has frames buffered: handle them on the next loop iteration. */
-void kvd__server_kick(kvd__server_t *srv, kvd__conn_t *conn);
-/* Something for the idle turn (woken waiting requests): the loop runs it
- * on its next iteration. */
+/* Something for the idle turn (woken waiting requests, shard 0's
+ * buffered frames): the loop runs it on its next iteration. */
 void kvd__server_want_idle(kvd__server_t *srv);
-/* conn's write queue has new replies: written at the end of this loop
- * phase, together with whatever else the phase queues for it (the
- * replies to one read, or to one round of completions, in one sendmsg). */
-void kvd__server_want_flush(kvd__server_t *srv, kvd__conn_t *conn);
+/* The loop thread has replies to write (shard 0's list): written at the
+ * end of this loop phase, together with whatever else the phase queues
+ * (the replies to one read, or to one round of completions, in one
+ * sendmsg). */
+void kvd__server_flush_soon(kvd__server_t *srv);
+/* Run the loop's next iteration soon, from an I/O thread (a drain's end
+ * to check, the last connection gone). */
+void kvd__server_wake_loop(kvd__server_t *srv);
+/* An I/O thread takes and lets go of the state's lock; letting go wakes
+ * the loop if what it waits for changed meanwhile (a timer, an idle
+ * handle).  Without I/O threads, nothing. */
+void kvd__server_take(kvd__server_t *srv);
+void kvd__server_let_go(kvd__server_t *srv);
 /* A request came in or a reply went out: with --busy-poll-us the loop
  * polls without sleeping until that long after the last such moment, so
  * the next request is taken without a wake-up from sleep. */
