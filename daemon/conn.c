@@ -211,7 +211,7 @@ void kvd__conn_close_after_flush(kvd__conn_t *c, const char *reason)
 void kvd__conn_flush(kvd__conn_t *c)
 {
     int was_paused = paused(c);
-    int unlocked = kvd__shard_own_unlocked(c);
+    int unlocked = kvd__shard_may_write_unlocked(c);
 
     /* its I/O thread is writing: it writes what was queued meanwhile too */
     if (c->closing || c->writing)
@@ -557,7 +557,7 @@ static void read_and_process(kvd__conn_t *c)
             return;
         }
         room = c->rcap - c->rlen;
-        if (kvd__shard_own_unlocked(c)) {
+        if (kvd__shard_may_read_unlocked(c)) {
             c->reading = 1;
             kvd__server_let_go(c->srv);
             n = kvd__sock_recv(c->fd, c->rbuf + c->rlen, room, fds, &nfds,

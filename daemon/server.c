@@ -935,6 +935,11 @@ static void run_locked(kvd__server_t *srv)
 
     pthread_mutex_lock(&srv->mu);
     while (uv_run(srv->loop, UV_RUN_NOWAIT) != 0) {
+        /* the replies this run made (completions, woken requests): out
+         * before the loop sleeps, each sendmsg without the lock */
+        srv->shards[0].outside_loop = 1;
+        kvd__shard_flush_all(&srv->shards[0]);
+        srv->shards[0].outside_loop = 0;
         srv->loop_timeout = uv_backend_timeout(srv->loop);
         srv->loop_asleep = 1;
         pthread_mutex_unlock(&srv->mu);

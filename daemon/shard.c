@@ -33,9 +33,16 @@ static void wake(kvd__shard_t *s)
         ;
 }
 
-int kvd__shard_own_unlocked(const kvd__conn_t *c)
+int kvd__shard_may_read_unlocked(const kvd__conn_t *c)
 {
     return c->shard->threaded && c->shard == kvd__shard_self;
+}
+
+int kvd__shard_may_write_unlocked(const kvd__conn_t *c)
+{
+    return c->shard->threaded &&
+           (c->shard == kvd__shard_self ||
+            (kvd__shard_self != NULL && kvd__shard_self->outside_loop));
 }
 
 /* Shard 0: the loop's poll handle says the socket is ready. */
@@ -105,7 +112,9 @@ void kvd__shard_want_flush(kvd__conn_t *c)
     c->flush_queued = 1;
     c->flush_next = s->to_flush;
     s->to_flush = c;
-    if (!s->threaded)
+    /* with I/O threads the loop's thread writes once libuv's loop has run
+     * (server.c, run_locked): outside it, it may let go of the lock */
+    if (!s->threaded && c->srv->nio == 0)
         kvd__server_flush_soon(c->srv);
 }
 
@@ -242,18 +251,19 @@ static void *io_main(void *arg)
         srv->backend->bind_thread(srv->backend);
     pthread_mutex_lock(&srv->mu);
     for (;;) {
-        int n;
+        int n, busy;
 
         kvd__shard_run_ready(s);
         kvd__shard_flush_all(s);
         bury_dead(s);
         if (s->stop)
             break;
-        if (s->ready != NULL || s->to_flush != NULL)
-            continue;
-        s->asleep = 1;
+        /* frames still buffered (past --reqs-per-event): the others'
+         * events are taken first, without waiting */
+        busy = s->ready != NULL || s->to_flush != NULL;
+        s->asleep = !busy;
         kvd__server_let_go(srv);
-        n = epoll_wait(s->epfd, ev, EVENTS_PER_WAIT, -1);
+        n = epoll_wait(s->epfd, ev, EVENTS_PER_WAIT, busy ? 0 : -1);
         pthread_mutex_lock(&srv->mu);
         s->asleep = 0;
         if (n > 0)

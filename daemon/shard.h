@@ -33,6 +33,7 @@ typedef struct kvd__shard {
     int threaded;     /* has a thread of its own (else the loop's) */
     int asleep;       /* in epoll_wait, the lock let go (I/O threads) */
     int stop;
+    int outside_loop; /* shard 0: the loop's thread writes replies outside libuv */
     pthread_t thread;
     int thread_started;
     kvd__conn_t *ready; /* its connections with frames left to handle */
@@ -64,9 +65,11 @@ void kvd__shard_kick(kvd__conn_t *c);
 void kvd__shard_want_flush(kvd__conn_t *c);
 /* c is closed and nothing of it is in flight: its shard frees it. */
 void kvd__shard_bury(kvd__conn_t *c);
-/* Whether the calling thread may let go of the lock around c's system
- * calls: c is its own and it is an I/O thread. */
-int kvd__shard_own_unlocked(const kvd__conn_t *c);
+/* Whether the calling thread may let go of the lock around c's recvmsg
+ * (c is its own and it is an I/O thread) or sendmsg (that, or it is the
+ * loop's thread writing replies between two runs of libuv's loop). */
+int kvd__shard_may_read_unlocked(const kvd__conn_t *c);
+int kvd__shard_may_write_unlocked(const kvd__conn_t *c);
 
 /* The loop thread's side: write queued replies, handle buffered frames
  * (the server calls these from its loop phases). */
