@@ -140,7 +140,9 @@ const kvd__option_def_t kvd__option_table[] = {
      "threads that read clients' requests, serve them and write the replies, each for a "
      "share of the connections, so that many clients' system calls run on several cores; "
      "requests are still served one at a time (under one lock), in the order each client "
-     "sent them; 0: the event loop's thread serves every connection (best on a few cores)"},
+     "sent them; more requests a second with many busy clients, at more CPU each and a "
+     "slower round trip for a lone client (no busy polling; --cuda-completion loop becomes "
+     "poll); 0: the event loop's thread serves every connection"},
     {"metrics", KVD_OPT_STR, OFF(metrics), "", 0, 0, NULL,
      "serve Prometheus metrics over HTTP at [HOST:]PORT (GET /metrics); a bare PORT listens on "
      "127.0.0.1, 0 picks a free port (kvdock status names it); empty: off"},
