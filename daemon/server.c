@@ -81,13 +81,13 @@ int kvd__server_peer_admin(const kvd__server_t *srv, uid_t uid)
     return uid == srv->uid || uid == 0 || kvd__options_id_listed(srv->opts.admin_uids, uid);
 }
 
-/* Best effort: one error frame to a peer we will not serve, then close. */
 /* The calling thread is an I/O thread (shard.h), not the loop's. */
 static int on_io_thread(void)
 {
     return kvd__shard_self != NULL && kvd__shard_self->threaded;
 }
 
+/* Best effort: one error frame to a peer we will not serve, then close. */
 static void refuse(int fd, kvd_status_t st, const char *msg)
 {
     Kvdock__Response resp = KVDOCK__RESPONSE__INIT;
