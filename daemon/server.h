@@ -1,7 +1,8 @@
 /*
- * The server: one libuv loop that owns all socket I/O, the listening
- * socket, the connections, the backend, the registry and the counters;
- * signals and the drain on shutdown.
+ * The server: one libuv loop that owns the listening socket, the
+ * connections (their socket I/O shared with I/O threads under srv->mu,
+ * shard.h, when --io-threads asks), the backend, the registry and the
+ * counters; signals and the drain on shutdown.
  */
 #ifndef KVD_DAEMON_SERVER_H
 #define KVD_DAEMON_SERVER_H

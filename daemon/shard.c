@@ -206,10 +206,9 @@ void kvd__shard_flush_all(kvd__shard_t *s)
     }
 }
 
-int kvd__shard_run_ready(kvd__shard_t *s)
+void kvd__shard_run_ready(kvd__shard_t *s)
 {
     kvd__conn_t *list = s->ready;
-    int ran = list != NULL;
 
     s->ready = NULL;
     while (list) {
@@ -219,7 +218,6 @@ int kvd__shard_run_ready(kvd__shard_t *s)
         c->in_ready = 0;
         kvd__conn_process(c);
     }
-    return ran;
 }
 
 /* Socket events of shard s's connections, as epoll reported them. */
@@ -247,9 +245,11 @@ static void *io_main(void *arg)
     kvd__shard_self = s;
     snprintf(name, sizeof(name), "kvd-io-%u", s->index);
     (void)pthread_setname_np(pthread_self(), name);
-    if (srv->backend->bind_thread != NULL)
-        srv->backend->bind_thread(srv->backend);
     pthread_mutex_lock(&srv->mu);
+    /* under the lock: a daemon stopped before this thread ran has no
+     * backend left */
+    if (srv->backend != NULL && srv->backend->bind_thread != NULL)
+        srv->backend->bind_thread(srv->backend);
     for (;;) {
         int n, busy;
 

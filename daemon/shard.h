@@ -7,14 +7,16 @@
  * The rule that keeps this simple: the daemon's state (connections,
  * registry, caches, budgets, the loop's handles) is touched only under
  * srv->mu, by whichever thread holds it, exactly as the one loop thread
- * touched it before.  The loop thread holds it while it runs callbacks;
- * an I/O thread holds it while it serves requests.  An I/O thread lets
- * go of it only to wait in epoll_wait, and around the recvmsg and sendmsg
- * of its own connections: those system calls, most of a small request's
- * cost, run on several cores at once.  While it does, the connection is
- * marked (reading, writing) so that no other thread frees or writes what
- * the call uses.  A connection is freed only by its own shard, between
- * two waits (kvd__shard_bury).  With --io-threads 0 no lock is taken.
+ * touched it before.  The loop thread holds it while it runs libuv's
+ * callbacks; an I/O thread holds it while it serves requests.  An I/O
+ * thread lets go of it only to wait in epoll_wait, and around the
+ * recvmsg and sendmsg of its own connections (the loop's thread around
+ * the sendmsg of the replies it made, once libuv's run is over): those
+ * system calls, most of a small request's cost, run on several cores at
+ * once.  While one does, the connection is marked (reading, writing) so
+ * that no other thread frees or writes what the call uses.  A connection
+ * is freed only by its own shard, between two waits (kvd__shard_bury).
+ * With --io-threads 0 no lock is taken.
  */
 #ifndef KVD_DAEMON_SHARD_H
 #define KVD_DAEMON_SHARD_H
@@ -74,6 +76,6 @@ int kvd__shard_may_write_unlocked(const kvd__conn_t *c);
 /* The loop thread's side: write queued replies, handle buffered frames
  * (the server calls these from its loop phases). */
 void kvd__shard_flush_all(kvd__shard_t *s);
-int kvd__shard_run_ready(kvd__shard_t *s);
+void kvd__shard_run_ready(kvd__shard_t *s);
 
 #endif
