@@ -237,15 +237,15 @@ void kvd__conn_flush(kvd__conn_t *c)
         if (unlocked) {
             c->writing = 1;
             kvd__server_let_go(c->srv);
-            n = kvd__sock_sendmsg(c->fd, iov, niov, w->fds, w->nfds, MSG_DONTWAIT);
+        }
+        n = kvd__sock_sendmsg(c->fd, iov, niov, w->fds, w->nfds, MSG_DONTWAIT);
+        if (unlocked) {
             kvd__server_take(c->srv);
             c->writing = 0;
             if (c->closing) { /* closed meanwhile: what it left is ours */
                 free_wq(c);
                 return;
             }
-        } else {
-            n = kvd__sock_sendmsg(c->fd, iov, niov, w->fds, w->nfds, MSG_DONTWAIT);
         }
         if (n < 0) {
             if (errno == EINTR)
@@ -532,7 +532,7 @@ static void refuse_frame(kvd__conn_t *c, const char *why)
 static void read_and_process(kvd__conn_t *c)
 {
     unsigned handled = 0;
-    int drained = 0;
+    int drained = 0, unlocked = kvd__shard_may_read_unlocked(c);
     char why[200];
 
     for (;;) {
@@ -557,11 +557,12 @@ static void read_and_process(kvd__conn_t *c)
             return;
         }
         room = c->rcap - c->rlen;
-        if (kvd__shard_may_read_unlocked(c)) {
+        if (unlocked) {
             c->reading = 1;
             kvd__server_let_go(c->srv);
-            n = kvd__sock_recv(c->fd, c->rbuf + c->rlen, room, fds, &nfds,
-                               KVD_MAX_FDS_PER_FRAME);
+        }
+        n = kvd__sock_recv(c->fd, c->rbuf + c->rlen, room, fds, &nfds, KVD_MAX_FDS_PER_FRAME);
+        if (unlocked) {
             kvd__server_take(c->srv);
             c->reading = 0;
             if (c->closing || c->close_after_flush) { /* meanwhile: nothing more is read */
@@ -572,9 +573,6 @@ static void read_and_process(kvd__conn_t *c)
                 free_rbuf(c);
                 return;
             }
-        } else {
-            n = kvd__sock_recv(c->fd, c->rbuf + c->rlen, room, fds, &nfds,
-                               KVD_MAX_FDS_PER_FRAME);
         }
         if (n == -EAGAIN || n == -EWOULDBLOCK)
             break;
