@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE /* prlimit */
 #include "testutil.h"
+#include "kvt_proc.h"
 #include "kvt_skip.h"
 
 #include <errno.h>
@@ -48,23 +49,7 @@ static int64_t scaled(int64_t ms)
     return ms * (k > 1 ? k : 1);
 }
 
-/* ---- the daemon's memory, from /proc ------------------------------------------------ */
-
-static uint64_t proc_kb(pid_t pid, const char *key)
-{
-    char path[64], line[256];
-    unsigned long long v = 0;
-    FILE *f;
-
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    f = fopen(path, "re");
-    ck_assert_ptr_nonnull(f);
-    while (fgets(line, sizeof(line), f))
-        if (strncmp(line, key, strlen(key)) == 0)
-            sscanf(line + strlen(key), " %llu", &v);
-    fclose(f);
-    return (uint64_t)v * 1024;
-}
+/* ---- the daemon's memory ------------------------------------------------------------ */
 
 /* The daemon's host memory of kind, and the sum of every kind against its
  * total (they must agree). */
@@ -455,13 +440,13 @@ START_TEST(test_decode_bounded)
     kvt_pool_make(cli, &p, "dp", 1, 1024, BLOCK, true, 1);
     fd = raw_client(d.socket);
     raw_ping(fd, 2);
-    hwm0 = proc_kb(d.pid, "VmHWM:");
+    hwm0 = kvt_proc_bytes(d.pid, "VmHWM:");
 
     /* 16 MiB of one-byte keys (5.5 million): refused from the wire */
     keys_list(&keys, 5500000, 1);
     lookup_raw(fd, 3, cache, &keys, KVD_ELIMIT, "at most 65536");
-    ck_assert_msg(proc_kb(d.pid, "VmHWM:") < hwm0 + PEAK_RSS_BOUND, "peak RSS grew by %" PRIu64
-                  " MiB", (uint64_t)((proc_kb(d.pid, "VmHWM:") - hwm0) / MiB));
+    ck_assert_msg(kvt_proc_bytes(d.pid, "VmHWM:") < hwm0 + PEAK_RSS_BOUND, "peak RSS grew by %" PRIu64
+                  " MiB", (uint64_t)((kvt_proc_bytes(d.pid, "VmHWM:") - hwm0) / MiB));
     raw_ping(fd, 4); /* the connection goes on */
     /* a million 8-byte keys */
     keys_list(&keys, 1000000, 8);
@@ -491,10 +476,10 @@ START_TEST(test_decode_bounded)
     raw_ping(fd, 8);
     /* a frame of the maximum size costs a small multiple of itself: its
      * read buffer, and no decoding past the measure */
-    ck_assert_msg(proc_kb(d.pid, "VmHWM:") < hwm0 + PEAK_RSS_BOUND, "peak RSS grew by %" PRIu64
-                  " MiB", (uint64_t)((proc_kb(d.pid, "VmHWM:") - hwm0) / MiB));
+    ck_assert_msg(kvt_proc_bytes(d.pid, "VmHWM:") < hwm0 + PEAK_RSS_BOUND, "peak RSS grew by %" PRIu64
+                  " MiB", (uint64_t)((kvt_proc_bytes(d.pid, "VmHWM:") - hwm0) / MiB));
     printf("decoding: peak RSS +%.1f MiB over frames of up to 16 MiB\n",
-           (double)(proc_kb(d.pid, "VmHWM:") - hwm0) / MiB);
+           (double)(kvt_proc_bytes(d.pid, "VmHWM:") - hwm0) / MiB);
     ck_assert_uint_eq(host_kind(cli, "requests"), 0);
     close(fd);
     kvt_pool_free(cli, &p);
@@ -758,7 +743,7 @@ START_TEST(test_cache_slab_refused)
     big = cache_make_of(cli, "big", blocks, block);
     ck_assert_int_eq(prlimit(d.pid, RLIMIT_AS, NULL, &before), 0);
     capped = before;
-    capped.rlim_cur = proc_kb(d.pid, "VmSize:") + (128u << 20);
+    capped.rlim_cur = kvt_proc_bytes(d.pid, "VmSize:") + (128u << 20);
     ck_assert_int_eq(prlimit(d.pid, RLIMIT_AS, &capped, NULL), 0);
     st = save_chain_st(cli, big, p.info.id, 100, 2, 0);
     ck_assert_msg(st == KVD_ENOMEM, "save under the cap: %s: %s", kvd_err_name(st),

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "disk_harness.h"
+#include "kvt_proc.h"
 
 #define NOBODY 65534u
 #define NOGROUP 65534u
@@ -605,8 +606,10 @@ static uint32_t lookup(int fd, uint64_t cache, int c, uint32_t *disk_hits)
     return lookup_keys(fd, cache, keys, CHAIN, disk_hits);
 }
 
-/* Load the first n blocks of chain c into pages 0..n-1 of p. */
-static void load(int fd, uint64_t cache, const pool_view_t *p, int c, int n)
+/* Load the first n blocks of chain c into pages 0..n-1 of p, sent again
+ * while the answer is EBUSY for host slots that disk writes hold: the
+ * answer. */
+static Kvdock__Response *load_answer(int fd, uint64_t cache, const pool_view_t *p, int c, int n)
 {
     Kvdock__Request req;
     Kvdock__CacheLoad cl = KVDOCK__CACHE_LOAD__INIT;
@@ -637,6 +640,14 @@ static void load(int fd, uint64_t cache, const pool_view_t *p, int c, int n)
         kvdock__response__free_unpacked(r, NULL);
         usleep(5000);
     }
+    return r;
+}
+
+/* The same, loaded. */
+static void load(int fd, uint64_t cache, const pool_view_t *p, int c, int n)
+{
+    Kvdock__Response *r = load_answer(fd, cache, p, c, n);
+
     ck_assert_msg(r->status == 0, "load of %d blocks of chain %d: %u %s", n, c, r->status,
                   r->message);
     kvdock__response__free_unpacked(r, NULL);
@@ -1147,6 +1158,70 @@ START_TEST(test_disk_full)
                   first);
     (void)verify_range(fd, cache, CHAINS / 2, CHAINS);
     case_end(&d, FDS(fd), NULL);
+}
+END_TEST
+
+/* A host slab the system refuses to a load from disk: after a restart the
+ * cache's blocks are on disk only and it has no slab; with the daemon's
+ * address space capped under its first slab (RLIMIT_AS), a load that must
+ * read blocks into host memory is answered ENOMEM saying the slab could
+ * not be made, and loses nothing: the chain is still reported whole, and
+ * once the cap is lifted it loads byte for byte. */
+START_TEST(test_load_slab_refused)
+{
+    const uint64_t host = 3072ull * BLOCK_BYTES; /* a first slab of 192 MiB */
+    kvdt_daemon_t d;
+    Kvdock__Response *r;
+    pool_view_t a, b;
+    struct rlimit before, capped;
+    uint32_t disk_hits = 0;
+    uint64_t cache;
+    int fd;
+
+    world_make();
+    start(&d);
+    fd = kvdt_client(&d, "saver");
+    r = blocks_create_with(fd, 0, host, BLOCKS_DISK);
+    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
+    cache = r->cache->id;
+    kvdock__response__free_unpacked(r, NULL);
+    pool_open(fd, "src", 2 * CHAIN, &a);
+    for (int c = 0; c < 2; c++) {
+        for (int i = 0; i < CHAIN; i++)
+            fill_page(&a, (uint64_t)c * CHAIN + i, c, i);
+        r = save_chain(fd, cache, &a, c, 200 + (uint64_t)c);
+        ck_assert_msg(saved_whole(r), "save of chain %d: %u %s", c, r->status, r->message);
+        kvdock__response__free_unpacked(r, NULL);
+    }
+    wait_on_disk(fd, cache, 2 * CHAIN);
+    munmap(a.map, a.len);
+    close(fd);
+    stop_with(&d, SIGTERM);
+
+    start(&d);
+    fd = kvdt_client(&d, "reader");
+    cache = cache_id(fd);
+    ck_assert_uint_eq(lookup(fd, cache, 0, &disk_hits), CHAIN);
+    ck_assert_uint_eq(disk_hits, CHAIN); /* on disk only */
+    pool_open(fd, "loaded", CHAIN, &b);
+    ck_assert_int_eq(prlimit(d.pid, RLIMIT_AS, NULL, &before), 0);
+    capped = before;
+    capped.rlim_cur = kvt_proc_bytes(d.pid, "VmSize:") + (64u << 20);
+    ck_assert_int_eq(prlimit(d.pid, RLIMIT_AS, &capped, NULL), 0);
+    r = load_answer(fd, cache, &b, 0, CHAIN);
+    ck_assert_msg(r->status == KVD_ENOMEM && strstr(r->message, "could not be made") != NULL,
+                  "load under the cap: %u %s", r->status, r->message);
+    kvdock__response__free_unpacked(r, NULL);
+    ck_assert(kvdt_ping_ok(fd));
+    ck_assert_uint_eq(lookup(fd, cache, 0, &disk_hits), CHAIN);
+    ck_assert_uint_eq(disk_hits, CHAIN);
+    ck_assert_int_eq(prlimit(d.pid, RLIMIT_AS, &before, NULL), 0);
+    memset(b.map, 0xA5, b.len); /* poisoned */
+    load(fd, cache, &b, 0, CHAIN);
+    for (int i = 0; i < CHAIN; i++)
+        ck_assert_msg(page_is(&b, (uint64_t)i, 0, i), "block %d: other bytes", i);
+    ck_assert_uint_eq(verify_range(fd, cache, 1, 2), CHAIN);
+    case_end(&d, FDS(fd), MAPS({b.map, b.len}));
 }
 END_TEST
 
@@ -1839,7 +1914,8 @@ static Suite *restart_suite(void)
                      test_blocks_after_sigterm, test_blocks_after_sigkill, test_disk_full}},
         {"damaged", {test_flipped_after_sigterm, test_flipped_after_sigkill,
                      test_truncated_after_sigterm, test_truncated_after_sigkill}},
-        {"busy", {test_load_busy, test_saves_wait_for_writer, test_reopen_other_budgets}},
+        {"busy", {test_load_busy, test_saves_wait_for_writer, test_reopen_other_budgets,
+                  test_load_slab_refused}},
         {"streams", {test_load_streams, test_load_streams_beside_saves, test_save_streams}},
         {"wait", {test_wait_expires}},
     };

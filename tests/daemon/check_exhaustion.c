@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "kvt_proc.h"
 
 #define MiB (1ull << 20)
 #define GiB (1ull << 30)
@@ -39,26 +40,6 @@ static uint64_t now_ms(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* A "Key: N kB" field of /proc/PID/status (or /proc/meminfo with pid 0), in bytes. */
-static uint64_t proc_kb(pid_t pid, const char *key)
-{
-    char path[64], line[256];
-    unsigned long long kb = 0;
-    FILE *f;
-
-    if (pid)
-        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    else
-        snprintf(path, sizeof(path), "/proc/meminfo");
-    f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    while (fgets(line, sizeof(line), f))
-        if (strncmp(line, key, strlen(key)) == 0)
-            sscanf(line + strlen(key), " %llu", &kb);
-    fclose(f);
-    return (uint64_t)kb * 1024;
 }
 
 /* utime + stime of pid, in clock ticks. */
@@ -193,7 +174,7 @@ START_TEST(test_budget)
     c = kvdt_client(&d, "attacker");
     y = kvdt_client(&d, "bystander");
     used0 = host_used(c, NULL);
-    shm0 = proc_kb(d.pid, "RssShmem:");
+    shm0 = kvt_proc_bytes(d.pid, "RssShmem:");
 
     /* the request that once had the OOM killer end 37 processes: 64 GiB */
     expect_pool(c, "huge", 1, 1u << 20, 32768, KVD_ELIMIT, "64.0 GiB requested",
@@ -201,7 +182,7 @@ START_TEST(test_budget)
     expect_pool(c, "petabyte", 1, 1ull << 35, 16384, KVD_ELIMIT, "1.0 PiB requested", NULL);
     ck_assert_int_eq(status_of_buffer(c, 100 * MiB), KVD_ELIMIT);
     ck_assert_uint_eq(host_used(c, NULL), used0);
-    ck_assert_uint_le(proc_kb(d.pid, "RssShmem:"), shm0 + MiB);
+    ck_assert_uint_le(kvt_proc_bytes(d.pid, "RssShmem:"), shm0 + MiB);
     ck_assert(kvdt_ping_ok(y));
 
     /* a sum of pools: 24 MiB each (2 x 1536 slots x 8 KiB), 64 MiB budget */
@@ -268,7 +249,7 @@ START_TEST(test_budget_past_machine)
 {
     /* a budget larger than the machine: the machine's memory refuses */
     const char *args[] = {"--host-memory-budget", "1T", NULL};
-    uint64_t total = proc_kb(0, "MemTotal:"), slots, shm0;
+    uint64_t total = kvt_proc_bytes(0, "MemTotal:"), slots, shm0;
     kvdt_daemon_t d;
     int c, y;
 
@@ -276,12 +257,12 @@ START_TEST(test_budget_past_machine)
     kvdt_start(&d, args);
     c = kvdt_client(&d, "attacker");
     y = kvdt_client(&d, "bystander");
-    shm0 = proc_kb(d.pid, "RssShmem:");
+    shm0 = kvt_proc_bytes(d.pid, "RssShmem:");
     slots = total / 32768 + 1; /* K and V of 32 KiB: twice the machine */
     expect_pool(c, "twice-the-machine", 1, slots, 32768, KVD_ENOMEM, "available", NULL);
     ck_assert_uint_eq(host_used(c, NULL), host_used(c, NULL));
     ck_assert_uint_eq(host_used(c, "pools"), 0);
-    ck_assert_uint_le(proc_kb(d.pid, "RssShmem:"), shm0 + MiB);
+    ck_assert_uint_le(kvt_proc_bytes(d.pid, "RssShmem:"), shm0 + MiB);
     ck_assert(kvdt_ping_ok(y));
     /* within the machine and the budget it works */
     ck_assert_uint_ne(expect_pool(c, "small", 2, 1024, 4096, KVD_OK, NULL, NULL), 0);
@@ -587,7 +568,7 @@ START_TEST(test_buffered_bytes)
     hdr[3] = (uint8_t)(payload >> 24);
     kvdt_start(&d, args);
     y = kvdt_client(&d, "bystander");
-    rss0 = proc_kb(d.pid, "VmRSS:");
+    rss0 = kvt_proc_bytes(d.pid, "VmRSS:");
     for (i = 0; i < N; i++) {
         Kvdock__Response *r;
 
@@ -611,7 +592,7 @@ START_TEST(test_buffered_bytes)
         ck_assert(kvdt_ping_ok(y));
         v = host_used(y, "sockets");
         sockets_peak = v > sockets_peak ? v : sockets_peak;
-        v = proc_kb(d.pid, "VmRSS:");
+        v = kvt_proc_bytes(d.pid, "VmRSS:");
         rss_peak = v > rss_peak ? v : rss_peak;
     }
     fprintf(stderr, "buffered bytes: %d connections held a nearly whole 16 MiB frame, %d refused; "
