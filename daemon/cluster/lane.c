@@ -352,11 +352,14 @@ static void lane_do(kvd__lane_t *ln, kvd__lane_node_t *n)
 {
     kvd__lane_op_t *op = (kvd__lane_op_t *)n; /* a send's or receive's: cmd is first */
     cmd_t *c = (cmd_t *)n;
+    /* read first: a send or receive that ends at once is the loop's (and
+     * may be freed there) before this returns */
+    int kind = n->kind;
     ucp_request_param_t rp;
     void *req;
 
     memset(&rp, 0, sizeof(rp));
-    switch (n->kind) {
+    switch (kind) {
     case KVD_LANE_SEND:
         if (op->lep->ep == NULL) {
             op_ended(op, UCS_ERR_NOT_CONNECTED, 0);
@@ -414,7 +417,7 @@ static void lane_do(kvd__lane_t *ln, kvd__lane_node_t *n)
         }
         break;
     }
-    if (n->kind >= CMD_RELEASE)
+    if (kind >= CMD_RELEASE)
         free(c);
 }
 

@@ -1071,6 +1071,62 @@ START_TEST(test_killed_mid_load_repeated)
 }
 END_TEST
 
+/* A fetcher stopped (SIGSTOP) mid-pull, so that the sender's sends fill
+ * the sockets and wait to write, then killed: the kernel resets the
+ * sender's connections under its waiting sends.  The sender lives, lets
+ * its blocks go and serves a new fetcher on the same address. */
+START_TEST(test_fetcher_killed_while_sender_waits)
+{
+    node_t nodes[2];
+    kvt_pool_t pa, pb;
+    uint32_t n = 96;
+    uint8_t(*keys)[KEY] = malloc(n * KEY);
+    kvd_daemon_status_t *s = malloc(sizeof(*s));
+    kvd_client_t *watch = NULL;
+    int64_t *pages = malloc(n * sizeof(*pages)), t0;
+    kvd_cache_load_t a;
+    kvd_op_result_t res;
+    uint64_t id;
+    int ws = 0;
+
+    chain_on_a(nodes, &pa, &pb, keys, n, 7);
+    for (uint32_t i = 0; i < n; i++)
+        pages[i] = i;
+    ck_assert_int_eq(kvd_client_create(nodes[1].d.socket, "watcher", &watch), KVD_OK);
+    a = load_args(&nodes[1], &pb, keys, 0, n, pages);
+    t0 = kvt_now_ms();
+    KVT_OK(nodes[1].cli, kvd_cache_load_submit(nodes[1].cli, &a, NULL, &res, &id));
+    while (fetched_since(&nodes[1].d, watch, s, 0) == 0)
+        ck_assert_msg(kvt_now_ms() - t0 < MS(30000), "no block landed on B in 30 s");
+    kill(nodes[1].d.pid, SIGSTOP);
+    usleep((useconds_t)MS(300)); /* A's sends fill the sockets and wait */
+    kvd_client_destroy(&watch);
+    kvd_client_destroy(&nodes[1].cli);
+    kvt_daemon_kill(&nodes[1].d);
+    kvt_daemon_stop(&nodes[1].d, 0); /* its directory */
+    kvd_mapping_destroy(&pb.map);
+    usleep((useconds_t)MS(500));
+    ck_assert_msg(waitpid(nodes[0].d.pid, &ws, WNOHANG) == 0, "the sender died (%s %d) when "
+                  "its stopped fetcher was killed", WIFSIGNALED(ws) ? "signal" : "exit status",
+                  WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws));
+    /* B again, on its address: A serves it every block */
+    start_node(&nodes[1], secret_path);
+    wait_all_up(nodes, 2);
+    nodes[1].cache = make_cache(&nodes[1], "kv", 65536, true);
+    kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, n * TPB, 65536, false, TPB);
+    poison(&pb);
+    KVT_OK(nodes[1].cli, load(&nodes[1], &pb, keys, n));
+    for (uint32_t i = 0; i < n; i++)
+        ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "block %u differs", i);
+    kvt_pool_free(nodes[0].cli, &pa);
+    kvt_pool_free(nodes[1].cli, &pb);
+    stop_nodes(nodes, 2);
+    free(keys);
+    free(pages);
+    free(s);
+}
+END_TEST
+
 /* The sender killed as the first blocks land on a fetcher of 8 lanes,
  * KVD_TEST_KILL_RUNS times (default 4): each of the fetcher's lanes has
  * finished its UCX wireup before any block of the pull goes, so the
@@ -2649,6 +2705,7 @@ int main(void)
     ADD(tc, test_stopped_peer);
     ADD(tc, test_killed_mid_load);
     ADD(tc, test_killed_mid_load_repeated);
+    ADD(tc, test_fetcher_killed_while_sender_waits);
     ADD(tc, test_killed_sender_many_lanes);
     ADD(tc, test_pull_streams);
     ADD(tc, test_restart_rejoins);
