@@ -146,7 +146,8 @@ typedef struct cuda_backend {
     /* copy-engine workers (cuda_copy.c): per stream class, threads with
      * streams of their own that issue the copy descriptors off the loop */
     struct ce_worker *ce[KVD_STREAM_END];
-    int ce_threads;          /* workers per class (--copy-threads); 0: on the loop */
+    int ce_threads;          /* --copy-threads; 0: on the loop */
+    int ce_n[KVD_STREAM_END]; /* workers per class (cuda_copy.c, class_threads) */
     int ce_next[KVD_STREAM_END]; /* round robin over a class's workers */
     int ce_cancel;           /* cancel_pending: parts not yet issued are skipped */
     int ce_h2d_each;         /* small host-to-device runs one call each (--copy-issue) */

@@ -172,9 +172,9 @@ static void dispatch(cuda_backend_t *cb, ce_group_t *g)
     ce_worker_t *ws = cb->ce[sc];
 
     /* spread over the workers, starting where the last job stopped */
-    cb->ce_next[sc] = (first + g->nparts) % cb->ce_threads;
+    cb->ce_next[sc] = (first + g->nparts) % cb->ce_n[sc];
     for (i = 0; i < g->nparts; i++) {
-        ce_worker_t *w = &ws[(first + i) % cb->ce_threads];
+        ce_worker_t *w = &ws[(first + i) % cb->ce_n[sc]];
         ce_part_t *p = &g->parts[i];
 
         p->next = NULL;
@@ -391,18 +391,37 @@ static void gate_init(cuda_backend_t *cb, ce_worker_t *w)
     w->gate_dev = (CUdeviceptr)(uintptr_t)dev;
 }
 
+/* Workers of a stream class: --copy-threads, and twice that (at most
+ * MAX_OFFLOAD_THREADS) for device-to-host offloads.  Small offloads are
+ * bound by the threads issuing them, and a device-to-host descriptor
+ * costs the driver about half the CPU time of a host-to-device one: more
+ * threads raise them to the copy engines' own rate at little cost to
+ * compute beside them, where more threads issuing host-to-device copies
+ * slow it (tests/bench/RESULTS.md, "The copy engines beside a decode
+ * step"). */
+#define MAX_OFFLOAD_THREADS 8
+
+static int class_threads(const cuda_backend_t *cb, int sclass)
+{
+    if (sclass == KVD_STREAM_OFFLOAD)
+        return 2 * cb->ce_threads < MAX_OFFLOAD_THREADS ? 2 * cb->ce_threads
+                                                         : MAX_OFFLOAD_THREADS;
+    return cb->ce_threads;
+}
+
 /* The class's workers, started at its first copy-engine transfer. */
 static kvd_status_t workers_of(cuda_backend_t *cb, int sclass, char *why, size_t why_len)
 {
     ce_worker_t *ws;
-    int i;
+    int i, n = class_threads(cb, sclass);
 
     if (cb->ce[sclass] != NULL)
         return KVD_OK;
-    ws = calloc((size_t)cb->ce_threads, sizeof(*ws));
+    ws = calloc((size_t)n, sizeof(*ws));
     if (ws == NULL)
         return KVD_ENOMEM;
-    for (i = 0; i < cb->ce_threads; i++) {
+    cb->ce_n[sclass] = n;
+    for (i = 0; i < n; i++) {
         ce_worker_t *w = &ws[i];
         cudaError_t e = cudaStreamCreateWithPriority(&w->stream, cudaStreamNonBlocking,
                                                      cb->be.priority[sclass]);
@@ -462,8 +481,8 @@ kvd_status_t kvd__cuda_copy_submit(cuda_backend_t *cb, kvd__job_t *job)
     /* split by the copies to issue, not the rows: a row of the cache tier
      * is a block, dozens of copies */
     copies = kvd__transfer_runs(a) * copies_per_run(a);
-    n = copies / MIN_PART_COPIES < cb->ce_threads ? (int)(copies / MIN_PART_COPIES)
-                                                  : cb->ce_threads;
+    n = copies / MIN_PART_COPIES < cb->ce_n[job->sclass] ? (int)(copies / MIN_PART_COPIES)
+                                                          : cb->ce_n[job->sclass];
     if (n < 1 || rows < n || a->src_idx == NULL)
         n = 1;
     g = calloc(1, sizeof(*g) + (size_t)n * sizeof(ce_part_t));
@@ -532,12 +551,12 @@ void kvd__cuda_copy_stop(cuda_backend_t *cb)
         if (ws == NULL)
             continue;
         pthread_mutex_lock(&cb->ce_mu);
-        for (i = 0; i < cb->ce_threads; i++) {
+        for (i = 0; i < cb->ce_n[sc]; i++) {
             ws[i].stop = 1;
             pthread_cond_signal(&ws[i].cv);
         }
         pthread_mutex_unlock(&cb->ce_mu);
-        for (i = 0; i < cb->ce_threads; i++) {
+        for (i = 0; i < cb->ce_n[sc]; i++) {
             if (ws[i].started)
                 pthread_join(ws[i].th, NULL);
             /* after its worker: every group it was handed is in its queue */

@@ -120,8 +120,9 @@ const kvd__option_def_t kvd__option_table[] = {
     {"copy-threads", KVD_OPT_UINT, OFF(copy_threads), "2", 0, 8, NULL,
      "threads per stream class that hand copy-engine transfers to the driver, each on a "
      "stream of its own (issuing costs CPU time per contiguous run, and blocks while the "
-     "stream is full: never on the event loop); a transfer of at least 1,024 copies a thread "
-     "is split by rows among them; 0: issue on the event loop"},
+     "stream is full: never on the event loop), twice as many (at most 8) for device-to-host "
+     "offloads; a transfer of at least 1,024 copies a thread is split by rows among them; 0: "
+     "issue on the event loop"},
     {"copy-issue", KVD_OPT_ENUM, OFF(copy_issue), "batch", 0, 0, "batch|each",
      "how copy-engine transfers from host to device memory whose runs average under 32 KiB "
      "are handed to the driver: batch (cudaMemcpyBatchAsync) or each (one cudaMemcpyAsync per "
