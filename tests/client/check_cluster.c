@@ -919,6 +919,34 @@ static uint64_t fetched_since(kvt_daemon_t *d, kvd_client_t *watch, kvd_daemon_s
     return s->cluster.blocks_fetched - before;
 }
 
+/* B, the fetcher of chain_on_a, killed with SIGKILL: its client, its
+ * directory and the mapping of its pool pb gone with it. */
+static void fetcher_kill(node_t *nodes, kvt_pool_t *pb)
+{
+    kvt_daemon_kill(&nodes[1].d);
+    kvd_client_destroy(&nodes[1].cli);
+    kvt_daemon_stop(&nodes[1].d, 0); /* its directory */
+    kvd_mapping_destroy(&pb->map);
+}
+
+/* B again, on its address, after fetcher_kill: A serves it every block of
+ * the chain (keys, n blocks) byte for byte; then both nodes stop. */
+static void fetcher_again(node_t *nodes, kvt_pool_t *pa, kvt_pool_t *pb, uint8_t (*keys)[KEY],
+                          uint32_t n)
+{
+    start_node(&nodes[1], secret_path);
+    wait_all_up(nodes, 2);
+    nodes[1].cache = make_cache(&nodes[1], "kv", 65536, true);
+    kvt_pool_make(nodes[1].cli, pb, "pb", LAYERS, n * TPB, 65536, false, TPB);
+    poison(pb);
+    KVT_OK(nodes[1].cli, load(&nodes[1], pb, keys, n));
+    for (uint32_t i = 0; i < n; i++)
+        ck_assert_msg(kvt_page_holds(pb, i, keys[i]), "block %u differs", i);
+    kvt_pool_free(nodes[0].cli, pa);
+    kvt_pool_free(nodes[1].cli, pb);
+    stop_nodes(nodes, 2);
+}
+
 /* A pull of 96 MiB from A to B, and one side killed during it: killed
  * A (the sender), B's load ends within the deadline naming what did not
  * come, and what landed is whole; killed B (the fetcher), A goes on and
@@ -982,24 +1010,10 @@ static void killed_mid_load_once(int kill_fetcher, uint64_t seed)
         before = fetched_since(&nodes[1].d, watch, s, 0);
     }
     if (kill_fetcher) {
-        kvt_daemon_kill(&nodes[1].d); /* during the pull of 96 MiB */
-        kvd_client_destroy(&nodes[1].cli);
-        kvt_daemon_stop(&nodes[1].d, 0); /* its directory */
-        kvd_mapping_destroy(&pb.map);
+        fetcher_kill(nodes, &pb); /* during the pull of 96 MiB */
         usleep(200000);
         ck_assert_msg(kill(nodes[0].d.pid, 0) == 0, "A died with its fetcher");
-        /* B again, on its address: A serves it */
-        start_node(&nodes[1], secret_path);
-        wait_all_up(nodes, 2);
-        nodes[1].cache = make_cache(&nodes[1], "kv", 65536, true);
-        kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, n * TPB, 65536, false, TPB);
-        poison(&pb);
-        KVT_OK(nodes[1].cli, load(&nodes[1], &pb, keys, n));
-        for (uint32_t i = 0; i < n; i++)
-            ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "block %u differs", i);
-        kvt_pool_free(nodes[0].cli, &pa);
-        kvt_pool_free(nodes[1].cli, &pb);
-        stop_nodes(nodes, 2);
+        fetcher_again(nodes, &pa, &pb, keys, n);
         free(keys);
         free(pages);
         free(s);
@@ -1101,26 +1115,12 @@ START_TEST(test_fetcher_killed_while_sender_waits)
     kill(nodes[1].d.pid, SIGSTOP);
     usleep((useconds_t)MS(300)); /* A's sends fill the sockets and wait */
     kvd_client_destroy(&watch);
-    kvd_client_destroy(&nodes[1].cli);
-    kvt_daemon_kill(&nodes[1].d);
-    kvt_daemon_stop(&nodes[1].d, 0); /* its directory */
-    kvd_mapping_destroy(&pb.map);
+    fetcher_kill(nodes, &pb);
     usleep((useconds_t)MS(500));
     ck_assert_msg(waitpid(nodes[0].d.pid, &ws, WNOHANG) == 0, "the sender died (%s %d) when "
                   "its stopped fetcher was killed", WIFSIGNALED(ws) ? "signal" : "exit status",
                   WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws));
-    /* B again, on its address: A serves it every block */
-    start_node(&nodes[1], secret_path);
-    wait_all_up(nodes, 2);
-    nodes[1].cache = make_cache(&nodes[1], "kv", 65536, true);
-    kvt_pool_make(nodes[1].cli, &pb, "pb", LAYERS, n * TPB, 65536, false, TPB);
-    poison(&pb);
-    KVT_OK(nodes[1].cli, load(&nodes[1], &pb, keys, n));
-    for (uint32_t i = 0; i < n; i++)
-        ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "block %u differs", i);
-    kvt_pool_free(nodes[0].cli, &pa);
-    kvt_pool_free(nodes[1].cli, &pb);
-    stop_nodes(nodes, 2);
+    fetcher_again(nodes, &pa, &pb, keys, n);
     free(keys);
     free(pages);
     free(s);
