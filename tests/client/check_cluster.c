@@ -427,7 +427,7 @@ START_TEST(test_found_and_pulled)
     kvd_daemon_status_t *s = malloc(sizeof(*s));
     kvd_cache_lookup_result_t r;
     kvd_cache_info_t info;
-    uint64_t solo;
+    uint64_t solo, pulls = 2;
 
     memset(nodes, 0, sizeof(nodes));
     start_nodes(nodes, 3, secret_path);
@@ -504,13 +504,18 @@ START_TEST(test_found_and_pulled)
         for (uint32_t i = 0; i < 64; i++)
             ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "block %u pulled again differs", i);
     }
-    {
+    if (getenv("KVD_VG_SUITE") != NULL) {
+        /* valgrind_daemon.sh: the daemon's mappings are valgrind's, and an
+         * address-space cap need not land on the slab */
+        fprintf(stderr, "test_found_and_pulled: the refused slab not tried under valgrind\n");
+    } else {
         /* a slab the system refuses (B's address space capped under its
          * first slab of 96 MiB): the load that must pull is answered
          * ENOMEM saying why, before any peer is asked; B keeps serving,
          * and with the cap lifted the next load pulls every block */
         struct rlimit before, capped;
 
+        pulls++;
         KVT_OK(nodes[1].cli, kvd_cache_evict(nodes[1].cli, nodes[1].cache, NULL, true, NULL));
         ck_assert_int_eq(prlimit(nodes[1].d.pid, RLIMIT_AS, NULL, &before), 0);
         capped = before;
@@ -541,8 +546,8 @@ START_TEST(test_found_and_pulled)
     for (uint32_t i = 0; i < 64; i++)
         ck_assert_msg(kvt_page_holds(&pb, i, keys2[i]), "block %u of the split chain differs", i);
     KVT_OK(nodes[1].cli, kvd_daemon_status(nodes[1].cli, s, NULL, 0));
-    /* the first chain pulled three times, the split one once */
-    ck_assert_uint_eq(s->cluster.blocks_fetched, 256);
+    /* the first chain pulled pulls times, the split one once */
+    ck_assert_uint_eq(s->cluster.blocks_fetched, 64 * (pulls + 1));
     KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
     ck_assert_uint_ge(s->cluster.blocks_served, 64);
     ck_assert_uint_eq(s->cluster.inbound, 2);
