@@ -39,16 +39,6 @@
 /* The cache's blocks here: one layer, MLA, one 8-byte token. */
 #define BLOCK 8u
 
-/* Bounds of time stretch by KVD_TEST_TIME_SCALE (sanitizers, valgrind,
- * a loaded machine). */
-static int64_t scaled(int64_t ms)
-{
-    const char *s = getenv("KVD_TEST_TIME_SCALE");
-    int k = s != NULL ? atoi(s) : 1;
-
-    return ms * (k > 1 ? k : 1);
-}
-
 /* ---- the daemon's memory ------------------------------------------------------------ */
 
 /* The daemon's host memory of kind, and the sum of every kind against its
@@ -551,7 +541,7 @@ START_TEST(test_evict_cost)
     dt = kvt_now_ms() - t0;
     ck_assert_uint_eq(ev.evicted, 100);
     printf("evict: 100 keys of 200,000 blocks in %" PRId64 " ms (round trip)\n", dt);
-    ck_assert_msg(dt <= scaled(20), "evicting 100 blocks of 200,000 took %" PRId64 " ms", dt);
+    ck_assert_msg(dt <= KVT_MS(20), "evicting 100 blocks of 200,000 took %" PRId64 " ms", dt);
     /* a chain's first key takes the whole chain, and only it */
     tails[0] = (uint64_t)1 << 20;
     k.count = 1;
@@ -1099,7 +1089,7 @@ START_TEST(test_accounting_under_load)
     }
     KVT_OK(owner, kvd_cache_drop(owner, info.id, NULL));
     /* pools of clients gone are released off the loop: soon, not at once */
-    end = kvt_now_ms() + scaled(10000);
+    end = kvt_now_ms() + KVT_MS(10000);
     do {
         KVT_OK(owner, kvd_daemon_status(owner, &ds, NULL, 0));
     } while (ds.host_used != used0 && kvt_now_ms() < end && usleep(20000) == 0);

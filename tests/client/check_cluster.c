@@ -1058,8 +1058,8 @@ END_TEST
 
 /* A fetcher stopped (SIGSTOP) mid-pull, so that the sender's sends fill
  * the sockets and wait to write, then killed: the kernel resets the
- * sender's connections under its waiting sends.  The sender lives, lets
- * its blocks go and serves a new fetcher on the same address. */
+ * sender's connections under its waiting sends.  The sender lives and
+ * serves a new fetcher on the same address every block. */
 START_TEST(test_fetcher_killed_while_sender_waits)
 {
     node_t nodes[2];
