@@ -277,8 +277,11 @@ static kvd_status_t missing_named(const kvd__load_t *l, char *msg, size_t len)
                  "%.150s; send the load again", ranges, missing, n, l->why);
         return KVD_EBUSY;
     }
-    snprintf(msg, len, "keys[%s] (%u of %u) are neither in the cache nor on a live peer: %.150s",
-             ranges, missing, n, l->why[0] ? l->why : "no peer holds them");
+    if (l->why[0] != '\0')
+        snprintf(msg, len, "keys[%s] (%u of %u) are not in the cache: %.150s", ranges, missing,
+                 n, l->why);
+    else
+        snprintf(msg, len, "keys[%s] (%u of %u) are not in the cache", ranges, missing, n);
     return KVD_ENOENT;
 }
 

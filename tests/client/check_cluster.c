@@ -4,7 +4,9 @@
  *
  * - chains saved on one node are found by a lookup on another and loaded
  *   there byte for byte, pulled from the nodes that hold them (a chain
- *   split over two nodes comes from both); then they are local
+ *   split over two nodes comes from both); then they are local; a load
+ *   whose pull finds no room under the host-memory budget fetches nothing
+ *   and says so
  * - two loads of one chain at once: the second waits for the first's
  *   pull; both get the bytes, the blocks cross once
  * - a pulled load copies landed batches early; its layer flags are set
@@ -501,6 +503,40 @@ START_TEST(test_found_and_pulled)
         for (uint32_t i = 0; i < 64; i++)
             ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "block %u pulled again differs", i);
     }
+    {
+        /* no room for a pull: B's tier cleared again and its host-memory
+         * budget taken by a pool but for less than the slab (96 MiB), the
+         * load that must pull fetches nothing and names the budget; with
+         * the pool gone the next load pulls every block */
+        kvt_pool_t fill;
+        uint64_t room;
+
+        int64_t end = kvt_now_ms() + MS(10000);
+
+        KVT_OK(nodes[1].cli, kvd_cache_evict(nodes[1].cli, nodes[1].cache, NULL, true, NULL));
+        do /* the slab is unmapped off the loop, its bytes given back after */
+            KVT_OK(nodes[1].cli, kvd_daemon_status(nodes[1].cli, s, NULL, 0));
+        while (s->host_used >= (96u << 20) && kvt_now_ms() < end && usleep(10000) == 0);
+        room = s->host_budget - s->host_used;
+        ck_assert_uint_ge(room, 96u << 20);
+        kvt_pool_make(nodes[1].cli, &fill, "fill", 1, (room >> 20) - 16, 1u << 20, true, 1);
+        KVT_ERR(nodes[1].cli, load(&nodes[1], &pb, keys, 64), KVD_ENOENT);
+        ck_assert_msg(strstr(kvd_client_last_error(nodes[1].cli), "keys[0-63] (64 of 64) are not "
+                                                                  "in the cache: the local tier "
+                                                                  "has no room") != NULL &&
+                          strstr(kvd_client_last_error(nodes[1].cli), "host-memory budget") !=
+                              NULL,
+                      "%s", kvd_client_last_error(nodes[1].cli));
+        r = lookup(&nodes[1], keys, 64);
+        ck_assert_uint_eq(r.hits, 64);
+        ck_assert_uint_eq(r.local_hits, 0);
+        kvt_pool_free(nodes[1].cli, &fill);
+        poison(&pb);
+        KVT_OK(nodes[1].cli, load(&nodes[1], &pb, keys, 64));
+        for (uint32_t i = 0; i < 64; i++)
+            ck_assert_msg(kvt_page_holds(&pb, i, keys[i]), "block %u pulled after the pool differs",
+                          i);
+    }
 
     /* a chain split over A (first half) and C (second): B pulls from both */
     chain(keys2, 64, 2);
@@ -513,7 +549,8 @@ START_TEST(test_found_and_pulled)
     for (uint32_t i = 0; i < 64; i++)
         ck_assert_msg(kvt_page_holds(&pb, i, keys2[i]), "block %u of the split chain differs", i);
     KVT_OK(nodes[1].cli, kvd_daemon_status(nodes[1].cli, s, NULL, 0));
-    ck_assert_uint_eq(s->cluster.blocks_fetched, 192);
+    /* the first chain pulled three times, the split one once */
+    ck_assert_uint_eq(s->cluster.blocks_fetched, 256);
     KVT_OK(nodes[0].cli, kvd_daemon_status(nodes[0].cli, s, NULL, 0));
     ck_assert_uint_ge(s->cluster.blocks_served, 64);
     ck_assert_uint_eq(s->cluster.inbound, 2);
