@@ -278,7 +278,7 @@ static kvd_status_t missing_named(const kvd__load_t *l, char *msg, size_t len)
         return KVD_EBUSY;
     }
     if (l->why[0] != '\0')
-        snprintf(msg, len, "keys[%s] (%u of %u) are not in the cache: %.150s", ranges, missing,
+        snprintf(msg, len, "keys[%s] (%u of %u) could not be loaded: %.150s", ranges, missing,
                  n, l->why);
     else
         snprintf(msg, len, "keys[%s] (%u of %u) are not in the cache", ranges, missing, n);

@@ -510,7 +510,6 @@ START_TEST(test_found_and_pulled)
          * the pool gone the next load pulls every block */
         kvt_pool_t fill;
         uint64_t room;
-
         int64_t end = kvt_now_ms() + MS(10000);
 
         KVT_OK(nodes[1].cli, kvd_cache_evict(nodes[1].cli, nodes[1].cache, NULL, true, NULL));
@@ -521,8 +520,8 @@ START_TEST(test_found_and_pulled)
         ck_assert_uint_ge(room, 96u << 20);
         kvt_pool_make(nodes[1].cli, &fill, "fill", 1, (room >> 20) - 16, 1u << 20, true, 1);
         KVT_ERR(nodes[1].cli, load(&nodes[1], &pb, keys, 64), KVD_ENOENT);
-        ck_assert_msg(strstr(kvd_client_last_error(nodes[1].cli), "keys[0-63] (64 of 64) are not "
-                                                                  "in the cache: the local tier "
+        ck_assert_msg(strstr(kvd_client_last_error(nodes[1].cli), "keys[0-63] (64 of 64) could "
+                                                                  "not be loaded: the local tier "
                                                                   "has no room") != NULL &&
                           strstr(kvd_client_last_error(nodes[1].cli), "host-memory budget") !=
                               NULL,
