@@ -391,6 +391,15 @@ END_TEST
 
 /* ---- decoding ------------------------------------------------------------------------------ */
 
+/* The daemon's peak RSS (VmHWM) is within PEAK_RSS_BOUND of hwm0. */
+static void peak_rss_bounded(pid_t pid, uint64_t hwm0)
+{
+    uint64_t hwm = kvt_proc_bytes(pid, "VmHWM:");
+
+    ck_assert_msg(hwm < hwm0 + PEAK_RSS_BOUND, "peak RSS grew by %" PRIu64 " MiB",
+                  (uint64_t)((hwm - hwm0) / MiB));
+}
+
 /* Send a lookup whose CacheKeys is keys (consumed) as request id; the
  * reply must be want, its message holding word. */
 static void lookup_raw(int fd, uint64_t id, uint64_t cache, wbuf_t *keys, uint32_t want,
@@ -435,8 +444,7 @@ START_TEST(test_decode_bounded)
     /* 16 MiB of one-byte keys (5.5 million): refused from the wire */
     keys_list(&keys, 5500000, 1);
     lookup_raw(fd, 3, cache, &keys, KVD_ELIMIT, "at most 65536");
-    ck_assert_msg(kvt_proc_bytes(d.pid, "VmHWM:") < hwm0 + PEAK_RSS_BOUND, "peak RSS grew by %" PRIu64
-                  " MiB", (uint64_t)((kvt_proc_bytes(d.pid, "VmHWM:") - hwm0) / MiB));
+    peak_rss_bounded(d.pid, hwm0);
     raw_ping(fd, 4); /* the connection goes on */
     /* a million 8-byte keys */
     keys_list(&keys, 1000000, 8);
@@ -466,8 +474,7 @@ START_TEST(test_decode_bounded)
     raw_ping(fd, 8);
     /* a frame of the maximum size costs a small multiple of itself: its
      * read buffer, and no decoding past the measure */
-    ck_assert_msg(kvt_proc_bytes(d.pid, "VmHWM:") < hwm0 + PEAK_RSS_BOUND, "peak RSS grew by %" PRIu64
-                  " MiB", (uint64_t)((kvt_proc_bytes(d.pid, "VmHWM:") - hwm0) / MiB));
+    peak_rss_bounded(d.pid, hwm0);
     printf("decoding: peak RSS +%.1f MiB over frames of up to 16 MiB\n",
            (double)(kvt_proc_bytes(d.pid, "VmHWM:") - hwm0) / MiB);
     ck_assert_uint_eq(host_kind(cli, "requests"), 0);
