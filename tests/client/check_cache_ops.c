@@ -912,6 +912,7 @@ START_TEST(test_bad_input)
     ld.blocks.values = pages;
     ld.blocks.count = 3;
     KVT_ERR(cli, kvd_cache_load(cli, &ld, NULL, NULL), KVD_ENOENT);
+    ck_assert_str_eq(kvd_client_last_error(cli), "keys[2] is not in the cache");
     kvt_expect_bytes(p.map->base, snap, p.map->bytes, "the pool after a refused load");
     free(snap);
     ld.keys = keys_of(&c, 0, 2);
