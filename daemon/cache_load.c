@@ -10,6 +10,7 @@
 #include "cache_copy.h"
 #include "conn.h"
 #include "log.h"
+#include "park.h"
 
 #define MAX_GROUPS 128  /* layer events or flags of one load (ops_cache.c checks) */
 #define EARLY_COPIES 2  /* copies of landed blocks in flight at once, at most */
@@ -62,6 +63,7 @@ struct kvd__load {
     int brought;               /* blocks were to be brought (why names what failed) */
     int busy;                  /* a block on disk found no host slot to be read into */
     char busy_why[200];        /* why not (the cache's words) */
+    uint64_t deadline_ns;      /* its wait for a slot ends (load_park; 0: none yet) */
     int fetching;              /* the reads from disk end the plan (kvd__load_fetch) */
     uint32_t let_go;           /* blocks copied early, their holds let go */
     struct load_fetch *fetches; /* [n] the reads from disk (kvd__load_fetch) */
@@ -664,6 +666,7 @@ static void fetch_more(kvd__load_t *l)
             continue;
         }
         l->reading++;
+        l->deadline_ns = 0; /* it got on: a new wait from here */
     }
 }
 
@@ -673,6 +676,68 @@ static void keep_busy_why(kvd__load_t *l)
 {
     if (l->busy && l->why[0] == '\0')
         snprintf(l->why, sizeof(l->why), "%s", l->busy_why);
+}
+
+static void advance(kvd__load_t *l);
+
+/* A waiting plan's turn came: it counts as a load reading from disk again
+ * (load_free lets that go). */
+static void load_unpark(kvd__load_t *l)
+{
+    l->cache->loading++;
+}
+
+static void load_resume(void *arg)
+{
+    kvd__load_t *l = arg;
+
+    load_unpark(l);
+    if (l->origin.srv->shutting_down)
+        kvd__load_end(l, "the daemon is shutting down");
+    else
+        advance(l);
+}
+
+static void load_expire(void *arg, const char *msg)
+{
+    kvd__load_t *l = arg;
+
+    load_unpark(l);
+    kvd__load_end(l, msg);
+}
+
+static void load_drop(void *arg)
+{
+    kvd__load_t *l = arg;
+
+    load_unpark(l);
+    kvd__load_end(l, "the client went"); /* no reply: its connection is closing */
+}
+
+static const kvd__park_ops_t load_park_ops = {load_resume, load_expire, load_drop};
+
+/* The plan has nothing of its own in flight and no host slot for its next
+ * read.  Where slots will free without anyone asking (writes in flight,
+ * other saves and loads), it waits on the cache's queue for one, as a
+ * save does, rather than answer EBUSY (docs/design/disk-level.md); 1: it
+ * waits. */
+static int load_park(kvd__load_t *l)
+{
+    kvd__cache_t *k = l->cache;
+    char msg[320];
+
+    if (l->origin.conn->closing || l->copy_status != KVD_OK || l->origin.srv->shutting_down)
+        return 0;
+    k->loading--; /* a waiting load frees no slot itself */
+    snprintf(msg, sizeof(msg), "cache '%s': %u of %u blocks loaded, the rest waiting: %.180s",
+             k->name, l->copied, l->n, l->busy_why);
+    if (!kvd__cache_slots_will_free(k, 0) ||
+        kvd__park_plan(&k->waiters, &l->origin, &load_park_ops, l, &l->deadline_ns, 1, msg) !=
+            KVD_OK) {
+        k->loading++;
+        return 0;
+    }
+    return 1;
 }
 
 /* A read or an early copy of a plan that reads from disk ended: the
@@ -689,7 +754,7 @@ static void advance(kvd__load_t *l)
         kvd_log(KVD_LOG_DEBUG, "event=load_early_copy_failed client=%" PRIu64 " id=%" PRIu64
                 " reason=\"%s\"", l->origin.conn->id, l->origin.req_id, why);
     fetch_more(l);
-    if (l->reading > 0 || (l->busy && l->copies > 0))
+    if (l->reading > 0 || (l->busy && l->copies > 0) || (l->busy && load_park(l)))
         return;
     keep_busy_why(l);
     kvd__load_end(l, l->why);

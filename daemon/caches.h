@@ -68,6 +68,12 @@ void kvd__cache_unref(kvd__cache_t *k);
 void kvd__leases_drop(kvd__conn_t *c);
 /* Leases of c past their time end (the server's sweep). */
 void kvd__leases_expire(kvd__conn_t *c, uint64_t now_ns);
+/* Whether k will have host slots it lacks now without anyone asking: its
+ * next slab is being made, or (a disk level) a save in flight commits and
+ * its blocks are written, a write ends, a load reading from disk copies
+ * its blocks.  (A lease is let go when its client decides: nothing to
+ * wait for.)  self: the saves asking, which count themselves. */
+int kvd__cache_slots_will_free(const kvd__cache_t *k, uint32_t self);
 /* n host slots of k were let go (a write, a save or a load from disk
  * ended): the saves and loads waiting on k hear it. */
 void kvd__cache_slots_freed(kvd__cache_t *k, uint32_t n);

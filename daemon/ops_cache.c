@@ -57,12 +57,7 @@ static void cache_ref(void *owner, int delta)
         kvd__cache_unref(k);
 }
 
-/* Whether k will have host slots it lacks now without anyone asking: its
- * next slab is being made, or (a disk level) a save in flight commits and
- * its blocks are written, a write ends, a load reading from disk copies
- * its blocks.  (A lease is let go when its client decides: nothing to
- * wait for.)  self: the save asking, which counts itself. */
-static int slots_will_free(const kvd__cache_t *k, uint32_t self)
+int kvd__cache_slots_will_free(const kvd__cache_t *k, uint32_t self)
 {
     return kvd__cache_growing(&k->store) ||
            (k->store.disk != NULL && (kvd__cache_disk_writing(&k->store) > 0 ||
@@ -71,7 +66,7 @@ static int slots_will_free(const kvd__cache_t *k, uint32_t self)
 
 void kvd__cache_slots_freed(kvd__cache_t *k, uint32_t n)
 {
-    kvd__waitq_freed(&k->waiters, n, !slots_will_free(k, 0));
+    kvd__waitq_freed(&k->waiters, n, !kvd__cache_slots_will_free(k, 0));
 }
 
 /* The cache's next slab came (n slots; 0: it failed): the requests waiting
@@ -2097,7 +2092,7 @@ static void stream_go(save_stream_t *s)
             op->is_new[op->n] = 1;
             op->stored++;
             got++;
-        } else if (refusal == KVD_EBUSY && (got > 0 || slots_will_free(k, 1))) {
+        } else if (refusal == KVD_EBUSY && (got > 0 || kvd__cache_slots_will_free(k, 1))) {
             break; /* the blocks it just took free theirs once copied and written */
         } else {
             op->refused = s->n - s->next;
@@ -2264,7 +2259,7 @@ static kvd_status_t do_save(kvd__req_t *r, kvd__dataop_t *d)
              * is copied, written and let go, and it takes the next slots
              * as they free */
             return stream_start(r, d, p, op, &ks, i, pages);
-        } else if (refusal == KVD_EBUSY && slots_will_free(k, 1)) {
+        } else if (refusal == KVD_EBUSY && kvd__cache_slots_will_free(k, 1)) {
             uint32_t need = ks.n - i;
             /* the disk writer is behind: it runs again, whole, once the
              * writes have freed as many slots (a part of the host level:
@@ -2448,7 +2443,7 @@ static kvd_status_t do_load(kvd__req_t *r, kvd__dataop_t *d)
             r->deferred = 1;
             return KVD_OK;
         }
-        if (kvd__load_busy(plan) && slots_will_free(k, 0)) {
+        if (kvd__load_busy(plan) && kvd__cache_slots_will_free(k, 0)) {
             kvd__load_destroy(&plan);
             return wait_for_slots(r, k, disk_only, "every host slot is held, most by the disk "
                                   "writes in flight");

@@ -1798,6 +1798,89 @@ START_TEST(test_wait_expires)
 }
 END_TEST
 
+/* A load that runs out of host slots halfway waits for the writes that
+ * hold them: chains 0-3 on disk only, then chains 16-19 saved with the
+ * disk stopped, their writes holding every host slot.  A load of chains
+ * 16-19 and 0-3 copies the first 64 blocks from host memory, then finds
+ * no slot to read the rest into: it waits (no reply while the disk is
+ * stopped) rather than answer EBUSY, and with the disk back every block
+ * loads byte for byte. */
+START_TEST(test_load_waits_for_writes)
+{
+    static uint8_t keys[8 * CHAIN][8];
+    static int64_t pages[8 * CHAIN];
+    const int chains[8] = {16, 17, 18, 19, 0, 1, 2, 3};
+    kvdt_daemon_t d;
+    Kvdock__Request req;
+    Kvdock__CacheLoad cl = KVDOCK__CACHE_LOAD__INIT;
+    Kvdock__CacheKeys ck;
+    Kvdock__Indices ix = KVDOCK__INDICES__INIT;
+    Kvdock__Response *r;
+    pool_view_t a, b;
+    uint64_t cache;
+    uint32_t disk_hits;
+    pid_t tids[64];
+    int fd, nt;
+
+    world_make();
+    start(&d);
+    fd = kvdt_client(&d, "loader");
+    r = blocks_create(fd, 0);
+    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
+    cache = r->cache->id;
+    kvdock__response__free_unpacked(r, NULL);
+    save_chains(fd, cache, 8, &a); /* all on disk; chains 4-7 in host memory too */
+    nt = disk_stop(d.pid, tids, 64);
+    for (int c = 16; c < 20; c++) { /* they take every host slot, written never */
+        r = save_chain(fd, cache, &a, c, 980 + (uint64_t)c);
+        ck_assert_msg(saved_whole(r), "save of chain %d: %u %s", c, r->status, r->message);
+        kvdock__response__free_unpacked(r, NULL);
+    }
+    for (int c = 0; c < 4; c++) {
+        ck_assert_uint_eq(lookup(fd, cache, c, &disk_hits), CHAIN);
+        ck_assert_uint_eq(disk_hits, CHAIN);
+    }
+    pool_open(fd, "dst", 8 * CHAIN, &b);
+    memset(b.map, 0xA5, b.len); /* poisoned */
+    for (int i = 0; i < 8 * CHAIN; i++) {
+        key_of(chains[i / CHAIN], i % CHAIN, keys[i]);
+        pages[i] = i;
+    }
+    kvdock__cache_keys__init(&ck);
+    ck.blob.data = &keys[0][0];
+    ck.blob.len = sizeof(keys);
+    ck.key_size = 8;
+    ix.values = pages;
+    ix.n_values = 8 * CHAIN;
+    cl.cache = cache;
+    cl.pool = b.id;
+    cl.keys = &ck;
+    cl.blocks = &ix;
+    kvdt_req_init(&req, 990);
+    req.op_case = KVDOCK__REQUEST__OP_CACHE_LOAD;
+    req.cache_load = &cl;
+    kvdt_send(fd, &req, NULL, 0);
+    if (poll(&(struct pollfd){.fd = fd, .events = POLLIN}, 1, (int)KVT_MS(500)) != 0) {
+        r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+        disk_resume(tids, nt);
+        ck_abort_msg("a load answered while the writes it waits for were stopped: %u %s",
+                     r ? r->status : 0, r ? r->message : "(nothing)");
+    }
+    disk_resume(tids, nt);
+    r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->status == 0, "the load, once the disk came back: %u %s", r->status,
+                  r->message);
+    ck_assert_uint_eq(r->op->rows, 8 * CHAIN);
+    kvdock__response__free_unpacked(r, NULL);
+    for (int i = 0; i < 8 * CHAIN; i++)
+        ck_assert_msg(page_is(&b, (uint64_t)i, chains[i / CHAIN], i % CHAIN),
+                      "page %d (chain %d block %d): other bytes", i, chains[i / CHAIN],
+                      i % CHAIN);
+    case_end(&d, FDS(fd), MAPS(MAPPED(a), MAPPED(b)));
+}
+END_TEST
+
 /* Saves sent all at once outrun the disk writer (the host level holds 4
  * of the 32 chains, and every block it holds is being written): each
  * waits until the writes before it have freed its host slots, and every
@@ -1917,7 +2000,7 @@ static Suite *restart_suite(void)
         {"busy", {test_load_busy, test_saves_wait_for_writer, test_reopen_other_budgets,
                   test_load_slab_refused}},
         {"streams", {test_load_streams, test_load_streams_beside_saves, test_save_streams}},
-        {"wait", {test_wait_expires}},
+        {"wait", {test_wait_expires, test_load_waits_for_writes}},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
