@@ -712,10 +712,10 @@ static Kvdock__Response *blocks_create(int fd, int existing)
     return blocks_create_with(fd, existing, BLOCKS_HOST, BLOCKS_DISK);
 }
 
-/* The blocks cache again (open_existing), its id. */
-static uint64_t cache_id(int fd)
+/* The blocks cache made (or with existing, opened again), its id. */
+static uint64_t cache_id(int fd, int existing)
 {
-    Kvdock__Response *r = blocks_create(fd, 1);
+    Kvdock__Response *r = blocks_create(fd, existing);
     uint64_t id;
 
     ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
@@ -730,16 +730,12 @@ static uint64_t cache_id(int fd)
  * The saver's connection. */
 static int blocks_world(kvdt_daemon_t *d, int chains, uint64_t *cache, pool_view_t *a)
 {
-    Kvdock__Response *r;
     int fd;
 
     world_make();
     start(d);
     fd = kvdt_client(d, "saver");
-    r = blocks_create(fd, 0);
-    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
-    *cache = r->cache->id;
-    kvdock__response__free_unpacked(r, NULL);
+    *cache = cache_id(fd, 0);
     pool_open(fd, "src", (uint64_t)chains * CHAIN, a);
     for (int c = 0; c < chains; c++)
         for (int i = 0; i < CHAIN; i++)
@@ -787,7 +783,7 @@ static void blocks_case(int sig, const char *name)
     start(&d);
     ck_assert(kvdt_log_has(&d, "caches=1"));
     fd = kvdt_client(&d, "reader");
-    cache = cache_id(fd);
+    cache = cache_id(fd, 1);
     found = verify_all(fd, cache);
     if (sig == SIGTERM) /* every block that left host memory went to disk */
         ck_assert_msg(found >= NBLK - 2 * HOST_BLOCKS, "%u of %d blocks back", found, NBLK);
@@ -1042,7 +1038,7 @@ static void damaged_case(int sig, enum damage how)
     start(&d);
     ck_assert(kvdt_log_has(&d, "caches=1"));
     fd = kvdt_client(&d, "reader");
-    cache = cache_id(fd);
+    cache = cache_id(fd, 1);
     pool_open(fd, "verify", CHAIN, &b);
     for (int c = 0; c < CHAINS; c++)
         got[c] = (int)served(fd, cache, &b, c, &failed);
@@ -1200,7 +1196,7 @@ START_TEST(test_load_slab_refused)
 
     start(&d);
     fd = kvdt_client(&d, "reader");
-    cache = cache_id(fd);
+    cache = cache_id(fd, 1);
     ck_assert_uint_eq(lookup(fd, cache, 0, &disk_hits), CHAIN);
     ck_assert_uint_eq(disk_hits, CHAIN); /* on disk only */
     pool_open(fd, "loaded", CHAIN, &b);
@@ -1302,11 +1298,11 @@ END_TEST
 #define BIG_CHAINS 16 /* 256 blocks: 4 times HOST_BLOCKS */
 #define BIG (BIG_CHAINS * CHAIN)
 
-/* Send one load of every block of chains [0, BIG_CHAINS) (by key, or
- * with lease: the lease's) into pages 0..BIG-1 of p, with a layer flag
- * per layer in buffer buf (no reply read). */
-static void big_load_send(int fd, uint64_t cache, const pool_view_t *p, uint64_t lease,
-                          uint64_t buf, uint32_t flag_value, uint64_t id)
+/* Send one load of every block of chains[0..n) (by key, or with lease:
+ * the lease's) into pages 0.. of p, in that order; with buf, a layer
+ * flag per layer in that buffer (no reply read). */
+static void chains_load_send(int fd, uint64_t cache, const pool_view_t *p, const int *chains,
+                             int n, uint64_t lease, uint64_t buf, uint32_t flag_value, uint64_t id)
 {
     static uint8_t keys[BIG][8];
     static int64_t pages[BIG];
@@ -1316,16 +1312,17 @@ static void big_load_send(int fd, uint64_t cache, const pool_view_t *p, uint64_t
     Kvdock__Indices ix = KVDOCK__INDICES__INIT;
     Kvdock__BufRef flags = KVDOCK__BUF_REF__INIT;
 
-    for (int i = 0; i < BIG; i++) {
-        key_of(i / CHAIN, i % CHAIN, keys[i]);
+    ck_assert_int_le(n * CHAIN, BIG);
+    for (int i = 0; i < n * CHAIN; i++) {
+        key_of(chains[i / CHAIN], i % CHAIN, keys[i]);
         pages[i] = i;
     }
     kvdock__cache_keys__init(&ck);
     ck.blob.data = &keys[0][0];
-    ck.blob.len = sizeof(keys);
+    ck.blob.len = (size_t)n * CHAIN * sizeof(keys[0]);
     ck.key_size = 8;
     ix.values = pages;
-    ix.n_values = BIG;
+    ix.n_values = (size_t)n * CHAIN;
     flags.buffer = buf;
     flags.bytes = LAYERS * sizeof(uint32_t);
     cl.cache = cache;
@@ -1335,12 +1332,26 @@ static void big_load_send(int fd, uint64_t cache, const pool_view_t *p, uint64_t
     else
         cl.keys = &ck;
     cl.blocks = &ix;
-    cl.layer_flags = &flags;
-    cl.flag_value = flag_value;
+    if (buf != 0) {
+        cl.layer_flags = &flags;
+        cl.flag_value = flag_value;
+    }
     kvdt_req_init(&req, id);
     req.op_case = KVDOCK__REQUEST__OP_CACHE_LOAD;
     req.cache_load = &cl;
     kvdt_send(fd, &req, NULL, 0);
+}
+
+/* The same, of chains [0, BIG_CHAINS) into pages 0..BIG-1, with layer
+ * flags. */
+static void big_load_send(int fd, uint64_t cache, const pool_view_t *p, uint64_t lease,
+                          uint64_t buf, uint32_t flag_value, uint64_t id)
+{
+    int chains[BIG_CHAINS];
+
+    for (int c = 0; c < BIG_CHAINS; c++)
+        chains[c] = c;
+    chains_load_send(fd, cache, p, chains, BIG_CHAINS, lease, buf, flag_value, id);
 }
 
 /* The reply of big_load_send: every block loaded, each page its block's
@@ -1393,10 +1404,7 @@ START_TEST(test_load_streams)
     world_make();
     start(&d);
     fd = kvdt_client(&d, "loader");
-    r = blocks_create(fd, 0);
-    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
-    cache = r->cache->id;
-    kvdock__response__free_unpacked(r, NULL);
+    cache = cache_id(fd, 0);
     save_chains(fd, cache, BIG_CHAINS + HOST_BLOCKS / CHAIN + 1, &a);
     for (int c = 0; c < BIG_CHAINS; c++) {
         ck_assert_uint_eq(lookup(fd, cache, c, &disk_hits), CHAIN);
@@ -1476,10 +1484,7 @@ START_TEST(test_load_streams_beside_saves)
     world_make();
     start(&d);
     fd = kvdt_client(&d, "loader");
-    r = blocks_create(fd, 0);
-    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
-    cache = r->cache->id;
-    kvdock__response__free_unpacked(r, NULL);
+    cache = cache_id(fd, 0);
     save_chains(fd, cache, saved, &a);
     pool_open(fd, "dst", BIG, &b);
     memset(b.map, 0xA5, b.len);
@@ -1587,10 +1592,7 @@ START_TEST(test_save_streams)
     world_make();
     start(&d);
     fd = kvdt_client(&d, "saver");
-    r = blocks_create(fd, 0);
-    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
-    cache = r->cache->id;
-    kvdock__response__free_unpacked(r, NULL);
+    cache = cache_id(fd, 0);
     pool_open(fd, "src", BIG, &a);
     for (int i = 0; i < BIG; i++)
         fill_page(&a, (uint64_t)i, i / CHAIN, i % CHAIN);
@@ -1753,10 +1755,7 @@ START_TEST(test_wait_expires)
     world_make();
     start_with(&d, "256M", extra);
     fd = kvdt_client(&d, "saver");
-    r = blocks_create(fd, 0);
-    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
-    cache = r->cache->id;
-    kvdock__response__free_unpacked(r, NULL);
+    cache = cache_id(fd, 0);
     pool_open(fd, "src", BIG, &a);
     for (int i = 0; i < BIG; i++)
         fill_page(&a, (uint64_t)i, i / CHAIN, i % CHAIN);
@@ -1807,14 +1806,8 @@ END_TEST
  * loads byte for byte. */
 START_TEST(test_load_waits_for_writes)
 {
-    static uint8_t keys[8 * CHAIN][8];
-    static int64_t pages[8 * CHAIN];
     const int chains[8] = {16, 17, 18, 19, 0, 1, 2, 3};
     kvdt_daemon_t d;
-    Kvdock__Request req;
-    Kvdock__CacheLoad cl = KVDOCK__CACHE_LOAD__INIT;
-    Kvdock__CacheKeys ck;
-    Kvdock__Indices ix = KVDOCK__INDICES__INIT;
     Kvdock__Response *r;
     pool_view_t a, b;
     uint64_t cache;
@@ -1825,10 +1818,7 @@ START_TEST(test_load_waits_for_writes)
     world_make();
     start(&d);
     fd = kvdt_client(&d, "loader");
-    r = blocks_create(fd, 0);
-    ck_assert_msg(r->status == 0, "%u %s", r->status, r->message);
-    cache = r->cache->id;
-    kvdock__response__free_unpacked(r, NULL);
+    cache = cache_id(fd, 0);
     save_chains(fd, cache, 8, &a); /* all on disk; chains 4-7 in host memory too */
     nt = disk_stop(d.pid, tids, 64);
     for (int c = 16; c < 20; c++) { /* they take every host slot, written never */
@@ -1842,24 +1832,7 @@ START_TEST(test_load_waits_for_writes)
     }
     pool_open(fd, "dst", 8 * CHAIN, &b);
     memset(b.map, 0xA5, b.len); /* poisoned */
-    for (int i = 0; i < 8 * CHAIN; i++) {
-        key_of(chains[i / CHAIN], i % CHAIN, keys[i]);
-        pages[i] = i;
-    }
-    kvdock__cache_keys__init(&ck);
-    ck.blob.data = &keys[0][0];
-    ck.blob.len = sizeof(keys);
-    ck.key_size = 8;
-    ix.values = pages;
-    ix.n_values = 8 * CHAIN;
-    cl.cache = cache;
-    cl.pool = b.id;
-    cl.keys = &ck;
-    cl.blocks = &ix;
-    kvdt_req_init(&req, 990);
-    req.op_case = KVDOCK__REQUEST__OP_CACHE_LOAD;
-    req.cache_load = &cl;
-    kvdt_send(fd, &req, NULL, 0);
+    chains_load_send(fd, cache, &b, chains, 8, 0, 0, 0, 990);
     if (poll(&(struct pollfd){.fd = fd, .events = POLLIN}, 1, (int)KVT_MS(500)) != 0) {
         r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
         disk_resume(tids, nt);
