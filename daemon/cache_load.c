@@ -701,9 +701,13 @@ static void load_resume(void *arg)
 static void load_expire(void *arg, const char *msg)
 {
     kvd__load_t *l = arg;
+    char why[sizeof(l->why)];
 
+    (void)msg; /* the wait's words; the reply names the keys, then this */
     load_unpark(l);
-    kvd__load_end(l, msg);
+    snprintf(why, sizeof(why), "waited %" PRIu64 " ms (--disk-wait-ms) for a host slot to read "
+             "into: %.120s", l->origin.srv->opts.disk_wait_ms, l->busy_why);
+    kvd__load_end(l, why);
 }
 
 static void load_drop(void *arg)
@@ -724,16 +728,13 @@ static const kvd__park_ops_t load_park_ops = {load_resume, load_expire, load_dro
 static int load_park(kvd__load_t *l)
 {
     kvd__cache_t *k = l->cache;
-    char msg[320];
 
     if (l->origin.conn->closing || l->copy_status != KVD_OK || l->origin.srv->shutting_down)
         return 0;
     k->loading--; /* a waiting load frees no slot itself */
-    snprintf(msg, sizeof(msg), "cache '%s': %u of %u blocks loaded, the rest waiting: %.180s",
-             k->name, l->copied, l->n, l->busy_why);
     if (!kvd__cache_slots_will_free(k, 0) ||
-        kvd__park_plan(&k->waiters, &l->origin, &load_park_ops, l, &l->deadline_ns, 1, msg) !=
-            KVD_OK) {
+        kvd__park_plan(&k->waiters, &l->origin, &load_park_ops, l, &l->deadline_ns, 1,
+                       l->busy_why) != KVD_OK) {
         k->loading++;
         return 0;
     }

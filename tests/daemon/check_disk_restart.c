@@ -1802,10 +1802,13 @@ END_TEST
  * disk stopped, their writes holding every host slot.  A load of chains
  * 16-19 and 0-3 copies the first 64 blocks from host memory, then finds
  * no slot to read the rest into: it waits (no reply while the disk is
- * stopped) rather than answer EBUSY, and with the disk back every block
- * loads byte for byte. */
-START_TEST(test_load_waits_for_writes)
+ * stopped) rather than answer EBUSY.  With the disk back every block
+ * loads byte for byte; with expire (--disk-wait-ms 300) the disk stays
+ * stopped, and the load is answered EBUSY for the 64 it could not read,
+ * saying how long it waited. */
+static void load_behind_stopped_writes(int expire)
 {
+    const char *wait_300[] = {"--disk-wait-ms", "300", NULL};
     const int chains[8] = {16, 17, 18, 19, 0, 1, 2, 3};
     kvdt_daemon_t d;
     Kvdock__Response *r;
@@ -1816,7 +1819,10 @@ START_TEST(test_load_waits_for_writes)
     int fd, nt;
 
     world_make();
-    start(&d);
+    if (expire)
+        start_with(&d, "256M", wait_300);
+    else
+        start(&d);
     fd = kvdt_client(&d, "loader");
     cache = cache_id(fd, 0);
     save_chains(fd, cache, 8, &a); /* all on disk; chains 4-7 in host memory too */
@@ -1833,24 +1839,47 @@ START_TEST(test_load_waits_for_writes)
     pool_open(fd, "dst", 8 * CHAIN, &b);
     memset(b.map, 0xA5, b.len); /* poisoned */
     chains_load_send(fd, cache, &b, chains, 8, 0, 0, 0, 990);
-    if (poll(&(struct pollfd){.fd = fd, .events = POLLIN}, 1, (int)KVT_MS(500)) != 0) {
+    if (expire) {
         r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
         disk_resume(tids, nt);
-        ck_abort_msg("a load answered while the writes it waits for were stopped: %u %s",
-                     r ? r->status : 0, r ? r->message : "(nothing)");
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->status == KVD_EBUSY &&
+                          strstr(r->message, "keys[64-127] (64 of 128) could not be brought") &&
+                          strstr(r->message, "waited 300 ms (--disk-wait-ms)"),
+                      "a load past its wait: %u %s", r->status, r->message);
+        kvdock__response__free_unpacked(r, NULL);
+        ck_assert_uint_eq(verify_range(fd, cache, 0, 4), 4 * CHAIN); /* nothing lost */
+    } else {
+        if (poll(&(struct pollfd){.fd = fd, .events = POLLIN}, 1, (int)KVT_MS(500)) != 0) {
+            r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+            disk_resume(tids, nt);
+            ck_abort_msg("a load answered while the writes it waits for were stopped: %u %s",
+                         r ? r->status : 0, r ? r->message : "(nothing)");
+        }
+        disk_resume(tids, nt);
+        r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->status == 0, "the load, once the disk came back: %u %s", r->status,
+                      r->message);
+        ck_assert_uint_eq(r->op->rows, 8 * CHAIN);
+        kvdock__response__free_unpacked(r, NULL);
+        for (int i = 0; i < 8 * CHAIN; i++)
+            ck_assert_msg(page_is(&b, (uint64_t)i, chains[i / CHAIN], i % CHAIN),
+                          "page %d (chain %d block %d): other bytes", i, chains[i / CHAIN],
+                          i % CHAIN);
     }
-    disk_resume(tids, nt);
-    r = kvdt_recv(fd, NULL, NULL, KVDT_TIMEOUT_MS);
-    ck_assert_ptr_nonnull(r);
-    ck_assert_msg(r->status == 0, "the load, once the disk came back: %u %s", r->status,
-                  r->message);
-    ck_assert_uint_eq(r->op->rows, 8 * CHAIN);
-    kvdock__response__free_unpacked(r, NULL);
-    for (int i = 0; i < 8 * CHAIN; i++)
-        ck_assert_msg(page_is(&b, (uint64_t)i, chains[i / CHAIN], i % CHAIN),
-                      "page %d (chain %d block %d): other bytes", i, chains[i / CHAIN],
-                      i % CHAIN);
     case_end(&d, FDS(fd), MAPS(MAPPED(a), MAPPED(b)));
+}
+
+START_TEST(test_load_waits_for_writes)
+{
+    load_behind_stopped_writes(0);
+}
+END_TEST
+
+START_TEST(test_load_wait_expires)
+{
+    load_behind_stopped_writes(1);
 }
 END_TEST
 
@@ -1973,7 +2002,7 @@ static Suite *restart_suite(void)
         {"busy", {test_load_busy, test_saves_wait_for_writer, test_reopen_other_budgets,
                   test_load_slab_refused}},
         {"streams", {test_load_streams, test_load_streams_beside_saves, test_save_streams}},
-        {"wait", {test_wait_expires, test_load_waits_for_writes}},
+        {"wait", {test_wait_expires, test_load_waits_for_writes, test_load_wait_expires}},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
