@@ -20,6 +20,7 @@ typedef struct cpu_queue {
     pthread_cond_t cv;
     kvd__job_t *head, *tail;
     int stop;
+    unsigned cancels; /* bumped by cancel_pending: the worker drops what it took */
     struct cpu_backend *owner;
 } cpu_queue_t;
 
@@ -37,6 +38,12 @@ static void push_done(cpu_backend_t *cb, kvd__job_t *job)
 {
     kvd__done_push(&cb->done, job);
     uv_async_send(&cb->async);
+}
+
+static void cancel_job(kvd__job_t *job)
+{
+    job->status = KVD_ESHUTDOWN;
+    snprintf(job->detail, sizeof(job->detail), "cancelled before it started");
 }
 
 static void run_job(kvd__job_t *job)
@@ -57,22 +64,27 @@ static void *worker_main(void *arg)
     cpu_queue_t *q = arg;
 
     for (;;) {
-        kvd__job_t *job;
+        kvd__job_t *job, *next;
+        unsigned cancels;
 
+        /* the whole queue at once: one lock for a burst of small jobs */
         pthread_mutex_lock(&q->mu);
         while (q->head == NULL && !q->stop)
             pthread_cond_wait(&q->cv, &q->mu);
-        if (q->head == NULL) {
-            pthread_mutex_unlock(&q->mu);
-            break;
-        }
         job = q->head;
-        q->head = job->next;
-        if (q->head == NULL)
-            q->tail = NULL;
+        q->head = q->tail = NULL;
+        cancels = q->cancels;
         pthread_mutex_unlock(&q->mu);
-        run_job(job);
-        push_done(q->owner, job);
+        if (job == NULL)
+            break;
+        for (; job; job = next) {
+            next = job->next;
+            if (__atomic_load_n(&q->cancels, __ATOMIC_RELAXED) != cancels)
+                cancel_job(job);
+            else
+                run_job(job);
+            push_done(q->owner, job);
+        }
     }
     return NULL;
 }
@@ -235,11 +247,11 @@ static void cpu_cancel_pending(kvd__backend_t *be)
         pthread_mutex_lock(&cb->q[i].mu);
         list = cb->q[i].head;
         cb->q[i].head = cb->q[i].tail = NULL;
+        __atomic_store_n(&cb->q[i].cancels, cb->q[i].cancels + 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&cb->q[i].mu);
         for (; list; list = next) {
             next = list->next;
-            list->status = KVD_ESHUTDOWN;
-            snprintf(list->detail, sizeof(list->detail), "cancelled before it started");
+            cancel_job(list);
             push_done(cb, list);
         }
     }
