@@ -161,6 +161,8 @@ void kvd__conn_close(kvd__conn_t *c, const char *reason)
     if (c->closing)
         return;
     c->closing = 1;
+    if (srv->spin_conn == c)
+        srv->spin_conn = NULL;
     kvd_log(KVD_LOG_INFO,
             "event=conn_close client=%" PRIu64 " pid=%d reason=\"%s\" inflight=%u pools=%u "
             "buffers=%u",
@@ -596,6 +598,8 @@ static void read_and_process(kvd__conn_t *c)
         drained = (size_t)n < room;
         c->srv->stats.bytes_in += (uint64_t)n;
         kvd__server_client_active(c->srv, c);
+        if (c->srv->nio == 0)
+            c->srv->spin_conn = c;
         kvd__server_activity(c->srv);
         if (nfds > 0) {
             kvd__fdgroup_t *g = NULL;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -791,9 +792,19 @@ static void spin_cb(uv_idle_t *h)
 {
     kvd__server_t *srv = h->data;
     uint64_t now = kvd__now_ns();
+    kvd__conn_t *c = srv->spin_conn;
 
-    if (now >= srv->spin_until_ns || !kvd__spin_cores_free(now))
+    if (now >= srv->spin_until_ns || !kvd__spin_cores_free(now)) {
         uv_idle_stop(&srv->spin);
+        return;
+    }
+    /* A client with nothing in flight likely waits to send its next
+     * request: its socket is read here, before the loop's zero-timeout
+     * epoll_wait, so that the request costs no epoll round and its reply
+     * leaves in this same iteration.  One that pipelines is left to epoll,
+     * whose later read takes its requests in bulk. */
+    if (c != NULL && c->inflight == 0 && (c->poll_events & EPOLLIN))
+        kvd__conn_event(c, EPOLLIN);
 }
 
 /* Clients that sent a request in this period or the last. */

@@ -56,6 +56,7 @@ typedef struct kvd__server {
     uint64_t spin_until_ns;
     kvd__spin_t poll_window; /* how long the loop polls after activity (proto/src/spin.h) */
     uint64_t last_activity_ns; /* the last request read or reply queued */
+    kvd__conn_t *spin_conn;    /* read by the polling loop first (no I/O threads) */
     /* clients that sent requests: in the period begun at active_since_ns
      * (1 ms), and in the one before */
     uint64_t active_since_ns, active_period;

@@ -3,7 +3,8 @@
  * driven with raw frames: hello and its version check, hello-first,
  * unknown operations, malformed and oversized frames (only that
  * connection closes), the socket's permissions, stale sockets, status,
- * stats and the admin shutdown.
+ * stats and the admin shutdown; clients that come and go while the loop
+ * polls.
  */
 #include <check.h>
 #include <signal.h>
@@ -503,6 +504,30 @@ START_TEST(test_backpressure)
 }
 END_TEST
 
+START_TEST(test_polled_clients_come_and_go)
+{
+    /* While the loop polls it reads first the connection that sent the
+     * last request: one that closes right after its request must not be
+     * read again once freed (the sanitizer build sees such a read). */
+    kvdt_daemon_t d2;
+    const char *extra[] = {"--busy-poll-us", "100000", NULL};
+    int keep, i;
+
+    kvdt_start(&d2, extra);
+    keep = kvdt_client(&d2, "keeper");
+    for (i = 0; i < 100; i++) {
+        int gone = kvdt_client(&d2, "gone");
+
+        ck_assert(kvdt_ping_ok(gone));
+        close(gone);
+        ck_assert(kvdt_ping_ok(keep));
+        usleep(200); /* the loop polls, reading the freed one's socket or not */
+    }
+    close(keep);
+    ck_assert_int_eq(kvdt_stop(&d2), 0);
+}
+END_TEST
+
 START_TEST(test_max_clients)
 {
     kvdt_daemon_t d2;
@@ -589,6 +614,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(tc, test_not_a_socket_refused);
     tcase_add_test(tc, test_bad_option_exit);
     tcase_add_test(tc, test_backpressure);
+    tcase_add_test(tc, test_polled_clients_come_and_go);
     tcase_add_test(tc, test_max_clients);
     suite_add_tcase(s, tc);
     return s;
