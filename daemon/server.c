@@ -802,8 +802,9 @@ static void spin_cb(uv_idle_t *h)
      * request: its socket is read here, before the loop's zero-timeout
      * epoll_wait, so that the request costs no epoll round and its reply
      * leaves in this same iteration.  One that pipelines is left to epoll,
-     * whose later read takes its requests in bulk. */
-    if (c != NULL && c->inflight == 0 && (c->poll_events & EPOLLIN))
+     * whose later read takes its requests in bulk, and one with frames
+     * still buffered to its turn (--reqs-per-event). */
+    if (c != NULL && c->inflight == 0 && !c->in_ready && (c->poll_events & EPOLLIN))
         kvd__conn_event(c, EPOLLIN);
 }
 
